@@ -1,0 +1,162 @@
+"""PostgreSQL: connection pools bound to a service's schema, and the migration runner.
+
+Migrations are ordered SQL files (``NNNN_name.sql``) shipped inside a package. Each applies in
+its own transaction under a transaction-scoped advisory lock (session locks break behind
+PgBouncer's transaction pooling, reliability.md 2.2), and is recorded with its checksum in
+``schema_migrations``; a recorded migration whose file has changed stops the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from lockstep_common.errors import MigrationError, TransientError
+
+log = logging.getLogger(__name__)
+
+# A connection as handed out by a pool or opened directly; both speak the same protocol.
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def quote_ident(name: str) -> str:
+    """Quote a schema name after checking it is a plain lower-case identifier."""
+    if not _IDENT.match(name):
+        raise ValueError(f"{name!r} is not a valid schema name (lower-case letters, digits, '_')")
+    return f'"{name}"'
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One SQL file."""
+
+    component: str
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        """SHA-256 of the file's text."""
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_migrations(component: str, package: str) -> list[Migration]:
+    """Read ``package``'s ``NNNN_name.sql`` files in version order."""
+    found = []
+    for entry in resources.files(package).iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(
+                Migration(component, int(match[1]), match[2], entry.read_text(encoding="utf-8"))
+            )
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"duplicate migration versions in {package}: {versions}")
+    return found
+
+
+def messaging_migrations() -> list[Migration]:
+    """The outbox/inbox/dead-letter tables every service schema has."""
+    return load_migrations("common", "lockstep_common.migrations")
+
+
+async def migrate(conn: asyncpg.Connection, schema: str, migrations: list[Migration]) -> list[str]:
+    """Apply what is not yet applied; return the names applied now.
+
+    Raises:
+        MigrationError: a recorded migration's checksum differs from the shipped file.
+    """
+    ident = quote_ident(schema)
+    applied_now: list[str] = []
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))", f"lockstep-migrate:{schema}"
+        )
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident}")
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {ident}.schema_migrations ("
+            " component text NOT NULL, version integer NOT NULL, name text NOT NULL,"
+            " checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(),"
+            " PRIMARY KEY (component, version))"
+        )
+        rows = await conn.fetch(
+            f"SELECT component, version, checksum FROM {ident}.schema_migrations"
+        )
+        recorded = {(r["component"], r["version"]): r["checksum"] for r in rows}
+        for m in migrations:
+            have = recorded.get((m.component, m.version))
+            if have is not None:
+                if have != m.checksum:
+                    raise MigrationError(
+                        f"migration {m.component}/{m.version:04d}_{m.name} was changed after it "
+                        f"was applied to schema {schema} (recorded {have[:12]}, file "
+                        f"{m.checksum[:12]}); add a new migration instead"
+                    )
+                continue
+            await conn.execute(f"SET LOCAL search_path TO {ident}")
+            try:
+                await conn.execute(m.sql)
+            except asyncpg.PostgresError as exc:
+                raise MigrationError(
+                    f"migration {m.component}/{m.version:04d}_{m.name} failed: {exc}"
+                ) from exc
+            await conn.execute(
+                f"INSERT INTO {ident}.schema_migrations (component, version, name, checksum)"
+                " VALUES ($1, $2, $3, $4)",
+                m.component,
+                m.version,
+                m.name,
+                m.checksum,
+            )
+            applied_now.append(f"{m.component}/{m.version:04d}_{m.name}")
+    return applied_now
+
+
+async def connect_with_retry(
+    dsn: str, *, attempts: int = 30, delay_s: float = 0.5
+) -> asyncpg.Connection:
+    """One connection, retried while the server is starting (bounded, with backoff)."""
+    last: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            return await asyncpg.connect(dsn)
+        except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
+            last = exc
+            await asyncio.sleep(min(delay_s * 2**attempt, 5.0))
+    raise TransientError(f"PostgreSQL at {_redact(dsn)} unreachable: {last}")
+
+
+async def create_pool(
+    dsn: str, schema: str, *, min_size: int, max_size: int, application_name: str
+) -> asyncpg.Pool:
+    """A pool whose connections resolve unqualified table names in ``schema``."""
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        server_settings={"search_path": schema, "application_name": application_name},
+    )
+    if pool is None:  # asyncpg's stub allows None; a created pool never is
+        raise TransientError("asyncpg returned no pool")
+    return pool
+
+
+def _redact(dsn: str) -> str:
+    """A DSN with its password replaced, safe for logs and errors."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
+
+
+redact_dsn = _redact

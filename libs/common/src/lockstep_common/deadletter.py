@@ -1,0 +1,87 @@
+"""Dead letters: a row with the reason in the service's table, and a copy on ``dlq.<subject>``.
+
+Both are written in one transaction (the copy goes through the outbox), before the message is
+terminated, so a crash in between leaves a message that is redelivered and dead-lettered again
+idempotently (the row is unique per stream sequence and consumer).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from lockstep_common import subjects
+from lockstep_common.db import Conn
+from lockstep_common.outbox import OutboxMessage, enqueue
+
+_DLQ_IDS = uuid.UUID("6b1f2f4e-8c1d-4a39-9a43-0d6a8f0e2c11")
+
+# Header names follow the common DLQ convention (x-dead-letter-reason, x-delivery-count, ...).
+REASON_HEADER = "Lockstep-Dlq-Reason"
+KIND_HEADER = "Lockstep-Dlq-Error-Kind"
+DELIVERIES_HEADER = "Lockstep-Dlq-Deliveries"
+CONSUMER_HEADER = "Lockstep-Dlq-Consumer"
+STREAM_HEADER = "Lockstep-Dlq-Stream"
+SEQUENCE_HEADER = "Lockstep-Dlq-Stream-Seq"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Everything recorded about a message that could not be processed."""
+
+    consumer: str
+    stream: str
+    stream_seq: int
+    subject: str
+    payload: bytes | None
+    reason: str
+    error_kind: str
+    deliveries: int
+    detected_by: str  # "consumer" or "advisory"
+
+
+async def record(conn: Conn, letter: DeadLetter) -> bool:
+    """Store the dead letter and queue its ``dlq.`` copy; False if it was already recorded."""
+    async with conn.transaction():
+        inserted = await conn.fetchval(
+            "INSERT INTO dead_letters (consumer, stream, stream_seq, subject, payload, reason,"
+            " error_kind, deliveries, detected_by) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+            " ON CONFLICT (stream, stream_seq, consumer) DO NOTHING RETURNING id",
+            letter.consumer,
+            letter.stream,
+            letter.stream_seq,
+            letter.subject,
+            letter.payload,
+            letter.reason[:4000],
+            letter.error_kind,
+            letter.deliveries,
+            letter.detected_by,
+        )
+        if inserted is None:
+            return False
+        if not letter.subject.startswith("dlq."):
+            key = f"{letter.stream}:{letter.stream_seq}:{letter.consumer}"
+            await enqueue(
+                conn,
+                [
+                    OutboxMessage(
+                        event_id=uuid.uuid5(_DLQ_IDS, key),
+                        subject=subjects.dead_letter(letter.subject),
+                        payload=letter.payload or b"",
+                        headers={
+                            REASON_HEADER: _header_safe(letter.reason),
+                            KIND_HEADER: letter.error_kind,
+                            DELIVERIES_HEADER: str(letter.deliveries),
+                            CONSUMER_HEADER: letter.consumer,
+                            STREAM_HEADER: letter.stream,
+                            SEQUENCE_HEADER: str(letter.stream_seq),
+                        },
+                    )
+                ],
+            )
+    return True
+
+
+def _header_safe(text: str) -> str:
+    """NATS headers are single-line: fold line breaks and cap the length."""
+    return " ".join(text.split())[:1000]

@@ -1,0 +1,101 @@
+"""The error hierarchy, and the one place that turns an error into an ack decision.
+
+Transient errors are worth retrying (a database that is restarting, a BMC timing out); they are
+negatively acknowledged with a delay and redelivered until the consumer's ``max_deliver`` runs
+out. Permanent errors will fail the same way every time (a malformed message, a broken
+invariant); they are terminated at once and recorded in the dead-letter table with the reason.
+Anything not in this hierarchy is a bug; it is treated as transient so that a deploy of the fix
+can still process the message, and it reaches the dead-letter path when deliveries run out.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class LockstepError(Exception):
+    """Base of every error Lockstep raises on purpose.
+
+    Args:
+        message: what went wrong, naming the offending thing.
+        **context: structured fields (``node_id``, ``component``, ...) kept for logs and DLQ rows.
+    """
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TransientError(LockstepError):
+    """Retrying later may succeed: nak with backoff."""
+
+
+class PermanentError(LockstepError):
+    """Retrying will fail the same way: terminate and dead-letter."""
+
+
+class InvalidMessage(PermanentError):
+    """A message could not be decoded or validated (malformed, oversized, unknown type/version)."""
+
+
+class ConfigurationError(LockstepError):
+    """Settings or live infrastructure disagree with what the code requires; refuse to start."""
+
+
+class TopologyMismatch(ConfigurationError):
+    """A JetStream stream or consumer exists with a configuration other than the declared one."""
+
+
+class MigrationError(ConfigurationError):
+    """A recorded migration differs from the file shipped with the code, or failed to apply."""
+
+
+class Disposition(enum.StrEnum):
+    """What the consumer runtime does with a message after its handler ran."""
+
+    ACK = "ack"
+    RETRY = "retry"
+    DEAD_LETTER = "dead_letter"
+
+
+def disposition_for(error: BaseException | None, *, delivery: int, max_deliver: int) -> Disposition:
+    """Decide the fate of a message: the single home of the ack policy.
+
+    Args:
+        error: what the handler raised, or None when it succeeded.
+        delivery: this delivery's number, starting at 1 (JetStream's ``num_delivered``).
+        max_deliver: the consumer's finite delivery limit.
+
+    Returns:
+        ACK on success; DEAD_LETTER for permanent errors and for retryable ones on the last
+        delivery (so that the reason is recorded by us rather than lost to an advisory);
+        RETRY otherwise.
+    """
+    if error is None:
+        return Disposition.ACK
+    if isinstance(error, PermanentError):
+        return Disposition.DEAD_LETTER
+    if delivery >= max_deliver:
+        return Disposition.DEAD_LETTER
+    return Disposition.RETRY
+
+
+def retry_delay(delivery: int, backoff: tuple[float, ...]) -> float:
+    """Seconds to wait before the next delivery after ``delivery`` failed.
+
+    JetStream's consumer ``BackOff`` is not applied to naks (nats.docs consumers.md), so the
+    runtime applies the same schedule itself through ``nak(delay=...)``.
+    """
+    if not backoff:
+        return 0.0
+    return backoff[min(delivery, len(backoff)) - 1]
+
+
+def error_kind(error: BaseException) -> str:
+    """A short, stable name for an error, stored with dead letters and used as a metric label."""
+    return type(error).__name__

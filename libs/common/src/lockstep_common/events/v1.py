@@ -1,0 +1,455 @@
+"""Version 1 of every event in the catalogue (design.md, "Events").
+
+Each class is one CloudEvents ``type`` at ``schemaversion`` 1. Fields carry descriptions: they
+become the JSON Schemas and the AsyncAPI document in ``docs/`` (``lockstep docs generate``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, ClassVar
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from lockstep_common.envelope import EventData
+from lockstep_common.vocabulary import (
+    ChangeClass,
+    CheckResult,
+    Component,
+    DriftKind,
+    GateVerdict,
+    NodeId,
+    ObservationSource,
+    RolloutId,
+    Severity,
+    SiteId,
+    StackHash,
+    Text,
+    Version,
+)
+
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+ProfileStack = dict[Component, Version]
+
+
+class Part(BaseModel):
+    """Base of value objects nested inside events."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ScopeSelector(Part):
+    """Which nodes something applies to; empty lists mean "no restriction on this axis"."""
+
+    sites: tuple[SiteId, ...] = Field(default=(), description="Sites to include.")
+    pools: tuple[Name, ...] = Field(default=(), description="Scheduler pools to include.")
+    profiles: tuple[Name, ...] = Field(default=(), description="Hardware profiles to include.")
+    fabric_domains: tuple[Name, ...] = Field(default=(), description="Fabric domains to include.")
+    nodes: tuple[NodeId, ...] = Field(default=(), description="Explicit node ids to include.")
+
+
+# --- bundles ----------------------------------------------------------------------------------
+
+
+class BundleSubmitted(EventData):
+    """A bundle was handed to Lockstep for attestation."""
+
+    event_type: ClassVar[str] = "bundle.submitted"
+    schema_version: ClassVar[int] = 1
+
+    bundle_uri: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
+        description="Where the bundle is (file path, file:// or https:// URI)."
+    )
+    submitted_by: Name = Field(description="Who submitted it (user or CI job).")
+    note: Text | None = Field(default=None, description="Free-text reason for the submission.")
+
+
+class CheckVerdict(Part):
+    """One attestation check and its result."""
+
+    check: Name = Field(description="Check name, e.g. manifest_signature, image_digest.")
+    result: CheckResult = Field(description="pass or fail.")
+    reason: Text = Field(description="Why, naming the file or field concerned.")
+    duration_ms: float = Field(ge=0, description="How long the check took.")
+
+
+class BundleAttested(EventData):
+    """Every check passed: the bundle's golden stack may be pinned and staged."""
+
+    event_type: ClassVar[str] = "bundle.attested"
+    schema_version: ClassVar[int] = 1
+
+    bundle_id: Name = Field(description="Bundle id from the manifest.")
+    bundle_version: Version = Field(description="Bundle version from the manifest.")
+    stack_hash: StackHash = Field(description="Canonical hash of the golden stack.")
+    checks: tuple[CheckVerdict, ...] = Field(description="Every check with its result.")
+
+
+class BundleRejected(EventData):
+    """At least one check failed: nothing from this bundle may be staged."""
+
+    event_type: ClassVar[str] = "bundle.rejected"
+    schema_version: ClassVar[int] = 1
+
+    bundle_uri: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
+        description="Where the rejected bundle is."
+    )
+    bundle_id: Name | None = Field(default=None, description="Bundle id, if the manifest parsed.")
+    checks: tuple[CheckVerdict, ...] = Field(description="Every check with its result.")
+
+
+# --- intents and rollouts ---------------------------------------------------------------------
+
+
+class Strategy(Part):
+    """Overrides of the change class's default rollout strategy."""
+
+    canary_nodes: int | None = Field(default=None, ge=1, description="Canary size in nodes.")
+    wave_fractions: tuple[Annotated[float, Field(gt=0, le=1)], ...] | None = Field(
+        default=None, description="Cumulative fraction of scope per wave, e.g. 0.05, 0.25, 1.0."
+    )
+    max_unavailable: int | None = Field(
+        default=None, ge=1, description="Most nodes out of service per pool at once."
+    )
+    soak_seconds: int | None = Field(default=None, ge=0, description="Soak after each wave.")
+
+
+class IntentSubmitted(EventData):
+    """A planner asks to move a scope to an attested bundle under a change class."""
+
+    event_type: ClassVar[str] = "intent.submitted"
+    schema_version: ClassVar[int] = 1
+
+    intent_id: uuid.UUID = Field(description="Id of this intent.")
+    stack_hash: StackHash = Field(description="Target golden stack.")
+    scope: ScopeSelector = Field(description="Which nodes to move.")
+    change_class: ChangeClass = Field(description="Decides approvals, canary width and soak.")
+    approval_ref: Name | None = Field(default=None, description="Change ticket or approval id.")
+    submitted_by: Name = Field(description="Who asked.")
+    strategy: Strategy = Field(default_factory=Strategy, description="Strategy overrides.")
+    dry_run: bool = Field(default=False, description="Plan only; execute nothing.")
+
+
+class WavePlan(Part):
+    """One wave of a rollout plan."""
+
+    number: int = Field(ge=0, description="0 is the canary.")
+    node_ids: tuple[NodeId, ...] = Field(description="Nodes in this wave.")
+
+
+class RolloutPlanned(EventData):
+    """The planner turned an intent into a rollout."""
+
+    event_type: ClassVar[str] = "rollout.planned"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    intent_id: uuid.UUID = Field(description="The intent it serves.")
+    stack_hash: StackHash = Field(description="Target golden stack.")
+    change_class: ChangeClass = Field(description="Change class of the intent.")
+    waves: tuple[WavePlan, ...] = Field(description="The whole plan, canary first.")
+    dry_run: bool = Field(default=False, description="True when nothing will be executed.")
+
+
+class RolloutHalted(EventData):
+    """A rollout stopped before completing."""
+
+    event_type: ClassVar[str] = "rollout.halted"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    wave: int = Field(ge=0, description="The wave that was current when it halted.")
+    reason: Text = Field(description="Why it stopped (gate tripped, operator abort, ...).")
+    halted_by: Name = Field(description="gate, operator name, or policy.")
+
+
+class RolloutCompleted(EventData):
+    """Every wave of a rollout finished and passed its gate."""
+
+    event_type: ClassVar[str] = "rollout.completed"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    nodes_updated: int = Field(ge=0, description="Nodes now at the target stack.")
+    nodes_failed: int = Field(ge=0, description="Nodes that failed and were quarantined.")
+
+
+class WavePlanned(EventData):
+    """A wave released to the updater."""
+
+    event_type: ClassVar[str] = "wave.planned"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    wave: int = Field(ge=0, description="Wave number; 0 is the canary.")
+    node_ids: tuple[NodeId, ...] = Field(description="Nodes the updater may touch in this wave.")
+    components: tuple[Component, ...] = Field(description="Components in the order to apply.")
+    max_unavailable: int = Field(ge=1, description="Most nodes out of service per pool at once.")
+    failure_budget: int = Field(ge=0, description="Failed nodes tolerated before halting.")
+    soak_seconds: int = Field(ge=0, description="Soak after the wave before gating.")
+
+
+class WaveCompleted(EventData):
+    """The updater finished a wave."""
+
+    event_type: ClassVar[str] = "wave.completed"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    wave: int = Field(ge=0, description="Wave number.")
+    succeeded: tuple[NodeId, ...] = Field(description="Nodes that reached the target.")
+    failed: tuple[NodeId, ...] = Field(description="Nodes that did not.")
+
+
+class PinChanged(EventData):
+    """Which golden stack a scope is now meant to run."""
+
+    event_type: ClassVar[str] = "pin.changed"
+    schema_version: ClassVar[int] = 1
+
+    site: SiteId = Field(description="Site the pin applies to.")
+    scope: ScopeSelector = Field(description="Nodes the pin applies to within the site.")
+    stack_hash: StackHash = Field(description="The pinned golden stack.")
+    stack: dict[Name, ProfileStack] = Field(
+        description="Per hardware profile, component -> exact version."
+    )
+    rollout_id: RolloutId | None = Field(default=None, description="Rollout that moved the pin.")
+    previous_stack_hash: StackHash | None = Field(default=None, description="The pin before.")
+
+
+# --- device steps -----------------------------------------------------------------------------
+
+
+class _DeviceEvent(EventData):
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    node_id: NodeId = Field(description="Node id.")
+    component: Component = Field(description="Component acted on.")
+    from_version: Version | None = Field(default=None, description="Version before the step.")
+    to_version: Version = Field(description="Target version.")
+    duration_s: float | None = Field(default=None, ge=0, description="How long the step took.")
+
+
+class DeviceStaged(_DeviceEvent):
+    """An image was copied to a device without disturbing it."""
+
+    event_type: ClassVar[str] = "device.staged"
+    schema_version: ClassVar[int] = 1
+
+
+class DeviceActivated(_DeviceEvent):
+    """A device switched to the new image across a reset."""
+
+    event_type: ClassVar[str] = "device.activated"
+    schema_version: ClassVar[int] = 1
+
+
+class DeviceVerified(_DeviceEvent):
+    """The re-read version equals the target."""
+
+    event_type: ClassVar[str] = "device.verified"
+    schema_version: ClassVar[int] = 1
+
+
+class DeviceFailed(_DeviceEvent):
+    """A step failed."""
+
+    event_type: ClassVar[str] = "device.failed"
+    schema_version: ClassVar[int] = 1
+
+    step: Name = Field(description="The step that failed (drain, stage, activate, verify, ...).")
+    reason: Text = Field(description="What went wrong.")
+
+
+class DeviceRolledBack(_DeviceEvent):
+    """An A/B device flipped back to its previous bank."""
+
+    event_type: ClassVar[str] = "device.rolled_back"
+    schema_version: ClassVar[int] = 1
+
+    reason: Text = Field(description="Why it was rolled back.")
+
+
+# --- health gate ------------------------------------------------------------------------------
+
+
+class MetricEvidence(Part):
+    """One metric compared between updated nodes and the control group."""
+
+    metric: Name = Field(description="e.g. nccl_busbw_ratio, xid_79, dcgm_diag.")
+    treatment: float | None = Field(description="Median over updated nodes (None: no data).")
+    control: float | None = Field(description="Median over the control group (None: no data).")
+    p_value: float | None = Field(default=None, ge=0, le=1, description="Test p-value, if any.")
+    passed: bool = Field(description="Whether this metric alone passes.")
+    detail: Text = Field(default="", description="Rule or test applied.")
+
+
+class _GateEvent(EventData):
+    rollout_id: RolloutId = Field(description="Rollout id.")
+    wave: int = Field(ge=0, description="Wave gated.")
+    verdict: GateVerdict = Field(description="passed, tripped or inconclusive.")
+    evidence: tuple[MetricEvidence, ...] = Field(description="Per-metric evidence.")
+    offending_nodes: tuple[NodeId, ...] = Field(default=(), description="Nodes that failed.")
+
+
+class GatePassed(_GateEvent):
+    """The wave is healthy: the next may be released."""
+
+    event_type: ClassVar[str] = "gate.passed"
+    schema_version: ClassVar[int] = 1
+
+
+class GateTripped(_GateEvent):
+    """The wave is unhealthy: the rollout must halt."""
+
+    event_type: ClassVar[str] = "gate.tripped"
+    schema_version: ClassVar[int] = 1
+
+
+class GateInconclusive(_GateEvent):
+    """Not enough evidence either way: hold."""
+
+    event_type: ClassVar[str] = "gate.inconclusive"
+    schema_version: ClassVar[int] = 1
+
+
+# --- telemetry --------------------------------------------------------------------------------
+
+
+class InventoryObserved(EventData):
+    """A version tuple read from a node (BMC sweep or in-band agent)."""
+
+    event_type: ClassVar[str] = "telemetry.observed.inventory"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site of the node.")
+    source: ObservationSource = Field(description="redfish or agent.")
+    observed_at: AwareDatetime = Field(description="When it was read.")
+    sequence: int = Field(ge=0, description="Per-node, per-source report counter (orders reports).")
+    components: dict[Component, Version] = Field(description="Lockstep component -> version.")
+    members: dict[Name, Version] = Field(
+        default_factory=dict, description="Raw inventory member id -> version, unknown ones too."
+    )
+    firmware_dirs: tuple[Version, ...] = Field(
+        default=(), description="Versions under /lib/firmware/nvidia present on the node."
+    )
+    loaded_module_version: Version | None = Field(
+        default=None, description="Version of the loaded nvidia kernel module."
+    )
+
+
+class HealthObserved(EventData):
+    """One health report from a node agent or DCGM."""
+
+    event_type: ClassVar[str] = "telemetry.observed.health"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site of the node.")
+    observed_at: AwareDatetime = Field(description="When it was measured.")
+    dcgm_level: int | None = Field(default=None, ge=1, le=4, description="DCGM diag level run.")
+    dcgm_passed: bool | None = Field(default=None, description="DCGM diag result.")
+    xid_counts: dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], int] = Field(
+        default_factory=dict, description="XID code -> count since the last report."
+    )
+    nccl_busbw_gbps: float | None = Field(default=None, ge=0, description="all_reduce busbw.")
+    nccl_expected_gbps: float | None = Field(default=None, gt=0, description="Expected busbw.")
+    sm_clock_mhz: float | None = Field(default=None, ge=0, description="Median SM clock.")
+    throttle_reasons: tuple[Name, ...] = Field(default=(), description="Active throttle reasons.")
+    max_temperature_c: float | None = Field(default=None, description="Hottest GPU.")
+
+
+# --- drift ------------------------------------------------------------------------------------
+
+
+class DriftItem(Part):
+    """One component that differs from the pin or breaks a compatibility rule."""
+
+    component: Component = Field(description="Component concerned.")
+    expected: Version | None = Field(description="Pinned version (None: not pinned).")
+    actual: Version | None = Field(description="Observed version (None: not observed).")
+    kind: DriftKind = Field(description="Kind of drift.")
+    severity: Severity = Field(description="How urgent.")
+    detail: Text = Field(default="", description="Evidence, e.g. the rule that is broken.")
+
+
+class DriftDetected(EventData):
+    """A node's drift set changed and is not empty."""
+
+    event_type: ClassVar[str] = "drift.detected"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site of the node.")
+    stack_hash: StackHash | None = Field(description="The node's pin (None: not pinned).")
+    items: tuple[DriftItem, ...] = Field(min_length=1, description="Every drifted component.")
+
+
+class DriftResolved(EventData):
+    """A node that had drift now conforms."""
+
+    event_type: ClassVar[str] = "drift.resolved"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site of the node.")
+    stack_hash: StackHash | None = Field(description="The node's pin.")
+
+
+# --- admission (request/reply, core NATS) -----------------------------------------------------
+
+
+class AdmissionCheckRequested(EventData):
+    """A scheduler asks whether a job's nodes run the job's stack."""
+
+    event_type: ClassVar[str] = "admission.check.requested"
+    schema_version: ClassVar[int] = 1
+
+    stack_hash: StackHash = Field(description="The job's required stack.")
+    node_ids: tuple[NodeId, ...] = Field(min_length=1, description="Nodes allocated to the job.")
+
+
+class NodeAdmission(Part):
+    """Whether one node may run the job, and why not."""
+
+    node_id: NodeId = Field(description="Node id.")
+    admitted: bool = Field(description="True when the node conforms.")
+    reasons: tuple[Text, ...] = Field(default=(), description="Why not, one line per reason.")
+
+
+class AdmissionCheckAnswered(EventData):
+    """Inventory's answer to an admission check."""
+
+    event_type: ClassVar[str] = "admission.check.answered"
+    schema_version: ClassVar[int] = 1
+
+    stack_hash: StackHash = Field(description="The stack asked about.")
+    nodes: tuple[NodeAdmission, ...] = Field(description="One entry per node asked about.")
+
+
+CATALOGUE: tuple[type[EventData], ...] = (
+    BundleSubmitted,
+    BundleAttested,
+    BundleRejected,
+    IntentSubmitted,
+    RolloutPlanned,
+    RolloutHalted,
+    RolloutCompleted,
+    WavePlanned,
+    WaveCompleted,
+    PinChanged,
+    DeviceStaged,
+    DeviceActivated,
+    DeviceVerified,
+    DeviceFailed,
+    DeviceRolledBack,
+    GatePassed,
+    GateTripped,
+    GateInconclusive,
+    InventoryObserved,
+    HealthObserved,
+    DriftDetected,
+    DriftResolved,
+    AdmissionCheckRequested,
+    AdmissionCheckAnswered,
+)

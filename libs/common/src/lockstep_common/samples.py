@@ -1,0 +1,138 @@
+"""One valid example of every event in the catalogue.
+
+Used as the examples of the generated AsyncAPI document, by the round-trip tests, and by
+``lockstep demo``. Kept beside the models so that adding an event without an example fails the
+tests (``test_every_event_has_a_sample``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from lockstep_common.envelope import EventData
+from lockstep_common.events import v1
+from lockstep_common.vocabulary import (
+    ChangeClass,
+    CheckResult,
+    Component,
+    DriftKind,
+    GateVerdict,
+    ObservationSource,
+    Severity,
+)
+
+_AT = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+_HASH = "9f2c" + "0" * 56 + "beef"
+_ROLL = "r-2026-11-21-a"
+_SCOPE = v1.ScopeSelector(sites=("iad1",), pools=("train-a",))
+_CHECK = v1.CheckVerdict(
+    check="image_digest", result=CheckResult.PASS, reason="sha384 matches", duration_ms=812.5
+)
+_EVIDENCE = v1.MetricEvidence(
+    metric="nccl_busbw_ratio", treatment=0.97, control=0.98, p_value=0.41, passed=True
+)
+_DEVICE = {
+    "rollout_id": _ROLL,
+    "node_id": "gb200-r07-n03",
+    "component": Component.GPU_VBIOS,
+    "from_version": "97.00.9A.00.01",
+    "to_version": "97.00.A1.00.02",
+    "duration_s": 912.0,
+}
+_GATE = {"rollout_id": _ROLL, "wave": 0, "evidence": (_EVIDENCE,)}
+
+
+def samples() -> list[EventData]:
+    """One instance per event class, in catalogue order."""
+    return [
+        v1.BundleSubmitted(bundle_uri="file:///srv/bundles/gb200-2026.11.tar", submitted_by="ci"),
+        v1.BundleAttested(
+            bundle_id="gb200-golden", bundle_version="2026.11.1", stack_hash=_HASH, checks=(_CHECK,)
+        ),
+        v1.BundleRejected(bundle_uri="file:///srv/bundles/bad.tar", checks=(_CHECK,)),
+        v1.IntentSubmitted(
+            intent_id=uuid.UUID(int=1),
+            stack_hash=_HASH,
+            scope=_SCOPE,
+            change_class=ChangeClass.ROUTINE,
+            submitted_by="planner@example.org",
+        ),
+        v1.RolloutPlanned(
+            rollout_id=_ROLL,
+            intent_id=uuid.UUID(int=1),
+            stack_hash=_HASH,
+            change_class=ChangeClass.ROUTINE,
+            waves=(v1.WavePlan(number=0, node_ids=("gb200-r07-n03",)),),
+        ),
+        v1.RolloutHalted(rollout_id=_ROLL, wave=1, reason="gate tripped: xid 79", halted_by="gate"),
+        v1.RolloutCompleted(rollout_id=_ROLL, nodes_updated=255, nodes_failed=1),
+        v1.WavePlanned(
+            rollout_id=_ROLL,
+            wave=0,
+            node_ids=("gb200-r07-n03",),
+            components=(Component.BMC, Component.GPU_VBIOS),
+            max_unavailable=1,
+            failure_budget=0,
+            soak_seconds=3600,
+        ),
+        v1.WaveCompleted(rollout_id=_ROLL, wave=0, succeeded=("gb200-r07-n03",), failed=()),
+        v1.PinChanged(
+            site="iad1",
+            scope=_SCOPE,
+            stack_hash=_HASH,
+            stack={"gb200": {Component.DRIVER: "580.95.05", Component.GPU_GSP: "580.95.05"}},
+        ),
+        v1.DeviceStaged(**_DEVICE),
+        v1.DeviceActivated(**_DEVICE),
+        v1.DeviceVerified(**_DEVICE),
+        v1.DeviceFailed(**_DEVICE, step="activate", reason="task stuck at 40% for 30 min"),
+        v1.DeviceRolledBack(**_DEVICE, reason="health degraded after activation"),
+        v1.GatePassed(**_GATE, verdict=GateVerdict.PASSED),
+        v1.GateTripped(
+            **_GATE, verdict=GateVerdict.TRIPPED, offending_nodes=("gb200-r07-n03",)
+        ),
+        v1.GateInconclusive(**_GATE, verdict=GateVerdict.INCONCLUSIVE),
+        v1.InventoryObserved(
+            node_id="gb200-r07-n03",
+            site="iad1",
+            source=ObservationSource.REDFISH,
+            observed_at=_AT,
+            sequence=42,
+            components={Component.BMC: "25.06-2_NV_WW_01"},
+            members={"HGX_FW_BMC_0": "25.06-2_NV_WW_01"},
+        ),
+        v1.HealthObserved(
+            node_id="gb200-r07-n03",
+            site="iad1",
+            observed_at=_AT,
+            dcgm_level=2,
+            dcgm_passed=True,
+            xid_counts={"79": 0},
+            nccl_busbw_gbps=352.0,
+            nccl_expected_gbps=360.0,
+        ),
+        v1.DriftDetected(
+            node_id="gb200-r07-n03",
+            site="iad1",
+            stack_hash=_HASH,
+            items=(
+                v1.DriftItem(
+                    component=Component.GPU_GSP,
+                    expected="580.95.05",
+                    actual="570.133.20",
+                    kind=DriftKind.GSP_MISMATCH,
+                    severity=Severity.CRITICAL,
+                    detail="/lib/firmware/nvidia/580.95.05 missing",
+                ),
+            ),
+        ),
+        v1.DriftResolved(node_id="gb200-r07-n03", site="iad1", stack_hash=_HASH),
+        v1.AdmissionCheckRequested(stack_hash=_HASH, node_ids=("gb200-r07-n03",)),
+        v1.AdmissionCheckAnswered(
+            stack_hash=_HASH,
+            nodes=(
+                v1.NodeAdmission(node_id="gb200-r07-n03", admitted=False, reasons=("gsp drift",)),
+            ),
+        ),
+    ]

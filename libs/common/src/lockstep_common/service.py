@@ -1,0 +1,271 @@
+"""The service bootstrap shared by every Lockstep service.
+
+``ServiceApp`` is built by a service's ``create_app()`` (its only composition root) and does no
+I/O until ``start()``: connect to PostgreSQL and apply migrations, connect to NATS and run the
+topology self-check, then start the outbox relay, the consumers, the advisory watcher, periodic
+maintenance and the HTTP endpoint. ``stop()`` stops pulling, lets in-flight batches and the
+current relay pass finish within ``shutdown_grace_s``, drains NATS and closes the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from lockstep_common import db, inbox
+from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
+from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
+from lockstep_common.envelope import EventRegistry
+from lockstep_common.events import REGISTRY
+from lockstep_common.observability import HttpEndpoint, Metrics
+from lockstep_common.relay import OutboxRelay, RelayConfig
+from lockstep_common.settings import ServiceSettings
+from lockstep_common.subjects import Namespace
+from lockstep_common.topology import StreamPolicy, ensure_topology
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_EVERY_S = 3600.0
+INBOX_RETENTION_S = 31 * 86_400.0  # longer than the longest stream max_age (30 days)
+
+
+@dataclass(slots=True)
+class Resources:
+    """Live connections, present between ``start`` and ``stop``."""
+
+    pool: asyncpg.Pool
+    nc: NatsClient
+    js: JetStreamContext
+    http_port: int
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class ServiceApp:
+    """One running Lockstep service.
+
+    Args:
+        name: service name; also the default schema and the durable-name prefix.
+        settings: the service's validated settings.
+        subscriptions: the service's consumers, from its ``router.py``.
+        migration_package: the package holding its ``NNNN_name.sql`` files, if any.
+        registry: event types it can decode.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        settings: ServiceSettings,
+        *,
+        subscriptions: Sequence[Subscription] = (),
+        migration_package: str | None = None,
+        registry: EventRegistry = REGISTRY,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.subscriptions = tuple(subscriptions)
+        self.schema = settings.db_schema or name
+        self.namespace = Namespace(settings.namespace)
+        self.metrics = Metrics(name)
+        self._migration_package = migration_package
+        self._registry = registry
+        self._runners: list[ConsumerRunner] = []
+        self._relay: OutboxRelay | None = None
+        self._watcher: AdvisoryWatcher | None = None
+        self._http = HttpEndpoint(self.metrics, self.readiness)
+        self._stopping = asyncio.Event()
+        self.resources: Resources | None = None
+
+    @property
+    def source(self) -> str:
+        """CloudEvents ``source`` of events this service emits."""
+        return f"/lockstep/{self.name}"
+
+    def readiness(self) -> dict[str, bool]:
+        """Checks behind ``/readyz``."""
+        res = self.resources
+        return {
+            "started": res is not None and not self._stopping.is_set(),
+            "nats": res is not None and res.nc.is_connected,
+            "postgres": res is not None and not res.pool.is_closing(),
+        }
+
+    def runner_config(self) -> RunnerConfig:
+        """Consumer pacing from settings."""
+        s = self.settings
+        return RunnerConfig(
+            batch=s.consumer_batch,
+            fetch_timeout_s=s.consumer_fetch_timeout_s,
+            ack_wait_s=s.consumer_ack_wait_s,
+            max_deliver=s.consumer_max_deliver,
+            retry_backoff_s=s.consumer_retry_backoff_s,
+            max_message_bytes=s.max_message_bytes,
+        )
+
+    async def start(self) -> None:
+        """Connect, migrate, self-check and start every loop."""
+        s = self.settings
+        conn = await db.connect_with_retry(s.database_url)
+        try:
+            migrations = db.messaging_migrations()
+            if self._migration_package:
+                migrations += db.load_migrations(self.name, self._migration_package)
+            applied = await db.migrate(conn, self.schema, migrations)
+        finally:
+            await conn.close()
+        if applied:
+            log.info("applied migrations to schema %s: %s", self.schema, ", ".join(applied))
+        pool = await db.create_pool(
+            s.database_url,
+            self.schema,
+            min_size=s.db_pool_min,
+            max_size=s.db_pool_max,
+            application_name=f"lockstep-{self.name}",
+        )
+        try:
+            nc = await nats.connect(
+                servers=s.nats_url.split(","),
+                name=f"lockstep-{self.name}",
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=5,
+                error_cb=_log_nats_error,
+                disconnected_cb=_log_disconnect,
+            )
+        except Exception:
+            await pool.close()
+            raise
+        js = nc.jetstream()
+        self._runners = [
+            ConsumerRunner(
+                sub,
+                nc=nc,
+                js=js,
+                pool=pool,
+                namespace=self.namespace,
+                registry=self._registry,
+                metrics=self.metrics,
+                source=self.source,
+                config=self.runner_config(),
+            )
+            for sub in self.subscriptions
+        ]
+        specs = [r.spec() for r in self._runners]
+        watched = [(r.stream, r.durable) for r in self._runners]
+        if watched:
+            specs.append(watcher_spec(self.name, watched))
+        policy = StreamPolicy(s.stream_replicas, s.duplicate_window_s, s.stream_max_message_bytes)
+        try:
+            await ensure_topology(js, self.namespace, policy, specs)
+        except Exception:
+            await nc.close()
+            await pool.close()
+            raise
+        self._relay = OutboxRelay(
+            pool,
+            js,
+            self.namespace,
+            RelayConfig(
+                self.schema, s.relay_batch, s.relay_poll_s, retry_horizon_s=s.relay_retry_horizon_s
+            ),
+            self.metrics,
+        )
+        port = await self._http.start(s.http_host, s.http_port)
+        self.resources = Resources(pool, nc, js, port)
+        tasks = [self._relay.run(), self._maintain(), *(r.run() for r in self._runners)]
+        if watched:
+            self._watcher = AdvisoryWatcher(js, pool, self.namespace, specs[-1])
+            tasks.append(self._watcher.run())
+        self.resources.tasks = [asyncio.create_task(t) for t in tasks]
+        self.metrics.ready.set(1)
+        log.info(
+            "%s ready: schema=%s namespace=%s metrics=http://%s:%d/metrics",
+            self.name,
+            self.schema,
+            self.namespace.name,
+            s.http_host,
+            port,
+        )
+
+    async def stop(self) -> None:
+        """Finish in-flight work (bounded by ``shutdown_grace_s``) and disconnect."""
+        self._stopping.set()
+        self.metrics.ready.set(0)
+        res, self.resources = self.resources, None
+        if res is None:
+            return
+        for runner in self._runners:
+            runner.stop()
+        if self._watcher:
+            self._watcher.stop()
+        if self._relay:
+            self._relay.stop()
+        _, pending = await asyncio.wait(res.tasks, timeout=self.settings.shutdown_grace_s)
+        for task in pending:
+            task.cancel()
+        results = await asyncio.gather(*res.tasks, return_exceptions=True)
+        for task, result in zip(res.tasks, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("task %s ended with an error: %s", task.get_name(), result)
+        with contextlib.suppress(Exception):
+            await res.nc.drain()
+        await res.pool.close()
+        await self._http.stop()
+        log.info("%s stopped", self.name)
+
+    async def run_until_signalled(self) -> None:
+        """Start, serve until SIGINT/SIGTERM, then stop gracefully."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        try:
+            watchdog = asyncio.ensure_future(self._first_failure())
+            await asyncio.wait(
+                [asyncio.ensure_future(stop.wait()), watchdog], return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            await self.stop()
+
+    async def _first_failure(self) -> None:
+        """Return when a background loop dies unexpectedly, so the process exits non-zero."""
+        res = self.resources
+        if res is None:
+            return
+        done, _ = await asyncio.wait(res.tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("background task failed; shutting down", exc_info=task.exception())
+                raise SystemExit(1)
+
+    async def _maintain(self) -> None:
+        """Purge published outbox rows and old inbox ids, hourly."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=MAINTENANCE_EVERY_S)
+            if self._stopping.is_set() or self.resources is None or self._relay is None:
+                return
+            try:
+                purged = await self._relay.purge()
+                async with self.resources.pool.acquire() as conn:
+                    forgotten = await inbox.purge(conn, INBOX_RETENTION_S)
+                log.info("maintenance: purged %d outbox rows, %d inbox ids", purged, forgotten)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("maintenance failed (will retry next hour): %s", exc)
+
+
+async def _log_nats_error(exc: Exception) -> None:
+    log.warning("nats: %s", exc)
+
+
+async def _log_disconnect() -> None:
+    log.warning("nats: disconnected; reconnecting")

@@ -1,0 +1,96 @@
+"""Settings: one validated object per service, built in ``create_app`` and never at import.
+
+Connection settings are shared by every service of a deployment and read from ``LOCKSTEP_*``
+(``LOCKSTEP_NATS_URL``, ``LOCKSTEP_DATABASE_URL``, ``LOCKSTEP_NAMESPACE``); everything else a
+service reads from its own prefix (``LOCKSTEP_INVENTORY_*``, ...). Durations are in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lockstep_common.subjects import token
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def _shared(name: str, **kwargs: object) -> object:
+    """A field read from the shared ``LOCKSTEP_<NAME>`` variable (or set by keyword)."""
+    return Field(validation_alias=AliasChoices(name.lower(), f"LOCKSTEP_{name}"), **kwargs)  # type: ignore[call-overload]
+
+
+class ServiceSettings(BaseSettings):
+    """What every Lockstep service needs. Subclasses set ``env_prefix``."""
+
+    model_config = SettingsConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+
+    nats_url: str = _shared(  # type: ignore[assignment]
+        "NATS_URL",
+        default="nats://127.0.0.1:4222",
+        description="NATS server URL(s), comma-separated.",
+    )
+    database_url: str = _shared(  # type: ignore[assignment]
+        "DATABASE_URL",
+        default="postgresql://postgres@127.0.0.1:5432/lockstep",
+        description="PostgreSQL DSN; each service uses its own schema in it.",
+    )
+    namespace: str = _shared(  # type: ignore[assignment]
+        "NAMESPACE", default="lockstep", description="Subject prefix and stream-name prefix."
+    )
+    db_schema: str = Field(default="", description="Postgres schema; defaults to the service name.")
+    db_pool_min: int = Field(default=1, ge=1, description="Minimum pooled connections.")
+    db_pool_max: int = Field(default=8, ge=1, description="Maximum pooled connections.")
+    http_host: str = Field(default="127.0.0.1", description="Bind address of /metrics and health.")
+    http_port: int = Field(default=0, ge=0, le=65535, description="Port of /metrics (0: any free).")
+    log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+    log_json: bool = Field(default=True, description="One JSON object per log line.")
+
+    stream_replicas: int = Field(
+        default=1, ge=1, le=5, description="Replicas per stream (R3 in production)."
+    )
+    duplicate_window_s: Seconds = Field(
+        default=600.0, description="JetStream duplicate window; must exceed relay_retry_horizon_s."
+    )
+    max_message_bytes: int = Field(
+        default=1 << 20, ge=1024, description="Largest message a consumer accepts; larger: DLQ."
+    )
+    stream_max_message_bytes: int = Field(
+        default=1 << 20, ge=1024, description="Largest message a stream stores (max_msg_size)."
+    )
+
+    consumer_batch: int = Field(default=256, ge=1, le=4096, description="Messages per pull.")
+    consumer_fetch_timeout_s: Seconds = Field(default=1.0, description="Longest wait per pull.")
+    consumer_ack_wait_s: Seconds = Field(
+        default=30.0, description="Redelivery delay of an unacknowledged message (first delivery)."
+    )
+    consumer_max_deliver: int = Field(default=5, ge=2, le=100, description="Deliveries before DLQ.")
+    consumer_retry_backoff_s: tuple[float, ...] = Field(
+        default=(1.0, 5.0, 15.0, 60.0),
+        description="nak delays after transient errors, per delivery.",
+    )
+
+    relay_batch: int = Field(
+        default=512, ge=1, le=10_000, description="Outbox rows per relay pass."
+    )
+    relay_poll_s: Seconds = Field(default=1.0, description="Relay poll when no notification came.")
+    relay_retry_horizon_s: Seconds = Field(
+        default=300.0, description="Longest backoff between relay attempts on one row."
+    )
+    shutdown_grace_s: Seconds = Field(default=20.0, description="Time to finish in-flight work.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServiceSettings:
+        token(self.namespace, "namespace")
+        if self.db_schema and not self.db_schema.replace("_", "").isalnum():
+            raise ValueError(f"db_schema {self.db_schema!r} must be letters, digits and '_'")
+        if self.duplicate_window_s <= self.relay_retry_horizon_s:
+            raise ValueError(
+                f"duplicate_window_s ({self.duplicate_window_s}) must exceed relay_retry_horizon_s "
+                f"({self.relay_retry_horizon_s}), or a retried publish could be stored twice"
+            )
+        if self.db_pool_max < self.db_pool_min:
+            raise ValueError("db_pool_max must be >= db_pool_min")
+        return self

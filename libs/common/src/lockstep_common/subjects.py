@@ -1,0 +1,147 @@
+"""Subject builders: the only place subject strings are spelled.
+
+Subjects here are *logical* (``drift.detected.<site>.<node>``, as in design.md's catalogue).
+On the wire every subject is prefixed with the deployment's namespace (``lockstep.`` by
+default; see ``Namespace``), so that several Lockstep deployments, or tests, can share one NATS
+server without seeing each other's events.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
+
+_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def token(value: str, what: str) -> str:
+    """Check that ``value`` can be one subject token, naming ``what`` it is when it cannot."""
+    if not _TOKEN.match(value):
+        raise ValueError(
+            f"{what} {value!r} cannot be a NATS subject token: use letters, digits, '-' or '_' "
+            "(no '.', '*', '>' or spaces), at most 64 characters"
+        )
+    return value
+
+
+def bundle_submitted() -> str:
+    """Bundles handed in for attestation."""
+    return "bundle.submitted"
+
+
+def bundle_attested() -> str:
+    """Bundles that passed every check."""
+    return "bundle.attested"
+
+
+def bundle_rejected() -> str:
+    """Bundles that failed a check."""
+    return "bundle.rejected"
+
+
+def intent_submitted() -> str:
+    """Planners' rollout intents."""
+    return "intent.submitted"
+
+
+def rollout_planned(rollout_id: str) -> str:
+    """A rollout's whole plan."""
+    return f"rollout.planned.{token(rollout_id, 'rollout id')}"
+
+
+def rollout_halted(rollout_id: str) -> str:
+    """A rollout that stopped."""
+    return f"rollout.halted.{token(rollout_id, 'rollout id')}"
+
+
+def rollout_completed(rollout_id: str) -> str:
+    """A rollout that finished."""
+    return f"rollout.completed.{token(rollout_id, 'rollout id')}"
+
+
+def wave_planned(rollout_id: str) -> str:
+    """Waves released to the updater."""
+    return f"wave.planned.{token(rollout_id, 'rollout id')}"
+
+
+def wave_completed(rollout_id: str) -> str:
+    """Waves the updater finished."""
+    return f"wave.completed.{token(rollout_id, 'rollout id')}"
+
+
+def pin_changed(site: str) -> str:
+    """Pins moved within a site."""
+    return f"pin.changed.{token(site, 'site')}"
+
+
+def device(outcome: DeviceOutcome, rollout_id: str, node_id: str) -> str:
+    """A device step outcome on one node."""
+    return f"device.{outcome.value}.{token(rollout_id, 'rollout id')}.{token(node_id, 'node id')}"
+
+
+def gate(verdict: GateVerdict, rollout_id: str) -> str:
+    """A health-gate verdict for a rollout."""
+    return f"gate.{verdict.value}.{token(rollout_id, 'rollout id')}"
+
+
+def inventory_observed(site: str, node_id: str) -> str:
+    """A version tuple read from one node."""
+    return f"telemetry.observed.inventory.{token(site, 'site')}.{token(node_id, 'node id')}"
+
+
+def health_observed(site: str, node_id: str) -> str:
+    """A health report from one node."""
+    return f"telemetry.observed.health.{token(site, 'site')}.{token(node_id, 'node id')}"
+
+
+def drift_detected(site: str, node_id: str) -> str:
+    """A node whose drift set changed."""
+    return f"drift.detected.{token(site, 'site')}.{token(node_id, 'node id')}"
+
+
+def drift_resolved(site: str, node_id: str) -> str:
+    """A node that conforms again."""
+    return f"drift.resolved.{token(site, 'site')}.{token(node_id, 'node id')}"
+
+
+def admission_check() -> str:
+    """Request/reply: may these nodes run this stack."""
+    return "admission.check"
+
+
+def dead_letter(original: str) -> str:
+    """Where a message that could not be processed is copied, under its original subject."""
+    if original.startswith("dlq."):
+        raise ValueError(f"refusing to dead-letter a dead letter ({original!r})")
+    return f"dlq.{original}"
+
+
+class Namespace:
+    """Maps logical subjects and stream names to the wire for one deployment.
+
+    Args:
+        name: the deployment's namespace token, e.g. ``lockstep`` or ``staging``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = token(name, "namespace")
+
+    def wire(self, logical: str) -> str:
+        """The subject as published on NATS."""
+        return f"{self.name}.{logical}"
+
+    def logical(self, wire: str) -> str:
+        """Strip the namespace from a wire subject."""
+        prefix = f"{self.name}."
+        if not wire.startswith(prefix):
+            raise ValueError(f"subject {wire!r} is not in namespace {self.name!r}")
+        return wire[len(prefix) :]
+
+    def stream(self, base: str) -> str:
+        """A stream name, e.g. ``LOCKSTEP_DRIFT``."""
+        return f"{self.name}_{base}".upper().replace("-", "_")
+
+    def durable(self, base: str) -> str:
+        """A durable consumer name, unique per namespace."""
+        return f"{self.name}-{base}"

@@ -1,0 +1,246 @@
+"""JetStream topology as code, and the start-up self-check.
+
+Streams are declared here once; consumers are declared by the services that own them. At start
+every service calls ``ensure_topology``: what is missing is created, what exists must match the
+declaration field by field, and anything configured differently stops the service with a list of
+the differences (``TopologyMismatch``) rather than running on a stream that, say, keeps no
+duplicate window or redelivers forever. Changing a live stream is an operator's decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from lockstep_common.errors import TopologyMismatch
+from lockstep_common.subjects import Namespace
+
+ADVISORY_MAX_DELIVERIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+ADVISORY_TERMINATED = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED"
+DAY = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """One stream: a base name (namespaced at apply time) and its logical subject patterns."""
+
+    base: str
+    subjects: tuple[str, ...]
+    max_age_s: float
+    description: str
+    namespaced_subjects: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPolicy:
+    """Deployment-wide stream settings (from ``BusSettings``)."""
+
+    replicas: int = 1
+    duplicate_window_s: float = 600.0
+    max_msg_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A durable pull consumer with explicit acks and a finite delivery limit."""
+
+    durable: str
+    stream: str
+    filter_subjects: tuple[str, ...]
+    ack_wait_s: float = 30.0
+    max_deliver: int = 5
+    redelivery_backoff_s: tuple[float, ...] = ()
+    max_ack_pending: int = 1000
+    description: str = ""
+    namespaced_filters: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+EVENT_STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec("BUNDLES", ("bundle.>",), 30 * DAY, "Bundle submissions and attestation verdicts"),
+    StreamSpec("INTENTS", ("intent.>",), 30 * DAY, "Planners' rollout intents"),
+    StreamSpec("ROLLOUTS", ("rollout.>", "wave.>"), 30 * DAY, "Rollout plans, waves, outcomes"),
+    StreamSpec("PINS", ("pin.>",), 30 * DAY, "Which golden stack each scope is pinned to"),
+    StreamSpec("DEVICES", ("device.>",), 30 * DAY, "Per-device stage/activate/verify outcomes"),
+    StreamSpec("GATES", ("gate.>",), 30 * DAY, "Health-gate verdicts"),
+    StreamSpec("TELEMETRY", ("telemetry.>",), 1 * DAY, "Observed inventory and health reports"),
+    StreamSpec("DRIFT", ("drift.>",), 30 * DAY, "Drift detected and resolved"),
+    StreamSpec("DLQ", ("dlq.>",), 30 * DAY, "Dead letters: messages no consumer could process"),
+)
+
+
+def advisory_stream(namespace: Namespace) -> StreamSpec:
+    """A stream that keeps the DLQ advisories of this namespace's streams.
+
+    JetStream has no dead-letter queue: when a message is terminated or runs out of deliveries
+    the server only emits a core-NATS advisory (nats.docs, reference/jetstream/advisory), which
+    is lost if nobody listens at that instant. Capturing them in a stream makes them durable.
+    """
+    subjects = tuple(
+        f"{kind}.{namespace.stream(spec.base)}.*"
+        for spec in EVENT_STREAMS
+        for kind in (ADVISORY_MAX_DELIVERIES, ADVISORY_TERMINATED)
+    )
+    return StreamSpec("ADVISORIES", subjects, 7 * DAY, "DLQ advisories", namespaced_subjects=False)
+
+
+def stream_for(namespace: Namespace, logical_subject: str) -> str:
+    """The namespaced name of the stream that stores a logical subject."""
+    for spec in EVENT_STREAMS:
+        if any(_matches(pattern, logical_subject) for pattern in spec.subjects):
+            return namespace.stream(spec.base)
+    raise ValueError(f"no stream stores subject {logical_subject!r}")
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    p_tokens, s_tokens = pattern.split("."), subject.split(".")
+    for i, p in enumerate(p_tokens):
+        if p == ">":
+            return len(s_tokens) > i
+        if i >= len(s_tokens) or (p not in ("*", s_tokens[i])):
+            return False
+    return len(p_tokens) == len(s_tokens)
+
+
+def stream_config(namespace: Namespace, spec: StreamSpec, policy: StreamPolicy) -> StreamConfig:
+    """The nats-py configuration for one declared stream."""
+    subjects = (
+        [namespace.wire(s) for s in spec.subjects]
+        if spec.namespaced_subjects
+        else list(spec.subjects)
+    )
+    return StreamConfig(
+        name=namespace.stream(spec.base),
+        description=spec.description,
+        subjects=subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        num_replicas=policy.replicas,
+        max_age=spec.max_age_s,
+        duplicate_window=policy.duplicate_window_s,
+        max_msg_size=policy.max_msg_bytes,
+        discard=DiscardPolicy.OLD,
+        allow_direct=True,
+    )
+
+
+def consumer_config(namespace: Namespace, spec: ConsumerSpec) -> ConsumerConfig:
+    """The nats-py configuration for one declared consumer."""
+    filters = [namespace.wire(s) if spec.namespaced_filters else s for s in spec.filter_subjects]
+    return ConsumerConfig(
+        durable_name=namespace.durable(spec.durable),
+        description=spec.description or None,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=spec.ack_wait_s,
+        max_deliver=spec.max_deliver,
+        backoff=list(spec.redelivery_backoff_s) or None,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=filters if len(filters) > 1 else None,
+        max_ack_pending=spec.max_ack_pending,
+        **spec.extra,
+    )
+
+
+# Fields compared by the self-check: the ones whose drift would break delivery guarantees.
+_STREAM_FIELDS = (
+    "subjects",
+    "retention",
+    "storage",
+    "num_replicas",
+    "max_age",
+    "duplicate_window",
+    "max_msg_size",
+    "discard",
+)
+_CONSUMER_FIELDS = (
+    "ack_policy",
+    "ack_wait",
+    "max_deliver",
+    "backoff",
+    "filter_subject",
+    "filter_subjects",
+    "max_ack_pending",
+    "deliver_policy",
+)
+
+
+def diff_config(want: Any, have: Any, fields: Iterable[str]) -> list[str]:
+    """Human-readable differences between a declared and a live configuration."""
+    out = []
+    for name in fields:
+        w, h = getattr(want, name), getattr(have, name)
+        if not _same(w, h):
+            out.append(f"{name}: declared {_show(w)}, live {_show(h)}")
+    return out
+
+
+def _same(want: Any, have: Any) -> bool:
+    if isinstance(want, float) or isinstance(have, float):
+        return want is not None and have is not None and math.isclose(want, have, rel_tol=1e-6)
+    if isinstance(want, list) and isinstance(have, list):
+        if want and isinstance(want[0], float):
+            return len(want) == len(have) and all(map(_same, want, have))
+        return sorted(want) == sorted(have)
+    if want in (None, []) and have in (None, []):
+        return True
+    return bool(want == have)
+
+
+def _show(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
+async def ensure_topology(
+    js: JetStreamContext,
+    namespace: Namespace,
+    policy: StreamPolicy,
+    consumers: Sequence[ConsumerSpec] = (),
+) -> None:
+    """Create what is missing; refuse to run when anything live differs from the declaration.
+
+    Raises:
+        TopologyMismatch: listing every stream or consumer field that differs.
+    """
+    problems: list[str] = []
+    for spec in (*EVENT_STREAMS, advisory_stream(namespace)):
+        want = stream_config(namespace, spec, policy)
+        try:
+            info = await js.stream_info(str(want.name))
+        except NotFoundError:
+            await js.add_stream(want)
+            continue
+        problems += [
+            f"stream {want.name}: {d}" for d in diff_config(want, info.config, _STREAM_FIELDS)
+        ]
+    for cspec in consumers:
+        cwant = consumer_config(namespace, cspec)
+        stream = namespace.stream(cspec.stream)
+        try:
+            cinfo = await js.consumer_info(stream, str(cwant.durable_name))
+        except NotFoundError:
+            await js.add_consumer(stream, cwant)
+            continue
+        problems += [
+            f"consumer {stream}/{cwant.durable_name}: {d}"
+            for d in diff_config(cwant, cinfo.config, _CONSUMER_FIELDS)
+        ]
+    if problems:
+        raise TopologyMismatch(
+            "JetStream is configured differently from what this build declares; fix or delete "
+            "the live objects (e.g. `nats stream edit`) and restart:\n  " + "\n  ".join(problems)
+        )

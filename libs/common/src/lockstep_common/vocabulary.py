@@ -1,0 +1,110 @@
+"""Shared value types: the words of ``design.md``'s vocabulary as constrained types."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import Field
+
+# NATS subject tokens may not contain '.', '*', '>' or white space (ADR-6, nats-server subject
+# rules); every id that becomes a subject token is constrained so here, once.
+TOKEN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # noqa: S105 - a regex, not a secret
+
+NodeId = Annotated[str, Field(pattern=TOKEN_PATTERN, description="Node id (a subject token).")]
+SiteId = Annotated[str, Field(pattern=TOKEN_PATTERN, description="Site id (a subject token).")]
+RolloutId = Annotated[
+    str, Field(pattern=TOKEN_PATTERN, description="Rollout id (a subject token).")
+]
+StackHash = Annotated[
+    str,
+    Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="Canonical SHA-256 of a golden stack, lower-case hex.",
+    ),
+]
+Version = Annotated[str, Field(min_length=1, max_length=128, description="A version string.")]
+Text = Annotated[str, Field(max_length=4096)]
+
+
+class Component(enum.StrEnum):
+    """One versioned thing on a node (design.md vocabulary)."""
+
+    BMC = "bmc"
+    BIOS = "bios"
+    GPU_VBIOS = "gpu_vbios"
+    GPU_GSP = "gpu_gsp"
+    NVSWITCH = "nvswitch"
+    NIC = "nic"
+    OPTICS = "optics"
+    PSU = "psu"
+    BBU = "bbu"
+    CPLD = "cpld"
+    EROT = "erot"
+    DRIVER = "driver"
+    CUDA = "cuda"
+    NCCL = "nccl"
+    CUDNN = "cudnn"
+    CONTAINER_TOOLKIT = "container_toolkit"
+    FABRIC_MANAGER = "fabric_manager"
+    KERNEL = "kernel"
+
+
+class ChangeClass(enum.StrEnum):
+    """Decides approvals, canary width and soak time of a rollout."""
+
+    EMERGENCY = "emergency"
+    ROUTINE = "routine"
+    STANDARD = "standard"
+    POWER_FABRIC = "power_fabric"
+
+
+class DriftKind(enum.StrEnum):
+    """Why a node's actual tuple differs from its pin (issue 4 names the kinds)."""
+
+    PENDING = "pending"
+    UNEXPECTED = "unexpected"
+    INCOMPATIBLE = "incompatible"
+    MISSING = "missing"
+    UNKNOWN = "unknown"
+    GSP_MISMATCH = "gsp_mismatch"
+
+
+class Severity(enum.StrEnum):
+    """How urgently a human should look."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class CheckResult(enum.StrEnum):
+    """Outcome of one attestation check."""
+
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    FAIL = "fail"
+
+
+class GateVerdict(enum.StrEnum):
+    """Three-valued health-gate verdict: missing data is never a pass."""
+
+    PASSED = "passed"
+    TRIPPED = "tripped"
+    INCONCLUSIVE = "inconclusive"
+
+
+class DeviceOutcome(enum.StrEnum):
+    """Per-device step outcomes the updater reports."""
+
+    STAGED = "staged"
+    ACTIVATED = "activated"
+    VERIFIED = "verified"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+
+
+class ObservationSource(enum.StrEnum):
+    """Where a version tuple was read."""
+
+    REDFISH = "redfish"
+    AGENT = "agent"

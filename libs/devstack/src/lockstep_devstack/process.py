@@ -1,0 +1,106 @@
+"""Child-process helpers shared by the embedded servers."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
+    """``preferred`` if it is free on ``host``, else any free port."""
+    for candidate in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, candidate))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError("no free port")
+
+
+def _die_with_parent(sig: int) -> Callable[[], None]:
+    """A preexec hook: the child gets ``sig`` when we die, even by SIGKILL (Linux only)."""
+
+    def hook() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, sig)
+
+    return hook
+
+
+def spawn(
+    argv: list[str], *, log_path: Path, user: str | None = None, parent_death_signal: int
+) -> subprocess.Popen[bytes]:
+    """Start a server in its own process group, logging to ``log_path``.
+
+    Its own process group keeps a terminal's Ctrl-C from reaching it before we have stopped
+    the services that use it; ``parent_death_signal`` stops it if we are killed outright.
+    """
+    log = log_path.open("ab")
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+            user=user,
+            preexec_fn=_die_with_parent(parent_death_signal),  # noqa: PLW1509 - no threads yet
+        )
+    finally:
+        log.close()
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int, timeout_s: float = 20.0) -> None:
+    """Signal, wait, and kill if it does not exit in time."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, sig)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str,
+               proc: subprocess.Popen[bytes], log_path: Path) -> None:  # fmt: skip
+    """Poll ``check`` until true; fail with the server's log tail if it exits or times out."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode}:\n{tail(log_path)}")
+        if check():
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+    raise TimeoutError(f"{what} not ready after {timeout_s:.0f}s:\n{tail(log_path)}")
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a log file, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def port_open(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0

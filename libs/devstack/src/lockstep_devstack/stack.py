@@ -1,0 +1,57 @@
+"""The embedded stack: NATS and PostgreSQL together, or external ones given by URL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockstep_devstack.nats import NatsServer
+from lockstep_devstack.postgres import PostgresServer
+
+
+@dataclass
+class Stack:
+    """Starts what is not given: ``nats_url`` / ``database_url`` set means "use that one".
+
+    Args:
+        data_dir: state of the embedded servers (kept across restarts).
+        nats_url: an external NATS to use instead of starting one.
+        database_url: an external PostgreSQL to use instead of starting one.
+        durable: fsync on (the demo); tests turn it off for speed.
+    """
+
+    data_dir: Path
+    nats_url: str | None = None
+    database_url: str | None = None
+    durable: bool = True
+    nats: NatsServer | None = field(default=None, init=False)
+    postgres: PostgresServer | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        """Start the embedded servers that are needed; stop what started if one fails."""
+        try:
+            if self.database_url is None:
+                self.postgres = PostgresServer(self.data_dir / "postgres", durable=self.durable)
+                self.postgres.start()
+                self.database_url = self.postgres.dsn()
+            if self.nats_url is None:
+                self.nats = NatsServer(self.data_dir / "nats", sync_always=self.durable)
+                self.nats.start()
+                self.nats_url = self.nats.url
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the servers this stack started (never external ones)."""
+        if self.nats is not None:
+            self.nats.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

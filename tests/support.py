@@ -1,0 +1,73 @@
+"""Helpers shared by integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+from pydantic_settings import SettingsConfigDict
+
+from lockstep_common.consumer import Subscription
+from lockstep_common.envelope import EventData, make_envelope
+from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.service import ServiceApp
+from lockstep_common.settings import ServiceSettings
+
+
+class FastSettings(ServiceSettings):
+    """Service settings with fast retries, read from no environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCKSTEP_TEST_SVC_", extra="forbid")
+
+
+def fast_settings(servers: Any, namespace: str, schema: str, **overrides: Any) -> FastSettings:
+    values: dict[str, Any] = {
+        "nats_url": servers.nats_url,
+        "database_url": servers.database_url,
+        "namespace": namespace,
+        "db_schema": schema,
+        "consumer_fetch_timeout_s": 0.2,
+        "consumer_ack_wait_s": 5.0,
+        "consumer_max_deliver": 4,
+        "consumer_retry_backoff_s": (0.05, 0.1, 0.2),
+        "relay_poll_s": 0.2,
+        "shutdown_grace_s": 5.0,
+        "log_json": False,
+    }
+    values.update(overrides)
+    return FastSettings(**values)
+
+
+def make_app(
+    servers: Any, namespace: str, name: str, subscriptions: Sequence[Subscription] = (), **overrides: Any
+) -> ServiceApp:
+    settings = fast_settings(servers, namespace, f"{namespace}_{name}", **overrides)
+    return ServiceApp(name, settings, subscriptions=subscriptions)
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0, what: str = "condition"
+) -> None:
+    """Await ``condition`` until it holds: synchronise on the observable outcome, not on time."""
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def emit(app: ServiceApp, subject: str, events: Sequence[EventData]) -> list[OutboxMessage]:
+    """Write events to ``app``'s outbox in one transaction, as a state change would."""
+    assert app.resources is not None
+    messages = [OutboxMessage.of(subject, make_envelope(e, source=app.source)) for e in events]
+    async with app.resources.pool.acquire() as conn, conn.transaction():
+        await enqueue(conn, messages)
+    return messages
+
+
+async def scalar(pool: asyncpg.Pool, sql: str, *args: Any) -> Any:
+    async with pool.acquire() as conn:
+        return await conn.fetchval(sql, *args)
