@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from lockstep_common.envelope import EventData
 from lockstep_common.events import v1
@@ -32,7 +33,7 @@ _CHECK = v1.CheckVerdict(
 _EVIDENCE = v1.MetricEvidence(
     metric="nccl_busbw_ratio", treatment=0.97, control=0.98, p_value=0.41, passed=True
 )
-_DEVICE = {
+_DEVICE: dict[str, Any] = {
     "rollout_id": _ROLL,
     "node_id": "gb200-r07-n03",
     "component": Component.GPU_VBIOS,
@@ -40,7 +41,7 @@ _DEVICE = {
     "to_version": "97.00.A1.00.02",
     "duration_s": 912.0,
 }
-_GATE = {"rollout_id": _ROLL, "wave": 0, "evidence": (_EVIDENCE,)}
+_GATE: dict[str, Any] = {"rollout_id": _ROLL, "wave": 0, "evidence": (_EVIDENCE,)}
 
 
 def samples() -> list[EventData]:
@@ -89,9 +90,7 @@ def samples() -> list[EventData]:
         v1.DeviceFailed(**_DEVICE, step="activate", reason="task stuck at 40% for 30 min"),
         v1.DeviceRolledBack(**_DEVICE, reason="health degraded after activation"),
         v1.GatePassed(**_GATE, verdict=GateVerdict.PASSED),
-        v1.GateTripped(
-            **_GATE, verdict=GateVerdict.TRIPPED, offending_nodes=("gb200-r07-n03",)
-        ),
+        v1.GateTripped(**_GATE, verdict=GateVerdict.TRIPPED, offending_nodes=("gb200-r07-n03",)),
         v1.GateInconclusive(**_GATE, verdict=GateVerdict.INCONCLUSIVE),
         v1.InventoryObserved(
             node_id="gb200-r07-n03",

@@ -13,20 +13,24 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import asyncpg
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
+from pydantic import ValidationError
 
 from lockstep_common import db, inbox
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
 from lockstep_common.envelope import EventRegistry
+from lockstep_common.errors import ConfigurationError
 from lockstep_common.events import REGISTRY
-from lockstep_common.observability import HttpEndpoint, Metrics
+from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
@@ -138,7 +142,7 @@ class ServiceApp:
                 reconnect_time_wait=0.5,
                 connect_timeout=5,
                 error_cb=_log_nats_error,
-                disconnected_cb=_log_disconnect,
+                disconnected_cb=self._on_disconnect,
             )
         except Exception:
             await pool.close()
@@ -247,6 +251,10 @@ class ServiceApp:
                 log.error("background task failed; shutting down", exc_info=task.exception())
                 raise SystemExit(1)
 
+    async def _on_disconnect(self) -> None:
+        if not self._stopping.is_set():
+            log.warning("nats: disconnected; reconnecting")
+
     async def _maintain(self) -> None:
         """Purge published outbox rows and old inbox ids, hourly."""
         while not self._stopping.is_set():
@@ -267,5 +275,30 @@ async def _log_nats_error(exc: Exception) -> None:
     log.warning("nats: %s", exc)
 
 
-async def _log_disconnect() -> None:
-    log.warning("nats: disconnected; reconnecting")
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def run_service(create_app: Callable[[S], ServiceApp], settings_class: type[S]) -> None:
+    """Entry point of a service process: settings from the environment, logs, run, exit code.
+
+    Bad settings exit with status 2 and a message naming the variable; a refused start-up
+    (topology or migration mismatch) exits with 3.
+    """
+    try:
+        settings = settings_class()
+    except ValidationError as exc:
+        sys.stderr.write(f"invalid settings for {settings_class.__module__}:\n{exc}\n")
+        raise SystemExit(2) from None
+    configure_logging(
+        settings.log_level,
+        json_lines=settings.log_json,
+        service=create_app.__module__.split(".")[0],
+    )
+    app = create_app(settings)
+    try:
+        asyncio.run(app.run_until_signalled())
+    except ConfigurationError as exc:
+        log.error("refusing to start: %s", exc)
+        raise SystemExit(3) from None

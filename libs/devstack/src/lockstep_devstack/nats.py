@@ -36,7 +36,9 @@ class NatsServer:
             on an OS crash (reliability.md 1.6); durable deployments should set it.
     """
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, sync_always: bool = True) -> None:
+    def __init__(
+        self, data_dir: Path, *, port: int | None = None, sync_always: bool = True
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port(4222)
         self.monitor_port = free_port()
@@ -72,13 +74,18 @@ class NatsServer:
         config = self._write_config()
         argv = [nats_server_binary(), "-c", str(config), "-l", str(self.log_path)]
         self.proc = spawn(argv, log_path=self.log_path, parent_death_signal=signal.SIGTERM)
-        wait_until(self._healthy, timeout_s=timeout_s, what="nats-server", proc=self.proc,
-                   log_path=self.log_path)  # fmt: skip
+        wait_until(
+            self._healthy,
+            timeout_s=timeout_s,
+            what="nats-server",
+            proc=self.proc,
+            log_path=self.log_path,
+        )
 
     def _healthy(self) -> bool:
         url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
         try:
-            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - our own loopback
+            with urllib.request.urlopen(url, timeout=1) as resp:
                 return bool(resp.status == 200)
         except OSError:
             return False

@@ -14,7 +14,7 @@ import pwd
 import shutil
 import signal
 import subprocess
-from importlib import resources
+import importlib.util
 from pathlib import Path
 
 from lockstep_devstack.process import free_port, port_open, spawn, stop, tail, wait_until
@@ -24,7 +24,12 @@ SERVICE_USER = "lockstep-pg"
 
 def postgres_bin_dir() -> Path:
     """The directory holding ``initdb`` and ``postgres`` inside the pgserver wheel."""
-    path = Path(str(resources.files("pgserver"))) / "pginstall" / "bin"
+    # find_spec locates the package without importing it: pgserver's own __init__ sets up
+    # locks and runtime directories we do not use.
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("PostgreSQL binaries not found: install the pgserver wheel")
+    path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (path / "postgres").exists():
         raise FileNotFoundError(f"PostgreSQL binaries not found under {path}: install pgserver")
     return path
@@ -46,15 +51,13 @@ def _service_user() -> str | None:
     return SERVICE_USER
 
 
-def _check_traversable(path: Path, user: str) -> None:
-    entry = pwd.getpwnam(user)
+def _make_traversable(path: Path, user: str) -> None:
+    """Let ``user`` enter every parent of ``path`` (adds only the search bit, as pgserver does)."""
+    uid = pwd.getpwnam(user).pw_uid
     for parent in path.resolve().parents:
-        mode = parent.stat().st_mode
-        if parent.stat().st_uid != entry.pw_uid and not mode & 0o001:
-            raise PermissionError(
-                f"PostgreSQL runs as {user!r} and cannot enter {parent}: choose a data directory "
-                "outside it (e.g. under /tmp or the repository) or make it traversable"
-            )
+        st = parent.stat()
+        if st.st_uid != uid and not st.st_mode & 0o001:
+            parent.chmod(st.st_mode | 0o001)
 
 
 class PostgresServer:
@@ -94,11 +97,19 @@ class PostgresServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
         if self.user:
-            _check_traversable(self.pgdata, self.user)
+            _make_traversable(self.pgdata, self.user)
             shutil.chown(self.data_dir, self.user)
             shutil.chown(self.pgdata, self.user)
-        argv = [str(postgres_bin_dir() / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
-                "--auth=trust", "--encoding=UTF8", "--locale=C"]  # fmt: skip
+        argv = [
+            str(postgres_bin_dir() / "initdb"),
+            "-D",
+            str(self.pgdata),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+        ]
         if not self.durable:
             argv.append("--no-sync")
         result = subprocess.run(argv, capture_output=True, user=self.user, check=False)
@@ -112,21 +123,60 @@ class PostgresServer:
             with contextlib.suppress(FileNotFoundError):
                 shutil.chown(self.log_path, self.user)
         argv = [
-            str(postgres_bin_dir() / "postgres"), "-D", str(self.pgdata), "-p", str(self.port),
-            "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.pgdata}",
-            "-c", "max_connections=300", "-c", "shared_buffers=128MB",
-        ]  # fmt: skip
+            str(postgres_bin_dir() / "postgres"),
+            "-D",
+            str(self.pgdata),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={self.pgdata}",
+            "-c",
+            "max_connections=300",
+            "-c",
+            "shared_buffers=128MB",
+        ]
         if not self.durable:
-            argv += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        self.proc = spawn(argv, log_path=self.log_path, user=self.user,
-                          parent_death_signal=signal.SIGINT)  # fmt: skip
-        wait_until(lambda: port_open("127.0.0.1", self.port) and self._accepts(),
-                   timeout_s=timeout_s, what="PostgreSQL", proc=self.proc, log_path=self.log_path)  # fmt: skip
+            argv += [
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ]
+        self.proc = spawn(
+            argv, log_path=self.log_path, user=self.user, parent_death_signal=signal.SIGINT
+        )
+        wait_until(
+            lambda: port_open("127.0.0.1", self.port) and self._accepts(),
+            timeout_s=timeout_s,
+            what="PostgreSQL",
+            proc=self.proc,
+            log_path=self.log_path,
+        )
         self._create_database("lockstep")
 
     def _psql(self, sql: str, database: str = "postgres") -> subprocess.CompletedProcess[bytes]:
-        argv = [str(postgres_bin_dir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At",
-                "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database, "-c", sql]  # fmt: skip
+        argv = [
+            str(postgres_bin_dir() / "psql"),
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-c",
+            sql,
+        ]
         return subprocess.run(argv, capture_output=True, check=False, timeout=30)
 
     def _accepts(self) -> bool:
@@ -138,8 +188,9 @@ class PostgresServer:
             return
         result = self._psql(f'CREATE DATABASE "{name}"')
         if result.returncode != 0:
-            raise RuntimeError(f"cannot create database {name}: {result.stderr.decode()}\n"
-                               f"{tail(self.log_path)}")  # fmt: skip
+            raise RuntimeError(
+                f"cannot create database {name}: {result.stderr.decode()}\n{tail(self.log_path)}"
+            )
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT: roll back open transactions, checkpoint, exit)."""

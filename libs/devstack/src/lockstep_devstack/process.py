@@ -40,7 +40,12 @@ def _die_with_parent(sig: int) -> Callable[[], None]:
 
 
 def spawn(
-    argv: list[str], *, log_path: Path, user: str | None = None, parent_death_signal: int
+    argv: list[str],
+    *,
+    log_path: Path,
+    parent_death_signal: int,
+    user: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a server in its own process group, logging to ``log_path``.
 
@@ -56,6 +61,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             process_group=0,
             user=user,
+            env=env,
             preexec_fn=_die_with_parent(parent_death_signal),  # noqa: PLW1509 - no threads yet
         )
     finally:
@@ -76,8 +82,14 @@ def stop(proc: subprocess.Popen[bytes], sig: int, timeout_s: float = 20.0) -> No
         proc.wait(timeout=5)
 
 
-def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str,
-               proc: subprocess.Popen[bytes], log_path: Path) -> None:  # fmt: skip
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    timeout_s: float,
+    what: str,
+    proc: subprocess.Popen[bytes],
+    log_path: Path,
+) -> None:
     """Poll ``check`` until true; fail with the server's log tail if it exits or times out."""
     deadline = time.monotonic() + timeout_s
     delay = 0.02

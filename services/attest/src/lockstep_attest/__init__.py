@@ -1,1 +1,3 @@
-"""Lockstep attest service."""
+"""Lockstep attest:
+
+verifies bundles (signatures, digests, RIMs, S.A.F.E. reports) before anything is staged."""

@@ -1,1 +1,3 @@
-"""Lockstep healthgate service."""
+"""Lockstep healthgate:
+
+compares updated nodes with a control group and gates each wave."""

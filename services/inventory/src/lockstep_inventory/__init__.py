@@ -1,1 +1,3 @@
-"""Lockstep inventory service."""
+"""Lockstep inventory:
+
+the fleet registry, Redfish sweeps, drift detection and admission checks (issue 4)."""

@@ -1,1 +1,3 @@
-"""Lockstep planner service."""
+"""Lockstep planner:
+
+turns intents into canaried, gated rollouts."""

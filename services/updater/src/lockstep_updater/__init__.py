@@ -1,1 +1,3 @@
-"""Lockstep updater service."""
+"""Lockstep updater:
+
+executes waves node by node over Redfish/PLDM and the node agents."""

@@ -1,0 +1,140 @@
+"""The ``lockstep`` command-line program."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Lockstep: keep a GPU fleet's firmware and software in lockstep.",
+                  no_args_is_help=True, add_completion=False)  # fmt: skip
+bench = typer.Typer(help="Benchmarks: figures and the ratio to a baseline measured in the same run.",
+                    no_args_is_help=True)  # fmt: skip
+docs = typer.Typer(help="Generated documentation (JSON Schemas, AsyncAPI, event table).",
+                   no_args_is_help=True)  # fmt: skip
+app.add_typer(bench, name="bench")
+app.add_typer(docs, name="docs")
+console = Console()
+
+DataDir = Annotated[
+    Path, typer.Option("--data-dir", help="State of the embedded NATS and PostgreSQL.")
+]
+
+
+@app.command()
+def up(
+    data_dir: DataDir = Path(".data"),
+    service: Annotated[
+        list[str] | None,
+        typer.Option("--service", "-s", help="Run only these services (repeatable)."),
+    ] = None,
+) -> None:
+    """Start NATS, PostgreSQL and the services; Ctrl-C stops everything.
+
+    Uses LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
+    """
+    from lockstep_cli.supervisor import SERVICES, Interrupted, running_system, sigterm_as_interrupt
+
+    names = service or list(SERVICES)
+    unknown = sorted(set(names) - set(SERVICES))
+    if unknown:
+        raise typer.BadParameter(f"unknown service(s) {unknown}; choose from {list(SERVICES)}")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with sigterm_as_interrupt():
+        try:
+            with running_system(data_dir.resolve(), names) as (stack, services):
+                table = Table(title="Lockstep is up (Ctrl-C to stop)")
+                table.add_column("part")
+                table.add_column("where")
+                table.add_row("NATS", str(stack.nats_url))
+                table.add_row("PostgreSQL", str(stack.database_url))
+                for svc in services:
+                    table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
+                console.print(table)
+                while all(s.proc.poll() is None for s in services):
+                    # Waiting for Ctrl-C/SIGTERM; a dead service ends the session too.
+                    os.waitpid(-1, os.WNOHANG)
+                    __import__("time").sleep(0.5)
+                dead = [s.name for s in services if s.proc.poll() is not None]
+                console.print(f"[red]service(s) exited: {dead}; stopping everything[/]")
+                raise typer.Exit(1)
+        except (KeyboardInterrupt, Interrupted):
+            console.print("stopping ...")
+    console.print("stopped.")
+
+
+@app.command()
+def demo(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Keep state here (default: a new temporary directory).")
+    ] = None,
+) -> None:
+    """Run the whole system on embedded NATS and PostgreSQL and show an event's journey."""
+    from lockstep_cli.demo import run_demo
+
+    run_demo(console, data_dir)
+
+
+@bench.command("bus")
+def bench_bus(
+    events: Annotated[int, typer.Option(min=100, help="Events per run.")] = 20_000,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Outbox -> relay -> JetStream -> inbox events/s vs raw nats-py on the same server."""
+    from lockstep_cli.bench_bus import run_bench
+    from lockstep_devstack import Stack
+
+    nats_url, database_url = (
+        os.environ.get("LOCKSTEP_NATS_URL"),
+        os.environ.get("LOCKSTEP_DATABASE_URL"),
+    )
+    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
+    data_dir.chmod(0o755)
+    with Stack(data_dir, nats_url=nats_url, database_url=database_url, durable=False) as stack:
+        assert stack.nats_url and stack.database_url
+        result = asyncio.run(run_bench(stack.nats_url, stack.database_url, events, runs))
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench bus: {events} events x {runs} runs (medians)")
+    for col in ("", "events/s"):
+        table.add_column(col)
+    table.add_row(
+        "lockstep outbox -> relay -> JetStream -> inbox", f"{result['events_per_s']:,.0f}"
+    )
+    table.add_row("raw nats-py publish + pull + ack (baseline)", f"{result['baseline_per_s']:,.0f}")
+    table.add_row("ratio (goal >= 0.3)", f"{result['ratio']:.2f}")
+    console.print(table)
+
+
+@docs.command("generate")
+def docs_generate(
+    out: Annotated[Path, typer.Option(help="Docs directory.")] = Path("docs"),
+) -> None:
+    """Regenerate docs/ from the event models."""
+    from lockstep_common import schemadocs
+
+    changed = schemadocs.write(out)
+    console.print(f"{len(changed)} file(s) changed" + "".join(f"\n  {c}" for c in changed))
+
+
+@docs.command("check")
+def docs_check(out: Annotated[Path, typer.Option(help="Docs directory.")] = Path("docs")) -> None:
+    """Exit 1 when docs/ is not what the models generate."""
+    from lockstep_common import schemadocs
+
+    stale = schemadocs.stale(out)
+    if stale:
+        console.print(
+            "[red]stale (run `lockstep docs generate`):[/]" + "".join(f"\n  {s}" for s in stale)
+        )
+        raise typer.Exit(1)
+    console.print("docs are up to date")

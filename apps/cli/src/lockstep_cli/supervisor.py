@@ -1,0 +1,143 @@
+"""``lockstep up``: the whole system on one machine.
+
+Starts the embedded NATS and PostgreSQL (unless ``LOCKSTEP_NATS_URL`` / ``LOCKSTEP_DATABASE_URL``
+point elsewhere), then each service as its own process, each with its own metrics port. Stop
+order on Ctrl-C or SIGTERM: services first (they finish in-flight work), then NATS and
+PostgreSQL, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockstep_devstack import Stack
+from lockstep_devstack.process import free_port, spawn, stop, tail
+
+SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
+
+
+@dataclass
+class ServiceProcess:
+    """One service child process."""
+
+    name: str
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def metrics_url(self) -> str:
+        """Where its Prometheus metrics are served."""
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def ready(self) -> bool:
+        """True once ``/readyz`` answers 200."""
+        try:
+            url = f"http://127.0.0.1:{self.port}/readyz"
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+
+def start_service(
+    name: str, stack: Stack, log_dir: Path, extra_env: dict[str, str] | None = None
+) -> ServiceProcess:
+    """Run ``python -m lockstep_<name>`` against the stack."""
+    port = free_port()
+    assert stack.nats_url and stack.database_url
+    env = {
+        **os.environ,
+        "LOCKSTEP_NATS_URL": stack.nats_url,
+        "LOCKSTEP_DATABASE_URL": stack.database_url,
+        f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
+        **(extra_env or {}),
+    }
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    proc = spawn(
+        [sys.executable, "-m", f"lockstep_{name}"],
+        log_path=log_path,
+        parent_death_signal=signal.SIGTERM,
+        env=env,
+    )
+    return ServiceProcess(name, port, log_path, proc)
+
+
+def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 90.0) -> None:
+    """Wait until every service is ready; raise with the log of one that died or hung."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(services)
+    while pending:
+        for svc in list(pending):
+            if svc.proc.poll() is not None:
+                raise RuntimeError(
+                    f"service {svc.name} exited with code {svc.proc.returncode}:\n"
+                    f"{tail(svc.log_path)}"
+                )
+            if svc.ready():
+                pending.remove(svc)
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(s.name for s in pending)
+            raise TimeoutError(
+                f"not ready after {timeout_s:.0f}s: {names}\n{tail(pending[0].log_path)}"
+            )
+        time.sleep(0.1)
+
+
+def stop_services(services: Sequence[ServiceProcess]) -> None:
+    """SIGTERM all, then wait for each (they finish in-flight work first)."""
+    for svc in services:
+        if svc.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                svc.proc.send_signal(signal.SIGTERM)
+    for svc in services:
+        stop(svc.proc, signal.SIGTERM, timeout_s=30)
+
+
+@contextlib.contextmanager
+def running_system(
+    data_dir: Path, names: Sequence[str] = SERVICES, *, durable: bool = True
+) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
+    """The stack plus the named services, stopped in the right order on exit."""
+    stack = Stack(
+        data_dir,
+        nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
+        database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
+        durable=durable,
+    )
+    services: list[ServiceProcess] = []
+    with stack:
+        try:
+            services.extend(start_service(n, stack, data_dir / "logs") for n in names)
+            wait_ready(services)
+            yield stack, services
+        finally:
+            stop_services(services)
+
+
+class Interrupted(Exception):
+    """SIGTERM arrived: unwind like Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Make SIGTERM unwind the main thread the way Ctrl-C does."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,14 @@
+"""The healthgate service's subscriptions: its whole topology at a glance.
+
+It has no consumers yet. Per design.md it will consume:
+telemetry.observed.health.>, wave.completed.>, device.>.
+"""
+
+from __future__ import annotations
+
+from lockstep_common.consumer import Subscription
+
+
+def subscriptions() -> tuple[Subscription, ...]:
+    """Subject -> handler bindings of this service."""
+    return ()

@@ -1,0 +1,16 @@
+"""``python -m lockstep_inventory``: run the inventory service until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+from lockstep_common.service import run_service
+from lockstep_inventory.app import create_app
+from lockstep_inventory.settings import Settings
+
+
+def main() -> None:
+    """Entry point."""
+    run_service(create_app, Settings)
+
+
+if __name__ == "__main__":
+    main()

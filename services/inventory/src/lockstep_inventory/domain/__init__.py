@@ -1,0 +1,2 @@
+"""Pure domain logic of the inventory service: no broker, database, Redfish or HTTP imports
+(enforced by import-linter)."""

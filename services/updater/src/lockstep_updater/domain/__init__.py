@@ -1,0 +1,2 @@
+"""Pure domain logic of the updater service: no broker, database, Redfish or HTTP imports
+(enforced by import-linter)."""
