@@ -114,8 +114,12 @@ async def lockstep_pipeline(
         if applied == total:
             done.set()
 
-    common: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url,
-                              "namespace": namespace, "log_json": False}  # fmt: skip
+    common: dict[str, Any] = {
+        "nats_url": nats_url,
+        "database_url": database_url,
+        "namespace": namespace,
+        "log_json": False,
+    }
     producer = ServiceApp("producer", BenchSettings(db_schema=f"{namespace}_p", **common))
     consumer = ServiceApp(
         "consumer",
@@ -124,13 +128,12 @@ async def lockstep_pipeline(
             Subscription(
                 "bench", "BUNDLES", (subjects.bundle_submitted(),), handle, (BundleSubmitted,)
             )
-        ],  # fmt: skip
+        ],
     )
     await producer.start()
     await consumer.start()
     try:
-        assert producer.resources is not None
-        pool = producer.resources.pool
+        pool = producer.require().pool
         subject = subjects.bundle_submitted()
         started = time.perf_counter()
         for i in range(0, total, PRODUCER_TX_ROWS):
@@ -181,7 +184,7 @@ async def run_bench(nats_url: str, database_url: str, events: int, runs: int) ->
                 "events_per_s": round(r.events_per_s, 1),
                 "baseline_per_s": round(r.baseline_per_s, 1),
                 "ratio": round(r.ratio, 3),
-            }  # fmt: skip
+            }
             for r in results
         ],
     }

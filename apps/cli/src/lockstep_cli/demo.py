@@ -73,8 +73,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
-        assert stack.nats_url and stack.database_url
-        asyncio.run(_event_path(console, stack.nats_url, stack.database_url))
+        asyncio.run(_event_path(console, *stack.urls()))
         console.print("stopping services, then NATS and PostgreSQL ...")
     console.print("[bold green]demo finished[/]: every process stopped.")
 
@@ -93,8 +92,8 @@ async def _event_path(console: Console, nats_url: str, database_url: str) -> Non
     await producer.start()
     await consumer.start()
     try:
-        assert producer.resources and consumer.resources
-        async with consumer.resources.pool.acquire() as conn:
+        produced, consumed = producer.require(), consumer.require()
+        async with consumed.pool.acquire() as conn:
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS audit_log (event_id uuid PRIMARY KEY, bundle_uri text)"
             )
@@ -105,13 +104,13 @@ async def _event_path(console: Console, nats_url: str, database_url: str) -> Non
             ),
             source=producer.source,
         )
-        async with producer.resources.pool.acquire() as conn, conn.transaction():
+        async with produced.pool.acquire() as conn, conn.transaction():
             await enqueue(conn, [OutboxMessage.of(SUBJECT, env)])
             row_id = await conn.fetchval("SELECT id FROM outbox WHERE event_id = $1", env.event_id)
         console.print(f"  [green]1.[/] committed outbox row #{row_id}: {env.type} {env.event_id}")
-        pool = producer.resources.pool
+        pool = produced.pool
         await _until(lambda: _published(pool, env.event_id), "the relay to publish")
-        js = producer.resources.js
+        js = produced.js
         wire = producer.namespace.wire(SUBJECT)
         stored = await js.get_last_msg(producer.namespace.stream("BUNDLES"), wire)
         msg_id = (stored.headers or {}).get("Nats-Msg-Id")
@@ -131,7 +130,7 @@ async def _event_path(console: Console, nats_url: str, database_url: str) -> Non
         console.rule("the same event again, past the duplicate window")
         await js.publish(wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-again"})
         await _until(lambda: _settled(consumer), "the duplicate to be acknowledged")
-        rows = await consumer.resources.pool.fetchval("SELECT count(*) FROM audit_log")
+        rows = await consumed.pool.fetchval("SELECT count(*) FROM audit_log")
         console.print(f"  delivered twice, applied {audit.applied} time(s); audit rows: {rows}")
 
         console.rule("a malformed message")
@@ -172,16 +171,14 @@ async def _published(pool: Any, event_id: Any) -> bool:
 
 
 async def _settled(app: ServiceApp) -> bool:
-    assert app.resources
-    info = await app.resources.js.consumer_info(
+    info = await app.require().js.consumer_info(
         app.namespace.stream("BUNDLES"), app.namespace.durable("demo-audit")
     )
     return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
 
 async def _dead_letter(app: ServiceApp) -> dict[str, Any] | None:
-    assert app.resources
-    row = await app.resources.pool.fetchrow("SELECT reason, error_kind FROM dead_letters LIMIT 1")
+    row = await app.require().pool.fetchrow("SELECT reason, error_kind FROM dead_letters LIMIT 1")
     return None if row is None else dict(row)
 
 

@@ -13,12 +13,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(help="Lockstep: keep a GPU fleet's firmware and software in lockstep.",
-                  no_args_is_help=True, add_completion=False)  # fmt: skip
-bench = typer.Typer(help="Benchmarks: figures and the ratio to a baseline measured in the same run.",
-                    no_args_is_help=True)  # fmt: skip
-docs = typer.Typer(help="Generated documentation (JSON Schemas, AsyncAPI, event table).",
-                   no_args_is_help=True)  # fmt: skip
+app = typer.Typer(
+    help="Lockstep: keep a GPU fleet's firmware and software in lockstep.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+bench = typer.Typer(
+    help="Benchmarks: figures and the ratio to a baseline measured in the same run.",
+    no_args_is_help=True,
+)
+docs = typer.Typer(
+    help="Generated documentation (JSON Schemas, AsyncAPI, event table).", no_args_is_help=True
+)
 app.add_typer(bench, name="bench")
 app.add_typer(docs, name="docs")
 console = Console()
@@ -99,8 +105,7 @@ def bench_bus(
     data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
     data_dir.chmod(0o755)
     with Stack(data_dir, nats_url=nats_url, database_url=database_url, durable=False) as stack:
-        assert stack.nats_url and stack.database_url
-        result = asyncio.run(run_bench(stack.nats_url, stack.database_url, events, runs))
+        result = asyncio.run(run_bench(*stack.urls(), events, runs))
     if as_json:
         print(json.dumps(result))
         return

@@ -54,11 +54,11 @@ def start_service(
 ) -> ServiceProcess:
     """Run ``python -m lockstep_<name>`` against the stack."""
     port = free_port()
-    assert stack.nats_url and stack.database_url
+    nats_url, database_url = stack.urls()
     env = {
         **os.environ,
-        "LOCKSTEP_NATS_URL": stack.nats_url,
-        "LOCKSTEP_DATABASE_URL": stack.database_url,
+        "LOCKSTEP_NATS_URL": nats_url,
+        "LOCKSTEP_DATABASE_URL": database_url,
         f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
         **(extra_env or {}),
     }

@@ -10,9 +10,10 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData
+from lockstep_common.envelope import Envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class OutboxMessage:
     headers: dict[str, str] | None = None
 
     @classmethod
-    def of(cls, subject: str, envelope: Envelope[EventData]) -> OutboxMessage:
+    def of(cls, subject: str, envelope: Envelope[Any]) -> OutboxMessage:
         """An event in its CloudEvents JSON form."""
         return cls(envelope.event_id, subject, envelope.to_json())
 

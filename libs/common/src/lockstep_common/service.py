@@ -93,6 +93,12 @@ class ServiceApp:
         """CloudEvents ``source`` of events this service emits."""
         return f"/lockstep/{self.name}"
 
+    def require(self) -> Resources:
+        """The live connections; raises if the service is not started."""
+        if self.resources is None:
+            raise RuntimeError(f"service {self.name} is not started")
+        return self.resources
+
     def readiness(self) -> dict[str, bool]:
         """Checks behind ``/readyz``."""
         res = self.resources
@@ -273,8 +279,6 @@ class ServiceApp:
 
 async def _log_nats_error(exc: Exception) -> None:
     log.warning("nats: %s", exc)
-
-
 
 
 S = TypeVar("S", bound=ServiceSettings)

@@ -9,12 +9,12 @@ system user, created on first use as pgserver itself does.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pwd
 import shutil
 import signal
 import subprocess
-import importlib.util
 from pathlib import Path
 
 from lockstep_devstack.process import free_port, port_open, spawn, stop, tail, wait_until

@@ -42,6 +42,12 @@ class Stack:
             self.stop()
             raise
 
+    def urls(self) -> tuple[str, str]:
+        """(NATS URL, PostgreSQL DSN) of the running stack."""
+        if self.nats_url is None or self.database_url is None:
+            raise RuntimeError("the stack is not started")
+        return self.nats_url, self.database_url
+
     def stop(self) -> None:
         """Stop the servers this stack started (never external ones)."""
         if self.nats is not None:
