@@ -102,3 +102,11 @@ async def namespace(servers: Servers) -> AsyncIterator[str]:
             await conn.execute(f'DROP SCHEMA "{row["nspname"]}" CASCADE')
     finally:
         await conn.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by its layer folder, so ``-m unit`` never starts a server."""
+    for item in items:
+        for layer in ("unit", "integration", "e2e"):
+            if f"{os.sep}{layer}{os.sep}" in str(item.path):
+                item.add_marker(getattr(pytest.mark, layer))

@@ -148,7 +148,7 @@ async def test_relay_killed_between_publish_and_mark_loses_and_duplicates_nothin
         crashing = CrashAfterPublish(
             pool(producer), producer.resources.js, producer.namespace,
             producer._relay._cfg, producer.metrics,  # type: ignore[union-attr]
-        )  # fmt: skip
+        )
         with pytest.raises(ConnectionResetError):
             await crashing.relay_once()
         # Published but not marked: the restarted relay publishes all 50 again.
@@ -156,7 +156,7 @@ async def test_relay_killed_between_publish_and_mark_loses_and_duplicates_nothin
         restarted = OutboxRelay(
             pool(producer), producer.resources.js, producer.namespace,
             producer._relay._cfg, producer.metrics,  # type: ignore[union-attr]
-        )  # fmt: skip
+        )
         assert await restarted.relay_once() == 50
         await wait_for(lambda: _eq(applied(consumer), 50), what="50 events applied")
         assert await stream_count(producer, "BUNDLES") == 50, "duplicate window dropped the copies"
@@ -376,7 +376,7 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
     """A consumer that crashes on every delivery never settles the message itself."""
     effects = Effects()
     consumer = await consumer_app(servers, namespace, effects, consumer_ack_wait_s=1.0,
-                                  consumer_max_deliver=2)  # fmt: skip
+                                  consumer_max_deliver=2)
     assert consumer.resources is not None
     for runner in consumer._runners:
         runner.stop()  # stand in for the crashing process: pull with the durable, never ack
@@ -435,3 +435,37 @@ async def test_graceful_stop_finishes_the_batch_in_flight(servers: Any, namespac
         assert info.num_ack_pending == 0 and info.num_pending == 0
     finally:
         await again.stop()
+
+
+async def test_relay_backs_off_while_nats_is_down_and_catches_up(
+    servers: Any, namespace: str, tmp_path: Path
+) -> None:
+    own = NatsServer(tmp_path / "nats", sync_always=False)
+    own.start()
+    local = type("S", (), {"nats_url": own.url, "database_url": servers.database_url})()
+    producer = make_app(local, namespace, "producer")
+    await producer.start()
+    try:
+        own.kill()
+        await emit(producer, SUBJECT, [submitted(i) for i in range(20)])
+        await wait_for(lambda: _gt(failed_attempts(producer), 0), timeout_s=30,
+                       what="a failed relay attempt")
+        attempts = await scalar(pool(producer), "SELECT max(attempts) FROM outbox")
+        assert attempts <= 2, "the relay retried faster than its backoff allows"
+        assert await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE last_error IS NULL") == 0
+        own.start()
+        await wait_for(
+            lambda: _eq(unpublished(producer), 0), timeout_s=60, what="the backlog published"
+        )
+        assert await stream_count(producer, "BUNDLES") == 20
+    finally:
+        await producer.stop()
+        own.stop()
+
+
+async def failed_attempts(app: ServiceApp) -> int:
+    return int(await scalar(pool(app), "SELECT count(*) FROM outbox WHERE attempts > 0 AND published_at IS NULL") or 0)
+
+
+async def unpublished(app: ServiceApp) -> int:
+    return int(await scalar(pool(app), "SELECT count(*) FROM outbox WHERE published_at IS NULL") or 0)
