@@ -1,4 +1,4 @@
-"""Device identification descriptors (DSP0267 Table 8, "Descriptor Identifier Table").
+"""Device identification descriptors (DSP0267, "Descriptor Identifier" table).
 
 A firmware device ID record names the devices it applies to with a list of (type, length,
 data) descriptors. This module knows the defined types, their fixed lengths and how to turn
@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 
 class DescriptorType(IntEnum):
-    """Descriptor type codes (DSP0267 Table 8)."""
+    """Descriptor type codes (DSP0267 "Descriptor Identifier" table)."""
 
     PCI_VENDOR_ID = 0x0000
     IANA_ENTERPRISE_ID = 0x0001
@@ -138,6 +138,8 @@ def encode_value(descriptor_type: int, value: DescriptorValue) -> bytes:
     elif isinstance(value, uuid.UUID):
         data = value.bytes
     elif isinstance(value, int):
+        if not 0 <= value < 1 << (8 * info.length):
+            raise ValueError(f"{info.name} {value} does not fit in {info.length} bytes")
         data = value.to_bytes(info.length, "little")
     else:
         data = value.encode("ascii").ljust(info.length, b"\x00")

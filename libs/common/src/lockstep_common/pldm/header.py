@@ -1,4 +1,4 @@
-"""Package header information (DSP0267 Table 3): revisions, identifiers, release time."""
+"""DSP0267 "Package Header Information": format revisions, identifiers, release time."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class FormatRevision(IntEnum):
         return 2 if self >= FormatRevision.V1_3 else 1
 
 
-# DSP0267 section "Package header information", one identifier per specification revision.
+# PackageHeaderIdentifier values, one per DSP0267 revision (as in libpldm and openbmc/pldm).
 PACKAGE_HEADER_IDENTIFIERS: Mapping[uuid.UUID, FormatRevision] = MappingProxyType(
     {
         uuid.UUID("f018878c-cb7d-4943-9800-a02f059aca02"): FormatRevision.V1_0,
@@ -117,7 +117,7 @@ class Timestamp104:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PackageHeader:
-    """The package header information fields (DSP0267 Table 3) and closing checksums."""
+    """The DSP0267 "Package Header Information" fields and the checksums closing the header."""
 
     identifier: uuid.UUID
     format_revision: FormatRevision

@@ -23,14 +23,14 @@ from lockstep_common.pldm.strings import PldmString
 
 
 class ComponentOptions(IntFlag):
-    """ComponentOptions bits (DSP0267 Table 5)."""
+    """ComponentOptions bits (DSP0267 "Component Image Information")."""
 
     FORCE_UPDATE = 1 << 0
     USE_COMPARISON_STAMP = 1 << 1
 
 
 class ActivationMethod(IntFlag):
-    """RequestedComponentActivationMethod bits (DSP0267 Table 5)."""
+    """RequestedComponentActivationMethod bits (DSP0267 "Component Image Information")."""
 
     AUTOMATIC = 1 << 0
     SELF_CONTAINED = 1 << 1
@@ -42,7 +42,7 @@ class ActivationMethod(IntFlag):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Descriptor:
-    """One record descriptor (DSP0267 Table 7/8); ``data`` is the raw DescriptorData."""
+    """One record descriptor (DSP0267 "Record Descriptors"); ``data`` is the raw DescriptorData."""
 
     type: int
     data: bytes
@@ -66,6 +66,8 @@ DescriptorLike = Descriptor | tuple[int, DescriptorValue]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _DeviceRecord:
+    """Fields firmware and downstream device ID records share."""
+
     index: int
     offset: int  # of the RecordLength field
     update_option_flags: int
@@ -78,7 +80,7 @@ class _DeviceRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FirmwareDeviceRecord(_DeviceRecord):
-    """A firmware device ID record (DSP0267 Table 4).
+    """A firmware device ID record (DSP0267 "Firmware Device ID Record").
 
     ``update_option_flags`` bit 0 asks the UA to continue component updates after a failure.
     """
@@ -88,10 +90,11 @@ class FirmwareDeviceRecord(_DeviceRecord):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DownstreamDeviceRecord(_DeviceRecord):
-    """A downstream device ID record (DSP0267 1.1+ Table 6).
+    """A downstream device ID record (DSP0267 1.1+ "Downstream Device ID Record").
 
-    When ``update_option_flags`` bit 0 is clear the device does not support self-contained
-    activation and both ``self_contained_activation_min_*`` fields are None.
+    ``update_option_flags`` bit 0 means the device supports self-contained activation; only
+    then does the record carry the min version comparison stamp (else None). The min version
+    string is None when absent (string type 0, length 0), as tools write it without bit 0.
     """
 
     self_contained_activation_min_version: PldmString | None
@@ -100,7 +103,7 @@ class DownstreamDeviceRecord(_DeviceRecord):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ComponentImage:
-    """One component image information entry (DSP0267 Table 5)."""
+    """One component image information entry (DSP0267 "Component Image Information")."""
 
     index: int
     offset_in_header: int  # of the ComponentClassification field
@@ -171,14 +174,18 @@ class PldmPackage:
 
         Args:
             device_descriptors: The device's descriptors.
-            partial: False (the DSP0267 UA rule): a record matches when every one of its
-                descriptors is among the device's. True, for callers that know only some of
-                the device's identifiers: record descriptors of types not given are ignored;
-                a record matches when it has at least one descriptor of a given type and all
-                its descriptors of the given types are among those given.
+            partial: False (how a UA matches a record against QueryDeviceIdentifiers): a
+                record matches when every one of its descriptors is among the device's.
+                True, for callers that know only some of the device's identifiers: record
+                descriptors of types not given are ignored; a record matches when it has at
+                least one descriptor of a given type and all its descriptors of the given
+                types are among those given.
 
         Returns:
             The matching records in package order.
+
+        Raises:
+            ValueError: A (type, value) pair does not encode to its type's fixed length.
         """
         device = frozenset(descriptor_key(d) for d in device_descriptors)
         return tuple(r for r in self.device_records if _matches(r, device, partial))

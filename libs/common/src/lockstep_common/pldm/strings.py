@@ -2,7 +2,7 @@
 
 Every version string in a package (PackageVersionString, ComponentImageSetVersionString,
 ComponentVersionString, ...) and the title of a vendor-defined descriptor use this shape
-(DSP0267 Table 3, "PackageVersionStringType").
+(DSP0267 "Package Header Information", PackageVersionStringType).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from lockstep_common.pldm.errors import PldmFormatError
 
 
 class StringType(IntEnum):
-    """String type codes (DSP0267 Table 3)."""
+    """String type codes (DSP0267 PackageVersionStringType)."""
 
     UNKNOWN = 0
     ASCII = 1
