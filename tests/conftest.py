@@ -37,9 +37,9 @@ class Servers:
 
 def _containers() -> Iterator[Servers]:
     try:
-        import docker  # noqa: PLC0415
-        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
-        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
+        import docker
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.postgres import PostgresContainer
 
         docker.from_env().ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "no usable Docker engine"

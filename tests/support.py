@@ -42,7 +42,11 @@ def fast_settings(servers: Any, namespace: str, schema: str, **overrides: Any) -
 
 
 def make_app(
-    servers: Any, namespace: str, name: str, subscriptions: Sequence[Subscription] = (), **overrides: Any
+    servers: Any,
+    namespace: str,
+    name: str,
+    subscriptions: Sequence[Subscription] = (),
+    **overrides: Any,
 ) -> ServiceApp:
     settings = fast_settings(servers, namespace, f"{namespace}_{name}", **overrides)
     return ServiceApp(name, settings, subscriptions=subscriptions)

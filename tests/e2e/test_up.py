@@ -117,7 +117,9 @@ async def bundles_stored(url: str) -> int:
 async def publish_one(url: str) -> None:
     nc = await nats.connect(url)
     try:
-        await nc.jetstream().publish("lockstep.bundle.submitted", b"{}", headers={"Nats-Msg-Id": "e2e-1"})
+        await nc.jetstream().publish(
+            "lockstep.bundle.submitted", b"{}", headers={"Nats-Msg-Id": "e2e-1"}
+        )
     finally:
         await nc.close()
 
@@ -155,7 +157,11 @@ def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:
     env["COLUMNS"] = "200"
     result = subprocess.run(
         [LOCKSTEP, "demo", "--data-dir", str(data_dir)],
-        capture_output=True, text=True, env=env, timeout=200, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=200,
+        check=False,
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr

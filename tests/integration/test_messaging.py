@@ -105,7 +105,9 @@ async def stream_count(app: ServiceApp, base: str) -> int:
     return int(info.state.messages)
 
 
-async def test_event_travels_from_outbox_to_inbox_exactly_once(servers: Any, namespace: str) -> None:
+async def test_event_travels_from_outbox_to_inbox_exactly_once(
+    servers: Any, namespace: str
+) -> None:
     producer = make_app(servers, namespace, "producer")
     await producer.start()
     effects = Effects()
@@ -115,7 +117,9 @@ async def test_event_travels_from_outbox_to_inbox_exactly_once(servers: Any, nam
         await wait_for(lambda: _eq(applied(consumer), 300), what="300 events applied")
         assert await over_applied(consumer) == 0
         assert await stream_count(producer, "BUNDLES") == 300
-        unpublished = await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        unpublished = await scalar(
+            pool(producer), "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+        )
         assert unpublished == 0
     finally:
         await consumer.stop()
@@ -139,23 +143,27 @@ async def test_relay_killed_between_publish_and_mark_loses_and_duplicates_nothin
 ) -> None:
     producer = make_app(servers, namespace, "producer")
     await producer.start()
-    assert producer.resources is not None
-    producer._relay.stop()  # type: ignore[union-attr]  # drive the relay by hand below
+    live = producer.require()
+    relay = producer.relay
+    assert relay is not None
+    relay.stop()  # the service's own relay stands down; this test drives relays by hand
+    await asyncio.wait_for(live.tasks[0], timeout=10)  # tasks[0] is the relay loop
     effects = Effects()
     consumer = await consumer_app(servers, namespace, effects)
     try:
         await emit(producer, SUBJECT, [submitted(i) for i in range(50)])
         crashing = CrashAfterPublish(
-            pool(producer), producer.resources.js, producer.namespace,
-            producer._relay._cfg, producer.metrics,  # type: ignore[union-attr]
+            live.pool, live.js, producer.namespace, relay.config, producer.metrics
         )
         with pytest.raises(ConnectionResetError):
             await crashing.relay_once()
         # Published but not marked: the restarted relay publishes all 50 again.
-        assert await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 50
+        assert (
+            await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            == 50
+        )
         restarted = OutboxRelay(
-            pool(producer), producer.resources.js, producer.namespace,
-            producer._relay._cfg, producer.metrics,  # type: ignore[union-attr]
+            live.pool, live.js, producer.namespace, relay.config, producer.metrics
         )
         assert await restarted.relay_once() == 50
         await wait_for(lambda: _eq(applied(consumer), 50), what="50 events applied")
@@ -192,7 +200,9 @@ async def inbox_size(app: ServiceApp) -> int:
     return int(await scalar(pool(app), "SELECT count(*) FROM inbox") or 0)
 
 
-async def test_transient_error_is_redelivered_and_then_succeeds(servers: Any, namespace: str) -> None:
+async def test_transient_error_is_redelivered_and_then_succeeds(
+    servers: Any, namespace: str
+) -> None:
     effects = Effects()
     effects.fail("file:///bundles/7.tar", TransientError("db busy"), TransientError("db busy"))
     consumer = await consumer_app(servers, namespace, effects)
@@ -250,12 +260,16 @@ async def test_permanent_error_reaches_the_dlq_while_the_consumer_serves_others(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    effects.fail_always("file:///bundles/2.tar", PermanentError("bundle 2 names an unknown profile"))
+    effects.fail_always(
+        "file:///bundles/2.tar", PermanentError("bundle 2 names an unknown profile")
+    )
     consumer = await consumer_app(servers, namespace, effects)
     try:
         await publish(consumer, [submitted(1), submitted(2), submitted(3)])
         await wait_for(lambda: _eq(applied(consumer), 2), what="the good events applied")
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="the bad one dead-lettered")
+        await wait_for(
+            lambda: _eq(dead_letter_count(consumer), 1), what="the bad one dead-lettered"
+        )
         row = await dead_letter(consumer)
         assert row["reason"] == "bundle 2 names an unknown profile"
         assert row["deliveries"] == 1 and row["detected_by"] == "consumer"
@@ -288,7 +302,11 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
         good = json.loads(make_envelope(submitted(1), source="/t").to_json())
         unknown_version = {**good, "id": str(uuid.uuid4()), "schemaversion": 99}
         unknown_type = {**good, "id": str(uuid.uuid4()), "type": "lockstep.bundle.exploded"}
-        bad_field = {**good, "id": str(uuid.uuid4()), "data": {"bundle_uri": "", "submitted_by": "x"}}
+        bad_field = {
+            **good,
+            "id": str(uuid.uuid4()),
+            "data": {"bundle_uri": "", "submitted_by": "x"},
+        }
         bodies = [
             b"\x00\xffnot json at all",
             b"[1, 2, 3]",
@@ -303,7 +321,9 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
         await wait_for(lambda: _eq(dead_letter_count(consumer), 6), what="six dead letters")
         await wait_for(lambda: _eq(applied(consumer), 1), what="the good message applied")
         async with pool(consumer).acquire() as conn:
-            rows = await conn.fetch("SELECT reason, error_kind FROM dead_letters ORDER BY stream_seq")
+            rows = await conn.fetch(
+                "SELECT reason, error_kind FROM dead_letters ORDER BY stream_seq"
+            )
         reasons = [r["reason"] for r in rows]
         assert {r["error_kind"] for r in rows} == {"InvalidMessage"}
         assert "not JSON" in reasons[0]
@@ -333,7 +353,9 @@ async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
             own.kill()  # kill -9 mid-stream
             await emit(producer, SUBJECT, [submitted(i) for i in range(400, 800)])
             own.start()  # same port, same store
-            await wait_for(lambda: _eq(applied(consumer), 800), timeout_s=60, what="all 800 applied")
+            await wait_for(
+                lambda: _eq(applied(consumer), 800), timeout_s=60, what="all 800 applied"
+            )
             assert await over_applied(consumer) == 0
         finally:
             await consumer.stop()
@@ -342,7 +364,9 @@ async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
         own.stop()
 
 
-async def test_self_check_refuses_a_stream_configured_differently(servers: Any, namespace: str) -> None:
+async def test_self_check_refuses_a_stream_configured_differently(
+    servers: Any, namespace: str
+) -> None:
     nc = await nats.connect(servers.nats_url)
     try:
         await nc.jetstream().add_stream(
@@ -357,15 +381,21 @@ async def test_self_check_refuses_a_stream_configured_differently(servers: Any, 
     app = make_app(servers, namespace, "checker")
     with pytest.raises(TopologyMismatch) as err:
         await app.start()
-    assert f"stream {namespace.upper()}_DRIFT: duplicate_window: declared 600.0, live 1.0" in str(err.value)
+    assert f"stream {namespace.upper()}_DRIFT: duplicate_window: declared 600.0, live 1.0" in str(
+        err.value
+    )
     assert app.resources is None
 
 
-async def test_self_check_refuses_a_consumer_configured_differently(servers: Any, namespace: str) -> None:
+async def test_self_check_refuses_a_consumer_configured_differently(
+    servers: Any, namespace: str
+) -> None:
     effects = Effects()
     first = await consumer_app(servers, namespace, effects)
     await first.stop()
-    second = make_app(servers, namespace, "consumer", [effects.subscription()], consumer_max_deliver=9)
+    second = make_app(
+        servers, namespace, "consumer", [effects.subscription()], consumer_max_deliver=9
+    )
     with pytest.raises(TopologyMismatch, match="max_deliver: declared 9, live 4"):
         await second.start()
 
@@ -375,8 +405,9 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
 ) -> None:
     """A consumer that crashes on every delivery never settles the message itself."""
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects, consumer_ack_wait_s=1.0,
-                                  consumer_max_deliver=2)
+    consumer = await consumer_app(
+        servers, namespace, effects, consumer_ack_wait_s=1.0, consumer_max_deliver=2
+    )
     assert consumer.resources is not None
     for runner in consumer._runners:
         runner.stop()  # stand in for the crashing process: pull with the durable, never ack
@@ -385,7 +416,8 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
         await publish(consumer, [submitted(9)])
         js = consumer.resources.js
         psub = await js.pull_subscribe_bind(
-            durable=consumer.namespace.durable("test-bundles"), stream=consumer.namespace.stream("BUNDLES")
+            durable=consumer.namespace.durable("test-bundles"),
+            stream=consumer.namespace.stream("BUNDLES"),
         )
         for attempt in (1, 2):
             (msg,) = await psub.fetch(1, timeout=5)
@@ -448,11 +480,15 @@ async def test_relay_backs_off_while_nats_is_down_and_catches_up(
     try:
         own.kill()
         await emit(producer, SUBJECT, [submitted(i) for i in range(20)])
-        await wait_for(lambda: _gt(failed_attempts(producer), 0), timeout_s=30,
-                       what="a failed relay attempt")
+        await wait_for(
+            lambda: _gt(failed_attempts(producer), 0), timeout_s=30, what="a failed relay attempt"
+        )
         attempts = await scalar(pool(producer), "SELECT max(attempts) FROM outbox")
         assert attempts <= 2, "the relay retried faster than its backoff allows"
-        assert await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE last_error IS NULL") == 0
+        assert (
+            await scalar(pool(producer), "SELECT count(*) FROM outbox WHERE last_error IS NULL")
+            == 0
+        )
         own.start()
         await wait_for(
             lambda: _eq(unpublished(producer), 0), timeout_s=60, what="the backlog published"
@@ -464,8 +500,15 @@ async def test_relay_backs_off_while_nats_is_down_and_catches_up(
 
 
 async def failed_attempts(app: ServiceApp) -> int:
-    return int(await scalar(pool(app), "SELECT count(*) FROM outbox WHERE attempts > 0 AND published_at IS NULL") or 0)
+    return int(
+        await scalar(
+            pool(app), "SELECT count(*) FROM outbox WHERE attempts > 0 AND published_at IS NULL"
+        )
+        or 0
+    )
 
 
 async def unpublished(app: ServiceApp) -> int:
-    return int(await scalar(pool(app), "SELECT count(*) FROM outbox WHERE published_at IS NULL") or 0)
+    return int(
+        await scalar(pool(app), "SELECT count(*) FROM outbox WHERE published_at IS NULL") or 0
+    )

@@ -14,7 +14,9 @@ from lockstep_common.errors import MigrationError
 pytestmark = pytest.mark.integration
 
 
-async def test_migrations_apply_once_and_record_their_checksums(servers: Any, namespace: str) -> None:
+async def test_migrations_apply_once_and_record_their_checksums(
+    servers: Any, namespace: str
+) -> None:
     conn = await asyncpg.connect(servers.database_url)
     try:
         schema = f"{namespace}_m"
@@ -22,14 +24,18 @@ async def test_migrations_apply_once_and_record_their_checksums(servers: Any, na
         second = await db.migrate(conn, schema, db.messaging_migrations())
         assert first == ["common/0001_messaging"]
         assert second == []
-        rows = await conn.fetch(f'SELECT component, version, checksum FROM "{schema}".schema_migrations')
+        rows = await conn.fetch(
+            f'SELECT component, version, checksum FROM "{schema}".schema_migrations'
+        )
         assert [(r["component"], r["version"]) for r in rows] == [("common", 1)]
         assert rows[0]["checksum"] == db.messaging_migrations()[0].checksum
     finally:
         await conn.close()
 
 
-async def test_a_changed_migration_is_refused_and_changes_nothing(servers: Any, namespace: str) -> None:
+async def test_a_changed_migration_is_refused_and_changes_nothing(
+    servers: Any, namespace: str
+) -> None:
     conn = await asyncpg.connect(servers.database_url)
     try:
         schema = f"{namespace}_m"

@@ -44,7 +44,9 @@ async def test_create_app_does_no_io_until_started(name: str, servers: Any, name
 
 
 @pytest.mark.parametrize("name", SERVICES)
-async def test_service_starts_reports_ready_and_stops(name: str, servers: Any, namespace: str) -> None:
+async def test_service_starts_reports_ready_and_stops(
+    name: str, servers: Any, namespace: str
+) -> None:
     app = build(name, servers, namespace)
     await app.start()
     try:
@@ -64,6 +66,6 @@ async def test_service_starts_reports_ready_and_stops(name: str, servers: Any, n
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:
-    import asyncio  # noqa: PLC0415
+    import asyncio
 
     return await asyncio.to_thread(get, port, path)

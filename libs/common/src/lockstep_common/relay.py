@@ -68,7 +68,7 @@ class OutboxRelay:
         self._pool = pool
         self._js = js
         self._ns = namespace
-        self._cfg = config
+        self.config = config
         self._metrics = metrics
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -94,27 +94,27 @@ class OutboxRelay:
                     failures = 0
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     failures += 1
-                    delay = min(0.2 * 2**failures, self._cfg.poll_s * 10)
+                    delay = min(0.2 * 2**failures, self.config.poll_s * 10)
                     log.warning("outbox relay pass failed, retrying in %.1fs: %s", delay, exc)
                     await self._sleep(delay)
                     await self._listen()
                     continue
-                if published < self._cfg.batch:
-                    await self._sleep(self._cfg.poll_s)
+                if published < self.config.batch:
+                    await self._sleep(self.config.poll_s)
         finally:
             await self._unlisten()
 
     async def relay_once(self) -> int:
         """One pass: claim, publish, mark. Returns how many rows were claimed."""
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(_CLAIM, self._cfg.batch)
+            rows = await conn.fetch(_CLAIM, self.config.batch)
             if not rows:
                 return 0
             ok, failed = await self._publish(rows)
             if ok:
                 await conn.execute(_MARK, ok)
             for error, (ids, attempts) in failed.items():
-                delay = min(2.0 ** min(attempts, 20), self._cfg.retry_horizon_s)
+                delay = min(2.0 ** min(attempts, 20), self.config.retry_horizon_s)
                 await conn.execute(_FAIL, ids, error[:1000], delay)
         self._metrics.outbox_published.inc(len(ok))
         if failed:
@@ -143,7 +143,7 @@ class OutboxRelay:
                 fut = asyncio.get_running_loop().create_future()
                 fut.set_exception(exc)
             futures.append(fut)
-        done, pending = await asyncio.wait(futures, timeout=self._cfg.publish_timeout_s)
+        done, pending = await asyncio.wait(futures, timeout=self.config.publish_timeout_s)
         for f in pending:
             f.cancel()
         ok: list[int] = []
@@ -163,7 +163,7 @@ class OutboxRelay:
         async with self._pool.acquire() as conn:
             result: str = await conn.execute(
                 "DELETE FROM outbox WHERE published_at < now() - make_interval(secs => $1)",
-                self._cfg.retention_s,
+                self.config.retention_s,
             )
         return int(result.rsplit(" ", 1)[-1])
 
@@ -176,7 +176,7 @@ class OutboxRelay:
         await self._unlisten()
         try:
             conn = await self._pool.acquire()
-            await conn.add_listener(f"{self._cfg.schema}_outbox", self._on_notify)
+            await conn.add_listener(f"{self.config.schema}_outbox", self._on_notify)
             self._listen_conn = conn
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("outbox relay cannot LISTEN (falling back to polling): %s", exc)
@@ -186,7 +186,7 @@ class OutboxRelay:
         if conn is None:
             return
         with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            await conn.remove_listener(f"{self._cfg.schema}_outbox", self._on_notify)
+            await conn.remove_listener(f"{self.config.schema}_outbox", self._on_notify)
         with contextlib.suppress(OSError, asyncpg.InterfaceError):
             await self._pool.release(conn)
 

@@ -82,7 +82,7 @@ class ServiceApp:
         self._migration_package = migration_package
         self._registry = registry
         self._runners: list[ConsumerRunner] = []
-        self._relay: OutboxRelay | None = None
+        self.relay: OutboxRelay | None = None
         self._watcher: AdvisoryWatcher | None = None
         self._http = HttpEndpoint(self.metrics, self.readiness)
         self._stopping = asyncio.Event()
@@ -179,7 +179,7 @@ class ServiceApp:
             await nc.close()
             await pool.close()
             raise
-        self._relay = OutboxRelay(
+        self.relay = OutboxRelay(
             pool,
             js,
             self.namespace,
@@ -190,7 +190,7 @@ class ServiceApp:
         )
         port = await self._http.start(s.http_host, s.http_port)
         self.resources = Resources(pool, nc, js, port)
-        tasks = [self._relay.run(), self._maintain(), *(r.run() for r in self._runners)]
+        tasks = [self.relay.run(), self._maintain(), *(r.run() for r in self._runners)]
         if watched:
             self._watcher = AdvisoryWatcher(js, pool, self.namespace, specs[-1])
             tasks.append(self._watcher.run())
@@ -216,8 +216,8 @@ class ServiceApp:
             runner.stop()
         if self._watcher:
             self._watcher.stop()
-        if self._relay:
-            self._relay.stop()
+        if self.relay:
+            self.relay.stop()
         _, pending = await asyncio.wait(res.tasks, timeout=self.settings.shutdown_grace_s)
         for task in pending:
             task.cancel()
@@ -266,10 +266,10 @@ class ServiceApp:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=MAINTENANCE_EVERY_S)
-            if self._stopping.is_set() or self.resources is None or self._relay is None:
+            if self._stopping.is_set() or self.resources is None or self.relay is None:
                 return
             try:
-                purged = await self._relay.purge()
+                purged = await self.relay.purge()
                 async with self.resources.pool.acquire() as conn:
                     forgotten = await inbox.purge(conn, INBOX_RETENTION_S)
                 log.info("maintenance: purged %d outbox rows, %d inbox ids", purged, forgotten)
