@@ -32,7 +32,7 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 def quote_ident(name: str) -> str:
     """Quote a schema name after checking it is a plain lower-case identifier."""
-    if not _IDENT.match(name):
+    if not _IDENT.fullmatch(name):  # match would let '$' accept a trailing newline
         raise ValueError(f"{name!r} is not a valid schema name (lower-case letters, digits, '_')")
     return f'"{name}"'
 
@@ -57,6 +57,9 @@ def load_migrations(component: str, package: str) -> list[Migration]:
     found = []
     for entry in resources.files(package).iterdir():
         match = _FILE.match(entry.name)
+        if match is None and entry.name.endswith(".sql"):
+            # A misnamed file would silently never run: refuse it instead.
+            raise MigrationError(f"{package}/{entry.name} is not named NNNN_lower_snake.sql")
         if match:
             found.append(
                 Migration(component, int(match[1]), match[2], entry.read_text(encoding="utf-8"))

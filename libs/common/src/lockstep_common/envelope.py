@@ -174,7 +174,11 @@ class EventRegistry:
         if not isinstance(head, dict):
             raise InvalidMessage("message body is not a JSON object")
         event_type, version = head.get("type"), head.get("schemaversion")
-        if not isinstance(event_type, str) or not isinstance(version, int):
+        if (
+            not isinstance(event_type, str)
+            or not isinstance(version, int)
+            or isinstance(version, bool)
+        ):
             raise InvalidMessage(
                 "message is not a Lockstep CloudEvent: 'type' (string) and "
                 "'schemaversion' (integer) are required"

@@ -18,8 +18,13 @@ Seconds = Annotated[float, Field(gt=0)]
 
 
 def _shared(name: str, **kwargs: object) -> object:
-    """A field read from the shared ``LOCKSTEP_<NAME>`` variable (or set by keyword)."""
-    return Field(validation_alias=AliasChoices(name.lower(), f"LOCKSTEP_{name}"), **kwargs)  # type: ignore[call-overload]
+    """A field read from the shared ``LOCKSTEP_<NAME>`` variable (or set by keyword).
+
+    The keyword (``nats_url=...``) works through ``populate_by_name``; the bare name is not an
+    alias, or the environment's ``NATS_URL``, ``DATABASE_URL`` or ``NAMESPACE`` (which
+    Kubernetes and PaaS platforms set) would be read, ahead of ``LOCKSTEP_<NAME>``.
+    """
+    return Field(validation_alias=AliasChoices(f"LOCKSTEP_{name}"), **kwargs)  # type: ignore[call-overload]
 
 
 class ServiceSettings(BaseSettings):

@@ -17,7 +17,8 @@ _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 def token(value: str, what: str) -> str:
     """Check that ``value`` can be one subject token, naming ``what`` it is when it cannot."""
-    if not _TOKEN.match(value):
+    # fullmatch: with match, '$' would also accept a trailing newline ("node\n").
+    if not _TOKEN.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} cannot be a NATS subject token: use letters, digits, '-' or '_' "
             "(no '.', '*', '>' or spaces), at most 64 characters"

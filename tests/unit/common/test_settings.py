@@ -1,0 +1,160 @@
+"""Service settings: shared and per-service environment variables, keywords, and refusals."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from pydantic import ValidationError
+from pydantic_settings import SettingsConfigDict
+
+from lockstep_common.settings import ServiceSettings
+
+pytestmark = pytest.mark.unit
+
+
+class UnitSettings(ServiceSettings):
+    """A service of its own, as every Lockstep service declares one."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LOCKSTEP_UNITTEST_", extra="forbid", populate_by_name=True
+    )
+
+    flavour: str = "plain"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No LOCKSTEP_* (or look-alike) variable from the developer's shell leaks into a test."""
+    for name in list(os.environ):
+        if name.upper().startswith("LOCKSTEP_") or name.upper() in {
+            "NATS_URL",
+            "DATABASE_URL",
+            "NAMESPACE",
+            "FLAVOUR",
+        }:
+            monkeypatch.delenv(name)
+
+
+def test_defaults_need_no_environment() -> None:
+    settings = UnitSettings()
+
+    assert settings.nats_url == "nats://127.0.0.1:4222"
+    assert settings.namespace == "lockstep"
+    assert settings.flavour == "plain"
+    assert settings.duplicate_window_s > settings.relay_retry_horizon_s
+
+
+def test_shared_connection_settings_come_from_lockstep_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://bus-1:4222,nats://bus-2:4222")
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://lockstep@db:5432/fleet")
+    monkeypatch.setenv("LOCKSTEP_NAMESPACE", "staging")
+
+    settings = UnitSettings()
+
+    assert settings.nats_url == "nats://bus-1:4222,nats://bus-2:4222"
+    assert settings.database_url == "postgresql://lockstep@db:5432/fleet"
+    assert settings.namespace == "staging"
+
+
+def test_service_settings_come_from_the_service_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_UNITTEST_FLAVOUR", "spicy")
+    monkeypatch.setenv("LOCKSTEP_UNITTEST_CONSUMER_MAX_DELIVER", "7")
+    monkeypatch.setenv("LOCKSTEP_UNITTEST_CONSUMER_RETRY_BACKOFF_S", "[2, 4]")
+
+    settings = UnitSettings()
+
+    assert settings.flavour == "spicy"
+    assert settings.consumer_max_deliver == 7
+    assert settings.consumer_retry_backoff_s == (2.0, 4.0)
+
+
+def test_another_services_prefix_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_OTHER_FLAVOUR", "spicy")
+    monkeypatch.setenv("FLAVOUR", "spicy")
+
+    assert UnitSettings().flavour == "plain"
+
+
+@pytest.mark.parametrize(
+    ("variable", "field"),
+    [("NATS_URL", "nats_url"), ("DATABASE_URL", "database_url"), ("NAMESPACE", "namespace")],
+)
+def test_unprefixed_platform_variables_are_ignored(
+    monkeypatch: pytest.MonkeyPatch, variable: str, field: str
+) -> None:
+    # Kubernetes sets NAMESPACE, PaaS platforms DATABASE_URL: neither may redirect Lockstep.
+    monkeypatch.setenv(variable, "someone-elses")
+    assert getattr(UnitSettings(), field) != "someone-elses"
+
+    monkeypatch.setenv(f"LOCKSTEP_{variable}", "ours")
+    assert getattr(UnitSettings(), field) == "ours"
+
+
+def test_keyword_arguments_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://from-env:4222")
+    monkeypatch.setenv("LOCKSTEP_NAMESPACE", "from-env")
+    monkeypatch.setenv("LOCKSTEP_UNITTEST_FLAVOUR", "from-env")
+
+    settings = UnitSettings(nats_url="nats://kw:4222", namespace="kw", flavour="kw")
+
+    assert settings.nats_url == "nats://kw:4222"
+    assert settings.namespace == "kw"
+    assert settings.flavour == "kw"
+
+
+@pytest.mark.parametrize(("window", "horizon"), [(300.0, 300.0), (120.0, 300.0)])
+def test_duplicate_window_not_above_the_relay_retry_horizon_is_refused(
+    window: float, horizon: float
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        UnitSettings(duplicate_window_s=window, relay_retry_horizon_s=horizon)
+
+    message = str(caught.value)
+    assert f"duplicate_window_s ({window})" in message
+    assert f"relay_retry_horizon_s ({horizon})" in message
+
+
+def test_duplicate_window_just_above_the_relay_retry_horizon_is_accepted() -> None:
+    settings = UnitSettings(duplicate_window_s=300.5, relay_retry_horizon_s=300.0)
+
+    assert settings.duplicate_window_s == 300.5
+
+
+def test_duplicate_window_check_applies_to_environment_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_UNITTEST_DUPLICATE_WINDOW_S", "60")
+
+    with pytest.raises(ValidationError, match="duplicate_window_s"):
+        UnitSettings()
+
+
+@pytest.mark.parametrize("bad", ["a.b", "a b", "prod.>", ""])
+def test_namespace_that_cannot_be_a_subject_token_is_refused(bad: str) -> None:
+    with pytest.raises(ValidationError, match=r"namespace .* cannot be a NATS subject token"):
+        UnitSettings(namespace=bad)
+
+
+def test_namespace_from_the_environment_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_NAMESPACE", "a.b")
+
+    with pytest.raises(ValidationError, match=r"namespace 'a\.b'"):
+        UnitSettings()
+
+
+def test_unknown_keyword_is_refused() -> None:
+    with pytest.raises(ValidationError, match="nats_ulr"):
+        UnitSettings(nats_ulr="nats://typo:4222")  # type: ignore[call-arg]
+
+
+def test_pool_max_below_pool_min_is_refused() -> None:
+    with pytest.raises(ValidationError, match="db_pool_max must be >= db_pool_min"):
+        UnitSettings(db_pool_min=4, db_pool_max=2)
+
+
+def test_db_schema_with_punctuation_is_refused() -> None:
+    with pytest.raises(ValidationError, match="db_schema"):
+        UnitSettings(db_schema="inventory; drop")
