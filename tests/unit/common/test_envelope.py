@@ -163,6 +163,8 @@ def test_wire_json_omits_unset_optional_attributes_instead_of_writing_null() -> 
 
 def test_wire_json_omits_dataschema_when_none_is_given() -> None:
     envelope = Envelope[v1.RolloutHalted](
+        event_id=uuid.uuid4(),
+        occurred_at=datetime.now(UTC),
         source="/lockstep/planner",
         type="lockstep.rollout.halted",
         schema_version=1,
@@ -369,3 +371,11 @@ def test_a_boolean_schemaversion_is_not_taken_for_version_1() -> None:
     body["schemaversion"] = True
     with pytest.raises(InvalidMessage, match="'schemaversion' \\(integer\\) are required"):
         REGISTRY.decode(json.dumps(body).encode(), max_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("attribute", ["id", "time"])
+def test_a_message_without_id_or_time_is_rejected_not_given_fresh_ones(attribute: str) -> None:
+    body = json.loads(make_envelope(_halted(), source="/t").to_json())
+    del body[attribute]
+    with pytest.raises(InvalidMessage, match=f"{attribute}: Field required"):
+        REGISTRY.decode(json.dumps(body).encode(), max_bytes=LIMIT)

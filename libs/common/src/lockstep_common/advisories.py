@@ -115,7 +115,9 @@ class AdvisoryWatcher:
             original = await self._js.get_msg(stream, seq)
             payload, original_subject = original.data, str(original.subject)
         except NotFoundError:
-            payload, original_subject = None, "(expired)"
+            # Gone from its stream (max_age or limits): keep the row, and file the copy under
+            # dlq.expired.<stream> since the original subject is unknown.
+            payload, original_subject = None, f"expired.{stream}"
         if subject.startswith(ADVISORY_MAX_DELIVERIES):
             reason = f"not acknowledged after {deliveries} deliveries (consumer crashed or hung)"
             kind = "MaxDeliveriesExceeded"

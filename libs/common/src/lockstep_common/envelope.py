@@ -62,10 +62,10 @@ class Envelope(BaseModel, Generic[DataT]):
     )
 
     specversion: Literal["1.0"] = Field(default="1.0", description="CloudEvents spec version.")
+    # No defaults for id and time: a message without them must be rejected, not given a fresh
+    # id on every decode (which would defeat the inbox). make_envelope always sets both.
     event_id: uuid.UUID = Field(
-        alias="id",
-        default_factory=uuid.uuid4,
-        description="Unique event id; also the Nats-Msg-Id header and the inbox key.",
+        alias="id", description="Unique event id; also the Nats-Msg-Id header and the inbox key."
     )
     source: Annotated[str, Field(min_length=1, max_length=255)] = Field(
         description="URI-reference of the producer, e.g. /lockstep/inventory."
@@ -77,9 +77,7 @@ class Envelope(BaseModel, Generic[DataT]):
         alias="schemaversion", description="Version of the payload schema (extension attribute)."
     )
     occurred_at: AwareDatetime = Field(
-        alias="time",
-        default_factory=lambda: datetime.now(UTC),
-        description="When the fact happened (RFC 3339).",
+        alias="time", description="When the fact happened (RFC 3339)."
     )
     subject: str | None = Field(
         default=None, max_length=255, description="What the event is about, e.g. a node id."

@@ -1,7 +1,7 @@
 """The healthgate service's subscriptions: its whole topology at a glance.
 
 It has no consumers yet. Per design.md it will consume:
-telemetry.observed.health.>, wave.completed.>, device.>.
+telemetry.observed.health.>, device.>, wave.completed.>.
 """
 
 from __future__ import annotations

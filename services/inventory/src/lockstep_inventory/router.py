@@ -1,7 +1,7 @@
 """The inventory service's subscriptions: its whole topology at a glance.
 
 It has no consumers yet. Per design.md it will consume:
-pin.changed.> (pins), telemetry.observed.inventory.> (in-band reports);
+pin.changed.> (pins), telemetry.observed.inventory.> (in-band reports), device.>;
 admission.check (request/reply).
 """
 

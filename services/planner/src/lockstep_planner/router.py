@@ -1,7 +1,7 @@
 """The planner service's subscriptions: its whole topology at a glance.
 
 It has no consumers yet. Per design.md it will consume:
-intent.submitted, bundle.attested, gate.> , wave.completed.>.
+intent.submitted, bundle.attested, gate.>, device.>.
 """
 
 from __future__ import annotations

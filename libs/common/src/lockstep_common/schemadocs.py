@@ -1,0 +1,238 @@
+"""The documents in ``docs/`` that users read, generated from the event models.
+
+``render()`` produces, deterministically, a JSON Schema per event (``schemas/<type>.v<N>.json``,
+the whole CloudEvent with wire attribute names), the AsyncAPI 3.0 document (``asyncapi.yaml``) and
+the event table (``events.md``). ``lockstep docs generate`` writes them; ``lockstep docs check``
+and the unit tests fail when the committed files differ from what the models generate.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lockstep_common import subjects
+from lockstep_common.asyncapi import (
+    NODE,
+    ROLLOUT,
+    SITE,
+    Route,
+    address,
+    docstring,
+    document,
+    envelope_schema,
+    message_key,
+)
+from lockstep_common.envelope import EventData
+from lockstep_common.events import REGISTRY, v1
+from lockstep_common.samples import samples
+from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMAS_DIR = "schemas"
+
+_PLANNER_OUT = ("updater", "sre", "audit")
+_DEVICE = (("updater",), ("healthgate", "planner", "inventory"))
+_GATE = (("healthgate",), ("planner", "updater", "sre"))
+_DRIFT = (("inventory",), ("platform-teams", "planner"))
+
+# The one table of where each event travels (design.md, "Events"): class -> subject builder
+# called with stand-in tokens, producers, consumers. A class missing here stops generation.
+ROUTES: dict[type[EventData], Route] = {
+    v1.BundleSubmitted: Route(subjects.bundle_submitted, ("cli",), ("attest",)),
+    v1.BundleAttested: Route(subjects.bundle_attested, ("attest",), ("planner", "audit")),
+    v1.BundleRejected: Route(subjects.bundle_rejected, ("attest",), ("planner", "audit")),
+    v1.IntentSubmitted: Route(subjects.intent_submitted, ("cli",), ("planner",)),
+    v1.RolloutPlanned: Route(lambda: subjects.rollout_planned(ROLLOUT), ("planner",), _PLANNER_OUT),
+    v1.RolloutHalted: Route(lambda: subjects.rollout_halted(ROLLOUT), ("planner",), _PLANNER_OUT),
+    v1.RolloutCompleted: Route(
+        lambda: subjects.rollout_completed(ROLLOUT), ("planner",), _PLANNER_OUT
+    ),
+    v1.WavePlanned: Route(lambda: subjects.wave_planned(ROLLOUT), ("planner",), ("updater",)),
+    v1.WaveCompleted: Route(
+        lambda: subjects.wave_completed(ROLLOUT), ("updater",), ("healthgate",)
+    ),
+    v1.PinChanged: Route(lambda: subjects.pin_changed(SITE), ("planner",), ("inventory",)),
+    v1.DeviceStaged: Route(lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE), *_DEVICE),
+    v1.DeviceActivated: Route(
+        lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE), *_DEVICE
+    ),
+    v1.DeviceVerified: Route(
+        lambda: subjects.device(DeviceOutcome.VERIFIED, ROLLOUT, NODE), *_DEVICE
+    ),
+    v1.DeviceFailed: Route(lambda: subjects.device(DeviceOutcome.FAILED, ROLLOUT, NODE), *_DEVICE),
+    v1.DeviceRolledBack: Route(
+        lambda: subjects.device(DeviceOutcome.ROLLED_BACK, ROLLOUT, NODE), *_DEVICE
+    ),
+    v1.GatePassed: Route(lambda: subjects.gate(GateVerdict.PASSED, ROLLOUT), *_GATE),
+    v1.GateTripped: Route(lambda: subjects.gate(GateVerdict.TRIPPED, ROLLOUT), *_GATE),
+    v1.GateInconclusive: Route(lambda: subjects.gate(GateVerdict.INCONCLUSIVE, ROLLOUT), *_GATE),
+    v1.InventoryObserved: Route(
+        lambda: subjects.inventory_observed(SITE, NODE),
+        ("bmc-sweeper", "node-agent"),
+        ("inventory",),
+    ),
+    v1.HealthObserved: Route(
+        lambda: subjects.health_observed(SITE, NODE), ("node-agent",), ("healthgate",)
+    ),
+    v1.DriftDetected: Route(lambda: subjects.drift_detected(SITE, NODE), *_DRIFT),
+    v1.DriftResolved: Route(lambda: subjects.drift_resolved(SITE, NODE), *_DRIFT),
+    v1.AdmissionCheckRequested: Route(subjects.admission_check, ("schedulers",), ("inventory",)),
+    v1.AdmissionCheckAnswered: Route(
+        subjects.admission_check, ("inventory",), ("schedulers",), reply=True
+    ),
+}
+
+
+def routes() -> dict[type[EventData], Route]:
+    """Every registered event class with its route, in registry order.
+
+    Raises:
+        ValueError: a registered class has no entry in ``ROUTES``.
+    """
+    missing = [cls.__name__ for cls in REGISTRY.classes() if cls not in ROUTES]
+    if missing:
+        raise ValueError(f"no channel for {', '.join(missing)}: add it to schemadocs.ROUTES")
+    return {cls: ROUTES[cls] for cls in REGISTRY.classes()}
+
+
+def schema_path(cls: type[EventData]) -> str:
+    """Where an event's JSON Schema lives, relative to ``docs/``."""
+    return f"{SCHEMAS_DIR}/{message_key(cls)}.json"
+
+
+def json_schema(cls: type[EventData]) -> dict[str, Any]:
+    """The standalone JSON Schema of a CloudEvent carrying ``cls``; ``$id`` is its dataschema."""
+    return {"$schema": SCHEMA_DIALECT, "$id": cls.dataschema(), **envelope_schema(cls)}
+
+
+def asyncapi_document() -> dict[str, Any]:
+    """The AsyncAPI 3.0 document, with one example per event from ``samples()``."""
+    examples = {type(s): s for s in samples()}
+    return document(routes(), examples, version("lockstep-common"))
+
+
+def render() -> dict[str, str]:
+    """Every generated document: path relative to ``docs/`` -> text, sorted by path."""
+    out = {schema_path(cls): _json(json_schema(cls)) for cls in routes()}
+    out["asyncapi.yaml"] = yaml.dump(
+        asyncapi_document(), Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=100
+    )
+    out["events.md"] = events_markdown()
+    return dict(sorted(out.items()))
+
+
+def stale(docs_dir: Path) -> list[str]:
+    """Paths under ``docs_dir`` that differ from ``render()``, are missing, or are obsolete.
+
+    Obsolete means a schema file in ``schemas/`` that no registered class generates any more.
+    """
+    wanted = render()
+    changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
+    return sorted(changed + _obsolete(docs_dir, wanted))
+
+
+def write(docs_dir: Path) -> list[str]:
+    """Bring ``docs_dir`` up to date: write what differs, delete obsolete schema files.
+
+    Returns:
+        The paths (relative to ``docs_dir``) written or deleted, sorted.
+    """
+    wanted = render()
+    changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
+    for rel in changed:
+        path = docs_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(wanted[rel], encoding="utf-8", newline="\n")
+    obsolete = _obsolete(docs_dir, wanted)
+    for rel in obsolete:
+        (docs_dir / rel).unlink()
+    return sorted(changed + obsolete)
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that writes multi-line strings as literal blocks, so prose reads as written."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _json(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _read(path: Path) -> str | None:
+    # Bytes, not read_text: universal newlines would hide a file rewritten with CRLF.
+    return path.read_bytes().decode("utf-8") if path.is_file() else None
+
+
+def _obsolete(docs_dir: Path, wanted: dict[str, str]) -> list[str]:
+    found = (docs_dir / SCHEMAS_DIR).glob("*.json")
+    return sorted(
+        f"{SCHEMAS_DIR}/{p.name}" for p in found if f"{SCHEMAS_DIR}/{p.name}" not in wanted
+    )
+
+
+def events_markdown() -> str:
+    """``events.md``: the event table, how to subscribe, and the versioning rules."""
+    lines = [
+        "# Events",
+        "",
+        "<!-- Generated by `lockstep docs generate` from libs/common; do not edit. -->",
+        "",
+        "Every message is a CloudEvents 1.0 event in structured mode; the full contract is in "
+        "[asyncapi.yaml](asyncapi.yaml) and each envelope's JSON Schema in "
+        f"[{SCHEMAS_DIR}/]({SCHEMAS_DIR}/). Subjects show the default namespace `lockstep.`.",
+        "",
+        "| type | version | subject | producers | consumers | what it says |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cls, route in routes().items():
+        subject = f"reply to `{address(route)}`" if route.reply else f"`{address(route)}`"
+        lines.append(
+            f"| [`{cls.cloudevents_type()}`]({schema_path(cls)}) | {cls.schema_version} "
+            f"| {subject} | {', '.join(route.producers)} | {', '.join(route.consumers)} "
+            f"| {docstring(cls).splitlines()[0]} |"
+        )
+    return "\n".join(lines) + "\n" + _GUIDE
+
+
+_GUIDE = """
+A message no consumer could process is copied to `lockstep.dlq.<original subject>` (stream
+`LOCKSTEP_DLQ`): the body is the original bytes, and the `Lockstep-Dlq-*` headers say why, how
+often it was delivered, and where it came from (see `asyncapi.yaml`).
+
+## Subscribing
+
+To watch events live, subscribe to a subject pattern, e.g. `nats sub 'lockstep.drift.>'` for all
+drift, or `nats sub 'lockstep.device.failed.*.*'` for failed device steps. A plain subscription
+sees only what is published while it is connected. Anything that must not miss events should
+read the JetStream stream through its own durable pull consumer with explicit acks and a finite
+`max_deliver`, filtered on the subjects it needs (e.g. stream `LOCKSTEP_DRIFT`, filter
+`lockstep.drift.detected.>`). Delivery is at least once: deduplicate on the CloudEvent `id`
+(also the `Nats-Msg-Id` header). `admission.check` is core NATS request/reply and is not stored.
+
+Bodies are plain CloudEvents JSON, so any CloudEvents SDK reads them (in Python,
+`cloudevents.http.from_json(body)`). Dispatch on (`type`, `schemaversion`); to validate, use the
+file in `schemas/` whose `$id` equals the event's `dataschema` (`urn:lockstep:schema:<type>:v<N>`):
+it describes the whole event, envelope and `data`.
+
+## Versioning
+
+Within a version the only allowed change is a new optional field. Payloads are closed
+(`additionalProperties: false`; Lockstep's own consumers reject unknown fields too), so upgrade
+consumers, and any copy of a schema you validate against, before producers send a new field.
+Removing, renaming or retyping a field, or tightening a constraint, makes a new version: a new
+class with `schema_version = 2` for the same `type` and subject, with its own schema file.
+Consumers must know a version before anyone sends it (an unknown version is dead-lettered), so
+readers of v2 are deployed first.
+"""

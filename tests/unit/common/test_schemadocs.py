@@ -1,0 +1,133 @@
+"""Generated docs (JSON Schemas, AsyncAPI, events.md): up to date, complete, and truthful."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lockstep_common import schemadocs
+from lockstep_common.envelope import EventData, make_envelope
+from lockstep_common.events import REGISTRY, v1
+from lockstep_common.samples import samples
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[3]
+WIRE_REQUIRED = {"specversion", "id", "source", "type", "time", "schemaversion", "data"}
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    target: Any = schema
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return dict(target)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, str]:
+    return schemadocs.render()
+
+
+@pytest.fixture(scope="module")
+def asyncapi(rendered: dict[str, str]) -> dict[str, Any]:
+    return dict(yaml.safe_load(rendered["asyncapi.yaml"]))
+
+
+def test_docs_in_the_repo_are_up_to_date() -> None:
+    stale = schemadocs.stale(REPO / "docs")
+    assert stale == [], f"docs/ is stale, run `lockstep docs generate`: {stale}"
+
+
+def test_rendering_is_deterministic(rendered: dict[str, str]) -> None:
+    first = rendered
+    assert first == schemadocs.render()
+    assert list(first) == sorted(first)
+    assert all(text.endswith("\n") for text in first.values())
+
+
+@pytest.mark.parametrize("sample", samples(), ids=lambda s: type(s).event_type)
+def test_every_sample_matches_its_envelope_schema(
+    sample: EventData, rendered: dict[str, str]
+) -> None:
+    # jsonschema is not a dependency: check the facts a validator would rely on instead.
+    cls = type(sample)
+    schema = json.loads(rendered[schemadocs.schema_path(cls)])
+    wire = json.loads(make_envelope(sample, source="/test").to_json())
+
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"] == cls.dataschema() == wire["dataschema"]
+    assert schema["description"] and schema["title"]
+    assert WIRE_REQUIRED <= set(schema["required"]) <= set(wire)
+    assert set(wire) <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["type"]["const"] == wire["type"]
+    assert schema["properties"]["schemaversion"]["const"] == wire["schemaversion"]
+
+    data = _resolve(schema, schema["properties"]["data"])
+    assert data["additionalProperties"] is False
+    assert set(data.get("required", ())) <= set(wire["data"]) <= set(data["properties"])
+
+
+def test_every_channel_address_is_namespaced(asyncapi: dict[str, Any]) -> None:
+    channels = asyncapi["channels"]
+    replies = {cid for cid, ch in channels.items() if ch["address"] is None}
+    assert replies == {"admission.check.reply"}
+    for cid, channel in channels.items():
+        if cid not in replies:
+            assert channel["address"].startswith("lockstep."), cid
+    assert channels["drift.detected"]["address"] == "lockstep.drift.detected.{site}.{node}"
+    assert set(channels["drift.detected"]["parameters"]) == {"site", "node"}
+    assert channels["dlq"]["address"] == "lockstep.dlq.{subject}"
+
+
+def test_every_registered_class_has_a_message_on_a_channel(asyncapi: dict[str, Any]) -> None:
+    doc = asyncapi
+    on_channels = {
+        ref["$ref"] for ch in doc["channels"].values() for ref in ch["messages"].values()
+    }
+    for cls in REGISTRY.classes():
+        key = f"{cls.event_type}.v{cls.schema_version}"
+        message = doc["components"]["messages"][key]
+        assert f"#/components/messages/{key}" in on_channels
+        assert message["contentType"] == "application/cloudevents+json"
+        assert message["examples"][0]["payload"]["type"] == cls.cloudevents_type()
+
+
+def test_admission_check_is_request_reply(asyncapi: dict[str, Any]) -> None:
+    ops = asyncapi["operations"]
+    for name in ("admission.check.send.schedulers", "admission.check.receive.inventory"):
+        assert ops[name]["reply"]["channel"] == {"$ref": "#/channels/admission.check.reply"}
+
+
+def test_dead_letter_headers_are_documented(asyncapi: dict[str, Any]) -> None:
+    headers = asyncapi["components"]["schemas"]["DeadLetterHeaders"]
+    assert {"Lockstep-Dlq-Reason", "Lockstep-Dlq-Deliveries", "Nats-Msg-Id"} <= set(
+        headers["required"]
+    )
+
+
+def test_a_class_without_a_channel_stops_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = {cls: r for cls, r in schemadocs.ROUTES.items() if cls is not v1.DriftResolved}
+    monkeypatch.setattr(schemadocs, "ROUTES", routes)
+    with pytest.raises(ValueError, match="no channel for DriftResolved"):
+        schemadocs.render()
+
+
+def test_write_then_stale_round_trip(tmp_path: Path, rendered: dict[str, str]) -> None:
+    assert schemadocs.write(tmp_path) == sorted(rendered)
+    assert schemadocs.stale(tmp_path) == []
+    assert schemadocs.write(tmp_path) == []
+
+    (tmp_path / "events.md").write_text("edited\n")
+    (tmp_path / "schemas" / "gone.event.v1.json").write_text("{}\n")
+    assert schemadocs.stale(tmp_path) == ["events.md", "schemas/gone.event.v1.json"]
+    assert schemadocs.write(tmp_path) == ["events.md", "schemas/gone.event.v1.json"]
+    assert not (tmp_path / "schemas" / "gone.event.v1.json").exists()
+    assert schemadocs.stale(tmp_path) == []
