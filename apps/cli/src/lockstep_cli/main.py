@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lockstep_cli.attest_cli import attest_app, bundle_app
+
 app = typer.Typer(
     help="Lockstep: keep a GPU fleet's firmware and software in lockstep.",
     no_args_is_help=True,
@@ -27,6 +29,8 @@ docs = typer.Typer(
 )
 app.add_typer(bench, name="bench")
 app.add_typer(docs, name="docs")
+app.add_typer(bundle_app, name="bundle")
+app.add_typer(attest_app, name="attest")
 console = Console()
 
 DataDir = Annotated[
@@ -117,6 +121,31 @@ def bench_bus(
     )
     table.add_row("raw nats-py publish + pull + ack (baseline)", f"{result['baseline_per_s']:,.0f}")
     table.add_row("ratio (goal >= 0.3)", f"{result['ratio']:.2f}")
+    console.print(table)
+
+
+@bench.command("attest")
+def bench_attest(
+    gib: Annotated[float, typer.Option(min=0.01, help="Total image size in GiB.")] = 2.0,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Bundle verification MB/s vs hashlib SHA-384 over the same bytes, in the same run."""
+    from lockstep_cli.bench_attest import run_bench
+
+    result = run_bench(gib, runs)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"bench attest: {result['bytes'] / (1 << 30):.2f} GiB in "
+        f"{result['images']} images x {runs} runs (medians)"
+    )
+    table.add_column("")
+    table.add_column("MB/s")
+    table.add_row("lockstep bundle verification (every check)", f"{result['mb_per_s']:,.0f}")
+    table.add_row("hashlib sha384, one thread (baseline)", f"{result['baseline_mb_per_s']:,.0f}")
+    table.add_row("ratio (goal >= 0.8)", f"{result['ratio']:.2f}")
     console.print(table)
 
 

@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import asyncpg
 import nats
@@ -42,6 +42,13 @@ MAINTENANCE_EVERY_S = 3600.0
 INBOX_RETENTION_S = 31 * 86_400.0  # longer than the longest stream max_age (30 days)
 
 
+class Worker(Protocol):
+    """A service's own background loop (e.g. a job runner), started after its connections."""
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        """Work until ``stopping`` is set; finish the item in hand, then return."""
+
+
 @dataclass(slots=True)
 class Resources:
     """Live connections, present between ``start`` and ``stop``."""
@@ -62,6 +69,7 @@ class ServiceApp:
         subscriptions: the service's consumers, from its ``router.py``.
         migration_package: the package holding its ``NNNN_name.sql`` files, if any.
         registry: event types it can decode.
+        workers: its own background loops, started last and stopped first.
     """
 
     def __init__(
@@ -72,6 +80,7 @@ class ServiceApp:
         subscriptions: Sequence[Subscription] = (),
         migration_package: str | None = None,
         registry: EventRegistry = REGISTRY,
+        workers: Sequence[Worker] = (),
     ) -> None:
         self.name = name
         self.settings = settings
@@ -80,6 +89,7 @@ class ServiceApp:
         self.namespace = Namespace(settings.namespace)
         self.metrics = Metrics(name)
         self._migration_package = migration_package
+        self._workers = tuple(workers)
         self._registry = registry
         self._runners: list[ConsumerRunner] = []
         self.relay: OutboxRelay | None = None
@@ -190,7 +200,12 @@ class ServiceApp:
         )
         port = await self._http.start(s.http_host, s.http_port)
         self.resources = Resources(pool, nc, js, port)
-        tasks = [self.relay.run(), self._maintain(), *(r.run() for r in self._runners)]
+        tasks = [
+            self.relay.run(),
+            self._maintain(),
+            *(r.run() for r in self._runners),
+            *(w.run(self.resources, self._stopping) for w in self._workers),
+        ]
         if watched:
             self._watcher = AdvisoryWatcher(js, pool, self.namespace, specs[-1])
             tasks.append(self._watcher.run())

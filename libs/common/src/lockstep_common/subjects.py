@@ -76,6 +76,11 @@ def pin_changed(site: str) -> str:
     return f"pin.changed.{token(site, 'site')}"
 
 
+def pin_changed_all() -> str:
+    """Every site's pin changes (a subscription pattern)."""
+    return "pin.changed.>"
+
+
 def device(outcome: DeviceOutcome, rollout_id: str, node_id: str) -> str:
     """A device step outcome on one node."""
     return f"device.{outcome.value}.{token(rollout_id, 'rollout id')}.{token(node_id, 'node id')}"

@@ -2,13 +2,67 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
+from pathlib import Path
+
+from lockstep_attest.adapters.trust_store import TrustStoreError, load_trust_store
+from lockstep_attest.domain.policy import Policy
 from lockstep_attest.router import subscriptions
 from lockstep_attest.settings import Settings
+from lockstep_attest.worker import AttestWorker, Context
+from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
 
 NAME = "attest"
+log = logging.getLogger(__name__)
+
+
+def directory_digest(root: Path) -> str:
+    """SHA-256 over every file's path and content below ``root``: changes with any byte."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def load_context(settings: Settings, source: str) -> Context:
+    """Trust store and policy from settings; a broken one refuses to start (exit 3)."""
+    policy: Policy = Policy()
+    approvals: tuple[bytes, ...] = ()
+    if settings.policy_file is not None:
+        try:
+            policy = Policy.model_validate_json(settings.policy_file.read_bytes())
+            base = settings.policy_file.parent
+            approvals = tuple((base / p).read_bytes() for p in policy.rollback_approvals)
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"policy {settings.policy_file}: {exc}") from None
+    if settings.trust_store is None:
+        log.warning("attest: no trust store configured; every bundle will be rejected")
+        return Context(None, "", policy, approvals, source)
+    try:
+        trust = load_trust_store(settings.trust_store)
+    except TrustStoreError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return Context(trust, directory_digest(settings.trust_store), policy, approvals, source)
 
 
 def create_app(settings: Settings | None = None) -> ServiceApp:
-    """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(NAME, settings or Settings(), subscriptions=subscriptions())
+    """Build the service; nothing connects until ``start()`` (the trust store is read here)."""
+    settings = settings or Settings()
+    ctx = load_context(settings, f"/lockstep/{NAME}")
+    worker = AttestWorker(
+        ctx,
+        poll_s=settings.worker_poll_s,
+        lease_s=settings.lease_s,
+        max_attempts=settings.max_attempts,
+        reuse_s=settings.verdict_reuse_s,
+    )
+    return ServiceApp(
+        NAME,
+        settings,
+        subscriptions=subscriptions(),
+        migration_package="lockstep_attest.migrations",
+        workers=[worker],
+    )

@@ -1,14 +1,34 @@
 """The attest service's subscriptions: its whole topology at a glance.
 
-It has no consumers yet. Per design.md it will consume:
-bundle.submitted.
+Consumes ``bundle.submitted`` (a job per submission) and ``pin.changed.>`` (for anti-rollback);
+emits ``bundle.attested`` / ``bundle.rejected`` from its worker through the outbox.
 """
 
 from __future__ import annotations
 
+from lockstep_attest import handlers
+from lockstep_common import subjects
 from lockstep_common.consumer import Subscription
+from lockstep_common.events.v1 import BundleSubmitted, PinChanged
 
 
 def subscriptions() -> tuple[Subscription, ...]:
     """Subject -> handler bindings of this service."""
-    return ()
+    return (
+        Subscription(
+            name="attest-bundles",
+            stream="BUNDLES",
+            subjects=(subjects.bundle_submitted(),),
+            handler=handlers.bundle_submitted,
+            accepts=(BundleSubmitted,),
+            description="Bundles to verify",
+        ),
+        Subscription(
+            name="attest-pins",
+            stream="PINS",
+            subjects=(subjects.pin_changed_all(),),
+            handler=handlers.pin_changed,
+            accepts=(PinChanged,),
+            description="Pinned stacks, for anti-rollback",
+        ),
+    )

@@ -1,0 +1,193 @@
+"""Runs attestation jobs from the database, one at a time, under a fenced lease.
+
+The ``bundle.submitted`` handler only records a job, so no JetStream message is held while a
+multi-gigabyte bundle is hashed (design.md, reliability rule 3). This loop claims jobs
+(``FOR UPDATE SKIP LOCKED``; a crashed holder's job is re-claimed when its lease lapses),
+verifies in a worker thread, and commits the verdict, its checks and the resulting
+``bundle.attested`` / ``bundle.rejected`` event in one transaction, only if its lease token
+is still the job's (the fence against a paused, superseded worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from lockstep_attest.adapters import repository
+from lockstep_attest.adapters.bundle_reader import BundleReadError, load_bundle
+from lockstep_attest.domain.evidence import LoadedBundle
+from lockstep_attest.domain.policy import Policy
+from lockstep_attest.domain.trust import TrustStore
+from lockstep_attest.verification import judge, needs_sha512
+from lockstep_common import subjects
+from lockstep_common.bundle import Manifest
+from lockstep_common.envelope import make_envelope
+from lockstep_common.events.v1 import BundleAttested, BundleRejected, CheckVerdict
+from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.service import Resources
+from lockstep_common.vocabulary import CheckResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What verification depends on besides the bundle."""
+
+    trust: TrustStore | None
+    trust_digest: str
+    policy: Policy
+    approvals: tuple[bytes, ...]
+    source: str
+
+
+def bundle_path(uri: str) -> Path:
+    """A local path from a ``file://`` URI or a plain path; other schemes are refused."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return Path(unquote(parsed.path) if parsed.scheme else uri)
+    raise ValueError(f"unsupported bundle URI scheme {parsed.scheme!r} (use a file path)")
+
+
+def _failure(check: str, reason: str) -> CheckVerdict:
+    return CheckVerdict(check=check, result=CheckResult.FAIL, reason=reason[:4096], duration_ms=0.0)
+
+
+class AttestWorker:
+    """The job loop (a ``lockstep_common.service.Worker``)."""
+
+    def __init__(
+        self, ctx: Context, *, poll_s: float, lease_s: float, max_attempts: int, reuse_s: float
+    ) -> None:
+        self.ctx = ctx
+        self._poll_s, self._lease_s = poll_s, lease_s
+        self._max_attempts, self._reuse_s = max_attempts, reuse_s
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        """Claim and verify until stopped."""
+        while not stopping.is_set():
+            try:
+                async with resources.pool.acquire() as conn:
+                    job = await repository.claim_job(conn, self._lease_s)
+                if job is not None:
+                    await self.process(resources, job)
+                    continue
+            except Exception:
+                log.exception("attest worker: job loop error; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
+
+    async def process(self, resources: Resources, job: repository.Job) -> None:
+        """Verify one claimed job and commit its verdict, if we still hold it."""
+        started = datetime.now(UTC)
+        bundle: LoadedBundle | None = None
+        checks: list[CheckVerdict]
+        reused: int | None = None
+        context = ""
+        if job.attempts > self._max_attempts:
+            checks = [
+                _failure("job", f"verification did not complete in {self._max_attempts} attempts")
+            ]
+        elif self.ctx.trust is None:
+            checks = [_failure("trust_store", "no trust store configured: attest fails closed")]
+        else:
+            try:
+                bundle = await asyncio.to_thread(
+                    self._load, bundle_path(job.bundle_uri), self.ctx.trust
+                )
+            except (BundleReadError, OSError, ValueError) as exc:
+                checks = [_failure("read", f"{job.bundle_uri}: {exc}")]
+            else:
+                checks, reused, context = await self._judge(resources, bundle, started)
+        await self._commit(resources, job, bundle, checks, reused, context, started)
+
+    def _load(self, path: Path, trust: TrustStore) -> LoadedBundle:
+        return load_bundle(path, sha512_needed=lambda m, docs: needs_sha512(m, docs, trust))
+
+    async def _judge(
+        self, resources: Resources, bundle: LoadedBundle, started: datetime
+    ) -> tuple[list[CheckVerdict], int | None, str]:
+        assert self.ctx.trust is not None  # noqa: S101 - process() checked
+        pinned: Manifest | None = None
+        pinned_hash = ""
+        async with resources.pool.acquire() as conn:
+            if bundle.manifest is not None:
+                found = await repository.pinned_manifest(conn, bundle.manifest.bundle_id)
+                if found:
+                    pinned_hash, pinned_json = found
+                    pinned = Manifest.model_validate(pinned_json, strict=False)
+            context = hashlib.sha256(
+                f"{self.ctx.trust_digest}|{self.ctx.policy.model_dump_json()}|{pinned_hash}".encode()
+            ).hexdigest()
+            reuse = await repository.reusable_verdict(conn, bundle.digest, context, self._reuse_s)
+            if reuse is not None:
+                return await repository.checks_of(conn, reuse), reuse, context
+        verdict = await asyncio.to_thread(
+            judge,
+            bundle,
+            self.ctx.trust,
+            self.ctx.policy,
+            now=started,
+            pinned=pinned,
+            approvals=self.ctx.approvals,
+        )
+        return list(verdict.checks), None, context
+
+    async def _commit(
+        self,
+        resources: Resources,
+        job: repository.Job,
+        bundle: LoadedBundle | None,
+        checks: list[CheckVerdict],
+        reused: int | None,
+        context: str,
+        started: datetime,
+    ) -> None:
+        manifest = bundle.manifest if bundle else None
+        accepted = bool(checks) and all(c.result is CheckResult.PASS for c in checks)
+        row = repository.VerdictRow(
+            job_id=job.id,
+            bundle_digest=bundle.digest if bundle else "",
+            context_digest=context,
+            bundle_uri=job.bundle_uri,
+            submitted_by=job.submitted_by,
+            bundle_id=manifest.bundle_id if manifest else None,
+            bundle_version=manifest.bundle_version if manifest else None,
+            stack_hash=manifest.stack_hash() if manifest else None,
+            accepted=accepted,
+            manifest=bundle.manifest_json if manifest and bundle else None,
+            read_ms=0.0,
+            started_at=started,
+            reused_from=reused,
+        )
+        if accepted and manifest:
+            data: BundleAttested | BundleRejected = BundleAttested(
+                bundle_id=manifest.bundle_id,
+                bundle_version=manifest.bundle_version,
+                stack_hash=manifest.stack_hash(),
+                checks=tuple(checks),
+            )
+            subject = subjects.bundle_attested()
+        else:
+            data = BundleRejected(
+                bundle_uri=job.bundle_uri,
+                bundle_id=manifest.bundle_id if manifest else None,
+                checks=tuple(checks),
+            )
+            subject = subjects.bundle_rejected()
+        env = make_envelope(data, source=self.ctx.source, correlation_id=job.correlation_id)
+        async with resources.pool.acquire() as conn, conn.transaction():
+            if not await repository.still_holds(conn, job):
+                log.warning("attest job %d was taken over; discarding this result", job.id)
+                return
+            await repository.save_verdict(conn, row, checks)
+            await enqueue(conn, [OutboxMessage.of(subject, env)])
+        log.info(
+            "attest job %d: %s %s", job.id, "attested" if accepted else "rejected", job.bundle_uri
+        )

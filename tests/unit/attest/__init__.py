@@ -1,0 +1,1 @@
+"""Unit tests of the attest service's pure verification modules."""

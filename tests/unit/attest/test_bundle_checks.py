@@ -1,0 +1,284 @@
+"""A whole bundle through every check: the valid kit attests; any tampering, missing evidence
+or untrusted key is rejected with a reason that names it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lockstep_attest.adapters.bundle_reader import BundleReadError
+from lockstep_attest.adapters.trust_store import load_trust_store
+from lockstep_attest.builder import build_bundle
+from lockstep_attest.domain import jws
+from lockstep_attest.domain.policy import Policy
+from lockstep_attest.testing.bundles import KID, Kit, make_kit, sfr_payload
+from lockstep_attest.verification import Verdict, verify_bundle
+from lockstep_common.bundle import Manifest
+
+pytestmark = pytest.mark.unit
+NOW = datetime.now(UTC)
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Kit:
+    return make_kit(tmp_path_factory.mktemp("kit"), now=NOW)
+
+
+@pytest.fixture
+def copy(kit: Kit, tmp_path: Path) -> Iterator[Path]:
+    target = tmp_path / "bundle"
+    shutil.copytree(kit.bundle, target)
+    yield target
+
+
+def verify(
+    kit: Kit,
+    bundle: Path,
+    policy: Policy | None = None,
+    *,
+    pinned: Manifest | None = None,
+    approvals: Sequence[bytes] = (),
+) -> Verdict:
+    trust = load_trust_store(kit.trust)
+    return verify_bundle(
+        bundle, trust, policy or Policy(), now=NOW, pinned=pinned, approvals=approvals
+    )
+
+
+def failures(v: Verdict) -> list[str]:
+    return [f"{c.check}: {c.reason}" for c in v.checks if c.result.value == "fail"]
+
+
+def test_the_kit_is_attested_with_every_check_listed(kit: Kit) -> None:
+    verdict = verify(kit, kit.bundle)
+    assert verdict.accepted, failures(verdict)
+    assert {c.check for c in verdict.checks} == {
+        "manifest",
+        "signature",
+        "inventory",
+        "digest",
+        "pldm",
+        "rim",
+        "safe",
+        "sbom",
+        "rollback",
+    }
+    assert verdict.stack_hash == kit.manifest.stack_hash()
+
+
+def test_a_tar_of_the_bundle_verifies_the_same(kit: Kit, tmp_path: Path) -> None:
+    archive = tmp_path / "bundle.tar"
+    with tarfile.open(archive, "w") as tar:
+        for path in sorted(kit.bundle.rglob("*")):
+            tar.add(path, arcname=path.relative_to(kit.bundle).as_posix(), recursive=False)
+    assert verify(kit, archive).accepted
+
+
+def test_a_tar_with_a_path_outside_the_bundle_is_refused(kit: Kit, tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(kit.bundle / "manifest.json", arcname="../escape.json")
+    with pytest.raises(BundleReadError, match="unsafe tar member"):
+        verify(kit, archive)
+
+
+def _files(bundle: Path) -> list[str]:
+    return sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_flipping_any_byte_of_any_file_never_yields_an_attested_bundle(
+    kit: Kit, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    bundle = tmp_path_factory.mktemp("flip") / "bundle"
+    shutil.copytree(kit.bundle, bundle)
+    name = data.draw(st.sampled_from(_files(bundle)), label="file")
+    raw = bytearray((bundle / name).read_bytes())
+    offset = data.draw(st.integers(0, len(raw) - 1), label="offset")
+    raw[offset] ^= data.draw(st.integers(1, 255), label="mask")
+    (bundle / name).write_bytes(bytes(raw))
+    verdict = verify(kit, bundle)
+    assert not verdict.accepted, f"{name}@{offset} changed yet attested"
+
+
+def test_an_unlisted_file_and_a_missing_image_are_both_named(kit: Kit, copy: Path) -> None:
+    (copy / "images" / "extra.bin").write_bytes(b"surprise")
+    (copy / "images" / "psu.bin").unlink()
+    problems = failures(verify(kit, copy))
+    assert "inventory: images/extra.bin is not named by the manifest" in problems
+    assert "inventory: images/psu.bin is named by the manifest but absent" in problems
+
+
+def _trust(kit: Kit, tmp_path: Path, **changes: object) -> Path:
+    trust = tmp_path / "trust"
+    shutil.copytree(kit.trust, trust)
+    spec = json.loads((trust / "trust.json").read_text())
+    for key, value in changes.items():
+        section, field = key.split("__")
+        target = spec["keys"][0] if section == "key" else spec["revocations"]
+        target[field] = value
+    (trust / "trust.json").write_text(json.dumps(spec))
+    return trust
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"key__kid": "someone-else"}, f"key {KID!r} is not in the trust store"),
+        ({"key__not_after": (NOW - timedelta(days=1)).isoformat()}, "expired at"),
+        ({"key__not_before": (NOW + timedelta(days=1)).isoformat()}, "is not valid before"),
+        ({"rev__revoked": [KID]}, "is revoked"),
+        ({"rev__next_update": (NOW - timedelta(hours=1)).isoformat()}, "revocation status"),
+    ],
+)
+def test_untrusted_signing_keys_are_refused(
+    kit: Kit, tmp_path: Path, changes: dict[str, object], reason: str
+) -> None:
+    trust = _trust(kit, tmp_path, **changes)
+    verdict = verify_bundle(kit.bundle, load_trust_store(trust), Policy(), now=NOW)
+    assert not verdict.accepted
+    assert any(reason in p for p in failures(verdict) if p.startswith("signature")), failures(
+        verdict
+    )
+
+
+def test_a_blocking_review_issue_rejects_the_bundle(kit: Kit, copy: Path) -> None:
+    vbios = (copy / "images" / "vbios.bin").read_bytes()
+    issue = {
+        "title": "Stack overflow in SPDM parser",
+        "cvss_score": "8.1",
+        "cvss_vector": "AV:N",
+        "cwe": "CWE-121",
+        "description": "...",
+        "cve": None,
+    }
+    (copy / "safe" / "vbios.jws").write_text(
+        jws.sign_compact(
+            sfr_payload(vbios, issues=[issue]), kit.srp_key, alg="ES512", kid="test-srp"
+        )
+    )
+    problems = failures(verify(kit, copy))
+    assert any("Stack overflow in SPDM parser (CVSS 8.1)" in p for p in problems), problems
+    assert not failures(verify(kit, copy, Policy(cvss_ceiling=9.0)))
+
+
+def test_a_report_about_other_firmware_rejects_the_bundle(kit: Kit, copy: Path) -> None:
+    (copy / "safe" / "vbios.jws").write_text(
+        jws.sign_compact(sfr_payload(b"other firmware"), kit.srp_key, alg="ES512", kid="test-srp")
+    )
+    assert any("does not cover this image's hash" in p for p in failures(verify(kit, copy)))
+
+
+def test_rim_chain_must_be_valid_at_the_policy_time(kit: Kit) -> None:
+    later = Policy(rim_verification_time=NOW + timedelta(days=3650))
+    problems = failures(verify(kit, kit.bundle, later))
+    assert len(problems) == 1 and problems[0].startswith("rim:"), problems
+
+
+def test_policy_can_require_evidence_the_bundle_lacks(kit: Kit) -> None:
+    policy = Policy.model_validate({"require_safe": ["psu"], "require_rim": ["bmc"]})
+    problems = failures(verify(kit, kit.bundle, policy))
+    assert "safe: gb200/psu: policy requires a S.A.F.E. report" in problems
+    assert "rim: gb200/bmc: policy requires a RIM and none is given" in problems
+
+
+def _rewrite_manifest(kit: Kit, bundle: Path, edit: object) -> None:
+    doc = json.loads((bundle / "manifest.json").read_text())
+    edit(doc)  # type: ignore[operator]
+    (bundle / "manifest.json").write_text(json.dumps(doc))
+    build_bundle(bundle, kit.signing_key_pem, KID)
+
+
+def test_pldm_package_for_another_device_is_rejected(kit: Kit, copy: Path) -> None:
+    def other_vendor(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["profiles"]["gb200"]["bmc"]["device"] = [{"type": 0, "value_hex": "8680"}]
+
+    _rewrite_manifest(kit, copy, other_vendor)
+    assert any("no device record" in p for p in failures(verify(kit, copy)))
+
+
+def test_pldm_version_must_equal_the_manifest(kit: Kit, copy: Path) -> None:
+    def claim_newer(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["profiles"]["gb200"]["bmc"]["version"] = "25.07-1"
+
+    _rewrite_manifest(kit, copy, claim_newer)
+    assert any(
+        "package version(s) ['25.06-2'] != manifest 25.07-1" in p
+        for p in failures(verify(kit, copy))
+    )
+
+
+def test_component_below_its_lowest_supported_version_is_rejected(kit: Kit, copy: Path) -> None:
+    def floor_above(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["profiles"]["gb200"]["gpu_vbios"]["lowest_supported_version"] = "97.00.B0.00.00"
+
+    _rewrite_manifest(kit, copy, floor_above)
+    assert any(
+        "below the lowest supported 97.00.B0.00.00" in p for p in failures(verify(kit, copy))
+    )
+
+
+def test_older_bundle_than_the_pinned_one_needs_a_signed_approval(kit: Kit, tmp_path: Path) -> None:
+    newer = kit.manifest.model_copy(update={"created_at": NOW + timedelta(days=1)})
+    verdict = verify(kit, kit.bundle, pinned=newer)
+    assert any("older than the pinned" in p for p in failures(verdict))
+    signing_key = _private(kit.signing_key_pem)
+    approval = jws.sign_compact(
+        json.dumps(
+            {
+                "bundle_id": "gb200-golden",
+                "bundle_version": "2026.11.1",
+                "approved_by": "sre-lead",
+                "reason": "INC-4411",
+            }
+        ).encode(),
+        signing_key,
+        alg="ES384",
+        kid=KID,
+    )
+    assert verify(kit, kit.bundle, pinned=newer, approvals=[approval.encode()]).accepted
+    wrong = jws.sign_compact(
+        b'{"bundle_id": "gb200-golden", "bundle_version": "0.1", "approved_by": "x"}',
+        signing_key,
+        alg="ES384",
+        kid=KID,
+    )
+    assert not verify(kit, kit.bundle, pinned=newer, approvals=[wrong.encode()]).accepted
+
+
+def test_security_version_may_not_decrease_against_the_pinned_bundle(kit: Kit) -> None:
+    profiles = {p: dict(c) for p, c in kit.manifest.profiles.items()}
+    vbios = next(c for c in profiles["gb200"] if c.value == "gpu_vbios")
+    profiles["gb200"][vbios] = profiles["gb200"][vbios].model_copy(update={"security_version": 5})
+    pinned = Manifest.model_validate(
+        {**kit.manifest.model_dump(by_alias=True), "profiles": profiles}, strict=False
+    )
+    assert any(
+        "security version 3 < pinned 5" in p
+        for p in failures(verify(kit, kit.bundle, pinned=pinned))
+    )
+
+
+def test_missing_or_foreign_sbom_is_rejected(kit: Kit, copy: Path) -> None:
+    (copy / "sbom.cdx.json").write_text('{"spdxVersion": "SPDX-2.3"}')
+    assert "sbom: sbom.cdx.json is not CycloneDX (bomFormat/specVersion)" in failures(
+        verify(kit, copy)
+    )
+
+
+def _private(path: Path) -> PrivateKeyTypes:
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    return load_pem_private_key(path.read_bytes(), password=None)
