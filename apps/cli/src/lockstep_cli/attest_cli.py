@@ -22,6 +22,14 @@ sfr_app = typer.Typer(help="OCP S.A.F.E. short-form reports.", no_args_is_help=T
 attest_app.add_typer(rim_app, name="rim")
 attest_app.add_typer(sfr_app, name="sfr")
 console = Console()
+errors = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: object) -> typer.Exit:
+    """Report bad input (exit 2): nothing was changed."""
+    errors.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    return typer.Exit(2)
+
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
@@ -64,8 +72,7 @@ def bundle_build(
     try:
         manifest = build_bundle(directory, key, kid)
     except BuildError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
     console.print(
         f"built {manifest.bundle_id} {manifest.bundle_version}: stack hash {manifest.stack_hash()}"
     )
@@ -94,11 +101,9 @@ def bundle_verify(
         )
         pinned_manifest = Manifest.model_validate_json(pinned.read_bytes()) if pinned else None
     except (OSError, ValueError, TrustStoreError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
     if not path.exists():
-        console.print(f"[red]error:[/] {path} does not exist")
-        raise typer.Exit(2)
+        raise _fail(f"{path} does not exist")
     verdict = verify_bundle(
         path, trust, pol, now=_time(at), pinned=pinned_manifest, approvals=approvals
     )
@@ -130,8 +135,7 @@ def rim_verify(
         anchor = x509.load_pem_x509_certificate(trust_anchor.read_bytes())
         data = file.read_bytes()
     except (OSError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
     try:
         rim = swid.verify_swid_rim(data, trust_anchor=anchor, at=_time(at))
     except (swid.RimError, ValueError) as exc:
@@ -178,8 +182,7 @@ def sfr_verify(
         data = file.read_bytes()
         image_bytes = image.read_bytes() if image else None
     except (OSError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
     checks = []
     try:
         report = safe.verify_sfr(data, keys)

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import CheckVerdict
+from lockstep_common.vocabulary import CheckResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ async def checks_of(conn: Conn, verdict_id: int) -> list[CheckVerdict]:
     return [
         CheckVerdict(
             check=r["check_name"],
-            result=r["result"],
+            result=CheckResult(r["result"]),
             reason=r["reason"],
             duration_ms=r["duration_ms"],
         )
