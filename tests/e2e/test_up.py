@@ -168,4 +168,6 @@ def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:
     assert "relay published it: stream LOCKSTEP_BUNDLES seq 1" in out
     assert "delivered twice, applied 1 time(s); audit rows: 1" in out
     assert "dead-lettered (InvalidMessage): unknown schema version 7" in out
+    assert "bundle.attested: gb200-golden 2026.11.1" in out
+    assert "one byte changed in images/psu.bin -> bundle.rejected, digest check" in out
     assert "demo finished" in out

@@ -3,19 +3,25 @@
 What it shows, each step observed rather than assumed: a state change and its event commit in
 one transaction (outbox); the relay publishes it with ``Nats-Msg-Id``; a durable consumer
 applies it exactly once (inbox); a redelivered copy has no second effect; a malformed message is
-dead-lettered with its reason while the consumer carries on. Then everything stops.
+dead-lettered with its reason while the consumer carries on; the attest service verifies the
+submitted bundle (real signatures, RIM, S.A.F.E. report, PLDM package) and rejects a copy with
+one changed byte. Then everything stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nats.js.errors
 from pydantic_settings import SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
@@ -63,8 +69,13 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
     _log_to(base / "logs" / "demo.log")
     console.rule("[bold]Lockstep demo")
     console.print(f"state directory: {base}")
+    from lockstep_attest.testing.bundles import make_kit
+
+    kit = make_kit(base / "release")
+    console.print(f"built and signed a demo bundle: {kit.bundle} (trust store {kit.trust})")
     started = time.monotonic()
-    with running_system(base, SERVICES) as (stack, services):
+    env = {"LOCKSTEP_ATTEST_TRUST_STORE": str(kit.trust)}
+    with running_system(base, SERVICES, extra_env=env) as (stack, services):
         table = Table(title=f"system up in {time.monotonic() - started:.1f}s")
         table.add_column("part")
         table.add_column("where")
@@ -73,80 +84,132 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
-        asyncio.run(_event_path(console, *stack.urls()))
+        asyncio.run(_event_path(console, *stack.urls(), bundle=kit.bundle))
         console.print("stopping services, then NATS and PostgreSQL ...")
     console.print("[bold green]demo finished[/]: every process stopped.")
 
 
-async def _event_path(console: Console, nats_url: str, database_url: str) -> None:
+@dataclass
+class Participants:
+    """The demo's in-process producer (the CLI's outbox) and consumer (an audit log)."""
+
+    producer: ServiceApp
+    consumer: ServiceApp
+    audit: Audit
+
+    async def submit(self, bundle: Path) -> Envelope[Any]:
+        """Commit a bundle.submitted event to the producer's outbox."""
+        env = make_envelope(
+            BundleSubmitted(bundle_uri=bundle.as_uri(), submitted_by="demo"),
+            source=self.producer.source,
+        )
+        async with self.producer.require().pool.acquire() as conn, conn.transaction():
+            await enqueue(conn, [OutboxMessage.of(SUBJECT, env)])
+        return env
+
+    @property
+    def wire(self) -> str:
+        """The submission subject on the wire."""
+        return self.producer.namespace.wire(SUBJECT)
+
+
+async def _event_path(console: Console, nats_url: str, database_url: str, *, bundle: Path) -> None:
     common: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "log_json": False}
-    producer = ServiceApp("cli", DemoSettings(db_schema="demo_cli", **common))
     audit = Audit(console)
-    consumer = ServiceApp(
-        "audit",
-        DemoSettings(db_schema="demo_audit", consumer_retry_backoff_s=(0.1,), **common),
-        subscriptions=[
-            Subscription("demo-audit", "BUNDLES", (SUBJECT,), audit.handle, (BundleSubmitted,))
-        ],
+    p = Participants(
+        ServiceApp("cli", DemoSettings(db_schema="demo_cli", **common)),
+        ServiceApp(
+            "audit",
+            DemoSettings(db_schema="demo_audit", consumer_retry_backoff_s=(0.1,), **common),
+            subscriptions=[
+                Subscription("demo-audit", "BUNDLES", (SUBJECT,), audit.handle, (BundleSubmitted,))
+            ],
+        ),
+        audit,
     )
-    await producer.start()
-    await consumer.start()
+    await p.producer.start()
+    await p.consumer.start()
     try:
-        produced, consumed = producer.require(), consumer.require()
-        async with consumed.pool.acquire() as conn:
+        async with p.consumer.require().pool.acquire() as conn:
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS audit_log (event_id uuid PRIMARY KEY, bundle_uri text)"
             )
-        console.rule("one event, outbox -> relay -> JetStream -> inbox")
-        env = make_envelope(
-            BundleSubmitted(
-                bundle_uri="file:///srv/bundles/gb200-2026.11.tar", submitted_by="demo"
-            ),
-            source=producer.source,
-        )
-        async with produced.pool.acquire() as conn, conn.transaction():
-            await enqueue(conn, [OutboxMessage.of(SUBJECT, env)])
-            row_id = await conn.fetchval("SELECT id FROM outbox WHERE event_id = $1", env.event_id)
-        console.print(f"  [green]1.[/] committed outbox row #{row_id}: {env.type} {env.event_id}")
-        pool = produced.pool
-        await _until(lambda: _published(pool, env.event_id), "the relay to publish")
-        js = produced.js
-        wire = producer.namespace.wire(SUBJECT)
-        stored = await js.get_last_msg(producer.namespace.stream("BUNDLES"), wire)
-        msg_id = (stored.headers or {}).get("Nats-Msg-Id")
-        console.print(
-            f"  [green]2.[/] relay published it: stream {producer.namespace.stream('BUNDLES')} "
-            f"seq {stored.seq}, subject {wire}"
-        )
-        console.print(
-            f"  [green]3.[/] Nats-Msg-Id = {msg_id} (the event id: JetStream dedups on it)"
-        )
-        await _until(lambda: _value(audit.applied == 1), "the consumer to apply it")
-        console.print(
-            f"  [green]4.[/] consumer {consumer.namespace.durable('demo-audit')} applied it: "
-            "inbox id claimed and audit row written in one transaction, then acked"
-        )
-
-        console.rule("the same event again, past the duplicate window")
-        await js.publish(wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-again"})
-        await _until(lambda: _settled(consumer), "the duplicate to be acknowledged")
-        rows = await consumed.pool.fetchval("SELECT count(*) FROM audit_log")
-        console.print(f"  delivered twice, applied {audit.applied} time(s); audit rows: {rows}")
-
-        console.rule("a malformed message")
-        await js.publish(wire, b'{"type": "lockstep.bundle.submitted", "schemaversion": 7}')
-        letter = await _until(lambda: _dead_letter(consumer), "the dead letter")
-        console.print(f"  dead-lettered ({letter['error_kind']}): {letter['reason']}")
-        console.print(
-            f"  copy published on {producer.namespace.wire(subjects.dead_letter(SUBJECT))}"
-        )
-        console.print(
-            "  subscribe to every event with: "
-            f"[bold]nats sub '{producer.namespace.name}.>' --server {nats_url}[/]"
-        )
+        env = await _journey(console, p, bundle)
+        await _duplicate(console, p, env)
+        await _malformed(console, p, nats_url)
+        await _attestation(console, p, bundle)
     finally:
-        await consumer.stop()
-        await producer.stop()
+        await p.consumer.stop()
+        await p.producer.stop()
+
+
+async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[Any]:
+    console.rule("one event, outbox -> relay -> JetStream -> inbox")
+    env = await p.submit(bundle)
+    produced = p.producer.require()
+    console.print(f"  [green]1.[/] committed to the outbox: {env.type} {env.event_id}")
+    await _until(lambda: _published(produced.pool, env.event_id), "the relay to publish")
+    stream = p.producer.namespace.stream("BUNDLES")
+    stored = await produced.js.get_last_msg(stream, p.wire)
+    msg_id = (stored.headers or {}).get("Nats-Msg-Id")
+    console.print(
+        f"  [green]2.[/] relay published it: stream {stream} seq {stored.seq}, subject {p.wire}"
+    )
+    console.print(f"  [green]3.[/] Nats-Msg-Id = {msg_id} (the event id: JetStream dedups on it)")
+    await _until(lambda: _value(p.audit.applied == 1), "the consumer to apply it")
+    console.print(
+        f"  [green]4.[/] consumer {p.consumer.namespace.durable('demo-audit')} applied it: "
+        "inbox id claimed and audit row written in one transaction, then acked"
+    )
+    return env
+
+
+async def _duplicate(console: Console, p: Participants, env: Envelope[Any]) -> None:
+    console.rule("the same event again, past the duplicate window")
+    js = p.producer.require().js
+    await js.publish(p.wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-again"})
+    await _until(lambda: _settled(p.consumer), "the duplicate to be acknowledged")
+    rows = await p.consumer.require().pool.fetchval("SELECT count(*) FROM audit_log")
+    console.print(f"  delivered twice, applied {p.audit.applied} time(s); audit rows: {rows}")
+
+
+async def _malformed(console: Console, p: Participants, nats_url: str) -> None:
+    console.rule("a malformed message")
+    js = p.producer.require().js
+    await js.publish(p.wire, b'{"type": "lockstep.bundle.submitted", "schemaversion": 7}')
+    letter = await _until(lambda: _dead_letter(p.consumer), "the dead letter")
+    console.print(f"  dead-lettered ({letter['error_kind']}): {letter['reason']}")
+    console.print(f"  copy published on {p.producer.namespace.wire(subjects.dead_letter(SUBJECT))}")
+    console.print(
+        "  subscribe to every event with: "
+        f"[bold]nats sub '{p.producer.namespace.name}.>' --server {nats_url}[/]"
+    )
+
+
+async def _attestation(console: Console, p: Participants, bundle: Path) -> None:
+    console.rule("the attest service verified the submitted bundle")
+    js = p.producer.require().js
+    verdict = await _until(
+        lambda: _last(js, p.producer, subjects.bundle_attested()), "attested", 60
+    )
+    data = verdict["data"]
+    console.print(
+        f"  bundle.attested: {data['bundle_id']} {data['bundle_version']}, stack hash "
+        f"{data['stack_hash'][:16]}..., all {len(data['checks'])} checks passed"
+    )
+    tampered = bundle.parent / "tampered"
+    shutil.copytree(bundle, tampered, dirs_exist_ok=True)
+    with (tampered / "images" / "psu.bin").open("r+b") as f:
+        f.write(b"\x00")
+    await p.submit(tampered)
+    rejected = await _until(
+        lambda: _last(js, p.producer, subjects.bundle_rejected()), "rejected", 60
+    )
+    failed = next(c for c in rejected["data"]["checks"] if c["result"] == "fail")
+    console.print(
+        f"  one byte changed in images/psu.bin -> bundle.rejected, {failed['check']} check: "
+        f"{failed['reason'][:60]}..."
+    )
 
 
 def _log_to(path: Path) -> None:
@@ -156,6 +219,14 @@ def _log_to(path: Path) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(logging.INFO)
+
+
+async def _last(js: Any, app: ServiceApp, subject: str) -> dict[str, Any] | None:
+    try:
+        msg = await js.get_last_msg(app.namespace.stream("BUNDLES"), app.namespace.wire(subject))
+    except nats.js.errors.NotFoundError:
+        return None
+    return dict(json.loads(msg.data))
 
 
 async def _value(value: bool) -> bool:

@@ -106,7 +106,11 @@ def stop_services(services: Sequence[ServiceProcess]) -> None:
 
 @contextlib.contextmanager
 def running_system(
-    data_dir: Path, names: Sequence[str] = SERVICES, *, durable: bool = True
+    data_dir: Path,
+    names: Sequence[str] = SERVICES,
+    *,
+    durable: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
     """The stack plus the named services, stopped in the right order on exit."""
     stack = Stack(
@@ -118,7 +122,7 @@ def running_system(
     services: list[ServiceProcess] = []
     with stack:
         try:
-            services.extend(start_service(n, stack, data_dir / "logs") for n in names)
+            services.extend(start_service(n, stack, data_dir / "logs", extra_env) for n in names)
             wait_ready(services)
             yield stack, services
         finally:
