@@ -3,6 +3,7 @@ or untrusted key is rejected with a reason that names it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tarfile
@@ -282,3 +283,34 @@ def _private(path: Path) -> PrivateKeyTypes:
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     return load_pem_private_key(path.read_bytes(), password=None)
+
+
+def test_a_corim_rim_signed_by_a_trusted_key_is_checked_against_the_image(
+    kit: Kit, copy: Path, tmp_path: Path
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from lockstep_attest.testing.corim_fixtures import signed_corim
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    trust = tmp_path / "trust"
+    shutil.copytree(kit.trust, trust)
+    (trust / "corim-keys" / "vbios-rim.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    vbios = (copy / "images" / "vbios.bin").read_bytes()
+    (copy / "rim" / "vbios.swidtag").unlink()
+    (copy / "rim" / "vbios.cbor").write_bytes(signed_corim(hashlib.sha384(vbios).hexdigest(), key))
+
+    def use_corim(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["profiles"]["gb200"]["gpu_vbios"]["rim"] = "rim/vbios.cbor"
+
+    _rewrite_manifest(kit, copy, use_corim)
+    verdict = verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW)
+    assert verdict.accepted, failures(verdict)
+    (copy / "rim" / "vbios.cbor").write_bytes(signed_corim("00" * 48, key))
+    verdict = verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW)
+    assert any("no sha384 equals the image" in p for p in failures(verdict)), failures(verdict)

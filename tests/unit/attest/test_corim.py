@@ -40,8 +40,12 @@ def comid(digests: list[Any]) -> cbor2.CBORTag:
     return cbor2.CBORTag(506, cbor2.dumps(body))
 
 
-def signed(corim_map: dict[int, Any], *, content_type: str | None = corim.CONTENT_TYPE,
-           meta: dict[int, Any] | None = None) -> bytes:  # fmt: skip
+def signed(
+    corim_map: dict[int, Any],
+    *,
+    content_type: str | None = corim.CONTENT_TYPE,
+    meta: dict[int, Any] | None = None,
+) -> bytes:
     extra: dict[int, Any] = {} if content_type is None else {3: content_type}
     if meta is not None:
         extra[8] = cbor2.dumps(meta)
@@ -70,8 +74,11 @@ def test_real_corim_validity_window_when_asked() -> None:
 @pytest.mark.parametrize("where", ["payload", "signature", "protected"])
 def test_real_corim_one_changed_byte_fails(where: str) -> None:
     data, key = real()
-    offset = {"payload": data.index(bytes.fromhex(FIRST_DIGEST)), "signature": len(data) - 5,
-              "protected": data.index(b"rim+cbor")}[where]  # fmt: skip
+    offset = {
+        "payload": data.index(bytes.fromhex(FIRST_DIGEST)),
+        "signature": len(data) - 5,
+        "protected": data.index(b"rim+cbor"),
+    }[where]
     changed = bytearray(data)
     changed[offset] ^= 0x01
     with pytest.raises(corim.CorimError):
@@ -87,11 +94,19 @@ def test_real_corim_wrong_key_fails() -> None:
 
 def test_own_corim_digest_normalisation() -> None:
     sha384, sha512, sha256 = b"\x03" * 48, b"\x05" * 64, b"\x02" * 32
-    digests = [[-43, sha384], [8, sha512], ["sha-256", sha256], [9, b"\x00" * 28], ["sha3-256", b""]]
+    digests = [
+        [-43, sha384],
+        [8, sha512],
+        ["sha-256", sha256],
+        [9, b"\x00" * 28],
+        ["sha3-256", b""],
+    ]
     rid = uuid.UUID("31fb5abf-023e-4992-aa4e-95f9c1503bfa")
     profile = cbor2.CBORTag(111, bytes.fromhex("060A2B0601040182F4170101"))
-    data = signed({0: rid, 1: [comid(digests)], 3: profile},
-                  meta={0: {0: "signer"}, 1: {1: datetime(2030, 1, 1, tzinfo=UTC)}})  # fmt: skip
+    data = signed(
+        {0: rid, 1: [comid(digests)], 3: profile},
+        meta={0: {0: "signer"}, 1: {1: datetime(2030, 1, 1, tzinfo=UTC)}},
+    )
     rim = corim.verify_corim(data, p384().public_key(), at=datetime(2029, 1, 1, tzinfo=UTC))
     assert rim.digests == ((-43, sha384), (-44, sha512), (-16, sha256))  # unknown algs dropped
     assert (rim.id, rim.profile, rim.signer) == (str(rid), "1.3.6.1.4.1.47639.1.1", "signer")
@@ -108,18 +123,25 @@ def test_own_corim_digest_normalisation() -> None:
         ({0: "x", 1: [cbor2.CBORTag(506, {1: 2})]}, {}, "bstr-wrapped"),
         ({0: "x", 1: [comid([[-43, b"\x00" * 48]])], 3: "oid"}, {}, "neither 111"),
         ({0: "x", 1: [comid([[-43, b"\x00" * 48]])]}, {"content_type": None}, "content-type None"),
-        ({0: "x", 1: [comid([[-43, b"\x00" * 48]])]}, {"content_type": "application/cbor"}, "content-type"),
+        (
+            {0: "x", 1: [comid([[-43, b"\x00" * 48]])]},
+            {"content_type": "application/cbor"},
+            "content-type",
+        ),
         ({0: "x", 1: [comid([[-43, b"\x00" * 48]])]}, {"meta": {0: {}, 1: {1: 5}}}, "tag-1 times"),
     ],
-)  # fmt: skip
-def test_own_corim_refusals(corim_map: dict[int, Any], kwargs: dict[str, Any], message: str) -> None:
+)
+def test_own_corim_refusals(
+    corim_map: dict[int, Any], kwargs: dict[str, Any], message: str
+) -> None:
     with pytest.raises(corim.CorimError, match=message):
         corim.verify_corim(signed(corim_map, **kwargs), p384().public_key())
 
 
 def test_payload_must_be_tag_501() -> None:
-    data = cose.sign1(cbor2.dumps({0: "x"}), p384(), alg=-35, kid=b"k",
-                      extra_protected={3: corim.CONTENT_TYPE})  # fmt: skip
+    data = cose.sign1(
+        cbor2.dumps({0: "x"}), p384(), alg=-35, kid=b"k", extra_protected={3: corim.CONTENT_TYPE}
+    )
     with pytest.raises(corim.CorimError, match="tag 501"):
         corim.verify_corim(data, p384().public_key())
 

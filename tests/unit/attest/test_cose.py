@@ -19,8 +19,12 @@ from lockstep_attest.domain.keys import load_public_key
 pytestmark = pytest.mark.unit
 
 REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference"
-TETREL_DIR = REFERENCE / "ocp-safe" / "reports" / "Microsoft" / "2026" / "microsoft_hsm_cryptographic_module"  # fmt: skip
-TETREL_KEY = REFERENCE / "ocp-safe" / "srp-keys" / "Tetrel_Security" / "tetrel-ocp-sfr-signing-key.pub"  # fmt: skip
+TETREL_DIR = (
+    REFERENCE / "ocp-safe" / "reports" / "Microsoft" / "2026" / "microsoft_hsm_cryptographic_module"
+)
+TETREL_KEY = (
+    REFERENCE / "ocp-safe" / "srp-keys" / "Tetrel_Security" / "tetrel-ocp-sfr-signing-key.pub"
+)
 NCC_KEY = REFERENCE / "ocp-safe" / "srp-keys" / "NCC_Group" / "ocp_safe_ncc_group_ecdsa_p521.pub"
 
 
@@ -34,7 +38,9 @@ def key_for(kind: str) -> PrivateKeyTypes:
     return ed25519.Ed25519PrivateKey.generate()
 
 
-def cose_sign(payload: bytes, signers: Sequence[tuple[PrivateKeyTypes, str, dict[int, Any], dict[int, Any]]]) -> bytes:  # fmt: skip
+def cose_sign(
+    payload: bytes, signers: Sequence[tuple[PrivateKeyTypes, str, dict[int, Any], dict[int, Any]]]
+) -> bytes:
     """A tagged COSE_Sign with an empty body header; each signer is (key, JOSE alg,
     protected, unprotected), signed over Sig_structure "Signature" (RFC 9052 section 4.4)."""
     sigs = []
@@ -52,8 +58,15 @@ def real_tetrel_reports() -> list[Path]:
     return found
 
 
-PAIRS = [(-7, "P-256"), (-35, "P-384"), (-36, "P-521"), (-37, "RSA-3072"), (-38, "RSA-3072"),
-         (-39, "RSA-3072"), (-8, "Ed25519")]  # fmt: skip
+PAIRS = [
+    (-7, "P-256"),
+    (-35, "P-384"),
+    (-36, "P-521"),
+    (-37, "RSA-3072"),
+    (-38, "RSA-3072"),
+    (-39, "RSA-3072"),
+    (-8, "Ed25519"),
+]
 
 
 @pytest.mark.parametrize(("alg", "kind"), PAIRS)
@@ -88,12 +101,16 @@ def test_allowed_restricts_algorithms() -> None:
 def test_sign1_without_alg_is_not_inferred() -> None:
     key = key_for("P-521")
     tbs = cbor2.dumps(["Signature1", b"", b"", b"p"])
-    data = cbor2.dumps(cbor2.CBORTag(18, [b"", {4: b"k"}, b"p", create_signature("ES512", key, tbs)]))
+    data = cbor2.dumps(
+        cbor2.CBORTag(18, [b"", {4: b"k"}, b"p", create_signature("ES512", key, tbs)])
+    )
     with pytest.raises(cose.CoseError, match="COSE_Sign1 has no alg"):
         cose.verify(cose.decode(data), key.public_key())
 
 
-@pytest.mark.parametrize(("kind", "alg"), [("P-256", "ES256"), ("P-384", "ES384"), ("P-521", "ES512")])
+@pytest.mark.parametrize(
+    ("kind", "alg"), [("P-256", "ES256"), ("P-384", "ES384"), ("P-521", "ES512")]
+)
 def test_cose_sign_without_alg_infers_from_curve(kind: str, alg: str) -> None:
     key = key_for(kind)
     msg = cose.decode(cose_sign(b"p", [(key, alg, {}, {4: b"k"})]))
@@ -110,8 +127,9 @@ def test_cose_sign_without_alg_and_rsa_key_refused() -> None:
 
 def test_cose_sign_kid_selects_signer() -> None:
     a, b = key_for("P-384"), key_for("P-521")
-    msg = cose.decode(cose_sign(b"p", [(a, "ES384", {1: -35}, {4: b"a"}),
-                                       (b, "ES512", {1: -36}, {4: b"b"})]))  # fmt: skip
+    msg = cose.decode(
+        cose_sign(b"p", [(a, "ES384", {1: -35}, {4: b"a"}), (b, "ES512", {1: -36}, {4: b"b"})])
+    )
     cose.verify(msg, b.public_key())  # any signer
     cose.verify(msg, b.public_key(), kid=b"b")
     with pytest.raises(cose.CoseError, match="ES384 needs an EC P-384 key"):
@@ -159,13 +177,16 @@ def _protected(mapping_bytes: bytes) -> bytes:
         (_protected(cbor2.dumps({4: "kid"})), "kid must be a bstr"),
         (_protected(cbor2.dumps({2: [4]})), "'crit' is not supported"),
         (_protected(cbor2.dumps({cbor2.CBORSimpleValue(4): b"k"})), "neither an int nor a tstr"),
-        (cbor2.dumps(cbor2.CBORTag(18, [cbor2.dumps({1: -7}), {1: -7}, b"p", b"s"])), "both buckets"),
+        (
+            cbor2.dumps(cbor2.CBORTag(18, [cbor2.dumps({1: -7}), {1: -7}, b"p", b"s"])),
+            "both buckets",
+        ),
         (cbor2.dumps(cbor2.CBORTag(98, [b"", {}, b"p", []])), "non-empty array"),
         (cbor2.dumps(cbor2.CBORTag(98, [b"", {}, b"p", [[b"", {}]]])), "array of 3"),
         (bytes.fromhex("d2 9f 40 a0 41 70 41 73 ff"), "not valid CBOR"),  # indefinite array
         (b"\xff\xfe", "not valid CBOR"),
     ],
-)  # fmt: skip
+)
 def test_malformed_messages(data: bytes, message: str) -> None:
     with pytest.raises(cose.CoseError, match=message):
         cose.decode(data)

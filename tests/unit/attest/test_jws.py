@@ -70,11 +70,13 @@ def test_detached_payload_appendix_f() -> None:
     key = key_for("P-384")
     token = jws.sign_compact(b"manifest", key, alg="ES384", kid="m", detached=True)
     assert token.split(".")[1] == ""
-    jws.verify(jws.parse_compact(token, detached_payload=b"manifest"), key.public_key(),
-               allowed=ALL)  # fmt: skip
+    jws.verify(
+        jws.parse_compact(token, detached_payload=b"manifest"), key.public_key(), allowed=ALL
+    )
     with pytest.raises(jws.JwsError, match="signature does not verify"):
-        jws.verify(jws.parse_compact(token, detached_payload=b"manifesT"), key.public_key(),
-                   allowed=ALL)  # fmt: skip
+        jws.verify(
+            jws.parse_compact(token, detached_payload=b"manifesT"), key.public_key(), allowed=ALL
+        )
     with pytest.raises(jws.JwsError, match="does not verify"):  # empty payload is not the manifest
         jws.verify(jws.parse_compact(token), key.public_key(), allowed=ALL)
 
@@ -135,7 +137,9 @@ def test_any_changed_segment_fails(segment: int) -> None:
     parts = jws.sign_compact(b'{"a":"payload"}', key, alg="ES512", kid="k").split(".")
     middle = len(parts[segment]) // 2
     char = parts[segment][middle]
-    parts[segment] = parts[segment][:middle] + ("B" if char == "A" else "A") + parts[segment][middle + 1:]  # fmt: skip
+    parts[segment] = (
+        parts[segment][:middle] + ("B" if char == "A" else "A") + parts[segment][middle + 1 :]
+    )
     with pytest.raises(jws.JwsError):
         jws.verify(jws.parse_compact(".".join(parts)), key.public_key(), allowed=ALL)
 
@@ -191,8 +195,9 @@ def test_sign_refusals() -> None:
 
 
 def test_extra_header_and_missing_kid() -> None:
-    token = jws.sign_compact(b"p", key_for("P-256"), alg="ES256", kid="k",
-                             extra_header={"typ": "JWT"})  # fmt: skip
+    token = jws.sign_compact(
+        b"p", key_for("P-256"), alg="ES256", kid="k", extra_header={"typ": "JWT"}
+    )
     assert jws.parse_compact(token).header == {"alg": "ES256", "kid": "k", "typ": "JWT"}
     assert jws.parse_compact(token_with_header({"alg": "ES256"})).kid is None
 

@@ -153,7 +153,7 @@ def _rim_verdict(
     if data is None:
         return False, f"{name}: {entry.rim} is missing"
     if entry.rim.endswith(".cbor"):
-        return _corim_verdict(name, entry, data, trust)
+        return _corim_verdict(name, entry, data, trust, at)
     errors = []
     for anchor in trust.rim_anchors:
         try:
@@ -168,12 +168,12 @@ def _rim_verdict(
 
 
 def _corim_verdict(
-    name: str, entry: ComponentEntry, data: bytes, trust: TrustStore
+    name: str, entry: ComponentEntry, data: bytes, trust: TrustStore, at: datetime
 ) -> tuple[bool, str]:
     errors = []
     for kid, key in sorted(trust.corim_keys.items()):
         try:
-            rim = corim.verify_corim(data, key)
+            rim = corim.verify_corim(data, key, at=at)
         except (corim.CorimError, ValueError) as exc:
             errors.append(f"{kid}: {exc}")
             continue

@@ -124,8 +124,8 @@ class SrpKeySet:
             raise SfrError(f"no SRP public keys are loaded (from {self.source or 'nowhere'})")
         if kid is not None:
             stems = [n for n in self.keys if PurePosixPath(n).stem == kid]
-            name = self.kid_table.get(kid) or (stems[0] if len(stems) == 1 else None)
-            if name is not None and name in self.keys:
+            named = [self.kid_table.get(kid), stems[0] if len(stems) == 1 else None]
+            for name in (n for n in named if n is not None and n in self.keys):
                 return [(name, self.keys[name])]
             if not authenticated:
                 raise SfrError(f"unauthenticated kid {kid!r} names no loaded SRP key")
