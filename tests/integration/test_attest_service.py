@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,9 @@ def submitted(path: Path) -> BundleSubmitted:
 
 
 async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
-    servers: Any, namespace: str, kit: Kit, tmp_path: Path
+    servers: Any, namespace: str, kit: Kit, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     app = attest_app(servers, namespace, kit.trust)
     await app.start()
     producer = make_app(servers, namespace, "cli")
@@ -74,6 +76,7 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
         (verdict,) = await verdicts(app)
         assert verdict["accepted"] and verdict["submitted_by"] == "ci-job-812"
         assert verdict["stack_hash"] == kit.manifest.stack_hash()
+        assert verdict["read_ms"] > 0
         async with app.require().pool.acquire() as conn:
             checks = await repository.checks_of(conn, verdict["id"])
         assert {c.check for c in checks} >= {"signature", "digest", "pldm", "rim", "safe", "sbom"}
@@ -100,6 +103,9 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
         await wait_for(lambda: count(app, 3), what="a third verdict")
         third = (await verdicts(app))[2]
         assert not third["accepted"] and third["reused_from"] is None
+        # Keys never reach the logs: neither PEM blocks nor the signing key's body.
+        secret = "".join(kit.signing_key_pem.read_text().splitlines()[1:-1])
+        assert "PRIVATE KEY" not in caplog.text and secret[:32] not in caplog.text
     finally:
         await producer.stop()
         await app.stop()

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,6 +91,7 @@ class AttestWorker:
         checks: list[CheckVerdict]
         reused: int | None = None
         context = ""
+        read_ms = 0.0
         if job.attempts > self._max_attempts:
             checks = [
                 _failure("job", f"verification did not complete in {self._max_attempts} attempts")
@@ -97,6 +99,7 @@ class AttestWorker:
         elif self.ctx.trust is None:
             checks = [_failure("trust_store", "no trust store configured: attest fails closed")]
         else:
+            t0 = time.perf_counter()
             try:
                 bundle = await asyncio.to_thread(
                     self._load, bundle_path(job.bundle_uri), self.ctx.trust
@@ -104,8 +107,9 @@ class AttestWorker:
             except (BundleReadError, OSError, ValueError) as exc:
                 checks = [_failure("read", f"{job.bundle_uri}: {exc}")]
             else:
+                read_ms = (time.perf_counter() - t0) * 1000
                 checks, reused, context = await self._judge(resources, bundle, started)
-        await self._commit(resources, job, bundle, checks, reused, context, started)
+        await self._commit(resources, job, bundle, checks, reused, context, started, read_ms)
 
     def _load(self, path: Path, trust: TrustStore) -> LoadedBundle:
         return load_bundle(path, sha512_needed=lambda m, docs: needs_sha512(m, docs, trust))
@@ -148,6 +152,7 @@ class AttestWorker:
         reused: int | None,
         context: str,
         started: datetime,
+        read_ms: float,
     ) -> None:
         manifest = bundle.manifest if bundle else None
         accepted = bool(checks) and all(c.result is CheckResult.PASS for c in checks)
@@ -162,7 +167,7 @@ class AttestWorker:
             stack_hash=manifest.stack_hash() if manifest else None,
             accepted=accepted,
             manifest=bundle.manifest_json if manifest and bundle else None,
-            read_ms=0.0,
+            read_ms=round(read_ms, 3),
             started_at=started,
             reused_from=reused,
         )
