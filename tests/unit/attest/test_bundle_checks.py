@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -314,3 +315,76 @@ def test_a_corim_rim_signed_by_a_trusted_key_is_checked_against_the_image(
     (copy / "rim" / "vbios.cbor").write_bytes(signed_corim("00" * 48, key))
     verdict = verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW)
     assert any("no sha384 equals the image" in p for p in failures(verdict)), failures(verdict)
+
+
+def _x5c_signed(kit: Kit, bundle: Path, trust: Path, *, leaf_days: int = 30) -> str:
+    """Re-sign ``bundle`` with a certificate chain (x5c) under a root trusted in ``trust``."""
+    import base64
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from lockstep_attest.testing import rim_fixtures as rf
+    from lockstep_common.bundle import signed_bytes
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, cn)])
+
+    root = rf.issue(
+        name("Release Root"),
+        issuer=None,
+        validity=(NOW - timedelta(days=1), NOW + timedelta(days=900)),
+        ca=True,
+        key_usage=rf.CA_USAGE,
+    )
+    leaf = rf.issue(
+        name("Release Signer"),
+        issuer=root,
+        ca=False,
+        key_usage=rf.SIGNER_USAGE,
+        validity=(NOW - timedelta(days=1), NOW + timedelta(days=leaf_days)),
+    )
+    (trust / "manifest-anchors").mkdir(exist_ok=True)
+    (trust / "manifest-anchors" / "root.pem").write_bytes(root.cert.public_bytes(Encoding.PEM))
+    chain = [
+        base64.b64encode(c.public_bytes(Encoding.DER)).decode() for c in (leaf.cert, root.cert)
+    ]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    token = jws.sign_compact(
+        signed_bytes(manifest),
+        leaf.key,
+        alg="ES384",
+        kid="release-signer",
+        detached=True,
+        extra_header={"x5c": chain},
+    )
+    (bundle / "manifest.jws").write_text(token)
+    return "sha256:" + leaf.cert.fingerprint(hashes.SHA256()).hex()
+
+
+def test_a_manifest_signed_with_a_certificate_chain_validates_to_a_manifest_anchor(
+    kit: Kit, copy: Path, tmp_path: Path
+) -> None:
+    trust = _trust(kit, tmp_path)
+    fingerprint = _x5c_signed(kit, copy, trust)
+    verdict = verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW)
+    assert verdict.accepted, failures(verdict)
+    assert any(c.reason.startswith("signed by CN=Release Signer") for c in verdict.checks)
+    # Revoking the signer's certificate (by fingerprint) refuses it.
+    spec = json.loads((trust / "trust.json").read_text())
+    spec["revocations"]["revoked"] = [fingerprint]
+    (trust / "trust.json").write_text(json.dumps(spec))
+    problems = failures(verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW))
+    assert any("is revoked" in p for p in problems), problems
+
+
+def test_a_certificate_chain_to_an_untrusted_root_or_past_expiry_is_refused(
+    kit: Kit, copy: Path, tmp_path: Path
+) -> None:
+    trust = _trust(kit, tmp_path)
+    _x5c_signed(kit, copy, trust, leaf_days=1)
+    later = verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW + timedelta(days=2))
+    assert any(p.startswith("signature: manifest.jws: certificate chain") for p in failures(later))
+    shutil.rmtree(trust / "manifest-anchors")
+    problems = failures(verify_bundle(copy, load_trust_store(trust), Policy(), now=NOW))
+    assert any("no anchor is trusted" in p for p in problems), problems

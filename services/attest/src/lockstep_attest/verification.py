@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 
 from lockstep_attest.adapters.bundle_reader import load_bundle
-from lockstep_attest.domain import checks, jws, safe
-from lockstep_attest.domain.checks import Finding
+from lockstep_attest.domain import checks, jws, safe, signature
 from lockstep_attest.domain.evidence import LoadedBundle
+from lockstep_attest.domain.findings import Finding
 from lockstep_attest.domain.policy import Policy
 from lockstep_attest.domain.trust import TrustError, TrustStore
 from lockstep_common.bundle import Manifest
@@ -76,7 +76,7 @@ def judge(
     )
     steps: list[Callable[[], list[Finding]]] = [
         lambda: checks.manifest_schema(bundle),
-        lambda: checks.manifest_signature(bundle, trust, now),
+        lambda: signature.manifest_signature(bundle, trust, now),
         lambda: checks.image_inventory(bundle),
         lambda: checks.image_digests(bundle),
         lambda: checks.pldm_packages(bundle),
@@ -124,7 +124,7 @@ def _approval_valid(token: bytes, manifest: Manifest, trust: TrustStore, now: da
     try:
         parsed = jws.parse_compact(token.strip())
         key = trust.key_for(parsed.kid, now)
-        jws.verify(parsed, key.key, allowed=checks.MANIFEST_ALGORITHMS)
+        jws.verify(parsed, key.key, allowed=signature.MANIFEST_ALGORITHMS)
         claim = json.loads(parsed.payload)
     except (jws.JwsError, TrustError, ValueError):
         return False

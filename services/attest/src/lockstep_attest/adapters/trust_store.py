@@ -67,6 +67,9 @@ def load_trust_store(root: Path) -> TrustStore:
         rim_anchors=tuple(_certificate(p) for p in sorted((root / "rim-anchors").glob("*.pem"))),
         corim_keys={p.stem: _public_key(p) for p in sorted((root / "corim-keys").glob("*.pem"))},
         srp_keys=SrpKeySet.from_dir(root / "srp-keys"),  # empty when absent: reports then fail
+        manifest_anchors=tuple(
+            _certificate(p) for p in sorted((root / "manifest-anchors").glob("*.pem"))
+        ),
     )
 
 

@@ -9,27 +9,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 
-from lockstep_attest.domain import corim, jws, safe, swid
+from lockstep_attest.domain import corim, safe, swid
 from lockstep_attest.domain.evidence import ImageFacts, LoadedBundle
+from lockstep_attest.domain.findings import Finding
 from lockstep_attest.domain.policy import Policy
-from lockstep_attest.domain.trust import TrustError, TrustStore
+from lockstep_attest.domain.trust import TrustStore
 from lockstep_attest.domain.versions import older
-from lockstep_common.bundle import ComponentEntry, ImageFormat, Manifest, signed_bytes
+from lockstep_common.bundle import ComponentEntry, ImageFormat, Manifest
 
-MANIFEST_ALGORITHMS = frozenset({"ES384", "EdDSA"})
 COSE_SHA384 = -43
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One check's result."""
-
-    check: str
-    passed: bool
-    reason: str
 
 
 def _entries(m: Manifest) -> Iterator[tuple[str, ComponentEntry]]:
@@ -46,21 +36,6 @@ def manifest_schema(b: LoadedBundle) -> list[Finding]:
     return [
         Finding("manifest", True, f"{m.bundle_id} {m.bundle_version}, {len(m.profiles)} profile(s)")
     ]
-
-
-def manifest_signature(b: LoadedBundle, trust: TrustStore, at: datetime) -> list[Finding]:
-    """manifest.jws is a valid detached signature over the canonical manifest by a trusted key."""
-    if b.signature is None:
-        return [Finding("signature", False, "manifest.jws is missing")]
-    try:
-        token = jws.parse_compact(
-            b.signature.strip(), detached_payload=signed_bytes(b.manifest_json)
-        )
-        key = trust.key_for(token.kid, at)
-        jws.verify(token, key.key, allowed=MANIFEST_ALGORITHMS)
-    except (jws.JwsError, TrustError, ValueError) as exc:
-        return [Finding("signature", False, f"manifest.jws: {exc}")]
-    return [Finding("signature", True, f"signed by {token.kid} ({token.alg})")]
 
 
 def image_inventory(b: LoadedBundle) -> list[Finding]:

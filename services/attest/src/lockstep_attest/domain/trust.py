@@ -45,6 +45,7 @@ class TrustStore:
     rim_anchors: tuple[Any, ...]  # x509.Certificate
     corim_keys: dict[str, Any]
     srp_keys: Any  # safe.SrpKeySet
+    manifest_anchors: tuple[Any, ...] = ()  # x509.Certificate roots for x5c-signed manifests
 
     def key_for(self, kid: str | None, at: datetime) -> TrustedKey:
         """The key ``kid`` names, if it may be trusted at ``at``.
@@ -61,14 +62,19 @@ class TrustStore:
             raise TrustError(f"key {kid!r} is not valid before {key.not_before.isoformat()}")
         if at > key.not_after:
             raise TrustError(f"key {kid!r} expired at {key.not_after.isoformat()}")
+        self.check_not_revoked(kid, f"key {kid!r}", at)
+        return key
+
+    def check_not_revoked(self, identity: str, what: str, at: datetime) -> None:
+        """Refuse ``identity`` (a key id, or ``sha256:<certificate fingerprint>``) when it is
+        revoked or when the revocation list cannot vouch for it at ``at``."""
         rev = self.revocations
         if rev is None:
-            raise TrustError(f"revocation status of {kid!r} unknown: the trust store has no list")
+            raise TrustError(f"revocation status of {what} unknown: the trust store has no list")
         if at > rev.next_update:
             raise TrustError(
-                f"revocation status of {kid!r} unknown: the list was due for renewal at "
+                f"revocation status of {what} unknown: the list was due for renewal at "
                 f"{rev.next_update.isoformat()}"
             )
-        if kid in rev.revoked:
-            raise TrustError(f"key {kid!r} is revoked")
-        return key
+        if identity in rev.revoked:
+            raise TrustError(f"{what} is revoked")
