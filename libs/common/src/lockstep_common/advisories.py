@@ -17,7 +17,7 @@ import logging
 
 import asyncpg
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -71,15 +71,14 @@ class AdvisoryWatcher:
             while not self._stopping.is_set():
                 try:
                     msgs = await psub.fetch(32, timeout=1.0)
+                    for msg in msgs:
+                        await self._handle(msg)
                 except NatsTimeout:
                     continue
-                except (ConnectionClosedError, OSError) as exc:
-                    log.warning("advisory watcher: fetch failed: %s", exc)
+                except (NatsError, OSError) as exc:
+                    log.warning("advisory watcher: NATS error, pausing: %s", exc)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopping.wait(), timeout=2.0)
-                    continue
-                for msg in msgs:
-                    await self._handle(msg)
         finally:
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()

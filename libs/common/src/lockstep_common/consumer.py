@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 
@@ -178,14 +178,15 @@ class ConsumerRunner:
             while not self._stopping.is_set():
                 try:
                     msgs = await psub.fetch(self._cfg.batch, timeout=self._cfg.fetch_timeout_s)
+                    failures = 0
+                    # Acks after a commit may fail on a broken connection: safe, because the
+                    # redelivered message meets the inbox. So transport errors only pause us.
+                    await self.process(msgs)
                 except NatsTimeout:
                     continue
-                except (ConnectionClosedError, OSError) as exc:
+                except (NatsError, OSError) as exc:
                     failures += 1
                     await self._pause(min(0.2 * 2**failures, 10.0), exc)
-                    continue
-                failures = 0
-                await self.process(msgs)
         finally:
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()
