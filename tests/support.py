@@ -33,6 +33,7 @@ def fast_settings(servers: Any, namespace: str, schema: str, **overrides: Any) -
         "consumer_ack_wait_s": 5.0,
         "consumer_max_deliver": 4,
         "consumer_retry_backoff_s": (0.05, 0.1, 0.2),
+        "consumer_redelivery_backoff_s": (5.0, 10.0),
         "relay_poll_s": 0.2,
         "shutdown_grace_s": 5.0,
         "log_json": False,

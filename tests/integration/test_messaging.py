@@ -406,7 +406,12 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
     """A consumer that crashes on every delivery never settles the message itself."""
     effects = Effects()
     consumer = await consumer_app(
-        servers, namespace, effects, consumer_ack_wait_s=1.0, consumer_max_deliver=2
+        servers,
+        namespace,
+        effects,
+        consumer_ack_wait_s=1.0,
+        consumer_max_deliver=2,
+        consumer_redelivery_backoff_s=(1.0,),  # JetStream BackOff: redeliver after 1 s
     )
     assert consumer.resources is not None
     for runner in consumer._runners:

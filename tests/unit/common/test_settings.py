@@ -158,3 +158,10 @@ def test_pool_max_below_pool_min_is_refused() -> None:
 def test_db_schema_with_punctuation_is_refused() -> None:
     with pytest.raises(ValidationError, match="db_schema"):
         UnitSettings(db_schema="inventory; drop")
+
+
+def test_redelivery_backoff_must_fit_jetstream_rules() -> None:
+    with pytest.raises(ValidationError, match="needs fewer than consumer_max_deliver"):
+        UnitSettings(consumer_max_deliver=3, consumer_redelivery_backoff_s=(30.0, 60.0, 90.0))
+    with pytest.raises(ValidationError, match="shorter than consumer_ack_wait_s"):
+        UnitSettings(consumer_ack_wait_s=30.0, consumer_redelivery_backoff_s=(5.0,))

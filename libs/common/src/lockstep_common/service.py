@@ -127,6 +127,7 @@ class ServiceApp:
             ack_wait_s=s.consumer_ack_wait_s,
             max_deliver=s.consumer_max_deliver,
             retry_backoff_s=s.consumer_retry_backoff_s,
+            redelivery_backoff_s=s.consumer_redelivery_backoff_s,
             max_message_bytes=s.max_message_bytes,
         )
 

@@ -76,6 +76,12 @@ class ServiceSettings(BaseSettings):
         default=(1.0, 5.0, 15.0, 60.0),
         description="nak delays after transient errors, per delivery.",
     )
+    consumer_redelivery_backoff_s: tuple[float, ...] = Field(
+        default=(30.0, 60.0, 120.0, 300.0),
+        description="JetStream BackOff: when an unacknowledged message (a crashed or hung "
+        "consumer) is redelivered; fewer entries than consumer_max_deliver, the first at "
+        "least consumer_ack_wait_s. Empty: every redelivery after consumer_ack_wait_s.",
+    )
 
     relay_batch: int = Field(
         default=512, ge=1, le=10_000, description="Outbox rows per relay pass."
@@ -95,6 +101,18 @@ class ServiceSettings(BaseSettings):
             raise ValueError(
                 f"duplicate_window_s ({self.duplicate_window_s}) must exceed relay_retry_horizon_s "
                 f"({self.relay_retry_horizon_s}), or a retried publish could be stored twice"
+            )
+        backoff = self.consumer_redelivery_backoff_s
+        if backoff and len(backoff) >= self.consumer_max_deliver:
+            raise ValueError(
+                f"consumer_redelivery_backoff_s has {len(backoff)} entries; JetStream needs fewer "
+                f"than consumer_max_deliver ({self.consumer_max_deliver})"
+            )
+        if backoff and backoff[0] < self.consumer_ack_wait_s:
+            raise ValueError(
+                f"consumer_redelivery_backoff_s[0] ({backoff[0]}) is shorter than "
+                f"consumer_ack_wait_s ({self.consumer_ack_wait_s}): JetStream would redeliver "
+                "batches still being applied"
             )
         if self.db_pool_max < self.db_pool_min:
             raise ValueError("db_pool_max must be >= db_pool_min")
