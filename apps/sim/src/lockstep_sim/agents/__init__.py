@@ -1,0 +1,1 @@
+"""Simulated in-band node agents: software state, health, and the JetStream publisher."""

@@ -1,0 +1,73 @@
+"""Turn a node's in-band state into ``InventoryObserved`` / ``HealthObserved`` events (no I/O)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from lockstep_common.events.v1 import HealthObserved, InventoryObserved
+from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_sim.agents.software import HealthSample, SoftwareState
+
+AGENT_SOURCE = "/lockstep/sim/agent"
+
+
+def components(state: SoftwareState) -> dict[Component, str]:
+    """Lockstep component -> version as an in-band agent reads it."""
+    out: dict[Component, str] = {
+        Component.DRIVER: state.driver.version,
+        Component.CUDA: state.cuda,
+        Component.NCCL: state.nccl,
+        Component.KERNEL: state.kernel,
+    }
+    if state.gsp_firmware is not None:
+        out[Component.GPU_GSP] = state.gsp_firmware
+    if state.fabric_manager is not None:
+        out[Component.FABRIC_MANAGER] = state.fabric_manager
+    return out
+
+
+def members(state: SoftwareState) -> dict[str, str]:
+    """Raw facts with no ``Component`` of their own (branch, DKMS, NCCL's CUDA build)."""
+    out = {
+        "driver_branch": state.driver.branch,
+        "driver_branch_type": state.driver.branch_type.value,
+        "dkms_nvidia": f"{state.dkms.value} for {state.pending_kernel or state.kernel}",
+        "nccl_cuda_major": str(state.nccl_cuda_major),
+    }
+    if state.pending_kernel is not None:
+        out["pending_kernel"] = state.pending_kernel
+    return out
+
+
+def inventory_event(
+    node_id: str, site: str, state: SoftwareState, sequence: int, now: datetime
+) -> InventoryObserved:
+    """The inventory report of one node."""
+    return InventoryObserved(
+        node_id=node_id,
+        site=site,
+        source=ObservationSource.AGENT,
+        observed_at=now,
+        sequence=sequence,
+        components=components(state),
+        members=members(state),
+        firmware_dirs=state.firmware_dirs,
+        loaded_module_version=state.loaded_module,
+    )
+
+
+def health_event(node_id: str, site: str, sample: HealthSample, now: datetime) -> HealthObserved:
+    """The health report of one node."""
+    return HealthObserved(
+        node_id=node_id,
+        site=site,
+        observed_at=now,
+        dcgm_level=sample.dcgm_level,
+        dcgm_passed=sample.dcgm_passed,
+        xid_counts=sample.xid_counts,
+        nccl_busbw_gbps=sample.nccl_busbw_gbps,
+        nccl_expected_gbps=sample.nccl_expected_gbps,
+        sm_clock_mhz=sample.sm_clock_mhz,
+        throttle_reasons=sample.throttle_reasons,
+        max_temperature_c=sample.max_temperature_c,
+    )

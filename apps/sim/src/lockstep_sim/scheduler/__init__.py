@@ -1,0 +1,1 @@
+"""Scheduler emulation (Slurm partitions / Kubernetes node pools): jobs, drains, resumes."""
