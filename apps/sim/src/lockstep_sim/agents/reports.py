@@ -70,4 +70,5 @@ def health_event(node_id: str, site: str, sample: HealthSample, now: datetime) -
         sm_clock_mhz=sample.sm_clock_mhz,
         throttle_reasons=sample.throttle_reasons,
         max_temperature_c=sample.max_temperature_c,
+        heartbeat=sample.heartbeat,
     )

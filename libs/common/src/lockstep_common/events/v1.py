@@ -357,6 +357,11 @@ class HealthObserved(EventData):
     sm_clock_mhz: float | None = Field(default=None, ge=0, description="Median SM clock.")
     throttle_reasons: tuple[Name, ...] = Field(default=(), description="Active throttle reasons.")
     max_temperature_c: float | None = Field(default=None, description="Hottest GPU.")
+    heartbeat: int | None = Field(
+        default=None,
+        ge=0,
+        description="The agent's report counter since it started: a gap or a reset is evidence.",
+    )
 
 
 # --- drift ------------------------------------------------------------------------------------
