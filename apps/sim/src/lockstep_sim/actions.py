@@ -1,0 +1,288 @@
+"""Mutating handlers (POST/PATCH/DELETE), kept thin: validate, call the BMC, answer.
+
+Each handler fills ``note`` with ledger details; the server appends exactly one ledger entry
+per mutating call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from lockstep_sim import accounts, inventory, sessions, systems, tasks
+from lockstep_sim.bmc import Bmc
+from lockstep_sim.errors import RedfishError, bad_request, not_found
+from lockstep_sim.resources import MAX_IMAGE_BYTES
+from lockstep_sim.update_service import (
+    PUSH_URI,
+    UPDATE,
+    check_image_uri,
+    parse_options,
+    plan_update,
+    target_members,
+)
+
+Handler = Callable[[web.Request, Bmc, re.Match[str], dict[str, Any]], Awaitable[web.Response]]
+
+
+def json_response(doc: dict[str, Any], status: int = 200, **headers: str) -> web.Response:
+    return web.json_response(
+        doc, status=status, headers={"OData-Version": "4.0", "Cache-Control": "no-cache", **headers}
+    )
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise bad_request(
+            "MalformedJSON", "The request body submitted was malformed JSON."
+        ) from None
+    if not isinstance(body, dict):
+        raise bad_request("MalformedJSON", "The request body must be a JSON object.")
+    return body
+
+
+def task_accepted(task: tasks.Task) -> web.Response:
+    """202 + Location of the task monitor (DSP0266 "Asynchronous operations")."""
+    return json_response(
+        tasks.task_doc(task), 202, Location=f"{tasks.MONITORS}/{task.id}", **{"Retry-After": "1"}
+    )
+
+
+async def create_session(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    body = await read_json(request)
+    user, password = body.get("UserName"), body.get("Password")
+    if not isinstance(user, str) or not isinstance(password, str):
+        raise bad_request("PropertyMissing", "UserName and Password are required.", "UserName")
+    note["username"] = user
+    if bmc.accounts.check(user, password) is None:
+        raise RedfishError(401, "NoValidSession", "Invalid username or password.")
+    session = bmc.sessions.create(user)
+    note["session"] = session.id
+    location = f"{sessions.SESSIONS}/{session.id}"
+    return json_response(
+        sessions.session_doc(session), 201, Location=location, **{"X-Auth-Token": session.token}
+    )
+
+
+async def create_account(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """POST to the Accounts collection (ManagerAccount v1_12_0; DSP0266 "POST (create)")."""
+    body = await read_json(request)
+    user, password = body.get("UserName"), body.get("Password")
+    role = body.get("RoleId", "ReadOnly")
+    if not isinstance(user, str) or not isinstance(password, str) or not user:
+        raise bad_request("PropertyMissing", "UserName and Password are required.", "UserName")
+    if role not in accounts.ROLE_IDS:
+        raise bad_request(
+            "PropertyValueNotInList", "RoleId is not a predefined role.", str(role), "RoleId"
+        )
+    if bmc.accounts.by_name(user) is not None:
+        raise RedfishError(
+            409,
+            "ResourceAlreadyExists",
+            f"Account {user} already exists.",
+            ("ManagerAccount", "UserName", user),
+        )
+    account = bmc.accounts.add(user, password, role)
+    note.update(username=user, account=account.id, role=role)
+    doc = accounts.account_doc(account)
+    return json_response(doc, 201, Location=doc["@odata.id"])
+
+
+async def delete_account(
+    _r: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    account = bmc.accounts.by_id.get(m["id"])
+    if account is None:
+        raise not_found(m.string)
+    if account.id == "1":
+        raise RedfishError(400, "OperationNotAllowed", "The initial account cannot be deleted.")
+    note["account"] = account.id
+    del bmc.accounts.by_id[account.id]
+    for session_id in [
+        s.id for s in bmc.sessions.by_token.values() if s.username == account.username
+    ]:
+        bmc.sessions.delete(session_id)
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
+
+
+async def delete_session(
+    _r: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    note["session"] = m["id"]
+    session = bmc.sessions.get(m["id"])
+    if session is None:
+        raise not_found(m.string)
+    doc = sessions.session_doc(session)
+    bmc.sessions.delete(m["id"])
+    return json_response(doc)
+
+
+async def multipart_push(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``MultipartHttpPushUri``: parts ``UpdateParameters`` (JSON) and ``UpdateFile``."""
+    if not request.content_type.startswith("multipart/"):
+        raise bad_request(
+            "ActionParameterMissing",
+            "A multipart/form-data body is required.",
+            "UpdateFile",
+            "MultipartHttpPushUri",
+        )
+    params: dict[str, Any] = {}
+    image: bytes | None = None
+    reader = await request.multipart()
+    async for part in reader:
+        if not isinstance(part, aiohttp.BodyPartReader):
+            continue
+        if part.name == "UpdateParameters":
+            try:
+                params = json.loads(await part.text() or "{}")
+            except json.JSONDecodeError:
+                raise bad_request("MalformedJSON", "UpdateParameters is not valid JSON.") from None
+        elif part.name == "UpdateFile":
+            image = bytes(await part.read())
+    if image is None:
+        raise bad_request(
+            "ActionParameterMissing",
+            "The UpdateFile part is missing.",
+            "UpdateFile",
+            "MultipartHttpPushUri",
+        )
+    return _start_update(bmc, image, params if isinstance(params, dict) else {}, note)
+
+
+async def simple_update(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``UpdateService.SimpleUpdate``: fetch ``ImageURI`` (loopback HTTP only) and apply it."""
+    body = await read_json(request)
+    uri = body.get("ImageURI")
+    if not isinstance(uri, str):
+        raise bad_request(
+            "ActionParameterMissing", "ImageURI is required.", "SimpleUpdate", "ImageURI"
+        )
+    note["image_uri"] = check_image_uri(uri)
+    timeout = aiohttp.ClientTimeout(total=30)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as client, client.get(uri) as reply:
+            reply.raise_for_status()
+            image = await reply.content.read(MAX_IMAGE_BYTES + 1)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise bad_request(
+            "ActionParameterValueError", f"Could not fetch ImageURI: {exc}", uri, "ImageURI"
+        ) from None
+    return _start_update(bmc, image, body, note)
+
+
+def _start_update(
+    bmc: Bmc, image: bytes, params: dict[str, Any], note: dict[str, Any]
+) -> web.Response:
+    if len(image) > MAX_IMAGE_BYTES:
+        raise RedfishError(
+            413,
+            "ActionParameterValueError",
+            "The image is too large.",
+            ("UpdateFile", "MaxImageSizeBytes"),
+        )
+    options = parse_options(params)
+    note.update(targets=list(options.targets), stage=options.stage, bytes=len(image))
+    plan = plan_update(bmc.node, image, options)
+    note["plan"] = plan
+    return task_accepted(bmc.start_update(plan, options))
+
+
+def _staged(bmc: Bmc, members: list[str]) -> list[str]:
+    missing = [m for m in members if not bmc.node.components[m].staged]
+    if missing:
+        raise bad_request(
+            "ActionParameterValueError",
+            f"No staged image to activate on {', '.join(missing)}.",
+            ",".join(missing),
+            "Targets",
+        )
+    return members
+
+
+async def service_activate(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``UpdateService.Activate`` (UpdateService v1_16_0): ``Targets`` is required."""
+    targets = (await read_json(request)).get("Targets")
+    if not isinstance(targets, list) or not targets:
+        raise bad_request("ActionParameterMissing", "Targets is required.", "Activate", "Targets")
+    uris = tuple(t.get("@odata.id", "") if isinstance(t, dict) else "" for t in targets)
+    members = _staged(bmc, target_members(bmc.node, uris))
+    note["targets"] = members
+    return task_accepted(bmc.start_activate(members))
+
+
+async def member_activate(
+    request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``SoftwareInventory.Activate`` (SoftwareInventory v1_12_0)."""
+    await read_json(request)
+    if m["id"] not in bmc.node.components:
+        raise not_found(m.string)
+    note["targets"] = _staged(bmc, [m["id"]])
+    return task_accepted(bmc.start_activate([m["id"]]))
+
+
+async def reset(
+    request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    reset_type = (await read_json(request)).get("ResetType", "GracefulRestart")
+    if reset_type not in systems.RESET_TYPES:
+        raise bad_request(
+            "ActionParameterValueError",
+            f"Unsupported ResetType {reset_type!r}.",
+            str(reset_type),
+            "ResetType",
+        )
+    note["reset_type"] = reset_type
+    note["activated"] = bmc.reset()
+    bmc.power = "Off" if reset_type in {"ForceOff", "GracefulShutdown"} else "On"
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
+
+
+async def delete_task(
+    _r: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    task = bmc.tasks.get(m["id"])
+    if task is None:
+        raise not_found(m.string)
+    note["task"] = task.id
+    if task.runner is not None and not task.done:
+        task.runner.cancel()
+        task.finish("Cancelled")
+    return json_response(tasks.task_doc(task))
+
+
+# path regex -> {method: handler}; the server adds GET from resources.GETTERS.
+MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+    (re.compile(sessions.SESSIONS), {"POST": create_session}),
+    (re.compile(f"{sessions.SESSIONS}/(?P<id>[^/]+)"), {"DELETE": delete_session}),
+    (re.compile(PUSH_URI), {"POST": multipart_push}),
+    (re.compile(accounts.ACCOUNTS), {"POST": create_account}),
+    (re.compile(f"{accounts.ACCOUNTS}/(?P<id>[^/]+)"), {"DELETE": delete_account}),
+    (re.compile(f"{UPDATE}/Actions/UpdateService.SimpleUpdate"), {"POST": simple_update}),
+    (re.compile(f"{UPDATE}/Actions/UpdateService.Activate"), {"POST": service_activate}),
+    (
+        re.compile(f"{inventory.FIRMWARE}/(?P<id>[^/]+)/Actions/SoftwareInventory.Activate"),
+        {"POST": member_activate},
+    ),
+    (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),
+    (re.compile(f"{systems.MANAGER}/Actions/Manager.Reset"), {"POST": reset}),
+    (re.compile(f"{tasks.TASKS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),
+    (re.compile(f"{tasks.MONITORS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),
+]

@@ -1,0 +1,86 @@
+"""PATCH with ETag preconditions (DSP0266 "ETags" and "Modification requests": If-Match
+mismatch -> 412 PreconditionFailed; read-only or unknown properties -> 400)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lockstep_sim import inventory, systems
+from lockstep_sim.accounts import ACCOUNTS, ROLE_IDS
+from lockstep_sim.bmc import Bmc, etag
+from lockstep_sim.errors import RedfishError, bad_request
+from lockstep_sim.resources import get_document
+
+# path regex -> {writable property: expected type}
+WRITABLE: list[tuple[re.Pattern[str], dict[str, type]]] = [
+    (re.compile(systems.SYSTEM), {"AssetTag": str}),
+    (
+        re.compile(f"{ACCOUNTS}/(?P<id>[^/]+)"),
+        {"Password": str, "UserName": str, "RoleId": str, "Enabled": bool},
+    ),
+    (re.compile(f"{inventory.FIRMWARE}/(?P<id>[^/]+)"), {"WriteProtected": bool}),
+]
+
+
+def writable(path: str) -> dict[str, type] | None:
+    return next((w for p, w in WRITABLE if p.fullmatch(path)), None)
+
+
+def apply_patch(
+    bmc: Bmc, path: str, body: dict[str, Any], if_match: str | None, note: dict[str, Any]
+) -> dict[str, Any]:
+    """Check the precondition and the body, apply it, return the new document."""
+    current = get_document(bmc, path)
+    if if_match is not None and if_match not in {"*", etag(current)}:
+        raise RedfishError(
+            412,
+            "PreconditionFailed",
+            "The ETag supplied did not match the ETag required to change this resource.",
+        )
+    allowed = writable(path) or {}
+    for name, value in body.items():
+        if name.startswith("@odata."):
+            continue
+        if name not in current:
+            raise bad_request(
+                "PropertyUnknown",
+                f"The property {name} is not in the list of valid properties for the resource.",
+                name,
+            )
+        if name not in allowed:
+            raise bad_request(
+                "PropertyNotWritable",
+                f"The property {name} is a read only property and cannot be assigned a value.",
+                name,
+            )
+        if not isinstance(value, allowed[name]):
+            raise bad_request(
+                "PropertyValueTypeError",
+                f"The value for {name} is of a different type than the property can accept.",
+                str(value),
+                name,
+            )
+    note["properties"] = sorted(k for k in body if k != "Password")
+    if path.startswith(ACCOUNTS):
+        _patch_account(bmc, path.rsplit("/", 1)[1], body)
+    elif "AssetTag" in body:
+        bmc.asset_tag = body["AssetTag"]
+    elif "WriteProtected" in body:
+        bmc.node.components[path.rsplit("/", 1)[1]].write_protected = body["WriteProtected"]
+    return get_document(bmc, path)
+
+
+def _patch_account(bmc: Bmc, account_id: str, body: dict[str, Any]) -> None:
+    account = bmc.accounts.by_id[account_id]
+    if body.get("RoleId", account.role) not in ROLE_IDS:
+        raise bad_request(
+            "PropertyValueNotInList",
+            "RoleId is not a predefined role.",
+            str(body["RoleId"]),
+            "RoleId",
+        )
+    account.password = body.get("Password", account.password)  # never logged or recorded
+    account.username = body.get("UserName", account.username)
+    account.role = body.get("RoleId", account.role)
+    account.enabled = body.get("Enabled", account.enabled)

@@ -1,0 +1,119 @@
+"""The GET side of every emulated URI: path pattern -> pure document builder."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from lockstep_sim import accounts, inventory, service_root, sessions, systems, tasks
+from lockstep_sim.bmc import Bmc
+from lockstep_sim.errors import not_found
+from lockstep_sim.odata import ROOT
+from lockstep_sim.update_service import update_service_doc
+
+Getter = Callable[[Bmc, re.Match[str]], dict[str, Any]]
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
+
+
+def _session(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    session = bmc.sessions.get(m["id"])
+    if session is None:
+        raise not_found(m.string)
+    return sessions.session_doc(session)
+
+
+def _account(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    account = bmc.accounts.by_id.get(m["id"])
+    if account is None:
+        raise not_found(m.string)
+    return accounts.account_doc(account)
+
+
+def _role(_: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    if m["id"] not in accounts.ROLE_IDS:
+        raise not_found(m.string)
+    return accounts.role_doc(m["id"])
+
+
+def _task(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    task = bmc.tasks.get(m["id"])
+    if task is None:
+        raise not_found(m.string)
+    return tasks.task_doc(task)
+
+
+def _member(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    component = bmc.node.components.get(m["id"])
+    if component is None:
+        raise not_found(m.string)
+    return inventory.member_doc(component)
+
+
+def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
+    bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
+    return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso())
+
+
+_TABLE: list[tuple[str, Getter]] = [
+    ("/redfish", lambda _b, _m: {"v1": f"{ROOT}/"}),
+    (ROOT, lambda b, _m: service_root.service_root(b.uuid, b.node.id)),
+    (f"{ROOT}/odata", lambda _b, _m: service_root.odata_document()),
+    (f"{ROOT}/SessionService", lambda _b, _m: sessions.session_service_doc()),
+    (sessions.SESSIONS, lambda b, _m: sessions.sessions_doc(b.sessions)),
+    (f"{sessions.SESSIONS}/(?P<id>[^/]+)", _session),
+    (f"{ROOT}/AccountService", lambda _b, _m: accounts.account_service_doc()),
+    (accounts.ACCOUNTS, lambda b, _m: accounts.accounts_doc(b.accounts)),
+    (f"{accounts.ACCOUNTS}/(?P<id>[^/]+)", _account),
+    (accounts.ROLES, lambda _b, _m: accounts.roles_doc()),
+    (f"{accounts.ROLES}/(?P<id>[^/]+)", _role),
+    (f"{ROOT}/Systems", lambda _b, _m: systems.systems_doc()),
+    (
+        systems.SYSTEM,
+        lambda b, _m: systems.system_doc(b.node.id, b.uuid, b.power, b.asset_tag),
+    ),
+    (f"{ROOT}/Chassis", lambda _b, _m: systems.chassis_collection_doc()),
+    (systems.CHASSIS, lambda b, _m: systems.chassis_doc(b.node.id, b.node.rack)),
+    (f"{ROOT}/Managers", lambda _b, _m: systems.managers_doc()),
+    (systems.MANAGER, _manager),
+    (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),
+    (tasks.TASKS, lambda b, _m: tasks.tasks_doc(list(b.tasks))),
+    (f"{tasks.TASKS}/(?P<id>[^/]+)", _task),
+    (f"{ROOT}/UpdateService", lambda _b, _m: update_service_doc(MAX_IMAGE_BYTES)),
+    (
+        inventory.FIRMWARE,
+        lambda b, _m: inventory.firmware_collection_doc(list(b.node.components)),
+    ),
+    (f"{inventory.FIRMWARE}/(?P<id>[^/]+)", _member),
+]
+GETTERS: list[tuple[re.Pattern[str], Getter]] = [
+    (re.compile(re.escape(p) if "(?P" not in p else p), g) for p, g in _TABLE
+]
+
+
+def find_getter(path: str) -> tuple[Getter, re.Match[str]] | None:
+    for pattern, getter in GETTERS:
+        m = pattern.fullmatch(path)
+        if m is not None:
+            return getter, m
+    return None
+
+
+def get_document(bmc: Bmc, path: str) -> dict[str, Any]:
+    """The document at ``path``; raises a 404 RedfishError when there is none."""
+    found = find_getter(path)
+    if found is None:
+        raise not_found(path)
+    getter, m = found
+    return getter(bmc, m)
+
+
+def expand(bmc: Bmc, doc: dict[str, Any], query: str) -> dict[str, Any]:
+    """``$expand`` (DSP0266 "Query parameters"): ``*``, ``.`` or ``~`` with ``$levels=1``.
+
+    Only collection members are expanded, one level deep.
+    """
+    if "Members" not in doc or not re.fullmatch(r"[*.~](\(\$levels=1\))?", query):
+        return doc
+    members = [get_document(bmc, ref["@odata.id"]) for ref in doc["Members"]]
+    return {**doc, "Members": members}

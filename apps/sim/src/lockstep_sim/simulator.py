@@ -1,0 +1,102 @@
+"""The in-process simulator: a fleet, its BMCs and one aiohttp runner listening on one port
+on every node's loopback address."""
+
+from __future__ import annotations
+
+import socket
+import time
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from lockstep_sim.bmc import Bmc
+from lockstep_sim.fleet import Node, build_fleet
+from lockstep_sim.server import build_app
+
+DEFAULT_USERNAME = "admin"
+DEFAULT_PASSWORD = "lockstep-sim"  # noqa: S105 - documented default of a local emulator
+
+
+def _listen(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, port))
+    sock.setblocking(False)
+    return sock
+
+
+class Simulator:
+    """``async with Simulator(nodes=2) as sim: sim.bmc_url("node-00000")``.
+
+    ``port=0`` picks a free port on the first address and reuses it for the others.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        profile: str = "gb200",
+        *,
+        latency_ms: float = 0.0,
+        time_scale: float = 1.0,
+        seed: int = 0,
+        username: str = DEFAULT_USERNAME,
+        password: str = DEFAULT_PASSWORD,
+        host_base: str = "127.1.0.1",
+        port: int = 8000,
+    ) -> None:
+        self.fleet: list[Node] = build_fleet(nodes, profile, seed, host_base)
+        self.bmcs = {n.address: Bmc(n, username, password, time_scale) for n in self.fleet}
+        self.by_id = {n.id: n for n in self.fleet}
+        self.port = port
+        self.latency_ms = latency_ms
+        self.startup_seconds = 0.0
+        self._runner: web.AppRunner | None = None
+
+    def bmc_url(self, node_id: str) -> str:
+        return f"http://{self.by_id[node_id].address}:{self.port}"
+
+    def bmc(self, node_id: str) -> Bmc:
+        return self.bmcs[self.by_id[node_id].address]
+
+    @property
+    def base_url(self) -> str:
+        return self.bmc_url(self.fleet[0].id)
+
+    def fleet_summary(self) -> list[dict[str, Any]]:
+        return [n.summary(self.port) for n in self.fleet]
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        first = _listen(self.fleet[0].address, self.port)
+        self.port = first.getsockname()[1]
+        socks = [first, *(_listen(n.address, self.port) for n in self.fleet[1:])]
+        app = build_app(self.bmcs, self.fleet_summary(), self.latency_ms)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.1
+        )
+        await self._runner.setup()
+        for sock in socks:
+            await web.SockSite(self._runner, sock).start()
+        self.startup_seconds = time.perf_counter() - started
+
+    async def stop(self) -> None:
+        for bmc in self.bmcs.values():
+            for task in bmc.tasks.values():
+                if task.runner is not None:
+                    task.runner.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Simulator:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,82 @@
+"""One ComputerSystem (v1_20_0), one Chassis (v1_25_0) and one Manager (v1_19_0) per BMC,
+minimal but schema-valid, each with a Reset action (DSP0268 ``Resource.ResetType``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockstep_sim.odata import ROOT, collection, ref, status
+
+SYSTEM = f"{ROOT}/Systems/System_0"
+CHASSIS = f"{ROOT}/Chassis/Chassis_0"
+MANAGER = f"{ROOT}/Managers/BMC_0"
+RESET_TYPES = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart"]
+
+
+def systems_doc() -> dict[str, Any]:
+    return collection(f"{ROOT}/Systems", "ComputerSystemCollection", "Systems", [SYSTEM])
+
+
+def chassis_collection_doc() -> dict[str, Any]:
+    return collection(f"{ROOT}/Chassis", "ChassisCollection", "Chassis", [CHASSIS])
+
+
+def managers_doc() -> dict[str, Any]:
+    return collection(f"{ROOT}/Managers", "ManagerCollection", "Managers", [MANAGER])
+
+
+def system_doc(node_id: str, uuid: str, power: str, asset_tag: str) -> dict[str, Any]:
+    return {
+        "@odata.id": SYSTEM,
+        "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
+        "Id": "System_0",
+        "Name": node_id,
+        "SystemType": "Physical",
+        "AssetTag": asset_tag,
+        "Manufacturer": "NVIDIA",
+        "UUID": uuid,
+        "PowerState": power,
+        "Status": status(),
+        "Links": {"Chassis": [ref(CHASSIS)], "ManagedBy": [ref(MANAGER)]},
+        "Actions": {
+            "#ComputerSystem.Reset": {
+                "target": f"{SYSTEM}/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": RESET_TYPES,
+            }
+        },
+    }
+
+
+def chassis_doc(node_id: str, rack: str) -> dict[str, Any]:
+    return {
+        "@odata.id": CHASSIS,
+        "@odata.type": "#Chassis.v1_25_0.Chassis",
+        "Id": "Chassis_0",
+        "Name": f"{node_id} chassis",
+        "ChassisType": "RackMount",
+        "Manufacturer": "NVIDIA",
+        "Location": {"PartLocation": {"ServiceLabel": rack}},
+        "Status": status(),
+        "Links": {"ComputerSystems": [ref(SYSTEM)], "ManagedBy": [ref(MANAGER)]},
+    }
+
+
+def manager_doc(uuid: str, firmware: str, now: str) -> dict[str, Any]:
+    return {
+        "@odata.id": MANAGER,
+        "@odata.type": "#Manager.v1_19_0.Manager",
+        "Id": "BMC_0",
+        "Name": "OpenBmc Manager",
+        "ManagerType": "BMC",
+        "UUID": uuid,
+        "FirmwareVersion": firmware,
+        "DateTime": now,
+        "Status": status(),
+        "Links": {"ManagerForServers": [ref(SYSTEM)], "ManagerForChassis": [ref(CHASSIS)]},
+        "Actions": {
+            "#Manager.Reset": {
+                "target": f"{MANAGER}/Actions/Manager.Reset",
+                "ResetType@Redfish.AllowableValues": ["GracefulRestart", "ForceRestart"],
+            }
+        },
+    }

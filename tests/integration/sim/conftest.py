@@ -1,0 +1,57 @@
+"""Fixtures: an in-process simulator on loopback and an authenticated HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+
+REPO = Path(__file__).resolve().parents[3]
+CSDL = REPO.parent / "shared" / "reference" / "redfish-csdl"
+BIN = REPO / ".venv" / "bin"
+AUTH = {
+    "Authorization": "Basic "
+    + base64.b64encode(f"{DEFAULT_USERNAME}:{DEFAULT_PASSWORD}".encode()).decode()
+}
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[Simulator]:
+    async with Simulator(
+        2, "gb200", time_scale=0.002, seed=7, host_base="127.42.0.1", port=0
+    ) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        yield session
+
+
+async def get_json(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with http.get(url) as reply:
+        assert reply.status == 200, await reply.text()
+        body: dict[str, Any] = await reply.json()
+        return body
+
+
+async def wait_task(http: aiohttp.ClientSession, monitor_url: str, deadline: float = 20) -> Any:
+    """Poll a task monitor until it stops answering 202 (no fixed sleeps: a short yield)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        async with http.get(monitor_url) as reply:
+            body = await reply.json()
+            if reply.status != 202:
+                assert reply.status == 200, body
+                return body
+        await asyncio.sleep(0.01)  # yield between polls; the deadline bounds the wait
+    raise AssertionError(f"task {monitor_url} did not finish in {deadline}s")
