@@ -151,6 +151,33 @@ def bench_attest(
     console.print(table)
 
 
+@bench.command("sim")
+def bench_sim(
+    nodes: Annotated[int, typer.Option(min=1, help="Emulated BMCs.")] = 12_500,
+    latency_ms: Annotated[float, typer.Option(min=0, help="Added latency per request.")] = 0.0,
+    requests: Annotated[int, typer.Option(min=1, help="GETs per run.")] = 50_000,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """GETs/s one simulator process serves vs a plain aiohttp app on the same sockets."""
+    from lockstep_sim.bench import run_bench
+
+    result = run_bench(nodes, latency_ms, requests, runs=runs)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench sim: {nodes} BMCs, {latency_ms} ms latency, {runs} runs (medians)")
+    table.add_column("")
+    table.add_column("GETs/s")
+    table.add_row("emulated Redfish FirmwareInventory GETs", f"{result['gets_per_s']:,.0f}")
+    table.add_row(
+        "plain aiohttp, same sockets and body size (baseline)", f"{result['baseline_per_s']:,.0f}"
+    )
+    table.add_row("ratio", f"{result['ratio']:.2f}")
+    table.add_row("startup (s) / RSS (MB)", f"{result['startup_s']:.1f} / {result['rss_mb']:.0f}")
+    console.print(table)
+
+
 @docs.command("generate")
 def docs_generate(
     out: Annotated[Path, typer.Option(help="Docs directory.")] = Path("docs"),

@@ -27,6 +27,7 @@ from lockstep_sim.update_service import (
     target_members,
 )
 
+BMC_REBOOT_MINUTES = 2.0  # Manager.Reset: the BMC refuses connections while it boots
 Handler = Callable[[web.Request, Bmc, re.Match[str], dict[str, Any]], Awaitable[web.Response]]
 
 
@@ -251,6 +252,9 @@ async def reset(
         )
     note["reset_type"] = reset_type
     note["activated"] = bmc.reset()
+    if m.string.startswith(systems.MANAGER):  # the BMC itself reboots: answer, then go dark
+        bmc.go_offline(BMC_REBOOT_MINUTES * bmc.time_scale)
+        return web.Response(status=204, headers={"OData-Version": "4.0"})
     bmc.power = "Off" if reset_type in {"ForceOff", "GracefulShutdown"} else "On"
     return web.Response(status=204, headers={"OData-Version": "4.0"})
 

@@ -1,4 +1,4 @@
-"""One emulated BMC's mutable state: sessions, tasks, ledger and the update jobs."""
+"""One emulated BMC's mutable state: sessions, tasks, ledger, faults; jobs run in ``jobs``."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep_sim import jobs
 from lockstep_sim.accounts import AccountStore
-from lockstep_sim.errors import message
+from lockstep_sim.faults import Fault
 from lockstep_sim.fleet import Node
+from lockstep_sim.injection import FaultControl
 from lockstep_sim.sessions import SessionStore
 from lockstep_sim.tasks import Task, now_iso
 from lockstep_sim.update_service import UpdateOptions
-
-STEPS = 4  # progress updates per phase
 
 
 @dataclass(slots=True)
@@ -32,6 +32,10 @@ class Bmc:
     asset_tag: str = ""
     pending_reset: list[str] = field(default_factory=list)  # staged with ApplyTime OnReset
     accounts: AccountStore = field(default_factory=AccountStore)
+    faults: FaultControl = field(default_factory=FaultControl)  # shared by the simulator
+    offline_until: float = 0.0  # loop time until which connections are reset
+    flash_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one flash at a time
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)  # pending silent reverts
 
     def __post_init__(self) -> None:
         self.accounts.add(self.username, self.password)
@@ -59,94 +63,41 @@ class Bmc:
 
     def start_update(self, plan: dict[str, str], options: UpdateOptions) -> Task:
         task = self.new_task("Firmware update")
-        task.runner = asyncio.get_running_loop().create_task(self._update(task, plan, options))
+        job = jobs.update(self, task, plan, options)
+        task.runner = asyncio.get_running_loop().create_task(job)
         return task
 
     def start_activate(self, members: list[str]) -> Task:
         task = self.new_task("Firmware activation")
-        task.runner = asyncio.get_running_loop().create_task(self._activate(task, members))
+        task.runner = asyncio.get_running_loop().create_task(jobs.activate(self, task, members))
         return task
 
-    async def _progress(self, task: Task, seconds: float, start: int, end: int) -> None:
-        for step in range(1, STEPS + 1):
-            await asyncio.sleep(seconds / STEPS)
-            task.percent = start + (end - start) * step // STEPS
+    def fault(self, kind: str, member_id: str = "") -> Fault | None:
+        """The fault of ``kind`` that fires now on this node (and member), recorded if so."""
+        cls_kind = self.node.components[member_id].cls.kind if member_id else ""
+        fault = self.faults.state.fire(frozenset({kind}), self.node.id, member_id, cls_kind)
+        if fault is not None:
+            details = {"component": member_id} if member_id else {}
+            self.record("fault", kind="fault", fault=kind, **details)
+        return fault
 
-    async def _update(self, task: Task, plan: dict[str, str], options: UpdateOptions) -> None:
-        task.state = "Running"
-        activate = not options.stage and options.apply_time == "Immediate"
-        for member_id in plan:
-            task.messages.append(
-                message("TargetDetermined", f"{member_id} selected.", (member_id,))
-            )
-        count = max(len(plan), 1)
-        for n, (member_id, version) in enumerate(plan.items()):
-            component = self.node.components[member_id]
-            task.messages.append(
-                message(
-                    "TransferringToComponent",
-                    f"Image {version} is being transferred to {member_id}.",
-                    (version, member_id),
-                )
-            )
-            span = 100 // count
-            await self._progress(
-                task, component.cls.stage_minutes * self.time_scale, n * span, n * span + span // 2
-            )
-            if component.banks:
-                component.inactive_version, component.staged = version, True
-            else:
-                component.version = version
-            if activate and component.banks:
-                await self._progress(
-                    task,
-                    component.cls.activate_minutes * self.time_scale,
-                    n * span + span // 2,
-                    (n + 1) * span,
-                )
-                self._flip(member_id)
-            elif component.banks:
-                if options.apply_time == "OnReset" and not options.stage:
-                    self.pending_reset.append(member_id)
-                task.messages.append(
-                    message("AwaitToActivate", f"Awaiting activation of {member_id}.", (member_id,))
-                )
-        if not plan:
-            task.messages.append(message("Success", "Nothing to update: same versions."))
-        task.messages.append(message("UpdateSuccessful", "Update completed.", ("all", "")))
-        task.finish("Completed")
+    def go_offline(self, seconds: float) -> None:
+        """The BMC refuses connections for ``seconds`` (self-reset after a BMC flash, seed 000
+        table "BMC firmware": node management blind during the flip)."""
+        until = asyncio.get_running_loop().time() + seconds
+        self.offline_until = max(self.offline_until, until)
 
-    async def _activate(self, task: Task, members: list[str]) -> None:
-        task.state = "Running"
-        for n, member_id in enumerate(members):
-            component = self.node.components[member_id]
-            await self._progress(
-                task,
-                component.cls.activate_minutes * self.time_scale,
-                100 * n // len(members),
-                100 * (n + 1) // len(members),
-            )
-            self._flip(member_id)
-        task.messages.append(message("Success", "Activation completed."))
-        task.finish("Completed")
+    @property
+    def offline(self) -> bool:
+        return asyncio.get_running_loop().time() < self.offline_until
 
     def reset(self) -> list[str]:
         """A system or BMC reset activates images pushed with ``OnReset`` apply time."""
         activated = [m for m in self.pending_reset if self.node.components[m].staged]
         for member_id in activated:
-            self._flip(member_id)
+            jobs.flip(self, member_id)
         self.pending_reset.clear()
         return activated
-
-    def _flip(self, member_id: str) -> None:
-        """Switch the active bank to the staged one (A/B flip)."""
-        component = self.node.components[member_id]
-        if component.inactive_version is not None:
-            component.version, component.inactive_version = (
-                component.inactive_version,
-                component.version,
-            )
-        component.staged = False
 
 
 def etag(doc: dict[str, Any]) -> str:

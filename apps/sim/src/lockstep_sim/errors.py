@@ -41,6 +41,7 @@ _MESSAGES: dict[str, tuple[str, str]] = {
     "InstallingOnComponent": ("OK", "None."),
     "AwaitToActivate": ("OK", "Activate the staged image to complete the update."),
     "ActivateFailed": ("Critical", "None."),
+    "ApplyFailed": ("Critical", "None."),
     "TargetDetermined": ("OK", "None."),
     "Success": ("OK", "None."),
 }
@@ -54,6 +55,7 @@ _UPDATE_IDS = {
     "InstallingOnComponent",
     "AwaitToActivate",
     "ActivateFailed",
+    "ApplyFailed",
     "TargetDetermined",
 }
 

@@ -31,6 +31,7 @@ class FirmwareComponent:
     staged: bool = False
     write_protected: bool = False
     health: str = "OK"
+    bricked: bool = False  # fault "bricked": UnavailableOffline, Critical, no Version
 
     @property
     def banks(self) -> bool:
@@ -51,6 +52,9 @@ class Node:
     fabric_domain: str
     pool: str
     components: dict[str, FirmwareComponent] = field(default_factory=dict)
+    # Set by the ``degrade_health`` fault after an activation; the node agents
+    # (lockstep_sim.agents) read it to report degraded in-band health (reliability.md 7.F1).
+    degraded_after_activation: bool = False
 
     def descriptors(self, member_id: str) -> tuple[tuple[int, int], ...]:
         return self.components[member_id].cls.descriptors()

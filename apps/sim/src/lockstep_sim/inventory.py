@@ -46,6 +46,9 @@ def member_doc(component: FirmwareComponent) -> dict[str, Any]:
             }
         },
     }
+    if component.bricked:  # fault "bricked": the device no longer answers the BMC
+        doc["Status"] = status("UnavailableOffline", "Critical")
+        del doc["Version"]
     if cls.software_id is not None:
         doc["SoftwareId"] = cls.software_id
     if cls.manufacturer is not None:

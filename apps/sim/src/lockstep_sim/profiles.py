@@ -13,6 +13,13 @@ from dataclasses import dataclass
 NVIDIA_PCI_VENDOR = 0x10DE
 MELLANOX_PCI_VENDOR = 0x15B3
 PROFILES = ("gb200", "hgx-h100", "mixed")
+# Seed 000 table: GPU VBIOS "~15 min stage + reset, back-to-back today", activation "several
+# more minutes"; PSU/BBU power firmware is one-way (no A/B bank) and the long pole.
+GPU_STAGE_MINUTES = 15.0
+GPU_ACTIVATE_MINUTES = 5.0
+PSU_ACTIVATE_MINUTES = 15.0
+# BMC firmware: "stage + reset; node management blind during the flip" -- the BMC refuses
+# connections for its activate_minutes (jobs._activation); reliability.md 7.D2 says 2-10 min.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,8 +145,8 @@ GB200: tuple[ComponentClass, ...] = (
         pci_device=0x2941,
         pldm_component_id=0xC000,
         lowest_supported="97.00.52.00.01",
-        stage_minutes=8,
-        activate_minutes=3,
+        stage_minutes=GPU_STAGE_MINUTES,
+        activate_minutes=GPU_ACTIVATE_MINUTES,
     ),
     ComponentClass(
         kind="inforom",
@@ -235,8 +242,8 @@ HGX_H100: tuple[ComponentClass, ...] = (
         pci_device=0x2330,
         pldm_component_id=0xC000,
         lowest_supported="96.00.5E.00.01",
-        stage_minutes=8,
-        activate_minutes=3,
+        stage_minutes=GPU_STAGE_MINUTES,
+        activate_minutes=GPU_ACTIVATE_MINUTES,
     ),
     ComponentClass(
         kind="nvswitch",
@@ -310,7 +317,7 @@ HGX_H100: tuple[ComponentClass, ...] = (
         pldm_component_id=0x0090,
         version_scheme="DotIntegerNotation",
         stage_minutes=10,
-        activate_minutes=2,
+        activate_minutes=PSU_ACTIVATE_MINUTES,
     ),
 )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lockstep_sim import tasks
+from lockstep_sim import control, tasks
 from lockstep_sim.accounts import ACCOUNTS, Account
 from lockstep_sim.actions import MUTATIONS, json_response, read_json
 from lockstep_sim.bmc import Bmc, etag, with_etag
@@ -84,7 +84,11 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
         return web.json_response(request.app[FLEET])
     if path == "/ledger" and bmc.node.index == 0:
         return web.json_response(_ledger(request))
+    if path == "/faults" and bmc.node.index == 0:
+        return await control.faults_endpoint(request, bmc.faults)
     try:
+        if not await control.request_faults(request, bmc):
+            return web.Response(status=500)  # never sent: the connection was reset
         return await _handle(request, bmc, path)
     except RedfishError as exc:
         return _error(exc)

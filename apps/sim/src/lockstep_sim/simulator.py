@@ -11,7 +11,9 @@ from typing import Any
 from aiohttp import web
 
 from lockstep_sim.bmc import Bmc
+from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
+from lockstep_sim.injection import FaultControl
 from lockstep_sim.server import build_app
 
 DEFAULT_USERNAME = "admin"
@@ -44,14 +46,23 @@ class Simulator:
         password: str = DEFAULT_PASSWORD,
         host_base: str = "127.1.0.1",
         port: int = 8000,
+        faults: FaultPlan | None = None,
     ) -> None:
         self.fleet: list[Node] = build_fleet(nodes, profile, seed, host_base)
-        self.bmcs = {n.address: Bmc(n, username, password, time_scale) for n in self.fleet}
+        self.faults = FaultControl(faults)  # shared by every BMC; replaced by PUT /faults
+        self.bmcs = {
+            n.address: Bmc(n, username, password, time_scale, faults=self.faults)
+            for n in self.fleet
+        }
         self.by_id = {n.id: n for n in self.fleet}
         self.port = port
         self.latency_ms = latency_ms
         self.startup_seconds = 0.0
         self._runner: web.AppRunner | None = None
+
+    def set_faults(self, plan: FaultPlan | None) -> None:
+        """Replace the fault plan at runtime (None clears it); as ``PUT /faults`` does."""
+        self.faults.replace(plan or FaultPlan())
 
     def bmc_url(self, node_id: str) -> str:
         return f"http://{self.by_id[node_id].address}:{self.port}"
@@ -82,6 +93,8 @@ class Simulator:
 
     async def stop(self) -> None:
         for bmc in self.bmcs.values():
+            for timer in bmc.timers:
+                timer.cancel()
             for task in bmc.tasks.values():
                 if task.runner is not None:
                     task.runner.cancel()

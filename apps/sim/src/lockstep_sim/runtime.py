@@ -1,0 +1,198 @@
+"""``FleetRuntime``: one simulated fleet, its BMCs, its scheduler and (optionally) its agents.
+
+The three emulations share one fleet model (``fleet.build_fleet``): the same node ids, sites
+and pools everywhere. What they do *not* share yet is state: the agents' in-band software
+(driver, loaded module, GSP firmware) is independent of the BMC firmware the Redfish emulator
+serves, and a scheduler drain does not touch either. Coupling them (a BMC activation rebooting
+the agent, a reboot taking the scheduler node down) is later work.
+
+Clocks: ``time_scale`` keeps the BMC emulator's meaning (real seconds per simulated minute),
+so the scheduler's simulated clock runs ``60 / time_scale`` times faster than real time, like
+the BMCs. The agents report every ``cadence_s`` *real* seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from lockstep_sim.faults import FaultPlan
+from lockstep_sim.fleet import Node
+from lockstep_sim.scheduler.http import make_app
+from lockstep_sim.scheduler.model import Scheduler
+from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from lockstep_sim.agents.publisher import AgentFleet
+
+log = logging.getLogger(__name__)
+SCHEDULER_HOST = "127.0.0.1"
+
+
+def fleet_pools(fleet: list[Node]) -> dict[str, list[str]]:
+    """Pool name -> node ids, in fleet order (the scheduler's view of the fleet)."""
+    pools: dict[str, list[str]] = defaultdict(list)
+    for node in fleet:
+        pools[node.pool].append(node.id)
+    return dict(pools)
+
+
+def fleet_sites(fleet: list[Node]) -> dict[str, list[str]]:
+    """Site -> node ids, in fleet order (one agent fleet publishes per site)."""
+    sites: dict[str, list[str]] = defaultdict(list)
+    for node in fleet:
+        sites[node.site].append(node.id)
+    return dict(sites)
+
+
+class FleetRuntime:
+    """``async with FleetRuntime(4, port=0, scheduler_port=0) as rt: rt.bmc_url("node-00000")``.
+
+    Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` and,
+    only when ``nats_url`` is given, one ``AgentFleet`` per site publishing telemetry into
+    namespace ``namespace`` (whose JetStream streams are created first). Stops in reverse:
+    agents, then scheduler, then BMCs. Port 0 picks a free port.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 4,
+        profile: str = "gb200",
+        *,
+        latency_ms: float = 0.0,
+        time_scale: float = 1.0,
+        seed: int = 0,
+        username: str = DEFAULT_USERNAME,
+        password: str = DEFAULT_PASSWORD,
+        host_base: str = "127.1.0.1",
+        port: int = 8000,
+        scheduler_port: int = 8001,
+        nats_url: str | None = None,
+        namespace: str = "lockstep",
+        cadence_s: float = 10.0,
+        faults: FaultPlan | None = None,
+    ) -> None:
+        if time_scale <= 0:
+            raise ValueError("time_scale must be > 0")
+        self.simulator = Simulator(
+            nodes,
+            profile,
+            latency_ms=latency_ms,
+            time_scale=time_scale,
+            seed=seed,
+            username=username,
+            password=password,
+            host_base=host_base,
+            port=port,
+            faults=faults,
+        )
+        self.fleet = self.simulator.fleet
+        self.scheduler = Scheduler(fleet_pools(self.fleet), time_scale=60.0 / time_scale, seed=seed)
+        self.scheduler_port = scheduler_port
+        self.nats_url = nats_url
+        self.namespace = namespace
+        self.cadence_s = cadence_s
+        self.seed = seed
+        self.agents: list[AgentFleet] = []
+        self._nc: Client | None = None
+        self._scheduler_runner: web.AppRunner | None = None
+
+    def bmc_url(self, node_id: str) -> str:
+        """Base URL of one node's BMC (``/redfish/v1`` lives under it)."""
+        return self.simulator.bmc_url(node_id)
+
+    @property
+    def fleet_url(self) -> str:
+        """Where the fleet list (``/fleet.json``) is served."""
+        return f"{self.simulator.base_url}/fleet.json"
+
+    @property
+    def scheduler_url(self) -> str:
+        """Base URL of the scheduler API (``/scheduler/nodes`` ... live under it)."""
+        return f"http://{SCHEDULER_HOST}:{self.scheduler_port}"
+
+    def telemetry_subjects(self) -> list[str]:
+        """Wire subjects (with wildcards) the agents publish to; empty without NATS."""
+        if self.nats_url is None:
+            return []
+        return [
+            f"{self.namespace}.telemetry.observed.{kind}.{site}.*"
+            for site in fleet_sites(self.fleet)
+            for kind in ("inventory", "health")
+        ]
+
+    async def start(self) -> None:
+        """Start BMCs, scheduler and agents; on failure, stop whatever did start."""
+        try:
+            await self.simulator.start()
+            await self._start_scheduler()
+            if self.nats_url is not None:
+                await self._start_agents(self.nats_url)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_scheduler(self) -> None:
+        runner = web.AppRunner(
+            make_app(self.scheduler), access_log=None, handle_signals=False, shutdown_timeout=0.1
+        )
+        await runner.setup()
+        self._scheduler_runner = runner
+        site = web.TCPSite(runner, SCHEDULER_HOST, self.scheduler_port, reuse_address=True)
+        await site.start()
+        self.scheduler_port = int(runner.addresses[0][1])
+
+    async def _start_agents(self, nats_url: str) -> None:
+        import nats
+
+        from lockstep_common.subjects import Namespace
+        from lockstep_common.topology import StreamPolicy, ensure_topology
+        from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
+        from lockstep_sim.agents.software import NodeSoftware
+
+        self._nc = await nats.connect(nats_url, name="lockstep-sim-agents")
+        js = self._nc.jetstream()
+        ns = Namespace(self.namespace)
+        await ensure_topology(js, ns, StreamPolicy())
+        for site, node_ids in fleet_sites(self.fleet).items():
+            config = FleetConfig(
+                site=site, nodes=len(node_ids), cadence_s=self.cadence_s, seed=self.seed
+            )
+            nodes = [NodeSoftware(node_id, self.seed) for node_id in node_ids]
+            self.agents.append(AgentFleet(js, ns, config, nodes))
+        for agents in self.agents:
+            agents.start()
+
+    async def stop(self) -> None:
+        """Stop agents, then the scheduler, then the BMCs (idempotent)."""
+        for agents in self.agents:
+            await agents.stop()
+        self.agents = []
+        if self._nc is not None:
+            nc, self._nc = self._nc, None
+            try:
+                await nc.drain()
+            except Exception as exc:  # noqa: BLE001 - stopping must go on whatever NATS says
+                log.warning("closing the agents' NATS connection: %s", exc)
+        if self._scheduler_runner is not None:
+            runner, self._scheduler_runner = self._scheduler_runner, None
+            await runner.cleanup()
+        await self.simulator.stop()
+
+    async def __aenter__(self) -> FleetRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
