@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from lockstep_sim.agents.http import add_agent_routes
+from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node
 from lockstep_sim.scheduler.http import make_app
@@ -100,6 +102,13 @@ class FleetRuntime:
         self.cadence_s = cadence_s
         self.seed = seed
         self.agents: list[AgentFleet] = []
+        # In-band state of every node: served on the scheduler's port (/agents/...) always,
+        # published as telemetry only when NATS is given.
+        self.software = {
+            node_id: NodeSoftware(node_id, seed)
+            for node_ids in fleet_sites(self.fleet).values()
+            for node_id in node_ids
+        }
         self._nc: Client | None = None
         self._scheduler_runner: web.AppRunner | None = None
 
@@ -139,9 +148,9 @@ class FleetRuntime:
             raise
 
     async def _start_scheduler(self) -> None:
-        runner = web.AppRunner(
-            make_app(self.scheduler), access_log=None, handle_signals=False, shutdown_timeout=0.1
-        )
+        app = make_app(self.scheduler)
+        add_agent_routes(app, self.software)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner
         site = web.TCPSite(runner, SCHEDULER_HOST, self.scheduler_port, reuse_address=True)
@@ -154,7 +163,6 @@ class FleetRuntime:
         from lockstep_common.subjects import Namespace
         from lockstep_common.topology import StreamPolicy, ensure_topology
         from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
-        from lockstep_sim.agents.software import NodeSoftware
 
         self._nc = await nats.connect(nats_url, name="lockstep-sim-agents")
         js = self._nc.jetstream()
@@ -164,7 +172,7 @@ class FleetRuntime:
             config = FleetConfig(
                 site=site, nodes=len(node_ids), cadence_s=self.cadence_s, seed=self.seed
             )
-            nodes = [NodeSoftware(node_id, self.seed) for node_id in node_ids]
+            nodes = [self.software[node_id] for node_id in node_ids]
             self.agents.append(AgentFleet(js, ns, config, nodes))
         for agents in self.agents:
             agents.start()
