@@ -84,3 +84,18 @@ async def test_bad_fault_knobs_are_refused_and_change_nothing(runtime: FleetRunt
     assert state["faults"]["missing_firmware_dir"] is False
     status, err = await call(runtime, "GET", "/agents/no-such-node")
     assert status == 404
+
+
+async def test_a_health_degrading_firmware_shows_in_the_agents_health(
+    runtime: FleetRuntime,
+) -> None:
+    node = sorted(runtime.software)[0]
+    healthy = runtime.software[node].sample_health()
+    assert healthy.dcgm_passed and not healthy.xid_counts
+    # What the simulator's degrade_health fault sets when the bad image activates.
+    runtime.simulator.bmc(node).node.degraded_after_activation = True
+    first, second = (runtime.software[node].sample_health() for _ in range(2))
+    assert not first.dcgm_passed and first.xid_counts["48"] == 1
+    assert second.xid_counts["48"] == 2, "XIDs keep rising while the image runs"
+    assert second.nccl_busbw_gbps is not None
+    assert second.nccl_busbw_gbps < 0.92 * second.nccl_expected_gbps

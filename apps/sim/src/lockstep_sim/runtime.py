@@ -13,6 +13,7 @@ the BMCs. The agents report every ``cadence_s`` *real* seconds.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from types import TracebackType
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SCHEDULER_HOST = "127.0.0.1"
+
+
+def _degraded(node: Node) -> bool:
+    return node.degraded_after_activation
 
 
 def fleet_pools(fleet: list[Node]) -> dict[str, list[str]]:
@@ -109,6 +114,10 @@ class FleetRuntime:
             for node_ids in fleet_sites(self.fleet).values()
             for node_id in node_ids
         }
+        for node_id, software in self.software.items():
+            software.firmware_degraded = functools.partial(
+                _degraded, self.simulator.bmc(node_id).node
+            )
         self._nc: Client | None = None
         self._scheduler_runner: web.AppRunner | None = None
 

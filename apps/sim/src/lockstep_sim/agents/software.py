@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from lockstep_sim.agents.state import Phase, transition
@@ -161,6 +162,10 @@ class NodeSoftware:
     state: SoftwareState = field(init=False)
     reports: int = 0
     reports_since_boot: int = 0
+    firmware_degraded: Callable[[], bool] = field(default=lambda: False, repr=False)
+    """Set by the fleet runtime: True once the BMC activated an image that degrades health
+    (the simulator's ``degrade_health`` fault), so firmware and in-band health stay coherent."""
+    firmware_degraded_reports: int = 0
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -239,6 +244,9 @@ class NodeSoftware:
         """How many reports a degrading image has been showing (0: not degrading)."""
         if self.phase is not Phase.READY:
             return 0
+        if self.firmware_degraded():
+            self.firmware_degraded_reports += 1
+            return self.firmware_degraded_reports
         if self.state.loaded_module not in self.faults.degrading_versions:
             return 0
         return max(0, self.reports_since_boot - self.faults.degrade_onset_reports)
