@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import cbor2
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from lockstep_attest.domain import cose
 from lockstep_attest.domain.jws import create_signature
 from lockstep_attest.domain.keys import load_public_key
+from lockstep_attest.testing.keys import key_for
 
 pytestmark = pytest.mark.unit
 
@@ -26,16 +25,6 @@ TETREL_KEY = (
     REFERENCE / "ocp-safe" / "srp-keys" / "Tetrel_Security" / "tetrel-ocp-sfr-signing-key.pub"
 )
 NCC_KEY = REFERENCE / "ocp-safe" / "srp-keys" / "NCC_Group" / "ocp_safe_ncc_group_ecdsa_p521.pub"
-
-
-@cache
-def key_for(kind: str) -> PrivateKeyTypes:
-    if kind.startswith("P-"):
-        curve = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1(), "P-521": ec.SECP521R1()}[kind]
-        return ec.generate_private_key(curve)
-    if kind.startswith("RSA-"):
-        return rsa.generate_private_key(public_exponent=65537, key_size=int(kind[4:]))
-    return ed25519.Ed25519PrivateKey.generate()
 
 
 def cose_sign(

@@ -4,31 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
-from functools import cache
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from lockstep_attest.domain import jws
 from lockstep_attest.domain.keys import load_public_key
+from lockstep_attest.testing.keys import key_for
 
 pytestmark = pytest.mark.unit
 
 REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference"
 ALL = frozenset(jws.ALGORITHMS)
-
-
-@cache
-def key_for(kind: str) -> PrivateKeyTypes:
-    """One generated key per kind per test session (RSA generation is slow)."""
-    if kind.startswith("P-"):
-        curve = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1(), "P-521": ec.SECP521R1()}[kind]
-        return ec.generate_private_key(curve)
-    if kind.startswith("RSA-"):
-        return rsa.generate_private_key(public_exponent=65537, key_size=int(kind[4:]))
-    return ed25519.Ed25519PrivateKey.generate()
 
 
 def b64(raw: bytes) -> str:

@@ -12,13 +12,14 @@ from typing import Any
 import cbor2
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockstep_attest.domain import cose, jws, safe
 from lockstep_attest.domain.safe import SfrError, SfrIssue, SfrReport, SrpKeySet
+from lockstep_attest.testing.keys import key_for
 
 pytestmark = pytest.mark.unit
 
@@ -46,16 +47,6 @@ def ids(paths: list[Path]) -> list[str]:
 @cache
 def srp_keys() -> SrpKeySet:
     return SrpKeySet.from_dir(OCP / "srp-keys")
-
-
-@cache
-def key_for(kind: str) -> PrivateKeyTypes:
-    if kind.startswith("P-"):
-        curve = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1(), "P-521": ec.SECP521R1()}[kind]
-        return ec.generate_private_key(curve)
-    if kind.startswith("RSA-"):
-        return rsa.generate_private_key(public_exponent=65537, key_size=int(kind[4:]))
-    return ed25519.Ed25519PrivateKey.generate()
 
 
 def keyset(**named: str) -> SrpKeySet:
