@@ -1,0 +1,215 @@
+"""Drift classification and the emit-only-on-change decision (design.md "inventory").
+
+Kinds and severities (one table, :data:`SEVERITY`):
+
+- ``pending`` (info): the node is in an active wave, so a difference from the pin is the rollout
+  in progress. Also (warning) a difference outside any wave that a recorded rollout step explains
+  (``recorded_change=True``: a halted wave, a quarantined node awaiting retry).
+- ``unexpected`` (critical): the version changed and no rollout recorded it: a hand hot-fix, an RMA
+  part with factory firmware, a silent revert. Unattested bits on a node: critical.
+- ``missing`` (warning): a pinned component is not observed (dead device, BMC not reporting it).
+- ``unknown`` (info): a component is observed but not pinned, or the node has no pin at all (every
+  observed component is then unknown). Members no mapping rule knows have no :class:`Component`
+  and cannot be drift items: they stay raw in ``InventoryObserved.members``.
+- ``incompatible`` / ``gsp_mismatch``: from :func:`.rules.check_compatibility` (critical, or
+  warning for advisory rules such as an end-of-life branch).
+
+A member conflict (4 GPUs, one on another VBIOS) is drift of that component: ``pending`` during a
+wave (GPUs flash one after another), else ``unexpected``; ``actual`` lists the distinct versions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lockstep_common.events.v1 import DriftItem
+from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
+from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
+
+SEVERITY: Mapping[DriftKind, Severity] = {
+    DriftKind.PENDING: Severity.INFO,
+    DriftKind.UNEXPECTED: Severity.CRITICAL,
+    DriftKind.MISSING: Severity.WARNING,
+    DriftKind.UNKNOWN: Severity.INFO,
+    DriftKind.INCOMPATIBLE: Severity.CRITICAL,
+    DriftKind.GSP_MISMATCH: Severity.CRITICAL,
+}
+
+
+def _item(
+    component: Component,
+    expected: str | None,
+    actual: str | None,
+    kind: DriftKind,
+    detail: str,
+    severity: Severity | None = None,
+) -> DriftItem:
+    return DriftItem(
+        component=component,
+        expected=expected,
+        actual=actual,
+        kind=kind,
+        severity=severity or SEVERITY[kind],
+        detail=detail[:4096],
+    )
+
+
+def _difference(
+    component: Component,
+    pinned: str,
+    actual: str,
+    *,
+    in_active_wave: bool,
+    recorded_change: bool,
+    what: str,
+) -> DriftItem:
+    if in_active_wave:
+        return _item(component, pinned, actual, DriftKind.PENDING, f"{what}; node in active wave")
+    if recorded_change:
+        return _item(
+            component,
+            pinned,
+            actual,
+            DriftKind.PENDING,
+            f"{what}; a recorded rollout step explains it, no wave is active",
+            Severity.WARNING,
+        )
+    return _item(
+        component,
+        pinned,
+        actual,
+        DriftKind.UNEXPECTED,
+        f"{what}; no rollout recorded (hot-fix, RMA part or silent revert)",
+    )
+
+
+def _versions_text(by_member: Mapping[str, str]) -> str:
+    return "|".join(sorted(set(by_member.values())))[:128]
+
+
+def classify(
+    actual: Mapping[Component, str],
+    pinned: Mapping[Component, str] | None,
+    *,
+    in_active_wave: bool,
+    recorded_change: bool,
+    profile: str,
+    today: dt.date,
+    conflicts: Mapping[Component, Mapping[str, str]] | None = None,
+    firmware_dirs: Sequence[str] | None = None,
+    loaded_module: str | None = None,
+    rules: CompatibilityRules | None = None,
+) -> tuple[DriftItem, ...]:
+    """Every drift item of one node, sorted by (component, kind) so equal sets compare equal."""
+    conflicts = conflicts or {}
+    items: list[DriftItem] = []
+    if pinned is None:
+        items.extend(
+            _item(c, None, v, DriftKind.UNKNOWN, "node has no pin") for c, v in actual.items()
+        )
+        items.extend(
+            _item(c, None, _versions_text(m), DriftKind.UNKNOWN, "node has no pin; members differ")
+            for c, m in conflicts.items()
+        )
+    else:
+        for component, want in pinned.items():
+            if component in conflicts:
+                members = conflicts[component]
+                what = "members differ: " + ", ".join(f"{k}={v}" for k, v in members.items())
+                items.append(
+                    _difference(
+                        component,
+                        want,
+                        _versions_text(members),
+                        in_active_wave=in_active_wave,
+                        recorded_change=recorded_change,
+                        what=what,
+                    )
+                )
+            elif component not in actual:
+                items.append(
+                    _item(component, want, None, DriftKind.MISSING, "pinned, not observed")
+                )
+            elif actual[component] != want:
+                items.append(
+                    _difference(
+                        component,
+                        want,
+                        actual[component],
+                        in_active_wave=in_active_wave,
+                        recorded_change=recorded_change,
+                        what="version differs from pin",
+                    )
+                )
+        for component in sorted(set(actual) | set(conflicts)):
+            if component not in pinned:
+                seen = actual.get(component) or _versions_text(conflicts[component])
+                items.append(
+                    _item(component, None, seen, DriftKind.UNKNOWN, "observed, not pinned")
+                )
+    items.extend(
+        check_compatibility(
+            profile,
+            actual,
+            today=today,
+            firmware_dirs=firmware_dirs,
+            loaded_module=loaded_module,
+            rules=rules,
+        )
+    )
+    return tuple(sorted(items, key=lambda i: (i.component, i.kind, i.expected or "", i.detail)))
+
+
+def drift_key(items: Iterable[DriftItem]) -> frozenset[tuple[Any, ...]]:
+    """What makes two drift sets "the same": everything but the free-text detail."""
+    return frozenset((i.component, i.kind, i.severity, i.expected, i.actual) for i in items)
+
+
+class Emit(enum.StrEnum):
+    """What a report leads to."""
+
+    DETECTED = "drift.detected"
+    RESOLVED = "drift.resolved"
+    NOTHING = "nothing"
+    IGNORED = "ignored"  # stale or duplicate report: no state change at all
+
+
+def decide(previous: Collection[DriftItem], current: Collection[DriftItem]) -> Emit:
+    """``drift.detected`` when the set changed and is not empty, ``drift.resolved`` when it
+    became empty, otherwise nothing: never one event per sweep."""
+    if drift_key(previous) == drift_key(current):
+        return Emit.NOTHING
+    return Emit.DETECTED if current else Emit.RESOLVED
+
+
+@dataclass(frozen=True, slots=True)
+class DriftTracker:
+    """One node's last applied report per source and its current drift set (pure value).
+
+    Reports apply in per-node, per-source ``sequence`` order: a report whose sequence is not above
+    the last applied one for its source is stale or a duplicate and changes nothing, so replays
+    are idempotent. Persisting this value is the caller's job.
+    """
+
+    sequences: Mapping[ObservationSource, int] = field(default_factory=dict)
+    items: tuple[DriftItem, ...] = ()
+
+    def is_fresh(self, source: ObservationSource, sequence: int) -> bool:
+        """True when ``sequence`` is newer than anything applied from ``source``."""
+        last = self.sequences.get(source)
+        return last is None or sequence > last
+
+    def observe(
+        self, source: ObservationSource, sequence: int, items: Sequence[DriftItem]
+    ) -> tuple[DriftTracker, Emit]:
+        """Apply one report's drift set: the new tracker and what to emit."""
+        if not self.is_fresh(source, sequence):
+            return self, Emit.IGNORED
+        emit = decide(self.items, items)
+        sequences = {**self.sequences, source: sequence}
+        kept = self.items if emit is Emit.NOTHING else tuple(items)
+        return replace(self, sequences=sequences, items=kept), emit

@@ -1,0 +1,261 @@
+"""Compatibility rules of a node's software tuple (design.md "inventory"; standards.md section 7).
+
+The table is data (``rules/compatibility.json`` in this package, loaded with
+``importlib.resources``) validated by strict pydantic models: CUDA major -> driver floor
+(minor-version compatibility), CUDA toolkit release -> minimum driver, data-center driver branches
+(type, end of life, max CUDA major, GPU architectures), GPU architecture per hardware profile, and
+the "equal to the driver" invariants (GSP firmware, seed 004; Fabric Manager).
+:func:`check_compatibility` is pure: same inputs, same :class:`DriftItem` list, each naming the
+rule it broke. The table is parsed in pydantic's strict JSON mode (ISO dates and enum values as
+JSON strings, nothing coerced from other types).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+
+from lockstep_common.events.v1 import DriftItem
+from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_inventory.domain.rules_table import (
+    Branch,
+    BranchType,
+    CompatibilityRules,
+    RulesError,
+    load_rules,
+    parse_rules,
+)
+
+__all__ = [
+    "Branch",
+    "BranchType",
+    "CompatibilityRules",
+    "RulesError",
+    "check_compatibility",
+    "load_rules",
+    "parse_rules",
+    "version_key",
+]
+
+_NCCL_CUDA = re.compile(r"\+cuda(\d+)(\.\d+)*$")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Numeric key of a dotted version ("570.172.08" -> (570, 172, 8)); ValueError otherwise."""
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        raise ValueError(f"not a dotted numeric version: {version!r}")
+    return tuple(int(part) for part in version.split("."))
+
+
+def _cuda_key(cuda: str) -> tuple[int, int, int] | None:
+    match = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", cuda)
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), int(match[3] or 0)
+
+
+def _item(
+    component: Component,
+    expected: str | None,
+    actual: str | None,
+    rule: str,
+    detail: str,
+    *,
+    kind: DriftKind = DriftKind.INCOMPATIBLE,
+    severity: Severity = Severity.CRITICAL,
+) -> DriftItem:
+    return DriftItem(
+        component=component,
+        expected=expected,
+        actual=actual,
+        kind=kind,
+        severity=severity,
+        detail=f"rule {rule}: {detail}"[:4096],
+    )
+
+
+def _cuda_items(rules: CompatibilityRules, cuda: str, driver: str) -> list[DriftItem]:
+    key = _cuda_key(cuda)
+    if key is None:
+        return [_item(Component.CUDA, None, cuda, "cuda_version", "unparseable CUDA version")]
+    floor = next((f for f in rules.cuda_major_floor if f.cuda_major == key[0]), None)
+    if floor is None:
+        return [_item(Component.CUDA, None, cuda, "cuda_major_floor", f"no row for CUDA {key[0]}")]
+    if version_key(driver) < version_key(floor.min_driver):
+        return [
+            _item(
+                Component.DRIVER,
+                f">={floor.min_driver}",
+                driver,
+                "cuda_major_floor",
+                f"CUDA {cuda} needs driver >= {floor.min_driver} (CUDA {key[0]}.x minor-version "
+                "compatibility, standards.md section 7)",
+            )
+        ]
+    rows = [t for t in rules.cuda_toolkit_minimum if _cuda_key(t.cuda) == key]
+    rows = rows or [t for t in rules.cuda_toolkit_minimum if _cuda_key(t.cuda) == (*key[:2], 0)]
+    if rows and version_key(driver) < version_key(rows[0].min_driver):
+        return [
+            _item(
+                Component.DRIVER,
+                f">={rows[0].min_driver}",
+                driver,
+                "cuda_toolkit_minimum",
+                f"CUDA {rows[0].cuda} toolkit needs driver >= {rows[0].min_driver}; runs only "
+                "under minor-version compatibility (no PTX JIT of newer code)",
+                severity=Severity.WARNING,
+            )
+        ]
+    return []
+
+
+def _branch_items(
+    rules: CompatibilityRules, profile: str, tuple_: Mapping[Component, str], *, today: dt.date
+) -> list[DriftItem]:
+    driver = tuple_[Component.DRIVER]
+    branch = rules.branch_of(driver)
+    if branch is None:
+        return [
+            _item(
+                Component.DRIVER,
+                None,
+                driver,
+                "driver_branch",
+                "branch not in the rules table",
+                severity=Severity.WARNING,
+            )
+        ]
+    items: list[DriftItem] = []
+    name = f"R{branch.prefix} ({branch.type})"
+    if today > branch.end_of_life:
+        items.append(
+            _item(
+                Component.DRIVER,
+                None,
+                driver,
+                "branch_end_of_life",
+                f"{name} reached end of life on {branch.end_of_life.isoformat()}",
+                severity=Severity.WARNING,
+            )
+        )
+    arch = rules.profile_architecture.get(profile)
+    if arch is not None and arch not in branch.architectures:
+        items.append(
+            _item(
+                Component.DRIVER,
+                None,
+                driver,
+                "branch_architectures",
+                f"{name} does not support {arch} (profile {profile})",
+            )
+        )
+    cuda_key = _cuda_key(tuple_.get(Component.CUDA, ""))
+    if cuda_key is not None and cuda_key[0] > branch.max_cuda_major:
+        items.append(
+            _item(
+                Component.CUDA,
+                None,
+                tuple_[Component.CUDA],
+                "branch_max_cuda_major",
+                f"{name} runs CUDA <= {branch.max_cuda_major} without a forward-compat package",
+            )
+        )
+    return items
+
+
+def _gsp_evidence(
+    driver: str | None, firmware_dirs: Sequence[str] | None, loaded_module: str | None
+) -> list[DriftItem]:
+    """Seed 004 evidence: /sys/module/nvidia/version vs /lib/firmware/nvidia/<version>/ dirs."""
+    items: list[DriftItem] = []
+    if loaded_module is not None and driver is not None and loaded_module != driver:
+        items.append(
+            _item(
+                Component.GPU_GSP,
+                driver,
+                loaded_module,
+                "gsp_equals_driver",
+                f"loaded nvidia module {loaded_module} != driver package {driver} "
+                "(seed 004: 'Driver/library version mismatch')",
+                kind=DriftKind.GSP_MISMATCH,
+            )
+        )
+    if (
+        loaded_module is not None
+        and firmware_dirs is not None
+        and loaded_module not in firmware_dirs
+    ):
+        present = ", ".join(sorted(firmware_dirs)) or "none"
+        items.append(
+            _item(
+                Component.GPU_GSP,
+                loaded_module,
+                None,
+                "gsp_firmware_dir",
+                f"no /lib/firmware/nvidia/{loaded_module}/ for the loaded module (present: "
+                f"{present}); seed 004: 'RmFetchGspRmImages: No firmware image found'",
+                kind=DriftKind.GSP_MISMATCH,
+            )
+        )
+    return items
+
+
+def check_compatibility(
+    profile: str,
+    tuple_: Mapping[Component, str],
+    *,
+    today: dt.date,
+    firmware_dirs: Sequence[str] | None = None,
+    loaded_module: str | None = None,
+    rules: CompatibilityRules | None = None,
+) -> list[DriftItem]:
+    """Every compatibility rule the tuple breaks, as ``incompatible``/``gsp_mismatch`` items.
+
+    Rules needing the driver are skipped while no driver is observed (an in-band report has not
+    arrived yet); ``firmware_dirs=None`` means "not reported" (an empty list means none exist).
+    An unknown profile has no architecture rule. A non-numeric driver is itself an item.
+    """
+    rules = rules or load_rules()
+    driver = tuple_.get(Component.DRIVER)
+    items = _gsp_evidence(driver, firmware_dirs, loaded_module)
+    if driver is None:
+        return items
+    try:
+        version_key(driver)
+    except ValueError:
+        return [*items, _item(Component.DRIVER, None, driver, "driver_version", "not numeric")]
+    for invariant in rules.equal_to_driver:
+        actual = tuple_.get(invariant.component)
+        if actual is not None and actual != driver:
+            items.append(
+                _item(
+                    invariant.component,
+                    driver,
+                    actual,
+                    invariant.rule,
+                    f"{invariant.component} {actual} != driver {driver}; {invariant.note}",
+                    kind=invariant.kind,
+                )
+            )
+    items.extend(_branch_items(rules, profile, tuple_, today=today))
+    cuda = tuple_.get(Component.CUDA)
+    if cuda is not None:
+        items.extend(_cuda_items(rules, cuda, driver))
+        nccl = tuple_.get(Component.NCCL)
+        built = _NCCL_CUDA.search(nccl) if nccl and rules.nccl_matches_cuda_major else None
+        if (
+            built is not None
+            and _cuda_key(cuda) is not None
+            and int(built[1]) != int(cuda.split(".")[0])
+        ):
+            items.append(
+                _item(
+                    Component.NCCL,
+                    None,
+                    nccl,
+                    "nccl_matches_cuda_major",
+                    f"NCCL built for CUDA {built[1]} but CUDA is {cuda}",
+                )
+            )
+    return items
