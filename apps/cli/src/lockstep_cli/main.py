@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
+from lockstep_cli.fleet_cli import fleet_app
 from lockstep_sim.cli import sim_app
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app.add_typer(docs, name="docs")
 app.add_typer(bundle_app, name="bundle")
 app.add_typer(attest_app, name="attest")
 app.add_typer(sim_app, name="sim")
+app.add_typer(fleet_app, name="fleet")
 console = Console()
 
 DataDir = Annotated[

@@ -11,4 +11,9 @@ NAME = "inventory"
 
 def create_app(settings: Settings | None = None) -> ServiceApp:
     """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(NAME, settings or Settings(), subscriptions=subscriptions())
+    return ServiceApp(
+        NAME,
+        settings or Settings(),
+        subscriptions=subscriptions(),
+        migration_package="lockstep_inventory.migrations",
+    )

@@ -1,0 +1,59 @@
+"""The fleet registry table (migrations/0001_registry.sql)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lockstep_common.db import Conn
+from lockstep_inventory.domain.fleet_file import NodeEntry
+
+_FIELDS = (
+    "id",
+    "bmc_url",
+    "profile",
+    "supplier",
+    "site",
+    "rack",
+    "fabric_domain",
+    "pool",
+    "credentials",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """What an import changed."""
+
+    added: int
+    updated: int
+    unchanged: int
+
+
+async def import_nodes(conn: Conn, nodes: list[NodeEntry]) -> ImportResult:
+    """Upsert every node in one transaction: all or nothing."""
+    async with conn.transaction():
+        before = {
+            r["id"]: tuple(r[f] for f in _FIELDS)
+            for r in await conn.fetch(
+                f"SELECT {', '.join(_FIELDS)} FROM nodes WHERE id = ANY($1)", [n.id for n in nodes]
+            )
+        }
+        rows = [tuple(getattr(n, f) for f in _FIELDS) for n in nodes]
+        changed = [r for r in rows if before.get(r[0]) != r]
+        await conn.executemany(
+            f"INSERT INTO nodes ({', '.join(_FIELDS)}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+            " ON CONFLICT (id) DO UPDATE SET bmc_url = EXCLUDED.bmc_url,"
+            " profile = EXCLUDED.profile, supplier = EXCLUDED.supplier, site = EXCLUDED.site,"
+            " rack = EXCLUDED.rack,"
+            " fabric_domain = EXCLUDED.fabric_domain, pool = EXCLUDED.pool,"
+            " credentials = EXCLUDED.credentials, updated_at = now()",
+            changed,
+        )
+    added = sum(1 for r in changed if r[0] not in before)
+    return ImportResult(added, len(changed) - added, len(rows) - len(changed))
+
+
+async def list_nodes(conn: Conn) -> list[NodeEntry]:
+    """Every registered node, by id."""
+    rows = await conn.fetch(f"SELECT {', '.join(_FIELDS)} FROM nodes ORDER BY id")
+    return [NodeEntry.model_validate(dict(r)) for r in rows]

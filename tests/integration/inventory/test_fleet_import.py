@@ -1,0 +1,69 @@
+"""``lockstep fleet import`` into a real PostgreSQL: all or nothing, idempotent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from lockstep_cli.main import app
+
+pytestmark = pytest.mark.integration
+
+
+def node(i: int, **change: str) -> dict[str, str]:
+    return {
+        "id": f"n{i:03d}",
+        "bmc_url": f"http://127.9.0.{i}:8000",
+        "profile": "gb200",
+        "site": "iad1",
+        "pool": "train-a",
+        "credentials": "env:LOCKSTEP_BMC",
+        **change,
+    }
+
+
+@pytest.fixture
+def env(servers: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", servers.database_url)
+    monkeypatch.setenv("LOCKSTEP_INVENTORY_DB_SCHEMA", f"{namespace}_inventory")
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_import_adds_then_updates_and_is_idempotent(env: None, tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": [node(1), node(2)]}))
+    assert run("fleet", "import", str(fleet), "--json") == (
+        0,
+        '{"nodes": 2, "added": 2, "updated": 0, "unchanged": 0}\n',
+    )
+    assert run("fleet", "import", str(fleet), "--json")[1].startswith(
+        '{"nodes": 2, "added": 0, "updated": 0, "unchanged": 2}'
+    )
+    fleet.write_text(json.dumps({"nodes": [node(1, pool="train-b"), node(2), node(3)]}))
+    assert (
+        '"added": 1, "updated": 1, "unchanged": 1'
+        in run("fleet", "import", str(fleet), "--json")[1]
+    )
+    code, out = run("fleet", "list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and [n["id"] for n in listed] == ["n001", "n002", "n003"]
+    assert listed[0]["pool"] == "train-b" and listed[0]["credentials"] == "env:LOCKSTEP_BMC"
+
+
+def test_one_bad_node_changes_nothing(env: None, tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps([node(1)]))
+    assert run("fleet", "import", str(fleet))[0] == 0
+    fleet.write_text(json.dumps([node(1, pool="changed"), node(2, password="hunter2")]))
+    code, out = run("fleet", "import", str(fleet))
+    assert code == 2 and "carries a username/password" in out and "hunter2" not in out
+    listed = json.loads(run("fleet", "list", "--json")[1])
+    assert [(n["id"], n["pool"]) for n in listed] == [("n001", "train-a")]

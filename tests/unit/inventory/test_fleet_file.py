@@ -1,0 +1,66 @@
+"""The fleet file: validated whole, secrets refused, the simulator's list accepted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lockstep_inventory.domain.fleet_file import FleetFileError, parse_fleet
+
+pytestmark = pytest.mark.unit
+
+NODE = {
+    "id": "gb200-r01-n01",
+    "bmc_url": "https://10.0.0.1",
+    "profile": "gb200",
+    "supplier": "acme",
+    "site": "iad1",
+    "rack": "r01",
+    "fabric_domain": "nvl72-r01",
+    "pool": "train-a",
+    "credentials": "env:LOCKSTEP_BMC",
+}
+
+
+def test_yaml_with_nodes_and_a_bare_json_list_both_parse() -> None:
+    yaml_text = "nodes:\n  - " + "\n    ".join(f"{k}: {v}" for k, v in NODE.items())
+    (from_yaml,) = parse_fleet(yaml_text)
+    (from_json,) = parse_fleet(json.dumps([NODE]))
+    assert from_yaml == from_json and from_yaml.credentials == "env:LOCKSTEP_BMC"
+
+
+def test_the_simulators_fleet_list_takes_a_default_credential_reference() -> None:
+    sim = [{k: v for k, v in NODE.items() if k != "credentials"}]
+    (node,) = parse_fleet(json.dumps(sim), default_credentials="file:/etc/lockstep/bmc.json")
+    assert node.credentials == "file:/etc/lockstep/bmc.json"
+    with pytest.raises(FleetFileError, match=r"nodes\[0\] \(gb200-r01-n01\): credentials"):
+        parse_fleet(json.dumps(sim))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"password": "hunter2"}, "carries a username/password"),
+        ({"credentials": "hunter2"}, "a secret itself is never accepted"),
+        ({"id": "node.1"}, r"nodes\[0\].*id:"),
+        ({"bmc_url": "ftp://x"}, "bmc_url"),
+        ({"site": ""}, "site"),
+        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_nodes_are_refused_naming_the_field_and_never_the_secret(
+    change: dict[str, str], message: str
+) -> None:
+    with pytest.raises(FleetFileError, match=message) as err:
+        parse_fleet(json.dumps([{**NODE, **change}]))
+    assert "hunter2" not in str(err.value)
+
+
+def test_duplicate_ids_and_empty_files_are_refused() -> None:
+    with pytest.raises(FleetFileError, match="appears twice"):
+        parse_fleet(json.dumps([NODE, NODE]))
+    with pytest.raises(FleetFileError, match="non-empty list"):
+        parse_fleet("nodes: []")
+    with pytest.raises(FleetFileError, match="not YAML or JSON"):
+        parse_fleet("nodes: [")
