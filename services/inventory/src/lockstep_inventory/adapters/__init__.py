@@ -1,0 +1,1 @@
+"""Adapters of the inventory service to the outside world (Redfish BMCs)."""
