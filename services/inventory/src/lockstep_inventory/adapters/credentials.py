@@ -1,0 +1,97 @@
+"""Where BMC credentials come from (design.md non-negotiable 8).
+
+A :class:`CredentialSource` answers ``get(node_id) -> (username, password)`` just in time, per
+BMC. Secrets are never logged and never put into results or exceptions: a
+:class:`CredentialError` names the node and the source, never a value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+
+
+class CredentialError(LookupError):
+    """No usable credentials for a node (the message never contains a secret)."""
+
+
+class CredentialSource(Protocol):
+    def get(self, node_id: str) -> tuple[str, str]:
+        """(username, password) for the BMC of ``node_id``; raises :class:`CredentialError`."""
+        ...
+
+
+def _env_key(node_id: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "_", node_id.upper())
+
+
+class EnvCredentials:
+    """Credentials from environment variables: ``{prefix}_{NODE}_USERNAME`` and
+    ``{prefix}_{NODE}_PASSWORD`` (node id upper-cased, other characters as ``_``), falling
+    back to ``{prefix}_USERNAME`` and ``{prefix}_PASSWORD``."""
+
+    def __init__(
+        self, prefix: str = "LOCKSTEP_BMC", environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._prefix = prefix
+        self._environ = os.environ if environ is None else environ
+
+    def get(self, node_id: str) -> tuple[str, str]:
+        for scope in (f"{self._prefix}_{_env_key(node_id)}", self._prefix):
+            user = self._environ.get(f"{scope}_USERNAME")
+            password = self._environ.get(f"{scope}_PASSWORD")
+            if user and password is not None:
+                return user, password
+        raise CredentialError(
+            f"no BMC credentials for {node_id} in environment ({self._prefix}_*_USERNAME/PASSWORD)"
+        )
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
+
+    username: str
+    password: SecretStr
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
+
+    default: _Entry | None = None
+    nodes: dict[str, _Entry] = {}
+
+
+class FileCredentials:
+    """Credentials from a JSON file (e.g. a mounted secret)::
+
+        {"default": {"username": "u", "password": "p"},
+         "nodes": {"node-00001": {"username": "u1", "password": "p1"}}}
+
+    The file is read once; malformed files raise :class:`CredentialError` naming the field.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self._path = Path(path)
+        try:
+            raw = json.loads(self._path.read_text())
+            self._data = _File.model_validate(raw)
+        except OSError as exc:
+            raise CredentialError(f"{self._path}: cannot read: {exc.strerror}") from None
+        except json.JSONDecodeError:
+            raise CredentialError(f"{self._path}: not valid JSON") from None
+        except ValidationError as exc:
+            first = exc.errors(include_input=False, include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"]) or "file"
+            raise CredentialError(f"{self._path}: {where}: {first['msg']}") from None
+
+    def get(self, node_id: str) -> tuple[str, str]:
+        entry = self._data.nodes.get(node_id, self._data.default)
+        if entry is None:
+            raise CredentialError(f"no BMC credentials for {node_id} in {self._path}")
+        return entry.username, entry.password.get_secret_value()

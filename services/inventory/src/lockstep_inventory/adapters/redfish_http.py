@@ -1,0 +1,127 @@
+"""One Redfish HTTP exchange with bounded retries (reliability.md 7.D1).
+
+Each attempt is bounded by ``timeout_s`` (connect, headers and body). Timeouts, connection
+errors and the retryable statuses 429/500/502/503/504 are retried up to ``retries`` times with
+exponential backoff and jitter; a ``Retry-After`` header (DSP0266 "HTTP status codes": 503
+and 429 may carry Retry-After; RFC 9110 §10.2.3: delay-seconds or an HTTP-date) lengthens the
+wait, capped by ``max_retry_after_s``. Other statuses are returned to the caller.
+
+Messages name the method, URL and problem only: never request bodies or headers, which hold
+passwords and ``X-Auth-Token``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from lockstep_inventory.adapters.redfish_model import RedfishReplyError
+
+log = logging.getLogger(__name__)
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+_JITTER = random.Random()  # noqa: S311 - backoff jitter, not cryptography
+
+
+class BmcError(Exception):
+    """A BMC that could not be read; the message says what failed and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    timeout_s: float = 10.0
+    retries: int = 2
+    backoff_s: float = 0.5
+    max_retry_after_s: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (0-based ``attempt`` just failed)."""
+        backoff = self.backoff_s * 2.0**attempt * _JITTER.uniform(0.5, 1.0)
+        if retry_after is None:
+            return backoff
+        return max(backoff, min(retry_after, self.max_retry_after_s))
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: Any  # decoded JSON, or None for an empty body
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """``Retry-After`` as seconds from now (RFC 9110 §10.2.3); None when absent or invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+async def _decode(response: aiohttp.ClientResponse, url: str) -> Any:
+    raw = await response.read()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RedfishReplyError(url, "body", "not valid JSON") from None
+
+
+async def request(
+    http: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    policy: RetryPolicy,
+    *,
+    ssl: bool,
+    headers: dict[str, str] | None = None,
+    json_body: dict[str, Any] | None = None,
+    retries: int | None = None,
+    slots: asyncio.Semaphore | None = None,
+) -> Reply:
+    """``method url`` with retries; raises :class:`BmcError` when every attempt failed.
+
+    ``slots`` (one per sweep, sized like the connection pool) is held during each attempt:
+    requests queue on it in FIFO order instead of in aiohttp's connector, whose wake-up scan
+    is linear in the number of waiting hosts (measured: 4x client CPU at 256 BMCs in flight).
+    """
+    slots = slots or asyncio.Semaphore(1)
+    attempts = (policy.retries if retries is None else retries) + 1
+    problem = "not attempted"
+    for attempt in range(attempts):
+        hint: float | None = None
+        try:
+            async with (
+                slots,
+                asyncio.timeout(policy.timeout_s),
+                http.request(method, url, headers=headers, json=json_body, ssl=ssl) as response,
+            ):
+                if response.status not in RETRYABLE:
+                    return Reply(response.status, response.headers, await _decode(response, url))
+                problem = f"HTTP {response.status}"
+                hint = retry_after_seconds(response.headers.get("Retry-After"))
+        except TimeoutError:
+            problem = f"no answer within {policy.timeout_s:g}s"
+        except aiohttp.ClientError as exc:
+            problem = f"connection failed ({type(exc).__name__})"
+        if attempt + 1 < attempts:
+            delay = policy.delay(attempt, hint)
+            log.debug("%s %s: %s; retry %d in %.2fs", method, url, problem, attempt + 1, delay)
+            await asyncio.sleep(delay)
+    raise BmcError(f"{method} {url}: {problem} (after {attempts} attempts)")
