@@ -92,18 +92,32 @@ class HandlerContext:
 
 
 Handler = Callable[[HandlerContext, Envelope[Any]], Awaitable[None]]
+BatchHandler = Callable[[HandlerContext, list[Envelope[Any]]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """A handler bound to a durable consumer: declared in a service's ``router.py``."""
+    """A handler bound to a durable consumer: declared in a service's ``router.py``.
+
+    ``handler`` gets one event at a time; a ``batch_handler`` (given instead) gets every new
+    event of a pulled batch at once, in stream order, for consumers whose cost is per
+    statement rather than per event (telemetry ingest). Both run in the batch's transaction,
+    and a failed batch is replayed one event per call either way.
+    """
 
     name: str
     stream: str
     subjects: tuple[str, ...]
-    handler: Handler
+    handler: Handler | None
     accepts: tuple[type[EventData], ...]
     description: str = ""
+    batch_handler: BatchHandler | None = None
+
+    def __post_init__(self) -> None:
+        if (self.handler is None) == (self.batch_handler is None):
+            raise ValueError(
+                f"subscription {self.name}: give exactly one of handler, batch_handler"
+            )
 
 
 @dataclass(slots=True)
@@ -241,12 +255,19 @@ class ConsumerRunner:
         ):
             fresh = await inbox.claim(conn, self.durable, [i.env.event_id for i in items])
             ctx = HandlerContext(conn, self._source, self.durable)
+            new: list[Envelope[Any]] = []
             for item in items:
                 if item.env.event_id in fresh:
                     fresh.discard(item.env.event_id)  # a duplicate inside one batch
-                    await self.sub.handler(ctx, item.env)
+                    new.append(item.env)
                 else:
                     self._metrics.messages.labels(self.durable, "duplicate").inc()
+            if self.sub.batch_handler is not None:
+                if new:
+                    await self.sub.batch_handler(ctx, new)
+            elif self.sub.handler is not None:
+                for env in new:
+                    await self.sub.handler(ctx, env)
             await ctx.flush()
 
     async def _apply_one_by_one(self, items: list[_Item]) -> None:

@@ -98,6 +98,12 @@ class ServiceApp:
         self._stopping = asyncio.Event()
         self.resources: Resources | None = None
 
+    def add_workers(self, *workers: Worker) -> None:
+        """Add background loops that need the app itself (its metrics, namespace, source)."""
+        if self.resources is not None:
+            raise RuntimeError(f"service {self.name} is already started")
+        self._workers += workers
+
     @property
     def source(self) -> str:
         """CloudEvents ``source`` of events this service emits."""

@@ -81,6 +81,21 @@ def pin_changed_all() -> str:
     return "pin.changed.>"
 
 
+def waves_all() -> str:
+    """Every wave planned or completed (a subscription pattern)."""
+    return "wave.>"
+
+
+def rollout_ends() -> tuple[str, ...]:
+    """Rollouts that halted or completed (subscription patterns)."""
+    return ("rollout.halted.*", "rollout.completed.*")
+
+
+def devices_all() -> str:
+    """Every device step outcome (a subscription pattern)."""
+    return "device.>"
+
+
 def device(outcome: DeviceOutcome, rollout_id: str, node_id: str) -> str:
     """A device step outcome on one node."""
     return f"device.{outcome.value}.{token(rollout_id, 'rollout id')}.{token(node_id, 'node id')}"
@@ -89,6 +104,11 @@ def device(outcome: DeviceOutcome, rollout_id: str, node_id: str) -> str:
 def gate(verdict: GateVerdict, rollout_id: str) -> str:
     """A health-gate verdict for a rollout."""
     return f"gate.{verdict.value}.{token(rollout_id, 'rollout id')}"
+
+
+def inventory_observed_all() -> str:
+    """Every node's inventory reports (a subscription pattern)."""
+    return "telemetry.observed.inventory.>"
 
 
 def inventory_observed(site: str, node_id: str) -> str:

@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
+from lockstep_inventory.admission import AdmissionResponder
+from lockstep_inventory.domain.rules import CompatibilityRules, RulesError, parse_rules
+from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
+from lockstep_inventory.handlers import Handlers
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
+from lockstep_inventory.sweep_worker import SweepWorker
 
 NAME = "inventory"
 
 
+def load_rules(settings: Settings) -> CompatibilityRules | None:
+    """The rules file from settings (None: the packaged table); a bad file refuses to start."""
+    if settings.rules_file is None:
+        return None
+    try:
+        return parse_rules(settings.rules_file.read_bytes())
+    except OSError as exc:
+        raise ConfigurationError(f"rules_file {settings.rules_file}: {exc.strerror}") from None
+    except RulesError as exc:
+        raise ConfigurationError(f"rules_file {settings.rules_file}: {exc}") from None
+
+
 def create_app(settings: Settings | None = None) -> ServiceApp:
-    """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(
+    """Build the service; nothing connects until ``start()`` (the rules file is read here)."""
+    settings = settings or Settings()
+    rules = load_rules(settings)
+    app = ServiceApp(
         NAME,
-        settings or Settings(),
-        subscriptions=subscriptions(),
+        settings,
+        subscriptions=subscriptions(Handlers(rules)),
         migration_package="lockstep_inventory.migrations",
     )
+    gauges = GaugeRefresher(FleetGauges(app.metrics.registry), settings.metrics_interval_s)
+    app.add_workers(
+        SweepWorker(settings, app.source, rules, gauges),
+        AdmissionResponder(app.namespace, app.source, settings.admission_max_age_s),
+        gauges,
+    )
+    return app

@@ -1,15 +1,66 @@
 """The inventory service's subscriptions: its whole topology at a glance.
 
-It has no consumers yet. Per design.md it will consume:
-pin.changed.> (pins), telemetry.observed.inventory.> (in-band reports), device.>;
-admission.check (request/reply).
+Consumes in-band reports (``telemetry.observed.inventory.>``, in batches), pins
+(``pin.changed.>``), wave boundaries (``wave.>``, ``rollout.halted|completed.*``) and device
+steps (``device.>``); emits ``drift.detected`` / ``drift.resolved`` through the outbox.
+Its other inputs are not JetStream consumers: the Redfish sweep (``SweepWorker``) and the
+``admission.check`` request/reply (``AdmissionResponder``), both started in ``app.py``.
 """
 
 from __future__ import annotations
 
+from lockstep_common import subjects
 from lockstep_common.consumer import Subscription
+from lockstep_common.events.v1 import (
+    DeviceActivated,
+    DeviceFailed,
+    DeviceRolledBack,
+    DeviceStaged,
+    DeviceVerified,
+    InventoryObserved,
+    PinChanged,
+    RolloutCompleted,
+    RolloutHalted,
+    WaveCompleted,
+    WavePlanned,
+)
+from lockstep_inventory.handlers import Handlers
 
 
-def subscriptions() -> tuple[Subscription, ...]:
+def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
     """Subject -> handler bindings of this service."""
-    return ()
+    return (
+        Subscription(
+            name="inventory-telemetry",
+            stream="TELEMETRY",
+            subjects=(subjects.inventory_observed_all(),),
+            handler=None,
+            batch_handler=handlers.inventory_observed,
+            accepts=(InventoryObserved,),
+            description="In-band inventory reports from node agents",
+        ),
+        Subscription(
+            name="inventory-pins",
+            stream="PINS",
+            subjects=(subjects.pin_changed_all(),),
+            handler=handlers.pin_changed,
+            accepts=(PinChanged,),
+            description="Pinned golden stacks, to judge drift against",
+        ),
+        Subscription(
+            name="inventory-waves",
+            stream="ROLLOUTS",
+            subjects=(subjects.waves_all(), *subjects.rollout_ends()),
+            handler=handlers.rollout_event,
+            accepts=(WavePlanned, WaveCompleted, RolloutHalted, RolloutCompleted),
+            description="Active waves: drift inside one is pending",
+        ),
+        Subscription(
+            name="inventory-devices",
+            stream="DEVICES",
+            subjects=(subjects.devices_all(),),
+            handler=handlers.device_event,
+            accepts=(DeviceStaged, DeviceActivated, DeviceVerified, DeviceFailed, DeviceRolledBack),
+            description="Rollout steps: changes they explain are not unexpected",
+        ),
+    )

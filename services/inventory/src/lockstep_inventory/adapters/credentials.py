@@ -95,3 +95,43 @@ class FileCredentials:
         if entry is None:
             raise CredentialError(f"no BMC credentials for {node_id} in {self._path}")
         return entry.username, entry.password.get_secret_value()
+
+
+class RegistryCredentials:
+    """Credentials by each node's registry reference (``env:PREFIX`` or ``file:/path``).
+
+    Each reference is resolved once; a file that cannot be read makes only its nodes
+    unreadable (with the reason), never the whole sweep.
+    """
+
+    def __init__(
+        self, references: Mapping[str, str], environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._references = dict(references)
+        self._environ = environ
+        self._sources: dict[str, CredentialSource | CredentialError] = {}
+
+    def _resolve(self, reference: str) -> CredentialSource:
+        kind, _, where = reference.partition(":")
+        if kind == "env":
+            return EnvCredentials(where, self._environ)
+        if kind == "file":
+            return FileCredentials(where)
+        raise CredentialError(f"unknown credential reference kind {kind!r}")
+
+    def _source(self, reference: str) -> CredentialSource:
+        if reference not in self._sources:
+            try:
+                self._sources[reference] = self._resolve(reference)
+            except CredentialError as exc:
+                self._sources[reference] = exc
+        source = self._sources[reference]
+        if isinstance(source, CredentialError):
+            raise source
+        return source
+
+    def get(self, node_id: str) -> tuple[str, str]:
+        reference = self._references.get(node_id)
+        if reference is None:
+            raise CredentialError(f"{node_id} has no credential reference")
+        return self._source(reference).get(node_id)

@@ -15,7 +15,9 @@ Kinds and severities (one table, :data:`SEVERITY`):
   warning for advisory rules such as an end-of-life branch).
 
 A member conflict (4 GPUs, one on another VBIOS) is drift of that component: ``pending`` during a
-wave (GPUs flash one after another), else ``unexpected``; ``actual`` lists the distinct versions.
+wave (GPUs flash one after another), else ``unexpected``; ``actual`` lists the distinct versions
+joined by ``|``. A pin that names exactly that set (``"0.2.1.1|0.2.1.8"``) accepts it: boards
+whose members run different images by design (GB200 CPLDs) are pinned that way.
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ def classify(
         for component, want in pinned.items():
             if component in conflicts:
                 members = conflicts[component]
+                if want == _versions_text(members):
+                    continue  # pinned as the set of versions its members carry (pins.py)
                 what = "members differ: " + ", ".join(f"{k}={v}" for k, v in members.items())
                 items.append(
                     _difference(

@@ -1,0 +1,113 @@
+"""Which golden stack a node is pinned to (``pin.changed`` events, design.md "inventory").
+
+A pin names a site, a scope within it and a stack (hardware profile -> component -> version).
+The newest pin (by event time) whose site and scope contain a node is the node's pin; a newer
+pin for the same (site, scope) replaces the older one, and an older one arriving late is
+ignored. A stack without the node's profile pins nothing on that node.
+
+Pin granularity: a component's pinned version is either one version (every member carries it)
+or the distinct versions its members must carry, sorted and joined with ``|`` (``"0.2.1.1|0.2.1.8"``
+for a board whose two CPLDs run different images by design; see ``drift.classify``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from lockstep_common.events.v1 import ScopeSelector
+from lockstep_common.vocabulary import Component
+from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.members import versions_of
+
+_AXES = {
+    "site": "sites",
+    "pool": "pools",
+    "profile": "profiles",
+    "fabric_domain": "fabric_domains",
+    "node": "nodes",
+}
+
+
+class SelectorError(ValueError):
+    """A scope selector that cannot be parsed; the message names the bad part."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """One pin as the inventory keeps it."""
+
+    site: str
+    scope: ScopeSelector
+    stack_hash: str
+    stack: Mapping[str, Mapping[Component, str]]
+    occurred_at: dt.datetime
+    rollout_id: str | None = None
+
+    def covers(self, node: NodeEntry) -> bool:
+        """True when the node is in this pin's site and scope."""
+        s = self.scope
+        return (
+            node.site == self.site
+            and (not s.sites or node.site in s.sites)
+            and (not s.pools or node.pool in s.pools)
+            and (not s.profiles or node.profile in s.profiles)
+            and (not s.fabric_domains or node.fabric_domain in s.fabric_domains)
+            and (not s.nodes or node.id in s.nodes)
+        )
+
+    def pinned(self, profile: str) -> Mapping[Component, str] | None:
+        """Component -> version for a profile, or None when the stack does not name it."""
+        return self.stack.get(profile)
+
+
+def scope_key(scope: ScopeSelector) -> str:
+    """Canonical text of a scope: equal scopes, equal keys (the pins table's key)."""
+    return json.dumps(scope.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def pin_of(node: NodeEntry, pins: Iterable[Pin]) -> Pin | None:
+    """The newest pin covering ``node`` (ties broken by stack hash, so the answer is stable)."""
+    best: Pin | None = None
+    for pin in pins:
+        if pin.covers(node) and (
+            best is None or (pin.occurred_at, pin.stack_hash) > (best.occurred_at, best.stack_hash)
+        ):
+            best = pin
+    return best
+
+
+def parse_selector(text: str) -> ScopeSelector:
+    """``site=ams1,pool=training,pool=batch,profile=gb200,node=n1`` -> ScopeSelector.
+
+    Keys: site, pool, profile, fabric_domain, node; repeat a key for several values. An empty
+    text selects everything.
+    """
+    axes: dict[str, list[str]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise SelectorError(f"{part!r}: expected key=value")
+        if key not in _AXES:
+            raise SelectorError(f"{key!r}: unknown key (use {', '.join(_AXES)})")
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,256}", value):
+            raise SelectorError(f"{part!r}: value has characters outside A-Z a-z 0-9 _ . : -")
+        axes.setdefault(_AXES[key], []).append(value)
+    try:
+        return ScopeSelector.model_validate({k: tuple(v) for k, v in axes.items()})
+    except ValueError as exc:
+        raise SelectorError(str(exc)) from None
+
+
+def stack_of(members: Mapping[str, str]) -> dict[Component, str]:
+    """The profile stack that pins exactly what these members run (conflicts as version sets):
+    how an operator turns a known-good node into a pin."""
+    grouped = versions_of(members)
+    stack = dict(grouped.versions)
+    for component, by_member in grouped.conflicts.items():
+        stack[component] = "|".join(sorted(set(by_member.values())))
+    return stack

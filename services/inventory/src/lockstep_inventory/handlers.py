@@ -1,0 +1,109 @@
+"""Thin handlers: turn events into reports or facts and hand them to ``ingest``.
+
+Each runs inside the consumer's transaction (inbox claim, state, outbox), so an event is
+applied exactly once however often it is delivered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from lockstep_common.consumer import HandlerContext
+from lockstep_common.envelope import Envelope
+from lockstep_common.events.v1 import (
+    DeviceActivated,
+    DeviceRolledBack,
+    DeviceVerified,
+    InventoryObserved,
+    PinChanged,
+    RolloutCompleted,
+    RolloutHalted,
+    WaveCompleted,
+    WavePlanned,
+)
+from lockstep_inventory import ingest
+from lockstep_inventory.adapters import rollouts, state
+from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.domain.pins import Pin, scope_key
+from lockstep_inventory.domain.rules import CompatibilityRules
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def report_of(data: InventoryObserved) -> Observation:
+    """The report an ``InventoryObserved`` event carries.
+
+    The event cannot say "firmware directories not reported" (its default is an empty tuple),
+    so directories count as reported only alongside a loaded module version, which an agent
+    always sends with them (seed 004 evidence comes as a pair).
+    """
+    reported = data.loaded_module_version is not None or bool(data.firmware_dirs)
+    return Observation(
+        source=data.source,
+        sequence=data.sequence,
+        observed_at=data.observed_at,
+        components=dict(data.components),
+        members=dict(data.members),
+        firmware_dirs=tuple(data.firmware_dirs) if reported else None,
+        loaded_module=data.loaded_module_version,
+    )
+
+
+class Handlers:
+    """The inventory's handlers, bound to the compatibility rules the service loaded."""
+
+    def __init__(self, rules: CompatibilityRules | None = None) -> None:
+        self.rules = rules
+
+    async def inventory_observed(self, ctx: HandlerContext, envs: list[Envelope[Any]]) -> None:
+        """A pulled batch of node reports, applied in stream order in one transaction."""
+        reports = [(env.data.node_id, report_of(env.data)) for env in envs]
+        await ingest.apply_reports(ctx.conn, reports, ctx, now=_now(), rules=self.rules)
+
+    async def pin_changed(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+        """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
+        data: PinChanged = env.data
+        pin = Pin(
+            site=data.site,
+            scope=data.scope,
+            stack_hash=data.stack_hash,
+            stack=data.stack,
+            occurred_at=env.occurred_at,
+            rollout_id=data.rollout_id,
+        )
+        if await state.save_pin(ctx.conn, pin, scope_key(data.scope), env.event_id):
+            site_nodes = await state.nodes_in_site(ctx.conn, data.site)
+            await ingest.rejudge(ctx.conn, site_nodes, ctx, now=_now(), rules=self.rules)
+
+    async def rollout_event(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+        """Waves start and end: nodes in an active wave drift as ``pending``."""
+        data = env.data
+        if isinstance(data, WavePlanned):
+            nodes = await rollouts.start_wave(
+                ctx.conn, data.rollout_id, data.wave, data.node_ids, env.occurred_at
+            )
+        elif isinstance(data, WaveCompleted):
+            nodes = await rollouts.end_wave(ctx.conn, data.rollout_id, data.wave)
+        elif isinstance(data, RolloutHalted | RolloutCompleted):
+            nodes = await rollouts.end_rollout(ctx.conn, data.rollout_id)
+        else:  # rollout.planned: nothing changes on any node yet
+            return
+        await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
+
+    async def device_event(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+        """A rollout step changed a version: a difference it explains is not ``unexpected``."""
+        data = env.data
+        if isinstance(data, DeviceActivated | DeviceVerified):
+            version = data.to_version
+        elif isinstance(data, DeviceRolledBack) and data.from_version is not None:
+            version = data.from_version
+        else:  # staged or failed: the running version did not change
+            return
+        changed = await rollouts.record_change(
+            ctx.conn, data.node_id, data.component, version, data.rollout_id, env.occurred_at
+        )
+        if changed:
+            await ingest.rejudge(ctx.conn, [data.node_id], ctx, now=_now(), rules=self.rules)

@@ -1,0 +1,74 @@
+"""The service's periodic Redfish sweep (a ``Worker``): the first at start, then every interval."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import asyncpg
+
+from lockstep_common.service import Resources
+from lockstep_inventory.adapters import state
+from lockstep_inventory.domain.rules import CompatibilityRules
+from lockstep_inventory.fleet_metrics import GaugeRefresher
+from lockstep_inventory.settings import Settings
+from lockstep_inventory.sweeping import SweepBusyError, run_sweep
+
+log = logging.getLogger(__name__)
+
+
+class SweepWorker:
+    """Sweeps the registered fleet every ``sweep_interval_s``; one sweeper across replicas."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        source: str,
+        rules: CompatibilityRules | None,
+        gauges: GaugeRefresher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.rules = rules
+        self.gauges = gauges
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        if self.settings.sweep_interval_s == 0:
+            log.info("periodic sweeps are off (sweep_interval_s=0)")
+            return
+        while not stopping.is_set():
+            sweep = asyncio.ensure_future(self._sweep_once(resources.pool))
+            stop = asyncio.ensure_future(stopping.wait())
+            await asyncio.wait([sweep, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not sweep.done():  # stopping: cancel; the sweeper deletes its sessions
+                sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweep
+            stop.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.settings.sweep_interval_s)
+
+    async def _sweep_once(self, pool: asyncpg.Pool) -> None:
+        try:
+            async with pool.acquire() as conn:
+                nodes = list((await state.nodes(conn)).values())
+            if not nodes:
+                log.info("no registered nodes to sweep")
+                return
+            await run_sweep(
+                pool,
+                nodes,
+                self.settings,
+                by="service",
+                source=self.source,
+                rules=self.rules,
+                wait=False,
+            )
+        except SweepBusyError:
+            log.info("another sweeper holds the sweep lock; skipping this round")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("sweep failed (will retry next round): %s", exc)
+        finally:
+            if self.gauges is not None:
+                self.gauges.poke.set()

@@ -1,0 +1,212 @@
+"""One Redfish sweep of the registered fleet, committed as it goes (service worker and CLI).
+
+Results stream from the sweeper into chunks; each chunk is applied (``ingest.apply_reports``)
+in one transaction together with its drift events (outbox) and the sweep's progress, while the
+sweeper keeps reading BMCs: at most one chunk is being written at a time, and the next one
+grows meanwhile, so slow commits make bigger chunks rather than a stalled sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from lockstep_common.consumer import HandlerContext
+from lockstep_common.vocabulary import ObservationSource
+from lockstep_inventory import ingest
+from lockstep_inventory.adapters import sweeps
+from lockstep_inventory.adapters.credentials import RegistryCredentials
+from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
+from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.members import Member
+from lockstep_inventory.domain.observation import Observation, from_redfish_members, unreadable
+from lockstep_inventory.domain.rules import CompatibilityRules
+from lockstep_inventory.settings import Expand, Settings
+
+log = logging.getLogger(__name__)
+UNAVAILABLE = "(unavailable)"  # a member whose device no longer answers its BMC: no Version
+
+
+@dataclass(slots=True)
+class SweepSummary:
+    """What one sweep read and changed."""
+
+    sweep_id: int
+    total: int
+    seconds: float = 0.0
+    unreadable: int = 0
+    expanded: int = 0
+    outcome: ingest.Outcome = field(default_factory=ingest.Outcome)
+    results: list[SweepResult] = field(default_factory=list)
+
+
+def report_of(result: SweepResult, sequence: int, now: dt.datetime) -> Observation:
+    """The report a sweep result makes: members with versions, or unreadable with the reason."""
+    if not result.readable:
+        return unreadable(ObservationSource.REDFISH, sequence, now, result.error or "unreadable")
+    members = [
+        Member(m.Id, m.Version or UNAVAILABLE, name=m.Name, software_id=m.SoftwareId)
+        for m in result.members
+    ]
+    return from_redfish_members(sequence, now, members)
+
+
+ResultsOf = Callable[[Sequence[BmcTarget]], AsyncGenerator[SweepResult, None]]
+
+
+class SweepBusyError(RuntimeError):
+    """Another sweep holds the sweep lock."""
+
+
+async def run_sweep(
+    pool: asyncpg.Pool,
+    nodes: Sequence[NodeEntry],
+    settings: Settings,
+    *,
+    by: str,
+    source: str = "/lockstep/inventory",
+    rules: CompatibilityRules | None = None,
+    wait: bool = True,
+    keep_results: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+    results_of: ResultsOf | None = None,
+) -> SweepSummary:
+    """Sweep ``nodes`` under the sweep lock and commit every result.
+
+    ``wait=False`` raises :class:`SweepBusyError` instead of waiting for a running sweep.
+    ``results_of`` replaces the Redfish sweeper (benchmarks feed recorded results through it).
+    """
+    async with pool.acquire() as lock_conn:
+        if wait:
+            await lock_conn.execute("SELECT pg_advisory_lock($1)", sweeps.SWEEP_LOCK)
+        elif not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", sweeps.SWEEP_LOCK):
+            raise SweepBusyError("another sweep is running")
+        try:
+            return await _locked_sweep(
+                pool, nodes, settings, by, source, rules, keep_results, on_progress, results_of
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await lock_conn.execute("SELECT pg_advisory_unlock($1)", sweeps.SWEEP_LOCK)
+
+
+def _redfish(nodes: Sequence[NodeEntry], settings: Settings) -> ResultsOf:
+    credentials = RegistryCredentials({n.id: n.credentials for n in nodes})
+    expand = {Expand.AUTO: None, Expand.ALWAYS: True, Expand.NEVER: False}[settings.sweep_expand]
+
+    def results(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
+        return sweep(
+            targets,
+            credentials=credentials,
+            concurrency=settings.sweep_concurrency,
+            per_bmc=settings.sweep_per_bmc,
+            timeout_s=settings.sweep_timeout_s,
+            retries=settings.sweep_retries,
+            verify_tls=settings.sweep_verify_tls,
+            use_expand=expand,
+        )
+
+    return results
+
+
+@dataclass(slots=True)
+class _Committer:
+    """Applies chunks of one sweep's results, one transaction each."""
+
+    pool: asyncpg.Pool
+    summary: SweepSummary
+    source: str
+    rules: CompatibilityRules | None
+    on_progress: Callable[[int, int], None] | None
+    done: int = 0
+
+    async def commit(self, chunk: list[SweepResult]) -> None:
+        now = dt.datetime.now(dt.UTC)
+        sweep_id = self.summary.sweep_id
+        reports = [(r.node_id, report_of(r, sweep_id, now)) for r in chunk]
+        bad = sum(not r.readable for r in chunk)
+        expanded = sum(r.expanded for r in chunk)
+        async with self.pool.acquire() as conn, conn.transaction():
+            ctx = HandlerContext(conn, self.source, "sweeper")
+            outcome = await ingest.apply_reports(conn, reports, ctx, now=now, rules=self.rules)
+            await ctx.flush()
+            await sweeps.progress(conn, sweep_id, len(chunk), bad, expanded)
+        self.summary.outcome.add(outcome)
+        self.summary.unreadable += bad
+        self.summary.expanded += expanded
+        self.done += len(chunk)
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.summary.total)
+
+
+async def _locked_sweep(
+    pool: asyncpg.Pool,
+    nodes: Sequence[NodeEntry],
+    settings: Settings,
+    by: str,
+    source: str,
+    rules: CompatibilityRules | None,
+    keep_results: bool,
+    on_progress: Callable[[int, int], None] | None,
+    results_of: ResultsOf | None,
+) -> SweepSummary:
+    async with pool.acquire() as conn:
+        row = await sweeps.start(conn, len(nodes), by)
+    summary = SweepSummary(row.id, len(nodes))
+    started = time.perf_counter()
+    read = results_of or _redfish(nodes, settings)
+    committer = _Committer(pool, summary, source, rules, on_progress)
+    writing: asyncio.Task[None] | None = None
+    buffer: list[SweepResult] = []
+    try:
+        async with aclosing(read([BmcTarget(n.id, n.bmc_url) for n in nodes])) as results:
+            async for result in results:
+                buffer.append(result)
+                if keep_results:
+                    summary.results.append(result)
+                if len(buffer) >= settings.sweep_chunk and (writing is None or writing.done()):
+                    if writing is not None:
+                        await writing  # surfaces a failed commit
+                    writing = asyncio.create_task(committer.commit(buffer))
+                    buffer = []
+        if writing is not None:
+            await writing
+        if buffer:
+            await committer.commit(buffer)
+    except BaseException as exc:
+        await _abandon(pool, row.id, writing, exc)
+        raise
+    async with pool.acquire() as conn:
+        await sweeps.finish(conn, row.id)
+    summary.seconds = time.perf_counter() - started
+    log.info(
+        "sweep %d: %d BMCs in %.1fs, %d unreadable, %d drift detected, %d resolved",
+        row.id,
+        len(nodes),
+        summary.seconds,
+        summary.unreadable,
+        len(summary.outcome.detected),
+        len(summary.outcome.resolved),
+    )
+    return summary
+
+
+async def _abandon(
+    pool: asyncpg.Pool, sweep_id: int, writing: asyncio.Task[None] | None, exc: BaseException
+) -> None:
+    """Stop the commit in flight and record why the sweep ended early."""
+    if writing is not None and not writing.done():
+        writing.cancel()
+        with contextlib.suppress(BaseException):
+            await writing
+    with contextlib.suppress(Exception):
+        async with pool.acquire() as conn:
+            await sweeps.finish(conn, sweep_id, f"{type(exc).__name__}: {exc}"[:1000])
