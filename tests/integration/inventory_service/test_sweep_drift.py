@@ -64,6 +64,7 @@ async def test_unreachable_bmc_is_recorded_with_its_reason_and_keeps_last_versio
         " WHERE node_id = $1 AND source = 'redfish'",
         node.id,
     )
+    assert row is not None
     assert row["readable"] is False and row["error"] and row["unreadable_since"] is not None
     assert golden[Component.BMC] in row["components"]  # last known versions are kept
     # No version changed, so no drift event; the status query counts it unreadable.

@@ -159,6 +159,25 @@ class FaultState:
     def active(self, fault: Fault) -> bool:
         return fault in self.plan.faults
 
+    def add(self, fault: Fault) -> None:
+        """Append one fault, keeping every other fault's firing count (a drift scenario adds
+        its own request fault on top of whatever plan is loaded)."""
+        self.plan = FaultPlan((*self.plan.faults, fault), self.plan.seed)
+
+    def discard(self, fault: Fault) -> bool:
+        """Remove exactly this fault object (not an equal one a plan also holds); counters of
+        the others follow their new index. False when it is no longer in the plan."""
+        index = next((i for i, f in enumerate(self.plan.faults) if f is fault), None)
+        if index is None:
+            return False
+        self.plan = FaultPlan(
+            self.plan.faults[:index] + self.plan.faults[index + 1 :], self.plan.seed
+        )
+        self.fired = {
+            (i - (i > index), node): n for (i, node), n in self.fired.items() if i != index
+        }
+        return True
+
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "latency_ms": (int, float),

@@ -28,6 +28,20 @@ class FaultControl:
 
     def replace(self, plan: FaultPlan) -> None:
         self.state.replace(plan)
+        self._wake()
+
+    def add(self, fault: Fault) -> None:
+        """Add one fault to the live plan (see ``FaultState.add``)."""
+        self.state.add(fault)
+        self._wake()
+
+    def discard(self, fault: Fault) -> bool:
+        """Remove one fault and wake its waiters, so a hung request is answered at once."""
+        removed = self.state.discard(fault)
+        self._wake()
+        return removed
+
+    def _wake(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from lockstep_sim.agents.http import add_agent_routes
 from lockstep_sim.agents.software import NodeSoftware
+from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node
 from lockstep_sim.scheduler.http import make_app
@@ -118,8 +119,14 @@ class FleetRuntime:
             software.firmware_degraded = functools.partial(
                 _degraded, self.simulator.bmc(node_id).node
             )
+        self.simulator.drifts.software = self.software
         self._nc: Client | None = None
         self._scheduler_runner: web.AppRunner | None = None
+
+    @property
+    def drifts(self) -> DriftControl:
+        """Drift scenarios over BMCs and agents (also served as ``/scenario``; see drifts)."""
+        return self.simulator.drifts
 
     def bmc_url(self, node_id: str) -> str:
         """Base URL of one node's BMC (``/redfish/v1`` lives under it)."""

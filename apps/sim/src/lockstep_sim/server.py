@@ -13,6 +13,7 @@ from lockstep_sim import control, tasks
 from lockstep_sim.accounts import ACCOUNTS, Account
 from lockstep_sim.actions import MUTATIONS, json_response, read_json
 from lockstep_sim.bmc import Bmc, etag, with_etag
+from lockstep_sim.drifts import DriftControl
 from lockstep_sim.errors import RedfishError, not_found
 from lockstep_sim.odata import ROOT
 from lockstep_sim.patching import apply_patch, writable
@@ -27,6 +28,7 @@ MONITOR = re.compile(f"{tasks.MONITORS}/(?P<id>[^/]+)")
 BMCS: web.AppKey[dict[str, Bmc]] = web.AppKey("bmcs", dict)
 FLEET: web.AppKey[list[dict[str, Any]]] = web.AppKey("fleet", list)
 LATENCY: web.AppKey[float] = web.AppKey("latency", float)
+DRIFTS: web.AppKey[DriftControl] = web.AppKey("drifts", DriftControl)
 
 
 def _allowed(path: str) -> list[str]:
@@ -80,18 +82,28 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     if request.app[LATENCY] > 0:
         await asyncio.sleep(request.app[LATENCY])
     path = request.path.rstrip("/") or "/"
-    if path == "/fleet.json" and bmc.node.index == 0:
-        return web.json_response(request.app[FLEET])
-    if path == "/ledger" and bmc.node.index == 0:
-        return web.json_response(_ledger(request))
-    if path == "/faults" and bmc.node.index == 0:
-        return await control.faults_endpoint(request, bmc.faults)
+    if bmc.node.index == 0 and path in CONTROL_PATHS:
+        return await _control(request, bmc, path)
     try:
         if not await control.request_faults(request, bmc):
             return web.Response(status=500)  # never sent: the connection was reset
         return await _handle(request, bmc, path)
     except RedfishError as exc:
         return _error(exc)
+
+
+CONTROL_PATHS = frozenset({"/fleet.json", "/ledger", "/faults", "/scenario"})
+
+
+async def _control(request: web.Request, bmc: Bmc, path: str) -> web.Response:
+    """The simulator's own endpoints (first address only; not Redfish, no request faults)."""
+    if path == "/fleet.json":
+        return web.json_response(request.app[FLEET])
+    if path == "/ledger":
+        return web.json_response(_ledger(request))
+    if path == "/faults":
+        return await control.faults_endpoint(request, bmc.faults)
+    return await control.scenario_endpoint(request, request.app[DRIFTS])
 
 
 def _ledger(request: web.Request) -> list[dict[str, Any]]:
@@ -212,9 +224,10 @@ def _get(request: web.Request, bmc: Bmc, path: str) -> web.StreamResponse:
 
 
 def build_app(
-    bmcs: dict[str, Bmc], fleet: list[dict[str, Any]], latency_ms: float
+    bmcs: dict[str, Bmc], fleet: list[dict[str, Any]], latency_ms: float, drifts: DriftControl
 ) -> web.Application:
     app = web.Application(client_max_size=128 * 1024 * 1024)
+    app[DRIFTS] = drifts
     app[BMCS] = bmcs
     app[FLEET] = fleet
     app[LATENCY] = latency_ms / 1000

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from lockstep_sim.bmc import Bmc
+from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
 from lockstep_sim.injection import FaultControl
@@ -55,6 +56,10 @@ class Simulator:
             for n in self.fleet
         }
         self.by_id = {n.id: n for n in self.fleet}
+        # Drift scenarios (POST /scenario); FleetRuntime attaches the node agents' software.
+        self.drifts = DriftControl(
+            self.fleet, {n.id: self.bmcs[n.address] for n in self.fleet}, self.faults
+        )
         self.port = port
         self.latency_ms = latency_ms
         self.startup_seconds = 0.0
@@ -82,7 +87,7 @@ class Simulator:
         first = _listen(self.fleet[0].address, self.port)
         self.port = first.getsockname()[1]
         socks = [first, *(_listen(n.address, self.port) for n in self.fleet[1:])]
-        app = build_app(self.bmcs, self.fleet_summary(), self.latency_ms)
+        app = build_app(self.bmcs, self.fleet_summary(), self.latency_ms, self.drifts)
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=0.1
         )

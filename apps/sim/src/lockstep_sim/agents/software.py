@@ -202,6 +202,15 @@ class NodeSoftware:
         )
         self.rebuild_dkms()
 
+    def install_cuda_toolkit(self, version: str) -> None:
+        """Install a CUDA toolkit by hand (``cuda-toolkit-X-Y`` without ``cuda-drivers``).
+
+        The toolkit is userspace only: no module, firmware or phase changes, and, as with apt,
+        nothing checks that the installed driver supports it (standards.md section 7), which is
+        exactly how a node ends up with a toolkit newer than its driver.
+        """
+        self.state = replace(self.state, cuda=version)
+
     def rebuild_dkms(self) -> None:
         """Build the module for the kernel that boots next (``dkms autoinstall``).
 

@@ -26,6 +26,11 @@ class RolloutFacts:
     recorded: Mapping[Component, str] = field(default_factory=dict)  # last to_version per step
 
 
+def source_of(component: Component) -> ObservationSource:
+    """Which source reports a component: the node itself for in-band ones, else the BMC."""
+    return ObservationSource.AGENT if component in IN_BAND else ObservationSource.REDFISH
+
+
 def evaluate(
     node: NodeEntry,
     observations: Mapping[ObservationSource, Observation],
@@ -38,6 +43,10 @@ def evaluate(
     """Every drift item of the node (see ``drift.classify``)."""
     merged = merge(observations)
     pinned = pin.pinned(node.profile) if pin else None
+    if pinned is not None:
+        # A component is judged once the source that reports it has reported at all: before
+        # the first agent report, in-band versions are "not yet seen", not "missing".
+        pinned = {c: v for c, v in pinned.items() if source_of(c) in observations}
     differing = [
         c for c, v in (pinned or {}).items() if c in merged.actual and merged.actual[c] != v
     ]
