@@ -26,6 +26,7 @@ from pydantic_settings import SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
 
+from lockstep_cli.demo_fleet import fleet_drift, service_env
 from lockstep_cli.supervisor import SERVICES, running_system
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext, Subscription
@@ -74,7 +75,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
     kit = make_kit(base / "release")
     console.print(f"built and signed a demo bundle: {kit.bundle} (trust store {kit.trust})")
     started = time.monotonic()
-    env = {"LOCKSTEP_ATTEST_TRUST_STORE": str(kit.trust)}
+    env = {"LOCKSTEP_ATTEST_TRUST_STORE": str(kit.trust), **service_env()}
     with running_system(base, SERVICES, extra_env=env) as (stack, services):
         table = Table(title=f"system up in {time.monotonic() - started:.1f}s")
         table.add_column("part")
@@ -85,6 +86,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
         asyncio.run(_event_path(console, *stack.urls(), bundle=kit.bundle))
+        asyncio.run(fleet_drift(console, *stack.urls()))
         console.print("stopping services, then NATS and PostgreSQL ...")
     console.print("[bold green]demo finished[/]: every process stopped.")
 
