@@ -10,7 +10,8 @@ import pytest
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
-from lockstep_inventory.domain.drift import DriftTracker, Emit, classify, decide
+from lockstep_inventory.domain.drift import Emit, classify, decide
+from lockstep_inventory.domain.observation import SEQUENCE_RESET_AFTER, Observation
 
 pytestmark = pytest.mark.unit
 C = Component
@@ -113,17 +114,36 @@ def test_items_are_sorted_deterministically() -> None:
 # --- emit-only-on-change ------------------------------------------------------------------
 
 
+T0 = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+
+
 @dataclass
 class Node:
-    """A node fed reports in order; records what each report emitted."""
+    """A node fed reports the way ``ingest.apply_reports`` applies them: a report replaces the
+    stored one of its source only when it supersedes it, and ``decide`` says what to emit."""
 
-    tracker: DriftTracker = field(default_factory=DriftTracker)
+    last: dict[ObservationSource, Observation] = field(default_factory=dict)
+    items: tuple[DriftItem, ...] = ()
     emitted: list[Emit] = field(default_factory=list)
     seq: int = 0
 
-    def report(self, items: tuple[DriftItem, ...], source: ObservationSource = REDFISH) -> Emit:
-        self.seq += 1
-        self.tracker, emit = self.tracker.observe(source, self.seq, items)
+    def report(
+        self,
+        items: tuple[DriftItem, ...],
+        source: ObservationSource = REDFISH,
+        seq: int | None = None,
+    ) -> Emit:
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        incoming = Observation(source, seq, T0 + dt.timedelta(seconds=seq))
+        if not incoming.supersedes(self.last.get(source)):
+            emit = Emit.IGNORED
+        else:
+            self.last[source] = incoming
+            emit = decide(self.items, items)
+            if emit is not Emit.NOTHING:
+                self.items = items
         self.emitted.append(emit)
         return emit
 
@@ -160,7 +180,7 @@ def test_a_changed_drift_set_is_detected_again() -> None:
     node.report(DRIFTED["pending"])
     assert node.report(DRIFTED["pending"] + DRIFTED["unknown"]) is Emit.DETECTED
     assert node.report(DRIFTED["unknown"]) is Emit.DETECTED
-    assert node.tracker.items == DRIFTED["unknown"]
+    assert node.items == DRIFTED["unknown"]
 
 
 def test_detail_wording_alone_does_not_re_emit() -> None:
@@ -170,34 +190,39 @@ def test_detail_wording_alone_does_not_re_emit() -> None:
 
 
 def test_duplicate_and_stale_reports_are_ignored() -> None:
-    tracker = DriftTracker()
-    tracker, emit = tracker.observe(REDFISH, 7, DRIFTED["unexpected"])
-    assert emit is Emit.DETECTED
+    node = Node()
+    assert node.report(DRIFTED["unexpected"], seq=7) is Emit.DETECTED
     # a replay of report 7 and a late report 5 change nothing, even with different content
     for stale_seq in (7, 5):
-        again, emit = tracker.observe(REDFISH, stale_seq, ())
-        assert emit is Emit.IGNORED
-        assert again == tracker
-    tracker, emit = tracker.observe(REDFISH, 8, ())
-    assert emit is Emit.RESOLVED
+        assert node.report((), seq=stale_seq) is Emit.IGNORED
+        assert node.items == DRIFTED["unexpected"]
+    assert node.report((), seq=8) is Emit.RESOLVED
 
 
 def test_out_of_order_delivery_ends_in_the_same_state_as_in_order() -> None:
     reports = [(1, DRIFTED["pending"]), (2, DRIFTED["unexpected"]), (3, ())]
-    in_order = DriftTracker()
+    in_order = Node()
     for seq, items in reports:
-        in_order, _ = in_order.observe(REDFISH, seq, items)
-    shuffled = DriftTracker()
+        in_order.report(items, seq=seq)
+    shuffled = Node()
     for seq, items in [reports[2], reports[0], reports[1]]:
-        shuffled, _ = shuffled.observe(REDFISH, seq, items)
+        shuffled.report(items, seq=seq)
     assert shuffled.items == in_order.items == ()
-    assert shuffled.sequences == in_order.sequences == {REDFISH: 3}
+    assert shuffled.last == in_order.last
 
 
 def test_sequences_are_per_source() -> None:
-    tracker, _ = DriftTracker().observe(REDFISH, 10, ())
-    tracker, emit = tracker.observe(AGENT, 1, DRIFTED["gsp_mismatch"])
-    assert emit is Emit.DETECTED
-    assert tracker.sequences == {REDFISH: 10, AGENT: 1}
-    assert not tracker.is_fresh(AGENT, 1)
-    assert tracker.is_fresh(REDFISH, 11)
+    node = Node()
+    node.report((), REDFISH, seq=10)
+    assert node.report(DRIFTED["gsp_mismatch"], AGENT, seq=1) is Emit.DETECTED
+    assert node.report((), AGENT, seq=1) is Emit.IGNORED
+    assert node.report(DRIFTED["gsp_mismatch"], REDFISH, seq=11) is Emit.NOTHING
+
+
+def test_an_agent_restart_resets_its_sequence_after_the_reset_horizon() -> None:
+    node = Node()
+    node.report(DRIFTED["gsp_mismatch"], AGENT, seq=500)
+    restarted = Observation(AGENT, 0, T0 + dt.timedelta(seconds=500) + SEQUENCE_RESET_AFTER * 2)
+    late = Observation(AGENT, 3, T0 + dt.timedelta(seconds=499))
+    assert restarted.supersedes(node.last[AGENT])
+    assert not late.supersedes(node.last[AGENT])

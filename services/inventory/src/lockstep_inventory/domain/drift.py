@@ -25,11 +25,10 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockstep_common.events.v1 import DriftItem
-from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
+from lockstep_common.vocabulary import Component, DriftKind, Severity
 from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
 
 SEVERITY: Mapping[DriftKind, Severity] = {
@@ -188,32 +187,3 @@ def decide(previous: Collection[DriftItem], current: Collection[DriftItem]) -> E
     if drift_key(previous) == drift_key(current):
         return Emit.NOTHING
     return Emit.DETECTED if current else Emit.RESOLVED
-
-
-@dataclass(frozen=True, slots=True)
-class DriftTracker:
-    """One node's last applied report per source and its current drift set (pure value).
-
-    Reports apply in per-node, per-source ``sequence`` order: a report whose sequence is not above
-    the last applied one for its source is stale or a duplicate and changes nothing, so replays
-    are idempotent. Persisting this value is the caller's job.
-    """
-
-    sequences: Mapping[ObservationSource, int] = field(default_factory=dict)
-    items: tuple[DriftItem, ...] = ()
-
-    def is_fresh(self, source: ObservationSource, sequence: int) -> bool:
-        """True when ``sequence`` is newer than anything applied from ``source``."""
-        last = self.sequences.get(source)
-        return last is None or sequence > last
-
-    def observe(
-        self, source: ObservationSource, sequence: int, items: Sequence[DriftItem]
-    ) -> tuple[DriftTracker, Emit]:
-        """Apply one report's drift set: the new tracker and what to emit."""
-        if not self.is_fresh(source, sequence):
-            return self, Emit.IGNORED
-        emit = decide(self.items, items)
-        sequences = {**self.sequences, source: sequence}
-        kept = self.items if emit is Emit.NOTHING else tuple(items)
-        return replace(self, sequences=sequences, items=kept), emit
