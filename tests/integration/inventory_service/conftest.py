@@ -110,6 +110,7 @@ async def harness(
         db_schema=f"{namespace}_inventory",
         sweep_interval_s=0,
         sweep_chunk=2,
+        metrics_interval_s=0.2,
         consumer_fetch_timeout_s=0.2,
         relay_poll_s=0.2,
         shutdown_grace_s=5,

@@ -202,9 +202,11 @@ async def _locked_sweep(
 async def _abandon(
     pool: asyncpg.Pool, sweep_id: int, writing: asyncio.Task[None] | None, exc: BaseException
 ) -> None:
-    """Stop the commit in flight and record why the sweep ended early."""
+    """Record why the sweep ended early. A chunk being committed holds results already read,
+    so it is let finish, unless the sweep itself is being cancelled (the service stopping)."""
     if writing is not None and not writing.done():
-        writing.cancel()
+        if isinstance(exc, asyncio.CancelledError):
+            writing.cancel()
         with contextlib.suppress(BaseException):
             await writing
     with contextlib.suppress(Exception):

@@ -1,0 +1,119 @@
+"""A sweep that dies halfway, two sweepers at once, malformed telemetry, gauges after a sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import urllib.request
+from collections.abc import AsyncGenerator, Sequence
+
+import pytest
+
+from lockstep_common import subjects
+from lockstep_common.envelope import make_envelope
+from lockstep_common.events.v1 import InventoryObserved
+from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult
+from lockstep_inventory.sweeping import SweepBusyError
+from tests.support import wait_for
+
+from .conftest import SITE, Harness
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_sweep_cut_short_commits_whole_chunks_and_the_next_one_recovers(
+    harness: Harness,
+) -> None:
+    await harness.pin({"gb200": harness.golden()})
+    gate = asyncio.Event()
+
+    async def two_then_crash(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
+        for t in targets[:2]:
+            yield SweepResult(t.node_id, readable=False, error="simulated")
+        gate.set()
+        raise ConnectionError("sweeper process died")
+
+    with pytest.raises(ConnectionError):
+        await harness.sweep(results_of=two_then_crash)
+    pool = harness.app.require().pool
+    row = await pool.fetchrow("SELECT done, finished_at, error FROM sweeps ORDER BY id LIMIT 1")
+    assert row is not None and row["done"] == 2  # sweep_chunk=2: the first chunk committed
+    assert row["finished_at"] is not None and "sweeper process died" in row["error"]
+    assert await pool.fetchval("SELECT count(*) FROM observations") == 2
+
+    summary = await harness.sweep()  # the lock was released; state is consistent
+    assert summary.unreadable == 0 and summary.outcome.applied == 4
+    assert await pool.fetchval("SELECT bool_and(readable) FROM observations") is True
+
+
+async def test_one_sweeper_at_a_time(harness: Harness) -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
+        started.set()
+        await release.wait()
+        for t in targets:
+            yield SweepResult(t.node_id, readable=False, error="slow")
+
+    first = asyncio.create_task(harness.sweep(results_of=slow))
+    await started.wait()
+    with pytest.raises(SweepBusyError):
+        await harness.sweep(wait=False)
+    release.set()
+    await first
+    assert (await harness.sweep()).unreadable == 0
+
+
+async def test_malformed_telemetry_is_dead_lettered_and_good_reports_still_apply(
+    harness: Harness,
+) -> None:
+    js = harness.nc.jetstream()
+    node = harness.nodes[0].id
+    good = InventoryObserved(
+        node_id=node,
+        site=SITE,
+        source=ObservationSource.AGENT,
+        observed_at=dt.datetime.now(dt.UTC),
+        sequence=1,
+        components={Component.DRIVER: "580.65.06"},
+    )
+    bad = json.loads(make_envelope(good, source="/test").to_json())
+    bad["data"]["sequence"] = -1
+    subject = harness.ns.wire(subjects.inventory_observed(SITE, node))
+    await js.publish(subject, json.dumps(bad).encode())
+    await harness.publish(subjects.inventory_observed(SITE, node), good)
+    pool = harness.app.require().pool
+
+    async def applied() -> bool:
+        return bool(await pool.fetchval("SELECT count(*) FROM observations"))
+
+    await wait_for(applied, what="the good report applied")
+    reason = await pool.fetchval("SELECT reason FROM dead_letters")
+    assert "sequence" in reason  # names the bad field
+    assert await pool.fetchval("SELECT sequence FROM observations") == 1
+
+
+async def test_gauges_reflect_the_fleet_after_a_sweep(harness: Harness) -> None:
+    await harness.pin({"gb200": harness.golden()})
+    harness.sim.bmc(harness.nodes[0].id).node.components["FW_BMC_0"].version = "x"
+    await harness.sweep()
+    port = harness.app.require().http_port
+
+    async def metrics() -> str:
+        def get() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return str(r.read().decode())
+
+        return await asyncio.to_thread(get)
+
+    async def refreshed() -> bool:
+        return "lockstep_inventory_fleet_conformance_ratio 0.75" in await metrics()
+
+    await wait_for(refreshed, what="gauges refreshed")
+    text = await metrics()
+    assert 'lockstep_inventory_drifted_nodes{kind="unexpected"} 1.0' in text
+    assert "lockstep_inventory_unreadable_bmcs 0.0" in text
+    assert "lockstep_inventory_sweep_duration_seconds" in text
