@@ -5,15 +5,54 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 
-fleet_app = typer.Typer(help="The fleet registry: import nodes, list them.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from lockstep_inventory.settings import Settings
+
+fleet_app = typer.Typer(
+    help="The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
+    no_args_is_help=True,
+)
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
+T = TypeVar("T")
+Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    errors.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    """Settings from LOCKSTEP_* (a bad variable is bad input: exit 2 naming it)."""
+    from pydantic import ValidationError
+
+    from lockstep_inventory.settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        _fail(f"settings: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one command's coroutine; an unreachable database or bad rules file is one line."""
+    from lockstep_common.errors import ConfigurationError, TransientError
+
+    try:
+        return asyncio.run(coro)
+    except ConfigurationError as exc:
+        _fail(str(exc))
+    except (TransientError, OSError) as exc:
+        _fail(f"{type(exc).__name__}: {exc}", 1)
 
 
 def _read(source: str) -> str:
@@ -34,7 +73,7 @@ def fleet_import(
             help="Credential reference for nodes that name none (env:PREFIX or file:/path)."
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Validate the whole file, then add or update every node in one transaction.
 
@@ -43,14 +82,12 @@ def fleet_import(
     """
     from lockstep_inventory.admin import import_fleet
     from lockstep_inventory.domain.fleet_file import FleetFileError, parse_fleet
-    from lockstep_inventory.settings import Settings
 
     try:
         nodes = parse_fleet(_read(source), default_credentials=credentials)
     except (OSError, FleetFileError) as exc:
-        errors.print(f"[red]error:[/] {source}: {exc}", highlight=False)
-        raise typer.Exit(2) from None
-    result = asyncio.run(import_fleet(Settings(), nodes))
+        _fail(f"{source}: {exc}")
+    result = _run(import_fleet(_settings(), nodes))
     summary = {
         "nodes": len(nodes),
         "added": result.added,
@@ -67,16 +104,206 @@ def fleet_import(
 
 
 @fleet_app.command("list")
-def fleet_list(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
-) -> None:
+def fleet_list(as_json: Json = False) -> None:
     """Every registered node (credential references only, never secrets)."""
     from lockstep_inventory.admin import fleet
-    from lockstep_inventory.settings import Settings
 
-    nodes = asyncio.run(fleet(Settings()))
+    nodes = _run(fleet(_settings()))
     if as_json:
         print(json.dumps([n.model_dump() for n in nodes]))
         return
     for n in nodes:
         console.print(f"{n.id}  {n.profile:10} {n.site:8} {n.pool:12} {n.bmc_url}")
+
+
+@fleet_app.command("sweep")
+def fleet_sweep(
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="Sweep only this node (repeatable).")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Read every registered BMC (or --node ones) once and commit what was read.
+
+    State and drift events are committed exactly as the service's own sweep does (the service's
+    relay publishes the events). Unreadable BMCs are listed with the reason and still exit 0.
+    Waits for a sweep already running (one sweeper at a time).
+    """
+    from lockstep_cli.fleet_progress import bar
+    from lockstep_cli.fleet_views import print_sweep, sweep_json
+    from lockstep_inventory.admin import UnknownNodesError, sweep_fleet
+
+    settings = _settings()
+
+    def busy() -> None:
+        errors.print("another sweep is running; waiting for it to finish")
+
+    with bar(console, "sweeping", enabled=not as_json) as progress:
+        try:
+            summary = _run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
+        except UnknownNodesError as exc:
+            _fail(str(exc))
+    doc = sweep_json(summary)
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_sweep(console, doc)
+
+
+@fleet_app.command("status")
+def fleet_status(
+    watch: Annotated[
+        bool, typer.Option("--watch", help="If a sweep is running, follow it to the end first.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Conformance by pool and profile, drifted nodes by kind, the last sweep.
+
+    With --watch and a sweep running, shows its progress (done/total) until it finishes, then
+    the status; otherwise prints at once.
+    """
+    from lockstep_cli.fleet_progress import follow_sweep
+    from lockstep_cli.fleet_views import print_status
+    from lockstep_inventory import admin, queries
+
+    settings = _settings()
+
+    async def status() -> queries.FleetStatus:
+        async with admin.connection(settings) as conn:
+            if watch:
+                await follow_sweep(conn, console, show=not as_json)
+            return await queries.fleet_status(conn)
+
+    result = _run(status())
+    if as_json:
+        print(json.dumps(result.as_json()))
+    else:
+        print_status(console, result)
+
+
+@fleet_app.command("show")
+def fleet_show(
+    node: Annotated[str, typer.Argument(help="Node id.")],
+    as_json: Json = False,
+) -> None:
+    """One node: registry entry, latest report per source, pin, drift, recent history."""
+    from lockstep_cli.fleet_views import print_show, show_json
+    from lockstep_inventory import admin, queries
+
+    settings = _settings()
+
+    async def detail() -> queries.NodeDetail | None:
+        async with admin.connection(settings) as conn:
+            return await queries.node_detail(conn, node)
+
+    found = _run(detail())
+    if found is None:
+        _fail(f"no node {node} in the registry")
+    doc = show_json(found)
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_show(console, doc)
+
+
+@fleet_app.command("drift")
+def fleet_drift(
+    include_all: Annotated[
+        bool, typer.Option("--all", help="Include nodes with only informational unknown items.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Every drifted node and each drifted component: kind, severity, expected vs actual."""
+    from lockstep_cli.fleet_views import drift_json, print_drift
+    from lockstep_inventory import admin, queries
+
+    settings = _settings()
+
+    async def report() -> list[queries.DriftEntry]:
+        async with admin.connection(settings) as conn:
+            return await queries.drift_report(conn, include_informational=include_all)
+
+    doc = drift_json(_run(report()))
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_drift(console, doc, settings.namespace)
+
+
+@fleet_app.command("pin")
+def fleet_pin(
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="Selector: site=S[,site=S2][,pool=P][,profile=X][,fabric_domain=D][,node=N]; "
+            "at least one site."
+        ),
+    ],
+    stack: Annotated[Path, typer.Option(help="YAML/JSON file {profile: {component: version}}.")],
+    rollout_id: Annotated[
+        str | None, typer.Option("--rollout-id", help="Rollout that moves the pin.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each PubAck.")] = 5.0,
+    as_json: Json = False,
+) -> None:
+    """Pin a scope to a golden stack: one pin.changed per site, each acknowledged by JetStream.
+
+    Prints the stack hash. Exit 0: every pin acknowledged; 1: a publish failed (the message
+    says which sites were already published); 2: bad input (nothing is published).
+    """
+    from lockstep_cli.fleet_bus import InputError, Unavailable, parse_stack, pins_for, publish_pins
+    from lockstep_inventory.domain.pins import SelectorError, parse_selector
+
+    settings = _settings()
+    try:
+        parsed = parse_stack(stack.read_text(), str(stack))
+        selector = parse_selector(scope)
+        stack_hash, messages = pins_for(settings.namespace, selector, parsed, rollout_id)
+    except OSError as exc:
+        _fail(f"{stack}: {exc.strerror or exc}")
+    except SelectorError as exc:
+        _fail(f"--scope: {exc}")
+    except InputError as exc:
+        _fail(str(exc))
+    try:
+        sites = _run(publish_pins(settings.nats_url, messages, timeout))
+    except Unavailable as exc:
+        _fail(str(exc), 1)
+    if as_json:
+        ids = [str(m.envelope.event_id) for m in messages]
+        print(json.dumps({"stack_hash": stack_hash, "sites": sites, "event_ids": ids}))
+    else:
+        console.print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
+
+
+@fleet_app.command("admit")
+def fleet_admit(
+    stack_hash: Annotated[str, typer.Option("--stack-hash", help="The job's stack hash.")],
+    nodes: Annotated[list[str], typer.Option("--nodes", help="Node ids: n1,n2 or repeat --nodes.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.", min=0.1)] = 5.0,
+    as_json: Json = False,
+) -> None:
+    """May these nodes run a job that needs this stack? (the inventory's admission check)
+
+    Exit codes: 0 every node admitted; 1 a node was refused (each reason printed); 2 bad input
+    (hash not 64 lower-case hex, no nodes) or the service refused the request; 3 no answer
+    within --timeout (NATS or the inventory service unavailable).
+    """
+    from lockstep_cli.fleet_bus import InputError, Unavailable, admission_request, admit
+    from lockstep_cli.fleet_views import admit_json, print_admit
+
+    settings = _settings()
+    ids = [n.strip() for arg in nodes for n in arg.split(",") if n.strip()]
+    try:
+        request = admission_request(stack_hash, ids)
+        answer = _run(admit(settings.nats_url, settings.namespace, request, timeout))
+    except InputError as exc:
+        _fail(str(exc))
+    except Unavailable as exc:
+        _fail(str(exc), 3)
+    doc = admit_json(answer)
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_admit(console, doc)
+    raise typer.Exit(0 if doc["admitted"] else 1)

@@ -1,21 +1,43 @@
 """Operator actions on the inventory service's own schema (used by ``lockstep fleet ...``).
 
 They run the service's migrations first, exactly as the service does at start, so importing a
-fleet works before the service has ever run.
+fleet (or asking for its status) works before the service has ever run. Sweeps committed here
+are the service's own sweeps: same lock, same state tables, drift events into the same outbox,
+which the service's relay publishes.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import asyncpg
+
 from lockstep_common import db
-from lockstep_inventory.adapters import registry
-from lockstep_inventory.app import NAME
+from lockstep_inventory.adapters import registry, sweeps
+from lockstep_inventory.app import NAME, load_rules
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings
+from lockstep_inventory.sweeping import SweepBusyError, SweepSummary, run_sweep
+
+SOURCE = f"/lockstep/{NAME}"  # drift events of a CLI sweep are the service's events
 
 
-async def import_fleet(settings: Settings, nodes: list[NodeEntry]) -> registry.ImportResult:
-    """Migrate the inventory schema if needed, then upsert ``nodes`` in one transaction."""
-    schema = settings.db_schema or NAME
+class UnknownNodesError(LookupError):
+    """Node ids asked for that are not in the registry."""
+
+    def __init__(self, missing: Sequence[str], message: str = "") -> None:
+        super().__init__(message or f"not in the registry: {', '.join(missing)}")
+        self.missing = tuple(missing)
+
+
+def _schema(settings: Settings) -> str:
+    return settings.db_schema or NAME
+
+
+async def _migrated(settings: Settings) -> asyncpg.Connection:
+    """A connection to the migrated inventory schema (the caller closes it)."""
+    schema = _schema(settings)
     conn = await db.connect_with_retry(settings.database_url, attempts=3)
     try:
         migrations = db.messaging_migrations() + db.load_migrations(
@@ -23,17 +45,103 @@ async def import_fleet(settings: Settings, nodes: list[NodeEntry]) -> registry.I
         )
         await db.migrate(conn, schema, migrations)
         await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
-        return await registry.import_nodes(conn, nodes)
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+@asynccontextmanager
+async def connection(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    """One connection to the (migrated) inventory schema, for the read models in ``queries``."""
+    conn = await _migrated(settings)
+    try:
+        yield conn
     finally:
         await conn.close()
+
+
+async def import_fleet(settings: Settings, nodes: list[NodeEntry]) -> registry.ImportResult:
+    """Migrate the inventory schema if needed, then upsert ``nodes`` in one transaction."""
+    async with connection(settings) as conn:
+        return await registry.import_nodes(conn, nodes)
 
 
 async def fleet(settings: Settings) -> list[NodeEntry]:
     """Every registered node."""
-    schema = settings.db_schema or NAME
-    conn = await db.connect_with_retry(settings.database_url, attempts=3)
-    try:
-        await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
+    async with connection(settings) as conn:
         return await registry.list_nodes(conn)
+
+
+async def sweep_fleet(
+    settings: Settings,
+    node_ids: Sequence[str] = (),
+    *,
+    on_busy: Callable[[], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> SweepSummary:
+    """One sweep of the registered fleet (or of ``node_ids``), committed like the service's.
+
+    Raises :class:`UnknownNodesError` before sweeping anything when an id is not registered.
+    When another sweep holds the lock, ``on_busy`` is called and the sweep waits for it.
+    """
+    rules = load_rules(settings)  # the service's rules: a CLI sweep judges drift the same way
+    async with connection(settings) as conn:
+        nodes = await registry.list_nodes(conn)
+    if not nodes:
+        raise UnknownNodesError([], "no nodes are registered (lockstep fleet import first)")
+    if node_ids:
+        by_id = {n.id: n for n in nodes}
+        missing = [i for i in dict.fromkeys(node_ids) if i not in by_id]
+        if missing:
+            raise UnknownNodesError(missing)
+        nodes = [by_id[i] for i in dict.fromkeys(node_ids)]
+    # One connection holds the sweep lock, one commits, one starts/finishes the sweep row.
+    pool = await db.create_pool(
+        settings.database_url,
+        _schema(settings),
+        min_size=1,
+        max_size=4,
+        application_name="lockstep-cli",
+    )
+
+    async def once(wait: bool) -> SweepSummary:
+        return await run_sweep(
+            pool,
+            nodes,
+            settings,
+            by="cli",
+            source=SOURCE,
+            rules=rules,
+            wait=wait,
+            keep_results=True,
+            on_progress=on_progress,
+        )
+
+    try:
+        try:
+            return await once(wait=False)
+        except SweepBusyError:
+            if on_busy is not None:
+                on_busy()
+            return await once(wait=True)
     finally:
-        await conn.close()
+        await pool.close()
+
+
+async def sweep_in_progress(conn: asyncpg.Connection) -> sweeps.SweepRow | None:
+    """The running sweep, if any: the newest row is unfinished *and* a sweeper holds the lock.
+
+    An unfinished row nobody holds the lock for was left by a sweeper that died (the next sweep
+    closes it), so waiting on it would never end.
+    """
+    row = await sweeps.latest(conn)
+    if row is None or row.finished_at is not None:
+        return None
+    held = await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND ((classid::bigint << 32) | objid::bigint) = $1 AND objsubid = 1)",
+        sweeps.SWEEP_LOCK,
+    )
+    return row if held else None

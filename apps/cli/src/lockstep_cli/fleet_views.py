@@ -1,0 +1,233 @@
+"""How ``lockstep fleet ...`` shows things: JSON shapes and rich tables (no I/O but printing)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from lockstep_common.events.v1 import AdmissionCheckAnswered, DriftItem
+from lockstep_inventory.adapters.sweeper import SweepResult
+from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.domain.pins import stack_of
+from lockstep_inventory.queries import DriftEntry, FleetStatus, NodeDetail
+from lockstep_inventory.sweeping import UNAVAILABLE, SweepSummary
+
+
+def _table(*headers: str, title: str | None = None) -> Table:
+    """A table that wraps long versions and details instead of cutting them (an operator
+    comparing versions must see all of them)."""
+    table = Table(*headers, title=title)
+    for column in table.columns:
+        column.overflow = "fold"
+    return table
+
+
+def sweep_node(result: SweepResult) -> dict[str, Any]:
+    """One node of a sweep: components as a pin would name them (conflicts as ``a|b``)."""
+    members = {m.Id: m.Version or UNAVAILABLE for m in result.members}
+    return {
+        "id": result.node_id,
+        "readable": result.readable,
+        "error": result.error,
+        "components": {str(c): v for c, v in sorted(stack_of(members).items())},
+        "members": dict(sorted(members.items())),
+    }
+
+
+def sweep_json(summary: SweepSummary) -> dict[str, Any]:
+    return {
+        "sweep": {
+            "id": summary.sweep_id,
+            "total": summary.total,
+            "unreadable": summary.unreadable,
+            "seconds": round(summary.seconds, 3),
+            "drift_detected": sorted(summary.outcome.detected),
+            "drift_resolved": sorted(summary.outcome.resolved),
+        },
+        "nodes": [sweep_node(r) for r in sorted(summary.results, key=lambda r: r.node_id)],
+    }
+
+
+def print_sweep(console: Console, doc: dict[str, Any]) -> None:
+    table = _table("node", "read", "components")
+    for n in doc["nodes"]:
+        if n["readable"]:
+            comps = "\n".join(f"{c} {v}" for c, v in n["components"].items()) or "(none mapped)"
+            table.add_row(n["id"], "[green]ok[/]", comps)
+        else:
+            table.add_row(n["id"], "[red]UNREADABLE[/]", f"[red]{n['error']}[/]")
+    console.print(table)
+    s = doc["sweep"]
+    bad = f"[red]{s['unreadable']} unreadable[/]" if s["unreadable"] else "0 unreadable"
+    console.print(
+        f"sweep {s['id']}: {s['total']} node(s) in {s['seconds']:.1f}s, {bad}, drift detected on "
+        f"{len(s['drift_detected'])}, resolved on {len(s['drift_resolved'])}"
+    )
+
+
+def print_status(console: Console, status: FleetStatus) -> None:
+    doc = status.as_json()
+    table = _table(
+        "pool", "profile", "nodes", "conforming", "drifted", "unreadable", "unobserved", "ratio"
+    )
+    for g in [*doc["groups"], {"pool": "[b]fleet[/]", "profile": "", **doc["fleet"]}]:
+        table.add_row(
+            g["pool"],
+            g["profile"],
+            *(str(g[k]) for k in ("nodes", "conforming", "drifted", "unreadable", "unobserved")),
+            f"{g['conformance_ratio']:.1%}",
+        )
+    console.print(table)
+    kinds = doc["drifted_by_kind"]
+    console.print(
+        "drifted nodes by kind: "
+        + (", ".join(f"{k} {n}" for k, n in kinds.items()) if kinds else "none")
+    )
+    sweep = doc["sweep"]
+    if sweep is None:
+        console.print("no sweep yet")
+    elif sweep["finished_at"] is None:
+        console.print(f"sweep {sweep['id']} running: {sweep['done']}/{sweep['total']}")
+    else:
+        err = f", [red]ended early: {sweep['error']}[/]" if sweep["error"] else ""
+        console.print(
+            f"last sweep {sweep['id']}: finished {sweep['finished_at']} ({sweep['total']} nodes, "
+            f"{sweep['unreadable']} unreadable, {sweep['seconds']:.1f}s){err}"
+        )
+
+
+def _item(i: DriftItem) -> dict[str, Any]:
+    return i.model_dump(mode="json")
+
+
+def _observation(o: Observation) -> dict[str, Any]:
+    return {
+        "readable": o.readable,
+        "error": o.error,
+        "unreadable_since": o.unreadable_since.isoformat() if o.unreadable_since else None,
+        "observed_at": o.observed_at.isoformat(),
+        "sequence": o.sequence,
+        "components": {str(c): v for c, v in sorted(o.components.items())},
+        "conflicts": {str(c): dict(m) for c, m in sorted(o.conflicts.items())},
+        "members": dict(sorted(o.members.items())),
+        "loaded_module": o.loaded_module,
+        "firmware_dirs": list(o.firmware_dirs) if o.firmware_dirs is not None else None,
+    }
+
+
+def show_json(d: NodeDetail) -> dict[str, Any]:
+    return {
+        "node": d.node.model_dump(),  # credentials is a reference (env:/file:), never a secret
+        "observations": {str(s): _observation(o) for s, o in sorted(d.observations.items())},
+        "pin_stack_hash": d.pin_stack_hash,
+        "drift": None
+        if d.drift is None
+        else {
+            "stack_hash": d.drift.stack_hash,
+            "since": d.drift.since.isoformat(),
+            "evaluated_at": d.drift.evaluated_at.isoformat(),
+            "items": [_item(i) for i in d.drift.items],
+        },
+        "history": d.history,
+    }
+
+
+def print_show(console: Console, doc: dict[str, Any]) -> None:
+    n = doc["node"]
+    console.print(f"[b]{n['id']}[/]  " + "  ".join(f"{k}={v}" for k, v in n.items() if k != "id"))
+    console.print(f"pin: {doc['pin_stack_hash'] or '(not pinned)'}")
+    for source, o in doc["observations"].items():
+        state = "[green]readable[/]" if o["readable"] else f"[red]UNREADABLE: {o['error']}[/]"
+        console.print(f"\n[b]{source}[/] report of {o['observed_at']}: {state}")
+        table = _table("component", "version")
+        for c, v in o["components"].items():
+            table.add_row(c, v)
+        for c, by_member in o["conflicts"].items():
+            table.add_row(
+                c,
+                "[yellow]conflict: " + ", ".join(f"{m}={v}" for m, v in by_member.items()) + "[/]",
+            )
+        console.print(table)
+        console.print(
+            f"{len(o['members'])} member(s): "
+            + ", ".join(f"{m}={v}" for m, v in o["members"].items())
+        )
+        if o["loaded_module"] is not None:
+            console.print(f"loaded module: {o['loaded_module']}")
+        if o["firmware_dirs"] is not None:
+            console.print(f"firmware dirs: {', '.join(o['firmware_dirs']) or '(none)'}")
+    if not doc["observations"]:
+        console.print("no report yet")
+    drift = doc["drift"]
+    if drift and drift["items"]:
+        console.print(f"\n[b]drift[/] since {drift['since']}")
+        console.print(_items_table(drift["items"]))
+    else:
+        console.print("\nno drift" if drift else "\nnot evaluated yet")
+    if doc["history"]:
+        table = _table("observed_at", "source", "item", "old", "new", title="recent history")
+        for h in doc["history"]:
+            table.add_row(h["observed_at"], h["source"], h["item"], h["old"] or "", h["new"] or "")
+        console.print(table)
+
+
+def _items_table(items: Iterable[dict[str, Any]]) -> Table:
+    table = _table("component", "kind", "severity", "expected", "actual", "detail")
+    for i in items:
+        table.add_row(
+            i["component"],
+            i["kind"],
+            i["severity"],
+            i["expected"] or "-",
+            i["actual"] or "-",
+            i["detail"],
+        )
+    return table
+
+
+def drift_json(entries: list[DriftEntry]) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": e.node_id,
+            "site": e.site,
+            "pool": e.pool,
+            "profile": e.profile,
+            "stack_hash": e.stack_hash,
+            "since": e.since.isoformat(),
+            "items": [_item(i) for i in e.items],
+        }
+        for e in entries
+    ]
+
+
+def print_drift(console: Console, doc: list[dict[str, Any]], namespace: str) -> None:
+    for e in doc:
+        console.print(
+            f"[b]{e['node']}[/]  site={e['site']} pool={e['pool']} profile={e['profile']} "
+            f"since {e['since']}"
+        )
+        console.print(_items_table(e["items"]))
+    console.print(f"{len(doc)} drifted node(s)")
+    console.print(
+        f"live drift events: nats sub '{namespace}.drift.>' "
+        f"(subjects {namespace}.drift.detected|resolved.<site>.<node>)"
+    )
+
+
+def admit_json(answer: AdmissionCheckAnswered) -> dict[str, Any]:
+    return {
+        "stack_hash": answer.stack_hash,
+        "admitted": all(n.admitted for n in answer.nodes),
+        "nodes": [n.model_dump(mode="json") for n in answer.nodes],
+    }
+
+
+def print_admit(console: Console, doc: dict[str, Any]) -> None:
+    for n in doc["nodes"]:
+        if n["admitted"]:
+            console.print(f"{n['node_id']}  [green]admitted[/]")
+        else:
+            console.print(f"{n['node_id']}  [red]refused[/]: " + "; ".join(n["reasons"]))

@@ -1,0 +1,146 @@
+"""``lockstep fleet pin|admit``: JetStream pins the service applies, admission exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import yaml
+from nats.aio.msg import Msg
+
+from lockstep_common import canonical, subjects
+from lockstep_common.subjects import Namespace
+from lockstep_common.vocabulary import Component
+from lockstep_inventory.adapters import state
+from lockstep_inventory.domain.observation import IN_BAND
+from tests.support import wait_for
+
+from .conftest import SITE, Harness, cli, cli_json
+
+pytestmark = pytest.mark.integration
+
+
+def write_stack(path: Path, stack: dict[str, dict[Component, str]]) -> Path:
+    path.write_text(
+        yaml.safe_dump({p: {str(c): v for c, v in s.items()} for p, s in stack.items()})
+    )
+    return path
+
+
+def firmware(harness: Harness) -> dict[Component, str]:
+    """The golden stack without in-band components: the simulated nodes run no agent here."""
+    return {c: v for c, v in harness.golden().items() if c not in IN_BAND}
+
+
+async def pins_stored(harness: Harness) -> list[str]:
+    async with harness.app.require().pool.acquire() as conn:
+        return [p.stack_hash for p in await state.pins(conn)]
+
+
+async def test_bad_pin_input_exits_2_and_publishes_nothing(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    good = write_stack(tmp_path / "good.yaml", {"gb200": firmware(harness)})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text() + "  gpu_fw: '1.0'\n")
+    cases = [
+        (
+            ["--scope", f"site={SITE}", "--stack", str(bad)],
+            "gb200.gpu_fw: not a Lockstep component",
+        ),
+        (["--scope", "pool=train", "--stack", str(good)], "at least one site"),
+        (["--scope", f"site={SITE},rack=r1", "--stack", str(good)], "--scope: 'rack': unknown key"),
+        (["--scope", "site=a.b", "--stack", str(good)], "site"),
+        (["--scope", f"site={SITE}", "--stack", str(good), "--rollout-id", "x y"], "rollout_id"),
+    ]
+    for args, needle in cases:
+        code, out = await cli("fleet", "pin", *args)
+        assert (code, needle in out) == (2, True), (args, out)
+    info = await harness.nc.jetstream().stream_info(harness.ns.stream("PINS"))
+    assert info.state.messages == 0
+    assert await pins_stored(harness) == []
+
+
+async def test_pin_is_published_acknowledged_and_applied_then_admit_answers(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    stack = {"gb200": firmware(harness)}
+    path = write_stack(tmp_path / "stack.yaml", stack)
+    doc = await cli_json(
+        "fleet", "pin", "--scope", f"site={SITE},pool=nowhere", "--stack", str(path)
+    )
+    expected = canonical.stack_hash({"gb200": {str(c): v for c, v in stack["gb200"].items()}})
+    assert doc["stack_hash"] == expected and doc["sites"] == [SITE]
+    msg = await harness.nc.jetstream().get_msg(harness.ns.stream("PINS"), 1)
+    assert msg.subject == harness.ns.wire(subjects.pin_changed(SITE))
+    assert msg.headers is not None and msg.headers["Nats-Msg-Id"] == doc["event_ids"][0]
+
+    async def applied() -> bool:
+        return expected in await pins_stored(harness)
+
+    await wait_for(applied, what="the service storing the CLI's pin")
+    # That pin's pool matches no node; now pin the whole site (a human run, not --json).
+    code, out = await cli("fleet", "pin", "--scope", f"site={SITE}", "--stack", str(path))
+    assert code == 0 and expected in out
+    await harness.sweep()
+    ids = [n.id for n in harness.nodes]
+
+    code, out = await cli("fleet", "admit", "--stack-hash", expected, "--nodes", ",".join(ids))
+    assert code == 0, out
+    assert all(f"{i}  admitted" in out for i in ids)
+
+    bad = harness.nodes[2].id
+    harness.sim.bmc(bad).node.components["FW_BMC_0"].version = "GB200Nvl-24.09-1"
+    await harness.sweep()
+    code, out = await cli(
+        "fleet", "admit", "--stack-hash", expected, "--nodes", ids[0], "--nodes", bad, "--json"
+    )
+    verdicts = {n["node_id"]: n for n in json.loads(out)["nodes"]}
+    assert code == 1 and verdicts[ids[0]]["admitted"] is True
+    assert verdicts[bad]["admitted"] is False
+    assert any("bmc: members run" in r for r in verdicts[bad]["reasons"])
+
+    code, out = await cli("fleet", "admit", "--stack-hash", "f" * 64, "--nodes", ids[0])
+    assert code == 1 and "unknown to inventory" in out
+    code, out = await cli("fleet", "admit", "--stack-hash", expected[:63], "--nodes", ids[0])
+    assert code == 2 and "64 lower-case hex" in out
+
+
+async def test_admit_exits_3_when_no_service_answers(env: None, namespace: str) -> None:
+    code, out = await cli(
+        "fleet", "admit", "--stack-hash", "a" * 64, "--nodes", "n1", "--timeout", "0.5"
+    )
+    assert code == 3 and "is the inventory service running?" in out
+
+
+async def test_admit_exits_2_on_an_error_reply(env: None, servers: Any, namespace: str) -> None:
+    nc = await nats.connect(servers.nats_url)
+
+    async def refuse(msg: Msg) -> None:
+        # What the service answers a request it cannot decode (admission._refuse).
+        await nc.publish(
+            msg.reply, b'{"error": "node_ids: too many"}', headers={"Lockstep-Error": "too many"}
+        )
+
+    sub = await nc.subscribe(Namespace(namespace).wire(subjects.admission_check()), cb=refuse)
+    try:
+        await nc.flush()
+        code, out = await cli("fleet", "admit", "--stack-hash", "a" * 64, "--nodes", "n1")
+    finally:
+        await sub.unsubscribe()
+        await nc.close()
+    assert code == 2 and "inventory refused the request: node_ids: too many" in out
+
+
+async def test_pin_exits_1_when_no_stream_acknowledges(
+    env: None, namespace: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text('{"gb200": {"bios": "1.0"}}')
+    code, out = await cli(
+        "fleet", "pin", "--scope", "site=s1", "--stack", str(path), "--timeout", "1"
+    )
+    assert code == 1 and "pin for site s1 not acknowledged" in out
