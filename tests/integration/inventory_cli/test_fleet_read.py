@@ -95,7 +95,7 @@ async def test_status_watch_follows_a_running_sweep_and_ignores_an_abandoned_one
     assert status["sweep"]["id"] == stale.id and status["sweep"]["finished_at"] is None
 
     async with pool.acquire() as conn:
-        await conn.execute("SELECT pg_advisory_lock($1)", sweeps.SWEEP_LOCK)
+        await conn.execute(f"SELECT pg_advisory_lock({sweeps.SWEEP_LOCK_KEY})")
         try:
             running = await sweeps.start(conn, 4, "test")
             watch = asyncio.create_task(cli_json("fleet", "status", "--watch"))
@@ -115,6 +115,6 @@ async def test_status_watch_follows_a_running_sweep_and_ignores_an_abandoned_one
             assert not watch.done()
             await sweeps.finish(conn, running.id)
         finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", sweeps.SWEEP_LOCK)
+            await conn.execute(f"SELECT pg_advisory_unlock({sweeps.SWEEP_LOCK_KEY})")
     status = await asyncio.wait_for(watch, 20)
     assert status["sweep"]["id"] == running.id and status["sweep"]["finished_at"] is not None

@@ -12,7 +12,7 @@ import pytest
 
 from lockstep_common import subjects
 from lockstep_common.envelope import make_envelope
-from lockstep_common.events.v1 import InventoryObserved
+from lockstep_common.events.v1 import InventoryObserved, PinChanged, ScopeSelector
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult
 from lockstep_inventory.sweeping import SweepBusyError
@@ -117,3 +117,20 @@ async def test_gauges_reflect_the_fleet_after_a_sweep(harness: Harness) -> None:
     assert 'lockstep_inventory_drifted_nodes{kind="unexpected"} 1.0' in text
     assert "lockstep_inventory_unreadable_bmcs 0.0" in text
     assert "lockstep_inventory_sweep_duration_seconds" in text
+
+
+async def test_a_pin_whose_hash_does_not_name_its_stack_is_refused(harness: Harness) -> None:
+    stack = {"gb200": harness.golden()}
+    await harness.publish(
+        subjects.pin_changed(SITE),
+        PinChanged(site=SITE, scope=ScopeSelector(), stack_hash="f" * 64, stack=stack),
+    )
+    pool = harness.app.require().pool
+
+    async def dead_lettered() -> bool:
+        return bool(await pool.fetchval("SELECT count(*) FROM dead_letters"))
+
+    await wait_for(dead_lettered, what="the bad pin dead-lettered")
+    assert "is not the hash of its stack" in await pool.fetchval("SELECT reason FROM dead_letters")
+    assert await pool.fetchval("SELECT count(*) FROM pins") == 0
+    await harness.pin(stack)  # a correct pin still applies

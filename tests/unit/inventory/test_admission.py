@@ -115,3 +115,10 @@ def test_a_recorded_rollout_step_explains_a_difference() -> None:
     )
     assert [str(i.kind) for i in unexplained] == ["unexpected"]
     assert [(str(i.kind), str(i.severity)) for i in explained] == [("pending", "warning")]
+
+
+def test_a_bmc_never_readable_is_unreadable_not_missing_everything() -> None:
+    node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, NOW)
+    never = {REDFISH: unreadable(REDFISH, 1, NOW, "connection refused")}
+    assert evaluate(NODE, never, node_pin, RolloutFacts(), today=NOW.date()) == ()
+    assert any("unreadable since" in r for r in verdict(never, stack={"gb200": FIRMWARE})[1])

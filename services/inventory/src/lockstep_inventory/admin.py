@@ -141,7 +141,7 @@ async def sweep_in_progress(conn: asyncpg.Connection) -> sweeps.SweepRow | None:
     held = await conn.fetchval(
         "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
         " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        " AND ((classid::bigint << 32) | objid::bigint) = $1 AND objsubid = 1)",
-        sweeps.SWEEP_LOCK,
+        f" AND ((classid::bigint << 32) | objid::bigint) = {sweeps.SWEEP_LOCK_KEY}"
+        " AND objsubid = 1)"
     )
     return row if held else None

@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from lockstep_common import canonical
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
+from lockstep_common.errors import InvalidMessage
 from lockstep_common.events.v1 import (
     DeviceActivated,
     DeviceRolledBack,
@@ -66,6 +68,14 @@ class Handlers:
     async def pin_changed(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
         """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
         data: PinChanged = env.data
+        plain = {p: {str(c): v for c, v in s.items()} for p, s in data.stack.items()}
+        if canonical.stack_hash(plain) != data.stack_hash:
+            # The hash is what admission checks compare: one that does not name this stack
+            # would admit jobs onto the wrong versions.
+            raise InvalidMessage(
+                f"pin.changed stack_hash {data.stack_hash} is not the hash of its stack "
+                f"({canonical.stack_hash(plain)})"
+            )
         pin = Pin(
             site=data.site,
             scope=data.scope,

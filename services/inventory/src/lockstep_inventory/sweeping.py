@@ -86,8 +86,8 @@ async def run_sweep(
     """
     async with pool.acquire() as lock_conn:
         if wait:
-            await lock_conn.execute("SELECT pg_advisory_lock($1)", sweeps.SWEEP_LOCK)
-        elif not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", sweeps.SWEEP_LOCK):
+            await lock_conn.execute(f"SELECT pg_advisory_lock({sweeps.SWEEP_LOCK_KEY})")
+        elif not await lock_conn.fetchval(f"SELECT pg_try_advisory_lock({sweeps.SWEEP_LOCK_KEY})"):
             raise SweepBusyError("another sweep is running")
         try:
             return await _locked_sweep(
@@ -95,7 +95,7 @@ async def run_sweep(
             )
         finally:
             with contextlib.suppress(Exception):
-                await lock_conn.execute("SELECT pg_advisory_unlock($1)", sweeps.SWEEP_LOCK)
+                await lock_conn.execute(f"SELECT pg_advisory_unlock({sweeps.SWEEP_LOCK_KEY})")
 
 
 def _redfish(nodes: Sequence[NodeEntry], settings: Settings) -> ResultsOf:

@@ -9,7 +9,12 @@ from lockstep_common.db import Conn
 
 # One sweeper at a time across replicas and CLI runs: a session-level advisory lock held on a
 # dedicated connection for the whole sweep (released by PostgreSQL if that connection dies).
-SWEEP_LOCK = 0x1A5C_0004
+# Its key derives from the schema (the search_path of every inventory connection), so two
+# deployments or test namespaces sharing a database do not wait on each other; non-negative so
+# pg_locks' (classid << 32 | objid) reads it back unchanged.
+SWEEP_LOCK_KEY = (
+    "(hashtextextended('lockstep-sweep:' || current_schema(), 0) & 9223372036854775807)"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,9 +44,11 @@ def evaluate(
     merged = merge(observations)
     pinned = pin.pinned(node.profile) if pin else None
     if pinned is not None:
-        # A component is judged once the source that reports it has reported at all: before
-        # the first agent report, in-band versions are "not yet seen", not "missing".
-        pinned = {c: v for c, v in pinned.items() if source_of(c) in observations}
+        # A component is judged once the source that reports it has said anything: before the
+        # first agent report, or while a BMC has never once been readable, its versions are
+        # "not yet seen" (the node is unreadable or unobserved), not "missing".
+        seen = {s for s, o in observations.items() if o.readable or o.members or o.components}
+        pinned = {c: v for c, v in pinned.items() if source_of(c) in seen}
     differing = [
         c for c, v in (pinned or {}).items() if c in merged.actual and merged.actual[c] != v
     ]
