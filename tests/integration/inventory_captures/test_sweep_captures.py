@@ -104,12 +104,10 @@ async def test_every_captured_member_is_read_exactly(
     mockup: tuple[Mockup, str], use_expand: bool | None
 ) -> None:
     served, url = mockup
-    results: list[SweepResult] = []
     async with aclosing(
         sweep([BmcTarget("n1", url)], credentials=Credentials(), use_expand=use_expand)
     ) as stream:
-        async for result in stream:
-            results.append(result)
+        results: list[SweepResult] = [r async for r in stream]
     [result] = results
     assert result.readable, result.error
     assert {m.Id: m.Version for m in result.members} == captured_members(served.root)
