@@ -80,6 +80,7 @@ async def apply_reports(
     ids = {node_id for node_id, _ in reports}
     nodes = await state.lock_nodes(conn, ids)
     stored = await state.observations(conn, ids)
+    before = {(n, src): o for n, by_source in stored.items() for src, o in by_source.items()}
     kept: dict[tuple[str, ObservationSource], Observation] = {}
     history: list[state.HistoryRow] = []
     touched: set[str] = set()
@@ -89,10 +90,20 @@ async def apply_reports(
             outcome.ignored += 1
             continue
         report = incoming.after_failure(current)
-        diff = [
-            (node_id, str(report.source), item, old, new, report.observed_at)
-            for item, old, new in changes(current, report)
-        ]
+        # The usual report repeats the last one: nothing to diff (``changes`` would agree).
+        unchanged = (
+            current is not None
+            and report.readable == current.readable
+            and _same_versions(current, report)
+        )
+        diff = (
+            []
+            if unchanged
+            else [
+                (node_id, str(report.source), item, old, new, report.observed_at)
+                for item, old, new in changes(current, report)
+            ]
+        )
         if diff:
             history.extend(diff)
             touched.add(node_id)
@@ -100,7 +111,13 @@ async def apply_reports(
         kept[(node_id, report.source)] = report
         outcome.applied += 1
     outcome.unregistered = len({n for n, _ in kept} - set(nodes))
-    await state.save_observations(conn, [(n, o) for (n, _), o in kept.items()])
+    # Most reports repeat the stored versions: those only move the sequence and times.
+    rewrite: list[tuple[str, Observation]] = []
+    same: list[tuple[str, Observation]] = []
+    for key, report in kept.items():
+        (same if _same_versions(before.get(key), report) else rewrite).append((key[0], report))
+    await state.save_observations(conn, rewrite)
+    await state.touch_observations(conn, same)
     await state.append_history(conn, history)
     # A node is judged when what it runs changed, or when it has never been judged.
     candidates = {n for n, _ in kept if n in nodes}
@@ -108,6 +125,18 @@ async def apply_reports(
     judge = {n: nodes[n] for n in sorted(touched & candidates | unjudged)}
     outcome.add(await judge_nodes(conn, judge, stored, emitter, now=now, rules=rules))
     return outcome
+
+
+def _same_versions(stored: Observation | None, report: Observation) -> bool:
+    """True when ``report`` carries exactly the stored versions (only sequence/times differ)."""
+    return (
+        stored is not None
+        and report.components == stored.components
+        and report.conflicts == stored.conflicts
+        and report.members == stored.members
+        and report.firmware_dirs == stored.firmware_dirs
+        and report.loaded_module == stored.loaded_module
+    )
 
 
 async def rejudge(

@@ -145,6 +145,31 @@ async def save_observations(conn: Conn, rows: Sequence[tuple[str, Observation]])
     )
 
 
+async def touch_observations(conn: Conn, rows: Sequence[tuple[str, Observation]]) -> None:
+    """Update stored reports whose versions are unchanged: sequence, times and readability only.
+
+    The steady state of a fleet (most reports repeat the last one); leaving the jsonb columns
+    alone saves encoding and parsing them. The rows must exist (callers read them first under
+    the node lock).
+    """
+    if not rows:
+        return
+    await conn.execute(
+        "UPDATE observations o SET sequence = v.q, observed_at = v.t, received_at = now(),"
+        " readable = v.r, error = v.e, unreadable_since = v.u"
+        " FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bool[],"
+        " $6::text[], $7::timestamptz[]) AS v(n, s, q, t, r, e, u)"
+        " WHERE o.node_id = v.n AND o.source = v.s",
+        [n for n, _ in rows],
+        [str(o.source) for _, o in rows],
+        [o.sequence for _, o in rows],
+        [o.observed_at for _, o in rows],
+        [o.readable for _, o in rows],
+        [o.error for _, o in rows],
+        [o.unreadable_since for _, o in rows],
+    )
+
+
 HistoryRow = tuple[str, str, str, str | None, str | None, dt.datetime]
 
 
