@@ -379,3 +379,16 @@ def test_a_message_without_id_or_time_is_rejected_not_given_fresh_ones(attribute
     del body[attribute]
     with pytest.raises(InvalidMessage, match=f"{attribute}: Field required"):
         REGISTRY.decode(json.dumps(body).encode(), max_bytes=LIMIT)
+
+
+def test_a_nested_type_key_does_not_mislead_the_single_parse_fast_path() -> None:
+    env = make_envelope(
+        v1.BundleSubmitted(bundle_uri="file:///b", submitted_by="ci"), source="/test"
+    )
+    doc = json.loads(env.to_json())
+    doc["data"]["type"] = "lockstep.drift.detected"  # a stray key that looks like the attribute
+    with pytest.raises(InvalidMessage, match=r"data\.type"):
+        REGISTRY.decode(json.dumps(doc).encode(), max_bytes=1 << 20)
+    # Pretty-printed or reordered JSON decodes the same as compact JSON.
+    pretty = json.dumps(dict(reversed(json.loads(env.to_json()).items())), indent=2).encode()
+    assert REGISTRY.decode(pretty, max_bytes=1 << 20) == env

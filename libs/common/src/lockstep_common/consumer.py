@@ -139,6 +139,15 @@ class _Item:
     env: Envelope[Any]
 
 
+@dataclass(slots=True)
+class _Batch:
+    """One pulled batch, decoded: what to apply and what was refused on decode."""
+
+    msgs: list[Msg]
+    items: list[_Item]
+    invalid: list[tuple[Msg, InvalidMessage]]
+
+
 class ConsumerRunner:
     """Pulls batches for one subscription and settles every message explicitly."""
 
@@ -185,25 +194,52 @@ class ConsumerRunner:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Pull and process until stopped."""
+        """Pull and process until stopped.
+
+        The next batch is fetched and decoded while the current one is applied (one fetch in
+        flight at a time, so stream order is kept): decoding runs while the apply waits on the
+        database, and the consumer never waits on a round trip to the server between two
+        commits. Messages prefetched when we stop are nak'ed so another replica gets them at
+        once instead of after AckWait.
+        """
         psub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
         failures = 0
+        ahead: asyncio.Future[_Batch] | None = None
         try:
             while not self._stopping.is_set():
                 try:
-                    msgs = await psub.fetch(self._cfg.batch, timeout=self._cfg.fetch_timeout_s)
+                    batch = await (ahead or self._fetch(psub))
+                    ahead = None
                     failures = 0
+                    ahead = asyncio.ensure_future(self._fetch(psub))
                     # Acks after a commit may fail on a broken connection: safe, because the
                     # redelivered message meets the inbox. So transport errors only pause us.
-                    await self.process(msgs)
+                    await self._process(batch)
                 except NatsTimeout:
+                    ahead = None
                     continue
                 except (NatsError, OSError) as exc:
+                    ahead = None
                     failures += 1
                     await self._pause(min(0.2 * 2**failures, 10.0), exc)
         finally:
+            await self._release(ahead)
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()
+
+    async def _fetch(self, psub: Any) -> _Batch:
+        msgs: list[Msg] = await psub.fetch(self._cfg.batch, timeout=self._cfg.fetch_timeout_s)
+        return self._decode_all(msgs)
+
+    async def _release(self, ahead: asyncio.Future[_Batch] | None) -> None:
+        """Hand back a prefetched batch we will not process (stopping)."""
+        if ahead is None:
+            return
+        if not ahead.done():
+            ahead.cancel()
+        with contextlib.suppress(BaseException):
+            for msg in (await ahead).msgs:
+                await msg.nak()
 
     async def _pause(self, seconds: float, exc: BaseException) -> None:
         log.warning("consumer %s: fetch failed, retrying in %.1fs: %s", self.durable, seconds, exc)
@@ -212,13 +248,22 @@ class ConsumerRunner:
 
     async def process(self, msgs: list[Msg]) -> None:
         """Decode, apply and settle one batch."""
-        started = time.perf_counter()
-        items: list[_Item] = []
+        await self._process(self._decode_all(msgs))
+
+    def _decode_all(self, msgs: list[Msg]) -> _Batch:
+        batch = _Batch(msgs, [], [])
         for msg in msgs:
             try:
-                items.append(_Item(msg, self._decode(msg)))
+                batch.items.append(_Item(msg, self._decode(msg)))
             except InvalidMessage as exc:
-                await self._settle_failure(msg, exc)
+                batch.invalid.append((msg, exc))
+        return batch
+
+    async def _process(self, batch: _Batch) -> None:
+        started = time.perf_counter()
+        for msg, exc in batch.invalid:
+            await self._settle_failure(msg, exc)
+        items = batch.items
         if items:
             try:
                 await self._apply(items)

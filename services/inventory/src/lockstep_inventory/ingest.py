@@ -30,7 +30,7 @@ from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.drift import Emit, decide
 from lockstep_inventory.domain.evaluate import RolloutFacts, evaluate
 from lockstep_inventory.domain.fleet_file import NodeEntry
-from lockstep_inventory.domain.observation import Observation, changes
+from lockstep_inventory.domain.observation import Observation, changes, content_digest
 from lockstep_inventory.domain.pins import pin_of
 from lockstep_inventory.domain.rules import CompatibilityRules
 
@@ -73,69 +73,85 @@ async def apply_reports(
     now: dt.datetime,
     rules: CompatibilityRules | None = None,
 ) -> Outcome:
-    """Apply ``(node id, report)`` pairs in order; judge the nodes whose state changed."""
+    """Apply ``(node id, report)`` pairs in order; judge the nodes whose state changed.
+
+    The steady state of a fleet is a report that repeats the stored one. Those are recognised
+    by digest (``observation.content_digest``) against the stored row's head, without reading
+    its jsonb, and only move its sequence and times; the full stored report is read only for
+    the (node, source) pairs whose versions or readability may have changed.
+    """
     outcome = Outcome()
     if not reports:
         return outcome
     ids = {node_id for node_id, _ in reports}
-    nodes = await state.lock_nodes(conn, ids)
-    stored = await state.observations(conn, ids)
-    before = {(n, src): o for n, by_source in stored.items() for src, o in by_source.items()}
-    kept: dict[tuple[str, ObservationSource], Observation] = {}
+    nodes, judged = await state.lock_nodes_judged(conn, ids)
+    stored_heads = await state.heads(conn, ids)
+    digests = [content_digest(r) for _, r in reports]
+    need_full = {
+        node_id
+        for (node_id, r), d in zip(reports, digests, strict=True)
+        if not _repeats(stored_heads.get((node_id, r.source)), r, d)
+    }
+    full = await state.observations(conn, need_full) if need_full else {}
+    latest: dict[tuple[str, ObservationSource], Observation] = {
+        (n, src): o for n, by_source in full.items() for src, o in by_source.items()
+    }
+    kept: dict[tuple[str, ObservationSource], tuple[Observation, str]] = {}
     history: list[state.HistoryRow] = []
     touched: set[str] = set()
-    for node_id, incoming in reports:
-        current = stored.get(node_id, {}).get(incoming.source)
-        if not incoming.supersedes(current):
+    for (node_id, incoming), incoming_digest in zip(reports, digests, strict=True):
+        key = (node_id, incoming.source)
+        head = stored_heads.get(key)
+        current = latest.get(key)
+        reference = current or (head.as_observation() if head else None)
+        if not incoming.supersedes(reference):
             outcome.ignored += 1
             continue
-        report = incoming.after_failure(current)
-        # The usual report repeats the last one: nothing to diff (``changes`` would agree).
-        unchanged = (
-            current is not None
-            and report.readable == current.readable
-            and _same_versions(current, report)
-        )
-        diff = (
-            []
-            if unchanged
-            else [
+        digest = incoming_digest
+        if current is None and _repeats(head, incoming, digest):
+            report = incoming  # same versions as stored: nothing to diff
+        else:
+            report = incoming.after_failure(current)
+            if report is not incoming:
+                digest = content_digest(report)
+            diff = [
                 (node_id, str(report.source), item, old, new, report.observed_at)
                 for item, old, new in changes(current, report)
             ]
-        )
-        if diff:
-            history.extend(diff)
-            touched.add(node_id)
-        stored.setdefault(node_id, {})[report.source] = report
-        kept[(node_id, report.source)] = report
+            if diff:
+                history.extend(diff)
+                touched.add(node_id)
+        latest[key] = report
+        kept[key] = (report, digest)
         outcome.applied += 1
     outcome.unregistered = len({n for n, _ in kept} - set(nodes))
-    # Most reports repeat the stored versions: those only move the sequence and times.
     rewrite: list[tuple[str, Observation]] = []
     same: list[tuple[str, Observation]] = []
-    for key, report in kept.items():
-        (same if _same_versions(before.get(key), report) else rewrite).append((key[0], report))
+    for (node_id, source), (report, digest) in kept.items():
+        head = stored_heads.get((node_id, source))
+        unchanged = head is not None and head.digest == digest
+        (same if unchanged else rewrite).append((node_id, report))
     await state.save_observations(conn, rewrite)
     await state.touch_observations(conn, same)
     await state.append_history(conn, history)
     # A node is judged when what it runs changed, or when it has never been judged.
     candidates = {n for n, _ in kept if n in nodes}
-    unjudged = candidates - touched - set(await state.drift_exists(conn, candidates - touched))
-    judge = {n: nodes[n] for n in sorted(touched & candidates | unjudged)}
-    outcome.add(await judge_nodes(conn, judge, stored, emitter, now=now, rules=rules))
+    to_judge = sorted((touched & candidates) | (candidates - judged))
+    if to_judge:
+        stored = await state.observations(conn, to_judge)
+        judge = {n: nodes[n] for n in to_judge}
+        outcome.add(await judge_nodes(conn, judge, stored, emitter, now=now, rules=rules))
     return outcome
 
 
-def _same_versions(stored: Observation | None, report: Observation) -> bool:
-    """True when ``report`` carries exactly the stored versions (only sequence/times differ)."""
+def _repeats(head: state.Head | None, report: Observation, digest: str) -> bool:
+    """True when a readable report carries exactly the versions of a readable stored one."""
     return (
-        stored is not None
-        and report.components == stored.components
-        and report.conflicts == stored.conflicts
-        and report.members == stored.members
-        and report.firmware_dirs == stored.firmware_dirs
-        and report.loaded_module == stored.loaded_module
+        head is not None
+        and head.readable
+        and report.readable
+        and head.digest is not None
+        and head.digest == digest
     )
 
 

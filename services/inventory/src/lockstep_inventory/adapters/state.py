@@ -22,7 +22,7 @@ from lockstep_common.events.v1 import DriftItem, ScopeSelector
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
-from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.domain.observation import Observation, content_digest
 from lockstep_inventory.domain.pins import Pin
 
 _NODE_FIELDS = "id, bmc_url, profile, supplier, site, rack, fabric_domain, pool, credentials"
@@ -31,6 +31,60 @@ Observations = dict[str, dict[ObservationSource, Observation]]
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What a stored report's freshness and sameness are judged on (no jsonb read)."""
+
+    source: ObservationSource
+    sequence: int
+    observed_at: dt.datetime
+    readable: bool
+    digest: str | None
+
+    def as_observation(self) -> Observation:
+        """A content-less stand-in for ``Observation.supersedes``."""
+        return Observation(self.source, self.sequence, self.observed_at, self.readable)
+
+
+async def lock_nodes_judged(
+    conn: Conn, node_ids: Iterable[str]
+) -> tuple[dict[str, NodeEntry], set[str]]:
+    """Like :func:`lock_nodes`, plus which of them have been judged before (one round trip)."""
+    rows = await conn.fetch(
+        f"SELECT {', '.join('n.' + f.strip() for f in _NODE_FIELDS.split(','))},"
+        " d.node_id IS NOT NULL AS judged FROM nodes n LEFT JOIN drift d ON d.node_id = n.id"
+        " WHERE n.id = ANY($1::text[]) ORDER BY n.id FOR NO KEY UPDATE OF n",
+        sorted(set(node_ids)),
+    )
+    found: dict[str, NodeEntry] = {}
+    judged: set[str] = set()
+    for r in rows:
+        fields = dict(r)
+        if fields.pop("judged"):
+            judged.add(r["id"])
+        found[r["id"]] = NodeEntry.model_validate(fields)
+    return found, judged
+
+
+async def heads(conn: Conn, node_ids: Iterable[str]) -> dict[tuple[str, ObservationSource], Head]:
+    """(node, source) -> the stored report's sequence, time, readability and digest."""
+    rows = await conn.fetch(
+        "SELECT node_id, source, sequence, observed_at, readable, digest FROM observations"
+        " WHERE node_id = ANY($1::text[])",
+        list(set(node_ids)),
+    )
+    return {
+        (r["node_id"], ObservationSource(r["source"])): Head(
+            ObservationSource(r["source"]),
+            r["sequence"],
+            r["observed_at"],
+            r["readable"],
+            r["digest"],
+        )
+        for r in rows
+    }
 
 
 async def lock_nodes(conn: Conn, node_ids: Iterable[str]) -> dict[str, NodeEntry]:
@@ -82,15 +136,6 @@ async def observed_node_ids(conn: Conn) -> list[str]:
     return [r["node_id"] for r in await conn.fetch("SELECT DISTINCT node_id FROM observations")]
 
 
-async def drift_exists(conn: Conn, node_ids: Iterable[str]) -> list[str]:
-    """The nodes among ``node_ids`` that have been judged before."""
-    ids = list(set(node_ids))
-    if not ids:
-        return []
-    rows = await conn.fetch("SELECT node_id FROM drift WHERE node_id = ANY($1::text[])", ids)
-    return [r["node_id"] for r in rows]
-
-
 async def observations(conn: Conn, node_ids: Iterable[str]) -> Observations:
     """The latest applied report per source of each node."""
     rows = await conn.fetch(
@@ -109,7 +154,7 @@ async def save_observations(conn: Conn, rows: Sequence[tuple[str, Observation]])
     """Upsert each (node, source)'s latest report in one statement."""
     if not rows:
         return
-    cols: list[list[Any]] = [[] for _ in range(12)]
+    cols: list[list[Any]] = [[] for _ in range(13)]
     for node_id, o in rows:
         values = (
             node_id,
@@ -124,23 +169,24 @@ async def save_observations(conn: Conn, rows: Sequence[tuple[str, Observation]])
             _dumps(dict(o.members)),
             _dumps(list(o.firmware_dirs)) if o.firmware_dirs is not None else None,
             o.loaded_module,
+            content_digest(o),
         )
         for col, value in zip(cols, values, strict=True):
             col.append(value)
     await conn.execute(
         "INSERT INTO observations (node_id, source, sequence, observed_at, readable, error,"
-        " unreadable_since, components, conflicts, members, firmware_dirs, loaded_module)"
-        " SELECT n, s, q, t, r, e, u, c::jsonb, x::jsonb, m::jsonb,"
-        " CASE WHEN f IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(f::jsonb)) END, l"
-        " FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bool[],"
+        " unreadable_since, components, conflicts, members, firmware_dirs, loaded_module,"
+        " digest) SELECT n, s, q, t, r, e, u, c::jsonb, x::jsonb, m::jsonb,"
+        " CASE WHEN f IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(f::jsonb)) END,"
+        " l, d FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bool[],"
         " $6::text[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[],"
-        " $12::text[]) AS v(n, s, q, t, r, e, u, c, x, m, f, l)"
+        " $12::text[], $13::text[]) AS v(n, s, q, t, r, e, u, c, x, m, f, l, d)"
         " ON CONFLICT (node_id, source) DO UPDATE SET sequence = EXCLUDED.sequence,"
         " observed_at = EXCLUDED.observed_at, received_at = now(), readable = EXCLUDED.readable,"
         " error = EXCLUDED.error, unreadable_since = EXCLUDED.unreadable_since,"
         " components = EXCLUDED.components, conflicts = EXCLUDED.conflicts,"
         " members = EXCLUDED.members, firmware_dirs = EXCLUDED.firmware_dirs,"
-        " loaded_module = EXCLUDED.loaded_module",
+        " loaded_module = EXCLUDED.loaded_module, digest = EXCLUDED.digest",
         *cols,
     )
 

@@ -9,6 +9,7 @@ because the BMC cannot see a loaded kernel module.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -80,6 +81,19 @@ class Observation:
             firmware_dirs=previous.firmware_dirs,
             loaded_module=previous.loaded_module,
         )
+
+
+def content_digest(obs: Observation) -> str:
+    """A digest of everything a report says except its sequence, times and readability: equal
+    digests, equal versions (the stored row need not be read to know nothing changed)."""
+    content = (
+        sorted((str(c), v) for c, v in obs.components.items()),
+        sorted((str(c), sorted(m.items())) for c, m in obs.conflicts.items()),
+        sorted(obs.members.items()),
+        obs.firmware_dirs,
+        obs.loaded_module,
+    )
+    return hashlib.blake2b(repr(content).encode(), digest_size=16).hexdigest()
 
 
 def from_redfish_members(

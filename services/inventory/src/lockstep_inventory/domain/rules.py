@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
@@ -48,6 +49,7 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
+@cache  # called for every toolkit row on every judgement; versions are few
 def _cuda_key(cuda: str) -> tuple[int, int, int] | None:
     match = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", cuda)
     if match is None:
