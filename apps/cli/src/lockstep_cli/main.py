@@ -153,6 +153,55 @@ def bench_attest(
     console.print(table)
 
 
+@bench.command("ingest")
+def bench_ingest(
+    nodes: Annotated[int, typer.Option(min=1, help="Registered nodes.")] = 12_500,
+    reports: Annotated[int, typer.Option(min=1, help="Reports timed per run.")] = 50_000,
+    rate: Annotated[float, typer.Option(min=1, help="Reports/s of the latency phase.")] = 1_250.0,
+    duration: Annotated[float, typer.Option(min=0.1, help="Seconds of the latency phase.")] = 8.0,
+    changed: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of reports that change a version.")
+    ] = 0.02,
+    batch: Annotated[int, typer.Option(min=1, max=4096, help="consumer_batch (both).")] = 256,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Node reports/s through inventory vs raw JetStream pull + parse + ack (same run), and
+    report -> drift.detected latency at a fixed rate."""
+    from lockstep_cli.bench_ingest import IngestOptions, run_bench
+    from lockstep_devstack import Stack
+
+    opts = IngestOptions(nodes, reports, rate, duration, changed, batch, runs)
+    nats_url, database_url = (
+        os.environ.get("LOCKSTEP_NATS_URL"),
+        os.environ.get("LOCKSTEP_DATABASE_URL"),
+    )
+    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
+    data_dir.chmod(0o755)
+    with Stack(data_dir, nats_url=nats_url, database_url=database_url, durable=False) as stack:
+        result = asyncio.run(run_bench(*stack.urls(), opts))
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench ingest: {nodes} nodes, {reports} reports x {runs} runs (medians)")
+    table.add_column("")
+    table.add_column("figure")
+    table.add_row(
+        "inventory: parse, diff, commit, events (reports/s)", f"{result['reports_per_s']:,.0f}"
+    )
+    table.add_row(
+        "raw nats-py pull + parse + ack (reports/s)", f"{result['raw_reports_per_s']:,.0f}"
+    )
+    table.add_row("ratio (goal >= 0.35)", f"{result['ratio']:.2f}")
+    table.add_row(
+        f"report -> drift.detected at {rate:,.0f}/s: p50 / p95 / p99 ms (goal p99 <= 250)",
+        " / ".join(
+            "-" if result[k] is None else f"{result[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms")
+        ),
+    )
+    console.print(table)
+
+
 @bench.command("sim")
 def bench_sim(
     nodes: Annotated[int, typer.Option(min=1, help="Emulated BMCs.")] = 12_500,
@@ -184,6 +233,76 @@ def bench_sim(
         f"startup {plain['startup_s']:.1f} s, RSS {plain['rss_mb']:.0f} MB; baseline: "
         "a plain aiohttp app on the same sockets returning a body of the same size"
     )
+
+
+@bench.command("sweep")
+def bench_sweep(
+    nodes: Annotated[int, typer.Option(min=1, help="Emulated BMCs swept per run.")] = 12_500,
+    latency_ms: Annotated[
+        float, typer.Option(min=0, help="Latency the simulator adds to every request.")
+    ] = 200.0,
+    expand: Annotated[
+        bool,
+        typer.Option(
+            "--expand/--no-expand",
+            help="One $expand GET per BMC, or the collection and every member.",
+        ),
+    ] = True,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="BMCs read at once (and requests in flight).")
+    ] = 1024,
+    per_bmc: Annotated[int, typer.Option(min=1, help="Requests in flight per BMC.")] = 2,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    gc_tuned: Annotated[
+        bool,
+        typer.Option("--gc-tuned/--no-gc-tuned", help="Sweep GC settings (sweeper.sweep_gc)."),
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Full inventory sweep of a simulated fleet vs raw aiohttp making the same requests with
+    the same concurrency, against the same simulator in the same run."""
+    from lockstep_cli.bench_sweep import run_bench
+
+    result = run_bench(
+        nodes,
+        latency_ms,
+        expand=expand,
+        runs=runs,
+        concurrency=concurrency,
+        per_bmc=per_bmc,
+        gc_tuned=gc_tuned,
+    )
+    if as_json:
+        print(json.dumps(result))
+        return
+    mode = "$expand" if expand else "no $expand"
+    table = Table(
+        title=f"bench sweep: {nodes:,} BMCs at {latency_ms:g} ms, {mode}, "
+        f"concurrency {concurrency}, {runs} runs (medians)"
+    )
+    for col in ("", "seconds", "BMCs/s", "client CPU"):
+        table.add_column(col)
+    table.add_row(
+        "lockstep sweep -> sink (no-op)",
+        f"{result['seconds']:.2f}",
+        f"{result['bmcs_per_s']:,.0f}",
+        f"{result['client_cpu']:.2f}",
+    )
+    table.add_row(
+        "raw aiohttp, same requests (baseline)",
+        f"{result['raw_seconds']:.2f}",
+        f"{nodes / result['raw_seconds']:,.0f}",
+        f"{result['raw_client_cpu']:.2f}",
+    )
+    table.add_row("ratio raw / lockstep (goal >= 0.7)", f"{result['ratio']:.2f}", "", "")
+    console.print(table)
+    console.print(
+        f"simulator CPU {result['server_cpu']:.2f} (CPU s per s; ~1.0 = the bottleneck); "
+        f"errors {result['errors']} (raw {result['raw_errors']}); "
+        f"per run: {result['seconds_runs']} s vs raw {result['raw_seconds_runs']} s"
+    )
+    if result["errors"] or result["raw_errors"]:
+        raise typer.Exit(1)
 
 
 @docs.command("generate")

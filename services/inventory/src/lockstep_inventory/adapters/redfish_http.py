@@ -97,9 +97,11 @@ async def request(
 ) -> Reply:
     """``method url`` with retries; raises :class:`BmcError` when every attempt failed.
 
-    ``slots`` (one per sweep, sized like the connection pool) is held during each attempt:
-    requests queue on it in FIFO order instead of in aiohttp's connector, whose wake-up scan
-    is linear in the number of waiting hosts (measured: 4x client CPU at 256 BMCs in flight).
+    ``slots`` (one per sweep: the requests in flight across all BMCs) is held during each
+    attempt, so requests queue on it in FIFO order. With one pool per sweep this replaced
+    aiohttp's connector queue, whose wake-up scan is linear in the number of waiting hosts
+    (measured: 4x client CPU at 256 BMCs in flight); each BMC now has its own small pool and
+    ``slots`` is the only global bound. Without ``slots`` nothing is shared.
     """
     slots = slots or asyncio.Semaphore(1)
     attempts = (policy.retries if retries is None else retries) + 1

