@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -43,7 +44,25 @@ def test_tiny_bench_is_sane(expand: bool) -> None:
     assert all(s.expanded == (NODES if expand else 0) for s in sinks)
 
 
-def test_bench_sweep_command_prints_json() -> None:
+def test_the_committed_path_ends_at_the_drift_events(servers: Any) -> None:
+    # 12 nodes, a quarter pinned to another BMC version: 3 drift.detected per run, each
+    # counted from the committed outbox; a wrong count would show as errors.
+    result = run_bench(
+        NODES,
+        0.0,
+        runs=2,
+        concurrency=4,
+        chunk=5,
+        database_url=servers.database_url,
+        drifted_share=0.25,
+    )
+    assert result["committed"] is True
+    assert result["errors"] == 0 and result["seconds"] > 0
+
+
+def test_bench_sweep_command_prints_json(servers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", servers.nats_url)
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", servers.database_url)
     args = ["bench", "sweep", "--nodes", "6", "--latency-ms", "0", "--runs", "1"]
     result = CliRunner().invoke(app, [*args, "--concurrency", "3", "--no-expand", "--json"])
 
@@ -51,6 +70,6 @@ def test_bench_sweep_command_prints_json() -> None:
     figures = json.loads(result.output)
     assert figures["nodes"] == 6
     assert figures["expand"] is False
-    assert figures["errors"] == 0
+    assert figures["errors"] == 0 and figures["committed"] is True
     for key in ("seconds", "ratio", "baseline", "raw_seconds", "bmcs_per_s", "latency_ms"):
         assert figures[key] >= 0

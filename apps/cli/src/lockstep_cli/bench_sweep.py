@@ -255,16 +255,36 @@ def _one_run(
     chunk: int,
     sink: Sink,
     options: dict[str, Any],
+    database_url: str | None = None,
+    drifted_share: float = 0.01,
 ) -> tuple[_Run, CountingSink | None]:
     urls = server.urls
     targets = [BmcTarget(f"node-{i:05d}", url) for i, url in enumerate(urls)]
     tally = RawTally()
+    db_run = None
+    committed = (0, 0)
+    if database_url is not None:
+        from lockstep_cli import bench_sweep_db
+
+        db_run = asyncio.run(bench_sweep_db.prepare(database_url, targets, drifted_share))
 
     async def raw() -> None:
         nonlocal tally
         tally = await raw_sweep(urls, concurrency=concurrency, per_bmc=per_bmc, expand=expand)
 
     async def ours() -> None:
+        nonlocal committed
+        if db_run is not None:
+            committed = await bench_sweep_db.commit_sweep(
+                db_run,
+                _Credentials(),
+                chunk=chunk,
+                concurrency=concurrency,
+                per_bmc=per_bmc,
+                use_expand=None if expand else False,
+                **options,
+            )
+            return
         await sweep_into(
             targets,
             sink,
@@ -280,9 +300,13 @@ def _one_run(
     ours_s, ours_cpu, server_cpu = _timed(server, ours)
     if not raw_first:
         raw_s, raw_cpu, _ = _timed(server, raw)
-    counted = sink if isinstance(sink, CountingSink) else None
+    counted = sink if isinstance(sink, CountingSink) and db_run is None else None
     errors = 0
-    if counted is not None:
+    if db_run is not None:
+        asyncio.run(bench_sweep_db.drop(db_run))
+        # Every BMC read and committed, exactly one drift.detected per drifted node.
+        errors = abs(len(urls) - committed[0]) + abs(len(db_run.drifted) - committed[1])
+    elif counted is not None:
         missing = len(urls) - counted.results
         wrong_mode = counted.results - counted.expanded if expand else counted.expanded
         errors = counted.unreadable + counted.logout_errors + missing + wrong_mode
@@ -320,10 +344,16 @@ def run_bench(
     seed: int = 0,
     gc_tuned: bool = True,
     sink_factory: Callable[[], Sink] | None = None,
+    database_url: str | None = None,
+    drifted_share: float = 0.01,
     **sweep_options: Any,
 ) -> dict[str, Any]:
     """Time ``runs`` full sweeps and as many raw baselines (paired per run, in alternating
     order, against the same server).
+
+    With ``database_url``, the measured path is the service's (``bench_sweep_db``): every
+    result committed with its state, history and drift events, and ``errors`` also counts a
+    wrong number of results or of ``drift.detected`` events.
 
     Returns ``seconds`` (median of the measured sweeps), ``raw_seconds`` (= ``baseline``,
     median of the raw baselines), ``ratio`` (median of the per-run raw / measured ratios;
@@ -364,6 +394,8 @@ def run_bench(
                 per_bmc=per_bmc,
                 chunk=chunk,
                 options=sweep_options,
+                database_url=database_url,
+                drifted_share=drifted_share,
             )
         parent.send("stop")
     finally:
@@ -389,6 +421,7 @@ def run_bench(
         "concurrency": concurrency,
         "per_bmc": per_bmc,
         "gc_tuned": gc_tuned,
+        "committed": database_url is not None,
         "members": members,
         "errors": sum(r.errors for r in done),
         "raw_errors": sum(r.raw_errors for r in done),

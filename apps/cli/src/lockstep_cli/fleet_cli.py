@@ -131,6 +131,7 @@ def fleet_sweep(
     """
     from lockstep_cli.fleet_progress import bar
     from lockstep_cli.fleet_views import print_sweep, sweep_json
+    from lockstep_inventory.adapters.sweeper import sweep_gc
     from lockstep_inventory.admin import UnknownNodesError, sweep_fleet
 
     settings = _settings()
@@ -138,7 +139,7 @@ def fleet_sweep(
     def busy() -> None:
         errors.print("another sweep is running; waiting for it to finish")
 
-    with bar(console, "sweeping", enabled=not as_json) as progress:
+    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as progress:
         try:
             summary = _run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
         except UnknownNodesError as exc:

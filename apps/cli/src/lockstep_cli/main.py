@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -257,21 +259,47 @@ def bench_sweep(
         bool,
         typer.Option("--gc-tuned/--no-gc-tuned", help="Sweep GC settings (sweeper.sweep_gc)."),
     ] = True,
+    commit: Annotated[
+        bool,
+        typer.Option(
+            "--commit/--no-commit",
+            help="Time until the last drift event is committed (embedded PostgreSQL, or "
+            "LOCKSTEP_DATABASE_URL), or the sweep alone.",
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
-    """Full inventory sweep of a simulated fleet vs raw aiohttp making the same requests with
-    the same concurrency, against the same simulator in the same run."""
+    """Full inventory sweep of a simulated fleet, from sweep start to the last drift event
+    committed (1% of nodes are pinned to another BMC version), vs raw aiohttp making the same
+    requests with the same concurrency against the same simulator in the same run."""
     from lockstep_cli.bench_sweep import run_bench
+    from lockstep_devstack import Stack
 
-    result = run_bench(
-        nodes,
-        latency_ms,
-        expand=expand,
-        runs=runs,
-        concurrency=concurrency,
-        per_bmc=per_bmc,
-        gc_tuned=gc_tuned,
-    )
+    with contextlib.ExitStack() as stack:
+        database_url = None
+        if commit:
+            data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
+            data_dir.chmod(0o755)
+            stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+            servers = stack.enter_context(
+                Stack(
+                    data_dir,
+                    nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
+                    database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
+                    durable=False,
+                )
+            )
+            database_url = servers.urls()[1]
+        result = run_bench(
+            nodes,
+            latency_ms,
+            expand=expand,
+            runs=runs,
+            concurrency=concurrency,
+            per_bmc=per_bmc,
+            gc_tuned=gc_tuned,
+            database_url=database_url,
+        )
     if as_json:
         print(json.dumps(result))
         return
@@ -283,7 +311,7 @@ def bench_sweep(
     for col in ("", "seconds", "BMCs/s", "client CPU"):
         table.add_column(col)
     table.add_row(
-        "lockstep sweep -> sink (no-op)",
+        "lockstep sweep -> last drift event committed" if commit else "lockstep sweep alone",
         f"{result['seconds']:.2f}",
         f"{result['bmcs_per_s']:,.0f}",
         f"{result['client_cpu']:.2f}",

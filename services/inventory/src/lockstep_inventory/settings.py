@@ -32,7 +32,7 @@ class Settings(ServiceSettings):
     sweep_interval_s: float = Field(
         default=300.0, ge=0, description="Seconds between Redfish sweeps (0: no periodic sweep)."
     )
-    sweep_concurrency: int = Field(default=256, ge=1, le=8192, description="BMCs read at once.")
+    sweep_concurrency: int = Field(default=512, ge=1, le=8192, description="BMCs read at once.")
     sweep_per_bmc: int = Field(default=2, ge=1, le=16, description="Requests per BMC at once.")
     sweep_timeout_s: Seconds = Field(default=10.0, description="Bound of one HTTP attempt.")
     sweep_retries: int = Field(default=2, ge=0, le=10, description="Retries per request.")

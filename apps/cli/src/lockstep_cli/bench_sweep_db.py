@@ -1,0 +1,118 @@
+"""The database half of ``lockstep bench sweep``: each measured sweep is the service's own path.
+
+With a database, a run's measured path is ``lockstep_inventory.sweeping.run_sweep`` (the sweep
+lock, chunks committed while the sweep goes on, state, history and drift events written to the
+outbox) over a registry of the simulated BMCs, so the timing ends when the last drift event is
+committed. Each run gets a fresh schema, prepared outside the timing: the nodes registered and
+pinned to the fleet's golden stack, except ``drifted_share`` of them pinned to a stack with
+another BMC version, so the sweep finds real drift and emits one ``drift.detected`` per such
+node. The schema is dropped after the run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep_common import canonical, db
+from lockstep_common.events.v1 import ScopeSelector
+from lockstep_common.vocabulary import Component
+from lockstep_inventory.adapters import registry, state
+from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
+from lockstep_inventory.app import NAME
+from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.pins import Pin, scope_key, stack_of
+from lockstep_inventory.settings import Settings
+from lockstep_inventory.sweeping import run_sweep
+from lockstep_sim.fleet import build_fleet
+
+SITE = "bench"
+PROFILE = "gb200"  # what the bench's simulator serves
+
+
+@dataclass(frozen=True, slots=True)
+class DbRun:
+    """One run's schema and what it is expected to find."""
+
+    database_url: str
+    schema: str
+    drifted: tuple[str, ...]
+
+
+def _stack(bmc: str | None = None) -> dict[str, dict[Component, str]]:
+    node = build_fleet(1, PROFILE)[0]
+    golden = stack_of({m: c.version for m, c in node.components.items()})
+    if bmc is not None:
+        golden[Component.BMC] = bmc
+    return {PROFILE: golden}
+
+
+def _pin(stack: dict[str, dict[Component, str]], scope: ScopeSelector) -> Pin:
+    plain = {p: {str(c): v for c, v in s.items()} for p, s in stack.items()}
+    return Pin(SITE, scope, canonical.stack_hash(plain), stack, dt.datetime.now(dt.UTC))
+
+
+async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share: float) -> DbRun:
+    """A fresh schema: migrated, the targets registered, golden and drift pins stored."""
+    schema = f"bench_sweep_{uuid.uuid4().hex[:8]}"
+    step = max(1, round(1 / drifted_share)) if drifted_share > 0 else 0
+    drifted = tuple(t.node_id for t in targets[::step]) if step else ()
+    conn = await db.connect_with_retry(database_url, attempts=3)
+    try:
+        migrations = db.messaging_migrations() + db.load_migrations(
+            NAME, "lockstep_inventory.migrations"
+        )
+        await db.migrate(conn, schema, migrations)
+        await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
+        nodes = [
+            NodeEntry(
+                id=t.node_id,
+                bmc_url=t.url,
+                profile=PROFILE,
+                site=SITE,
+                credentials="env:LOCKSTEP_BENCH_BMC",
+            )
+            for t in targets
+        ]
+        await registry.import_nodes(conn, nodes)
+        pins = [_pin(_stack(), ScopeSelector())]
+        if drifted:  # newer, so it wins on those nodes
+            pins.append(_pin(_stack(bmc="GB200Nvl-00.00-0"), ScopeSelector(nodes=drifted)))
+        for pin in pins:
+            await state.save_pin(conn, pin, scope_key(pin.scope), uuid.uuid4())
+    finally:
+        await conn.close()
+    return DbRun(database_url, schema, drifted)
+
+
+async def commit_sweep(
+    run: DbRun, credentials: Any, *, chunk: int, **options: Any
+) -> tuple[int, int]:
+    """The measured path: ``run_sweep`` over the registry; (results, drift events committed)."""
+    pool = await db.create_pool(
+        run.database_url, run.schema, min_size=2, max_size=4, application_name="lockstep-bench"
+    )
+    try:
+        async with pool.acquire() as conn:
+            nodes = list((await state.nodes(conn)).values())
+        settings = Settings(database_url=run.database_url, db_schema=run.schema, sweep_chunk=chunk)
+
+        def results(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
+            return sweep(targets, credentials=credentials, **options)
+
+        summary = await run_sweep(pool, nodes, settings, by="bench", results_of=results)
+        return summary.total - summary.unreadable, len(summary.outcome.detected)
+    finally:
+        await pool.close()
+
+
+async def drop(run: DbRun) -> None:
+    """Remove the run's schema."""
+    conn = await db.connect_with_retry(run.database_url, attempts=3)
+    try:
+        await conn.execute(f"DROP SCHEMA {db.quote_ident(run.schema)} CASCADE")
+    finally:
+        await conn.close()
