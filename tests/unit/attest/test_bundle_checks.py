@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lockstep_attest.adapters.bundle_reader import BundleReadError
@@ -93,6 +93,13 @@ def test_a_tar_with_a_path_outside_the_bundle_is_refused(kit: Kit, tmp_path: Pat
         verify(kit, archive)
 
 
+def _same_json(a: bytes, b: bytes) -> bool:
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except ValueError:
+        return False
+
+
 def _files(bundle: Path) -> list[str]:
     return sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
 
@@ -109,7 +116,11 @@ def test_flipping_any_byte_of_any_file_never_yields_an_attested_bundle(
     name = data.draw(st.sampled_from(_files(bundle)), label="file")
     raw = bytearray((bundle / name).read_bytes())
     offset = data.draw(st.integers(0, len(raw) - 1), label="offset")
+    original = bytes(raw)
     raw[offset] ^= data.draw(st.integers(1, 255), label="mask")
+    # The manifest is signed in canonical form (RFC 8785): a flip that turns JSON whitespace
+    # into other whitespace changes no signed byte, so it is not a change of the bundle.
+    assume(not (name == "manifest.json" and _same_json(original, bytes(raw))))
     (bundle / name).write_bytes(bytes(raw))
     verdict = verify(kit, bundle)
     assert not verdict.accepted, f"{name}@{offset} changed yet attested"
