@@ -165,18 +165,23 @@ def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    assert "relay published it: stream LOCKSTEP_BUNDLES seq 1" in out
-    assert "delivered twice, applied 1 time(s); audit rows: 1" in out
-    assert "dead-lettered (InvalidMessage): unknown schema version 7" in out
-    assert "bundle.attested: gb200-golden 2026.11.1" in out
-    assert "one byte changed in images/psu.bin -> bundle.rejected, digest check" in out
+
+    def shows(text: str) -> None:
+        assert text in out, f"{text!r} not in the demo's output:\n{out}"
+
+    shows("relay published it: stream LOCKSTEP_BUNDLES seq 1")
+    shows("delivered twice, applied 1 time(s); audit rows: 1")
+    shows("dead-lettered (InvalidMessage): unknown schema version 7")
+    shows("bundle.attested: gb200-golden 2026.11.1")
+    shows("one byte changed in images/psu.bin -> bundle.rejected, digest check")
     # The fleet: conforming, then the drift mix found (one event per node), then resolved.
-    assert "drift events so far: 0 (the fleet conforms)" in out
-    assert "4 drift.detected events on JetStream, one per drifted node" in out
+    shows("drift events so far: 0 (the fleet conforms)")
+    shows("4 drift.detected events on JetStream, one per drifted node")
     for kind in ("unexpected", "incompatible", "gsp_mismatch"):
-        assert f"│ {kind}" in out
-    assert "no /lib/firmware/nvidia/580.95.05/ for the loaded module" in out
-    assert "unreadable BMC node-" in out and "sweep 2: 256 BMCs" in out
-    assert out.count("drift.resolved node-") == 4
-    assert "fleet conformance 256/256 (100.0%)" in out
-    assert "demo finished" in out
+        shows(f"│ {kind}")
+    shows("no /lib/firmware/nvidia/580.95.05/ for the loaded module")
+    shows("unreadable BMC node-")
+    shows("sweep 2: 256 BMCs")
+    assert out.count("drift.resolved node-") == 4, out
+    shows("fleet conformance 256/256 (100.0%)")
+    shows("demo finished")

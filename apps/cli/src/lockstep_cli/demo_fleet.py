@@ -115,6 +115,9 @@ class _Demo:
 
     async def run(self) -> None:
         c = self.console
+        # Pin first: a node is judged as soon as it is registered and reports, and a node
+        # judged before its pin arrives would drift as "unknown" for a moment.
+        stack_hash = await self._pin()
         nodes = parse_fleet(
             json.dumps(self.rt.simulator.fleet_summary()), default_credentials=f"env:{CREDENTIALS}"
         )
@@ -124,7 +127,6 @@ class _Demo:
             f"  imported {imported.added} nodes from {self.rt.fleet_url} "
             f"(credentials by reference: env:{CREDENTIALS})"
         )
-        stack_hash = await self._pin()
         await self._until(self._agents_reported, "every agent's first report", 60)
         await self._sweep("sweep 1: the fleet as deployed")
         c.print(f"  drift events so far: {len(self._drift('detected'))} (the fleet conforms)")
