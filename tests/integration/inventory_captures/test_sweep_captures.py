@@ -23,9 +23,10 @@ from lockstep_inventory.adapters.bmc_reader import BmcTarget, SweepResult
 from lockstep_inventory.adapters.sweeper import sweep
 from lockstep_inventory.domain.members import versions_of
 from lockstep_inventory.sweeping import report_of
+from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.integration
-MOCKUPS = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "redfish-mockups"
+MOCKUPS = REFERENCE / "redfish-mockups"
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 
 

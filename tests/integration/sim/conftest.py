@@ -13,9 +13,10 @@ import aiohttp
 import pytest
 
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from tests.reference import REFERENCE
 
 REPO = Path(__file__).resolve().parents[3]
-CSDL = REPO.parent / "shared" / "reference" / "redfish-csdl"
+CSDL = REFERENCE / "redfish-csdl"
 BIN = REPO / ".venv" / "bin"
 AUTH = {
     "Authorization": "Basic "

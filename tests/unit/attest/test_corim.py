@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import cbor2
@@ -14,10 +13,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from lockstep_attest.domain import corim, cose
 from lockstep_attest.domain.keys import load_public_key
+from tests.reference import REFERENCE as SHARED_REFERENCE
 
 pytestmark = pytest.mark.unit
 
-REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "corim"
+REFERENCE = SHARED_REFERENCE / "corim"
 FIRST_DIGEST = "87428fc522803d31065e7bce3cf03fe475096631e5e07bbd7a0fde60c4cf25c7"
 
 

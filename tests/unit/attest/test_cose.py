@@ -14,10 +14,10 @@ from lockstep_attest.domain import cose
 from lockstep_attest.domain.jws import create_signature
 from lockstep_attest.domain.keys import load_public_key
 from lockstep_attest.testing.keys import key_for
+from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit
 
-REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference"
 TETREL_DIR = (
     REFERENCE / "ocp-safe" / "reports" / "Microsoft" / "2026" / "microsoft_hsm_cryptographic_module"
 )

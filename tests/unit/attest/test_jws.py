@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
 
 from lockstep_attest.domain import jws
 from lockstep_attest.domain.keys import load_public_key
 from lockstep_attest.testing.keys import key_for
+from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit
 
-REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference"
 ALL = frozenset(jws.ALGORITHMS)
 
 

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from lockstep_attest.domain import cose, jws, safe
 from lockstep_attest.domain.safe import SfrError, SfrIssue, SfrReport, SrpKeySet
 from lockstep_attest.testing.keys import key_for
+from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit
 
-OCP = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "ocp-safe"
+OCP = REFERENCE / "ocp-safe"
 MISSING = f"OCP S.A.F.E. reference data not present at {OCP}"
 REPORTS = OCP / "reports"
 SIGNED = (

@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 from lockstep_attest.testing import rim_fixtures
 from lockstep_attest.testing.bundles import KID, Kit, make_kit
 from lockstep_cli.main import app
+from tests.reference import REFERENCE as SHARED_REFERENCE
 
 pytestmark = pytest.mark.unit
-REFERENCE = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "ocp-safe"
+REFERENCE = SHARED_REFERENCE / "ocp-safe"
 runner = CliRunner()
 
 

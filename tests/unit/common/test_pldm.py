@@ -33,9 +33,9 @@ from lockstep_common.pldm import (
     vendor_defined_descriptor,
 )
 from lockstep_common.pldm.strings import decode_string
+from tests.reference import REFERENCE
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 REFERENCE_VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
 RELEASE = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
 

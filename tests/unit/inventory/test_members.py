@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +14,11 @@ from lockstep_inventory.domain.members import (
     map_member,
     versions_of,
 )
+from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit
 
-MOCKUPS = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "redfish-mockups"
+MOCKUPS = REFERENCE / "redfish-mockups"
 C = Component
 
 # label -> component (None: explicitly not a Lockstep component, kept raw)
