@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.consumer import Subscription
@@ -15,6 +17,7 @@ from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.outbox import OutboxMessage, enqueue
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
+from lockstep_common.subjects import Namespace
 
 
 class FastSettings(ServiceSettings):
@@ -76,3 +79,22 @@ async def emit(app: ServiceApp, subject: str, events: Sequence[EventData]) -> li
 async def scalar(pool: asyncpg.Pool, sql: str, *args: Any) -> Any:
     async with pool.acquire() as conn:
         return await conn.fetchval(sql, *args)
+
+
+async def stored_telemetry(js: JetStreamContext, ns: Namespace) -> list[tuple[str, bytes]]:
+    """Every (wire subject, body) in the namespace's TELEMETRY stream, oldest first."""
+    stream = ns.stream("TELEMETRY")
+    total = (await js.stream_info(stream)).state.messages
+    if total == 0:
+        return []
+    sub = await js.pull_subscribe(
+        ns.wire("telemetry.>"),
+        stream=stream,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+    )
+    out: list[tuple[str, bytes]] = []
+    while len(out) < total:
+        batch = await sub.fetch(min(total - len(out), 500), timeout=5)
+        out.extend((msg.subject, msg.data) for msg in batch)
+    await sub.unsubscribe()
+    return out

@@ -10,8 +10,6 @@ from datetime import UTC, datetime
 import nats
 import pytest
 from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from lockstep_common import subjects
 from lockstep_common.envelope import MSG_ID_HEADER, make_envelope
@@ -22,7 +20,7 @@ from lockstep_common.topology import StreamPolicy, ensure_topology
 from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
 from lockstep_sim.agents.reports import AGENT_SOURCE, inventory_event
 from lockstep_sim.agents.software import NodeSoftware
-from tests.support import wait_for
+from tests.support import stored_telemetry, wait_for
 
 pytestmark = pytest.mark.integration
 SITE = "site-x"
@@ -35,25 +33,6 @@ async def nc(servers: object) -> AsyncIterator[Client]:
     await client.close()
 
 
-async def telemetry(js: JetStreamContext, ns: Namespace) -> list[tuple[str, bytes]]:
-    stream = ns.stream("TELEMETRY")
-    info = await js.stream_info(stream)
-    total = info.state.messages
-    if total == 0:
-        return []
-    sub = await js.pull_subscribe(
-        ns.wire("telemetry.>"),
-        stream=stream,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-    )
-    out: list[tuple[str, bytes]] = []
-    while len(out) < total:
-        batch = await sub.fetch(min(total - len(out), 500), timeout=5)
-        out.extend((msg.subject, msg.data) for msg in batch)
-    await sub.unsubscribe()
-    return out
-
-
 async def test_every_node_reports_once_per_cycle(nc: Client, namespace: str) -> None:
     js = nc.jetstream()
     ns = Namespace(namespace)
@@ -64,7 +43,7 @@ async def test_every_node_reports_once_per_cycle(nc: Client, namespace: str) -> 
         assert await fleet.publish_cycle()
     assert fleet.stats.cycles == cycles
     assert fleet.stats.reports == 5 * cycles
-    msgs = await telemetry(js, ns)
+    msgs = await stored_telemetry(js, ns)
     assert len(msgs) == 2 * 5 * cycles
     seqs: dict[str, list[int]] = defaultdict(list)
     health: dict[str, int] = defaultdict(int)
@@ -102,7 +81,7 @@ async def test_duplicate_event_id_is_dropped(nc: Client, namespace: str) -> None
     again = await (await js.publish_async(subject, env.to_json(), headers=headers))
     assert not first.duplicate
     assert again.duplicate
-    assert len(await telemetry(js, ns)) == 1
+    assert len(await stored_telemetry(js, ns)) == 1
 
 
 async def test_background_loop_keeps_cadence_and_stops_promptly(nc: Client, namespace: str) -> None:
@@ -184,7 +163,9 @@ async def test_gsp_mismatch_reaches_the_wire(nc: Client, namespace: str) -> None
     node.install_driver("580.65.06")
     node.reboot()
     assert await fleet.publish_cycle()
-    decoded = [REGISTRY.decode(body, max_bytes=1 << 20).data for _, body in await telemetry(js, ns)]
+    decoded = [
+        REGISTRY.decode(body, max_bytes=1 << 20).data for _, body in await stored_telemetry(js, ns)
+    ]
     inv = next(d for d in decoded if isinstance(d, InventoryObserved))
     health = next(d for d in decoded if isinstance(d, HealthObserved))
     assert inv.loaded_module_version == "580.65.06"

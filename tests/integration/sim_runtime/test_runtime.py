@@ -9,7 +9,6 @@ from typing import Any
 import aiohttp
 import nats
 import pytest
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
@@ -18,7 +17,7 @@ from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 from tests.conftest import Servers
-from tests.support import wait_for
+from tests.support import stored_telemetry, wait_for
 
 pytestmark = pytest.mark.integration
 NODES = 5
@@ -35,25 +34,9 @@ async def _json(http: aiohttp.ClientSession, method: str, url: str, **kw: Any) -
 
 
 async def _telemetry(nats_url: str, ns: Namespace) -> list[tuple[str, bytes]]:
-    """Every message in the namespace's telemetry stream so far."""
     nc = await nats.connect(nats_url)
     try:
-        js = nc.jetstream()
-        stream = ns.stream("TELEMETRY")
-        total = (await js.stream_info(stream)).state.messages
-        if total == 0:
-            return []
-        sub = await js.pull_subscribe(
-            ns.wire("telemetry.>"),
-            stream=stream,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-        )
-        out: list[tuple[str, bytes]] = []
-        while len(out) < total:
-            batch = await sub.fetch(min(total - len(out), 500), timeout=5)
-            out.extend((m.subject, m.data) for m in batch)
-        await sub.unsubscribe()
-        return out
+        return await stored_telemetry(nc.jetstream(), ns)
     finally:
         await nc.close()
 
