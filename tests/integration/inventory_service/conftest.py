@@ -64,9 +64,7 @@ class Harness:
         return stack_of({m: c.version for m, c in node.components.items()})
 
     async def pin(self, stack: dict[str, dict[Component, str]], **scope: Any) -> str:
-        stack_hash = canonical.stack_hash(
-            {p: {str(c): v for c, v in s.items()} for p, s in stack.items()}
-        )
+        stack_hash = canonical.stack_hash(stack)
         await self.publish(
             subjects.pin_changed(SITE),
             PinChanged(site=SITE, scope=ScopeSelector(**scope), stack_hash=stack_hash, stack=stack),

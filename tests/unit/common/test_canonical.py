@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockstep_common.canonical import CanonicalJsonError, canonical_json, stack_hash
+from lockstep_common.vocabulary import Component
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +58,8 @@ def test_stack_hash_ignores_member_order_but_not_versions() -> None:
     assert stack_hash(a) == stack_hash(b)
     assert stack_hash(a) != stack_hash(c)
     assert len(stack_hash(a)) == 64
+
+
+def test_stack_hash_is_the_same_for_component_enums_and_their_names() -> None:
+    by_enum = stack_hash({"gb200": {Component.NIC: "1", Component.BMC: "2"}})
+    assert by_enum == stack_hash({"gb200": {"bmc": "2", "nic": "1"}})

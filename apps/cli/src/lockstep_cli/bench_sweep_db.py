@@ -51,8 +51,7 @@ def _stack(bmc: str | None = None) -> dict[str, dict[Component, str]]:
 
 
 def _pin(stack: dict[str, dict[Component, str]], scope: ScopeSelector) -> Pin:
-    plain = {p: {str(c): v for c, v in s.items()} for p, s in stack.items()}
-    return Pin(SITE, scope, canonical.stack_hash(plain), stack, dt.datetime.now(dt.UTC))
+    return Pin(SITE, scope, canonical.stack_hash(stack), stack, dt.datetime.now(dt.UTC))
 
 
 async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share: float) -> DbRun:

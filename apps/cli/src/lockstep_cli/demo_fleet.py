@@ -161,8 +161,7 @@ class _Demo:
             if node.profile not in stack:
                 firmware = stack_of({m: c.version for m, c in node.components.items()})
                 stack[node.profile] = {**firmware, **in_band}
-        plain = {p: {str(k): v for k, v in s.items()} for p, s in stack.items()}
-        stack_hash = canonical.stack_hash(plain)
+        stack_hash = canonical.stack_hash(stack)
         js = self.nc.jetstream()
         for site in sorted({n.site for n in self.rt.fleet}):
             env = make_envelope(

@@ -98,9 +98,7 @@ def pins_for(
     """The stack hash and one PinChanged per site of ``selector`` (validated, not sent)."""
     if not selector.sites:
         raise InputError("--scope must name at least one site (site=NAME): pins are per site")
-    stack_hash = canonical.stack_hash(
-        {p: {str(c): v for c, v in s.items()} for p, s in stack.items()}
-    )
+    stack_hash = canonical.stack_hash(stack)
     ns = Namespace(namespace)
     out = []
     for site in dict.fromkeys(selector.sites):

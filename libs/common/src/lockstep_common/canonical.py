@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+K = TypeVar("K", bound=str)  # component names, plain or as the Component str-enum
 
 
 class CanonicalJsonError(ValueError):
@@ -58,7 +60,7 @@ def _emit(value: Any, out: list[str], where: str) -> None:
         raise CanonicalJsonError(f"{where}: {type(value).__name__} has no JSON form")
 
 
-def stack_hash(stack: Mapping[str, Mapping[str, str]]) -> str:
+def stack_hash(stack: Mapping[str, Mapping[K, str]]) -> str:
     """The golden stack's identity: SHA-256 over the canonical JSON of profile -> component ->
     version, lower-case hex.
 

@@ -68,13 +68,13 @@ class Handlers:
     async def pin_changed(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
         """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
         data: PinChanged = env.data
-        plain = {p: {str(c): v for c, v in s.items()} for p, s in data.stack.items()}
-        if canonical.stack_hash(plain) != data.stack_hash:
+        computed = canonical.stack_hash(data.stack)
+        if computed != data.stack_hash:
             # The hash is what admission checks compare: one that does not name this stack
             # would admit jobs onto the wrong versions.
             raise InvalidMessage(
                 f"pin.changed stack_hash {data.stack_hash} is not the hash of its stack "
-                f"({canonical.stack_hash(plain)})"
+                f"({computed})"
             )
         pin = Pin(
             site=data.site,
