@@ -146,6 +146,7 @@ class _Batch:
     msgs: list[Msg]
     items: list[_Item]
     invalid: list[tuple[Msg, InvalidMessage]]
+    fetched_at: float = 0.0  # time.monotonic() when it arrived
 
 
 class ConsumerRunner:
@@ -208,17 +209,19 @@ class ConsumerRunner:
         try:
             while not self._stopping.is_set():
                 try:
-                    batch = await (ahead or self._fetch(psub))
-                    ahead = None
+                    fetching, ahead = ahead or asyncio.ensure_future(self._fetch(psub)), None
+                    batch = await fetching
                     failures = 0
                     ahead = asyncio.ensure_future(self._fetch(psub))
                     # Acks after a commit may fail on a broken connection: safe, because the
                     # redelivered message meets the inbox. So transport errors only pause us.
                     await self._process(batch)
                 except NatsTimeout:
-                    ahead = None
                     continue
                 except (NatsError, OSError) as exc:
+                    # A failure while processing leaves a prefetch in flight: hand it back, so
+                    # there is never a second fetch or an orphaned batch.
+                    await self._release(ahead)
                     ahead = None
                     failures += 1
                     await self._pause(min(0.2 * 2**failures, 10.0), exc)
@@ -229,7 +232,9 @@ class ConsumerRunner:
 
     async def _fetch(self, psub: Any) -> _Batch:
         msgs: list[Msg] = await psub.fetch(self._cfg.batch, timeout=self._cfg.fetch_timeout_s)
-        return self._decode_all(msgs)
+        batch = self._decode_all(msgs)
+        batch.fetched_at = time.monotonic()
+        return batch
 
     async def _release(self, ahead: asyncio.Future[_Batch] | None) -> None:
         """Hand back a prefetched batch we will not process (stopping)."""
@@ -246,10 +251,6 @@ class ConsumerRunner:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
 
-    async def process(self, msgs: list[Msg]) -> None:
-        """Decode, apply and settle one batch."""
-        await self._process(self._decode_all(msgs))
-
     def _decode_all(self, msgs: list[Msg]) -> _Batch:
         batch = _Batch(msgs, [], [])
         for msg in msgs:
@@ -261,6 +262,11 @@ class ConsumerRunner:
 
     async def _process(self, batch: _Batch) -> None:
         started = time.perf_counter()
+        if time.monotonic() - batch.fetched_at > 0.2 * self._cfg.ack_wait_s:
+            # Prefetched and kept waiting behind the previous batch: restart its AckWait, so
+            # the apply's own bound (0.8 AckWait) holds from now (JetStream "+WPI").
+            for item in batch.items:
+                await item.msg.in_progress()
         for msg, exc in batch.invalid:
             await self._settle_failure(msg, exc)
         items = batch.items
@@ -318,6 +324,8 @@ class ConsumerRunner:
     async def _apply_one_by_one(self, items: list[_Item]) -> None:
         for item in items:
             try:
+                # Each replay gets its own AckWait: the ones before it may have used it up.
+                await item.msg.in_progress()
                 await self._apply([item])
             except Exception as exc:  # noqa: BLE001 - settled by the ack policy below
                 await self._settle_failure(item.msg, exc)
