@@ -134,24 +134,28 @@ async def test_a_wave_turns_unexpected_into_pending_and_back(harness: Harness) -
     await wait_for(lambda: _is(applied_sequence(harness, node), 1), what="agent report")
     assert ("gpu_vbios", "unexpected") in set(await harness.drift_of(node))
 
-    await harness.publish(
-        subjects.wave_planned("r1"),
-        WavePlanned(
-            rollout_id="r1",
-            wave=0,
-            node_ids=(node,),
-            components=(Component.GPU_VBIOS,),
-            max_unavailable=1,
-            failure_budget=0,
-            soak_seconds=0,
-        ),
+    planned = WavePlanned(
+        rollout_id="r1",
+        wave=0,
+        node_ids=(node,),
+        components=(Component.GPU_VBIOS,),
+        max_unavailable=1,
+        failure_budget=0,
+        soak_seconds=0,
     )
+    await harness.publish(subjects.wave_planned("r1"), planned)
     await wait_for(lambda: _has(harness, node, ("gpu_vbios", "pending")), what="pending")
     await harness.publish(
         subjects.wave_completed("r1"),
         WaveCompleted(rollout_id="r1", wave=0, succeeded=(), failed=(node,)),
     )
     await wait_for(lambda: _has(harness, node, ("gpu_vbios", "unexpected")), what="unexpected")
+
+    # The same wave.planned again (a retry arriving after the wave ended) changes nothing.
+    await harness.publish(subjects.wave_planned("r1"), planned)
+    await wait_for(lambda: _settled(harness, "ROLLOUTS", "inventory-waves"), what="retry acked")
+    waves = await harness.app.require().pool.fetchval("SELECT count(*) FROM wave_nodes")
+    assert waves == 0 and ("gpu_vbios", "unexpected") in set(await harness.drift_of(node))
 
 
 async def test_admission_check_answers_per_node_with_reasons(harness: Harness) -> None:
@@ -188,6 +192,11 @@ async def _ask(h: Harness, request: AdmissionCheckRequested) -> AdmissionCheckAn
 
 async def _is(value: Any, expected: Any) -> bool:
     return bool(await value == expected)
+
+
+async def _settled(h: Harness, stream: str, consumer: str) -> bool:
+    info = await h.nc.jetstream().consumer_info(h.ns.stream(stream), h.ns.durable(consumer))
+    return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
 
 async def _all_applied(h: Harness, n: int) -> bool:
