@@ -64,3 +64,17 @@ def test_duplicate_ids_and_empty_files_are_refused() -> None:
         parse_fleet("nodes: []")
     with pytest.raises(FleetFileError, match="not YAML or JSON"):
         parse_fleet("nodes: [")
+
+
+def test_a_bmc_url_with_credentials_in_it_is_refused() -> None:
+    node = {
+        "id": "n1",
+        "bmc_url": "https://root:hunter2@10.0.0.1",
+        "profile": "gb200",
+        "site": "s",
+        "credentials": "env:B",
+    }
+    text = json.dumps([node])
+    with pytest.raises(FleetFileError, match="must not carry credentials") as caught:
+        parse_fleet(text)
+    assert "hunter2" not in str(caught.value)

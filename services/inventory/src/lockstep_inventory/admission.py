@@ -38,11 +38,14 @@ async def answer(
 ) -> AdmissionCheckAnswered:
     """One verdict per requested node, in the order asked (read-only)."""
     ids = list(dict.fromkeys(request.node_ids))
-    nodes = await state.nodes(conn, ids)
-    stack = await state.stack(conn, request.stack_hash)
-    observed = await state.observations(conn, ids)
-    drift = await state.drift(conn, ids)
-    facts = await state.rollout_facts(conn, ids)
+    # One snapshot: a sweep committing between the reads must not mix old reports with new
+    # drift in one verdict.
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        nodes = await state.nodes(conn, ids)
+        stack = await state.stack(conn, request.stack_hash)
+        observed = await state.observations(conn, ids)
+        drift = await state.drift(conn, ids)
+        facts = await state.rollout_facts(conn, ids)
     return AdmissionCheckAnswered(
         stack_hash=request.stack_hash,
         nodes=tuple(

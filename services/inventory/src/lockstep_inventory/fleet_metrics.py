@@ -81,12 +81,12 @@ class GaugeRefresher:
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
+            self.poke.clear()  # before the query: a poke during it asks for another refresh
             try:
                 async with resources.pool.acquire() as conn:
                     self.gauges.update(await fleet_status(conn))
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("fleet gauges not refreshed: %s", exc)
-            self.poke.clear()
             waits = [asyncio.ensure_future(e.wait()) for e in (stopping, self.poke)]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(

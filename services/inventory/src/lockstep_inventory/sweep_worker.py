@@ -69,6 +69,10 @@ class SweepWorker:
             log.info("another sweeper holds the sweep lock; skipping this round")
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("sweep failed (will retry next round): %s", exc)
+        except Exception:
+            # Anything else is a bug or a bad registry row: log it and keep sweeping next
+            # round rather than taking the service (and its consumers) down with it.
+            log.exception("sweep failed unexpectedly (will retry next round)")
         finally:
             if self.gauges is not None:
                 self.gauges.poke.set()

@@ -109,7 +109,7 @@ class RegistryCredentials:
     ) -> None:
         self._references = dict(references)
         self._environ = environ
-        self._sources: dict[str, CredentialSource | CredentialError] = {}
+        self._sources: dict[str, CredentialSource | str] = {}  # str: why it cannot be used
 
     def _resolve(self, reference: str) -> CredentialSource:
         kind, _, where = reference.partition(":")
@@ -124,10 +124,10 @@ class RegistryCredentials:
             try:
                 self._sources[reference] = self._resolve(reference)
             except CredentialError as exc:
-                self._sources[reference] = exc
+                self._sources[reference] = str(exc)
         source = self._sources[reference]
-        if isinstance(source, CredentialError):
-            raise source
+        if isinstance(source, str):
+            raise CredentialError(source)  # a fresh one: a shared instance grows its traceback
         return source
 
     def get(self, node_id: str) -> tuple[str, str]:

@@ -41,6 +41,15 @@ class NodeEntry(BaseModel):
     pool: str = Field(default="", max_length=128, description="Scheduler pool.")
     credentials: str = Field(description="env:PREFIX or file:/path; never a secret itself.")
 
+    @field_validator("bmc_url")
+    @classmethod
+    def _no_userinfo(cls, value: str) -> str:
+        if "@" in value:
+            raise ValueError(
+                "bmc_url must not carry credentials (user:password@); name them in credentials"
+            )
+        return value
+
     @field_validator("credentials")
     @classmethod
     def _reference(cls, value: str) -> str:
