@@ -7,14 +7,17 @@ import datetime as dt
 import json
 import urllib.request
 from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 import pytest
 
 from lockstep_common import subjects
-from lockstep_common.envelope import make_envelope
-from lockstep_common.events.v1 import InventoryObserved, PinChanged, ScopeSelector
+from lockstep_common.envelope import EventData, make_envelope
+from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult
+from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.ingest import apply_reports
 from lockstep_inventory.sweeping import SweepBusyError
 from tests.support import wait_for
 
@@ -134,3 +137,43 @@ async def test_a_pin_whose_hash_does_not_name_its_stack_is_refused(harness: Harn
     assert "is not the hash of its stack" in await pool.fetchval("SELECT reason FROM dead_letters")
     assert await pool.fetchval("SELECT count(*) FROM pins") == 0
     await harness.pin(stack)  # a correct pin still applies
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.events: list[EventData] = []
+
+    def emit(self, subject: str, data: EventData, *, about: str | None = None) -> Any:
+        self.events.append(data)
+
+
+async def test_a_branch_reaching_end_of_life_is_found_without_a_version_change(
+    harness: Harness,
+) -> None:
+    # R570 reaches end of life on 2026-02-28 (rules table): a node that keeps reporting the
+    # same R570 tuple is re-judged on the first report of a later day and drifts.
+    node = harness.nodes[0].id
+    r570 = "570.172.08"
+    before, after = dt.datetime(2026, 2, 27, tzinfo=dt.UTC), dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+
+    def report(sequence: int, at: dt.datetime) -> Observation:
+        return Observation(
+            ObservationSource.AGENT,
+            sequence,
+            at,
+            components={Component.DRIVER: r570, Component.CUDA: "12.8"},
+            loaded_module=r570,
+            firmware_dirs=(r570,),
+        )
+
+    collect = _Collect()
+    async with harness.app.require().pool.acquire() as conn, conn.transaction():
+        await apply_reports(conn, [(node, report(1, before))], collect, now=before)
+        [first] = collect.events  # no pin: everything unknown, plus any broken rule
+        assert isinstance(first, DriftDetected)
+        assert not any("end of life" in i.detail for i in first.items)
+        collect.events.clear()
+        await apply_reports(conn, [(node, report(2, after))], collect, now=after)
+    [event] = collect.events
+    assert isinstance(event, DriftDetected)
+    assert any("end of life" in i.detail for i in event.items)

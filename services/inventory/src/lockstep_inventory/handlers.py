@@ -99,7 +99,7 @@ class Handlers:
             nodes = await rollouts.end_wave(ctx.conn, data.rollout_id, data.wave)
         elif isinstance(data, RolloutHalted | RolloutCompleted):
             nodes = await rollouts.end_rollout(ctx.conn, data.rollout_id)
-        else:  # rollout.planned: nothing changes on any node yet
+        else:  # the router accepts nothing else; a new type must be handled above
             return
         await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
 

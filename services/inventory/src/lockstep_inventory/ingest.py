@@ -51,16 +51,12 @@ class Outcome:
 
     applied: int = 0
     ignored: int = 0  # stale or duplicate reports
-    unregistered: int = 0  # reports about nodes not in the registry (kept, not judged)
-    evaluated: int = 0
     detected: list[str] = field(default_factory=list)  # node ids
     resolved: list[str] = field(default_factory=list)
 
     def add(self, other: Outcome) -> None:
         self.applied += other.applied
         self.ignored += other.ignored
-        self.unregistered += other.unregistered
-        self.evaluated += other.evaluated
         self.detected += other.detected
         self.resolved += other.resolved
 
@@ -124,7 +120,6 @@ async def apply_reports(
         latest[key] = report
         kept[key] = (report, digest)
         outcome.applied += 1
-    outcome.unregistered = len({n for n, _ in kept} - set(nodes))
     rewrite: list[tuple[str, Observation]] = []
     same: list[tuple[str, Observation]] = []
     for (node_id, source), (report, digest) in kept.items():
@@ -134,9 +129,12 @@ async def apply_reports(
     await state.save_observations(conn, rewrite)
     await state.touch_observations(conn, same)
     await state.append_history(conn, history)
-    # A node is judged when what it runs changed, or when it has never been judged.
+    # A node is judged when what it runs changed, when it has never been judged, or when it
+    # was last judged on an earlier day: date rules (a branch reaching end of life) change the
+    # verdict on a node whose versions do not.
     candidates = {n for n, _ in kept if n in nodes}
-    to_judge = sorted((touched & candidates) | (candidates - judged))
+    stale = {n for n in candidates if n not in judged or judged[n].date() < now.date()}
+    to_judge = sorted((touched & candidates) | stale)
     if to_judge:
         stored = await state.observations(conn, to_judge)
         judge = {n: nodes[n] for n in to_judge}
@@ -157,15 +155,13 @@ def _repeats(head: state.Head | None, report: Observation, digest: str) -> bool:
 
 async def rejudge(
     conn: Conn,
-    node_ids: Iterable[str] | None,
+    node_ids: Iterable[str],
     emitter: Emitter,
     *,
     now: dt.datetime,
     rules: CompatibilityRules | None = None,
 ) -> Outcome:
-    """Re-judge nodes after their pin or rollout facts changed (``None``: every node)."""
-    if node_ids is None:
-        node_ids = await state.observed_node_ids(conn)
+    """Re-judge nodes after their pin or rollout facts changed."""
     nodes = await state.lock_nodes(conn, node_ids)
     stored = await state.observations(conn, nodes)
     return await judge_nodes(conn, nodes, stored, emitter, now=now, rules=rules)
@@ -200,13 +196,12 @@ async def judge_nodes(
             today=now.date(),
             rules=rules,
         )
-        outcome.evaluated += 1
         before = previous.get(node_id)
         emit = decide(before.items if before else (), items)
         stack_hash = pin.stack_hash if pin else None
         if emit is Emit.NOTHING and before is not None:
-            if before.stack_hash != stack_hash:
-                writes[node_id] = state.DriftRow(stack_hash, before.items, before.since, now)
+            # Same set: keep its detail and start, record that it was judged now.
+            writes[node_id] = state.DriftRow(stack_hash, before.items, before.since, now)
             continue
         writes[node_id] = state.DriftRow(stack_hash, items, now, now)
         if emit is Emit.DETECTED:

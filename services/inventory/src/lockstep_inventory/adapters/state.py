@@ -50,20 +50,21 @@ class Head:
 
 async def lock_nodes_judged(
     conn: Conn, node_ids: Iterable[str]
-) -> tuple[dict[str, NodeEntry], set[str]]:
-    """Like :func:`lock_nodes`, plus which of them have been judged before (one round trip)."""
+) -> tuple[dict[str, NodeEntry], dict[str, dt.datetime]]:
+    """Like :func:`lock_nodes`, plus when each was last judged (one round trip; nodes never
+    judged are left out)."""
     rows = await conn.fetch(
         f"SELECT {', '.join('n.' + f.strip() for f in _NODE_FIELDS.split(','))},"
-        " d.node_id IS NOT NULL AS judged FROM nodes n LEFT JOIN drift d ON d.node_id = n.id"
+        " d.evaluated_at AS judged FROM nodes n LEFT JOIN drift d ON d.node_id = n.id"
         " WHERE n.id = ANY($1::text[]) ORDER BY n.id FOR NO KEY UPDATE OF n",
         sorted(set(node_ids)),
     )
     found: dict[str, NodeEntry] = {}
-    judged: set[str] = set()
+    judged: dict[str, dt.datetime] = {}
     for r in rows:
         fields = dict(r)
-        if fields.pop("judged"):
-            judged.add(r["id"])
+        if (at := fields.pop("judged")) is not None:
+            judged[r["id"]] = at
         found[r["id"]] = NodeEntry.model_validate(fields)
     return found, judged
 
@@ -129,11 +130,6 @@ async def nodes_in_site(conn: Conn, site: str) -> list[str]:
     """Ids of the registered nodes of a site."""
     rows = await conn.fetch("SELECT id FROM nodes WHERE site = $1 ORDER BY id", site)
     return [r["id"] for r in rows]
-
-
-async def observed_node_ids(conn: Conn) -> list[str]:
-    """Every node some source has reported on."""
-    return [r["node_id"] for r in await conn.fetch("SELECT DISTINCT node_id FROM observations")]
 
 
 async def observations(conn: Conn, node_ids: Iterable[str]) -> Observations:

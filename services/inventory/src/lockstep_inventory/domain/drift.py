@@ -29,6 +29,7 @@ from typing import Any
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_inventory.domain.members import version_set
 from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
 
 SEVERITY: Mapping[DriftKind, Severity] = {
@@ -89,7 +90,7 @@ def _difference(
 
 
 def _versions_text(by_member: Mapping[str, str]) -> str:
-    return "|".join(sorted(set(by_member.values())))[:128]
+    return version_set(by_member)[:128]  # a DriftItem version holds at most 128 characters
 
 
 def classify(
@@ -120,7 +121,7 @@ def classify(
         for component, want in pinned.items():
             if component in conflicts:
                 members = conflicts[component]
-                if want == _versions_text(members):
+                if want == version_set(members):
                     continue  # pinned as the set of versions its members carry (pins.py)
                 what = "members differ: " + ", ".join(f"{k}={v}" for k, v in members.items())
                 items.append(

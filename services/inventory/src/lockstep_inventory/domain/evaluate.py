@@ -10,6 +10,7 @@ from lockstep_common.events.v1 import DriftItem, NodeAdmission
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
 from lockstep_inventory.domain.drift import classify
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.members import version_set
 from lockstep_inventory.domain.observation import IN_BAND, Observation, merge
 from lockstep_inventory.domain.pins import Pin
 from lockstep_inventory.domain.rules import CompatibilityRules
@@ -137,7 +138,7 @@ def _versions(
     reasons: list[str] = []
     for component, want in sorted(wanted.items()):
         if component in merged.conflicts:
-            seen = "|".join(sorted(set(merged.conflicts[component].values())))
+            seen = version_set(merged.conflicts[component])
             if seen != want:
                 reasons.append(f"{component}: members run {seen}, job needs {want}")
         elif component not in merged.actual:

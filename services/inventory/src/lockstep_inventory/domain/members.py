@@ -159,6 +159,12 @@ class ComponentVersions:
     mappings: dict[str, MemberMapping] = field(default_factory=dict)
 
 
+def version_set(by_member: Mapping[str, str]) -> str:
+    """The distinct versions members of one component carry, sorted and joined with ``|``:
+    how such a set is pinned (``pins.stack_of``), compared and shown."""
+    return "|".join(sorted(set(by_member.values())))
+
+
 def versions_of(members: Iterable[Member] | Mapping[str, str]) -> ComponentVersions:
     """Group members by component; one common version per component or an explicit conflict."""
     items = [Member(k, v) for k, v in members.items()] if isinstance(members, Mapping) else members

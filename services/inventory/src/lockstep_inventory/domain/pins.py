@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.fleet_file import NodeEntry
-from lockstep_inventory.domain.members import versions_of
+from lockstep_inventory.domain.members import version_set, versions_of
 
 _AXES = {
     "site": "sites",
@@ -109,5 +109,5 @@ def stack_of(members: Mapping[str, str]) -> dict[Component, str]:
     grouped = versions_of(members)
     stack = dict(grouped.versions)
     for component, by_member in grouped.conflicts.items():
-        stack[component] = "|".join(sorted(set(by_member.values())))
+        stack[component] = version_set(by_member)
     return stack
