@@ -18,7 +18,9 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 if [[ -r /etc/lockstep/prolog.env ]]; then
   # shellcheck source=/dev/null
+  set -a  # export what it sets: `lockstep fleet admit` is a child process
   . /etc/lockstep/prolog.env
+  set +a
 fi
 LOCKSTEP_CLI=${LOCKSTEP_CLI:-lockstep}
 TIMEOUT=${LOCKSTEP_ADMIT_TIMEOUT:-10}

@@ -93,6 +93,7 @@ async def test_status_watch_follows_a_running_sweep_and_ignores_an_abandoned_one
         stale = await sweeps.start(conn, 4, "dead sweeper")  # no one holds the lock
     status = await cli_json("fleet", "status", "--watch")
     assert status["sweep"]["id"] == stale.id and status["sweep"]["finished_at"] is None
+    assert status["sweep_running"] is False  # a dead sweeper's row is not shown as running
 
     async with pool.acquire() as conn:
         await conn.execute(f"SELECT pg_advisory_lock({sweeps.SWEEP_LOCK_KEY})")

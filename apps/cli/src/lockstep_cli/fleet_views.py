@@ -89,8 +89,13 @@ def print_status(console: Console, status: FleetStatus) -> None:
     sweep = doc["sweep"]
     if sweep is None:
         console.print("no sweep yet")
-    elif sweep["finished_at"] is None:
+    elif sweep["finished_at"] is None and doc.get("sweep_running"):
         console.print(f"sweep {sweep['id']} running: {sweep['done']}/{sweep['total']}")
+    elif sweep["finished_at"] is None:
+        console.print(
+            f"sweep {sweep['id']} unfinished at {sweep['done']}/{sweep['total']}: no sweeper "
+            "holds the lock (it stopped; the next sweep closes it)"
+        )
     else:
         err = f", [red]ended early: {sweep['error']}[/]" if sweep["error"] else ""
         console.print(

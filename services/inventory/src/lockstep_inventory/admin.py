@@ -138,10 +138,4 @@ async def sweep_in_progress(conn: asyncpg.Connection) -> sweeps.SweepRow | None:
     row = await sweeps.latest(conn)
     if row is None or row.finished_at is not None:
         return None
-    held = await conn.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        f" AND ((classid::bigint << 32) | objid::bigint) = {sweeps.SWEEP_LOCK_KEY}"
-        " AND objsubid = 1)"
-    )
-    return row if held else None
+    return row if await sweeps.lock_held(conn) else None

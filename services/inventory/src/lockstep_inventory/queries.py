@@ -46,6 +46,7 @@ class FleetStatus:
     groups: dict[tuple[str, str], Group] = field(default_factory=dict)  # (pool, profile)
     drifted_by_kind: Counter[str] = field(default_factory=Counter)
     sweep: sweeps.SweepRow | None = None
+    sweep_running: bool = False  # the newest sweep is unfinished and a sweeper holds the lock
     last_sweep: sweeps.SweepRow | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -82,6 +83,7 @@ class FleetStatus:
             ],
             "drifted_by_kind": dict(sorted(self.drifted_by_kind.items())),
             "sweep": sweep(self.sweep),
+            "sweep_running": self.sweep_running,
             "last_finished_sweep": sweep(self.last_sweep),
         }
 
@@ -110,6 +112,8 @@ async def fleet_status(conn: Conn) -> FleetStatus:
         if r["kinds"] is not None:
             status.drifted_by_kind.update(kinds - INFORMATIONAL)
     status.sweep = await sweeps.latest(conn)
+    if status.sweep is not None and status.sweep.finished_at is None:
+        status.sweep_running = await sweeps.lock_held(conn)
     status.last_sweep = await sweeps.last_finished(conn)
     return status
 

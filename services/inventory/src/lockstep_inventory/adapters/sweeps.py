@@ -66,6 +66,18 @@ async def finish(conn: Conn, sweep_id: int, error: str | None = None) -> None:
     )
 
 
+async def lock_held(conn: Conn) -> bool:
+    """True while some session holds this schema's sweep lock (a sweeper is at work)."""
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            f" AND ((classid::bigint << 32) | objid::bigint) = {SWEEP_LOCK_KEY}"
+            " AND objsubid = 1)"
+        )
+    )
+
+
 async def latest(conn: Conn) -> SweepRow | None:
     """The newest sweep, finished or not."""
     row = await conn.fetchrow("SELECT * FROM sweeps ORDER BY id DESC LIMIT 1")
