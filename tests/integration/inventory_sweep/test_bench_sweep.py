@@ -47,8 +47,8 @@ def test_tiny_bench_is_sane(expand: bool) -> None:
 
 
 def test_the_committed_path_ends_at_the_drift_events(servers: Any) -> None:
-    # 12 nodes, a quarter pinned to another BMC version: 3 drift.detected per run, each
-    # counted from the committed outbox; a wrong count would show as errors.
+    # 12 nodes, a quarter pinned to another BMC version: 3 drift.detected per run, as counted
+    # by the committed sweep's outcome; a wrong count would show as errors.
     result = run_bench(
         NODES,
         0.0,

@@ -19,15 +19,12 @@ added to every request) runs in a child process, so the server and the client ea
 Both run under the same garbage-collector settings: ``sweeper.sweep_gc`` (what a sweeping
 process should use) unless ``gc_tuned=False``.
 
-The seam for the database (the measured path is meant to end at "last drift event
-committed"): a :data:`Sink` is an awaitable callable taking one chunk (a list of up to
-``chunk`` :class:`SweepResult`, in completion order); the sweep does not go on while a chunk is
-being applied, so the sink's cost is inside the timing. The default, :class:`CountingSink`,
-only counts. To time the PostgreSQL path, pass ``sink_factory`` to :func:`run_bench`: a
-zero-argument callable returning a fresh sink per run (e.g. one that commits state and drift
-events with ``lockstep_inventory``'s ingest function inside a transaction per chunk: the
-inventory service's chunk committer in ``lockstep_inventory.sweeping`` has this shape), plus
-the few lines in ``main.py`` that build it from ``LOCKSTEP_DATABASE_URL``.
+With ``database_url`` (what ``lockstep bench sweep`` does unless ``--no-commit``), the measured
+path is the inventory service's own: ``lockstep_inventory.sweeping.run_sweep`` over a registry
+of the simulated BMCs, timed until the last chunk with its drift events is committed
+(``bench_sweep_db``). Without it, the sweep feeds a :data:`Sink` (an awaitable callable taking
+one chunk of up to ``chunk`` results; the sweep waits while it runs), by default a
+:class:`CountingSink` that only counts.
 
 The server child is started with multiprocessing's ``spawn``: a script calling ``run_bench``
 needs the usual ``if __name__ == "__main__":`` guard (console scripts and ``python -c`` are
@@ -295,15 +292,18 @@ def _one_run(
             **options,
         )
 
-    if raw_first:
-        raw_s, raw_cpu, _ = _timed(server, raw)
-    ours_s, ours_cpu, server_cpu = _timed(server, ours)
-    if not raw_first:
-        raw_s, raw_cpu, _ = _timed(server, raw)
+    try:
+        if raw_first:
+            raw_s, raw_cpu, _ = _timed(server, raw)
+        ours_s, ours_cpu, server_cpu = _timed(server, ours)
+        if not raw_first:
+            raw_s, raw_cpu, _ = _timed(server, raw)
+    finally:
+        if db_run is not None:  # a failed run leaves no schema behind
+            asyncio.run(bench_sweep_db.drop(db_run))
     counted = sink if isinstance(sink, CountingSink) and db_run is None else None
     errors = 0
     if db_run is not None:
-        asyncio.run(bench_sweep_db.drop(db_run))
         # Every BMC read and committed, exactly one drift.detected per drifted node.
         errors = abs(len(urls) - committed[0]) + abs(len(db_run.drifted) - committed[1])
     elif counted is not None:
@@ -358,9 +358,10 @@ def run_bench(
     Returns ``seconds`` (median of the measured sweeps), ``raw_seconds`` (= ``baseline``,
     median of the raw baselines), ``ratio`` (median of the per-run raw / measured ratios;
     goal >= 0.7), ``bmcs_per_s`` (``nodes / seconds``), ``nodes``, ``latency_ms``, ``expand``,
-    ``runs``, ``concurrency``, ``per_bmc``, ``gc_tuned``, ``errors`` (unreadable BMCs, failed
-    logouts and results missing or in the wrong mode, over all runs, counted by the default
-    sink only; the figures are void unless 0),
+    ``runs``, ``concurrency``, ``per_bmc``, ``gc_tuned``, ``committed``, ``errors`` (results
+    missing, and with a database a wrong number of drift events; with the counting sink also
+    unreadable BMCs, failed logouts and results in the wrong mode; over all runs: the figures
+    are void unless 0),
     ``raw_errors``, ``client_cpu`` / ``server_cpu`` / ``raw_client_cpu`` (medians, CPU
     seconds per wall second: near 1.0 means that side is the bottleneck), ``members`` per
     BMC, and the per-run lists ``seconds_runs``, ``raw_seconds_runs``, ``ratio_runs``.

@@ -20,9 +20,9 @@ from typing import Any
 from lockstep_common import canonical, db
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component
+from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
 from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
-from lockstep_inventory.app import NAME
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import Pin, scope_key, stack_of
 from lockstep_inventory.settings import Settings
@@ -59,13 +59,7 @@ async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share
     schema = f"bench_sweep_{uuid.uuid4().hex[:8]}"
     step = max(1, round(1 / drifted_share)) if drifted_share > 0 else 0
     drifted = tuple(t.node_id for t in targets[::step]) if step else ()
-    conn = await db.connect_with_retry(database_url, attempts=3)
-    try:
-        migrations = db.messaging_migrations() + db.load_migrations(
-            NAME, "lockstep_inventory.migrations"
-        )
-        await db.migrate(conn, schema, migrations)
-        await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
+    async with admin.connection(Settings(database_url=database_url, db_schema=schema)) as conn:
         nodes = [
             NodeEntry(
                 id=t.node_id,
@@ -82,8 +76,6 @@ async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share
             pins.append(_pin(_stack(bmc="GB200Nvl-00.00-0"), ScopeSelector(nodes=drifted)))
         for pin in pins:
             await state.save_pin(conn, pin, scope_key(pin.scope), uuid.uuid4())
-    finally:
-        await conn.close()
     return DbRun(database_url, schema, drifted)
 
 

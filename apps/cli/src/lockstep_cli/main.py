@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -98,6 +99,26 @@ def demo(
     run_demo(console, data_dir)
 
 
+@contextlib.contextmanager
+def bench_servers() -> Iterator[tuple[str, str]]:
+    """(NATS URL, database URL) for a benchmark: LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL when
+    set, else embedded servers in a temporary directory removed afterwards."""
+    from lockstep_devstack import Stack
+
+    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
+    data_dir.chmod(0o755)
+    try:
+        with Stack(
+            data_dir,
+            nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
+            database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
+            durable=False,
+        ) as servers:
+            yield servers.urls()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 @bench.command("bus")
 def bench_bus(
     events: Annotated[int, typer.Option(min=100, help="Events per run.")] = 20_000,
@@ -106,16 +127,9 @@ def bench_bus(
 ) -> None:
     """Outbox -> relay -> JetStream -> inbox events/s vs raw nats-py on the same server."""
     from lockstep_cli.bench_bus import run_bench
-    from lockstep_devstack import Stack
 
-    nats_url, database_url = (
-        os.environ.get("LOCKSTEP_NATS_URL"),
-        os.environ.get("LOCKSTEP_DATABASE_URL"),
-    )
-    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
-    data_dir.chmod(0o755)
-    with Stack(data_dir, nats_url=nats_url, database_url=database_url, durable=False) as stack:
-        result = asyncio.run(run_bench(*stack.urls(), events, runs))
+    with bench_servers() as urls:
+        result = asyncio.run(run_bench(*urls, events, runs))
     if as_json:
         print(json.dumps(result))
         return
@@ -171,17 +185,10 @@ def bench_ingest(
     """Node reports/s through inventory vs raw JetStream pull + parse + ack (same run), and
     report -> drift.detected latency at a fixed rate."""
     from lockstep_cli.bench_ingest import IngestOptions, run_bench
-    from lockstep_devstack import Stack
 
     opts = IngestOptions(nodes, reports, rate, duration, changed, batch, runs)
-    nats_url, database_url = (
-        os.environ.get("LOCKSTEP_NATS_URL"),
-        os.environ.get("LOCKSTEP_DATABASE_URL"),
-    )
-    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
-    data_dir.chmod(0o755)
-    with Stack(data_dir, nats_url=nats_url, database_url=database_url, durable=False) as stack:
-        result = asyncio.run(run_bench(*stack.urls(), opts))
+    with bench_servers() as urls:
+        result = asyncio.run(run_bench(*urls, opts))
     if as_json:
         print(json.dumps(result))
         return
@@ -273,23 +280,9 @@ def bench_sweep(
     committed (1% of nodes are pinned to another BMC version), vs raw aiohttp making the same
     requests with the same concurrency against the same simulator in the same run."""
     from lockstep_cli.bench_sweep import run_bench
-    from lockstep_devstack import Stack
 
     with contextlib.ExitStack() as stack:
-        database_url = None
-        if commit:
-            data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
-            data_dir.chmod(0o755)
-            stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
-            servers = stack.enter_context(
-                Stack(
-                    data_dir,
-                    nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
-                    database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
-                    durable=False,
-                )
-            )
-            database_url = servers.urls()[1]
+        database_url = stack.enter_context(bench_servers())[1] if commit else None
         result = run_bench(
             nodes,
             latency_ms,
@@ -300,9 +293,10 @@ def bench_sweep(
             gc_tuned=gc_tuned,
             database_url=database_url,
         )
+    void = bool(result["errors"] or result["raw_errors"])  # exit 1 with --json too
     if as_json:
         print(json.dumps(result))
-        return
+        raise typer.Exit(1 if void else 0)
     mode = "$expand" if expand else "no $expand"
     table = Table(
         title=f"bench sweep: {nodes:,} BMCs at {latency_ms:g} ms, {mode}, "
@@ -329,7 +323,7 @@ def bench_sweep(
         f"errors {result['errors']} (raw {result['raw_errors']}); "
         f"per run: {result['seconds_runs']} s vs raw {result['raw_seconds_runs']} s"
     )
-    if result["errors"] or result["raw_errors"]:
+    if void:
         raise typer.Exit(1)
 
 
