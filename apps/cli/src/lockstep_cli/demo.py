@@ -167,7 +167,7 @@ async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[
 
 
 async def _duplicate(console: Console, p: Participants, env: Envelope[Any]) -> None:
-    console.rule("the same event again, past the duplicate window")
+    console.rule("the same event again, with a new Nats-Msg-Id (as if past the duplicate window)")
     js = p.producer.require().js
     await js.publish(p.wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-again"})
     await _until(lambda: _settled(p.consumer), "the duplicate to be acknowledged")

@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from lockstep_common import canonical, db, subjects
-from lockstep_common.envelope import make_envelope
-from lockstep_common.events.v1 import PinChanged, ScopeSelector
+from lockstep_cli.fleet_bus import pins_for, publish_pins
+from lockstep_common import db
+from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.adapters import registry, state
@@ -36,7 +36,7 @@ from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_sim.agents.reports import components as in_band_components
 from lockstep_sim.runtime import FleetRuntime
-from lockstep_sim.scenarios import default_mix
+from lockstep_sim.scenarios import DriftKind, default_mix
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 
 NODES = 256
@@ -84,7 +84,7 @@ async def fleet_drift(console: Console, nats_url: str, database_url: str) -> Non
             sub = await nc.jetstream().subscribe(
                 ns.wire("drift.>"), ordered_consumer=True, cb=_collect(events)
             )
-            demo = _Demo(console, rt, settings, ns, pool, nc, events)
+            demo = _Demo(console, rt, settings, ns, pool, events)
             await demo.run()
             await sub.unsubscribe()
         finally:
@@ -107,11 +107,10 @@ class _Demo:
         settings: Settings,
         ns: Namespace,
         pool: Any,
-        nc: Any,
         events: list[dict[str, Any]],
     ) -> None:
         self.console, self.rt, self.settings, self.ns = console, rt, settings, ns
-        self.pool, self.nc, self.events = pool, nc, events
+        self.pool, self.events = pool, events
 
     async def run(self) -> None:
         c = self.console
@@ -132,18 +131,22 @@ class _Demo:
         c.print(f"  drift events so far: {len(self._drift('detected'))} (the fleet conforms)")
 
         mix = self.rt.drifts.apply(default_mix(self.rt.fleet, SEED))
-        c.rule("five things go wrong")
+        c.rule(f"{len(mix)} things go wrong")
         for d in mix:
             c.print(f"  {d.node}: [bold]{d.kind}[/] {_describe(d.to_dict())}")
-        broken = {d.node for d in mix if str(d.kind) != "unreachable_bmc"}
+        broken = {d.node for d in mix if d.kind is not DriftKind.UNREACHABLE_BMC}
         await self._sweep("sweep 2")
-        await self._until(lambda: self._has(broken, "detected"), "drift.detected for 4 nodes", 60)
+        await self._until(
+            lambda: self._has(broken, "detected"), f"drift.detected for {len(broken)} nodes", 60
+        )
         await self._report(stack_hash)
 
         c.rule("the fixes")
         self.rt.drifts.clear()
         await self._sweep("sweep 3")
-        await self._until(lambda: self._has(broken, "resolved"), "drift.resolved for 4 nodes", 60)
+        await self._until(
+            lambda: self._has(broken, "resolved"), f"drift.resolved for {len(broken)} nodes", 60
+        )
         for e in self._drift("resolved"):
             c.print(f"  drift.resolved {e['data']['node_id']}")
         async with self.pool.acquire() as conn:
@@ -161,18 +164,10 @@ class _Demo:
             if node.profile not in stack:
                 firmware = stack_of({m: c.version for m, c in node.components.items()})
                 stack[node.profile] = {**firmware, **in_band}
-        stack_hash = canonical.stack_hash(stack)
-        js = self.nc.jetstream()
-        for site in sorted({n.site for n in self.rt.fleet}):
-            env = make_envelope(
-                PinChanged(site=site, scope=ScopeSelector(), stack_hash=stack_hash, stack=stack),
-                source="/lockstep/demo",
-            )
-            await js.publish(
-                self.ns.wire(subjects.pin_changed(site)),
-                env.to_json(),
-                headers={"Nats-Msg-Id": str(env.event_id)},
-            )
+        # The same path as `lockstep fleet pin`: one pin per site, each PubAck awaited.
+        sites = tuple(sorted({n.site for n in self.rt.fleet}))
+        stack_hash, messages = pins_for(self.ns.name, ScopeSelector(sites=sites), stack, None)
+        await publish_pins(self.settings.nats_url, messages, timeout_s=10)
         self.console.print(
             f"  pinned golden stack {stack_hash[:16]}... ({', '.join(sorted(stack))}; "
             f"{sum(len(s) for s in stack.values())} component versions)"

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_common.events.v1 import AdmissionCheckAnswered, DriftItem
+from lockstep_common.subjects import Namespace
 from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.domain.pins import stack_of
@@ -216,9 +217,10 @@ def print_drift(console: Console, doc: list[dict[str, Any]], namespace: str) -> 
         )
         console.print(_items_table(e["items"]))
     console.print(f"{len(doc)} drifted node(s)")
+    ns = Namespace(namespace)
     console.print(
-        f"live drift events: nats sub '{namespace}.drift.>' "
-        f"(subjects {namespace}.drift.detected|resolved.<site>.<node>)"
+        f"live drift events: nats sub '{ns.wire('drift.>')}' "
+        f"(subjects {ns.wire('drift.detected|resolved.<site>.<node>')})"
     )
 
 

@@ -69,7 +69,7 @@ def serve_command(
     profile: str = typer.Option("gb200", "--profile", help=f"One of {', '.join(PROFILES)}."),
     latency_ms: float = typer.Option(0.0, "--latency-ms", help="Added latency per request."),
     time_scale: float = typer.Option(
-        1.0, "--time-scale", help="Seconds of simulation per minute of real BMC time."
+        1.0, "--time-scale", min=0.0001, help="Real seconds per simulated BMC minute."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the fleet generator."),
     username: str = typer.Option(DEFAULT_USERNAME, "--username", help="BMC user name."),
@@ -82,7 +82,11 @@ def serve_command(
         None, "--faults", help="Fault plan file (JSON or YAML); see lockstep_sim.faults."
     ),
 ) -> None:
-    """Serve the emulated BMCs; the fleet list is at http://<host-base>:<port>/fleet.json."""
+    """Serve the emulated BMCs; the fleet list is at http://<host-base>:<port>/fleet.json.
+
+    On the first BMC's address also: /ledger (mutating calls), /faults (GET/PUT/DELETE) and
+    /scenario (drift scenarios; the in-band kinds need node agents: use `sim run`).
+    """
     if profile not in PROFILES:
         raise typer.BadParameter(f"choose one of {', '.join(PROFILES)}", param_hint="--profile")
     if faults is not None:
