@@ -35,7 +35,6 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +45,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
@@ -147,14 +147,6 @@ def _settings(nats_url: str, database_url: str, namespace: str, batch: int) -> S
     )
 
 
-async def _until(condition: Callable[[], Awaitable[bool]], *, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"bench ingest: timed out waiting for {what}")
-        await asyncio.sleep(POLL_S)
-
-
 async def _publish_all(
     js: JetStreamContext, ns: Namespace, msgs: list[tuple[str, bytes, str]]
 ) -> int:
@@ -205,10 +197,11 @@ async def raw_baseline(
                 REGISTRY.decode(m.data, max_bytes=MAX_BYTES)
                 await m.ack()
             seen += len(msgs)
-        await _until(
+        await until(
             lambda: _caught_up(js, stream, durable, first_seq + count - 1),
             timeout_s=60,
             what="raw acks",
+            poll_s=POLL_S,
         )
         return count / (time.perf_counter() - started)
     finally:
@@ -238,7 +231,7 @@ async def _pin(nc: NatsClient, ns: Namespace, app: ServiceApp) -> None:
         async with app.require().pool.acquire() as conn:
             return any(p.stack_hash == stack_hash for p in await state.pins(conn))
 
-    await _until(pinned, timeout_s=30, what="the pin")
+    await until(pinned, timeout_s=30, what="the pin", poll_s=POLL_S)
 
 
 async def _check(app: ServiceApp, fleet: Fleet) -> dict[str, int]:
@@ -280,10 +273,11 @@ async def one_run(nats_url: str, database_url: str, opts: IngestOptions, run: in
         await _pin(nc, ns, app)
         now = dt.datetime.now(dt.UTC)
         last = await _publish_all(js, ns, [fleet.body(n, now) for n in fleet.ids])
-        await _until(
+        await until(
             lambda: _caught_up(js, telemetry, durable, last),
             timeout_s=max(60.0, opts.nodes / 100),
             what="the first reports",
+            poll_s=POLL_S,
         )
         await app.stop()
 
@@ -308,10 +302,11 @@ async def one_run(nats_url: str, database_url: str, opts: IngestOptions, run: in
         app = create_app(settings)
         await app.start()
         started = time.perf_counter()
-        await _until(
+        await until(
             lambda: _caught_up(js, telemetry, durable, last),
             timeout_s=max(120.0, opts.reports / 50),
             what="the inventory consumer",
+            poll_s=POLL_S,
         )
         seconds = time.perf_counter() - started
         checks = await _check(app, fleet)
@@ -382,10 +377,11 @@ async def _latency_phase(
             await asyncio.wait_for(all_seen.wait(), timeout=60)
     finally:
         await sub.unsubscribe()
-    await _until(
+    await until(
         lambda: _no_pending(js, ns),
         timeout_s=60,
         what="the consumer after the latency phase",
+        poll_s=POLL_S,
     )
     return latencies, expected
 

@@ -16,7 +16,6 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.demo_fleet import fleet_drift, service_env
+from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, running_system
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext, Subscription
@@ -150,7 +150,7 @@ async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[
     env = await p.submit(bundle)
     produced = p.producer.require()
     console.print(f"  [green]1.[/] committed to the outbox: {env.type} {env.event_id}")
-    await _until(lambda: _published(produced.pool, env.event_id), "the relay to publish")
+    await until(lambda: _published(produced.pool, env.event_id), "the relay to publish")
     stream = p.producer.namespace.stream("BUNDLES")
     stored = await produced.js.get_last_msg(stream, p.wire)
     msg_id = (stored.headers or {}).get("Nats-Msg-Id")
@@ -158,7 +158,7 @@ async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[
         f"  [green]2.[/] relay published it: stream {stream} seq {stored.seq}, subject {p.wire}"
     )
     console.print(f"  [green]3.[/] Nats-Msg-Id = {msg_id} (the event id: JetStream dedups on it)")
-    await _until(lambda: _value(p.audit.applied == 1), "the consumer to apply it")
+    await until(lambda: _value(p.audit.applied == 1), "the consumer to apply it")
     console.print(
         f"  [green]4.[/] consumer {p.consumer.namespace.durable('demo-audit')} applied it: "
         "inbox id claimed and audit row written in one transaction, then acked"
@@ -170,7 +170,7 @@ async def _duplicate(console: Console, p: Participants, env: Envelope[Any]) -> N
     console.rule("the same event again, with a new Nats-Msg-Id (as if past the duplicate window)")
     js = p.producer.require().js
     await js.publish(p.wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-again"})
-    await _until(lambda: _settled(p.consumer), "the duplicate to be acknowledged")
+    await until(lambda: _settled(p.consumer), "the duplicate to be acknowledged")
     rows = await p.consumer.require().pool.fetchval("SELECT count(*) FROM audit_log")
     console.print(f"  delivered twice, applied {p.audit.applied} time(s); audit rows: {rows}")
 
@@ -179,7 +179,7 @@ async def _malformed(console: Console, p: Participants, nats_url: str) -> None:
     console.rule("a malformed message")
     js = p.producer.require().js
     await js.publish(p.wire, b'{"type": "lockstep.bundle.submitted", "schemaversion": 7}')
-    letter = await _until(lambda: _dead_letter(p.consumer), "the dead letter")
+    letter = await until(lambda: _dead_letter(p.consumer), "the dead letter")
     console.print(f"  dead-lettered ({letter['error_kind']}): {letter['reason']}")
     console.print(f"  copy published on {p.producer.namespace.wire(subjects.dead_letter(SUBJECT))}")
     console.print(
@@ -191,9 +191,7 @@ async def _malformed(console: Console, p: Participants, nats_url: str) -> None:
 async def _attestation(console: Console, p: Participants, bundle: Path) -> None:
     console.rule("the attest service verified the submitted bundle")
     js = p.producer.require().js
-    verdict = await _until(
-        lambda: _last(js, p.producer, subjects.bundle_attested()), "attested", 60
-    )
+    verdict = await until(lambda: _last(js, p.producer, subjects.bundle_attested()), "attested", 60)
     data = verdict["data"]
     console.print(
         f"  bundle.attested: {data['bundle_id']} {data['bundle_version']}, stack hash "
@@ -204,7 +202,7 @@ async def _attestation(console: Console, p: Participants, bundle: Path) -> None:
     with (tampered / "images" / "psu.bin").open("r+b") as f:
         f.write(b"\x00")
     await p.submit(tampered)
-    rejected = await _until(
+    rejected = await until(
         lambda: _last(js, p.producer, subjects.bundle_rejected()), "rejected", 60
     )
     failed = next(c for c in rejected["data"]["checks"] if c["result"] == "fail")
@@ -253,14 +251,3 @@ async def _settled(app: ServiceApp) -> bool:
 async def _dead_letter(app: ServiceApp) -> dict[str, Any] | None:
     row = await app.require().pool.fetchrow("SELECT reason, error_kind FROM dead_letters LIMIT 1")
     return None if row is None else dict(row)
-
-
-async def _until(check: Callable[[], Awaitable[Any]], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)

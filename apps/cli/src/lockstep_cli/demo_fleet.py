@@ -10,10 +10,8 @@ events on JetStream, exactly one per node; undoing them yields ``drift.resolved`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from lockstep_cli.fleet_bus import pins_for, publish_pins
+from lockstep_cli.polling import until
 from lockstep_common import db
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.subjects import Namespace
@@ -126,7 +125,7 @@ class _Demo:
             f"  imported {imported.added} nodes from {self.rt.fleet_url} "
             f"(credentials by reference: env:{CREDENTIALS})"
         )
-        await self._until(self._agents_reported, "every agent's first report", 60)
+        await until(self._agents_reported, "every agent's first report", 60)
         await self._sweep("sweep 1: the fleet as deployed")
         c.print(f"  drift events so far: {len(self._drift('detected'))} (the fleet conforms)")
 
@@ -136,7 +135,7 @@ class _Demo:
             c.print(f"  {d.node}: [bold]{d.kind}[/] {_describe(d.to_dict())}")
         broken = {d.node for d in mix if d.kind is not DriftKind.UNREACHABLE_BMC}
         await self._sweep("sweep 2")
-        await self._until(
+        await until(
             lambda: self._has(broken, "detected"), f"drift.detected for {len(broken)} nodes", 60
         )
         await self._report(stack_hash)
@@ -144,7 +143,7 @@ class _Demo:
         c.rule("the fixes")
         self.rt.drifts.clear()
         await self._sweep("sweep 3")
-        await self._until(
+        await until(
             lambda: self._has(broken, "resolved"), f"drift.resolved for {len(broken)} nodes", 60
         )
         for e in self._drift("resolved"):
@@ -172,7 +171,7 @@ class _Demo:
             f"  pinned golden stack {stack_hash[:16]}... ({', '.join(sorted(stack))}; "
             f"{sum(len(s) for s in stack.values())} component versions)"
         )
-        await self._until(self._pins_applied, "the pins to be applied", 30)
+        await until(self._pins_applied, "the pins to be applied", 30)
         return stack_hash
 
     async def _sweep(self, title: str) -> None:
@@ -239,15 +238,6 @@ class _Demo:
     async def _pins_applied(self) -> bool:
         sites = {n.site for n in self.rt.fleet}
         return bool(await self.pool.fetchval("SELECT count(*) FROM pins") >= len(sites))
-
-    async def _until(
-        self, check: Callable[[], Awaitable[bool]], what: str, timeout_s: float
-    ) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not await check():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}")
-            await asyncio.sleep(0.05)
 
 
 def _describe(d: dict[str, Any]) -> str:
