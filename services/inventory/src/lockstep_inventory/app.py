@@ -6,6 +6,7 @@ from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
 from lockstep_inventory.admission import AdmissionResponder
 from lockstep_inventory.domain.rules import CompatibilityRules, RulesError, parse_rules
+from lockstep_inventory.domain.rules import load_rules as packaged_rules
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.handlers import Handlers
 from lockstep_inventory.router import subscriptions
@@ -15,10 +16,11 @@ from lockstep_inventory.sweep_worker import SweepWorker
 NAME = "inventory"
 
 
-def load_rules(settings: Settings) -> CompatibilityRules | None:
-    """The rules file from settings (None: the packaged table); a bad file refuses to start."""
+def load_rules(settings: Settings) -> CompatibilityRules:
+    """The rules file from settings, else the packaged table; read here, at start, so no
+    transaction reads it lazily; a bad file refuses to start."""
     if settings.rules_file is None:
-        return None
+        return packaged_rules()
     try:
         return parse_rules(settings.rules_file.read_bytes())
     except OSError as exc:
