@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -167,11 +168,14 @@ async def admit(
     """Ask the inventory; :class:`Unavailable` when nobody answers within ``timeout_s``,
     :class:`InputError` when the service says the request is bad."""
     subject = Namespace(namespace).wire(subjects.admission_check())
+    # One deadline for connecting and asking: a prolog's --timeout is the whole wait.
+    deadline = time.monotonic() + timeout_s
     nc = await _connect(nats_url, timeout_s)
     try:
         env = make_envelope(request, source=SOURCE)
         try:
-            reply = await nc.request(subject, env.to_json(), timeout=timeout_s)
+            left = max(0.05, deadline - time.monotonic())
+            reply = await nc.request(subject, env.to_json(), timeout=left)
         except (NatsTimeout, NoRespondersError) as exc:
             raise Unavailable(
                 f"no answer on {subject} within {timeout_s:g}s ({type(exc).__name__}): "
@@ -208,7 +212,7 @@ async def _connect(nats_url: str, timeout_s: float) -> NatsClient:
                 error_cb=quiet,
                 name="lockstep-cli",
             ),
-            max(1.0, timeout_s),
+            timeout_s,
         )
     except (OSError, TimeoutError, NatsTimeout, nats.errors.Error) as exc:
         raise Unavailable(f"NATS at {nats_url} unreachable: {type(exc).__name__} {exc}") from None
