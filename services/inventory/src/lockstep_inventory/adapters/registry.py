@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from lockstep_common.db import Conn
 from lockstep_inventory.domain.fleet_file import NodeEntry
 
-_FIELDS = (
+FIELDS = (  # the nodes table's columns, in NodeEntry's order
     "id",
     "bmc_url",
     "profile",
@@ -33,15 +33,15 @@ async def import_nodes(conn: Conn, nodes: list[NodeEntry]) -> ImportResult:
     """Upsert every node in one transaction: all or nothing."""
     async with conn.transaction():
         before = {
-            r["id"]: tuple(r[f] for f in _FIELDS)
+            r["id"]: tuple(r[f] for f in FIELDS)
             for r in await conn.fetch(
-                f"SELECT {', '.join(_FIELDS)} FROM nodes WHERE id = ANY($1)", [n.id for n in nodes]
+                f"SELECT {', '.join(FIELDS)} FROM nodes WHERE id = ANY($1)", [n.id for n in nodes]
             )
         }
-        rows = [tuple(getattr(n, f) for f in _FIELDS) for n in nodes]
+        rows = [tuple(getattr(n, f) for f in FIELDS) for n in nodes]
         changed = [r for r in rows if before.get(r[0]) != r]
         await conn.executemany(
-            f"INSERT INTO nodes ({', '.join(_FIELDS)}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+            f"INSERT INTO nodes ({', '.join(FIELDS)}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
             " ON CONFLICT (id) DO UPDATE SET bmc_url = EXCLUDED.bmc_url,"
             " profile = EXCLUDED.profile, supplier = EXCLUDED.supplier, site = EXCLUDED.site,"
             " rack = EXCLUDED.rack,"
@@ -55,5 +55,5 @@ async def import_nodes(conn: Conn, nodes: list[NodeEntry]) -> ImportResult:
 
 async def list_nodes(conn: Conn) -> list[NodeEntry]:
     """Every registered node, by id."""
-    rows = await conn.fetch(f"SELECT {', '.join(_FIELDS)} FROM nodes ORDER BY id")
+    rows = await conn.fetch(f"SELECT {', '.join(FIELDS)} FROM nodes ORDER BY id")
     return [NodeEntry.model_validate(dict(r)) for r in rows]

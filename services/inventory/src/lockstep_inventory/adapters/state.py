@@ -20,12 +20,13 @@ import asyncpg
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import DriftItem, ScopeSelector
 from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_inventory.adapters import registry
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import Observation, content_digest
 from lockstep_inventory.domain.pins import Pin
 
-_NODE_FIELDS = "id, bmc_url, profile, supplier, site, rack, fabric_domain, pool, credentials"
+_NODE_FIELDS = ", ".join(registry.FIELDS)
 Observations = dict[str, dict[ObservationSource, Observation]]
 
 
@@ -54,7 +55,7 @@ async def lock_nodes_judged(
     """Like :func:`lock_nodes`, plus when each was last judged (one round trip; nodes never
     judged are left out)."""
     rows = await conn.fetch(
-        f"SELECT {', '.join('n.' + f.strip() for f in _NODE_FIELDS.split(','))},"
+        f"SELECT {', '.join('n.' + f for f in registry.FIELDS)},"
         " d.evaluated_at AS judged FROM nodes n LEFT JOIN drift d ON d.node_id = n.id"
         " WHERE n.id = ANY($1::text[]) ORDER BY n.id FOR NO KEY UPDATE OF n",
         sorted(set(node_ids)),
