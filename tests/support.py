@@ -13,8 +13,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.consumer import Subscription
-from lockstep_common.envelope import EventData, make_envelope
-from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.envelope import Envelope, EventData
+from lockstep_common.outbox import emitting
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
@@ -67,13 +67,12 @@ async def wait_for(
         await asyncio.sleep(0.02)
 
 
-async def emit(app: ServiceApp, subject: str, events: Sequence[EventData]) -> list[OutboxMessage]:
+async def emit(
+    app: ServiceApp, subject: str, events: Sequence[EventData]
+) -> list[Envelope[EventData]]:
     """Write events to ``app``'s outbox in one transaction, as a state change would."""
-    assert app.resources is not None
-    messages = [OutboxMessage.of(subject, make_envelope(e, source=app.source)) for e in events]
-    async with app.resources.pool.acquire() as conn, conn.transaction():
-        await enqueue(conn, messages)
-    return messages
+    async with app.require().pool.acquire() as conn, emitting(conn, app.source) as out:
+        return [out.emit(subject, e) for e in events]
 
 
 async def scalar(pool: asyncpg.Pool, sql: str, *args: Any) -> Any:

@@ -15,10 +15,10 @@ import pytest
 from nats.js.api import StreamConfig
 
 from lockstep_common import subjects
-from lockstep_common.consumer import HandlerContext, Subscription
-from lockstep_common.envelope import Envelope, make_envelope
+from lockstep_common.consumer import HandlerContext, On, Subscription
+from lockstep_common.envelope import Envelope, EventData, make_envelope
 from lockstep_common.errors import PermanentError, TopologyMismatch, TransientError
-from lockstep_common.events.v1 import BundleSubmitted
+from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubmitted
 from lockstep_common.relay import OutboxRelay
 from lockstep_common.service import ServiceApp
 from lockstep_devstack import NatsServer
@@ -48,7 +48,7 @@ class Effects:
         """Raise ``error`` on every attempt for the event about ``uri``."""
         self.always[uri] = error
 
-    async def handle(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+    async def handle(self, ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
         uri = env.data.bundle_uri
         if uri in self.always:
             raise self.always[uri]
@@ -61,18 +61,25 @@ class Effects:
             env.event_id,
         )
 
-    def subscription(self) -> Subscription:
+    def subscription(self, ignores: tuple[type[EventData], ...] = ()) -> Subscription:
         return Subscription(
             name="test-bundles",
             stream="BUNDLES",
             subjects=(SUBJECT,),
-            handler=self.handle,
-            accepts=(BundleSubmitted,),
+            handlers=(On(BundleSubmitted, self.handle),),
+            ignores=ignores,
         )
 
 
-async def consumer_app(servers: Any, namespace: str, effects: Effects, **kw: Any) -> ServiceApp:
-    app = make_app(servers, namespace, "consumer", [effects.subscription()], **kw)
+async def consumer_app(
+    servers: Any,
+    namespace: str,
+    effects: Effects,
+    *,
+    ignores: tuple[type[EventData], ...] = (),
+    **kw: Any,
+) -> ServiceApp:
+    app = make_app(servers, namespace, "consumer", [effects.subscription(ignores)], **kw)
     conn = await asyncpg.connect(servers.database_url)
     try:
         await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{app.schema}"')
@@ -336,6 +343,33 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
         await consumer.stop()
 
 
+async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignored_one_acked(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects, ignores=(BundleRejected,))
+    js = consumer.require().js
+    try:
+        ignored = BundleRejected(bundle_uri="file:///b.tar", bundle_id=None, checks=())
+        undeclared = BundleAttested(
+            bundle_id="b", bundle_version="1", stack_hash="0" * 64, checks=()
+        )
+        for data in (ignored, undeclared, submitted(1)):
+            await js.publish(
+                consumer.namespace.wire(SUBJECT), make_envelope(data, source="/t").to_json()
+            )
+        await wait_for(lambda: _eq(applied(consumer), 1), what="the declared event applied")
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        letter = await dead_letter(consumer)
+        assert "does not accept lockstep.bundle.attested" in letter["reason"]
+        info = await js.consumer_info(
+            consumer.namespace.stream("BUNDLES"), consumer.namespace.durable("test-bundles")
+        )
+        assert (info.num_pending, info.num_ack_pending) == (0, 0)  # the ignored one was acked
+    finally:
+        await consumer.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:
@@ -445,7 +479,7 @@ async def test_graceful_stop_finishes_the_batch_in_flight(servers: Any, namespac
     effects = Effects()
     original = effects.handle
 
-    async def slow(ctx: HandlerContext, env: Envelope[Any]) -> None:
+    async def slow(ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
         entered.set()
         await release.wait()
         await original(ctx, env)

@@ -18,6 +18,7 @@ from lockstep_common.events.v1 import DriftDetected, PinChanged, ScopeSelector
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
+from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
 from lockstep_inventory.app import create_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
@@ -47,7 +48,12 @@ class Harness:
 
     async def sweep(self, **kwargs: Any) -> SweepSummary:
         return await run_sweep(
-            self.app.require().pool, self.nodes, self.settings, by="test", **kwargs
+            self.app.require().pool,
+            self.nodes,
+            self.settings,
+            by="test",
+            source=admin.SOURCE,
+            **kwargs,
         )
 
     async def publish(self, subject: str, data: EventData, **kwargs: Any) -> Any:

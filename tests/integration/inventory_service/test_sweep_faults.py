@@ -7,13 +7,13 @@ import datetime as dt
 import json
 import urllib.request
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
 
 import pytest
 
 from lockstep_common import subjects
-from lockstep_common.envelope import EventData, make_envelope
+from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
+from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult
 from lockstep_inventory.domain.observation import Observation
@@ -139,14 +139,6 @@ async def test_a_pin_whose_hash_does_not_name_its_stack_is_refused(harness: Harn
     await harness.pin(stack)  # a correct pin still applies
 
 
-class _Collect:
-    def __init__(self) -> None:
-        self.events: list[EventData] = []
-
-    def emit(self, subject: str, data: EventData, *, about: str | None = None) -> Any:
-        self.events.append(data)
-
-
 async def test_a_branch_reaching_end_of_life_is_found_without_a_version_change(
     harness: Harness,
 ) -> None:
@@ -166,13 +158,13 @@ async def test_a_branch_reaching_end_of_life_is_found_without_a_version_change(
             firmware_dirs=(r570,),
         )
 
-    collect = _Collect()
+    collect = RecordedEvents()
     async with harness.app.require().pool.acquire() as conn, conn.transaction():
         await apply_reports(conn, [(node, report(1, before))], collect, now=before)
         [first] = collect.events  # no pin: everything unknown, plus any broken rule
         assert isinstance(first, DriftDetected)
         assert not any("end of life" in i.detail for i in first.items)
-        collect.events.clear()
+        collect.clear()
         await apply_reports(conn, [(node, report(2, after))], collect, now=after)
     [event] = collect.events
     assert isinstance(event, DriftDetected)

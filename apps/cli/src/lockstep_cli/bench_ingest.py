@@ -47,7 +47,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
-from lockstep_common.envelope import make_envelope
+from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import PinChanged, ScopeSelector
 from lockstep_common.service import ServiceApp
@@ -113,7 +113,7 @@ class Fleet:
         sw: SoftwareState = DRIFTED if node_id in self.drifted else GOLDEN
         env = make_envelope(
             inventory_event(node_id, SITE, sw, self.sequence[node_id], now),
-            source="/lockstep/bench/agent",
+            source=source_of("bench/agent"),
         )
         return subjects.inventory_observed(SITE, node_id), env.to_json(), str(env.event_id)
 
@@ -219,7 +219,7 @@ async def _pin(nc: NatsClient, ns: Namespace, app: ServiceApp) -> None:
             stack_hash=stack_hash,
             stack={PROFILE: components(GOLDEN)},
         ),
-        source="/lockstep/bench",
+        source=source_of("bench"),
     )
     await nc.jetstream().publish(
         ns.wire(subjects.pin_changed(SITE)),

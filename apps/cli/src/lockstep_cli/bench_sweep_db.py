@@ -94,7 +94,9 @@ async def commit_sweep(
         def results(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
             return sweep(targets, credentials=credentials, **options)
 
-        summary = await run_sweep(pool, nodes, settings, by="bench", results_of=results)
+        summary = await run_sweep(
+            pool, nodes, settings, by="bench", source=admin.SOURCE, results_of=results
+        )
         return summary.total - summary.unreadable, len(summary.outcome.detected)
     finally:
         await pool.close()

@@ -29,10 +29,10 @@ from lockstep_cli.demo_fleet import fleet_drift, service_env
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, running_system
 from lockstep_common import subjects
-from lockstep_common.consumer import HandlerContext, Subscription
-from lockstep_common.envelope import Envelope, make_envelope
+from lockstep_common.consumer import HandlerContext, On, Subscription
+from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import BundleSubmitted
-from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.outbox import emitting
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 
@@ -54,7 +54,7 @@ class Audit:
         self.console = console
         self.applied = 0
 
-    async def handle(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+    async def handle(self, ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
         await ctx.conn.execute(
             "INSERT INTO audit_log (event_id, bundle_uri) VALUES ($1, $2)",
             env.event_id,
@@ -99,15 +99,15 @@ class Participants:
     consumer: ServiceApp
     audit: Audit
 
-    async def submit(self, bundle: Path) -> Envelope[Any]:
+    async def submit(self, bundle: Path) -> Envelope[EventData]:
         """Commit a bundle.submitted event to the producer's outbox."""
-        env = make_envelope(
-            BundleSubmitted(bundle_uri=bundle.as_uri(), submitted_by="demo"),
-            source=self.producer.source,
-        )
-        async with self.producer.require().pool.acquire() as conn, conn.transaction():
-            await enqueue(conn, [OutboxMessage.of(SUBJECT, env)])
-        return env
+        async with (
+            self.producer.require().pool.acquire() as conn,
+            emitting(conn, self.producer.source) as out,
+        ):
+            return out.emit(
+                SUBJECT, BundleSubmitted(bundle_uri=bundle.as_uri(), submitted_by="demo")
+            )
 
     @property
     def wire(self) -> str:
@@ -124,7 +124,12 @@ async def _event_path(console: Console, nats_url: str, database_url: str, *, bun
             "audit",
             DemoSettings(db_schema="demo_audit", consumer_retry_backoff_s=(0.1,), **common),
             subscriptions=[
-                Subscription("demo-audit", "BUNDLES", (SUBJECT,), audit.handle, (BundleSubmitted,))
+                Subscription(
+                    "demo-audit",
+                    "BUNDLES",
+                    (SUBJECT,),
+                    handlers=(On(BundleSubmitted, audit.handle),),
+                )
             ],
         ),
         audit,
@@ -145,7 +150,7 @@ async def _event_path(console: Console, nats_url: str, database_url: str, *, bun
         await p.producer.stop()
 
 
-async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[Any]:
+async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[EventData]:
     console.rule("one event, outbox -> relay -> JetStream -> inbox")
     env = await p.submit(bundle)
     produced = p.producer.require()
@@ -166,7 +171,7 @@ async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[
     return env
 
 
-async def _duplicate(console: Console, p: Participants, env: Envelope[Any]) -> None:
+async def _duplicate(console: Console, p: Participants, env: Envelope[EventData]) -> None:
     console.rule("the same event again, with a new Nats-Msg-Id (as if past the duplicate window)")
     js = p.producer.require().js
     await js.publish(p.wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-again"})

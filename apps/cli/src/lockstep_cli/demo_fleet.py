@@ -26,6 +26,7 @@ from lockstep_common import db
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
+from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
 from lockstep_inventory.app import NAME
 from lockstep_inventory.domain.fleet_file import parse_fleet
@@ -184,6 +185,7 @@ class _Demo:
                 nodes,
                 self.settings,
                 by="demo",
+                source=admin.SOURCE,
                 on_progress=lambda done, total: progress.update(task, completed=done),
             )
         self.console.print(

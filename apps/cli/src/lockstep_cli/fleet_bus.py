@@ -24,7 +24,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
 from lockstep_common import canonical, subjects
-from lockstep_common.envelope import Envelope, make_envelope
+from lockstep_common.envelope import Envelope, make_envelope, source_of
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import (
@@ -36,7 +36,7 @@ from lockstep_common.events.v1 import (
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 
-SOURCE = "/lockstep/cli"
+SOURCE = source_of("cli")
 HASH = re.compile(r"[0-9a-f]{64}")
 MAX_REPLY_BYTES = 4 << 20  # one verdict per node of a large job
 

@@ -24,6 +24,7 @@ from lockstep_common.envelope import (
     EventData,
     envelope_model,
     make_envelope,
+    source_of,
 )
 from lockstep_common.settings import ServiceSettings
 
@@ -211,7 +212,7 @@ def _message(
     event_id = uuid.UUID(int=n)
     envelope = make_envelope(
         sample,
-        source=f"/lockstep/{route.producers[0]}",
+        source=source_of(route.producers[0]),
         event_id=event_id,
         occurred_at=_EXAMPLE_TIME,
     )

@@ -22,10 +22,9 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 from nats.aio.client import Client as NatsClient
@@ -36,7 +35,7 @@ from nats.js import JetStreamContext
 
 from lockstep_common import deadletter, inbox
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData, EventRegistry, make_envelope
+from lockstep_common.envelope import Envelope, EventData, EventRegistry
 from lockstep_common.errors import (
     Disposition,
     InvalidMessage,
@@ -45,79 +44,87 @@ from lockstep_common.errors import (
     retry_delay,
 )
 from lockstep_common.observability import Metrics
-from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.outbox import Emitter
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ConsumerSpec
 
 log = logging.getLogger(__name__)
 
 
-class HandlerContext:
-    """What a handler gets besides its event: the open transaction and a way to emit events.
+class HandlerContext(Emitter):
+    """What a handler gets besides its event: the open transaction (``conn``) and ``emit``.
 
     Events emitted here are written to the outbox in the same transaction as the handler's
-    state changes, just before commit.
+    state changes, just before commit (``outbox.Emitter``: the one way to emit).
     """
 
+    __slots__ = ("consumer",)
+
     def __init__(self, conn: Conn, source: str, consumer: str) -> None:
-        self.conn = conn
-        self.source = source
+        super().__init__(conn, source)
         self.consumer = consumer
-        self._pending: list[OutboxMessage] = []
-
-    def emit(
-        self,
-        subject: str,
-        data: EventData,
-        *,
-        about: str | None = None,
-        correlation_id: str | None = None,
-        event_id: uuid.UUID | None = None,
-    ) -> Envelope[EventData]:
-        """Queue an event for the outbox; returns its envelope."""
-        env = make_envelope(
-            data,
-            source=self.source,
-            subject=about,
-            correlation_id=correlation_id,
-            event_id=event_id,
-        )
-        self._pending.append(OutboxMessage.of(subject, env))
-        return env
-
-    async def flush(self) -> None:
-        """Write queued events to the outbox (called by the runtime before commit)."""
-        pending, self._pending = self._pending, []
-        await enqueue(self.conn, pending)
 
 
-Handler = Callable[[HandlerContext, Envelope[Any]], Awaitable[None]]
-BatchHandler = Callable[[HandlerContext, list[Envelope[Any]]], Awaitable[None]]
+E = TypeVar("E", bound=EventData)
+
+
+@dataclass(frozen=True, slots=True)
+class On(Generic[E]):
+    """One event class and its handler, which receives exactly that class (checked by mypy:
+    ``On(PinChanged, handler)`` needs a handler of ``Envelope[PinChanged]``, or of a union
+    that includes it)."""
+
+    event: type[E]
+    handler: Callable[[HandlerContext, Envelope[E]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class OnBatch(Generic[E]):
+    """One event class and a handler of every new event of a pulled batch at once, in stream
+    order: for consumers whose cost is per statement rather than per event (telemetry)."""
+
+    event: type[E]
+    handler: Callable[[HandlerContext, list[Envelope[E]]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """A handler bound to a durable consumer: declared in a service's ``router.py``.
+    """A durable consumer and what it does with each event class: declared in a service's
+    ``router.py``, and the source of the consumer lists in ``docs/``.
 
-    ``handler`` gets one event at a time; a ``batch_handler`` (given instead) gets every new
-    event of a pulled batch at once, in stream order, for consumers whose cost is per
-    statement rather than per event (telemetry ingest). Both run in the batch's transaction,
-    and a failed batch is replayed one event per call either way.
+    Give ``handlers`` (one ``On`` per event class) or ``batch`` (one ``OnBatch``). ``ignores``
+    names classes that arrive on the subscribed subjects but need nothing from this service:
+    they are acknowledged without effect. Any other class is refused as invalid (dead-lettered),
+    so a new event type on a subject is never silently dropped. Every handler runs in the
+    batch's transaction, and a failed batch is replayed one event per call.
     """
 
     name: str
     stream: str
     subjects: tuple[str, ...]
-    handler: Handler | None
-    accepts: tuple[type[EventData], ...]
+    handlers: tuple[On[Any], ...] = ()
+    batch: OnBatch[Any] | None = None
+    ignores: tuple[type[EventData], ...] = ()
     description: str = ""
-    batch_handler: BatchHandler | None = None
 
     def __post_init__(self) -> None:
-        if (self.handler is None) == (self.batch_handler is None):
-            raise ValueError(
-                f"subscription {self.name}: give exactly one of handler, batch_handler"
-            )
+        if bool(self.handlers) == (self.batch is not None):
+            raise ValueError(f"subscription {self.name}: give exactly one of handlers, batch")
+        handled = self.handled
+        if len(set(handled)) != len(handled) or set(handled) & set(self.ignores):
+            raise ValueError(f"subscription {self.name}: an event class is declared twice")
+
+    @property
+    def handled(self) -> tuple[type[EventData], ...]:
+        """The event classes this subscription acts on."""
+        if self.batch is not None:
+            return (self.batch.event,)
+        return tuple(on.event for on in self.handlers)
+
+    @property
+    def accepts(self) -> tuple[type[EventData], ...]:
+        """Every class it takes off the stream: those it acts on, then those it ignores."""
+        return self.handled + self.ignores
 
 
 @dataclass(slots=True)
@@ -136,7 +143,7 @@ class RunnerConfig:
 @dataclass(slots=True)
 class _Item:
     msg: Msg
-    env: Envelope[Any]
+    env: Envelope[EventData]
 
 
 @dataclass(slots=True)
@@ -177,6 +184,8 @@ class ConsumerRunner:
         self._stopping = asyncio.Event()
         self.durable = namespace.durable(sub.name)
         self.stream = namespace.stream(sub.stream)
+        self._handlers = {on.event: on.handler for on in sub.handlers}
+        self._accepts = frozenset(sub.accepts)
 
     def spec(self) -> ConsumerSpec:
         """The durable consumer this runner needs (checked by the start-up self-check)."""
@@ -288,9 +297,9 @@ class ConsumerRunner:
                 await self._ack_all(items)
         self._metrics.batch_seconds.labels(self.durable).observe(time.perf_counter() - started)
 
-    def _decode(self, msg: Msg) -> Envelope[Any]:
+    def _decode(self, msg: Msg) -> Envelope[EventData]:
         env = self._registry.decode(msg.data, max_bytes=self._cfg.max_message_bytes)
-        if not isinstance(env.data, self.sub.accepts):
+        if type(env.data) not in self._accepts:
             raise InvalidMessage(
                 f"consumer {self.durable} does not accept {env.type} v{env.schema_version} "
                 f"on subject {msg.subject}"
@@ -306,19 +315,22 @@ class ConsumerRunner:
         ):
             fresh = await inbox.claim(conn, self.durable, [i.env.event_id for i in items])
             ctx = HandlerContext(conn, self._source, self.durable)
-            new: list[Envelope[Any]] = []
+            new: list[Envelope[EventData]] = []
             for item in items:
                 if item.env.event_id in fresh:
                     fresh.discard(item.env.event_id)  # a duplicate inside one batch
                     new.append(item.env)
                 else:
                     self._metrics.messages.labels(self.durable, "duplicate").inc()
-            if self.sub.batch_handler is not None:
-                if new:
-                    await self.sub.batch_handler(ctx, new)
-            elif self.sub.handler is not None:
+            if self.sub.batch is not None:
+                mine = [env for env in new if type(env.data) is self.sub.batch.event]
+                if mine:
+                    await self.sub.batch.handler(ctx, mine)
+            else:
                 for env in new:
-                    await self.sub.handler(ctx, env)
+                    handler = self._handlers.get(type(env.data))
+                    if handler is not None:  # else a class the subscription ignores
+                        await handler(ctx, env)
             await ctx.flush()
 
     async def _apply_one_by_one(self, items: list[_Item]) -> None:

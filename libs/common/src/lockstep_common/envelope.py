@@ -24,6 +24,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from lockstep_common.errors import InvalidMessage
 
 CONTENT_TYPE = "application/cloudevents+json"
+SOURCE_PREFIX = "/lockstep/"
 TYPE_PREFIX = "lockstep."
 MSG_ID_HEADER = "Nats-Msg-Id"
 
@@ -52,10 +53,19 @@ class EventData(BaseModel):
         return f"urn:lockstep:schema:{cls.event_type}:v{cls.schema_version}"
 
 
+def source_of(component: str) -> str:
+    """The CloudEvents ``source`` of a Lockstep component (``inventory``, ``cli``, ``sim/agent``):
+    the one spelling, ``/lockstep/<component>``."""
+    return SOURCE_PREFIX + component
+
+
 DataT = TypeVar("DataT", bound=EventData)
+# Covariant: an envelope is frozen, so an ``Envelope[A]`` is usable wherever an
+# ``Envelope[A | B]`` is expected; a handler of both A and B is then a handler of A.
+DataT_co = TypeVar("DataT_co", bound=EventData, covariant=True)
 
 
-class Envelope(BaseModel, Generic[DataT]):
+class Envelope(BaseModel, Generic[DataT_co]):
     """A CloudEvents 1.0 event carrying one Lockstep payload."""
 
     model_config = ConfigDict(
@@ -93,7 +103,7 @@ class Envelope(BaseModel, Generic[DataT]):
         default="application/json", description="Media type of data."
     )
     dataschema: str | None = Field(default=None, description="URI of the payload's JSON Schema.")
-    data: DataT = Field(description="The event payload.")
+    data: DataT_co = Field(description="The event payload.")
 
     def to_json(self) -> bytes:
         """Serialise with CloudEvents attribute names, leaving out unset optional attributes."""

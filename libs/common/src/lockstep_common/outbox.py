@@ -1,19 +1,24 @@
-"""Writing events to the transactional outbox.
+"""Writing events to the transactional outbox: the one way Lockstep code emits an event.
 
-Call these inside the transaction that changes state: the events commit, or vanish, with it.
-The relay (``relay.py``) publishes them afterwards.
+Handlers, workers and admin commands all emit through an :class:`Emitter` bound to the
+transaction that changes state, so the events commit, or vanish, with it (the transactional
+outbox, research/reliability.md section 4). Consumers get one as their ``HandlerContext``;
+anything else opens one with :func:`emitting`. The relay (``relay.py``) publishes them
+afterwards with ``Nats-Msg-Id`` = event id.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Protocol
 
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope
+from lockstep_common.envelope import Envelope, EventData, make_envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +31,7 @@ class OutboxMessage:
     headers: dict[str, str] | None = None
 
     @classmethod
-    def of(cls, subject: str, envelope: Envelope[Any]) -> OutboxMessage:
+    def of(cls, subject: str, envelope: Envelope[EventData]) -> OutboxMessage:
         """An event in its CloudEvents JSON form."""
         return cls(envelope.event_id, subject, envelope.to_json())
 
@@ -51,3 +56,86 @@ async def enqueue(conn: Conn, messages: Sequence[OutboxMessage]) -> int:
         [json.dumps(m.headers) if m.headers else None for m in messages],
     )
     return int(result.rsplit(" ", 1)[-1])
+
+
+class EventSink(Protocol):
+    """What emitting code needs: :class:`Emitter` in a service, a recording fake
+    (``lockstep_common.testing.RecordedEvents``) in unit tests."""
+
+    def emit(
+        self,
+        subject: str,
+        data: EventData,
+        *,
+        about: str | None = None,
+        correlation_id: str | None = None,
+        event_id: uuid.UUID | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Envelope[EventData]:
+        """Queue ``data`` for ``subject``; returns its envelope."""
+        ...
+
+
+class Emitter:
+    """Queues events for the outbox of one open transaction.
+
+    Events are written in one statement by :meth:`flush`, which the owner of the transaction
+    calls just before commit (the consumer runtime for handlers, :func:`emitting` otherwise), so
+    a batch that emits thousands of events costs one round trip.
+
+    Args:
+        conn: the connection whose transaction the events commit with.
+        source: the CloudEvents ``source`` of everything emitted here (``envelope.source_of``).
+    """
+
+    __slots__ = ("_pending", "conn", "source")
+
+    def __init__(self, conn: Conn, source: str) -> None:
+        self.conn = conn
+        self.source = source
+        self._pending: list[OutboxMessage] = []
+
+    def emit(
+        self,
+        subject: str,
+        data: EventData,
+        *,
+        about: str | None = None,
+        correlation_id: str | None = None,
+        event_id: uuid.UUID | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Envelope[EventData]:
+        """Queue ``data`` for ``subject``; returns its envelope.
+
+        ``about`` is the CloudEvents ``subject`` (what the event is about, e.g. a node id).
+        Give ``event_id`` when the event must stay the same across retries of its cause.
+        """
+        env = make_envelope(
+            data,
+            source=self.source,
+            subject=about,
+            correlation_id=correlation_id,
+            event_id=event_id,
+            occurred_at=occurred_at,
+        )
+        self._pending.append(OutboxMessage.of(subject, env))
+        return env
+
+    async def flush(self) -> int:
+        """Write the queued events to the outbox; returns how many were new."""
+        pending, self._pending = self._pending, []
+        return await enqueue(self.conn, pending)
+
+
+@asynccontextmanager
+async def emitting(conn: Conn, source: str) -> AsyncIterator[Emitter]:
+    """A transaction on ``conn`` whose emitted events commit with it.
+
+    Everything done on ``conn`` inside the block, and every event emitted through the yielded
+    emitter, commits together when the block ends normally, and not at all when it raises.
+    Inside an open transaction it becomes a savepoint of that transaction.
+    """
+    async with conn.transaction():
+        emitter = Emitter(conn, source)
+        yield emitter
+        await emitter.flush()

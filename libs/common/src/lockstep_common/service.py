@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from lockstep_common import db, inbox
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
-from lockstep_common.envelope import EventRegistry
+from lockstep_common.envelope import EventRegistry, source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
@@ -107,7 +107,7 @@ class ServiceApp:
     @property
     def source(self) -> str:
         """CloudEvents ``source`` of events this service emits."""
-        return f"/lockstep/{self.name}"
+        return source_of(self.name)
 
     def require(self) -> Resources:
         """The live connections; raises if the service is not started."""

@@ -11,6 +11,7 @@ from lockstep_attest.domain.policy import Policy
 from lockstep_attest.router import subscriptions
 from lockstep_attest.settings import Settings
 from lockstep_attest.worker import AttestWorker, Context
+from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
 
@@ -51,7 +52,7 @@ def load_context(settings: Settings, source: str) -> Context:
 def create_app(settings: Settings | None = None) -> ServiceApp:
     """Build the service; nothing connects until ``start()`` (the trust store is read here)."""
     settings = settings or Settings()
-    ctx = load_context(settings, f"/lockstep/{NAME}")
+    ctx = load_context(settings, source_of(NAME))
     worker = AttestWorker(
         ctx,
         poll_s=settings.worker_poll_s,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from lockstep_attest.adapters import repository
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
+from lockstep_common.events.v1 import BundleSubmitted, PinChanged
 
 
-async def bundle_submitted(ctx: HandlerContext, env: Envelope[Any]) -> None:
+async def bundle_submitted(ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
     """Persist a job and let the message be acknowledged: verification can take minutes."""
     data = env.data
     await repository.add_job(
@@ -17,6 +16,6 @@ async def bundle_submitted(ctx: HandlerContext, env: Envelope[Any]) -> None:
     )
 
 
-async def pin_changed(ctx: HandlerContext, env: Envelope[Any]) -> None:
+async def pin_changed(ctx: HandlerContext, env: Envelope[PinChanged]) -> None:
     """Remember pinned stacks: anti-rollback compares new bundles with them."""
     await repository.record_pin(ctx.conn, env.data.stack_hash, env.data.site, env.occurred_at)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lockstep_attest import handlers
 from lockstep_common import subjects
-from lockstep_common.consumer import Subscription
+from lockstep_common.consumer import On, Subscription
 from lockstep_common.events.v1 import BundleSubmitted, PinChanged
 
 
@@ -19,16 +19,14 @@ def subscriptions() -> tuple[Subscription, ...]:
             name="attest-bundles",
             stream="BUNDLES",
             subjects=(subjects.bundle_submitted(),),
-            handler=handlers.bundle_submitted,
-            accepts=(BundleSubmitted,),
+            handlers=(On(BundleSubmitted, handlers.bundle_submitted),),
             description="Bundles to verify",
         ),
         Subscription(
             name="attest-pins",
             stream="PINS",
             subjects=(subjects.pin_changed_all(),),
-            handler=handlers.pin_changed,
-            accepts=(PinChanged,),
+            handlers=(On(PinChanged, handlers.pin_changed),),
             description="Pinned stacks, for anti-rollback",
         ),
     )

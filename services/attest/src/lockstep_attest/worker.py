@@ -28,9 +28,8 @@ from lockstep_attest.domain.trust import TrustStore
 from lockstep_attest.verification import judge, needs_sha512
 from lockstep_common import subjects
 from lockstep_common.bundle import Manifest
-from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, CheckVerdict
-from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.outbox import emitting
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import CheckResult
 
@@ -186,13 +185,12 @@ class AttestWorker:
                 checks=tuple(checks),
             )
             subject = subjects.bundle_rejected()
-        env = make_envelope(data, source=self.ctx.source, correlation_id=job.correlation_id)
-        async with resources.pool.acquire() as conn, conn.transaction():
+        async with resources.pool.acquire() as conn, emitting(conn, self.ctx.source) as out:
             if not await repository.still_holds(conn, job):
                 log.warning("attest job %d was taken over; discarding this result", job.id)
                 return
             await repository.save_verdict(conn, row, checks)
-            await enqueue(conn, [OutboxMessage.of(subject, env)])
+            out.emit(subject, data, correlation_id=job.correlation_id)
         log.info(
             "attest job %d: %s %s", job.id, "attested" if accepted else "rejected", job.bundle_uri
         )

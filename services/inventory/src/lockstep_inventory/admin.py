@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from lockstep_common import db
+from lockstep_common.envelope import source_of
 from lockstep_inventory.adapters import registry, sweeps
 from lockstep_inventory.app import NAME, load_rules
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepBusyError, SweepSummary, run_sweep
 
-SOURCE = f"/lockstep/{NAME}"  # drift events of a CLI sweep are the service's events
+SOURCE = source_of(NAME)  # drift events of a CLI sweep are the service's events
 
 
 class UnknownNodesError(LookupError):

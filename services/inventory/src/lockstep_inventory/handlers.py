@@ -7,7 +7,6 @@ applied exactly once however often it is delivered.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from lockstep_common import canonical
 from lockstep_common.consumer import HandlerContext
@@ -60,14 +59,16 @@ class Handlers:
     def __init__(self, rules: CompatibilityRules | None = None) -> None:
         self.rules = rules
 
-    async def inventory_observed(self, ctx: HandlerContext, envs: list[Envelope[Any]]) -> None:
+    async def inventory_observed(
+        self, ctx: HandlerContext, envs: list[Envelope[InventoryObserved]]
+    ) -> None:
         """A pulled batch of node reports, applied in stream order in one transaction."""
         reports = [(env.data.node_id, report_of(env.data)) for env in envs]
         await ingest.apply_reports(ctx.conn, reports, ctx, now=_now(), rules=self.rules)
 
-    async def pin_changed(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
+    async def pin_changed(self, ctx: HandlerContext, env: Envelope[PinChanged]) -> None:
         """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
-        data: PinChanged = env.data
+        data = env.data
         computed = canonical.stack_hash(data.stack)
         if computed != data.stack_hash:
             # The hash is what admission checks compare: one that does not name this stack
@@ -88,30 +89,47 @@ class Handlers:
             site_nodes = await state.nodes_in_site(ctx.conn, data.site)
             await ingest.rejudge(ctx.conn, site_nodes, ctx, now=_now(), rules=self.rules)
 
-    async def rollout_event(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
-        """Waves start and end: nodes in an active wave drift as ``pending``."""
+    async def wave_planned(self, ctx: HandlerContext, env: Envelope[WavePlanned]) -> None:
+        """A wave starts: its nodes drift as ``pending`` until it ends."""
         data = env.data
-        if isinstance(data, WavePlanned):
-            nodes = await rollouts.start_wave(
-                ctx.conn, data.rollout_id, data.wave, data.node_ids, env.occurred_at
-            )
-        elif isinstance(data, WaveCompleted):
-            nodes = await rollouts.end_wave(ctx.conn, data.rollout_id, data.wave)
-        elif isinstance(data, RolloutHalted | RolloutCompleted):
-            nodes = await rollouts.end_rollout(ctx.conn, data.rollout_id)
-        else:  # the router accepts nothing else; a new type must be handled above
-            return
+        nodes = await rollouts.start_wave(
+            ctx.conn, data.rollout_id, data.wave, data.node_ids, env.occurred_at
+        )
         await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
 
-    async def device_event(self, ctx: HandlerContext, env: Envelope[Any]) -> None:
-        """A rollout step changed a version: a difference it explains is not ``unexpected``."""
+    async def wave_completed(self, ctx: HandlerContext, env: Envelope[WaveCompleted]) -> None:
+        """A wave ends: its nodes are judged as they are again."""
+        nodes = await rollouts.end_wave(ctx.conn, env.data.rollout_id, env.data.wave)
+        await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
+
+    async def rollout_ended(
+        self, ctx: HandlerContext, env: Envelope[RolloutHalted | RolloutCompleted]
+    ) -> None:
+        """A rollout halts or completes: every wave of it ends."""
+        nodes = await rollouts.end_rollout(ctx.conn, env.data.rollout_id)
+        await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
+
+    async def device_changed(
+        self, ctx: HandlerContext, env: Envelope[DeviceActivated | DeviceVerified]
+    ) -> None:
+        """A rollout step moved a device to ``to_version``."""
+        await self._record_change(ctx, env, env.data.to_version)
+
+    async def device_rolled_back(
+        self, ctx: HandlerContext, env: Envelope[DeviceRolledBack]
+    ) -> None:
+        """A rollback returned a device to ``from_version`` (when the updater knew it)."""
+        if env.data.from_version is not None:
+            await self._record_change(ctx, env, env.data.from_version)
+
+    async def _record_change(
+        self,
+        ctx: HandlerContext,
+        env: Envelope[DeviceActivated | DeviceVerified | DeviceRolledBack],
+        version: str,
+    ) -> None:
+        """A difference this change explains is not ``unexpected``."""
         data = env.data
-        if isinstance(data, DeviceActivated | DeviceVerified):
-            version = data.to_version
-        elif isinstance(data, DeviceRolledBack) and data.from_version is not None:
-            version = data.from_version
-        else:  # staged or failed: the running version did not change
-            return
         changed = await rollouts.record_change(
             ctx.conn, data.node_id, data.component, version, data.rollout_id, env.occurred_at
         )

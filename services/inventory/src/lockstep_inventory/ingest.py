@@ -19,12 +19,11 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from lockstep_common import subjects
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import DriftDetected, DriftResolved
+from lockstep_common.outbox import EventSink
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.drift import Emit, decide
@@ -35,14 +34,6 @@ from lockstep_inventory.domain.pins import pin_of
 from lockstep_inventory.domain.rules import CompatibilityRules
 
 log = logging.getLogger(__name__)
-
-
-class Emitter(Protocol):
-    """Where drift events go (``HandlerContext``: the outbox, in the same transaction)."""
-
-    def emit(
-        self, subject: str, data: EventData, *, about: str | None = None
-    ) -> Envelope[EventData]: ...
 
 
 @dataclass(slots=True)
@@ -64,7 +55,7 @@ class Outcome:
 async def apply_reports(
     conn: Conn,
     reports: Sequence[tuple[str, Observation]],
-    emitter: Emitter,
+    emitter: EventSink,
     *,
     now: dt.datetime,
     rules: CompatibilityRules | None = None,
@@ -156,7 +147,7 @@ def _repeats(head: state.Head | None, report: Observation, digest: str) -> bool:
 async def rejudge(
     conn: Conn,
     node_ids: Iterable[str],
-    emitter: Emitter,
+    emitter: EventSink,
     *,
     now: dt.datetime,
     rules: CompatibilityRules | None = None,
@@ -171,7 +162,7 @@ async def judge_nodes(
     conn: Conn,
     nodes: Mapping[str, NodeEntry],
     stored: state.Observations,
-    emitter: Emitter,
+    emitter: EventSink,
     *,
     now: dt.datetime,
     rules: CompatibilityRules | None = None,

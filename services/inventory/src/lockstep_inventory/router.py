@@ -10,7 +10,7 @@ Its other inputs are not JetStream consumers: the Redfish sweep (``SweepWorker``
 from __future__ import annotations
 
 from lockstep_common import subjects
-from lockstep_common.consumer import Subscription
+from lockstep_common.consumer import On, OnBatch, Subscription
 from lockstep_common.events.v1 import (
     DeviceActivated,
     DeviceFailed,
@@ -34,33 +34,39 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             name="inventory-telemetry",
             stream="TELEMETRY",
             subjects=(subjects.inventory_observed_all(),),
-            handler=None,
-            batch_handler=handlers.inventory_observed,
-            accepts=(InventoryObserved,),
+            batch=OnBatch(InventoryObserved, handlers.inventory_observed),
             description="In-band inventory reports from node agents",
         ),
         Subscription(
             name="inventory-pins",
             stream="PINS",
             subjects=(subjects.pin_changed_all(),),
-            handler=handlers.pin_changed,
-            accepts=(PinChanged,),
+            handlers=(On(PinChanged, handlers.pin_changed),),
             description="Pinned golden stacks, to judge drift against",
         ),
         Subscription(
             name="inventory-waves",
             stream="ROLLOUTS",
             subjects=(subjects.waves_all(), *subjects.rollout_ends()),
-            handler=handlers.rollout_event,
-            accepts=(WavePlanned, WaveCompleted, RolloutHalted, RolloutCompleted),
+            handlers=(
+                On(WavePlanned, handlers.wave_planned),
+                On(WaveCompleted, handlers.wave_completed),
+                On(RolloutHalted, handlers.rollout_ended),
+                On(RolloutCompleted, handlers.rollout_ended),
+            ),
             description="Active waves: drift inside one is pending",
         ),
         Subscription(
             name="inventory-devices",
             stream="DEVICES",
             subjects=(subjects.devices_all(),),
-            handler=handlers.device_event,
-            accepts=(DeviceStaged, DeviceActivated, DeviceVerified, DeviceFailed, DeviceRolledBack),
+            handlers=(
+                On(DeviceActivated, handlers.device_changed),
+                On(DeviceVerified, handlers.device_changed),
+                On(DeviceRolledBack, handlers.device_rolled_back),
+            ),
+            # Staging, or a failed step, leaves the running version as it was.
+            ignores=(DeviceStaged, DeviceFailed),
             description="Rollout steps: changes they explain are not unexpected",
         ),
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from lockstep_common.consumer import HandlerContext
+from lockstep_common.outbox import emitting
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory import ingest
 from lockstep_inventory.adapters import sweeps
@@ -72,7 +72,7 @@ async def run_sweep(
     settings: Settings,
     *,
     by: str,
-    source: str = "/lockstep/inventory",
+    source: str,
     rules: CompatibilityRules | None = None,
     wait: bool = True,
     keep_results: bool = False,
@@ -134,10 +134,8 @@ class _Committer:
         reports = [(r.node_id, report_of(r, sweep_id, now)) for r in chunk]
         bad = sum(not r.readable for r in chunk)
         expanded = sum(r.expanded for r in chunk)
-        async with self.pool.acquire() as conn, conn.transaction():
-            ctx = HandlerContext(conn, self.source, "sweeper")
-            outcome = await ingest.apply_reports(conn, reports, ctx, now=now, rules=self.rules)
-            await ctx.flush()
+        async with self.pool.acquire() as conn, emitting(conn, self.source) as out:
+            outcome = await ingest.apply_reports(conn, reports, out, now=now, rules=self.rules)
             await sweeps.progress(conn, sweep_id, len(chunk), bad, expanded)
         self.summary.outcome.add(outcome)
         self.summary.unreadable += bad

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_sim.agents.software import HealthSample, SoftwareState
 
-AGENT_SOURCE = "/lockstep/sim/agent"
+AGENT_SOURCE = source_of("sim/agent")
 
 
 def components(state: SoftwareState) -> dict[Component, str]:
