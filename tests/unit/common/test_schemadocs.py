@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from lockstep_cli.catalog import consumers
 from lockstep_common import schemadocs
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY, v1
@@ -17,6 +18,7 @@ from lockstep_common.samples import samples
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[3]
+CONSUMERS = consumers()
 WIRE_REQUIRED = {"specversion", "id", "source", "type", "time", "schemaversion", "data"}
 
 
@@ -32,7 +34,7 @@ def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, str]:
-    return schemadocs.render()
+    return schemadocs.render(CONSUMERS)
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +43,13 @@ def asyncapi(rendered: dict[str, str]) -> dict[str, Any]:
 
 
 def test_docs_in_the_repo_are_up_to_date() -> None:
-    stale = schemadocs.stale(REPO / "docs")
+    stale = schemadocs.stale(REPO / "docs", CONSUMERS)
     assert stale == [], f"docs/ is stale, run `lockstep docs generate`: {stale}"
 
 
 def test_rendering_is_deterministic(rendered: dict[str, str]) -> None:
     first = rendered
-    assert first == schemadocs.render()
+    assert first == schemadocs.render(CONSUMERS)
     assert list(first) == sorted(first)
     assert all(text.endswith("\n") for text in first.values())
 
@@ -114,20 +116,51 @@ def test_dead_letter_headers_are_documented(asyncapi: dict[str, Any]) -> None:
 
 
 def test_a_class_without_a_channel_stops_generation(monkeypatch: pytest.MonkeyPatch) -> None:
-    routes = {cls: r for cls, r in schemadocs.ROUTES.items() if cls is not v1.DriftResolved}
-    monkeypatch.setattr(schemadocs, "ROUTES", routes)
+    channels = {c: r for c, r in schemadocs.CHANNELS.items() if c is not v1.DriftResolved}
+    monkeypatch.setattr(schemadocs, "CHANNELS", channels)
     with pytest.raises(ValueError, match="no channel for DriftResolved"):
-        schemadocs.render()
+        schemadocs.render(CONSUMERS)
+
+
+@pytest.mark.parametrize(
+    ("cls", "service"),
+    [
+        (v1.PinChanged, "attest"),
+        (v1.PinChanged, "inventory"),
+        (v1.WavePlanned, "inventory"),
+        (v1.WaveCompleted, "inventory"),
+        (v1.RolloutHalted, "inventory"),
+        (v1.RolloutCompleted, "inventory"),
+        (v1.BundleSubmitted, "attest"),
+        (v1.InventoryObserved, "inventory"),
+        (v1.AdmissionCheckRequested, "inventory"),
+    ],
+)
+def test_consumers_are_read_from_the_services_subscriptions(
+    cls: type[EventData], service: str
+) -> None:
+    assert service in schemadocs.routes(CONSUMERS)[cls].consumers
+
+
+def test_a_class_a_subscription_only_ignores_is_not_listed_as_consumed() -> None:
+    # Inventory takes device.staged off its stream but acts on nothing in it.
+    assert "inventory" not in schemadocs.routes(CONSUMERS)[v1.DeviceStaged].consumers
+    assert "inventory" in schemadocs.routes(CONSUMERS)[v1.DeviceActivated].consumers
+
+
+def test_a_new_subscription_makes_the_committed_docs_stale() -> None:
+    more: dict[type[EventData], tuple[str, ...]] = {**CONSUMERS, v1.GateTripped: ("planner",)}
+    assert schemadocs.stale(REPO / "docs", more) == ["asyncapi.yaml", "events.md"]
 
 
 def test_write_then_stale_round_trip(tmp_path: Path, rendered: dict[str, str]) -> None:
-    assert schemadocs.write(tmp_path) == sorted(rendered)
-    assert schemadocs.stale(tmp_path) == []
-    assert schemadocs.write(tmp_path) == []
+    assert schemadocs.write(tmp_path, CONSUMERS) == sorted(rendered)
+    assert schemadocs.stale(tmp_path, CONSUMERS) == []
+    assert schemadocs.write(tmp_path, CONSUMERS) == []
 
     (tmp_path / "events.md").write_text("edited\n")
     (tmp_path / "schemas" / "gone.event.v1.json").write_text("{}\n")
-    assert schemadocs.stale(tmp_path) == ["events.md", "schemas/gone.event.v1.json"]
-    assert schemadocs.write(tmp_path) == ["events.md", "schemas/gone.event.v1.json"]
+    assert schemadocs.stale(tmp_path, CONSUMERS) == ["events.md", "schemas/gone.event.v1.json"]
+    assert schemadocs.write(tmp_path, CONSUMERS) == ["events.md", "schemas/gone.event.v1.json"]
     assert not (tmp_path / "schemas" / "gone.event.v1.json").exists()
-    assert schemadocs.stale(tmp_path) == []
+    assert schemadocs.stale(tmp_path, CONSUMERS) == []

@@ -1,14 +1,19 @@
 """The documents in ``docs/`` that users read, generated from the event models.
 
-``render()`` produces, deterministically, a JSON Schema per event (``schemas/<type>.v<N>.json``,
-the whole CloudEvent with wire attribute names), the AsyncAPI 3.0 document (``asyncapi.yaml``) and
-the event table (``events.md``). ``lockstep docs generate`` writes them; ``lockstep docs check``
-and the unit tests fail when the committed files differ from what the models generate.
+``render(consumers)`` produces, deterministically, a JSON Schema per event
+(``schemas/<type>.v<N>.json``, the whole CloudEvent with wire attribute names), the AsyncAPI 3.0
+document (``asyncapi.yaml``) and the event table (``events.md``). Which services consume an event
+is not typed here: the caller passes what the services' own ``subscriptions()`` declare
+(``lockstep_cli.catalog``), so the documents cannot disagree with the code. ``lockstep docs
+generate`` writes them; ``lockstep docs check`` and the unit tests fail when the committed files
+differ from what the models and routers generate.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -35,69 +40,100 @@ from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMAS_DIR = "schemas"
 
-_PLANNER_OUT = ("updater", "sre", "audit")
-_DEVICE = (("updater",), ("healthgate", "planner", "inventory"))
-_GATE = (("healthgate",), ("planner", "updater", "sre"))
-_DRIFT = (("inventory",), ("platform-teams", "planner"))
+Consumers = Mapping[type[EventData], Sequence[str]]
+"""Event class -> the Lockstep services that consume it (from their ``subscriptions()``)."""
 
-# The one table of where each event travels (design.md, "Events"): class -> subject builder
-# called with stand-in tokens, producers, consumers. A class missing here stops generation.
-ROUTES: dict[type[EventData], Route] = {
-    v1.BundleSubmitted: Route(subjects.bundle_submitted, ("cli",), ("attest",)),
-    v1.BundleAttested: Route(subjects.bundle_attested, ("attest",), ("planner", "audit")),
-    v1.BundleRejected: Route(subjects.bundle_rejected, ("attest",), ("planner", "audit")),
-    v1.IntentSubmitted: Route(subjects.intent_submitted, ("cli",), ("planner",)),
-    v1.RolloutPlanned: Route(lambda: subjects.rollout_planned(ROLLOUT), ("planner",), _PLANNER_OUT),
-    v1.RolloutHalted: Route(lambda: subjects.rollout_halted(ROLLOUT), ("planner",), _PLANNER_OUT),
-    v1.RolloutCompleted: Route(
-        lambda: subjects.rollout_completed(ROLLOUT), ("planner",), _PLANNER_OUT
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """Where one event class travels, as far as the code cannot say it: the subject builder
+    (called with stand-in tokens), who produces it, and who reads it outside Lockstep's
+    services (people, audit, schedulers). ``reply`` marks a request/reply answer."""
+
+    subject: Callable[[], str]
+    producers: tuple[str, ...]
+    readers: tuple[str, ...] = ()
+    reply: bool = False
+
+
+_ROLLOUT_READERS = ("sre", "audit")
+_DEVICE_STEP = ("updater",)
+_GATE = (("healthgate",), ("sre",))
+_DRIFT = (("inventory",), ("platform-teams",))
+
+# The one table of where each event travels (design.md, "Events"). A class missing here stops
+# generation.
+CHANNELS: dict[type[EventData], Channel] = {
+    v1.BundleSubmitted: Channel(subjects.bundle_submitted, ("cli",)),
+    v1.BundleAttested: Channel(subjects.bundle_attested, ("attest",), ("audit",)),
+    v1.BundleRejected: Channel(subjects.bundle_rejected, ("attest",), ("audit",)),
+    v1.IntentSubmitted: Channel(subjects.intent_submitted, ("cli",)),
+    v1.RolloutPlanned: Channel(
+        lambda: subjects.rollout_planned(ROLLOUT), ("planner",), _ROLLOUT_READERS
     ),
-    v1.WavePlanned: Route(lambda: subjects.wave_planned(ROLLOUT), ("planner",), ("updater",)),
-    v1.WaveCompleted: Route(
-        lambda: subjects.wave_completed(ROLLOUT), ("updater",), ("healthgate",)
+    v1.RolloutHalted: Channel(
+        lambda: subjects.rollout_halted(ROLLOUT), ("planner",), _ROLLOUT_READERS
     ),
-    v1.PinChanged: Route(lambda: subjects.pin_changed(SITE), ("planner",), ("inventory",)),
-    v1.DeviceStaged: Route(lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE), *_DEVICE),
-    v1.DeviceActivated: Route(
-        lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE), *_DEVICE
+    v1.RolloutCompleted: Channel(
+        lambda: subjects.rollout_completed(ROLLOUT), ("planner",), _ROLLOUT_READERS
     ),
-    v1.DeviceVerified: Route(
-        lambda: subjects.device(DeviceOutcome.VERIFIED, ROLLOUT, NODE), *_DEVICE
+    v1.WavePlanned: Channel(lambda: subjects.wave_planned(ROLLOUT), ("planner",)),
+    v1.WaveCompleted: Channel(lambda: subjects.wave_completed(ROLLOUT), ("updater",)),
+    v1.PinChanged: Channel(lambda: subjects.pin_changed(SITE), ("planner", "cli")),
+    v1.DeviceStaged: Channel(
+        lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE), _DEVICE_STEP
     ),
-    v1.DeviceFailed: Route(lambda: subjects.device(DeviceOutcome.FAILED, ROLLOUT, NODE), *_DEVICE),
-    v1.DeviceRolledBack: Route(
-        lambda: subjects.device(DeviceOutcome.ROLLED_BACK, ROLLOUT, NODE), *_DEVICE
+    v1.DeviceActivated: Channel(
+        lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE), _DEVICE_STEP
     ),
-    v1.GatePassed: Route(lambda: subjects.gate(GateVerdict.PASSED, ROLLOUT), *_GATE),
-    v1.GateTripped: Route(lambda: subjects.gate(GateVerdict.TRIPPED, ROLLOUT), *_GATE),
-    v1.GateInconclusive: Route(lambda: subjects.gate(GateVerdict.INCONCLUSIVE, ROLLOUT), *_GATE),
-    v1.InventoryObserved: Route(
-        lambda: subjects.inventory_observed(SITE, NODE),
-        ("bmc-sweeper", "node-agent"),
-        ("inventory",),
+    v1.DeviceVerified: Channel(
+        lambda: subjects.device(DeviceOutcome.VERIFIED, ROLLOUT, NODE), _DEVICE_STEP
     ),
-    v1.HealthObserved: Route(
-        lambda: subjects.health_observed(SITE, NODE), ("node-agent",), ("healthgate",)
+    v1.DeviceFailed: Channel(
+        lambda: subjects.device(DeviceOutcome.FAILED, ROLLOUT, NODE), _DEVICE_STEP, ("sre",)
     ),
-    v1.DriftDetected: Route(lambda: subjects.drift_detected(SITE, NODE), *_DRIFT),
-    v1.DriftResolved: Route(lambda: subjects.drift_resolved(SITE, NODE), *_DRIFT),
-    v1.AdmissionCheckRequested: Route(subjects.admission_check, ("schedulers",), ("inventory",)),
-    v1.AdmissionCheckAnswered: Route(
+    v1.DeviceRolledBack: Channel(
+        lambda: subjects.device(DeviceOutcome.ROLLED_BACK, ROLLOUT, NODE), _DEVICE_STEP, ("sre",)
+    ),
+    v1.GatePassed: Channel(lambda: subjects.gate(GateVerdict.PASSED, ROLLOUT), *_GATE),
+    v1.GateTripped: Channel(lambda: subjects.gate(GateVerdict.TRIPPED, ROLLOUT), *_GATE),
+    v1.GateInconclusive: Channel(lambda: subjects.gate(GateVerdict.INCONCLUSIVE, ROLLOUT), *_GATE),
+    v1.InventoryObserved: Channel(
+        lambda: subjects.inventory_observed(SITE, NODE), ("bmc-sweeper", "node-agent")
+    ),
+    v1.HealthObserved: Channel(lambda: subjects.health_observed(SITE, NODE), ("node-agent",)),
+    v1.DriftDetected: Channel(lambda: subjects.drift_detected(SITE, NODE), *_DRIFT),
+    v1.DriftResolved: Channel(lambda: subjects.drift_resolved(SITE, NODE), *_DRIFT),
+    v1.AdmissionCheckRequested: Channel(subjects.admission_check, ("schedulers",)),
+    v1.AdmissionCheckAnswered: Channel(
         subjects.admission_check, ("inventory",), ("schedulers",), reply=True
     ),
 }
 
 
-def routes() -> dict[type[EventData], Route]:
-    """Every registered event class with its route, in registry order.
+def routes(consumers: Consumers) -> dict[type[EventData], Route]:
+    """Every registered event class with its route, in registry order: its channel, with the
+    services that consume it (sorted) before its outside readers.
 
     Raises:
-        ValueError: a registered class has no entry in ``ROUTES``.
+        ValueError: a registered class has no entry in ``CHANNELS``, or a consumed class is not
+            registered.
     """
-    missing = [cls.__name__ for cls in REGISTRY.classes() if cls not in ROUTES]
+    classes = REGISTRY.classes()
+    missing = [cls.__name__ for cls in classes if cls not in CHANNELS]
     if missing:
-        raise ValueError(f"no channel for {', '.join(missing)}: add it to schemadocs.ROUTES")
-    return {cls: ROUTES[cls] for cls in REGISTRY.classes()}
+        raise ValueError(f"no channel for {', '.join(missing)}: add it to schemadocs.CHANNELS")
+    unknown = [cls.__name__ for cls in consumers if cls not in CHANNELS]
+    if unknown:
+        raise ValueError(f"consumed but not registered: {', '.join(unknown)}")
+    out = {}
+    for cls in classes:
+        channel = CHANNELS[cls]
+        services = tuple(sorted(set(consumers.get(cls, ()))))
+        out[cls] = Route(
+            channel.subject, channel.producers, services + channel.readers, channel.reply
+        )
+    return out
 
 
 def schema_path(cls: type[EventData]) -> str:
@@ -110,39 +146,39 @@ def json_schema(cls: type[EventData]) -> dict[str, Any]:
     return {"$schema": SCHEMA_DIALECT, "$id": cls.dataschema(), **envelope_schema(cls)}
 
 
-def asyncapi_document() -> dict[str, Any]:
+def asyncapi_document(consumers: Consumers) -> dict[str, Any]:
     """The AsyncAPI 3.0 document, with one example per event from ``samples()``."""
     examples = {type(s): s for s in samples()}
-    return document(routes(), examples, version("lockstep-common"))
+    return document(routes(consumers), examples, version("lockstep-common"))
 
 
-def render() -> dict[str, str]:
+def render(consumers: Consumers) -> dict[str, str]:
     """Every generated document: path relative to ``docs/`` -> text, sorted by path."""
-    out = {schema_path(cls): _json(json_schema(cls)) for cls in routes()}
+    out = {schema_path(cls): _json(json_schema(cls)) for cls in REGISTRY.classes()}
     out["asyncapi.yaml"] = yaml.dump(
-        asyncapi_document(), Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=100
+        asyncapi_document(consumers), Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=100
     )
-    out["events.md"] = events_markdown()
+    out["events.md"] = events_markdown(consumers)
     return dict(sorted(out.items()))
 
 
-def stale(docs_dir: Path) -> list[str]:
+def stale(docs_dir: Path, consumers: Consumers) -> list[str]:
     """Paths under ``docs_dir`` that differ from ``render()``, are missing, or are obsolete.
 
     Obsolete means a schema file in ``schemas/`` that no registered class generates any more.
     """
-    wanted = render()
+    wanted = render(consumers)
     changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
     return sorted(changed + _obsolete(docs_dir, wanted))
 
 
-def write(docs_dir: Path) -> list[str]:
+def write(docs_dir: Path, consumers: Consumers) -> list[str]:
     """Bring ``docs_dir`` up to date: write what differs, delete obsolete schema files.
 
     Returns:
         The paths (relative to ``docs_dir``) written or deleted, sorted.
     """
-    wanted = render()
+    wanted = render(consumers)
     changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
     for rel in changed:
         path = docs_dir / rel
@@ -182,12 +218,13 @@ def _obsolete(docs_dir: Path, wanted: dict[str, str]) -> list[str]:
     )
 
 
-def events_markdown() -> str:
+def events_markdown(consumers: Consumers) -> str:
     """``events.md``: the event table, how to subscribe, and the versioning rules."""
     lines = [
         "# Events",
         "",
-        "<!-- Generated by `lockstep docs generate` from libs/common; do not edit. -->",
+        "<!-- Generated by `lockstep docs generate` from the event models and the services' "
+        "routers; do not edit. -->",
         "",
         "Every message is a CloudEvents 1.0 event in structured mode; the full contract is in "
         "[asyncapi.yaml](asyncapi.yaml) and each envelope's JSON Schema in "
@@ -196,11 +233,12 @@ def events_markdown() -> str:
         "| type | version | subject | producers | consumers | what it says |",
         "|---|---|---|---|---|---|",
     ]
-    for cls, route in routes().items():
+    for cls, route in routes(consumers).items():
         subject = f"reply to `{address(route)}`" if route.reply else f"`{address(route)}`"
+        consumed = ", ".join(route.consumers)
         lines.append(
             f"| [`{cls.cloudevents_type()}`]({schema_path(cls)}) | {cls.schema_version} "
-            f"| {subject} | {', '.join(route.producers)} | {', '.join(route.consumers)} "
+            f"| {subject} | {', '.join(route.producers)} | {consumed or '(none yet)'} "
             f"| {docstring(cls).splitlines()[0]} |"
         )
     return "\n".join(lines) + "\n" + _GUIDE

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from lockstep_common import subjects
 from lockstep_common.consumer import On, OnBatch, Subscription
+from lockstep_common.envelope import EventData
 from lockstep_common.events.v1 import (
+    AdmissionCheckRequested,
     DeviceActivated,
     DeviceFailed,
     DeviceRolledBack,
@@ -25,6 +27,10 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_inventory.handlers import Handlers
+
+# Core NATS request/reply subjects this service answers (``AdmissionResponder``); not stored,
+# so not a subscription, but consumed all the same.
+ANSWERS: tuple[type[EventData], ...] = (AdmissionCheckRequested,)
 
 
 def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:

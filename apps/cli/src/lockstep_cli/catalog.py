@@ -1,0 +1,56 @@
+"""What each service consumes, read from the services' own routers: the consumer lists of the
+generated docs (``lockstep docs``), so that they cannot disagree with the code.
+
+The CLI is the one place that may import every service; ``lockstep_common.schemadocs`` takes
+the result as data.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from lockstep_attest import router as attest_router
+from lockstep_common.consumer import Subscription
+from lockstep_common.envelope import EventData
+from lockstep_healthgate import router as healthgate_router
+from lockstep_inventory import router as inventory_router
+from lockstep_inventory.domain.rules import load_rules
+from lockstep_inventory.handlers import Handlers as InventoryHandlers
+from lockstep_planner import router as planner_router
+from lockstep_updater import router as updater_router
+
+
+def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
+    """Every service's subscriptions, as its ``app.py`` binds them."""
+    return {
+        "attest": attest_router.subscriptions(),
+        "healthgate": healthgate_router.subscriptions(),
+        "inventory": inventory_router.subscriptions(InventoryHandlers(load_rules())),
+        "planner": planner_router.subscriptions(),
+        "updater": updater_router.subscriptions(),
+    }
+
+
+def _answers() -> dict[str, tuple[type[EventData], ...]]:
+    """Request/reply subjects each service answers (core NATS, not subscriptions)."""
+    return {"inventory": inventory_router.ANSWERS}
+
+
+def consumers() -> dict[type[EventData], tuple[str, ...]]:
+    """Event class -> the services that take it off a stream and act on it, or answer it.
+
+    A class a subscription only ``ignores`` is not consumed by it.
+    """
+    found: defaultdict[type[EventData], set[str]] = defaultdict(set)
+
+    def add(service: str, classes: Iterable[type[EventData]]) -> None:
+        for cls in classes:
+            found[cls].add(service)
+
+    for service, subs in subscriptions_by_service().items():
+        for sub in subs:
+            add(service, sub.handled)
+    for service, classes in _answers().items():
+        add(service, classes)
+    return {cls: tuple(sorted(names)) for cls, names in found.items()}
