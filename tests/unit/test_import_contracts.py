@@ -1,0 +1,43 @@
+"""The layers contracts in pyproject.toml cover every module of every service: a module they do
+not name is not constrained at all, so a new one must be placed in its service's layers."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = ("inventory", "attest", "planner", "updater", "healthgate")
+NOT_CODE = {"migrations"}  # SQL files in a package, imported by nothing
+
+
+def _layered() -> set[str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    named: set[str] = set()
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract["type"] != "layers":
+            continue
+        containers = contract.get("containers", [""])
+        for layer in contract["layers"]:
+            for part in layer.replace(":", "|").split("|"):
+                module = part.strip().strip("()")
+                named |= {f"{c}.{module}" if c else module for c in containers}
+    return named
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_module_of_a_service_is_in_its_layers(service: str) -> None:
+    package = importlib.import_module(f"lockstep_{service}")
+    modules = {
+        f"{package.__name__}.{m.name}"
+        for m in pkgutil.iter_modules(package.__path__)
+        if m.name not in NOT_CODE
+    }
+    missing = sorted(modules - _layered())
+    assert missing == [], f"not in any layers contract in pyproject.toml: {missing}"
