@@ -370,6 +370,46 @@ async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignor
         await consumer.stop()
 
 
+async def test_a_database_error_a_retry_would_repeat_is_dead_lettered_on_first_delivery(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    try:
+        async with pool(consumer).acquire() as conn:
+            with pytest.raises(asyncpg.PostgresError) as raised:
+                await conn.fetchval("SELECT $1::text", "a\x00b")  # PostgreSQL text has no NUL
+        effects.fail_always("file:///bundles/2.tar", raised.value)
+        await publish(consumer, [submitted(1), submitted(2), submitted(3)])
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        row = await dead_letter(consumer)
+        assert row["deliveries"] == 1  # not retried max_deliver times first
+        assert row["error_kind"] == type(raised.value).__name__
+        await wait_for(lambda: _eq(applied(consumer), 2), what="the neighbours applied")
+    finally:
+        await consumer.stop()
+
+
+async def test_a_poison_body_in_a_batch_is_dead_lettered_and_its_neighbours_applied(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    js = consumer.require().js
+    try:
+        wire = consumer.namespace.wire(SUBJECT)
+        await publish(consumer, [submitted(1)])
+        await js.publish(wire, b"[" * 20_000)  # 20 KB that once crashed the decoder
+        await publish(consumer, [submitted(2), submitted(3)])
+        await wait_for(lambda: _eq(applied(consumer), 3), what="every good event applied")
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        assert "nested too deeply" in (await dead_letter(consumer))["reason"]
+        assert consumer.readiness()["started"]
+        assert all(not t.done() for t in consumer.require().tasks)  # no loop died
+    finally:
+        await consumer.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:

@@ -392,3 +392,18 @@ def test_a_nested_type_key_does_not_mislead_the_single_parse_fast_path() -> None
     # Pretty-printed or reordered JSON decodes the same as compact JSON.
     pretty = json.dumps(dict(reversed(json.loads(env.to_json()).items())), indent=2).encode()
     assert REGISTRY.decode(pretty, max_bytes=1 << 20) == env
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"[" * 20_000, "nested too deeply"),
+        (b'{"a":' * 20_000, "nested too deeply"),
+        (b'{"type": "lockstep.x", "schemaversion": 1' + b"9" * 5000 + b"}", "not JSON"),
+        (b'{"type": "\xff\xfe"}', "not JSON"),
+    ],
+    ids=["nested arrays", "nested objects", "huge integer", "broken UTF-8"],
+)
+def test_hostile_bodies_are_invalid_messages_not_crashes(body: bytes, reason: str) -> None:
+    with pytest.raises(InvalidMessage, match=reason):
+        REGISTRY.decode(body, max_bytes=1 << 20)

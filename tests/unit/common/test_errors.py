@@ -77,3 +77,30 @@ def test_lockstep_errors_print_their_message_and_keep_their_context() -> None:
 
     assert str(error) == "BMC at 10.0.0.7 timed out"
     assert error.context == {"node_id": "gb200-r07-n03", "attempt": 2}
+
+
+class _DatabaseError(Exception):
+    """Stands for an asyncpg error: they carry the server's SQLSTATE as ``sqlstate``."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "expected"),
+    [
+        ("22021", Disposition.DEAD_LETTER),  # character not in repertoire: a NUL byte in text
+        ("22003", Disposition.DEAD_LETTER),  # numeric value out of range
+        ("23514", Disposition.DEAD_LETTER),  # check violation
+        ("23505", Disposition.DEAD_LETTER),  # unique violation
+        ("40001", Disposition.RETRY),  # serialization failure: a retry may well succeed
+        ("57P01", Disposition.RETRY),  # admin shutdown (the server is restarting)
+        ("08006", Disposition.RETRY),  # connection failure
+    ],
+)
+def test_database_errors_a_retry_would_repeat_are_dead_lettered_at_once(
+    sqlstate: str, expected: Disposition
+) -> None:
+    error = _DatabaseError(sqlstate)
+    assert disposition_for(error, delivery=1, max_deliver=MAX_DELIVER) is expected

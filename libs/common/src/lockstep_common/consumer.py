@@ -267,6 +267,12 @@ class ConsumerRunner:
                 batch.items.append(_Item(msg, self._decode(msg)))
             except InvalidMessage as exc:
                 batch.invalid.append((msg, exc))
+            except Exception as exc:  # noqa: BLE001 - a decoder failure is the message's fault
+                # Whatever a hostile body makes the decoder raise, it is that message that is
+                # invalid: dead-letter it, never stop the consumer (which would redeliver the
+                # whole batch until its neighbours ran out of deliveries too).
+                invalid = InvalidMessage(f"message could not be decoded: {exc!r}"[:500])
+                batch.invalid.append((msg, invalid))
         return batch
 
     async def _process(self, batch: _Batch) -> None:

@@ -206,6 +206,9 @@ class EventRegistry:
             return fast
         try:
             head = json.loads(payload)
+        except RecursionError:
+            # Deeply nested arrays or objects ("[" x 20,000): refused, never a crash.
+            raise InvalidMessage("message body is nested too deeply to decode") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidMessage(f"message body is not JSON: {exc}") from None
         if not isinstance(head, dict):

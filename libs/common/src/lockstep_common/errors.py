@@ -55,6 +55,22 @@ class MigrationError(ConfigurationError):
     """A recorded migration differs from the file shipped with the code, or failed to apply."""
 
 
+# SQLSTATE classes whose errors a retry repeats exactly (ISO/IEC 9075, PostgreSQL Appendix A):
+# 22 data exception (a NUL byte in text, a number out of range, bad encoding) and 23 integrity
+# constraint violation (check, not-null, unique, foreign key). The same message fails the same way
+# on every delivery, so retrying only delays the dead letter and holds up the consumer.
+_DETERMINISTIC_SQLSTATE_CLASSES = frozenset({"22", "23"})
+
+
+def is_permanent(error: BaseException) -> bool:
+    """True when retrying cannot help: a ``PermanentError``, or a database error of a class
+    that a retry repeats (asyncpg errors carry the server's ``sqlstate``)."""
+    if isinstance(error, PermanentError):
+        return True
+    sqlstate = getattr(error, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in _DETERMINISTIC_SQLSTATE_CLASSES
+
+
 class Disposition(enum.StrEnum):
     """What the consumer runtime does with a message after its handler ran."""
 
@@ -72,13 +88,13 @@ def disposition_for(error: BaseException | None, *, delivery: int, max_deliver: 
         max_deliver: the consumer's finite delivery limit.
 
     Returns:
-        ACK on success; DEAD_LETTER for permanent errors and for retryable ones on the last
-        delivery (so that the reason is recorded by us rather than lost to an advisory);
-        RETRY otherwise.
+        ACK on success; DEAD_LETTER for permanent errors (``is_permanent``) and for retryable
+        ones on the last delivery (so that the reason is recorded by us rather than lost to an
+        advisory); RETRY otherwise.
     """
     if error is None:
         return Disposition.ACK
-    if isinstance(error, PermanentError):
+    if is_permanent(error):
         return Disposition.DEAD_LETTER
     if delivery >= max_deliver:
         return Disposition.DEAD_LETTER
