@@ -1,4 +1,4 @@
-"""The sweeper against the real NVIDIA captures (shared/reference/redfish-mockups), served as
+"""The sweeper against the real NVIDIA captures (tests/data/reference/redfish-mockups), served as
 they were recorded: every member read, every version exact, the mapping as the unit tests say.
 
 The server below is a static mockup server in the style of DMTF's Redfish-Mockup-Server: it

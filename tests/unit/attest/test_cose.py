@@ -41,10 +41,7 @@ def cose_sign(
 
 
 def real_tetrel_reports() -> list[Path]:
-    found = sorted(TETREL_DIR.glob("*/*_signed.cbor"))
-    if not found:
-        pytest.skip(f"reference data not present at {TETREL_DIR}")
-    return found
+    return sorted(TETREL_DIR.glob("*/*_signed.cbor"))
 
 
 PAIRS = [

@@ -191,8 +191,6 @@ def test_extra_header_and_missing_kid() -> None:
 def test_real_helloworld_verifies_interop() -> None:
     """The OCP sample was produced by PyJWT; our r||s and base64url handling must agree."""
     sample = REFERENCE / "ocp-safe" / "samples"
-    if not sample.is_dir():
-        pytest.skip(f"reference data not present at {sample}")
     token = jws.parse_compact((sample / "helloworld.jws").read_bytes())
     key = load_public_key(sample / "testkey_ecdsa_p521.pub")
     jws.verify(token, key, allowed=frozenset({"ES512"}))

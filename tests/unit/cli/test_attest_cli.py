@@ -88,8 +88,6 @@ def test_rim_verify_accepts_a_valid_rim_and_refuses_it_after_expiry(tmp_path: Pa
 
 
 def _reports() -> list[Path]:
-    if not REFERENCE.is_dir():
-        pytest.skip(f"../shared/reference is absent ({REFERENCE}); real S.A.F.E. reports needed")
     return sorted(p for p in (REFERENCE / "reports").rglob("*") if p.suffix in (".jws", ".jwt"))
 
 

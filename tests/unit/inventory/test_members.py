@@ -106,8 +106,6 @@ GBSWITCH: dict[str, tuple[Component | None, str]] = {
 
 def _capture(name: str) -> list[Member]:
     root = MOCKUPS / name / "redfish" / "v1" / "UpdateService" / "FirmwareInventory"
-    if not root.is_dir():
-        pytest.skip(f"../shared/reference is absent ({root}); the real captures are needed")
     return [
         Member.from_redfish(json.loads(path.read_text(encoding="utf-8")))
         for path in sorted(root.glob("*/index.json"))

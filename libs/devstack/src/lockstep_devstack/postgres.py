@@ -3,23 +3,36 @@
 We use the wheel only for its PostgreSQL 16 build: starting ``postgres`` ourselves (rather than
 through pgserver's ``pg_ctl`` daemon) keeps it in our process tree, on a TCP loopback port, and
 stopped when we stop. PostgreSQL refuses to run as root; as root we run it as an unprivileged
-system user, created on first use as pgserver itself does.
+system user, created on first use as pgserver itself does, with that user's own group and no
+supplementary groups (see ``process.run_as``).
+
+That user must reach both the binaries and the cluster. A clone under root's private home
+(``/root`` is 0700 or 0701, a ``mktemp -d`` under it 0700) keeps the wheel's binaries out of its
+reach. Rather than open the user's private directories to every local user, we then run
+``initdb`` and ``postgres`` from a copy inside the data directory, which we set up anyway. Only
+the cluster's path must be entered: a parent directory the service user cannot enter gets the
+one search bit that lets it (never read, so nothing can be listed), and each change is logged
+as a warning naming the directory, since it may be the user's own. The tests and the demo keep
+their data under ``/tmp``, so they change nothing of the user's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 
-from lockstep_devstack.process import free_port, port_open, spawn, stop, tail, wait_until
+from lockstep_devstack.process import free_port, port_open, run_as, spawn, stop, tail, wait_until
 
 SERVICE_USER = "lockstep-pg"
+_log = logging.getLogger(__name__)
 
 
 def postgres_bin_dir() -> Path:
@@ -51,13 +64,84 @@ def _service_user() -> str | None:
     return SERVICE_USER
 
 
+def _search_bit(st: os.stat_result, account: pwd.struct_passwd) -> int:
+    """The bit that decides whether ``account`` (its primary group only, as ``run_as`` starts
+    it) may enter a directory: the first class it belongs to, owner, group or others, decides,
+    so a group match with no group bit denies even when others may enter."""
+    if st.st_uid == account.pw_uid:
+        return stat.S_IXUSR
+    if st.st_gid == account.pw_gid:
+        return stat.S_IXGRP
+    return stat.S_IXOTH
+
+
 def _make_traversable(path: Path, user: str) -> None:
-    """Let ``user`` enter every parent of ``path`` (adds only the search bit, as pgserver does)."""
-    uid = pwd.getpwnam(user).pw_uid
-    for parent in path.resolve().parents:
+    """Let ``user`` enter every parent of ``path``: add, where it is missing, only the search
+    bit of the class it falls in, and log each directory so changed."""
+    account = pwd.getpwnam(user)
+    for parent in reversed(path.resolve().parents):
         st = parent.stat()
-        if st.st_uid != uid and not st.st_mode & 0o001:
-            parent.chmod(st.st_mode | 0o001)
+        bit = _search_bit(st, account)
+        if not st.st_mode & bit:
+            parent.chmod(stat.S_IMODE(st.st_mode) | bit)
+            _log.warning(
+                "PostgreSQL runs as %s, which could not enter %s: added its search permission "
+                "(mode %04o -> %04o)",
+                user,
+                parent,
+                stat.S_IMODE(st.st_mode),
+                stat.S_IMODE(st.st_mode) | bit,
+            )
+
+
+def _runs_as(user: str, bin_dir: Path) -> bool:
+    """Whether ``user`` can execute the ``postgres`` in ``bin_dir`` (its path and libraries)."""
+    try:
+        probe = subprocess.run(
+            [str(bin_dir / "postgres"), "--version"],
+            capture_output=True,
+            check=False,
+            timeout=30,
+            **run_as(user),
+        )
+    except PermissionError:
+        return False
+    return probe.returncode == 0
+
+
+def _copy_install(bin_dir: Path, target: Path) -> Path:
+    """A copy of what ``initdb`` and ``postgres`` need from the pgserver wheel owning
+    ``bin_dir``, at ``target`` (kept while the source is unchanged); returns the copy's ``bin``.
+
+    The layout is the wheel's, from site-packages down: PostgreSQL finds ``share`` and ``lib``
+    relative to its executable, and ``initdb`` loads the wheel's ``libpq`` through the RPATH
+    ``$ORIGIN/../../../pgserver.libs``. The service user owns the data directory and so could
+    swap the copy, which changes only what runs as that user: nothing in it is run as root.
+    """
+    install = bin_dir.parent  # site-packages/pgserver/pginstall
+    package = install.parent
+    site = package.parent
+    stamp = f"{install}\n{(bin_dir / 'postgres').stat().st_mtime_ns}\n"
+    marker = target / ".copied-from"
+    copied_bin = target / bin_dir.relative_to(site)
+    if marker.is_file() and marker.read_text() == stamp:
+        return copied_bin
+    shutil.rmtree(target, ignore_errors=True)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    into = staging / install.relative_to(site)
+    (into / "bin").mkdir(parents=True)
+    for name in ("initdb", "postgres"):
+        shutil.copy2(bin_dir / name, into / "bin" / name)
+    skip = shutil.ignore_patterns("*.a", "pkgconfig")  # static libraries: only for building
+    shutil.copytree(install / "lib", into / "lib", symlinks=True, ignore=skip)
+    shutil.copytree(install / "share", into / "share", symlinks=True)
+    libs = site / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, staging / libs.name, symlinks=True)
+    (staging / ".copied-from").write_text(stamp)
+    staging.rename(target)  # a copy interrupted half-way is never taken for a whole one
+    return copied_bin
 
 
 class PostgresServer:
@@ -76,6 +160,7 @@ class PostgresServer:
         self.durable = durable
         self.proc: subprocess.Popen[bytes] | None = None
         self.user = _service_user()
+        self.bin_dir: Path | None = None  # where initdb and postgres run from, set by start()
 
     @property
     def pgdata(self) -> Path:
@@ -91,17 +176,26 @@ class PostgresServer:
         """A DSN for ``database`` as the ``postgres`` superuser (trust auth on loopback)."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
-    def _initdb(self) -> None:
-        if (self.pgdata / "PG_VERSION").exists():
-            return
+    def _prepare(self) -> Path:
+        """Make the data directory and, as root, let the service user reach it and the binaries;
+        returns the directory to run ``initdb`` and ``postgres`` from."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
-        if self.user:
-            _make_traversable(self.pgdata, self.user)
-            shutil.chown(self.data_dir, self.user)
-            shutil.chown(self.pgdata, self.user)
+        bin_dir = postgres_bin_dir()
+        if self.user is None:
+            return bin_dir
+        _make_traversable(self.pgdata, self.user)
+        shutil.chown(self.data_dir, self.user)
+        shutil.chown(self.pgdata, self.user)
+        if _runs_as(self.user, bin_dir):
+            return bin_dir
+        return _copy_install(bin_dir, self.data_dir / "pginstall")
+
+    def _initdb(self, bin_dir: Path) -> None:
+        if (self.pgdata / "PG_VERSION").exists():
+            return
         argv = [
-            str(postgres_bin_dir() / "initdb"),
+            str(bin_dir / "initdb"),
             "-D",
             str(self.pgdata),
             "-U",
@@ -112,18 +206,19 @@ class PostgresServer:
         ]
         if not self.durable:
             argv.append("--no-sync")
-        result = subprocess.run(argv, capture_output=True, user=self.user, check=False)
+        result = subprocess.run(argv, capture_output=True, check=False, **run_as(self.user))
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed: {result.stderr.decode(errors='replace')}")
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Initialise the cluster if new, start, and create the ``lockstep`` database."""
-        self._initdb()
+        self.bin_dir = self._prepare()
+        self._initdb(self.bin_dir)
         if self.user:
             with contextlib.suppress(FileNotFoundError):
                 shutil.chown(self.log_path, self.user)
         argv = [
-            str(postgres_bin_dir() / "postgres"),
+            str(self.bin_dir / "postgres"),
             "-D",
             str(self.pgdata),
             "-p",
@@ -159,6 +254,8 @@ class PostgresServer:
         self._create_database("lockstep")
 
     def _psql(self, sql: str, database: str = "postgres") -> subprocess.CompletedProcess[bytes]:
+        # As ourselves, from the wheel: never a binary in the data directory, which the service
+        # user owns and could replace.
         argv = [
             str(postgres_bin_dir() / "psql"),
             "-X",

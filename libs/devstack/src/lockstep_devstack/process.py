@@ -5,14 +5,29 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import pwd
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
+
+
+def run_as(user: str | None) -> dict[str, Any]:
+    """``subprocess`` keywords that run a child as ``user`` with that user's primary group and
+    no supplementary groups (None: as ourselves).
+
+    ``user=`` alone changes only the uid: a child started by root keeps gid 0 and root's groups,
+    so a server would run in group root, and a directory such as a mode-0701 ``/root`` would be
+    judged by its group bits (none) rather than the others' search bit.
+    """
+    if user is None:
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
 def free_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
@@ -60,8 +75,8 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,
-            user=user,
             env=env,
+            **run_as(user),
             preexec_fn=_die_with_parent(parent_death_signal),  # noqa: PLW1509 - no threads yet
         )
     finally:
