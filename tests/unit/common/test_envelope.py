@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -407,3 +408,36 @@ def test_a_nested_type_key_does_not_mislead_the_single_parse_fast_path() -> None
 def test_hostile_bodies_are_invalid_messages_not_crashes(body: bytes, reason: str) -> None:
     with pytest.raises(InvalidMessage, match=reason):
         REGISTRY.decode(body, max_bytes=1 << 20)
+
+
+def _inventory_body(**data: Any) -> bytes:
+    sample = next(s for s in samples() if isinstance(s, v1.InventoryObserved))
+    body = json.loads(make_envelope(sample, source="/t").to_json())
+    body["data"].update(data)
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"members": {f"m{i}": "1.0" for i in range(v1.MAX_ITEMS + 1)}}, "data.members"),
+        ({"firmware_dirs": ["1.0"] * (v1.MAX_SMALL + 1)}, "data.firmware_dirs"),
+        ({"sequence": 2**63}, "data.sequence"),
+        ({"sequence": -1}, "data.sequence"),
+    ],
+    ids=["a map too large", "a list too long", "a sequence past bigint", "a negative sequence"],
+)
+def test_every_collection_and_number_in_an_event_is_bounded(
+    data: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidMessage, match=field):
+        REGISTRY.decode(_inventory_body(**data), max_bytes=1 << 22)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_a_health_report_cannot_carry_nan_or_infinity(value: float) -> None:
+    sample = next(s for s in samples() if isinstance(s, v1.HealthObserved))
+    body = json.loads(make_envelope(sample, source="/t").to_json())
+    body["data"]["sm_clock_mhz"] = value  # json.dumps writes NaN / Infinity, as a hostile peer may
+    with pytest.raises(InvalidMessage, match=r"data\.sm_clock_mhz"):
+        REGISTRY.decode(json.dumps(body).encode(), max_bytes=1 << 20)

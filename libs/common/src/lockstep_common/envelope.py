@@ -37,7 +37,8 @@ class EventData(BaseModel):
     version; removing, renaming or retyping a field makes a new version (a new class).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # No NaN or infinity: a gate comparing medians, or a column storing them, would be fooled.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     event_type: ClassVar[str]
     schema_version: ClassVar[int]

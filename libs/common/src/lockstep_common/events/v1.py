@@ -31,21 +31,42 @@ from lockstep_common.vocabulary import (
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 ProfileStack = dict[Component, Version]
 
+# Every list, map and number is bounded, so no producer can make a consumer hold, store or
+# compare unbounded data (issue 15). Node lists fit a whole 12,500-node fleet's wave with room to
+# spare; in practice the 1 MiB message limit binds first. Counts fit PostgreSQL's integer, the
+# report sequence its bigint.
+MAX_NODES = 50_000
+MAX_ITEMS = 1024
+MAX_SMALL = 64
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
 
 class Part(BaseModel):
     """Base of value objects nested inside events."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # No NaN or infinity: a gate comparing medians, or a column storing them, would be fooled.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ScopeSelector(Part):
     """Which nodes something applies to; empty lists mean "no restriction on this axis"."""
 
-    sites: tuple[SiteId, ...] = Field(default=(), description="Sites to include.")
-    pools: tuple[Name, ...] = Field(default=(), description="Scheduler pools to include.")
-    profiles: tuple[Name, ...] = Field(default=(), description="Hardware profiles to include.")
-    fabric_domains: tuple[Name, ...] = Field(default=(), description="Fabric domains to include.")
-    nodes: tuple[NodeId, ...] = Field(default=(), description="Explicit node ids to include.")
+    sites: tuple[SiteId, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Sites to include."
+    )
+    pools: tuple[Name, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Scheduler pools to include."
+    )
+    profiles: tuple[Name, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Hardware profiles to include."
+    )
+    fabric_domains: tuple[Name, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Fabric domains to include."
+    )
+    nodes: tuple[NodeId, ...] = Field(
+        default=(), max_length=MAX_NODES, description="Explicit node ids to include."
+    )
 
 
 # --- bundles ----------------------------------------------------------------------------------
@@ -70,7 +91,7 @@ class CheckVerdict(Part):
     check: Name = Field(description="Check name, e.g. manifest_signature, image_digest.")
     result: CheckResult = Field(description="pass or fail.")
     reason: Text = Field(description="Why, naming the file or field concerned.")
-    duration_ms: float = Field(ge=0, description="How long the check took.")
+    duration_ms: float = Field(ge=0, le=INT64_MAX, description="How long the check took.")
 
 
 class BundleAttested(EventData):
@@ -82,7 +103,9 @@ class BundleAttested(EventData):
     bundle_id: Name = Field(description="Bundle id from the manifest.")
     bundle_version: Version = Field(description="Bundle version from the manifest.")
     stack_hash: StackHash = Field(description="Canonical hash of the golden stack.")
-    checks: tuple[CheckVerdict, ...] = Field(description="Every check with its result.")
+    checks: tuple[CheckVerdict, ...] = Field(
+        max_length=MAX_ITEMS, description="Every check with its result."
+    )
 
 
 class BundleRejected(EventData):
@@ -95,7 +118,9 @@ class BundleRejected(EventData):
         description="Where the rejected bundle is."
     )
     bundle_id: Name | None = Field(default=None, description="Bundle id, if the manifest parsed.")
-    checks: tuple[CheckVerdict, ...] = Field(description="Every check with its result.")
+    checks: tuple[CheckVerdict, ...] = Field(
+        max_length=MAX_ITEMS, description="Every check with its result."
+    )
 
 
 # --- intents and rollouts ---------------------------------------------------------------------
@@ -104,14 +129,20 @@ class BundleRejected(EventData):
 class Strategy(Part):
     """Overrides of the change class's default rollout strategy."""
 
-    canary_nodes: int | None = Field(default=None, ge=1, description="Canary size in nodes.")
+    canary_nodes: int | None = Field(
+        default=None, ge=1, le=INT32_MAX, description="Canary size in nodes."
+    )
     wave_fractions: tuple[Annotated[float, Field(gt=0, le=1)], ...] | None = Field(
-        default=None, description="Cumulative fraction of scope per wave, e.g. 0.05, 0.25, 1.0."
+        default=None,
+        max_length=MAX_SMALL,
+        description="Cumulative fraction of scope per wave, e.g. 0.05, 0.25, 1.0.",
     )
     max_unavailable: int | None = Field(
-        default=None, ge=1, description="Most nodes out of service per pool at once."
+        default=None, ge=1, le=INT32_MAX, description="Most nodes out of service per pool at once."
     )
-    soak_seconds: int | None = Field(default=None, ge=0, description="Soak after each wave.")
+    soak_seconds: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="Soak after each wave."
+    )
 
 
 class IntentSubmitted(EventData):
@@ -133,8 +164,8 @@ class IntentSubmitted(EventData):
 class WavePlan(Part):
     """One wave of a rollout plan."""
 
-    number: int = Field(ge=0, description="0 is the canary.")
-    node_ids: tuple[NodeId, ...] = Field(description="Nodes in this wave.")
+    number: int = Field(ge=0, le=INT32_MAX, description="0 is the canary.")
+    node_ids: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Nodes in this wave.")
 
 
 class RolloutPlanned(EventData):
@@ -147,7 +178,9 @@ class RolloutPlanned(EventData):
     intent_id: uuid.UUID = Field(description="The intent it serves.")
     stack_hash: StackHash = Field(description="Target golden stack.")
     change_class: ChangeClass = Field(description="Change class of the intent.")
-    waves: tuple[WavePlan, ...] = Field(description="The whole plan, canary first.")
+    waves: tuple[WavePlan, ...] = Field(
+        max_length=MAX_ITEMS, description="The whole plan, canary first."
+    )
     dry_run: bool = Field(default=False, description="True when nothing will be executed.")
 
 
@@ -158,7 +191,7 @@ class RolloutHalted(EventData):
     schema_version: ClassVar[int] = 1
 
     rollout_id: RolloutId = Field(description="Rollout id.")
-    wave: int = Field(ge=0, description="The wave that was current when it halted.")
+    wave: int = Field(ge=0, le=INT32_MAX, description="The wave that was current when it halted.")
     reason: Text = Field(description="Why it stopped (gate tripped, operator abort, ...).")
     halted_by: Name = Field(description="gate, operator name, or policy.")
 
@@ -170,8 +203,10 @@ class RolloutCompleted(EventData):
     schema_version: ClassVar[int] = 1
 
     rollout_id: RolloutId = Field(description="Rollout id.")
-    nodes_updated: int = Field(ge=0, description="Nodes now at the target stack.")
-    nodes_failed: int = Field(ge=0, description="Nodes that failed and were quarantined.")
+    nodes_updated: int = Field(ge=0, le=INT32_MAX, description="Nodes now at the target stack.")
+    nodes_failed: int = Field(
+        ge=0, le=INT32_MAX, description="Nodes that failed and were quarantined."
+    )
 
 
 class WavePlanned(EventData):
@@ -181,12 +216,20 @@ class WavePlanned(EventData):
     schema_version: ClassVar[int] = 1
 
     rollout_id: RolloutId = Field(description="Rollout id.")
-    wave: int = Field(ge=0, description="Wave number; 0 is the canary.")
-    node_ids: tuple[NodeId, ...] = Field(description="Nodes the updater may touch in this wave.")
-    components: tuple[Component, ...] = Field(description="Components in the order to apply.")
-    max_unavailable: int = Field(ge=1, description="Most nodes out of service per pool at once.")
-    failure_budget: int = Field(ge=0, description="Failed nodes tolerated before halting.")
-    soak_seconds: int = Field(ge=0, description="Soak after the wave before gating.")
+    wave: int = Field(ge=0, le=INT32_MAX, description="Wave number; 0 is the canary.")
+    node_ids: tuple[NodeId, ...] = Field(
+        max_length=MAX_NODES, description="Nodes the updater may touch in this wave."
+    )
+    components: tuple[Component, ...] = Field(
+        max_length=MAX_SMALL, description="Components in the order to apply."
+    )
+    max_unavailable: int = Field(
+        ge=1, le=INT32_MAX, description="Most nodes out of service per pool at once."
+    )
+    failure_budget: int = Field(
+        ge=0, le=INT32_MAX, description="Failed nodes tolerated before halting."
+    )
+    soak_seconds: int = Field(ge=0, le=INT32_MAX, description="Soak after the wave before gating.")
 
 
 class WaveCompleted(EventData):
@@ -196,9 +239,11 @@ class WaveCompleted(EventData):
     schema_version: ClassVar[int] = 1
 
     rollout_id: RolloutId = Field(description="Rollout id.")
-    wave: int = Field(ge=0, description="Wave number.")
-    succeeded: tuple[NodeId, ...] = Field(description="Nodes that reached the target.")
-    failed: tuple[NodeId, ...] = Field(description="Nodes that did not.")
+    wave: int = Field(ge=0, le=INT32_MAX, description="Wave number.")
+    succeeded: tuple[NodeId, ...] = Field(
+        max_length=MAX_NODES, description="Nodes that reached the target."
+    )
+    failed: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Nodes that did not.")
 
 
 class PinChanged(EventData):
@@ -211,7 +256,7 @@ class PinChanged(EventData):
     scope: ScopeSelector = Field(description="Nodes the pin applies to within the site.")
     stack_hash: StackHash = Field(description="The pinned golden stack.")
     stack: dict[Name, ProfileStack] = Field(
-        description="Per hardware profile, component -> exact version."
+        max_length=MAX_ITEMS, description="Per hardware profile, component -> exact version."
     )
     rollout_id: RolloutId | None = Field(default=None, description="Rollout that moved the pin.")
     previous_stack_hash: StackHash | None = Field(default=None, description="The pin before.")
@@ -285,10 +330,14 @@ class MetricEvidence(Part):
 
 class _GateEvent(EventData):
     rollout_id: RolloutId = Field(description="Rollout id.")
-    wave: int = Field(ge=0, description="Wave gated.")
+    wave: int = Field(ge=0, le=INT32_MAX, description="Wave gated.")
     verdict: GateVerdict = Field(description="passed, tripped or inconclusive.")
-    evidence: tuple[MetricEvidence, ...] = Field(description="Per-metric evidence.")
-    offending_nodes: tuple[NodeId, ...] = Field(default=(), description="Nodes that failed.")
+    evidence: tuple[MetricEvidence, ...] = Field(
+        max_length=MAX_ITEMS, description="Per-metric evidence."
+    )
+    offending_nodes: tuple[NodeId, ...] = Field(
+        default=(), max_length=MAX_NODES, description="Nodes that failed."
+    )
 
 
 class GatePassed(_GateEvent):
@@ -325,13 +374,19 @@ class InventoryObserved(EventData):
     site: SiteId = Field(description="Site of the node.")
     source: ObservationSource = Field(description="redfish or agent.")
     observed_at: AwareDatetime = Field(description="When it was read.")
-    sequence: int = Field(ge=0, description="Per-node, per-source report counter (orders reports).")
+    sequence: int = Field(
+        ge=0, le=INT64_MAX, description="Per-node, per-source report counter (orders reports)."
+    )
     components: dict[Component, Version] = Field(description="Lockstep component -> version.")
     members: dict[Name, Version] = Field(
-        default_factory=dict, description="Raw inventory member id -> version, unknown ones too."
+        default_factory=dict,
+        max_length=MAX_ITEMS,
+        description="Raw inventory member id -> version, unknown ones too.",
     )
     firmware_dirs: tuple[Version, ...] = Field(
-        default=(), description="Versions under /lib/firmware/nvidia present on the node."
+        default=(),
+        max_length=MAX_SMALL,
+        description="Versions under /lib/firmware/nvidia present on the node.",
     )
     loaded_module_version: Version | None = Field(
         default=None, description="Version of the loaded nvidia kernel module."
@@ -349,17 +404,24 @@ class HealthObserved(EventData):
     observed_at: AwareDatetime = Field(description="When it was measured.")
     dcgm_level: int | None = Field(default=None, ge=1, le=4, description="DCGM diag level run.")
     dcgm_passed: bool | None = Field(default=None, description="DCGM diag result.")
-    xid_counts: dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], int] = Field(
-        default_factory=dict, description="XID code -> count since the last report."
+    xid_counts: dict[
+        Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], Annotated[int, Field(ge=0, le=INT32_MAX)]
+    ] = Field(
+        default_factory=dict,
+        max_length=MAX_ITEMS,
+        description="XID code -> count since the last report.",
     )
     nccl_busbw_gbps: float | None = Field(default=None, ge=0, description="all_reduce busbw.")
     nccl_expected_gbps: float | None = Field(default=None, gt=0, description="Expected busbw.")
     sm_clock_mhz: float | None = Field(default=None, ge=0, description="Median SM clock.")
-    throttle_reasons: tuple[Name, ...] = Field(default=(), description="Active throttle reasons.")
+    throttle_reasons: tuple[Name, ...] = Field(
+        default=(), max_length=MAX_SMALL, description="Active throttle reasons."
+    )
     max_temperature_c: float | None = Field(default=None, description="Hottest GPU.")
     heartbeat: int | None = Field(
         default=None,
         ge=0,
+        le=INT64_MAX,
         description="The agent's report counter since it started: a gap or a reset is evidence.",
     )
 
@@ -387,7 +449,9 @@ class DriftDetected(EventData):
     node_id: NodeId = Field(description="Node id.")
     site: SiteId = Field(description="Site of the node.")
     stack_hash: StackHash | None = Field(description="The node's pin (None: not pinned).")
-    items: tuple[DriftItem, ...] = Field(min_length=1, description="Every drifted component.")
+    items: tuple[DriftItem, ...] = Field(
+        min_length=1, max_length=MAX_ITEMS, description="Every drifted component."
+    )
 
 
 class DriftResolved(EventData):
@@ -411,7 +475,9 @@ class AdmissionCheckRequested(EventData):
     schema_version: ClassVar[int] = 1
 
     stack_hash: StackHash = Field(description="The job's required stack.")
-    node_ids: tuple[NodeId, ...] = Field(min_length=1, description="Nodes allocated to the job.")
+    node_ids: tuple[NodeId, ...] = Field(
+        min_length=1, max_length=MAX_NODES, description="Nodes allocated to the job."
+    )
 
 
 class NodeAdmission(Part):
@@ -419,7 +485,9 @@ class NodeAdmission(Part):
 
     node_id: NodeId = Field(description="Node id.")
     admitted: bool = Field(description="True when the node conforms.")
-    reasons: tuple[Text, ...] = Field(default=(), description="Why not, one line per reason.")
+    reasons: tuple[Text, ...] = Field(
+        default=(), max_length=MAX_SMALL, description="Why not, one line per reason."
+    )
 
 
 class AdmissionCheckAnswered(EventData):
@@ -429,7 +497,9 @@ class AdmissionCheckAnswered(EventData):
     schema_version: ClassVar[int] = 1
 
     stack_hash: StackHash = Field(description="The stack asked about.")
-    nodes: tuple[NodeAdmission, ...] = Field(description="One entry per node asked about.")
+    nodes: tuple[NodeAdmission, ...] = Field(
+        max_length=MAX_NODES, description="One entry per node asked about."
+    )
 
 
 CATALOGUE: tuple[type[EventData], ...] = (
