@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from lockstep_inventory.adapters.bmc_reader import BmcTarget, SweepResult
-from lockstep_inventory.adapters.sweeper import sweep
+from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.members import versions_of
 from lockstep_inventory.sweeping import report_of
+from lockstep_redfish.session import BmcTarget
 from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,11 @@ async def test_every_captured_member_is_read_exactly(
 ) -> None:
     served, url = mockup
     async with aclosing(
-        sweep([BmcTarget("n1", url)], credentials=Credentials(), use_expand=use_expand)
+        sweep(
+            [BmcTarget("n1", url)],
+            credentials=Credentials(),
+            options=SweepOptions(use_expand=use_expand),
+        )
     ) as stream:
         results: list[SweepResult] = [r async for r in stream]
     [result] = results

@@ -15,10 +15,11 @@ from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
-from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult
+from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.ingest import apply_reports
 from lockstep_inventory.sweeping import SweepBusyError
+from lockstep_redfish.session import BmcTarget
 from tests.support import wait_for
 
 from .conftest import SITE, Harness

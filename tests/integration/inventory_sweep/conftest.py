@@ -6,7 +6,9 @@ from collections import Counter
 from contextlib import aclosing
 from typing import Any
 
-from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
+from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
+from lockstep_redfish.credentials import CredentialSource
+from lockstep_redfish.session import BmcTarget
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
 
 
@@ -24,11 +26,18 @@ def targets(sim: Simulator) -> list[BmcTarget]:
     return [BmcTarget(node.id, sim.bmc_url(node.id)) for node in sim.fleet]
 
 
-async def sweep_all(sim: Simulator, **options: Any) -> dict[str, SweepResult]:
-    """Every result of one sweep by node id (each node exactly once)."""
-    options.setdefault("credentials", StaticCredentials())
+async def sweep_all(
+    sim: Simulator, credentials: CredentialSource | None = None, **options: Any
+) -> dict[str, SweepResult]:
+    """Every result of one sweep by node id (each node exactly once); ``options`` are
+    :class:`SweepOptions` fields, credentials the simulator's unless given."""
     found: dict[str, SweepResult] = {}
-    async with aclosing(sweep(targets(sim), **options)) as results:
+    stream = sweep(
+        targets(sim),
+        credentials=credentials or StaticCredentials(),
+        options=SweepOptions(**options),
+    )
+    async with aclosing(stream) as results:
         async for result in results:
             assert result.node_id not in found
             found[result.node_id] = result

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from lockstep_inventory.adapters.sweeper import BmcTarget, sweep
+from lockstep_inventory.adapters.sweeper import SweepOptions, sweep
+from lockstep_redfish.session import BmcTarget
 from lockstep_sim.simulator import DEFAULT_PASSWORD, Simulator
 
 from .conftest import StaticCredentials, session_balance, sweep_all
@@ -78,9 +79,8 @@ async def test_tls_override_is_logged_per_bmc(
         BmcTarget("node-00000", sim.bmc_url("node-00000").replace("http:", "https:")),
         BmcTarget("node-00001", sim.bmc_url("node-00001").replace("http:", "https:"), False),
     ]
-    results = [
-        r async for r in sweep(https, credentials=StaticCredentials(), retries=0, timeout_s=2)
-    ]
+    options = SweepOptions(retries=0, timeout_s=2)
+    results = [r async for r in sweep(https, credentials=StaticCredentials(), options=options)]
 
     assert [r.readable for r in results] == [False, False]
     assert all("connection failed" in (r.error or "") for r in results)

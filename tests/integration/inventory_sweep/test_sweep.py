@@ -7,8 +7,8 @@ from contextlib import aclosing
 
 import pytest
 
-from lockstep_inventory.adapters.bmc_reader import BmcTarget
-from lockstep_inventory.adapters.sweeper import sweep
+from lockstep_inventory.adapters.sweeper import SweepOptions, sweep
+from lockstep_redfish.session import BmcTarget
 from lockstep_sim.simulator import Simulator
 
 from .conftest import StaticCredentials, session_balance, sweep_all, targets, versions
@@ -49,7 +49,11 @@ async def test_results_stream_and_an_abandoned_sweep_deletes_its_sessions(
 ) -> None:
     seen = []
     async with aclosing(
-        sweep(targets(sim), credentials=StaticCredentials(), concurrency=4, use_expand=False)
+        sweep(
+            targets(sim),
+            credentials=StaticCredentials(),
+            options=SweepOptions(concurrency=4, use_expand=False),
+        )
     ) as results:
         async for result in results:
             seen.append(result)

@@ -12,9 +12,9 @@ from lockstep_cli.fleet_views import sweep_node
 from lockstep_cli.main import app
 from lockstep_common import canonical
 from lockstep_common.vocabulary import Component
-from lockstep_inventory.adapters.redfish_model import SoftwareInventory
 from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.pins import parse_selector
+from lockstep_redfish.models import SoftwareInventory
 
 pytestmark = pytest.mark.unit
 HASH = "a" * 64

@@ -41,13 +41,21 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 import aiohttp
 
-from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep, sweep_gc
+from lockstep_inventory.adapters.sweeper import (
+    DEFAULT_OPTIONS,
+    SweepOptions,
+    SweepResult,
+    sweep,
+    sweep_gc,
+)
+from lockstep_redfish.credentials import CredentialSource
+from lockstep_redfish.session import BmcTarget
 from lockstep_sim.bench import FD_HEADROOM, raise_fd_limit
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
 
@@ -95,13 +103,17 @@ class _Credentials:
 
 
 async def sweep_into(
-    targets: Sequence[BmcTarget], sink: Sink, *, chunk: int = 256, **options: Any
+    targets: Sequence[BmcTarget],
+    sink: Sink,
+    credentials: CredentialSource,
+    options: SweepOptions,
+    *,
+    chunk: int = 256,
 ) -> None:
-    """The measured path: ``sweep(targets, **options)`` feeding ``sink`` in chunks of up to
+    """The measured path: ``sweep(targets, ...)`` feeding ``sink`` in chunks of up to
     ``chunk`` results; returns once the last chunk has been applied."""
-    options.setdefault("credentials", _Credentials())
     batch: list[SweepResult] = []
-    async with aclosing(sweep(targets, **options)) as results:
+    async with aclosing(sweep(targets, credentials=credentials, options=options)) as results:
         async for result in results:
             batch.append(result)
             if len(batch) >= chunk:
@@ -246,16 +258,14 @@ def _one_run(
     server: _Server,
     *,
     raw_first: bool,
-    expand: bool,
-    concurrency: int,
-    per_bmc: int,
     chunk: int,
     sink: Sink,
-    options: dict[str, Any],
+    options: SweepOptions,
     database_url: str | None = None,
     drifted_share: float = 0.01,
 ) -> tuple[_Run, CountingSink | None]:
     urls = server.urls
+    expand = options.use_expand is not False  # run_bench sets None (expand) or False
     targets = [BmcTarget(f"node-{i:05d}", url) for i, url in enumerate(urls)]
     tally = RawTally()
     db_run = None
@@ -267,30 +277,18 @@ def _one_run(
 
     async def raw() -> None:
         nonlocal tally
-        tally = await raw_sweep(urls, concurrency=concurrency, per_bmc=per_bmc, expand=expand)
+        tally = await raw_sweep(
+            urls, concurrency=options.concurrency, per_bmc=options.per_bmc, expand=expand
+        )
 
     async def ours() -> None:
         nonlocal committed
         if db_run is not None:
             committed = await bench_sweep_db.commit_sweep(
-                db_run,
-                _Credentials(),
-                chunk=chunk,
-                concurrency=concurrency,
-                per_bmc=per_bmc,
-                use_expand=None if expand else False,
-                **options,
+                db_run, _Credentials(), options, chunk=chunk
             )
             return
-        await sweep_into(
-            targets,
-            sink,
-            chunk=chunk,
-            concurrency=concurrency,
-            per_bmc=per_bmc,
-            use_expand=None if expand else False,
-            **options,
-        )
+        await sweep_into(targets, sink, _Credentials(), options, chunk=chunk)
 
     try:
         if raw_first:
@@ -346,10 +344,14 @@ def run_bench(
     sink_factory: Callable[[], Sink] | None = None,
     database_url: str | None = None,
     drifted_share: float = 0.01,
-    **sweep_options: Any,
+    sweep_options: SweepOptions = DEFAULT_OPTIONS,
 ) -> dict[str, Any]:
     """Time ``runs`` full sweeps and as many raw baselines (paired per run, in alternating
     order, against the same server).
+
+    ``sweep_options`` holds the measured sweep's other knobs (timeouts, retries, TLS); its
+    ``concurrency``, ``per_bmc`` and ``use_expand`` are replaced by the arguments above,
+    which the raw baseline uses too.
 
     With ``database_url``, the measured path is the service's (``bench_sweep_db``): every
     result committed with its state, history and drift events, and ``errors`` also counts a
@@ -390,11 +392,13 @@ def run_bench(
                 server,
                 runs,
                 sink_factory,
-                expand=expand,
-                concurrency=concurrency,
-                per_bmc=per_bmc,
                 chunk=chunk,
-                options=sweep_options,
+                options=replace(
+                    sweep_options,
+                    concurrency=concurrency,
+                    per_bmc=per_bmc,
+                    use_expand=None if expand else False,
+                ),
                 database_url=database_url,
                 drifted_share=drifted_share,
             )

@@ -15,18 +15,19 @@ import datetime as dt
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from lockstep_common import canonical, db
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
-from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
+from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import Pin, scope_key, stack_of
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import run_sweep
+from lockstep_redfish.credentials import CredentialSource
+from lockstep_redfish.session import BmcTarget
 from lockstep_sim.fleet import build_fleet
 
 SITE = "bench"
@@ -80,7 +81,7 @@ async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share
 
 
 async def commit_sweep(
-    run: DbRun, credentials: Any, *, chunk: int, **options: Any
+    run: DbRun, credentials: CredentialSource, options: SweepOptions, *, chunk: int
 ) -> tuple[int, int]:
     """The measured path: ``run_sweep`` over the registry; (results, drift events committed)."""
     pool = await db.create_pool(
@@ -92,7 +93,7 @@ async def commit_sweep(
         settings = Settings(database_url=run.database_url, db_schema=run.schema, sweep_chunk=chunk)
 
         def results(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
-            return sweep(targets, credentials=credentials, **options)
+            return sweep(targets, credentials=credentials, options=options)
 
         summary = await run_sweep(
             pool, nodes, settings, by="bench", source=admin.SOURCE, results_of=results

@@ -6,6 +6,8 @@ out. Permanent errors will fail the same way every time (a malformed message, a 
 invariant); they are terminated at once and recorded in the dead-letter table with the reason.
 Anything not in this hierarchy is a bug; it is treated as transient so that a deploy of the fix
 can still process the message, and it reaches the dead-letter path when deliveries run out.
+Errors of other libraries join the hierarchy by subclassing, e.g. ``lockstep_redfish.errors``
+(a BMC timing out is transient, a BMC refusing the credentials permanent).
 """
 
 from __future__ import annotations

@@ -23,13 +23,14 @@ from lockstep_common.outbox import emitting
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory import ingest
 from lockstep_inventory.adapters import sweeps
-from lockstep_inventory.adapters.credentials import RegistryCredentials
-from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
+from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import Member
 from lockstep_inventory.domain.observation import Observation, from_redfish_members, unreadable
 from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.settings import Expand, Settings
+from lockstep_redfish.credentials import RegistryCredentials
+from lockstep_redfish.session import BmcTarget
 
 log = logging.getLogger(__name__)
 UNAVAILABLE = "(unavailable)"  # a member whose device no longer answers its BMC: no Version
@@ -101,18 +102,17 @@ async def run_sweep(
 def _redfish(nodes: Sequence[NodeEntry], settings: Settings) -> ResultsOf:
     credentials = RegistryCredentials({n.id: n.credentials for n in nodes})
     expand = {Expand.AUTO: None, Expand.ALWAYS: True, Expand.NEVER: False}[settings.sweep_expand]
+    options = SweepOptions(
+        concurrency=settings.sweep_concurrency,
+        per_bmc=settings.sweep_per_bmc,
+        timeout_s=settings.sweep_timeout_s,
+        retries=settings.sweep_retries,
+        verify_tls=settings.sweep_verify_tls,
+        use_expand=expand,
+    )
 
     def results(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
-        return sweep(
-            targets,
-            credentials=credentials,
-            concurrency=settings.sweep_concurrency,
-            per_bmc=settings.sweep_per_bmc,
-            timeout_s=settings.sweep_timeout_s,
-            retries=settings.sweep_retries,
-            verify_tls=settings.sweep_verify_tls,
-            use_expand=expand,
-        )
+        return sweep(targets, credentials=credentials, options=options)
 
     return results
 

@@ -1,22 +1,22 @@
 """Redfish firmware-inventory sweeps over many BMCs (issue 4).
 
-``async for result in sweep(targets, credentials=...)`` yields one :class:`SweepResult` per
-target as each BMC finishes: at most ``concurrency`` BMCs are being read at once and at most
-``2 * concurrency`` have been started but not yet taken by the consumer. Per BMC: log in with
-a session (DSP0266 §13.3 "Session management": ``POST /redfish/v1/SessionService/Sessions``
--> ``X-Auth-Token`` + ``Location``), read ServiceRoot, read ``FirmwareInventory`` (one
-``$expand=.($levels=1)`` GET when ServiceRoot's ``ProtocolFeaturesSupported.ExpandQuery``
-advertises it, DSP0266 "Query parameters"; otherwise the collection and each member, at most
-``per_bmc`` at once) and always log out (``DELETE`` the session, DSP0266 §13.3.4), also on
-errors and cancellation. The logout does not hold the BMC's ``concurrency`` slot, but a
-result is yielded only after its logout, and the generator does not finish before every
-logout it started has ended.
+``async for result in sweep(targets, credentials=..., options=SweepOptions(...))`` yields one
+:class:`SweepResult` per target as each BMC finishes: at most ``concurrency`` BMCs are being
+read at once and at most ``2 * concurrency`` have been started but not yet taken by the
+consumer. Per BMC: log in with a session (DSP0266 §13.3 "Session management":
+``POST /redfish/v1/SessionService/Sessions`` -> ``X-Auth-Token`` + ``Location``), read
+ServiceRoot, read ``FirmwareInventory`` (one ``$expand=.($levels=1)`` GET when ServiceRoot's
+``ProtocolFeaturesSupported.ExpandQuery`` advertises it, DSP0266 "Query parameters";
+otherwise the collection and each member, at most ``per_bmc`` at once) and always log out
+(``DELETE`` the session, DSP0266 §13.3.4), also on errors and cancellation. The logout does
+not hold the BMC's ``concurrency`` slot, but a result is yielded only after its logout, and
+the generator does not finish before every logout it started has ended.
 
 A BMC that cannot be read ends as ``SweepResult(readable=False, error=...)``; it is never
 skipped. Close the iterator early with ``contextlib.aclosing`` so that open sessions are
 deleted promptly. Performance basis: research/perf.md section 5 (aiohttp); each BMC visit
-has its own short-lived connection pool (see ``bmc_reader``). A process that sweeps large
-fleets should run under :func:`sweep_gc` (``lockstep bench sweep`` shows why).
+has its own short-lived connection pool (``lockstep_redfish.session``). A process that
+sweeps large fleets should run under :func:`sweep_gc` (``lockstep bench sweep`` shows why).
 """
 
 from __future__ import annotations
@@ -28,17 +28,23 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 
-from lockstep_inventory.adapters.bmc_reader import BmcReader, BmcTarget, SweepResult
-from lockstep_inventory.adapters.credentials import CredentialSource
-from lockstep_inventory.adapters.redfish_http import RetryPolicy
+from lockstep_inventory.adapters.bmc_reader import BmcReader, SweepResult
+from lockstep_redfish.credentials import CredentialSource
+from lockstep_redfish.session import BmcTarget, RedfishClient
+from lockstep_redfish.transport import RetryPolicy
 
-__all__ = ["BmcTarget", "SweepOptions", "SweepResult", "sweep", "sweep_gc"]
+__all__ = ["DEFAULT_OPTIONS", "SweepOptions", "SweepResult", "sweep", "sweep_gc"]
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepOptions:
-    """Knobs of :func:`sweep` (also its keyword arguments)."""
+    """Knobs of :func:`sweep`.
+
+    ``timeout_s`` bounds each HTTP attempt; each request is tried ``retries + 1`` times.
+    TLS verification is on unless ``verify_tls`` (sweep default) or ``BmcTarget.verify_tls``
+    (per BMC) turns it off, which is logged for every BMC concerned.
+    """
 
     concurrency: int = 512
     per_bmc: int = 2
@@ -48,6 +54,20 @@ class SweepOptions:
     verify_tls: bool = True
     use_expand: bool | None = None  # None: when advertised; False: never; True: always
     max_retry_after_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        bad = (
+            self.concurrency < 1
+            or self.per_bmc < 1
+            or self.retries < 0
+            or self.timeout_s <= 0
+            or self.backoff_s < 0
+        )
+        if bad:
+            raise ValueError("concurrency, per_bmc >= 1; retries, backoff_s >= 0; timeout_s > 0")
+
+
+DEFAULT_OPTIONS = SweepOptions()
 
 
 @contextmanager
@@ -78,33 +98,9 @@ async def sweep(
     targets: Sequence[BmcTarget],
     *,
     credentials: CredentialSource,
-    concurrency: int = 512,
-    per_bmc: int = 2,
-    timeout_s: float = 10,
-    retries: int = 2,
-    backoff_s: float = 0.5,
-    verify_tls: bool = True,
-    use_expand: bool | None = None,
-    max_retry_after_s: float = 30.0,
+    options: SweepOptions = DEFAULT_OPTIONS,
 ) -> AsyncGenerator[SweepResult, None]:
-    """Read the firmware inventory of every target; results stream in completion order.
-
-    ``timeout_s`` bounds each HTTP attempt; each request is tried ``retries + 1`` times.
-    TLS verification is on unless ``verify_tls`` (sweep default) or ``BmcTarget.verify_tls``
-    (per BMC) turns it off, which is logged for every BMC concerned.
-    """
-    options = SweepOptions(
-        concurrency,
-        per_bmc,
-        timeout_s,
-        retries,
-        backoff_s,
-        verify_tls,
-        use_expand,
-        max_retry_after_s,
-    )
-    if concurrency < 1 or per_bmc < 1 or retries < 0 or timeout_s <= 0 or backoff_s < 0:
-        raise ValueError("concurrency, per_bmc >= 1; retries, backoff_s >= 0; timeout_s > 0")
+    """Read the firmware inventory of every target; results stream in completion order."""
     async with aclosing(_sweep(targets, credentials, options)) as results:
         async for result in results:
             yield result
@@ -130,14 +126,14 @@ async def _sweep(
     admitted = asyncio.Semaphore(2 * options.concurrency)
     results: asyncio.Queue[SweepResult] = asyncio.Queue()
     running: set[asyncio.Task[None]] = set()
-    reader = BmcReader(
+    client = RedfishClient(
         credentials,
         policy,
-        options.per_bmc,
-        options.verify_tls,
-        options.use_expand,
-        options.concurrency,
+        per_bmc=options.per_bmc,
+        verify_tls=options.verify_tls,
+        slots=options.concurrency,
     )
+    reader = BmcReader(client, options.use_expand)
 
     async def one(target: BmcTarget) -> None:
         held = True

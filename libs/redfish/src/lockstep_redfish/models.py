@@ -1,4 +1,4 @@
-"""What the sweeper reads from a BMC, as small pydantic models.
+"""Redfish resources as small pydantic models, and the parsing that names the bad field.
 
 Tolerant of vendor extras (``extra="ignore"``: OEM properties and newer schema versions pass),
 strict about the types of the properties we use (``strict=True``: ``"Version": 3`` is an error,
@@ -12,17 +12,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from lockstep_redfish.errors import RedfishReplyError
+
 _CONFIG = ConfigDict(extra="ignore", strict=True, frozen=True, populate_by_name=True)
-
-
-class RedfishReplyError(ValueError):
-    """A malformed Redfish reply: ``url`` and ``field`` (e.g. ``Members[2].Version``)."""
-
-    def __init__(self, url: str, field: str, problem: str) -> None:
-        super().__init__(f"malformed reply from {url}: {field}: {problem}")
-        self.url = url
-        self.field = field
-        self.problem = problem
 
 
 class ExpandQueryFeatures(BaseModel):
@@ -44,7 +36,7 @@ class ProtocolFeatures(BaseModel):
 
 
 class ServiceRoot(BaseModel):
-    """The parts of ServiceRoot the sweeper uses."""
+    """The parts of ServiceRoot Lockstep uses."""
 
     model_config = _CONFIG
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lockstep_inventory.adapters.redfish_http import RetryPolicy, retry_after_seconds
+from lockstep_redfish.transport import RetryPolicy, retry_after_seconds
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 

@@ -7,13 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lockstep_inventory.adapters.credentials import (
-    CredentialError,
-    EnvCredentials,
-    FileCredentials,
-)
+from lockstep_redfish.credentials import EnvCredentials, FileCredentials
+from lockstep_redfish.errors import CredentialError
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 
 
 def test_env_credentials_per_node_then_default() -> None:

@@ -1,23 +1,22 @@
-"""The sweeper's lighter checks say exactly what the pydantic models would say, and
-``sweep_gc`` restores the collector's settings."""
+"""The lighter collection checks say exactly what the pydantic models would say."""
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import pytest
 
-from lockstep_inventory.adapters.redfish_model import (
+from lockstep_redfish.errors import RedfishReplyError
+from lockstep_redfish.models import (
     Collection,
-    RedfishReplyError,
     SoftwareInventory,
     collection_members,
     is_reference,
     parse,
     parse_inventory,
 )
-from lockstep_inventory.adapters.sweeper import sweep_gc
+
+pytestmark = pytest.mark.unit
 
 URL = "http://bmc/redfish/v1/UpdateService/FirmwareInventory"
 GOOD = {"@odata.id": f"{URL}/A", "Id": "A", "Name": "A", "Version": "1.0"}
@@ -72,12 +71,3 @@ def test_is_reference() -> None:
     assert is_reference({})
     assert not is_reference(GOOD)
     assert not is_reference({"Id": "A"})
-
-
-def test_sweep_gc_restores_the_collector() -> None:
-    before = gc.get_threshold()
-    with sweep_gc(young=12_345):
-        assert gc.get_threshold()[0] == 12_345
-        assert gc.get_freeze_count() > 0
-    assert gc.get_threshold() == before
-    assert gc.get_freeze_count() == 0

@@ -1,5 +1,7 @@
 """One Redfish HTTP exchange with bounded retries (reliability.md 7.D1).
 
+Used by :class:`~lockstep_redfish.session.BmcSession`; callers normally go through a session.
+
 Each attempt is bounded by ``timeout_s`` (connect, headers and body). Timeouts, connection
 errors and the retryable statuses 429/500/502/503/504 are retried up to ``retries`` times with
 exponential backoff and jitter; a ``Retry-After`` header (DSP0266 "HTTP status codes": 503
@@ -24,15 +26,10 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from lockstep_inventory.adapters.redfish_model import RedfishReplyError
+from lockstep_redfish.errors import RETRYABLE, BmcUnavailable, RedfishReplyError
 
 log = logging.getLogger(__name__)
-RETRYABLE = frozenset({429, 500, 502, 503, 504})
 _JITTER = random.Random()  # noqa: S311 - backoff jitter, not cryptography
-
-
-class BmcError(Exception):
-    """A BMC that could not be read; the message says what failed and where."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +92,13 @@ async def request(
     retries: int | None = None,
     slots: asyncio.Semaphore | None = None,
 ) -> Reply:
-    """``method url`` with retries; raises :class:`BmcError` when every attempt failed.
+    """``method url`` with retries; raises :class:`BmcUnavailable` when every attempt failed.
 
-    ``slots`` (one per sweep: the requests in flight across all BMCs) is held during each
-    attempt, so requests queue on it in FIFO order. With one pool per sweep this replaced
-    aiohttp's connector queue, whose wake-up scan is linear in the number of waiting hosts
-    (measured: 4x client CPU at 256 BMCs in flight); each BMC now has its own small pool and
-    ``slots`` is the only global bound. Without ``slots`` nothing is shared.
+    ``slots`` (one per client, e.g. per sweep: the requests in flight across all BMCs) is
+    held during each attempt, so requests queue on it in FIFO order. With one pool per sweep
+    this replaced aiohttp's connector queue, whose wake-up scan is linear in the number of
+    waiting hosts (measured: 4x client CPU at 256 BMCs in flight); each BMC now has its own
+    small pool and ``slots`` is the only global bound. Without ``slots`` nothing is shared.
     """
     slots = slots or asyncio.Semaphore(1)
     attempts = (policy.retries if retries is None else retries) + 1
@@ -126,4 +123,4 @@ async def request(
             delay = policy.delay(attempt, hint)
             log.debug("%s %s: %s; retry %d in %.2fs", method, url, problem, attempt + 1, delay)
             await asyncio.sleep(delay)
-    raise BmcError(f"{method} {url}: {problem} (after {attempts} attempts)")
+    raise BmcUnavailable(f"{method} {url}: {problem} (after {attempts} attempts)", url=url)

@@ -16,9 +16,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
-
-class CredentialError(LookupError):
-    """No usable credentials for a node (the message never contains a secret)."""
+from lockstep_redfish.errors import CredentialError
 
 
 class CredentialSource(Protocol):
@@ -101,7 +99,7 @@ class RegistryCredentials:
     """Credentials by each node's registry reference (``env:PREFIX`` or ``file:/path``).
 
     Each reference is resolved once; a file that cannot be read makes only its nodes
-    unreadable (with the reason), never the whole sweep.
+    unusable (with the reason), never every node (a whole sweep).
     """
 
     def __init__(
