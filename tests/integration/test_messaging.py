@@ -410,6 +410,26 @@ async def test_a_poison_body_in_a_batch_is_dead_lettered_and_its_neighbours_appl
         await consumer.stop()
 
 
+async def test_the_dlq_copy_of_a_message_at_the_size_limit_is_published(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    js = consumer.require().js
+    try:
+        # Just under the stream's 1 MiB limit: with the DLQ headers added, a whole copy would not
+        # fit, and the relay would retry it forever.
+        body = b"{" + b" " * (consumer.settings.stream_max_message_bytes - 200)
+        await js.publish(consumer.namespace.wire(SUBJECT), body)
+        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        await wait_for(lambda: _eq(unpublished(consumer), 0), what="the dlq copy published")
+        assert await failed_attempts(consumer) == 0
+        info = await js.stream_info(consumer.namespace.stream("DLQ"))
+        assert info.state.messages == 1
+    finally:
+        await consumer.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:

@@ -280,21 +280,28 @@ _JETSTREAM_HEADERS = {
     MSG_ID_HEADER: ("uuid", "The event's `id`: JetStream drops a re-publish of it (dedup window)."),
 }
 _DEAD_LETTER_HEADERS = {
-    MSG_ID_HEADER: ("uuid", "UUIDv5 of stream, sequence and consumer (not the original's `id`)."),
+    MSG_ID_HEADER: ("uuid", "A random id of this copy (not the original's `id`)."),
     deadletter.REASON_HEADER: ("text", "Why it was given up on: the error or advisory reason."),
     deadletter.KIND_HEADER: ("text", "Error class name, e.g. `InvalidMessage`, `Terminated`."),
     deadletter.DELIVERIES_HEADER: ("count", "How many times it was delivered."),
     deadletter.CONSUMER_HEADER: ("text", "The durable consumer that gave up on it."),
     deadletter.STREAM_HEADER: ("text", "The original's stream, e.g. `LOCKSTEP_DRIFT`."),
     deadletter.SEQUENCE_HEADER: ("count", "The original's sequence number in that stream."),
+    deadletter.DIGEST_HEADER: ("text", "SHA-256 (hex) of the whole original body."),
+    deadletter.TRUNCATED_HEADER: (
+        "count",
+        f"Present when the original was longer than {deadletter.COPY_BODY_LIMIT} bytes: its "
+        "size. The body then holds its first bytes; the service's dead_letters row keeps all.",
+    ),
 }
+_OPTIONAL_DEAD_LETTER_HEADERS = frozenset({deadletter.TRUNCATED_HEADER})
 
 
-def _headers(rows: Mapping[str, tuple[str, str]]) -> Json:
+def _headers(rows: Mapping[str, tuple[str, str]], optional: frozenset[str] = frozenset()) -> Json:
     """A headers schema from name -> (kind, description); NATS header values are strings."""
     return {
         "type": "object",
-        "required": sorted(rows),
+        "required": sorted(set(rows) - optional),
         "properties": {
             name: {**_HEADER_TYPES[k], "description": d} for name, (k, d) in rows.items()
         },
@@ -307,7 +314,9 @@ def _add_dead_letters(doc: Json) -> None:
     doc["channels"]["dlq"]["messages"]["dead-letter"] = {
         "$ref": "#/components/messages/dead-letter"
     }
-    doc["components"]["schemas"]["DeadLetterHeaders"] = _headers(_DEAD_LETTER_HEADERS)
+    doc["components"]["schemas"]["DeadLetterHeaders"] = _headers(
+        _DEAD_LETTER_HEADERS, _OPTIONAL_DEAD_LETTER_HEADERS
+    )
     doc["components"]["messages"]["dead-letter"] = {
         "name": "DeadLetter",
         "title": "Dead letter",

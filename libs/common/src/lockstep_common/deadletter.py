@@ -2,11 +2,18 @@
 
 Both are written in one transaction (the copy goes through the outbox), before the message is
 terminated, so a crash in between leaves a message that is redelivered and dead-lettered again
-idempotently (the row is unique per stream sequence and consumer).
+idempotently (the row is unique per stream sequence and consumer, and only a new row queues a
+copy).
+
+The copy's id is random, not derived from the stream sequence: a derived id is predictable, and a
+message published ahead of time with that ``Nats-Msg-Id`` would make JetStream drop the real copy
+as a duplicate. Its body is capped (the row keeps the whole payload): an original near the size
+limit plus the headers would exceed the DLQ stream's limit and never publish.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 
@@ -14,7 +21,7 @@ from lockstep_common import subjects
 from lockstep_common.db import Conn
 from lockstep_common.outbox import OutboxMessage, enqueue
 
-_DLQ_IDS = uuid.UUID("6b1f2f4e-8c1d-4a39-9a43-0d6a8f0e2c11")
+COPY_BODY_LIMIT = 64 * 1024  # bytes of the original carried by the dlq. copy
 
 # Header names follow the common DLQ convention (x-dead-letter-reason, x-delivery-count, ...).
 REASON_HEADER = "Lockstep-Dlq-Reason"
@@ -23,6 +30,8 @@ DELIVERIES_HEADER = "Lockstep-Dlq-Deliveries"
 CONSUMER_HEADER = "Lockstep-Dlq-Consumer"
 STREAM_HEADER = "Lockstep-Dlq-Stream"
 SEQUENCE_HEADER = "Lockstep-Dlq-Stream-Seq"
+TRUNCATED_HEADER = "Lockstep-Dlq-Truncated-From"  # the original's size, when the body is cut
+DIGEST_HEADER = "Lockstep-Dlq-Payload-Sha256"  # of the whole original, to match the row
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,26 +69,30 @@ async def record(conn: Conn, letter: DeadLetter) -> bool:
         if inserted is None:
             return False
         if not letter.subject.startswith("dlq."):
-            key = f"{letter.stream}:{letter.stream_seq}:{letter.consumer}"
-            await enqueue(
-                conn,
-                [
-                    OutboxMessage(
-                        event_id=uuid.uuid5(_DLQ_IDS, key),
-                        subject=subjects.dead_letter(letter.subject),
-                        payload=letter.payload or b"",
-                        headers={
-                            REASON_HEADER: _header_safe(letter.reason),
-                            KIND_HEADER: letter.error_kind,
-                            DELIVERIES_HEADER: str(letter.deliveries),
-                            CONSUMER_HEADER: letter.consumer,
-                            STREAM_HEADER: letter.stream,
-                            SEQUENCE_HEADER: str(letter.stream_seq),
-                        },
-                    )
-                ],
-            )
+            await enqueue(conn, [copy_of(letter)])
     return True
+
+
+def copy_of(letter: DeadLetter) -> OutboxMessage:
+    """The ``dlq.<subject>`` copy of a dead letter: a random id and a capped body."""
+    payload = letter.payload or b""
+    headers = {
+        REASON_HEADER: _header_safe(letter.reason),
+        KIND_HEADER: letter.error_kind,
+        DELIVERIES_HEADER: str(letter.deliveries),
+        CONSUMER_HEADER: letter.consumer,
+        STREAM_HEADER: letter.stream,
+        SEQUENCE_HEADER: str(letter.stream_seq),
+        DIGEST_HEADER: hashlib.sha256(payload).hexdigest(),
+    }
+    if len(payload) > COPY_BODY_LIMIT:
+        headers[TRUNCATED_HEADER] = str(len(payload))
+    return OutboxMessage(
+        event_id=uuid.uuid4(),
+        subject=subjects.dead_letter(letter.subject),
+        payload=payload[:COPY_BODY_LIMIT],
+        headers=headers,
+    )
 
 
 def _header_safe(text: str) -> str:
