@@ -430,6 +430,44 @@ async def test_the_dlq_copy_of_a_message_at_the_size_limit_is_published(
         await consumer.stop()
 
 
+async def test_retention_purges_run_as_a_service_starts(servers: Any, namespace: str) -> None:
+    app = make_app(servers, namespace, "producer")
+    await app.start()
+    await app.stop()
+    schema, old = app.schema, "now() - interval '400 days'"
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        await conn.execute(
+            f'INSERT INTO "{schema}".outbox (event_id, subject, payload, published_at)'
+            f" VALUES (gen_random_uuid(), 'x', ''::bytea, {old})"
+        )
+        await conn.execute(
+            f'INSERT INTO "{schema}".inbox (consumer, event_id, received_at)'
+            f" VALUES ('c', gen_random_uuid(), {old})"
+        )
+        await conn.execute(
+            f'INSERT INTO "{schema}".dead_letters (consumer, stream, stream_seq, subject, reason,'
+            " error_kind, deliveries, detected_by, failed_at)"
+            f" VALUES ('c', 's', 1, 'x', 'r', 'k', 1, 'consumer', {old})"
+        )
+    finally:
+        await conn.close()
+    again = make_app(servers, namespace, "producer")
+    await again.start()
+
+    async def remaining() -> int:
+        counts = [
+            await scalar(pool(again), f"SELECT count(*) FROM {table}")
+            for table in ("outbox", "inbox", "dead_letters")
+        ]
+        return sum(counts)
+
+    try:
+        await wait_for(lambda: _eq(remaining(), 0), what="old rows purged as the service started")
+    finally:
+        await again.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import SettingsConfigDict
 
+from lockstep_common.errors import ConfigurationError
+from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 
 pytestmark = pytest.mark.unit
@@ -165,3 +167,9 @@ def test_redelivery_backoff_must_fit_jetstream_rules() -> None:
         UnitSettings(consumer_max_deliver=3, consumer_redelivery_backoff_s=(30.0, 60.0, 90.0))
     with pytest.raises(ValidationError, match="shorter than consumer_ack_wait_s"):
         UnitSettings(consumer_ack_wait_s=30.0, consumer_redelivery_backoff_s=(5.0,))
+
+
+def test_an_inbox_that_forgets_before_the_streams_do_is_refused() -> None:
+    # A replay of an event still stored in a stream would meet an inbox that forgot it.
+    with pytest.raises(ConfigurationError, match="inbox_retention_s"):
+        ServiceApp("x", ServiceSettings(inbox_retention_s=86_400.0))

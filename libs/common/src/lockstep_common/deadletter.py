@@ -73,6 +73,15 @@ async def record(conn: Conn, letter: DeadLetter) -> bool:
     return True
 
 
+async def purge(conn: Conn, older_than_s: float) -> int:
+    """Delete dead letters recorded longer ago than the retention; returns how many."""
+    result: str = await conn.execute(
+        "DELETE FROM dead_letters WHERE failed_at < now() - make_interval(secs => $1)",
+        older_than_s,
+    )
+    return int(result.rsplit(" ", 1)[-1])
+
+
 def copy_of(letter: DeadLetter) -> OutboxMessage:
     """The ``dlq.<subject>`` copy of a dead letter: a random id and a capped body."""
     payload = letter.payload or b""

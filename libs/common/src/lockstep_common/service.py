@@ -24,7 +24,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
-from lockstep_common import db, inbox
+from lockstep_common import db, deadletter, inbox
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
 from lockstep_common.envelope import EventRegistry, source_of
@@ -34,12 +34,9 @@ from lockstep_common.observability import HttpEndpoint, Metrics, configure_loggi
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
-from lockstep_common.topology import StreamPolicy, ensure_topology
+from lockstep_common.topology import EVENT_STREAMS, StreamPolicy, ensure_topology
 
 log = logging.getLogger(__name__)
-
-MAINTENANCE_EVERY_S = 3600.0
-INBOX_RETENTION_S = 31 * 86_400.0  # longer than the longest stream max_age (30 days)
 
 
 class Worker(Protocol):
@@ -82,6 +79,13 @@ class ServiceApp:
         registry: EventRegistry = REGISTRY,
         workers: Sequence[Worker] = (),
     ) -> None:
+        longest_stream = max(spec.max_age_s for spec in EVENT_STREAMS)
+        if settings.inbox_retention_s <= longest_stream:
+            raise ConfigurationError(
+                f"inbox_retention_s ({settings.inbox_retention_s:.0f}) must exceed the longest "
+                f"stream max age ({longest_stream:.0f} s): a replay of an event still stored "
+                "would otherwise be applied twice"
+            )
         self.name = name
         self.settings = settings
         self.subscriptions = tuple(subscriptions)
@@ -201,7 +205,11 @@ class ServiceApp:
             js,
             self.namespace,
             RelayConfig(
-                self.schema, s.relay_batch, s.relay_poll_s, retry_horizon_s=s.relay_retry_horizon_s
+                self.schema,
+                s.relay_batch,
+                s.relay_poll_s,
+                retry_horizon_s=s.relay_retry_horizon_s,
+                retention_s=s.outbox_retention_s,
             ),
             self.metrics,
         )
@@ -284,19 +292,30 @@ class ServiceApp:
             log.warning("nats: disconnected; reconnecting")
 
     async def _maintain(self) -> None:
-        """Purge published outbox rows and old inbox ids, hourly."""
+        """Retention purges of outbox rows, inbox ids and dead letters: once as the service
+        starts (a service restarted more often than the interval must still purge), then every
+        ``maintenance_interval_s``."""
+        s = self.settings
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=MAINTENANCE_EVERY_S)
-            if self._stopping.is_set() or self.resources is None or self.relay is None:
+            if self.resources is None or self.relay is None:
                 return
             try:
                 purged = await self.relay.purge()
                 async with self.resources.pool.acquire() as conn:
-                    forgotten = await inbox.purge(conn, INBOX_RETENTION_S)
-                log.info("maintenance: purged %d outbox rows, %d inbox ids", purged, forgotten)
+                    forgotten = await inbox.purge(conn, s.inbox_retention_s)
+                    letters = await deadletter.purge(conn, s.dead_letter_retention_s)
+                log.info(
+                    "maintenance: purged %d outbox rows, %d inbox ids, %d dead letters",
+                    purged,
+                    forgotten,
+                    letters,
+                )
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("maintenance failed (will retry next hour): %s", exc)
+                log.warning(
+                    "maintenance failed (will retry in %.0fs): %s", s.maintenance_interval_s, exc
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=s.maintenance_interval_s)
 
 
 async def _log_nats_error(exc: Exception) -> None:

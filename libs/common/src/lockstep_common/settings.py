@@ -92,6 +92,22 @@ class ServiceSettings(BaseSettings):
     )
     shutdown_grace_s: Seconds = Field(default=20.0, description="Time to finish in-flight work.")
 
+    maintenance_interval_s: Seconds = Field(
+        default=3600.0,
+        description="How often retention purges run; the first runs as the service starts.",
+    )
+    outbox_retention_s: Seconds = Field(
+        default=86_400.0, description="How long published outbox rows are kept."
+    )
+    inbox_retention_s: Seconds = Field(
+        default=31 * 86_400.0,
+        description="How long applied event ids are remembered; must outlast every stream's "
+        "max age, or a replay of an event still stored could be applied twice.",
+    )
+    dead_letter_retention_s: Seconds = Field(
+        default=90 * 86_400.0, description="How long dead-letter rows are kept for operators."
+    )
+
     @model_validator(mode="after")
     def _check(self) -> ServiceSettings:
         token(self.namespace, "namespace")
