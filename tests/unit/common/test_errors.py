@@ -9,6 +9,7 @@ from lockstep_common.errors import (
     InvalidMessage,
     PermanentError,
     TransientError,
+    describe,
     disposition_for,
     error_kind,
     retry_delay,
@@ -104,3 +105,15 @@ def test_database_errors_a_retry_would_repeat_are_dead_lettered_at_once(
 ) -> None:
     error = _DatabaseError(sqlstate)
     assert disposition_for(error, delivery=1, max_deliver=MAX_DELIVER) is expected
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        (TimeoutError(), "TimeoutError"),
+        (ConnectionResetError(), "ConnectionResetError"),
+        (TransientError("BMC timed out"), "BMC timed out"),
+    ],
+)
+def test_an_error_is_never_described_by_an_empty_string(error: BaseException, text: str) -> None:
+    assert describe(error) == text

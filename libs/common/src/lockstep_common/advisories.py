@@ -23,6 +23,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockstep_common import deadletter
+from lockstep_common.errors import describe
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ADVISORY_MAX_DELIVERIES, ADVISORY_TERMINATED, ConsumerSpec
 
@@ -73,10 +74,12 @@ class AdvisoryWatcher:
                     msgs = await psub.fetch(32, timeout=1.0)
                     for msg in msgs:
                         await self._handle(msg)
-                except NatsTimeout:
-                    continue
+                except (NatsTimeout, TimeoutError):
+                    continue  # nothing happened: the usual case
                 except (NatsError, OSError) as exc:
-                    log.warning("advisory watcher: NATS error, pausing: %s", exc)
+                    if self._stopping.is_set():
+                        break
+                    log.warning("advisory watcher: NATS error, pausing: %s", describe(exc))
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopping.wait(), timeout=2.0)
         finally:

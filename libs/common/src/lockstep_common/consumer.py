@@ -39,6 +39,7 @@ from lockstep_common.envelope import Envelope, EventData, EventRegistry
 from lockstep_common.errors import (
     Disposition,
     InvalidMessage,
+    describe,
     disposition_for,
     error_kind,
     retry_delay,
@@ -225,7 +226,9 @@ class ConsumerRunner:
                     # Acks after a commit may fail on a broken connection: safe, because the
                     # redelivered message meets the inbox. So transport errors only pause us.
                     await self._process(batch)
-                except NatsTimeout:
+                except (NatsTimeout, TimeoutError):
+                    # An idle stream: a fetch that waited its time and got nothing is normal
+                    # (nats-py raises its own TimeoutError or, on some paths, the builtin one).
                     continue
                 except (NatsError, OSError) as exc:
                     # A failure while processing leaves a prefetch in flight: hand it back, so
@@ -256,7 +259,11 @@ class ConsumerRunner:
                 await msg.nak()
 
     async def _pause(self, seconds: float, exc: BaseException) -> None:
-        log.warning("consumer %s: fetch failed, retrying in %.1fs: %s", self.durable, seconds, exc)
+        if self._stopping.is_set():
+            return  # the connection closing under a stopping consumer is not news
+        log.warning(
+            "consumer %s: fetch failed, retrying in %.1fs: %s", self.durable, seconds, describe(exc)
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
 

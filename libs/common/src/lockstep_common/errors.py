@@ -114,6 +114,12 @@ def retry_delay(delivery: int, backoff: tuple[float, ...]) -> float:
     return backoff[min(delivery, len(backoff)) - 1]
 
 
+def describe(error: BaseException) -> str:
+    """An error's message for a log line or a reason: never empty (a bare ``TimeoutError()``
+    or ``ConnectionResetError()`` has no text, and "failed: " tells an operator nothing)."""
+    return str(error) or type(error).__name__
+
+
 def error_kind(error: BaseException) -> str:
     """A short, stable name for an error, stored with dead letters and used as a metric label."""
     return type(error).__name__

@@ -23,6 +23,7 @@ from asyncpg.pool import PoolConnectionProxy
 from nats.js import JetStreamContext
 
 from lockstep_common.envelope import MSG_ID_HEADER
+from lockstep_common.errors import describe
 from lockstep_common.observability import Metrics
 from lockstep_common.subjects import Namespace
 
@@ -95,7 +96,9 @@ class OutboxRelay:
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     failures += 1
                     delay = min(0.2 * 2**failures, self.config.poll_s * 10)
-                    log.warning("outbox relay pass failed, retrying in %.1fs: %s", delay, exc)
+                    log.warning(
+                        "outbox relay pass failed, retrying in %.1fs: %s", delay, describe(exc)
+                    )
                     await self._sleep(delay)
                     await self._listen()
                     continue

@@ -28,7 +28,7 @@ from lockstep_common import db, deadletter, inbox
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
 from lockstep_common.envelope import EventRegistry, source_of
-from lockstep_common.errors import ConfigurationError
+from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
 from lockstep_common.relay import OutboxRelay, RelayConfig
@@ -319,7 +319,7 @@ class ServiceApp:
 
 
 async def _log_nats_error(exc: Exception) -> None:
-    log.warning("nats: %s", exc)
+    log.warning("nats: %s", describe(exc))
 
 
 S = TypeVar("S", bound=ServiceSettings)

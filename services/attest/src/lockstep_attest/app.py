@@ -40,7 +40,10 @@ def load_context(settings: Settings, source: str) -> Context:
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"policy {settings.policy_file}: {exc}") from None
     if settings.trust_store is None:
-        log.warning("attest: no trust store configured; every bundle will be rejected")
+        log.warning(
+            "attest: no trust store configured, so every bundle will be rejected: set "
+            "LOCKSTEP_ATTEST_TRUST_STORE to a trust store directory (docs/bundles.md)"
+        )
         return Context(None, "", policy, approvals, source)
     try:
         trust = load_trust_store(settings.trust_store)
