@@ -468,6 +468,29 @@ async def test_retention_purges_run_as_a_service_starts(servers: Any, namespace:
         await again.stop()
 
 
+async def test_readiness_fails_when_a_consumer_is_deleted_under_the_service(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects)
+    js = consumer.require().js
+    try:
+        assert all(consumer.readiness().values())
+        await js.delete_consumer(
+            consumer.namespace.stream("BUNDLES"), consumer.namespace.durable("test-bundles")
+        )
+
+        async def consumers_ready() -> bool:
+            return consumer.readiness()["consumers"]
+
+        await wait_for(
+            lambda: _eq(consumers_ready(), False), what="readiness to report the lost consumer"
+        )
+        assert consumer.readiness()["nats"]  # connected all along: only the consumer is gone
+    finally:
+        await consumer.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:

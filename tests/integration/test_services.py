@@ -40,7 +40,7 @@ def get(port: int, path: str) -> tuple[int, str]:
 async def test_create_app_does_no_io_until_started(name: str, servers: Any, namespace: str) -> None:
     app = build(name, servers, namespace)
     assert app.resources is None
-    assert app.readiness() == {"started": False, "nats": False, "postgres": False}
+    assert not any(app.readiness().values())
 
 
 @pytest.mark.parametrize("name", SERVICES)

@@ -187,6 +187,10 @@ class ConsumerRunner:
         self.stream = namespace.stream(sub.stream)
         self._handlers = {on.event: on.handler for on in sub.handlers}
         self._accepts = frozenset(sub.accepts)
+        # When a pull last reached the server and came back, with messages or after waiting its
+        # time on an idle stream: readiness fails when this falls behind (a consumer deleted
+        # under us, a stalled loop), instead of /readyz staying 200 over a dead subscription.
+        self.last_pull = time.monotonic()
 
     def spec(self) -> ConsumerSpec:
         """The durable consumer this runner needs (checked by the start-up self-check)."""
@@ -203,6 +207,12 @@ class ConsumerRunner:
     def stop(self) -> None:
         """Finish the batch in hand, then return from ``run``."""
         self._stopping.set()
+
+    def pulling(self, now: float) -> bool:
+        """True while pulls keep completing: the last one ended less than a few fetch timeouts
+        (or one AckWait, for a batch being applied) ago."""
+        allowed = max(5 * self._cfg.fetch_timeout_s, self._cfg.ack_wait_s)
+        return now - self.last_pull <= allowed
 
     async def run(self) -> None:
         """Pull and process until stopped.
@@ -222,6 +232,7 @@ class ConsumerRunner:
                     fetching, ahead = ahead or asyncio.ensure_future(self._fetch(psub)), None
                     batch = await fetching
                     failures = 0
+                    self.last_pull = time.monotonic()
                     ahead = asyncio.ensure_future(self._fetch(psub))
                     # Acks after a commit may fail on a broken connection: safe, because the
                     # redelivered message meets the inbox. So transport errors only pause us.
@@ -229,6 +240,7 @@ class ConsumerRunner:
                 except (NatsTimeout, TimeoutError):
                     # An idle stream: a fetch that waited its time and got nothing is normal
                     # (nats-py raises its own TimeoutError or, on some paths, the builtin one).
+                    self.last_pull = time.monotonic()
                     continue
                 except (NatsError, OSError) as exc:
                     # A failure while processing leaves a prefetch in flight: hand it back, so

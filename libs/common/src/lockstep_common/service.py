@@ -14,6 +14,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -120,12 +121,16 @@ class ServiceApp:
         return self.resources
 
     def readiness(self) -> dict[str, bool]:
-        """Checks behind ``/readyz``."""
+        """Checks behind ``/readyz``: connected, every background loop alive, and every
+        consumer still pulling (one whose durable was deleted fails every pull)."""
         res = self.resources
+        now = time.monotonic()
         return {
             "started": res is not None and not self._stopping.is_set(),
             "nats": res is not None and res.nc.is_connected,
             "postgres": res is not None and not res.pool.is_closing(),
+            "loops": res is not None and not any(t.done() for t in res.tasks),
+            "consumers": res is not None and all(r.pulling(now) for r in self._runners),
         }
 
     def runner_config(self) -> RunnerConfig:
