@@ -34,25 +34,27 @@ def _settings() -> Settings:
     """Settings from LOCKSTEP_* (a bad variable is bad input: exit 2 naming it)."""
     from pydantic import ValidationError
 
+    from lockstep_common.settings import explain
     from lockstep_inventory.settings import Settings
 
     try:
         return Settings()
     except ValidationError as exc:
-        err = exc.errors()[0]
-        _fail(f"settings: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
+        _fail(f"settings: {explain(Settings, exc)}")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine; an unreachable database or bad rules file is one line."""
-    from lockstep_common.errors import ConfigurationError, TransientError
+    from lockstep_common.errors import ConfigurationError, TransientError, describe
 
     try:
         return asyncio.run(coro)
     except ConfigurationError as exc:
         _fail(str(exc))
-    except (TransientError, OSError) as exc:
-        _fail(f"{type(exc).__name__}: {exc}", 1)
+    except TransientError as exc:
+        _fail(str(exc))  # names the server, its password redacted (db.connect_with_retry)
+    except OSError as exc:
+        _fail(describe(exc))
 
 
 def _read(source: str) -> str:

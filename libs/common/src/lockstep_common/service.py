@@ -33,7 +33,7 @@ from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
 from lockstep_common.relay import OutboxRelay, RelayConfig
-from lockstep_common.settings import ServiceSettings
+from lockstep_common.settings import ServiceSettings, explain
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import EVENT_STREAMS, StreamPolicy, ensure_topology
 
@@ -339,7 +339,7 @@ def run_service(create_app: Callable[[S], ServiceApp], settings_class: type[S]) 
     try:
         settings = settings_class()
     except ValidationError as exc:
-        sys.stderr.write(f"invalid settings for {settings_class.__module__}:\n{exc}\n")
+        sys.stderr.write(f"invalid settings: {explain(settings_class, exc)}\n")
         raise SystemExit(2) from None
     configure_logging(
         settings.log_level,

@@ -8,8 +8,9 @@ service reads from its own prefix (``LOCKSTEP_INVENTORY_*``, ...). Durations are
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep_common.subjects import token
@@ -108,6 +109,19 @@ class ServiceSettings(BaseSettings):
         default=90 * 86_400.0, description="How long dead-letter rows are kept for operators."
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        _check_url(value, {"postgresql", "postgres"})
+        return value
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_url(cls, value: str) -> str:
+        for url in value.split(","):
+            _check_url(url.strip(), {"nats", "tls", "ws", "wss"})
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> ServiceSettings:
         token(self.namespace, "namespace")
@@ -133,3 +147,37 @@ class ServiceSettings(BaseSettings):
         if self.db_pool_max < self.db_pool_min:
             raise ValueError("db_pool_max must be >= db_pool_min")
         return self
+
+
+def _check_url(url: str, schemes: set[str]) -> None:
+    """Refuse a URL that names no usable server, before anything tries to connect to it: a
+    malformed DSN otherwise surfaces as a driver traceback deep inside the first connect. The
+    messages never repeat the URL, which may carry a password."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError on a non-numeric or out-of-range port
+    except ValueError as exc:
+        raise ValueError(f"not a URL ({exc})") from None
+    if parts.scheme not in schemes:
+        expected = " or ".join(sorted(s + "://" for s in schemes))
+        got = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        raise ValueError(f"must start with {expected}, not {got}")
+    if not parts.hostname and port is None and "host=" not in parts.query:
+        raise ValueError("names no host")
+
+
+def explain(settings_class: type[ServiceSettings], exc: ValidationError) -> str:
+    """One line naming each offending variable, for a user who mistyped one: ``LOCKSTEP_X:
+    what is wrong``. Shared fields are reported under their ``LOCKSTEP_<NAME>`` alias."""
+    prefix = str(settings_class.model_config.get("env_prefix", "")).upper()
+    parts = []
+    for err in exc.errors():
+        message = str(err["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(p) for p in err["loc"])
+        if not field:
+            parts.append(message)
+        elif field.upper().startswith("LOCKSTEP_"):
+            parts.append(f"{field.upper()}: {message}")
+        else:
+            parts.append(f"{prefix}{field.upper()}: {message}")
+    return "; ".join(parts)

@@ -1,0 +1,48 @@
+"""A mistyped or unreachable server URL is one line naming the variable, exit 2, never a
+traceback, and never the URL's password."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from lockstep_cli.main import app
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("LOCKSTEP_DATABASE_URL", "notaurl", "must start with postgres:// or postgresql://"),
+        ("LOCKSTEP_DATABASE_URL", "mysql://u:secret@db/x", "not mysql://"),
+        ("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@db:99999/x", "not a URL"),
+        ("LOCKSTEP_NATS_URL", "nats://ok:4222,notaurl", "must start with nats://"),
+        ("LOCKSTEP_NATS_URL", "nats://", "names no host"),
+    ],
+)
+def test_a_malformed_server_url_is_one_line_naming_the_variable(
+    variable: str, value: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(app, ["fleet", "status"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    assert variable in lines[0]
+    assert says in lines[0]
+    assert "secret" not in result.output
+
+
+def test_an_unreachable_database_is_one_line_with_the_password_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@127.0.0.1:1/db")
+    result = CliRunner().invoke(app, ["fleet", "status"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert "unreachable" in result.output
+    assert "secret" not in result.output
+    assert "u:***@127.0.0.1:1" in result.output
