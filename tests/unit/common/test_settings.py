@@ -81,18 +81,22 @@ def test_another_services_prefix_is_not_read(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize(
-    ("variable", "field"),
-    [("NATS_URL", "nats_url"), ("DATABASE_URL", "database_url"), ("NAMESPACE", "namespace")],
+    ("variable", "field", "shape"),
+    [
+        ("NATS_URL", "nats_url", "nats://{}:4222"),
+        ("DATABASE_URL", "database_url", "postgresql://{}@db/lockstep"),
+        ("NAMESPACE", "namespace", "{}"),
+    ],
 )
 def test_unprefixed_platform_variables_are_ignored(
-    monkeypatch: pytest.MonkeyPatch, variable: str, field: str
+    monkeypatch: pytest.MonkeyPatch, variable: str, field: str, shape: str
 ) -> None:
     # Kubernetes sets NAMESPACE, PaaS platforms DATABASE_URL: neither may redirect Lockstep.
-    monkeypatch.setenv(variable, "someone-elses")
-    assert getattr(UnitSettings(), field) != "someone-elses"
+    monkeypatch.setenv(variable, shape.format("someone-elses"))
+    assert getattr(UnitSettings(), field) != shape.format("someone-elses")
 
-    monkeypatch.setenv(f"LOCKSTEP_{variable}", "ours")
-    assert getattr(UnitSettings(), field) == "ours"
+    monkeypatch.setenv(f"LOCKSTEP_{variable}", shape.format("ours"))
+    assert getattr(UnitSettings(), field) == shape.format("ours")
 
 
 def test_keyword_arguments_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
