@@ -32,7 +32,7 @@ from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, CheckVerdict
 from lockstep_common.outbox import OutboxMessage, enqueue
 from lockstep_common.service import Resources
-from lockstep_common.vocabulary import CheckResult
+from lockstep_common.vocabulary import CheckResult, clip_text
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ def bundle_path(uri: str) -> Path:
 
 
 def _failure(check: str, reason: str) -> CheckVerdict:
-    return CheckVerdict(check=check, result=CheckResult.FAIL, reason=reason[:4096], duration_ms=0.0)
+    return CheckVerdict(
+        check=check, result=CheckResult.FAIL, reason=clip_text(reason), duration_ms=0.0
+    )
 
 
 class AttestWorker:

@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from lockstep_common.events.v1 import DriftItem
-from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_common.vocabulary import Component, DriftKind, Severity, clip_text
 from lockstep_inventory.domain.members import version_set
 from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
 
@@ -56,7 +56,7 @@ def _item(
         actual=actual,
         kind=kind,
         severity=severity or SEVERITY[kind],
-        detail=detail[:4096],
+        detail=clip_text(detail),
     )
 
 

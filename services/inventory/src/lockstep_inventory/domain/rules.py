@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 
 from lockstep_common.events.v1 import DriftItem
-from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_common.vocabulary import Component, DriftKind, Severity, clip_text
 from lockstep_inventory.domain.rules_table import (
     Branch,
     BranchType,
@@ -73,7 +73,7 @@ def _item(
         actual=actual,
         kind=kind,
         severity=severity,
-        detail=f"rule {rule}: {detail}"[:4096],
+        detail=clip_text(f"rule {rule}: {detail}"),
     )
 
 
