@@ -1,10 +1,11 @@
-"""Helpers shared by integration tests."""
+"""Helpers shared by tests (the integration ones mostly: settings, apps, events, waiting)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -18,6 +19,16 @@ from lockstep_common.outbox import OutboxMessage, enqueue
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
+
+
+@dataclass
+class FakeClock:
+    """A monotonic clock that moves only when the test sets ``t``."""
+
+    t: float = 0.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
 class FastSettings(ServiceSettings):
