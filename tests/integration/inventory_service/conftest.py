@@ -12,6 +12,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import DriftDetected, PinChanged, ScopeSelector
@@ -25,7 +26,6 @@ from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepSummary, run_sweep
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
-from tests.support import wait_for
 
 SITE = "site-ams1"
 
@@ -69,7 +69,7 @@ class Harness:
             subjects.pin_changed(SITE),
             PinChanged(site=SITE, scope=ScopeSelector(**scope), stack_hash=stack_hash, stack=stack),
         )
-        await wait_for(lambda: self._has_pin(stack_hash), what="pin applied")
+        await until(lambda: self._has_pin(stack_hash), what="pin applied")
         return stack_hash
 
     async def _has_pin(self, stack_hash: str) -> bool:

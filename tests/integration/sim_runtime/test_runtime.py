@@ -10,6 +10,7 @@ import aiohttp
 import nats
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.subjects import Namespace
@@ -17,7 +18,7 @@ from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 from tests.conftest import Servers
-from tests.support import stored_telemetry, wait_for
+from tests.support import stored_telemetry
 
 pytestmark = pytest.mark.integration
 NODES = 5
@@ -78,7 +79,7 @@ async def test_fleet_runtime_end_to_end(servers: Servers, namespace: str) -> Non
         async def one_cycle() -> bool:
             return all(a.stats.cycles >= 1 for a in runtime.agents)
 
-        await wait_for(one_cycle, timeout_s=10, what="one telemetry cycle")
+        await until(one_cycle, timeout_s=10, what="one telemetry cycle")
         seen: dict[tuple[str, type], str] = {}
         for subject, body in await _telemetry(servers.nats_url, ns):
             data = REGISTRY.decode(body, max_bytes=1 << 20).data
