@@ -25,7 +25,8 @@ from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepSummary, run_sweep
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 SITE = "site-ams1"
 
@@ -114,7 +115,7 @@ async def harness(
         shutdown_grace_s=5,
         log_json=False,
     )
-    async with Simulator(4, "gb200", seed=5, host_base="127.71.0.1", port=0) as sim:
+    async with Simulator(SimOptions(4, "gb200", seed=5, host_base="127.71.0.1", port=0)) as sim:
         app = create_app(settings)
         await app.start()
         nc = await nats.connect(servers.nats_url)

@@ -7,7 +7,8 @@ from contextlib import aclosing
 from typing import Any
 
 from lockstep_inventory.adapters.sweeper import BmcTarget, SweepResult, sweep
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME
+from lockstep_sim.simulator import Simulator
 
 
 class StaticCredentials:

@@ -11,7 +11,8 @@ import aiohttp
 import pytest
 
 from lockstep_cli.polling import until
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 from tests.reference import REFERENCE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,7 +27,7 @@ AUTH = {
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(
-        2, "gb200", time_scale=0.002, seed=7, host_base="127.42.0.1", port=0
+        SimOptions(2, "gb200", time_scale=0.002, seed=7, host_base="127.42.0.1", port=0)
     ) as simulator:
         yield simulator
 

@@ -12,6 +12,7 @@ import pytest
 
 from lockstep_cli.polling import until
 from lockstep_sim.faults import Fault, FaultPlan
+from lockstep_sim.options import SimOptions
 from lockstep_sim.profiles import GB200
 from lockstep_sim.simulator import Simulator
 
@@ -36,12 +37,14 @@ async def make_sim() -> AsyncIterator[Factory]:
 
     async def make(*faults: Fault, time_scale: float = 0.002) -> Simulator:
         sim = Simulator(
-            2,
-            "gb200",
-            time_scale=time_scale,
-            host_base=f"127.44.{len(sims)}.1",
-            port=0,
-            faults=FaultPlan(faults),
+            SimOptions(
+                2,
+                "gb200",
+                time_scale=time_scale,
+                host_base=f"127.44.{len(sims)}.1",
+                port=0,
+                faults=FaultPlan(faults),
+            )
         )
         await sim.start()
         sims.append(sim)

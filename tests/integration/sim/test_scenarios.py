@@ -22,9 +22,9 @@ from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_sim.agents.reports import inventory_event
 from lockstep_sim.inventory import FIRMWARE
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scenarios import Drift, DriftKind, default_mix
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 from tests.conftest import Servers
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,8 @@ SEED = 3
 @pytest.fixture
 async def runtime() -> AsyncIterator[FleetRuntime]:
     async with FleetRuntime(
-        NODES, "gb200", time_scale=0.002, host_base="127.46.0.1", port=0, scheduler_port=0
+        SimOptions(NODES, "gb200", time_scale=0.002, host_base="127.46.0.1", port=0),
+        scheduler_port=0,
     ) as rt:
         yield rt
 
@@ -233,14 +234,11 @@ async def test_the_next_agent_report_carries_the_in_band_drifts(
     servers: Servers, namespace: str
 ) -> None:
     runtime = FleetRuntime(
-        NODES,
-        "gb200",
-        host_base="127.46.1.1",
-        port=0,
+        SimOptions(NODES, "gb200", host_base="127.46.1.1", port=0),
         scheduler_port=0,
         nats_url=servers.nats_url,
         namespace=namespace,
-        cadence_s=3600.0,  # one cycle at start; the next one is published by the test
+        cadence_s=3600.0,
     )
     ns = Namespace(namespace)
     async with runtime:

@@ -40,7 +40,8 @@ from aiohttp import web
 
 from lockstep_sim.fleet import build_fleet
 from lockstep_sim.inventory import FIRMWARE
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 HOST_BASE = "127.77.0.1"
 READY_TIMEOUT_S = 300.0
@@ -139,7 +140,9 @@ def _make_server(
 ) -> Simulator | BaselineServer:
     if kind == "sim":
         return Simulator(
-            nodes, profile, latency_ms=latency_ms, seed=seed, host_base=HOST_BASE, port=0
+            SimOptions(
+                nodes, profile, latency_ms=latency_ms, seed=seed, host_base=HOST_BASE, port=0
+            )
         )
     addresses = [n.address for n in build_fleet(nodes, profile, seed, HOST_BASE)]
     return BaselineServer(addresses, body_bytes, latency_ms)

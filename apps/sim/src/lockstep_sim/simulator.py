@@ -15,10 +15,8 @@ from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
 from lockstep_sim.injection import FaultControl
+from lockstep_sim.options import SimOptions
 from lockstep_sim.server import build_app
-
-DEFAULT_USERNAME = "admin"
-DEFAULT_PASSWORD = "lockstep-sim"  # noqa: S105 - documented default of a local emulator
 
 
 def _listen(address: str, port: int) -> socket.socket:
@@ -30,29 +28,17 @@ def _listen(address: str, port: int) -> socket.socket:
 
 
 class Simulator:
-    """``async with Simulator(nodes=2) as sim: sim.bmc_url("node-00000")``.
+    """``async with Simulator(SimOptions(2)) as sim: sim.bmc_url("node-00000")``.
 
     ``port=0`` picks a free port on the first address and reuses it for the others.
     """
 
-    def __init__(
-        self,
-        nodes: int = 1,
-        profile: str = "gb200",
-        *,
-        latency_ms: float = 0.0,
-        time_scale: float = 1.0,
-        seed: int = 0,
-        username: str = DEFAULT_USERNAME,
-        password: str = DEFAULT_PASSWORD,
-        host_base: str = "127.1.0.1",
-        port: int = 8000,
-        faults: FaultPlan | None = None,
-    ) -> None:
-        self.fleet: list[Node] = build_fleet(nodes, profile, seed, host_base)
-        self.faults = FaultControl(faults)  # shared by every BMC; replaced by PUT /faults
+    def __init__(self, options: SimOptions) -> None:
+        o = options
+        self.fleet: list[Node] = build_fleet(o.nodes, o.profile, o.seed, o.host_base)
+        self.faults = FaultControl(o.faults)  # shared by every BMC; replaced by PUT /faults
         self.bmcs = {
-            n.address: Bmc(n, username, password, time_scale, faults=self.faults)
+            n.address: Bmc(n, o.username, o.password, o.time_scale, faults=self.faults)
             for n in self.fleet
         }
         self.by_id = {n.id: n for n in self.fleet}
@@ -60,8 +46,8 @@ class Simulator:
         self.drifts = DriftControl(
             self.fleet, {n.id: self.bmcs[n.address] for n in self.fleet}, self.faults
         )
-        self.port = port
-        self.latency_ms = latency_ms
+        self.port = o.port
+        self.latency_ms = o.latency_ms
         self.startup_seconds = 0.0
         self._runner: web.AppRunner | None = None
 
