@@ -3,7 +3,6 @@ on every node's loopback address."""
 
 from __future__ import annotations
 
-import socket
 import time
 from types import TracebackType
 from typing import Any
@@ -15,16 +14,9 @@ from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
 from lockstep_sim.injection import FaultControl
+from lockstep_sim.listening import bind_all, serve_on
 from lockstep_sim.options import SimOptions
 from lockstep_sim.server import build_app
-
-
-def _listen(address: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((address, port))
-    sock.setblocking(False)
-    return sock
 
 
 class Simulator:
@@ -70,16 +62,9 @@ class Simulator:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        first = _listen(self.fleet[0].address, self.port)
-        self.port = first.getsockname()[1]
-        socks = [first, *(_listen(n.address, self.port) for n in self.fleet[1:])]
+        socks, self.port = bind_all([n.address for n in self.fleet], self.port)
         app = build_app(self.bmcs, self.fleet_summary(), self.latency_ms, self.drifts)
-        self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=0.1
-        )
-        await self._runner.setup()
-        for sock in socks:
-            await web.SockSite(self._runner, sock).start()
+        self._runner = await serve_on(app, socks)
         self.startup_seconds = time.perf_counter() - started
 
     async def stop(self) -> None:
