@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -29,6 +28,7 @@ from lockstep_sim.options import SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
 from lockstep_sim.simulator import Simulator
+from lockstep_sim.started import Started
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -59,7 +59,7 @@ def fleet_sites(fleet: list[Node]) -> dict[str, list[str]]:
     return dict(sites)
 
 
-class FleetRuntime:
+class FleetRuntime(Started):
     """``async with FleetRuntime(SimOptions(4, port=0), scheduler_port=0) as rt: rt.bmc_url(...)``.
 
     Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` and,
@@ -188,15 +188,3 @@ class FleetRuntime:
             runner, self._scheduler_runner = self._scheduler_runner, None
             await runner.cleanup()
         await self.simulator.stop()
-
-    async def __aenter__(self) -> FleetRuntime:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

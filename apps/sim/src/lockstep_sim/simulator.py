@@ -4,7 +4,6 @@ on every node's loopback address."""
 from __future__ import annotations
 
 import time
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -17,9 +16,10 @@ from lockstep_sim.injection import FaultControl
 from lockstep_sim.listening import bind_all, serve_on
 from lockstep_sim.options import SimOptions
 from lockstep_sim.server import build_app
+from lockstep_sim.started import Started
 
 
-class Simulator:
+class Simulator(Started):
     """``async with Simulator(SimOptions(2)) as sim: sim.bmc_url("node-00000")``.
 
     ``port=0`` picks a free port on the first address and reuses it for the others.
@@ -77,15 +77,3 @@ class Simulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> Simulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
