@@ -20,10 +20,9 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
-import nats
 import pytest
 
+from lockstep_cli.scratch import drop_namespace
 from lockstep_devstack import Stack
 
 
@@ -85,23 +84,7 @@ async def namespace(servers: Servers) -> AsyncIterator[str]:
     """A fresh namespace; its streams and schemas are removed after the test."""
     name = f"t{uuid.uuid4().hex[:10]}"
     yield name
-    nc = await nats.connect(servers.nats_url)
-    try:
-        js = nc.jetstream()
-        for info in await js.streams_info():
-            if info.config.name and info.config.name.startswith(f"{name.upper()}_"):
-                await js.delete_stream(info.config.name)
-    finally:
-        await nc.close()
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        schemas = await conn.fetch(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1", f"{name}%"
-        )
-        for row in schemas:
-            await conn.execute(f'DROP SCHEMA "{row["nspname"]}" CASCADE')
-    finally:
-        await conn.close()
+    await drop_namespace(servers.nats_url, servers.database_url, name)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,10 +1,12 @@
-"""Helpers shared by integration tests."""
+"""Helpers shared by tests (the integration ones mostly: settings, apps, events, a fake clock).
+
+Waiting on an observable outcome: ``lockstep_cli.polling.until``, the demo's and benchmarks'
+helper, serves the tests too."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -18,6 +20,16 @@ from lockstep_common.outbox import emitting
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
+
+
+@dataclass
+class FakeClock:
+    """A monotonic clock that moves only when the test sets ``t``."""
+
+    t: float = 0.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
 class FastSettings(ServiceSettings):
@@ -54,17 +66,6 @@ def make_app(
 ) -> ServiceApp:
     settings = fast_settings(servers, namespace, f"{namespace}_{name}", **overrides)
     return ServiceApp(name, settings, subscriptions=subscriptions)
-
-
-async def wait_for(
-    condition: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0, what: str = "condition"
-) -> None:
-    """Await ``condition`` until it holds: synchronise on the observable outcome, not on time."""
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def emit(

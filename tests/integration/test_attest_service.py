@@ -15,10 +15,11 @@ from lockstep_attest.adapters import repository
 from lockstep_attest.app import create_app
 from lockstep_attest.settings import Settings
 from lockstep_attest.testing.bundles import Kit, make_kit
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.events.v1 import BundleSubmitted
 from lockstep_common.service import ServiceApp
-from tests.support import emit, make_app, scalar, wait_for
+from tests.support import emit, make_app, scalar
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +73,7 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
     await producer.start()
     try:
         await emit(producer, subjects.bundle_submitted(), [submitted(kit.bundle)])
-        await wait_for(lambda: count(app, 1), what="a verdict")
+        await until(lambda: count(app, 1), what="a verdict")
         (verdict,) = await verdicts(app)
         assert verdict["accepted"] and verdict["submitted_by"] == "ci-job-812"
         assert verdict["stack_hash"] == kit.manifest.stack_hash()
@@ -81,7 +82,7 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
             checks = await repository.checks_of(conn, verdict["id"])
         assert {c.check for c in checks} >= {"signature", "digest", "pldm", "rim", "safe", "sbom"}
         # The event reaches the BUNDLES stream through the outbox.
-        await wait_for(lambda: _eq(stored(app, "BUNDLES"), 2), what="bundle.attested published")
+        await until(lambda: _eq(stored(app, "BUNDLES"), 2), what="bundle.attested published")
         msg = await app.require().js.get_last_msg(
             app.namespace.stream("BUNDLES"), app.namespace.wire(subjects.bundle_attested())
         )
@@ -92,7 +93,7 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
 
         # Identical bytes again: the verdict is reused. One changed byte: verified again.
         await emit(producer, subjects.bundle_submitted(), [submitted(kit.bundle)])
-        await wait_for(lambda: count(app, 2), what="a second verdict")
+        await until(lambda: count(app, 2), what="a second verdict")
         assert (await verdicts(app))[1]["reused_from"] == verdict["id"]
         tampered = tmp_path / "tampered"
         shutil.copytree(kit.bundle, tampered)
@@ -100,7 +101,7 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
         raw[100] ^= 0x01
         (tampered / "images" / "psu.bin").write_bytes(bytes(raw))
         await emit(producer, subjects.bundle_submitted(), [submitted(tampered)])
-        await wait_for(lambda: count(app, 3), what="a third verdict")
+        await until(lambda: count(app, 3), what="a third verdict")
         third = (await verdicts(app))[2]
         assert not third["accepted"] and third["reused_from"] is None
         # Keys never reach the logs: neither PEM blocks nor the signing key's body.
@@ -125,7 +126,7 @@ async def test_without_a_trust_store_every_bundle_is_rejected(
             await repository.add_job(
                 conn, __import__("uuid").uuid4(), kit.bundle.as_uri(), "me", None
             )
-        await wait_for(lambda: count(app, 1), what="a verdict")
+        await until(lambda: count(app, 1), what="a verdict")
         (verdict,) = await verdicts(app)
         assert not verdict["accepted"]
         reasons = await scalar(app.require().pool, "SELECT reason FROM verdict_checks")
@@ -151,7 +152,7 @@ async def test_a_lapsed_lease_is_reclaimed_and_a_superseded_worker_cannot_commit
                 kit.bundle.as_uri(),
             )
         # The crashed holder's lease lapsed: the live loop re-claims it (token 8) and finishes.
-        await wait_for(lambda: count(app, 1), what="the lapsed job finished")
+        await until(lambda: count(app, 1), what="the lapsed job finished")
         token = await scalar(pool, "SELECT lease_token FROM jobs")
         assert token == 8
         # The old holder (token 7) wakes up and tries to commit: the fence refuses it.

@@ -14,6 +14,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext, On, Subscription
 from lockstep_common.envelope import Envelope, EventData, make_envelope
@@ -22,7 +23,7 @@ from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubm
 from lockstep_common.relay import OutboxRelay
 from lockstep_common.service import ServiceApp
 from lockstep_devstack import NatsServer
-from tests.support import emit, make_app, scalar, wait_for
+from tests.support import emit, make_app, scalar
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +122,7 @@ async def test_event_travels_from_outbox_to_inbox_exactly_once(
     consumer = await consumer_app(servers, namespace, effects)
     try:
         await emit(producer, SUBJECT, [submitted(i) for i in range(300)])
-        await wait_for(lambda: _eq(applied(consumer), 300), what="300 events applied")
+        await until(lambda: _eq(applied(consumer), 300), "300 events applied")
         assert await over_applied(consumer) == 0
         assert await stream_count(producer, "BUNDLES") == 300
         unpublished = await scalar(
@@ -173,7 +174,7 @@ async def test_relay_killed_between_publish_and_mark_loses_and_duplicates_nothin
             live.pool, live.js, producer.namespace, relay.config, producer.metrics
         )
         assert await restarted.relay_once() == 50
-        await wait_for(lambda: _eq(applied(consumer), 50), what="50 events applied")
+        await until(lambda: _eq(applied(consumer), 50), "50 events applied")
         assert await stream_count(producer, "BUNDLES") == 50, "duplicate window dropped the copies"
         assert await over_applied(consumer) == 0
     finally:
@@ -195,8 +196,8 @@ async def test_replayed_event_has_one_effect_even_past_the_duplicate_window(
         for n in range(3):
             await js.publish(wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-{n}"})
         await js.publish(wire, make_envelope(submitted(2), source="/test").to_json())
-        await wait_for(lambda: _eq(applied(consumer), 2), what="both events applied")
-        await wait_for(lambda: _eq(inbox_size(consumer), 2), what="inbox holds both ids")
+        await until(lambda: _eq(applied(consumer), 2), "both events applied")
+        await until(lambda: _eq(inbox_size(consumer), 2), "inbox holds both ids")
         assert await over_applied(consumer) == 0
         assert await stream_count(consumer, "BUNDLES") == 4
     finally:
@@ -217,7 +218,7 @@ async def test_transient_error_is_redelivered_and_then_succeeds(
     await producer.start()
     try:
         await emit(producer, SUBJECT, [submitted(i) for i in range(5, 10)])
-        await wait_for(lambda: _eq(applied(consumer), 5), what="all five applied")
+        await until(lambda: _eq(applied(consumer), 5), "all five applied")
         assert await over_applied(consumer) == 0
         assert await scalar(pool(consumer), "SELECT count(*) FROM dead_letters") == 0
         assert effects.failures["file:///bundles/7.tar"] == []
@@ -234,11 +235,11 @@ async def test_exhausted_transient_error_reaches_the_dlq_with_its_delivery_count
     consumer = await consumer_app(servers, namespace, effects)
     try:
         await publish(consumer, [submitted(3), submitted(4)])
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
         row = await dead_letter(consumer)
         assert row["deliveries"] == 4 and row["error_kind"] == "TimeoutError"
         assert "BMC timed out" in row["reason"]
-        await wait_for(lambda: _eq(applied(consumer), 1), what="the other event applied")
+        await until(lambda: _eq(applied(consumer), 1), "the other event applied")
     finally:
         await consumer.stop()
 
@@ -273,17 +274,15 @@ async def test_permanent_error_reaches_the_dlq_while_the_consumer_serves_others(
     consumer = await consumer_app(servers, namespace, effects)
     try:
         await publish(consumer, [submitted(1), submitted(2), submitted(3)])
-        await wait_for(lambda: _eq(applied(consumer), 2), what="the good events applied")
-        await wait_for(
-            lambda: _eq(dead_letter_count(consumer), 1), what="the bad one dead-lettered"
-        )
+        await until(lambda: _eq(applied(consumer), 2), "the good events applied")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "the bad one dead-lettered")
         row = await dead_letter(consumer)
         assert row["reason"] == "bundle 2 names an unknown profile"
         assert row["deliveries"] == 1 and row["detected_by"] == "consumer"
         assert row["subject"] == SUBJECT
         assert json.loads(row["payload"])["data"]["bundle_uri"] == "file:///bundles/2.tar"
         # The copy on dlq.<subject> carries the reason for operators subscribed to it.
-        await wait_for(lambda: _gt(stream_count(consumer, "DLQ"), 0), what="dlq copy published")
+        await until(lambda: _gt(stream_count(consumer, "DLQ"), 0), "dlq copy published")
         assert consumer.resources is not None
         msg = await consumer.resources.js.get_last_msg(
             consumer.namespace.stream("DLQ"), consumer.namespace.wire(subjects.dead_letter(SUBJECT))
@@ -325,8 +324,8 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
         ]
         for body in bodies:
             await consumer.resources.js.publish(consumer.namespace.wire(SUBJECT), body)
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 6), what="six dead letters")
-        await wait_for(lambda: _eq(applied(consumer), 1), what="the good message applied")
+        await until(lambda: _eq(dead_letter_count(consumer), 6), "six dead letters")
+        await until(lambda: _eq(applied(consumer), 1), "the good message applied")
         async with pool(consumer).acquire() as conn:
             rows = await conn.fetch(
                 "SELECT reason, error_kind FROM dead_letters ORDER BY stream_seq"
@@ -358,8 +357,8 @@ async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignor
             await js.publish(
                 consumer.namespace.wire(SUBJECT), make_envelope(data, source="/t").to_json()
             )
-        await wait_for(lambda: _eq(applied(consumer), 1), what="the declared event applied")
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        await until(lambda: _eq(applied(consumer), 1), "the declared event applied")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
         letter = await dead_letter(consumer)
         assert "does not accept lockstep.bundle.attested" in letter["reason"]
         info = await js.consumer_info(
@@ -381,11 +380,11 @@ async def test_a_database_error_a_retry_would_repeat_is_dead_lettered_on_first_d
                 await conn.fetchval("SELECT $1::text", "a\x00b")  # PostgreSQL text has no NUL
         effects.fail_always("file:///bundles/2.tar", raised.value)
         await publish(consumer, [submitted(1), submitted(2), submitted(3)])
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
         row = await dead_letter(consumer)
         assert row["deliveries"] == 1  # not retried max_deliver times first
         assert row["error_kind"] == type(raised.value).__name__
-        await wait_for(lambda: _eq(applied(consumer), 2), what="the neighbours applied")
+        await until(lambda: _eq(applied(consumer), 2), "the neighbours applied")
     finally:
         await consumer.stop()
 
@@ -401,8 +400,8 @@ async def test_a_poison_body_in_a_batch_is_dead_lettered_and_its_neighbours_appl
         await publish(consumer, [submitted(1)])
         await js.publish(wire, b"[" * 20_000)  # 20 KB that once crashed the decoder
         await publish(consumer, [submitted(2), submitted(3)])
-        await wait_for(lambda: _eq(applied(consumer), 3), what="every good event applied")
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
+        await until(lambda: _eq(applied(consumer), 3), "every good event applied")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
         assert "nested too deeply" in (await dead_letter(consumer))["reason"]
         assert consumer.readiness()["started"]
         assert all(not t.done() for t in consumer.require().tasks)  # no loop died
@@ -421,8 +420,8 @@ async def test_the_dlq_copy_of_a_message_at_the_size_limit_is_published(
         # fit, and the relay would retry it forever.
         body = b"{" + b" " * (consumer.settings.stream_max_message_bytes - 200)
         await js.publish(consumer.namespace.wire(SUBJECT), body)
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="one dead letter")
-        await wait_for(lambda: _eq(unpublished(consumer), 0), what="the dlq copy published")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
+        await until(lambda: _eq(unpublished(consumer), 0), "the dlq copy published")
         assert await failed_attempts(consumer) == 0
         info = await js.stream_info(consumer.namespace.stream("DLQ"))
         assert info.state.messages == 1
@@ -463,7 +462,7 @@ async def test_retention_purges_run_as_a_service_starts(servers: Any, namespace:
         return sum(counts)
 
     try:
-        await wait_for(lambda: _eq(remaining(), 0), what="old rows purged as the service started")
+        await until(lambda: _eq(remaining(), 0), "old rows purged as the service started")
     finally:
         await again.stop()
 
@@ -483,9 +482,7 @@ async def test_readiness_fails_when_a_consumer_is_deleted_under_the_service(
         async def consumers_ready() -> bool:
             return consumer.readiness()["consumers"]
 
-        await wait_for(
-            lambda: _eq(consumers_ready(), False), what="readiness to report the lost consumer"
-        )
+        await until(lambda: _eq(consumers_ready(), False), "readiness to report the lost consumer")
         assert consumer.readiness()["nats"]  # connected all along: only the consumer is gone
     finally:
         await consumer.stop()
@@ -504,13 +501,11 @@ async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
         consumer = await consumer_app(local, namespace, effects)
         try:
             await emit(producer, SUBJECT, [submitted(i) for i in range(400)])
-            await wait_for(lambda: _gt(applied(consumer), 0), what="consumption to start")
+            await until(lambda: _gt(applied(consumer), 0), "consumption to start")
             own.kill()  # kill -9 mid-stream
             await emit(producer, SUBJECT, [submitted(i) for i in range(400, 800)])
             own.start()  # same port, same store
-            await wait_for(
-                lambda: _eq(applied(consumer), 800), timeout_s=60, what="all 800 applied"
-            )
+            await until(lambda: _eq(applied(consumer), 800), "all 800 applied", timeout_s=60)
             assert await over_applied(consumer) == 0
         finally:
             await consumer.stop()
@@ -586,7 +581,7 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
         # moment, emits the MAX_DELIVERIES advisory.
         with pytest.raises(nats.errors.TimeoutError):
             await psub.fetch(1, timeout=2.5)
-        await wait_for(lambda: _eq(dead_letter_count(consumer), 1), what="advisory recorded")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "advisory recorded")
         row = await dead_letter(consumer)
         assert row["detected_by"] == "advisory" and row["error_kind"] == "MaxDeliveriesExceeded"
         assert row["deliveries"] == 2
@@ -640,8 +635,8 @@ async def test_relay_backs_off_while_nats_is_down_and_catches_up(
     try:
         own.kill()
         await emit(producer, SUBJECT, [submitted(i) for i in range(20)])
-        await wait_for(
-            lambda: _gt(failed_attempts(producer), 0), timeout_s=30, what="a failed relay attempt"
+        await until(
+            lambda: _gt(failed_attempts(producer), 0), "a failed relay attempt", timeout_s=30
         )
         attempts = await scalar(pool(producer), "SELECT max(attempts) FROM outbox")
         assert attempts <= 2, "the relay retried faster than its backoff allows"
@@ -650,9 +645,7 @@ async def test_relay_backs_off_while_nats_is_down_and_catches_up(
             == 0
         )
         own.start()
-        await wait_for(
-            lambda: _eq(unpublished(producer), 0), timeout_s=60, what="the backlog published"
-        )
+        await until(lambda: _eq(unpublished(producer), 0), "the backlog published", timeout_s=60)
         assert await stream_count(producer, "BUNDLES") == 20
     finally:
         await producer.stop()

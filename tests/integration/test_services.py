@@ -6,6 +6,7 @@ import importlib
 import urllib.request
 from typing import Any
 
+import asyncpg
 import pytest
 
 from lockstep_common.service import ServiceApp
@@ -38,9 +39,17 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("name", SERVICES)
 async def test_create_app_does_no_io_until_started(name: str, servers: Any, namespace: str) -> None:
-    app = build(name, servers, namespace)
-    assert app.resources is None
-    assert not any(app.readiness().values())
+    build(name, servers, namespace)
+    # Building is what `lockstep up` and the CLI do before anything may connect: the schema
+    # (created by start's migrations) must not exist yet.
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        schema = await conn.fetchval(
+            "SELECT nspname FROM pg_namespace WHERE nspname = $1", f"{namespace}_{name}"
+        )
+    finally:
+        await conn.close()
+    assert schema is None
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -61,8 +70,8 @@ async def test_service_starts_reports_ready_and_stops(
         assert {"outbox", "inbox", "dead_letters", "schema_migrations"} <= {t[0] for t in tables}
     finally:
         await app.stop()
-    assert app.resources is None
-    assert not app.readiness()["started"]
+    with pytest.raises(urllib.error.URLError):  # stopped: nothing listens on its port any more
+        await _get(port, "/readyz")
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from nats.aio.msg import Msg
 
+from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.observation import IN_BAND
-from tests.support import wait_for
 
 from .conftest import SITE, Harness, cli, cli_json
 
@@ -81,7 +81,7 @@ async def test_pin_is_published_acknowledged_and_applied_then_admit_answers(
     async def applied() -> bool:
         return expected in await pins_stored(harness)
 
-    await wait_for(applied, what="the service storing the CLI's pin")
+    await until(applied, what="the service storing the CLI's pin")
     # That pin's pool matches no node; now pin the whole site (a human run, not --json).
     code, out = await cli("fleet", "pin", "--scope", f"site={SITE}", "--stack", str(path))
     assert code == 0 and expected in out

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.adapters import registry, sweeps
-from tests.support import wait_for
 
 from .conftest import SITE, Harness, cli, cli_json
 
@@ -111,7 +111,7 @@ async def test_status_watch_follows_a_running_sweep_and_ignores_an_abandoned_one
                     )
                 )
 
-            await wait_for(polling, what="status --watch polling the running sweep")
+            await until(polling, what="status --watch polling the running sweep")
             await sweeps.progress(conn, running.id, 2, 0, 0)
             assert not watch.done()
             await sweeps.finish(conn, running.id)

@@ -12,6 +12,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import DriftDetected, PinChanged, ScopeSelector
@@ -25,8 +26,8 @@ from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepSummary, run_sweep
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
-from tests.support import wait_for
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 SITE = "site-ams1"
 
@@ -75,7 +76,7 @@ class Harness:
             subjects.pin_changed(SITE),
             PinChanged(site=SITE, scope=ScopeSelector(**scope), stack_hash=stack_hash, stack=stack),
         )
-        await wait_for(lambda: self._has_pin(stack_hash), what="pin applied")
+        await until(lambda: self._has_pin(stack_hash), what="pin applied")
         return stack_hash
 
     async def _has_pin(self, stack_hash: str) -> bool:
@@ -120,7 +121,7 @@ async def harness(
         shutdown_grace_s=5,
         log_json=False,
     )
-    async with Simulator(4, "gb200", seed=5, host_base="127.71.0.1", port=0) as sim:
+    async with Simulator(SimOptions(4, "gb200", seed=5, host_base="127.71.0.1", port=0)) as sim:
         app = create_app(settings)
         await app.start()
         nc = await nats.connect(servers.nats_url)

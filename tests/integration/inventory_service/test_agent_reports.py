@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
@@ -21,7 +22,6 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.vocabulary import Component, ObservationSource
-from tests.support import wait_for
 
 from .conftest import SITE, Harness
 
@@ -74,12 +74,12 @@ async def test_gsp_mismatch_then_fixed_emits_detected_then_resolved(harness: Har
     await harness.sweep()
     node = harness.nodes[2].id
     await send(harness, report(node, 1))
-    await wait_for(lambda: _is(applied_sequence(harness, node), 1), what="first report")
+    await until(lambda: _is(applied_sequence(harness, node), 1), what="first report")
     assert await harness.drift_events() == []
 
     # Seed 004: the 595 module loaded, but the GSP firmware dir for it is missing.
     await send(harness, report(node, 2, loaded_module_version="595.58.03"))
-    await wait_for(lambda: _count(harness, 1), what="drift.detected")
+    await until(lambda: _count(harness, 1), what="drift.detected")
     kind, data = (await harness.drift_events())[0]
     assert kind == "drift.detected" and data["node_id"] == node
     kinds = {(i["component"], i["kind"]) for i in data["items"]}
@@ -88,7 +88,7 @@ async def test_gsp_mismatch_then_fixed_emits_detected_then_resolved(harness: Har
     assert "595.58.03" in evidence and "/lib/firmware/nvidia/595.58.03" in evidence
 
     await send(harness, report(node, 3))
-    await wait_for(lambda: _count(harness, 2), what="drift.resolved")
+    await until(lambda: _count(harness, 2), what="drift.resolved")
     assert (await harness.drift_events())[1][0] == "drift.resolved"
 
 
@@ -111,7 +111,7 @@ async def test_duplicates_and_out_of_order_reports_change_nothing(harness: Harne
     )
     event_id = uuid.uuid4()
     await send(harness, newer, event_id)
-    await wait_for(lambda: _count(harness, 1), what="CUDA/driver drift detected")
+    await until(lambda: _count(harness, 1), what="CUDA/driver drift detected")
     kinds = {(i["component"], i["kind"]) for i in (await harness.drift_events())[0][1]["items"]}
     assert ("driver", "incompatible") in kinds  # CUDA 13.x needs driver >= 580
     # The same event again (a redelivery) and an older report arriving late: no effect.
@@ -119,7 +119,7 @@ async def test_duplicates_and_out_of_order_reports_change_nothing(harness: Harne
     await send(harness, report(node, 4))
     marker = report(harness.nodes[1].id, 1)  # a later message on the same stream
     await send(harness, marker)
-    await wait_for(lambda: _is(applied_sequence(harness, marker.node_id), 1), what="marker")
+    await until(lambda: _is(applied_sequence(harness, marker.node_id), 1), what="marker")
     assert await applied_sequence(harness, node) == 5
     assert len(await harness.drift_events()) == 1
     assert ("driver", "incompatible") in set(await harness.drift_of(node))
@@ -131,7 +131,7 @@ async def test_a_wave_turns_unexpected_into_pending_and_back(harness: Harness) -
     harness.sim.bmc(node).node.components["HGX_FW_GPU_1"].version = "97.00.99.00.00"
     await harness.sweep()
     await send(harness, report(node, 1))
-    await wait_for(lambda: _is(applied_sequence(harness, node), 1), what="agent report")
+    await until(lambda: _is(applied_sequence(harness, node), 1), what="agent report")
     assert ("gpu_vbios", "unexpected") in set(await harness.drift_of(node))
 
     planned = WavePlanned(
@@ -144,16 +144,16 @@ async def test_a_wave_turns_unexpected_into_pending_and_back(harness: Harness) -
         soak_seconds=0,
     )
     await harness.publish(subjects.wave_planned("r1"), planned)
-    await wait_for(lambda: _has(harness, node, ("gpu_vbios", "pending")), what="pending")
+    await until(lambda: _has(harness, node, ("gpu_vbios", "pending")), what="pending")
     await harness.publish(
         subjects.wave_completed("r1"),
         WaveCompleted(rollout_id="r1", wave=0, succeeded=(), failed=(node,)),
     )
-    await wait_for(lambda: _has(harness, node, ("gpu_vbios", "unexpected")), what="unexpected")
+    await until(lambda: _has(harness, node, ("gpu_vbios", "unexpected")), what="unexpected")
 
     # The same wave.planned again (a retry arriving after the wave ended) changes nothing.
     await harness.publish(subjects.wave_planned("r1"), planned)
-    await wait_for(lambda: _settled(harness, "ROLLOUTS", "inventory-waves"), what="retry acked")
+    await until(lambda: _settled(harness, "ROLLOUTS", "inventory-waves"), what="retry acked")
     waves = await harness.app.require().pool.fetchval("SELECT count(*) FROM wave_nodes")
     assert waves == 0 and ("gpu_vbios", "unexpected") in set(await harness.drift_of(node))
 
@@ -164,7 +164,7 @@ async def test_admission_check_answers_per_node_with_reasons(harness: Harness) -
     await harness.sweep()
     for node in harness.nodes[:3]:
         await send(harness, report(node.id, 1, observed_at=dt.datetime.now(dt.UTC)))
-    await wait_for(lambda: _all_applied(harness, 3), what="three agent reports")
+    await until(lambda: _all_applied(harness, 3), what="three agent reports")
     asked = (harness.nodes[0].id, harness.nodes[1].id, harness.nodes[3].id, "nope")
     answer = await _ask(harness, AdmissionCheckRequested(stack_hash=stack_hash, node_ids=asked))
     verdicts = {n.node_id: n for n in answer.nodes}

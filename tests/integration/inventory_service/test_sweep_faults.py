@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Sequence
 
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
@@ -20,7 +21,6 @@ from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.ingest import apply_reports
 from lockstep_inventory.sweeping import SweepBusyError
 from lockstep_redfish.session import BmcTarget
-from tests.support import wait_for
 
 from .conftest import SITE, Harness
 
@@ -94,7 +94,7 @@ async def test_malformed_telemetry_is_dead_lettered_and_good_reports_still_apply
     async def applied() -> bool:
         return bool(await pool.fetchval("SELECT count(*) FROM observations"))
 
-    await wait_for(applied, what="the good report applied")
+    await until(applied, what="the good report applied")
     reason = await pool.fetchval("SELECT reason FROM dead_letters")
     assert "sequence" in reason  # names the bad field
     assert await pool.fetchval("SELECT sequence FROM observations") == 1
@@ -116,7 +116,7 @@ async def test_gauges_reflect_the_fleet_after_a_sweep(harness: Harness) -> None:
     async def refreshed() -> bool:
         return "lockstep_inventory_fleet_conformance_ratio 0.75" in await metrics()
 
-    await wait_for(refreshed, what="gauges refreshed")
+    await until(refreshed, what="gauges refreshed")
     text = await metrics()
     assert 'lockstep_inventory_drifted_nodes{kind="unexpected"} 1.0' in text
     assert "lockstep_inventory_unreadable_bmcs 0.0" in text
@@ -134,7 +134,7 @@ async def test_a_pin_whose_hash_does_not_name_its_stack_is_refused(harness: Harn
     async def dead_lettered() -> bool:
         return bool(await pool.fetchval("SELECT count(*) FROM dead_letters"))
 
-    await wait_for(dead_lettered, what="the bad pin dead-lettered")
+    await until(dead_lettered, what="the bad pin dead-lettered")
     assert "is not the hash of its stack" in await pool.fetchval("SELECT reason FROM dead_letters")
     assert await pool.fetchval("SELECT count(*) FROM pins") == 0
     await harness.pin(stack)  # a correct pin still applies

@@ -9,7 +9,8 @@ from typing import Any
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_redfish.credentials import CredentialSource
 from lockstep_redfish.session import BmcTarget
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME
+from lockstep_sim.simulator import Simulator
 
 
 class StaticCredentials:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lockstep_sim.faults import Fault, FaultPlan
+from lockstep_sim.options import SimOptions
 from lockstep_sim.simulator import Simulator
 
 from .conftest import faults_fired, session_balance, sweep_all, versions
@@ -44,7 +45,9 @@ PLAN = FaultPlan(
 
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(20, "gb200", host_base="127.70.1.1", port=0, faults=PLAN) as simulator:
+    async with Simulator(
+        SimOptions(20, "gb200", host_base="127.70.1.1", port=0, faults=PLAN)
+    ) as simulator:
         yield simulator
         simulator.set_faults(None)  # release requests still hanging
 

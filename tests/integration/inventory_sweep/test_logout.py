@@ -9,6 +9,7 @@ import pytest
 
 from lockstep_inventory.adapters.sweeper import SweepOptions, sweep
 from lockstep_sim.faults import Fault, FaultPlan
+from lockstep_sim.options import SimOptions
 from lockstep_sim.simulator import Simulator
 
 from .conftest import StaticCredentials, session_balance, targets
@@ -24,7 +25,9 @@ def _delete_faults(fault: Fault) -> FaultPlan:
 
 async def test_next_bmc_is_read_while_a_logout_is_in_flight() -> None:
     plan = _delete_faults(Fault("hang", nodes=(SLOW,), max_seconds=30))
-    async with Simulator(2, "gb200", host_base="127.70.3.1", port=0, faults=plan) as sim:
+    async with Simulator(
+        SimOptions(2, "gb200", host_base="127.70.3.1", port=0, faults=plan)
+    ) as sim:
         async with aclosing(
             sweep(
                 targets(sim),
@@ -49,7 +52,9 @@ async def test_next_bmc_is_read_while_a_logout_is_in_flight() -> None:
 
 async def test_an_abandoned_sweep_waits_for_logouts_in_flight() -> None:
     plan = _delete_faults(Fault("latency", nodes=(SLOW,), latency_ms=300))
-    async with Simulator(2, "gb200", host_base="127.70.4.1", port=0, faults=plan) as sim:
+    async with Simulator(
+        SimOptions(2, "gb200", host_base="127.70.4.1", port=0, faults=plan)
+    ) as sim:
         async with aclosing(
             sweep(
                 targets(sim), credentials=StaticCredentials(), options=SweepOptions(concurrency=1)

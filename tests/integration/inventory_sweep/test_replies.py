@@ -10,7 +10,8 @@ import pytest
 
 from lockstep_inventory.adapters.sweeper import SweepOptions, sweep
 from lockstep_redfish.session import BmcTarget
-from lockstep_sim.simulator import DEFAULT_PASSWORD, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, SimOptions
+from lockstep_sim.simulator import Simulator
 
 from .conftest import StaticCredentials, session_balance, sweep_all
 
@@ -22,7 +23,7 @@ FW = "/redfish/v1/UpdateService/FirmwareInventory"
 
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(3, "gb200", host_base="127.70.2.1", port=0) as simulator:
+    async with Simulator(SimOptions(3, "gb200", host_base="127.70.2.1", port=0)) as simulator:
         yield simulator
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from lockstep_inventory.adapters.sweeper import SweepOptions, sweep
 from lockstep_redfish.session import BmcTarget
+from lockstep_sim.options import SimOptions
 from lockstep_sim.simulator import Simulator
 
 from .conftest import StaticCredentials, session_balance, sweep_all, targets, versions
@@ -19,7 +20,9 @@ NODES = 20
 
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(NODES, "gb200", seed=3, host_base="127.70.0.1", port=0) as simulator:
+    async with Simulator(
+        SimOptions(NODES, "gb200", seed=3, host_base="127.70.0.1", port=0)
+    ) as simulator:
         yield simulator
 
 

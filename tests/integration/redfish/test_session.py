@@ -20,7 +20,8 @@ from lockstep_redfish import (
 )
 from lockstep_redfish.models import ServiceRoot, parse
 from lockstep_sim.faults import Fault, FaultPlan
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 pytestmark = pytest.mark.integration
 NODE = "node-00000"
@@ -40,7 +41,7 @@ class Credentials:
 
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(1, "gb200", host_base="127.72.0.1", port=0) as simulator:
+    async with Simulator(SimOptions(1, "gb200", host_base="127.72.0.1", port=0)) as simulator:
         yield simulator
         simulator.set_faults(None)  # release requests still hanging
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_cli.polling import until
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 from tests.reference import REFERENCE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,7 +27,7 @@ AUTH = {
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(
-        2, "gb200", time_scale=0.002, seed=7, host_base="127.42.0.1", port=0
+        SimOptions(2, "gb200", time_scale=0.002, seed=7, host_base="127.42.0.1", port=0)
     ) as simulator:
         yield simulator
 
@@ -45,14 +45,15 @@ async def get_json(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         return body
 
 
-async def wait_task(http: aiohttp.ClientSession, monitor_url: str, deadline: float = 20) -> Any:
-    """Poll a task monitor until it stops answering 202 (no fixed sleeps: a short yield)."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
+async def wait_task(http: aiohttp.ClientSession, monitor_url: str, timeout_s: float = 20) -> Any:
+    """The task's final body, once its monitor stops answering 202."""
+
+    async def finished() -> Any:
         async with http.get(monitor_url) as reply:
             body = await reply.json()
-            if reply.status != 202:
-                assert reply.status == 200, body
-                return body
-        await asyncio.sleep(0.01)  # yield between polls; the deadline bounds the wait
-    raise AssertionError(f"task {monitor_url} did not finish in {deadline}s")
+            if reply.status == 202:
+                return None
+            assert reply.status == 200, body
+            return body
+
+    return await until(finished, what=f"task {monitor_url} to finish", timeout_s=timeout_s)

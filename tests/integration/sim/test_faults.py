@@ -10,7 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_sim.faults import Fault, FaultPlan
+from lockstep_sim.options import SimOptions
 from lockstep_sim.profiles import GB200
 from lockstep_sim.simulator import Simulator
 
@@ -25,6 +27,7 @@ SYSTEMS = "/redfish/v1/Systems"
 OLD_GPU = GB200_GPU.version
 GPU0 = f"{FW}/HGX_FW_GPU_0"
 Factory = Callable[..., Awaitable[Simulator]]
+OFFLINE_POLL_S = 0.005  # a rebooting BMC is offline for about 0.2 s: poll often enough to see it
 
 
 @pytest.fixture
@@ -34,12 +37,14 @@ async def make_sim() -> AsyncIterator[Factory]:
 
     async def make(*faults: Fault, time_scale: float = 0.002) -> Simulator:
         sim = Simulator(
-            2,
-            "gb200",
-            time_scale=time_scale,
-            host_base=f"127.44.{len(sims)}.1",
-            port=0,
-            faults=FaultPlan(faults),
+            SimOptions(
+                2,
+                "gb200",
+                time_scale=time_scale,
+                host_base=f"127.44.{len(sims)}.1",
+                port=0,
+                faults=FaultPlan(faults),
+            )
         )
         await sim.start()
         sims.append(sim)
@@ -48,16 +53,6 @@ async def make_sim() -> AsyncIterator[Factory]:
     yield make
     for sim in sims:
         await sim.stop()
-
-
-async def until(check: Callable[[], Awaitable[Any]], deadline: float = 10) -> Any:
-    """Poll ``check`` until it returns something truthy (no fixed sleeps: a short yield)."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"condition not met within {deadline}s")
 
 
 async def poll(http: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
@@ -84,7 +79,7 @@ async def finished(http: aiohttp.ClientSession, monitor: str) -> dict[str, Any]:
         status, body = await poll(http, monitor)
         return body if status == 200 else None
 
-    result: dict[str, Any] = await until(done)
+    result: dict[str, Any] = await until(done, what=f"task {monitor} to finish")
     return result
 
 
@@ -137,7 +132,11 @@ async def test_hang_until_cleared_and_bounded(
 ) -> None:
     sim = await make_sim(Fault("hang", nodes=(NODE,), count=1))
     request = asyncio.create_task(poll(http, f"{sim.bmc_url(NODE)}{SYSTEMS}"))
-    await until(lambda: asyncio.sleep(0, faults_in(sim) == ["hang"]))
+
+    async def hanging() -> bool:
+        return faults_in(sim) == ["hang"]
+
+    await until(hanging, what="the request to hang")
     assert not request.done()
     async with http.delete(f"{sim.base_url}/faults") as reply:
         assert reply.status == 200 and (await reply.json())["faults"] == []
@@ -181,7 +180,7 @@ async def test_task_stuck_at_percent_until_cleared(
         status, body = await poll(http, monitor)
         return status == 202 and body["PercentComplete"] == 99 and body["TaskState"] == "Running"
 
-    await until(stuck)
+    await until(stuck, what="the task stuck at 99%")
     assert faults_in(sim) == ["task_stuck"]
     sim.set_faults(None)
     task = await finished(http, monitor)
@@ -196,7 +195,7 @@ async def test_bmc_reboot_mid_task_unreachable_then_resumes(
         time_scale=0.01,
     )
     monitor = await push(sim, http)
-    await until(lambda: _unreachable(http, monitor))
+    await until(lambda: _unreachable(http, monitor), what="the BMC offline", poll_s=OFFLINE_POLL_S)
     task = await finished(http, monitor)  # back after ~0.2 s; the task resumed
     assert task["TaskState"] == "Completed"
     assert (await get_json(http, f"{sim.bmc_url(NODE)}{GPU0}"))["Version"] == NEW_GPU_VERSION
@@ -225,7 +224,7 @@ async def test_bmc_firmware_self_reset_refuses_connections(
     sim = await make_sim(time_scale=0.05)  # BMC activation: 4 min -> 0.2 s offline
     bmc_class = next(c for c in GB200 if c.kind == "bmc")
     monitor = await push(sim, http, package_for(bmc_class, "GB200Nvl-25.01-1"))
-    await until(lambda: _unreachable(http, monitor))
+    await until(lambda: _unreachable(http, monitor), what="the BMC offline", poll_s=OFFLINE_POLL_S)
     assert (await poll(http, f"{sim.bmc_url(OTHER)}{SYSTEMS}"))[0] == 200  # only that BMC
     task = await finished(http, monitor)
     assert task["TaskState"] == "Completed"
@@ -259,7 +258,7 @@ async def test_silent_revert_visible_on_reread(
     async def reverted() -> bool:
         return bool((await get_json(http, url))["Version"] == OLD_GPU)
 
-    await until(reverted)
+    await until(reverted, what="the GPU firmware reverted")
     assert faults_in(sim) == ["silent_revert", "silent_revert_applied"]
     assert (await get_json(http, f"{sim.bmc_url(NODE)}{FW}/HGX_FW_GPU_1"))["Version"] != OLD_GPU
 
@@ -307,7 +306,7 @@ async def test_manager_reset_takes_the_bmc_offline(
     async with http.post(f"{url}{reset}", json={"ResetType": "GracefulRestart"}) as reply:
         assert reply.status == 204
     assert await _unreachable(http, f"{url}{SYSTEMS}")
-    await until(lambda: _reachable(http, f"{url}{SYSTEMS}"))
+    await until(lambda: _reachable(http, f"{url}{SYSTEMS}"), what="the BMC back")
 
 
 async def _reachable(http: aiohttp.ClientSession, url: str) -> bool:

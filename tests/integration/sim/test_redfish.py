@@ -9,7 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 from .conftest import get_json, wait_task
 from .pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
@@ -253,7 +254,9 @@ async def test_accounts_and_privileges(sim: Simulator, http: aiohttp.ClientSessi
 
 async def test_deleting_the_task_monitor_cancels_the_update(http: aiohttp.ClientSession) -> None:
     # Real-time scale: a GPU stage takes 8 s here, so the task is still running when deleted.
-    async with Simulator(1, "gb200", time_scale=1.0, host_base="127.43.0.1", port=0) as slow:
+    async with Simulator(
+        SimOptions(1, "gb200", time_scale=1.0, host_base="127.43.0.1", port=0)
+    ) as slow:
         url = slow.bmc_url("node-00000")
         async with http.post(
             f"{url}{PUSH}", data=_form(package_for(GB200_GPU, NEW_GPU_VERSION))
@@ -271,7 +274,9 @@ async def test_deleting_the_task_monitor_cancels_the_update(http: aiohttp.Client
 
 
 async def test_latency_is_added_to_each_request(http: aiohttp.ClientSession) -> None:
-    async with Simulator(1, "hgx-h100", latency_ms=80, host_base="127.44.0.1", port=0) as laggy:
+    async with Simulator(
+        SimOptions(1, "hgx-h100", latency_ms=80, host_base="127.44.0.1", port=0)
+    ) as laggy:
         loop = asyncio.get_running_loop()
         started = loop.time()
         body = await get_json(http, f"{laggy.bmc_url('node-00000')}{FW}")

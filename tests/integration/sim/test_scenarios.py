@@ -15,17 +15,17 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from lockstep_cli.polling import until
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import InventoryObserved
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_sim.agents.reports import inventory_event
 from lockstep_sim.inventory import FIRMWARE
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scenarios import Drift, DriftKind, default_mix
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 from tests.conftest import Servers
-from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 AUTH = {
@@ -39,7 +39,8 @@ SEED = 3
 @pytest.fixture
 async def runtime() -> AsyncIterator[FleetRuntime]:
     async with FleetRuntime(
-        NODES, "gb200", time_scale=0.002, host_base="127.46.0.1", port=0, scheduler_port=0
+        SimOptions(NODES, "gb200", time_scale=0.002, host_base="127.46.0.1", port=0),
+        scheduler_port=0,
     ) as rt:
         yield rt
 
@@ -192,7 +193,7 @@ async def test_a_hung_bmc_answers_once_the_drift_is_undone(runtime: FleetRuntime
     async def hung() -> bool:
         return any(e.get("fault") == "hang" for e in bmc.ledger)
 
-    await wait_for(hung, timeout_s=10, what="the request to hang")
+    await until(hung, timeout_s=10, what="the request to hang")
     assert not pending.done()
     status, _ = await call(f"{runtime.simulator.base_url}/scenario?node={node}", "DELETE")
     assert status == 200
@@ -233,14 +234,11 @@ async def test_the_next_agent_report_carries_the_in_band_drifts(
     servers: Servers, namespace: str
 ) -> None:
     runtime = FleetRuntime(
-        NODES,
-        "gb200",
-        host_base="127.46.1.1",
-        port=0,
+        SimOptions(NODES, "gb200", host_base="127.46.1.1", port=0),
         scheduler_port=0,
         nats_url=servers.nats_url,
         namespace=namespace,
-        cadence_s=3600.0,  # one cycle at start; the next one is published by the test
+        cadence_s=3600.0,
     )
     ns = Namespace(namespace)
     async with runtime:
@@ -248,7 +246,7 @@ async def test_the_next_agent_report_carries_the_in_band_drifts(
         async def first_cycle() -> bool:
             return all(a.stats.cycles >= 1 for a in runtime.agents)
 
-        await wait_for(first_cycle, timeout_s=10, what="the first telemetry cycle")
+        await until(first_cycle, timeout_s=10, what="the first telemetry cycle")
         gsp, cuda = "node-00001", "node-00004"
         status, body = await call(
             f"{runtime.simulator.base_url}/scenario",

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME
+from lockstep_sim.simulator import Simulator
 
 from .conftest import BIN, CSDL
 from .pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for

@@ -11,6 +11,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import MSG_ID_HEADER, make_envelope
 from lockstep_common.events import REGISTRY
@@ -20,7 +21,7 @@ from lockstep_common.topology import StreamPolicy, ensure_topology
 from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
 from lockstep_sim.agents.reports import AGENT_SOURCE, inventory_event
 from lockstep_sim.agents.software import NodeSoftware
-from tests.support import stored_telemetry, wait_for
+from tests.support import stored_telemetry
 
 pytestmark = pytest.mark.integration
 SITE = "site-x"
@@ -96,7 +97,7 @@ async def test_background_loop_keeps_cadence_and_stops_promptly(nc: Client, name
         async def three_cycles() -> bool:
             return fleet.stats.cycles >= 3
 
-        await wait_for(three_cycles, timeout_s=10, what="three report cycles")
+        await until(three_cycles, timeout_s=10, what="three report cycles")
     finally:
         started = time.monotonic()
         await fleet.stop()
@@ -122,7 +123,7 @@ async def test_backs_off_when_nats_refuses(nc: Client, namespace: str) -> None:
         async def four_failures() -> bool:
             return fleet.stats.failed_cycles >= 4
 
-        await wait_for(four_failures, timeout_s=10, what="four failed cycles")
+        await until(four_failures, timeout_s=10, what="four failed cycles")
         elapsed = time.monotonic() - started
     finally:
         await fleet.stop()

@@ -10,16 +10,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.integration
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture

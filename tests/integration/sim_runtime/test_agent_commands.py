@@ -7,6 +7,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from lockstep_sim.options import SimOptions
 from lockstep_sim.runtime import FleetRuntime
 
 pytestmark = pytest.mark.integration
@@ -14,7 +15,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def runtime() -> Any:
-    async with FleetRuntime(2, "gb200", port=0, scheduler_port=0, host_base="127.61.0.1") as rt:
+    async with FleetRuntime(
+        SimOptions(2, "gb200", port=0, host_base="127.61.0.1"), scheduler_port=0
+    ) as rt:
         yield rt
 
 

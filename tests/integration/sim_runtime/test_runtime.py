@@ -10,14 +10,15 @@ import aiohttp
 import nats
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.subjects import Namespace
 from lockstep_sim.inventory import FIRMWARE
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 from tests.conftest import Servers
-from tests.support import stored_telemetry, wait_for
+from tests.support import stored_telemetry
 
 pytestmark = pytest.mark.integration
 NODES = 5
@@ -43,14 +44,11 @@ async def _telemetry(nats_url: str, ns: Namespace) -> list[tuple[str, bytes]]:
 
 async def test_fleet_runtime_end_to_end(servers: Servers, namespace: str) -> None:
     runtime = FleetRuntime(
-        NODES,
-        seed=3,
-        host_base="127.43.0.1",
-        port=0,
+        SimOptions(NODES, seed=3, host_base="127.43.0.1", port=0),
         scheduler_port=0,
         nats_url=servers.nats_url,
         namespace=namespace,
-        cadence_s=3600.0,  # one cycle at start, then none during the test
+        cadence_s=3600.0,
     )
     ns = Namespace(namespace)
     async with runtime, aiohttp.ClientSession(headers=AUTH) as http:
@@ -78,7 +76,7 @@ async def test_fleet_runtime_end_to_end(servers: Servers, namespace: str) -> Non
         async def one_cycle() -> bool:
             return all(a.stats.cycles >= 1 for a in runtime.agents)
 
-        await wait_for(one_cycle, timeout_s=10, what="one telemetry cycle")
+        await until(one_cycle, timeout_s=10, what="one telemetry cycle")
         seen: dict[tuple[str, type], str] = {}
         for subject, body in await _telemetry(servers.nats_url, ns):
             data = REGISTRY.decode(body, max_bytes=1 << 20).data
@@ -99,7 +97,9 @@ async def test_fleet_runtime_end_to_end(servers: Servers, namespace: str) -> Non
 
 
 async def test_without_nats_there_are_no_agents() -> None:
-    async with FleetRuntime(2, host_base="127.43.1.1", port=0, scheduler_port=0) as runtime:
+    async with FleetRuntime(
+        SimOptions(2, host_base="127.43.1.1", port=0), scheduler_port=0
+    ) as runtime:
         assert runtime.agents == []
         assert runtime.telemetry_subjects() == []
         async with aiohttp.ClientSession() as http:

@@ -1,11 +1,17 @@
-"""The ``sim serve`` typer sub-app: options and defaults (the server itself is not started)."""
+"""The ``sim serve`` / ``sim run`` typer sub-app: options, defaults and what reaches the fleet
+(the servers themselves are not started)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from lockstep_sim import cli
 from lockstep_sim.cli import sim_app
+from lockstep_sim.options import SimOptions
+from lockstep_sim.runtime import FleetRuntime
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +32,43 @@ def test_serve_help_lists_options_and_default_credentials() -> None:
     assert "lockstep-sim" in result.output
 
 
-def test_serve_rejects_unknown_profile() -> None:
-    result = CliRunner().invoke(sim_app, ["serve", "--profile", "dgx"])
-    assert result.exit_code != 0
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_unknown_profile_is_refused(command: str) -> None:
+    result = CliRunner().invoke(sim_app, [command, "--profile", "dgx"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "choose one of gb200" in result.output
+
+
+def test_serve_hands_the_options_to_the_simulator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - kind: hang\n    nodes: [node-00001]\n")
+    served: list[SimOptions] = []
+    monkeypatch.setattr(cli, "serve", served.append)
+    args = ["serve", "--nodes", "3", "--profile", "hgx-h100", "--time-scale", "0.5"]
+    args += ["--host-base", "127.9.0.1", "--port", "0", "--faults", str(plan)]
+    result = CliRunner().invoke(sim_app, args)
+    assert result.exit_code == 0, result.output
+    [options] = served
+    assert (options.nodes, options.profile, options.time_scale) == (3, "hgx-h100", 0.5)
+    assert (options.host_base, options.port, options.username) == ("127.9.0.1", 0, "admin")
+    assert options.faults is not None
+    assert [f.kind for f in options.faults.faults] == ["hang"]
+
+
+def test_run_hands_its_options_to_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtimes: list[FleetRuntime] = []
+
+    async def record(runtime: FleetRuntime) -> None:
+        runtimes.append(runtime)
+
+    monkeypatch.setattr(cli, "_run_until_signalled", record)
+    args = ["run", "--nodes", "2", "--seed", "9", "--port", "0", "--scheduler-port", "0"]
+    args += ["--namespace", "lab", "--cadence-s", "2"]
+    result = CliRunner().invoke(sim_app, args)
+    assert result.exit_code == 0, result.output
+    [runtime] = runtimes
+    assert [n.id for n in runtime.fleet] == ["node-00000", "node-00001"]
+    assert (runtime.seed, runtime.simulator.port, runtime.scheduler_port) == (9, 0, 0)
+    assert (runtime.namespace, runtime.cadence_s, runtime.nats_url) == ("lab", 2.0, None)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from nats.js.api import PubAck
 
+from lockstep_cli.polling import until
 from lockstep_common.subjects import Namespace
 from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
 
@@ -53,10 +54,11 @@ async def test_stop_is_prompt_while_acks_hang() -> None:
     js = SilentJetStream()
     f = fleet(js, ack_timeout_s=30.0, stop_grace_s=0.2)
     f.start()
-    deadline = time.monotonic() + 5
-    while len(js.published) < 4:
-        assert time.monotonic() < deadline, "fleet never published"
-        await asyncio.sleep(0.01)
+
+    async def published() -> bool:
+        return len(js.published) >= 4
+
+    await until(published, what="the fleet to publish", timeout_s=5)
     started = time.monotonic()
     await f.stop()
     assert time.monotonic() - started < 1.0

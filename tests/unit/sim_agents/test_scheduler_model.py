@@ -14,21 +14,14 @@ from lockstep_sim.scheduler.errors import (
     UnknownPool,
 )
 from lockstep_sim.scheduler.model import ALLOWED, NodeState, Scheduler, check_transition
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.unit
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def make(clock: FakeClock | None = None, **kwargs: object) -> Scheduler:
     pools = {"gpu-a": ["a1", "a2", "a3"], "gpu-b": ["b1"]}
-    return Scheduler(pools, clock=clock or FakeClock(), **kwargs)  # type: ignore[arg-type]
+    return Scheduler(pools, clock=clock or FakeClock(1000.0), **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("current", "target"), list(itertools.product(NodeState, NodeState)))
@@ -47,7 +40,7 @@ def test_idle_node_drains_straight_to_drained() -> None:
 
 
 def test_busy_node_goes_draining_then_drained_when_jobs_end() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     s = make(clock, time_scale=60.0)
     job = s.submit_job("gpu-a", nodes=1, gpus_per_node=4, duration_s=600.0)
     assert job is not None
@@ -153,7 +146,7 @@ def test_down_kills_jobs_and_up_keeps_drain() -> None:
 
 def test_arrivals_are_deterministic_and_end() -> None:
     def run() -> list[tuple[str, tuple[str, ...]]]:
-        clock = FakeClock()
+        clock = FakeClock(1000.0)
         s = make(clock, seed=2, arrival_rate_per_s=0.5, job_duration_s=(5.0, 10.0))
         for _ in range(10):
             clock.t += 1.0

@@ -15,11 +15,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from pydantic_settings import SettingsConfigDict
 
+from lockstep_cli.scratch import drop_namespace
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext, On, Subscription
 from lockstep_common.envelope import Envelope, make_envelope, source_of
@@ -150,24 +150,7 @@ async def lockstep_pipeline(
     finally:
         await consumer.stop()
         await producer.stop()
-        await _drop(nats_url, database_url, namespace)
-
-
-async def _drop(nats_url: str, database_url: str, namespace: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        js = nc.jetstream()
-        for info in await js.streams_info():
-            if info.config.name and info.config.name.startswith(namespace.upper() + "_"):
-                await js.delete_stream(info.config.name)
-    finally:
-        await nc.close()
-    conn = await asyncpg.connect(database_url)
-    try:
-        for suffix in ("p", "c"):
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{namespace}_{suffix}" CASCADE')
-    finally:
-        await conn.close()
+        await drop_namespace(nats_url, database_url, namespace)
 
 
 async def run_bench(nats_url: str, database_url: str, events: int, runs: int) -> dict[str, Any]:

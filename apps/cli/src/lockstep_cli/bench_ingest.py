@@ -38,7 +38,6 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import asyncpg
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -46,6 +45,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from lockstep_cli.polling import until
+from lockstep_cli.scratch import drop_namespace
 from lockstep_common import canonical, subjects
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events import REGISTRY
@@ -318,7 +318,7 @@ async def one_run(nats_url: str, database_url: str, opts: IngestOptions, run: in
     finally:
         await app.stop()
         await nc.close()
-        await _drop(nats_url, database_url, namespace)
+        await drop_namespace(nats_url, database_url, namespace)
 
 
 async def _latency_phase(
@@ -389,22 +389,6 @@ async def _latency_phase(
 async def _no_pending(js: JetStreamContext, ns: Namespace) -> bool:
     info = await js.consumer_info(ns.stream("TELEMETRY"), ns.durable("inventory-telemetry"))
     return not info.num_pending and not info.num_ack_pending
-
-
-async def _drop(nats_url: str, database_url: str, namespace: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        js = nc.jetstream()
-        for info in await js.streams_info():
-            if info.config.name and info.config.name.startswith(namespace.upper() + "_"):
-                await js.delete_stream(info.config.name)
-    finally:
-        await nc.close()
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{namespace}_inventory" CASCADE')
-    finally:
-        await conn.close()
 
 
 def _pct(values: list[float], q: float) -> float | None:

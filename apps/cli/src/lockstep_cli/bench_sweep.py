@@ -57,7 +57,8 @@ from lockstep_inventory.adapters.sweeper import (
 from lockstep_redfish.credentials import CredentialSource
 from lockstep_redfish.session import BmcTarget
 from lockstep_sim.bench import FD_HEADROOM, raise_fd_limit
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 HOST_BASE = "127.79.0.1"
 READY_TIMEOUT_S = 300.0
@@ -207,7 +208,9 @@ def _server_main(
 
     async def serve() -> None:
         sim = Simulator(
-            nodes, "gb200", latency_ms=latency_ms, seed=seed, host_base=HOST_BASE, port=0
+            SimOptions(
+                nodes, "gb200", latency_ms=latency_ms, seed=seed, host_base=HOST_BASE, port=0
+            )
         )
         await sim.start()
         try:

@@ -35,9 +35,9 @@ from lockstep_inventory.queries import drift_report, fleet_status
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_sim.agents.reports import components as in_band_components
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scenarios import DriftKind, default_mix
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME
 
 NODES = 256
 CREDENTIALS = "LOCKSTEP_DEMO_BMC"
@@ -61,11 +61,7 @@ async def fleet_drift(console: Console, nats_url: str, database_url: str) -> Non
     ns = Namespace(settings.namespace)
     console.rule(f"a simulated fleet of {NODES} nodes (GB200 and HGX H100)")
     async with FleetRuntime(
-        NODES,
-        "mixed",
-        seed=SEED,
-        host_base="127.60.0.1",
-        port=0,
+        SimOptions(NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0),
         scheduler_port=0,
         nats_url=nats_url,
         namespace=ns.name,

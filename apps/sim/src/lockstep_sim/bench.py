@@ -26,7 +26,6 @@ import itertools
 import json
 import multiprocessing
 import resource
-import socket
 import statistics
 import time
 from collections.abc import Iterator
@@ -40,7 +39,9 @@ from aiohttp import web
 
 from lockstep_sim.fleet import build_fleet
 from lockstep_sim.inventory import FIRMWARE
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.listening import bind_all, serve_on
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.simulator import Simulator
 
 HOST_BASE = "127.77.0.1"
 READY_TIMEOUT_S = 300.0
@@ -88,14 +89,6 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _listen(address: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((address, port))
-    sock.setblocking(False)
-    return sock
-
-
 class BaselineServer:
     """A plain aiohttp app answering every GET with one static JSON body, on one socket per
     address (the same layout as the ``Simulator``)."""
@@ -115,17 +108,10 @@ class BaselineServer:
 
     async def start(self) -> None:
         """Bind every address and serve."""
-        first = _listen(self.addresses[0], 0)
-        self.port = first.getsockname()[1]
-        socks = [first, *(_listen(a, self.port) for a in self.addresses[1:])]
+        socks, self.port = bind_all(self.addresses, 0)
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=0.1
-        )
-        await self._runner.setup()
-        for sock in socks:
-            await web.SockSite(self._runner, sock).start()
+        self._runner = await serve_on(app, socks)
 
     async def stop(self) -> None:
         """Close every socket."""
@@ -139,7 +125,9 @@ def _make_server(
 ) -> Simulator | BaselineServer:
     if kind == "sim":
         return Simulator(
-            nodes, profile, latency_ms=latency_ms, seed=seed, host_base=HOST_BASE, port=0
+            SimOptions(
+                nodes, profile, latency_ms=latency_ms, seed=seed, host_base=HOST_BASE, port=0
+            )
         )
     addresses = [n.address for n in build_fleet(nodes, profile, seed, HOST_BASE)]
     return BaselineServer(addresses, body_bytes, latency_ms)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -24,11 +23,12 @@ from aiohttp import web
 from lockstep_sim.agents.http import add_agent_routes
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.drifts import DriftControl
-from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node
+from lockstep_sim.options import SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
-from lockstep_sim.simulator import DEFAULT_PASSWORD, DEFAULT_USERNAME, Simulator
+from lockstep_sim.simulator import Simulator
+from lockstep_sim.started import Started
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -59,8 +59,8 @@ def fleet_sites(fleet: list[Node]) -> dict[str, list[str]]:
     return dict(sites)
 
 
-class FleetRuntime:
-    """``async with FleetRuntime(4, port=0, scheduler_port=0) as rt: rt.bmc_url("node-00000")``.
+class FleetRuntime(Started):
+    """``async with FleetRuntime(SimOptions(4, port=0), scheduler_port=0) as rt: rt.bmc_url(...)``.
 
     Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` and,
     only when ``nats_url`` is given, one ``AgentFleet`` per site publishing telemetry into
@@ -70,48 +70,28 @@ class FleetRuntime:
 
     def __init__(
         self,
-        nodes: int = 4,
-        profile: str = "gb200",
+        options: SimOptions,
         *,
-        latency_ms: float = 0.0,
-        time_scale: float = 1.0,
-        seed: int = 0,
-        username: str = DEFAULT_USERNAME,
-        password: str = DEFAULT_PASSWORD,
-        host_base: str = "127.1.0.1",
-        port: int = 8000,
         scheduler_port: int = 8001,
         nats_url: str | None = None,
         namespace: str = "lockstep",
         cadence_s: float = 10.0,
-        faults: FaultPlan | None = None,
     ) -> None:
-        if time_scale <= 0:
-            raise ValueError("time_scale must be > 0")
-        self.simulator = Simulator(
-            nodes,
-            profile,
-            latency_ms=latency_ms,
-            time_scale=time_scale,
-            seed=seed,
-            username=username,
-            password=password,
-            host_base=host_base,
-            port=port,
-            faults=faults,
-        )
+        self.simulator = Simulator(options)
         self.fleet = self.simulator.fleet
-        self.scheduler = Scheduler(fleet_pools(self.fleet), time_scale=60.0 / time_scale, seed=seed)
+        self.scheduler = Scheduler(
+            fleet_pools(self.fleet), time_scale=60.0 / options.time_scale, seed=options.seed
+        )
         self.scheduler_port = scheduler_port
         self.nats_url = nats_url
         self.namespace = namespace
         self.cadence_s = cadence_s
-        self.seed = seed
+        self.seed = options.seed
         self.agents: list[AgentFleet] = []
         # In-band state of every node: served on the scheduler's port (/agents/...) always,
         # published as telemetry only when NATS is given.
         self.software = {
-            node_id: NodeSoftware(node_id, seed)
+            node_id: NodeSoftware(node_id, options.seed)
             for node_ids in fleet_sites(self.fleet).values()
             for node_id in node_ids
         }
@@ -208,15 +188,3 @@ class FleetRuntime:
             runner, self._scheduler_runner = self._scheduler_runner, None
             await runner.cleanup()
         await self.simulator.stop()
-
-    async def __aenter__(self) -> FleetRuntime:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

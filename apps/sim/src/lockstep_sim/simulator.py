@@ -3,9 +3,7 @@ on every node's loopback address."""
 
 from __future__ import annotations
 
-import socket
 import time
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -15,44 +13,24 @@ from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
 from lockstep_sim.injection import FaultControl
+from lockstep_sim.listening import bind_all, serve_on
+from lockstep_sim.options import SimOptions
 from lockstep_sim.server import build_app
-
-DEFAULT_USERNAME = "admin"
-DEFAULT_PASSWORD = "lockstep-sim"  # noqa: S105 - documented default of a local emulator
+from lockstep_sim.started import Started
 
 
-def _listen(address: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((address, port))
-    sock.setblocking(False)
-    return sock
-
-
-class Simulator:
-    """``async with Simulator(nodes=2) as sim: sim.bmc_url("node-00000")``.
+class Simulator(Started):
+    """``async with Simulator(SimOptions(2)) as sim: sim.bmc_url("node-00000")``.
 
     ``port=0`` picks a free port on the first address and reuses it for the others.
     """
 
-    def __init__(
-        self,
-        nodes: int = 1,
-        profile: str = "gb200",
-        *,
-        latency_ms: float = 0.0,
-        time_scale: float = 1.0,
-        seed: int = 0,
-        username: str = DEFAULT_USERNAME,
-        password: str = DEFAULT_PASSWORD,
-        host_base: str = "127.1.0.1",
-        port: int = 8000,
-        faults: FaultPlan | None = None,
-    ) -> None:
-        self.fleet: list[Node] = build_fleet(nodes, profile, seed, host_base)
-        self.faults = FaultControl(faults)  # shared by every BMC; replaced by PUT /faults
+    def __init__(self, options: SimOptions) -> None:
+        o = options
+        self.fleet: list[Node] = build_fleet(o.nodes, o.profile, o.seed, o.host_base)
+        self.faults = FaultControl(o.faults)  # shared by every BMC; replaced by PUT /faults
         self.bmcs = {
-            n.address: Bmc(n, username, password, time_scale, faults=self.faults)
+            n.address: Bmc(n, o.username, o.password, o.time_scale, faults=self.faults)
             for n in self.fleet
         }
         self.by_id = {n.id: n for n in self.fleet}
@@ -60,8 +38,8 @@ class Simulator:
         self.drifts = DriftControl(
             self.fleet, {n.id: self.bmcs[n.address] for n in self.fleet}, self.faults
         )
-        self.port = port
-        self.latency_ms = latency_ms
+        self.port = o.port
+        self.latency_ms = o.latency_ms
         self.startup_seconds = 0.0
         self._runner: web.AppRunner | None = None
 
@@ -84,16 +62,9 @@ class Simulator:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        first = _listen(self.fleet[0].address, self.port)
-        self.port = first.getsockname()[1]
-        socks = [first, *(_listen(n.address, self.port) for n in self.fleet[1:])]
+        socks, self.port = bind_all([n.address for n in self.fleet], self.port)
         app = build_app(self.bmcs, self.fleet_summary(), self.latency_ms, self.drifts)
-        self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=0.1
-        )
-        await self._runner.setup()
-        for sock in socks:
-            await web.SockSite(self._runner, sock).start()
+        self._runner = await serve_on(app, socks)
         self.startup_seconds = time.perf_counter() - started
 
     async def stop(self) -> None:
@@ -106,15 +77,3 @@ class Simulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> Simulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

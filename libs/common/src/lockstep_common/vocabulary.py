@@ -24,7 +24,14 @@ StackHash = Annotated[
     ),
 ]
 Version = Annotated[str, Field(min_length=1, max_length=128, description="A version string.")]
-Text = Annotated[str, Field(max_length=4096)]
+TEXT_MAX = 4096  # characters in one free-text field of an event (reasons, details, errors)
+Text = Annotated[str, Field(max_length=TEXT_MAX)]
+
+
+def clip_text(value: str) -> str:
+    """``value`` cut to what a ``Text`` field holds: evidence cut short is still worth sending,
+    where evidence too long would make the whole event invalid."""
+    return value[:TEXT_MAX]
 
 
 class Component(enum.StrEnum):

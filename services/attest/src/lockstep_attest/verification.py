@@ -22,7 +22,7 @@ from lockstep_attest.domain.policy import Policy
 from lockstep_attest.domain.trust import TrustError, TrustStore
 from lockstep_common.bundle import Manifest
 from lockstep_common.events.v1 import CheckVerdict
-from lockstep_common.vocabulary import CheckResult
+from lockstep_common.vocabulary import CheckResult, clip_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def judge(
             CheckVerdict(
                 check=f.check,
                 result=CheckResult.PASS if f.passed else CheckResult.FAIL,
-                reason=f.reason[:4096],
+                reason=clip_text(f.reason),
                 duration_ms=round(each, 3),
             )
             for f in findings

@@ -31,7 +31,7 @@ from lockstep_common.bundle import Manifest
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, CheckVerdict
 from lockstep_common.outbox import emitting
 from lockstep_common.service import Resources
-from lockstep_common.vocabulary import CheckResult
+from lockstep_common.vocabulary import CheckResult, clip_text
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ def bundle_path(uri: str) -> Path:
 
 
 def _failure(check: str, reason: str) -> CheckVerdict:
-    return CheckVerdict(check=check, result=CheckResult.FAIL, reason=reason[:4096], duration_ms=0.0)
+    return CheckVerdict(
+        check=check, result=CheckResult.FAIL, reason=clip_text(reason), duration_ms=0.0
+    )
 
 
 class AttestWorker:

@@ -1,6 +1,6 @@
 """Drift classification and the emit-only-on-change decision (design.md "inventory").
 
-Kinds and severities (one table, :data:`SEVERITY`):
+Kinds and severities (one table, :data:`.items.SEVERITY`):
 
 - ``pending`` (info): the node is in an active wave, so a difference from the pin is the rollout
   in progress. Also (warning) a difference outside any wave that a recorded rollout step explains
@@ -29,35 +29,9 @@ from typing import Any
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_inventory.domain.items import drift_item
 from lockstep_inventory.domain.members import version_set
 from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
-
-SEVERITY: Mapping[DriftKind, Severity] = {
-    DriftKind.PENDING: Severity.INFO,
-    DriftKind.UNEXPECTED: Severity.CRITICAL,
-    DriftKind.MISSING: Severity.WARNING,
-    DriftKind.UNKNOWN: Severity.INFO,
-    DriftKind.INCOMPATIBLE: Severity.CRITICAL,
-    DriftKind.GSP_MISMATCH: Severity.CRITICAL,
-}
-
-
-def _item(
-    component: Component,
-    expected: str | None,
-    actual: str | None,
-    kind: DriftKind,
-    detail: str,
-    severity: Severity | None = None,
-) -> DriftItem:
-    return DriftItem(
-        component=component,
-        expected=expected,
-        actual=actual,
-        kind=kind,
-        severity=severity or SEVERITY[kind],
-        detail=detail[:4096],
-    )
 
 
 def _difference(
@@ -70,9 +44,11 @@ def _difference(
     what: str,
 ) -> DriftItem:
     if in_active_wave:
-        return _item(component, pinned, actual, DriftKind.PENDING, f"{what}; node in active wave")
+        return drift_item(
+            component, pinned, actual, DriftKind.PENDING, f"{what}; node in active wave"
+        )
     if recorded_change:
-        return _item(
+        return drift_item(
             component,
             pinned,
             actual,
@@ -80,7 +56,7 @@ def _difference(
             f"{what}; a recorded rollout step explains it, no wave is active",
             Severity.WARNING,
         )
-    return _item(
+    return drift_item(
         component,
         pinned,
         actual,
@@ -111,10 +87,12 @@ def classify(
     items: list[DriftItem] = []
     if pinned is None:
         items.extend(
-            _item(c, None, v, DriftKind.UNKNOWN, "node has no pin") for c, v in actual.items()
+            drift_item(c, None, v, DriftKind.UNKNOWN, "node has no pin") for c, v in actual.items()
         )
         items.extend(
-            _item(c, None, _versions_text(m), DriftKind.UNKNOWN, "node has no pin; members differ")
+            drift_item(
+                c, None, _versions_text(m), DriftKind.UNKNOWN, "node has no pin; members differ"
+            )
             for c, m in conflicts.items()
         )
     else:
@@ -136,7 +114,7 @@ def classify(
                 )
             elif component not in actual:
                 items.append(
-                    _item(component, want, None, DriftKind.MISSING, "pinned, not observed")
+                    drift_item(component, want, None, DriftKind.MISSING, "pinned, not observed")
                 )
             elif actual[component] != want:
                 items.append(
@@ -153,7 +131,7 @@ def classify(
             if component not in pinned:
                 seen = actual.get(component) or _versions_text(conflicts[component])
                 items.append(
-                    _item(component, None, seen, DriftKind.UNKNOWN, "observed, not pinned")
+                    drift_item(component, None, seen, DriftKind.UNKNOWN, "observed, not pinned")
                 )
     items.extend(
         check_compatibility(

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lockstep_common.events.v1 import DriftItem, NodeAdmission
-from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
+from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, clip_text
 from lockstep_inventory.domain.drift import classify
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import version_set
@@ -104,7 +104,7 @@ def admission(
         f"{item.kind}: {item.component}: {item.detail}" for item in drift if item.kind in UNFIT
     )
     return NodeAdmission(
-        node_id=node_id, admitted=not reasons, reasons=tuple(r[:4096] for r in reasons)
+        node_id=node_id, admitted=not reasons, reasons=tuple(clip_text(r) for r in reasons)
     )
 
 

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_common.vocabulary import Component, ObservationSource, clip_text
 from lockstep_inventory.domain.members import Member, versions_of
 
 # Components only the node itself can report (design.md "inventory": agent telemetry).
@@ -120,7 +120,7 @@ def unreadable(
         sequence=sequence,
         observed_at=observed_at,
         readable=False,
-        error=error[:4096],
+        error=clip_text(error),
         unreadable_since=observed_at,
     )
 

@@ -19,6 +19,7 @@ from functools import cache
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_inventory.domain.items import drift_item
 from lockstep_inventory.domain.rules_table import (
     Branch,
     BranchType,
@@ -57,7 +58,7 @@ def _cuda_key(cuda: str) -> tuple[int, int, int] | None:
     return int(match[1]), int(match[2]), int(match[3] or 0)
 
 
-def _item(
+def _broken(
     component: Component,
     expected: str | None,
     actual: str | None,
@@ -65,28 +66,24 @@ def _item(
     detail: str,
     *,
     kind: DriftKind = DriftKind.INCOMPATIBLE,
-    severity: Severity = Severity.CRITICAL,
+    severity: Severity | None = None,
 ) -> DriftItem:
-    return DriftItem(
-        component=component,
-        expected=expected,
-        actual=actual,
-        kind=kind,
-        severity=severity,
-        detail=f"rule {rule}: {detail}"[:4096],
-    )
+    """An item naming the ``rule`` it broke."""
+    return drift_item(component, expected, actual, kind, f"rule {rule}: {detail}", severity)
 
 
 def _cuda_items(rules: CompatibilityRules, cuda: str, driver: str) -> list[DriftItem]:
     key = _cuda_key(cuda)
     if key is None:
-        return [_item(Component.CUDA, None, cuda, "cuda_version", "unparseable CUDA version")]
+        return [_broken(Component.CUDA, None, cuda, "cuda_version", "unparseable CUDA version")]
     floor = next((f for f in rules.cuda_major_floor if f.cuda_major == key[0]), None)
     if floor is None:
-        return [_item(Component.CUDA, None, cuda, "cuda_major_floor", f"no row for CUDA {key[0]}")]
+        return [
+            _broken(Component.CUDA, None, cuda, "cuda_major_floor", f"no row for CUDA {key[0]}")
+        ]
     if version_key(driver) < version_key(floor.min_driver):
         return [
-            _item(
+            _broken(
                 Component.DRIVER,
                 f">={floor.min_driver}",
                 driver,
@@ -99,7 +96,7 @@ def _cuda_items(rules: CompatibilityRules, cuda: str, driver: str) -> list[Drift
     rows = rows or [t for t in rules.cuda_toolkit_minimum if _cuda_key(t.cuda) == (*key[:2], 0)]
     if rows and version_key(driver) < version_key(rows[0].min_driver):
         return [
-            _item(
+            _broken(
                 Component.DRIVER,
                 f">={rows[0].min_driver}",
                 driver,
@@ -119,7 +116,7 @@ def _branch_items(
     branch = rules.branch_of(driver)
     if branch is None:
         return [
-            _item(
+            _broken(
                 Component.DRIVER,
                 None,
                 driver,
@@ -132,7 +129,7 @@ def _branch_items(
     name = f"R{branch.prefix} ({branch.type})"
     if today > branch.end_of_life:
         items.append(
-            _item(
+            _broken(
                 Component.DRIVER,
                 None,
                 driver,
@@ -144,7 +141,7 @@ def _branch_items(
     arch = rules.profile_architecture.get(profile)
     if arch is not None and arch not in branch.architectures:
         items.append(
-            _item(
+            _broken(
                 Component.DRIVER,
                 None,
                 driver,
@@ -155,7 +152,7 @@ def _branch_items(
     cuda_key = _cuda_key(tuple_.get(Component.CUDA, ""))
     if cuda_key is not None and cuda_key[0] > branch.max_cuda_major:
         items.append(
-            _item(
+            _broken(
                 Component.CUDA,
                 None,
                 tuple_[Component.CUDA],
@@ -173,7 +170,7 @@ def _gsp_evidence(
     items: list[DriftItem] = []
     if loaded_module is not None and driver is not None and loaded_module != driver:
         items.append(
-            _item(
+            _broken(
                 Component.GPU_GSP,
                 driver,
                 loaded_module,
@@ -190,7 +187,7 @@ def _gsp_evidence(
     ):
         present = ", ".join(sorted(firmware_dirs)) or "none"
         items.append(
-            _item(
+            _broken(
                 Component.GPU_GSP,
                 loaded_module,
                 None,
@@ -226,12 +223,12 @@ def check_compatibility(
     try:
         version_key(driver)
     except ValueError:
-        return [*items, _item(Component.DRIVER, None, driver, "driver_version", "not numeric")]
+        return [*items, _broken(Component.DRIVER, None, driver, "driver_version", "not numeric")]
     for invariant in rules.equal_to_driver:
         actual = tuple_.get(invariant.component)
         if actual is not None and actual != driver:
             items.append(
-                _item(
+                _broken(
                     invariant.component,
                     driver,
                     actual,
@@ -252,7 +249,7 @@ def check_compatibility(
             and int(built[1]) != int(cuda.split(".")[0])
         ):
             items.append(
-                _item(
+                _broken(
                     Component.NCCL,
                     None,
                     nccl,

@@ -1,0 +1,34 @@
+"""``SimOptions``: what an emulated fleet of BMCs is built from (``Simulator``, ``FleetRuntime``
+and both ``sim`` commands take this one object)."""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+from lockstep_sim.faults import FaultPlan
+
+DEFAULT_USERNAME = "admin"
+DEFAULT_PASSWORD = "lockstep-sim"  # noqa: S105 - documented default of a local emulator
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """``SimOptions(4, "gb200", port=0)``: ``nodes`` BMCs of ``profile``, ``seed`` choosing the
+    fleet; one loopback address each from ``host_base`` on one ``port`` (0: any free);
+    ``time_scale`` real seconds per simulated BMC minute; ``latency_ms`` added per request."""
+
+    nodes: int = 1
+    profile: str = "gb200"
+    _: KW_ONLY
+    latency_ms: float = 0.0
+    time_scale: float = 1.0
+    seed: int = 0
+    username: str = DEFAULT_USERNAME
+    password: str = DEFAULT_PASSWORD
+    host_base: str = "127.1.0.1"
+    port: int = 8000
+    faults: FaultPlan | None = None
+
+    def __post_init__(self) -> None:
+        if self.time_scale <= 0:
+            raise ValueError("time_scale must be > 0")
