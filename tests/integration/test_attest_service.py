@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
-from lockstep_attest.adapters import repository
+from lockstep_attest.adapters.repository import PostgresStore
 from lockstep_attest.app import create_app
 from lockstep_attest.settings import Settings
+from lockstep_attest.store import Job
 from lockstep_attest.testing.bundles import Kit, make_kit
 from lockstep_cli.polling import until
 from lockstep_common import subjects
@@ -43,6 +45,10 @@ def attest_app(servers: Any, namespace: str, trust: Path | None) -> ServiceApp:
             log_json=False,
         )
     )
+
+
+def store(app: ServiceApp) -> PostgresStore:
+    return PostgresStore(app.require().pool, app.source)
 
 
 async def verdicts(app: ServiceApp) -> list[asyncpg.Record]:
@@ -78,8 +84,8 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
         assert verdict["accepted"] and verdict["submitted_by"] == "ci-job-812"
         assert verdict["stack_hash"] == kit.manifest.stack_hash()
         assert verdict["read_ms"] > 0
-        async with app.require().pool.acquire() as conn:
-            checks = await repository.checks_of(conn, verdict["id"])
+        async with store(app).transaction() as tx:
+            checks = await tx.checks_of(verdict["id"])
         assert {c.check for c in checks} >= {"signature", "digest", "pldm", "rim", "safe", "sbom"}
         # The event reaches the BUNDLES stream through the outbox.
         await until(lambda: _eq(stored(app, "BUNDLES"), 2), what="bundle.attested published")
@@ -122,10 +128,8 @@ async def test_without_a_trust_store_every_bundle_is_rejected(
     app = attest_app(servers, namespace, None)
     await app.start()
     try:
-        async with app.require().pool.acquire() as conn:
-            await repository.add_job(
-                conn, __import__("uuid").uuid4(), kit.bundle.as_uri(), "me", None
-            )
+        async with store(app).transaction() as tx:
+            await tx.add_job(uuid.uuid4(), kit.bundle.as_uri(), "me", None)
         await until(lambda: count(app, 1), what="a verdict")
         (verdict,) = await verdicts(app)
         assert not verdict["accepted"]
@@ -156,7 +160,7 @@ async def test_a_lapsed_lease_is_reclaimed_and_a_superseded_worker_cannot_commit
         token = await scalar(pool, "SELECT lease_token FROM jobs")
         assert token == 8
         # The old holder (token 7) wakes up and tries to commit: the fence refuses it.
-        stale = repository.Job(
+        stale = Job(
             id=1,
             token=7,
             attempts=1,
@@ -164,7 +168,7 @@ async def test_a_lapsed_lease_is_reclaimed_and_a_superseded_worker_cannot_commit
             submitted_by="me",
             correlation_id=None,
         )
-        await worker.process(app.require(), stale)  # type: ignore[attr-defined]
+        await worker.process(store(app), stale)  # type: ignore[attr-defined]
         assert len(await verdicts(app)) == 1
     finally:
         await app.stop()

@@ -10,9 +10,9 @@ import cbor2
 import pytest
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
+from lockstep_attest.adapters.key_files import load_public_key
 from lockstep_attest.domain import cose
 from lockstep_attest.domain.jws import create_signature
-from lockstep_attest.domain.keys import load_public_key
 from lockstep_attest.testing.keys import key_for
 from tests.reference import REFERENCE
 

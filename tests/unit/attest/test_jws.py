@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from lockstep_attest.adapters.key_files import load_public_key
 from lockstep_attest.domain import jws
-from lockstep_attest.domain.keys import load_public_key
 from lockstep_attest.testing.keys import key_for
 from tests.reference import REFERENCE
 

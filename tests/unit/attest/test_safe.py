@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockstep_attest.adapters.key_files import load_srp_keys
 from lockstep_attest.domain import cose, jws, safe
 from lockstep_attest.domain.safe import SfrError, SfrIssue, SfrReport, SrpKeySet
 from lockstep_attest.testing.keys import key_for
@@ -40,7 +41,7 @@ def ids(paths: list[Path]) -> list[str]:
 
 @cache
 def srp_keys() -> SrpKeySet:
-    return SrpKeySet.from_dir(OCP / "srp-keys")
+    return load_srp_keys(OCP / "srp-keys")
 
 
 def keyset(**named: str) -> SrpKeySet:
@@ -138,14 +139,14 @@ def test_real_quirks_read_as_documented() -> None:
 def test_helloworld_sample_verifies_with_its_test_key() -> None:
     samples = OCP / "samples"
     data = (samples / "helloworld.jws").read_bytes()
-    report = safe.verify_sfr(data, SrpKeySet.from_dir(samples))  # unknown kid: fallback by curve
+    report = safe.verify_sfr(data, load_srp_keys(samples))  # unknown kid: fallback by curve
     assert (report.kid, report.key_name) == ("some_key_id", "testkey_ecdsa_p521.pub")
     assert report.fw_sha384 is not None
     assert report.fw_sha384.startswith("cb258fc154582e02")  # the sample's "0x" prefix is dropped
     with pytest.raises(SfrError, match="verifies with no SRP key"):
         safe.verify_sfr(data, srp_keys())
     with pytest.raises(SfrError, match="unsigned JSON"):
-        safe.verify_sfr((samples / "helloworld.json").read_bytes(), SrpKeySet.from_dir(samples))
+        safe.verify_sfr((samples / "helloworld.json").read_bytes(), load_srp_keys(samples))
 
 
 @settings(max_examples=200, deadline=None)
@@ -235,7 +236,7 @@ def test_key_directory_loading(tmp_path: Path) -> None:
     (tmp_path / "Acme").mkdir()
     (tmp_path / "Acme" / "acme.pub").write_bytes(pem)
     (tmp_path / "README.md").write_text("not a key")
-    keys = SrpKeySet.from_dir(tmp_path, kid_table={"acme-kid": "Acme/acme.pub"})
+    keys = load_srp_keys(tmp_path, kid_table={"acme-kid": "Acme/acme.pub"})
     assert list(keys.keys) == ["Acme/acme.pub"]
     assert (
         safe.verify_sfr(signed_json(alg="ES384", kind="P-384", kid="acme-kid"), keys).key_name
@@ -243,9 +244,9 @@ def test_key_directory_loading(tmp_path: Path) -> None:
     )
     (tmp_path / "Acme" / "broken.pem").write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n")
     with pytest.raises(SfrError, match=r"broken\.pem"):
-        SrpKeySet.from_dir(tmp_path)
+        load_srp_keys(tmp_path)
     with pytest.raises(SfrError, match="no SRP public keys are loaded"):
-        safe.verify_sfr(signed_json(), SrpKeySet.from_dir(tmp_path / "absent"))
+        safe.verify_sfr(signed_json(), load_srp_keys(tmp_path / "absent"))
 
 
 @pytest.mark.parametrize("data", [b"", b"garbage", b"\xd2\x84", b"a.b.c", b"[1, 2]"])

@@ -175,10 +175,11 @@ def sfr_verify(
     """Verify a report's signature (and that it covers an image); exit 0 only when valid."""
     import hashlib
 
+    from lockstep_attest.adapters.key_files import load_srp_keys
     from lockstep_attest.domain import safe
 
     try:
-        keys = safe.SrpKeySet.from_dir(srp_keys)
+        keys = load_srp_keys(srp_keys)
         data = file.read_bytes()
         image_bytes = image.read_bytes() if image else None
     except (OSError, ValueError) as exc:

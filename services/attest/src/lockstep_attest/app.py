@@ -52,9 +52,12 @@ def load_context(settings: Settings, source: str) -> Context:
     return Context(trust, directory_digest(settings.trust_store), policy, approvals, source)
 
 
-def create_app(settings: Settings | None = None) -> ServiceApp:
-    """Build the service; nothing connects until ``start()`` (the trust store is read here)."""
-    settings = settings or Settings()
+def create_app(settings: Settings) -> ServiceApp:
+    """Build the service; nothing connects until ``start()`` (the trust store is read here).
+
+    ``settings`` is required: ``__main__`` reads them from the environment (``run_service``),
+    tests build them, and nothing here falls back to reading the environment behind a caller.
+    """
     ctx = load_context(settings, source_of(NAME))
     worker = AttestWorker(
         ctx,

@@ -7,6 +7,7 @@ emits ``bundle.attested`` / ``bundle.rejected`` from its worker through the outb
 from __future__ import annotations
 
 from lockstep_attest import handlers
+from lockstep_attest.adapters.repository import joined
 from lockstep_common import subjects
 from lockstep_common.consumer import On, Subscription
 from lockstep_common.events.v1 import BundleSubmitted, PinChanged
@@ -19,14 +20,14 @@ def subscriptions() -> tuple[Subscription, ...]:
             name="attest-bundles",
             stream="BUNDLES",
             subjects=(subjects.bundle_submitted(),),
-            handlers=(On(BundleSubmitted, handlers.bundle_submitted),),
+            handlers=(On(BundleSubmitted, joined(handlers.bundle_submitted)),),
             description="Bundles to verify",
         ),
         Subscription(
             name="attest-pins",
             stream="PINS",
             subjects=(subjects.pin_changed_all(),),
-            handlers=(On(PinChanged, handlers.pin_changed),),
+            handlers=(On(PinChanged, joined(handlers.pin_changed)),),
             description="Pinned stacks, for anti-rollback",
         ),
     )

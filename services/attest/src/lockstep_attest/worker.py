@@ -5,7 +5,9 @@ multi-gigabyte bundle is hashed (design.md, reliability rule 3). This loop claim
 (``FOR UPDATE SKIP LOCKED``; a crashed holder's job is re-claimed when its lease lapses),
 verifies in a worker thread, and commits the verdict, its checks and the resulting
 ``bundle.attested`` / ``bundle.rejected`` event in one transaction, only if its lease token
-is still the job's (the fence against a paused, superseded worker).
+is still the job's (the fence against a paused, superseded worker). It reaches its state only
+through an ``AttestStore`` (store.py): PostgreSQL in the service, the in-memory store in unit
+tests.
 """
 
 from __future__ import annotations
@@ -20,16 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from lockstep_attest.adapters import repository
 from lockstep_attest.adapters.bundle_reader import BundleReadError, load_bundle
+from lockstep_attest.adapters.repository import PostgresStore
 from lockstep_attest.domain.evidence import LoadedBundle
 from lockstep_attest.domain.policy import Policy
 from lockstep_attest.domain.trust import TrustStore
+from lockstep_attest.store import AttestStore, Job, VerdictRow
 from lockstep_attest.verification import judge, needs_sha512
 from lockstep_common import subjects
 from lockstep_common.bundle import Manifest
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, CheckVerdict
-from lockstep_common.outbox import emitting
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import CheckResult, clip_text
 
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 class Context:
     """What verification depends on besides the bundle."""
 
+    # None is a configuration, not a missing argument: a service started without a trust store
+    # runs, and rejects every bundle with a reason (fails closed) instead of refusing to start.
     trust: TrustStore | None
     trust_digest: str
     policy: Policy
@@ -73,19 +77,27 @@ class AttestWorker:
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and verify until stopped."""
+        # The pool exists only once the service has started, so the store is built here.
+        store = PostgresStore(resources.pool, self.ctx.source)
         while not stopping.is_set():
             try:
-                async with resources.pool.acquire() as conn:
-                    job = await repository.claim_job(conn, self._lease_s)
-                if job is not None:
-                    await self.process(resources, job)
+                if await self.step(store):
                     continue
             except Exception:
                 log.exception("attest worker: job loop error; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
 
-    async def process(self, resources: Resources, job: repository.Job) -> None:
+    async def step(self, store: AttestStore) -> bool:
+        """Claim one job and see it through; False when there was none to claim."""
+        async with store.transaction() as tx:
+            job = await tx.claim_job(self._lease_s)
+        if job is None:
+            return False
+        await self.process(store, job)
+        return True
+
+    async def process(self, store: AttestStore, job: Job) -> None:
         """Verify one claimed job and commit its verdict, if we still hold it."""
         started = datetime.now(UTC)
         bundle: LoadedBundle | None = None
@@ -97,46 +109,43 @@ class AttestWorker:
             checks = [
                 _failure("job", f"verification did not complete in {self._max_attempts} attempts")
             ]
-        elif self.ctx.trust is None:
+        elif (trust := self.ctx.trust) is None:
             checks = [_failure("trust_store", "no trust store configured: attest fails closed")]
         else:
             t0 = time.perf_counter()
             try:
-                bundle = await asyncio.to_thread(
-                    self._load, bundle_path(job.bundle_uri), self.ctx.trust
-                )
+                bundle = await asyncio.to_thread(self._load, bundle_path(job.bundle_uri), trust)
             except (BundleReadError, OSError, ValueError) as exc:
                 checks = [_failure("read", f"{job.bundle_uri}: {exc}")]
             else:
                 read_ms = (time.perf_counter() - t0) * 1000
-                checks, reused, context = await self._judge(resources, bundle, started)
-        await self._commit(resources, job, bundle, checks, reused, context, started, read_ms)
+                checks, reused, context = await self._judge(store, bundle, trust, started)
+        await self._commit(store, job, bundle, checks, reused, context, started, read_ms)
 
     def _load(self, path: Path, trust: TrustStore) -> LoadedBundle:
         return load_bundle(path, sha512_needed=lambda m, docs: needs_sha512(m, docs, trust))
 
     async def _judge(
-        self, resources: Resources, bundle: LoadedBundle, started: datetime
+        self, store: AttestStore, bundle: LoadedBundle, trust: TrustStore, started: datetime
     ) -> tuple[list[CheckVerdict], int | None, str]:
-        assert self.ctx.trust is not None  # noqa: S101 - process() checked
         pinned: Manifest | None = None
         pinned_hash = ""
-        async with resources.pool.acquire() as conn:
+        async with store.transaction() as tx:
             if bundle.manifest is not None:
-                found = await repository.pinned_manifest(conn, bundle.manifest.bundle_id)
+                found = await tx.pinned_manifest(bundle.manifest.bundle_id)
                 if found:
                     pinned_hash, pinned_json = found
                     pinned = Manifest.model_validate(pinned_json, strict=False)
             context = hashlib.sha256(
                 f"{self.ctx.trust_digest}|{self.ctx.policy.model_dump_json()}|{pinned_hash}".encode()
             ).hexdigest()
-            reuse = await repository.reusable_verdict(conn, bundle.digest, context, self._reuse_s)
+            reuse = await tx.reusable_verdict(bundle.digest, context, self._reuse_s)
             if reuse is not None:
-                return await repository.checks_of(conn, reuse), reuse, context
+                return await tx.checks_of(reuse), reuse, context
         verdict = await asyncio.to_thread(
             judge,
             bundle,
-            self.ctx.trust,
+            trust,
             self.ctx.policy,
             now=started,
             pinned=pinned,
@@ -146,8 +155,8 @@ class AttestWorker:
 
     async def _commit(
         self,
-        resources: Resources,
-        job: repository.Job,
+        store: AttestStore,
+        job: Job,
         bundle: LoadedBundle | None,
         checks: list[CheckVerdict],
         reused: int | None,
@@ -157,7 +166,7 @@ class AttestWorker:
     ) -> None:
         manifest = bundle.manifest if bundle else None
         accepted = bool(checks) and all(c.result is CheckResult.PASS for c in checks)
-        row = repository.VerdictRow(
+        row = VerdictRow(
             job_id=job.id,
             bundle_digest=bundle.digest if bundle else "",
             context_digest=context,
@@ -187,12 +196,12 @@ class AttestWorker:
                 checks=tuple(checks),
             )
             subject = subjects.bundle_rejected()
-        async with resources.pool.acquire() as conn, emitting(conn, self.ctx.source) as out:
-            if not await repository.still_holds(conn, job):
+        async with store.transaction() as tx:
+            if not await tx.still_holds(job):
                 log.warning("attest job %d was taken over; discarding this result", job.id)
                 return
-            await repository.save_verdict(conn, row, checks)
-            out.emit(subject, data, correlation_id=job.correlation_id)
+            await tx.save_verdict(row, checks)
+            tx.events.emit(subject, data, correlation_id=job.correlation_id)
         log.info(
             "attest job %d: %s %s", job.id, "attested" if accepted else "rejected", job.bundle_uri
         )

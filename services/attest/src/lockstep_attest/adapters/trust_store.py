@@ -18,7 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from lockstep_attest.domain.safe import SrpKeySet
+from lockstep_attest.adapters.key_files import load_srp_keys
 from lockstep_attest.domain.trust import Revocations, TrustedKey, TrustStore
 
 
@@ -66,7 +66,7 @@ def load_trust_store(root: Path) -> TrustStore:
         else None,
         rim_anchors=tuple(_certificate(p) for p in sorted((root / "rim-anchors").glob("*.pem"))),
         corim_keys={p.stem: _public_key(p) for p in sorted((root / "corim-keys").glob("*.pem"))},
-        srp_keys=SrpKeySet.from_dir(root / "srp-keys"),  # empty when absent: reports then fail
+        srp_keys=load_srp_keys(root / "srp-keys"),  # empty when absent: reports then fail
         manifest_anchors=tuple(
             _certificate(p) for p in sorted((root / "manifest-anchors").glob("*.pem"))
         ),

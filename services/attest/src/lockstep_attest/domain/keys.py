@@ -1,4 +1,4 @@
-"""Loading verification keys: PEM SubjectPublicKeyInfo files and JSON Web Keys (RFC 7517/7518).
+"""Verification keys from PEM SubjectPublicKeyInfo and JSON Web Keys (RFC 7517/7518).
 
 Only public material is ever built: private JWK members (``d``, ``p``, ``q``...) are ignored, so a
 JWK that happens to carry its private half (veraison's ``ec-p256.jwk`` does) still yields just the
@@ -12,8 +12,6 @@ import binascii
 import json
 import re
 from collections.abc import Mapping
-from os import PathLike
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -127,23 +125,19 @@ def _member(jwk: Mapping[str, Any], name: str) -> bytes:
     return b64url_decode(value, what=f"JWK member {name!r}")
 
 
-def load_public_key(path: str | PathLike[str]) -> PublicKeyTypes:
-    """Load a public key from a PEM ``PUBLIC KEY`` file or a JWK (JSON) file.
+def parse_public_key(data: bytes) -> PublicKeyTypes:
+    """The public key in a PEM ``PUBLIC KEY`` block or a JWK (JSON); reading the bytes is the
+    caller's business (``adapters/key_files.py`` reads key files).
 
     Args:
-        path: the file; its content decides the format (a JSON object is a JWK).
+        data: the key's bytes; their content decides the format (a JSON object is a JWK).
 
     Raises:
-        KeyLoadError: unreadable file or no public key in it; the message names the file.
+        KeyLoadError: no public key in ``data``.
     """
-    file = Path(path)
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise KeyLoadError(f"{file}: cannot read: {exc}") from None
     try:
         if data.lstrip().startswith(b"{"):
             return jwk_to_key(json.loads(data))
         return serialization.load_pem_public_key(data)
     except (KeyLoadError, ValueError, TypeError, AttributeError) as exc:
-        raise KeyLoadError(f"{file}: not a PEM public key or JWK: {exc}") from None
+        raise KeyLoadError(f"not a PEM public key or JWK: {exc}") from None

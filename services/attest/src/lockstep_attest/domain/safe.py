@@ -19,8 +19,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from os import PathLike
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -28,7 +27,6 @@ from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 from lockstep_attest.domain import corim, cose, jws
 from lockstep_attest.domain.corim import amap, seq
-from lockstep_attest.domain.keys import KeyLoadError, load_public_key
 
 
 class SfrError(ValueError):
@@ -84,31 +82,12 @@ class SfrReport:
 
 @dataclass(frozen=True, eq=False)
 class SrpKeySet:
-    """Review-provider public keys by name (path relative to the key directory)."""
+    """Review-provider public keys by name (path relative to the key directory; reading the
+    directory is ``adapters.key_files.load_srp_keys``)."""
 
     keys: Mapping[str, PublicKeyTypes]
     kid_table: Mapping[str, str] = field(default_factory=lambda: KNOWN_SRP_KIDS)
     source: str = ""
-
-    @classmethod
-    def from_dir(
-        cls, path: str | PathLike[str], *, kid_table: Mapping[str, str] = KNOWN_SRP_KIDS
-    ) -> SrpKeySet:
-        """Load every ``*.pub`` / ``*.pem`` public key below ``path`` (a missing directory gives
-        an empty set, which verifies nothing).
-
-        Raises:
-            SfrError: a key file that is not a public key, naming the file.
-        """
-        root, keys = Path(path), {}
-        files = sorted(root.rglob("*")) if root.is_dir() else []
-        for file in (f for f in files if f.suffix.lower() in (".pub", ".pem") and f.is_file()):
-            name = PurePosixPath(file.relative_to(root).as_posix()).as_posix()
-            try:
-                keys[name] = load_public_key(file)
-            except KeyLoadError as exc:
-                raise SfrError(f"SRP key {exc}") from None
-        return cls(MappingProxyType(keys), kid_table, str(root))
 
     def candidates(
         self, kid: str | None, *, authenticated: bool, fits: Callable[[PublicKeyTypes], bool]
