@@ -9,6 +9,6 @@ from lockstep_healthgate.settings import Settings
 NAME = "healthgate"
 
 
-def create_app(settings: Settings | None = None) -> ServiceApp:
+def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(NAME, settings or Settings(), subscriptions=subscriptions())
+    return ServiceApp(NAME, settings, subscriptions=subscriptions())
