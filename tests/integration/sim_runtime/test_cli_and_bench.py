@@ -13,7 +13,7 @@ from lockstep_sim.cli import sim_app
 pytestmark = pytest.mark.integration
 OPTIONS = (
     "--nodes", "--profile", "--latency-ms", "--time-scale", "--seed", "--username",
-    "--password", "--port", "--scheduler-port", "--nats-url", "--namespace", "--cadence-s",
+    "--password-file", "--port", "--scheduler-port", "--nats-url", "--namespace", "--cadence-s",
 )  # fmt: skip
 
 

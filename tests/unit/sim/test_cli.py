@@ -26,7 +26,7 @@ def test_serve_help_lists_options_and_default_credentials() -> None:
         "--time-scale",
         "--seed",
         "--username",
-        "--password",
+        "--password-file",
     ):
         assert option in result.output
     assert "lockstep-sim" in result.output
@@ -72,3 +72,23 @@ def test_run_hands_its_options_to_the_runtime(monkeypatch: pytest.MonkeyPatch) -
     assert [n.id for n in runtime.fleet] == ["node-00000", "node-00001"]
     assert (runtime.seed, runtime.simulator.port, runtime.scheduler_port) == (9, 0, 0)
     assert (runtime.namespace, runtime.cadence_s, runtime.nats_url) == ("lab", 2.0, None)
+
+
+def test_the_bmc_password_comes_from_a_file_or_the_environment_never_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[SimOptions] = []
+    monkeypatch.setattr(cli, "serve", served.append)
+    refused = CliRunner().invoke(sim_app, ["serve", "--password", "s3cret"])
+    assert refused.exit_code == 2  # no such option: a password on argv is visible to every user
+
+    monkeypatch.setenv("LOCKSTEP_SIM_PASSWORD", "from-env")
+    assert CliRunner().invoke(sim_app, ["serve"]).exit_code == 0
+    secret = tmp_path / "password"
+    secret.write_text("from-file\n")
+    assert CliRunner().invoke(sim_app, ["serve", "--password-file", str(secret)]).exit_code == 0
+    assert [o.password for o in served] == ["from-env", "from-file"]
+
+    result = CliRunner().invoke(sim_app, ["serve", "--password-file", str(tmp_path / "none")])
+    assert result.exit_code == 2
+    assert "cannot read" in result.output

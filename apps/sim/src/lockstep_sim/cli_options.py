@@ -4,6 +4,7 @@ either command as one :class:`SimOptions`."""
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import typer
 from lockstep_sim.faults import FaultPlanError, load_faults
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.profiles import PROFILES
+
+PASSWORD_VARIABLE = "LOCKSTEP_SIM_PASSWORD"  # noqa: S105 - the variable's name, not a secret
 
 
 def _option(name: str, annotation: Any, info: Any) -> inspect.Parameter:
@@ -41,9 +44,14 @@ SHARED = (
     _option("seed", int, typer.Option(0, "--seed", help="Seed of the fleet generator.")),
     _option("username", str, typer.Option(DEFAULT_USERNAME, "--username", help="BMC user name.")),
     _option(
-        "password",
-        str,
-        typer.Option(DEFAULT_PASSWORD, "--password", help="BMC password (default lockstep-sim)."),
+        "password_file",
+        Path | None,
+        typer.Option(
+            None,
+            "--password-file",
+            help=f"File holding the BMC password; else ${PASSWORD_VARIABLE}; else "
+            f"{DEFAULT_PASSWORD}. Never on the command line, where any local user sees it.",
+        ),
     ),
     _option("host_base", str, typer.Option("127.1.0.1", "--host-base", help="First BMC address.")),
     _option(
@@ -59,14 +67,30 @@ SHARED = (
 )
 
 
-def _checked(profile: str, faults: Path | None, **rest: Any) -> SimOptions:
+def _password(path: Path | None) -> str:
+    if path is None:
+        return os.environ.get(PASSWORD_VARIABLE) or DEFAULT_PASSWORD
+    try:
+        password = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(
+            f"cannot read {path}: {exc}", param_hint="--password-file"
+        ) from None
+    if not password:
+        raise typer.BadParameter(f"{path} is empty", param_hint="--password-file")
+    return password
+
+
+def _checked(
+    profile: str, faults: Path | None, password_file: Path | None, **rest: Any
+) -> SimOptions:
     if profile not in PROFILES:
         raise typer.BadParameter(f"choose one of {', '.join(PROFILES)}", param_hint="--profile")
     try:
         plan = load_faults(faults) if faults is not None else None
     except FaultPlanError as exc:
         raise typer.BadParameter(str(exc), param_hint="--faults") from None
-    return SimOptions(profile=profile, faults=plan, **rest)
+    return SimOptions(profile=profile, faults=plan, password=_password(password_file), **rest)
 
 
 def sim_options(command: Callable[..., None]) -> Callable[..., None]:
