@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import urllib.request
 from typing import Any
@@ -9,7 +10,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lockstep_common.service import ServiceApp
+from lockstep_cli.polling import until
+from lockstep_common.service import Resources, ServiceApp
+from tests.support import make_app
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +81,36 @@ async def _get(port: int, path: str) -> tuple[int, str]:
     import asyncio
 
     return await asyncio.to_thread(get, port, path)
+
+
+class _Once:
+    """A background loop that ends by design (like a sweep worker with sweeps off), or fails."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.ran = asyncio.Event()
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        self.ran.set()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.mark.parametrize(("error", "ready"), [(None, True), (RuntimeError("boom"), False)])
+async def test_a_loop_that_ends_by_design_keeps_the_service_ready_one_that_failed_does_not(
+    error: Exception | None, ready: bool, servers: Any, namespace: str
+) -> None:
+    worker = _Once(error)
+    app = make_app(servers, namespace, "looping")
+    app.add_workers(worker)
+    await app.start()
+    try:
+        await worker.ran.wait()
+        await until(lambda: _all_done(app, worker), "the loop to end")
+        assert app.readiness()["loops"] is ready
+    finally:
+        await app.stop()
+
+
+async def _all_done(app: ServiceApp, worker: _Once) -> bool:
+    return worker.ran.is_set() and any(t.done() for t in app.require().tasks)

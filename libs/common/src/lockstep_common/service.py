@@ -121,15 +121,16 @@ class ServiceApp:
         return self.resources
 
     def readiness(self) -> dict[str, bool]:
-        """Checks behind ``/readyz``: connected, every background loop alive, and every
-        consumer still pulling (one whose durable was deleted fails every pull)."""
+        """Checks behind ``/readyz``: connected, no background loop failed, and every consumer
+        still pulling (one whose durable was deleted fails every pull)."""
         res = self.resources
         now = time.monotonic()
         return {
             "started": res is not None and not self._stopping.is_set(),
             "nats": res is not None and res.nc.is_connected,
             "postgres": res is not None and not res.pool.is_closing(),
-            "loops": res is not None and not any(t.done() for t in res.tasks),
+            # A loop may end by design (periodic sweeps switched off); one that raised may not.
+            "loops": res is not None and not any(_failed(t) for t in res.tasks),
             "consumers": res is not None and all(r.pulling(now) for r in self._runners),
         }
 
@@ -321,6 +322,10 @@ class ServiceApp:
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=s.maintenance_interval_s)
+
+
+def _failed(task: asyncio.Task[None]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
 
 
 async def _log_nats_error(exc: Exception) -> None:
