@@ -76,14 +76,17 @@ class ServiceSettings(BaseSettings):
     consumer_max_deliver: int = Field(default=5, ge=2, le=100, description="Deliveries before DLQ.")
     consumer_retry_backoff_s: tuple[float, ...] = Field(
         default=(1.0, 5.0, 15.0, 60.0),
-        description="nak delays after transient errors, per delivery.",
+        description="Wait after a transient error on delivery n before delivery n+1: entry n "
+        "(the last repeats). Observed as given whatever the redelivery BackOff: the runtime "
+        "offsets the -NAK delay it sends by the BackOff (topology.ConsumerSpec.nak_delay).",
     )
     consumer_redelivery_backoff_s: tuple[float, ...] = Field(
         default=(30.0, 60.0, 120.0, 300.0),
         description="JetStream BackOff: entry n is how long after delivery n a message never "
         "acknowledged (a crashed or hung consumer) is redelivered (the last repeats); fewer "
         "entries than consumer_max_deliver, the first equal to consumer_ack_wait_s. Empty: "
-        "every redelivery after consumer_ack_wait_s.",
+        "every redelivery after consumer_ack_wait_s. Transient-error retries do not follow "
+        "it (consumer_retry_backoff_s).",
     )
 
     relay_batch: int = Field(
