@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from nats.js.api import StreamConfig
 
 from lockstep_cli.polling import until
 from lockstep_common import subjects
-from lockstep_common.consumer import HandlerContext, On, Subscription
+from lockstep_common.consumer import HandlerContext, On, Subscription, retry_after
 from lockstep_common.envelope import Envelope, EventData, make_envelope
 from lockstep_common.errors import PermanentError, TopologyMismatch, TransientError
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubmitted
@@ -240,6 +242,91 @@ async def test_exhausted_transient_error_reaches_the_dlq_with_its_delivery_count
         assert row["deliveries"] == 4 and row["error_kind"] == "TimeoutError"
         assert "BMC timed out" in row["reason"]
         await until(lambda: _eq(applied(consumer), 1), "the other event applied")
+    finally:
+        await consumer.stop()
+
+
+class DeliveryClock(Effects):
+    """Effects that also note when each delivery of an event reached the handler."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, list[float]] = {}
+
+    async def handle(self, ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
+        self.seen.setdefault(env.data.bundle_uri, []).append(time.monotonic())
+        await super().handle(ctx, env)
+
+
+async def test_transient_retries_wait_the_documented_nak_delays_not_the_redelivery_backoff(
+    servers: Any, namespace: str
+) -> None:
+    """Issue 15: with a consumer BackOff, nats-server counted a nak's delay from AckWait against
+    BackOff[delivery - 1] (1, 5, 15, 60 s became 1, 35, 105, 330 s). Each gap must be its nak
+    delay, well below the next larger value of the schedule (the redelivery BackOff starts at
+    5 s), so "nak delay honoured" and "BackOff or AckWait used" cannot be confused."""
+    retry, redelivery = (0.3, 1.0, 2.0), (5.0, 10.0)
+    effects = DeliveryClock()
+    effects.fail_always("file:///bundles/5.tar", TransientError("BMC busy"))
+    consumer = await consumer_app(
+        servers,
+        namespace,
+        effects,
+        consumer_ack_wait_s=5.0,
+        consumer_max_deliver=4,
+        consumer_retry_backoff_s=retry,
+        consumer_redelivery_backoff_s=redelivery,
+    )
+    try:
+        await publish(consumer, [submitted(5)])
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "the last delivery")
+        seen = effects.seen["file:///bundles/5.tar"]
+        assert len(seen) == 4 and (await dead_letter(consumer))["deliveries"] == 4
+        gaps = [later - earlier for earlier, later in itertools.pairwise(seen)]
+        ceilings = (*retry[1:], redelivery[0])
+        schedule = zip(gaps, retry, ceilings, strict=True)
+        for delivery, (gap, delay, ceiling) in enumerate(schedule, start=1):
+            assert delay <= gap < ceiling, (
+                f"retry after delivery {delivery} came {gap:.2f}s later, nak delay {delay}s: "
+                f"all gaps {[round(g, 2) for g in gaps]}"
+            )
+    finally:
+        await consumer.stop()
+
+
+async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery_backoff(
+    servers: Any, namespace: str
+) -> None:
+    """The nak offset only moves the retry: a delivery that the consumer then never settles
+    (a crash) is redelivered after its BackOff entry, as without the retry."""
+    consumer = await consumer_app(
+        servers,
+        namespace,
+        Effects(),
+        consumer_ack_wait_s=1.0,
+        consumer_max_deliver=4,
+        consumer_retry_backoff_s=(0.2,),
+        consumer_redelivery_backoff_s=(1.0, 2.5),
+    )
+    assert consumer.resources is not None
+    (runner,) = consumer._runners
+    runner.stop()  # we pull with its durable from here on, settling as the runtime would
+    await asyncio.gather(*consumer.resources.tasks[2:3], return_exceptions=True)
+    try:
+        await publish(consumer, [submitted(6)])
+        psub = await consumer.resources.js.pull_subscribe_bind(
+            durable=runner.durable, stream=runner.stream
+        )
+        (first,) = await psub.fetch(1, timeout=5)
+        first_at = time.monotonic()
+        await retry_after(consumer.resources.nc, first, runner.spec(), 0.2)
+        (second,) = await psub.fetch(1, timeout=5)
+        second_at = time.monotonic()  # and never settled: the consumer "crashed"
+        (third,) = await psub.fetch(1, timeout=10)
+        third_at = time.monotonic()
+        assert [m.metadata.num_delivered for m in (first, second, third)] == [1, 2, 3]
+        assert 0.2 <= second_at - first_at < 1.0, "the retry waited for the BackOff"
+        assert 2.5 <= third_at - second_at < 3.5, "not redelivered per BackOff[1]"
     finally:
         await consumer.stop()
 

@@ -169,8 +169,12 @@ def test_db_schema_with_punctuation_is_refused() -> None:
 def test_redelivery_backoff_must_fit_jetstream_rules() -> None:
     with pytest.raises(ValidationError, match="needs fewer than consumer_max_deliver"):
         UnitSettings(consumer_max_deliver=3, consumer_redelivery_backoff_s=(30.0, 60.0, 90.0))
-    with pytest.raises(ValidationError, match="shorter than consumer_ack_wait_s"):
+    with pytest.raises(ValidationError, match="differs from consumer_ack_wait_s"):
         UnitSettings(consumer_ack_wait_s=30.0, consumer_redelivery_backoff_s=(5.0,))
+    # A longer BackOff[0] would be the live AckWait, and the self-check refuse the next start.
+    with pytest.raises(ValidationError, match="differs from consumer_ack_wait_s"):
+        UnitSettings(consumer_ack_wait_s=30.0, consumer_redelivery_backoff_s=(60.0,))
+    assert UnitSettings(consumer_ack_wait_s=5.0, consumer_redelivery_backoff_s=(5.0, 10.0))
 
 
 def test_an_inbox_that_forgets_before_the_streams_do_is_refused() -> None:

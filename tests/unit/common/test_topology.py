@@ -144,6 +144,40 @@ def test_consumer_config_without_backoff_sends_none() -> None:
     assert _consumer(redelivery_backoff_s=()).backoff is None
 
 
+# --- nak delays under a BackOff ----------------------------------------------------------------
+
+DEFAULTS = ConsumerSpec(
+    durable="inventory-drift",
+    stream="DRIFT",
+    filter_subjects=("drift.detected.>",),
+    ack_wait_s=30.0,
+    redelivery_backoff_s=(30.0, 60.0, 120.0, 300.0),
+)
+
+
+@pytest.mark.parametrize(
+    ("delivery", "wait", "sent"),
+    [
+        # nats-server waits sent + BackOff[min(n-1, len-1)] - BackOff[0] (processNak and
+        # checkPending in server/consumer.go): a plain nak(5) after delivery 2 took 35 s.
+        (1, 1.0, 1.0),
+        (2, 5.0, -25.0),
+        (3, 15.0, -75.0),
+        (4, 60.0, -210.0),
+        (7, 60.0, -210.0),  # past the end of BackOff the server keeps its last entry
+        (2, 30.0, 0.0),  # zero, not "no delay": a bare -NAK would be redelivered at once
+        (0, 2.0, 2.0),
+    ],
+)
+def test_nak_delay_takes_off_what_the_backoff_adds(delivery: int, wait: float, sent: float) -> None:
+    assert DEFAULTS.nak_delay(delivery, wait) == sent
+
+
+@pytest.mark.parametrize("delivery", [1, 2, 9])
+def test_nak_delay_without_backoff_is_the_wait(delivery: int) -> None:
+    assert dataclasses.replace(DEFAULTS, redelivery_backoff_s=()).nak_delay(delivery, 5.0) == 5.0
+
+
 # --- the start-up diff ------------------------------------------------------------------------
 
 

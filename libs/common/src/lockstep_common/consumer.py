@@ -2,10 +2,11 @@
 
 Every subscriber in Lockstep runs through ``ConsumerRunner``, which is where the ack policy
 lives (``errors.disposition_for``): success -> ack after the commit; transient error ->
-``nak(delay)`` with the configured backoff; permanent or invalid -> a dead-letter row plus a
-``dlq.<subject>`` copy, then ``+TERM`` with the reason. Nothing is ever acknowledged before the
-transaction that applied it has committed, and an event whose id is already in the inbox is
-acknowledged without effect.
+a ``-NAK`` whose delay makes the next delivery come after the configured retry backoff
+(``ConsumerSpec.nak_delay``: the server offsets nak delays by the consumer's BackOff);
+permanent or invalid -> a dead-letter row plus a ``dlq.<subject>`` copy, then ``+TERM`` with the
+reason. Nothing is ever acknowledged before the transaction that applied it has committed, and
+an event whose id is already in the inbox is acknowledged without effect.
 
 Batches are applied in one transaction (the fast path). If that transaction fails, the batch is
 replayed one message per transaction, so one bad message cannot hold back its neighbours and
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -157,6 +159,16 @@ class _Batch:
     fetched_at: float = 0.0  # time.monotonic() when it arrived
 
 
+async def retry_after(nc: NatsClient, msg: Msg, consumer: ConsumerSpec, wait_s: float) -> None:
+    """Nak ``msg`` so that ``consumer`` redelivers it ``wait_s`` from now, whatever its BackOff."""
+    delay = consumer.nak_delay(msg.metadata.num_delivered, wait_s)
+    # Written by hand rather than ``msg.nak(delay=...)``: nats-py 2.16 sends no delay when it is
+    # 0 (``if delay:`` in nats/aio/msg.py), and a bare -NAK is redelivered at once, while a delay
+    # of 0 or less can be exactly what ``nak_delay`` asks for.
+    if msg.reply:
+        await nc.publish(msg.reply, b"-NAK " + json.dumps({"delay": round(delay * 1e9)}).encode())
+
+
 class ConsumerRunner:
     """Pulls batches for one subscription and settles every message explicitly."""
 
@@ -191,6 +203,7 @@ class ConsumerRunner:
         # time on an idle stream: readiness fails when this falls behind (a consumer deleted
         # under us, a stalled loop), instead of /readyz staying 200 over a dead subscription.
         self.last_pull = time.monotonic()
+        self._consumer = self.spec()
 
     def spec(self) -> ConsumerSpec:
         """The durable consumer this runner needs (checked by the start-up self-check)."""
@@ -387,7 +400,7 @@ class ConsumerRunner:
                 delay,
                 exc,
             )
-            await msg.nak(delay=delay)
+            await retry_after(self._nc, msg, self._consumer, delay)
             self._metrics.messages.labels(self.durable, "retried").inc()
             return
         await self._dead_letter(msg, exc, delivery)
@@ -412,7 +425,9 @@ class ConsumerRunner:
             log.error(
                 "consumer %s: cannot record dead letter (will retry): %s", self.durable, db_exc
             )
-            await msg.nak(delay=retry_delay(delivery, self._cfg.retry_backoff_s))
+            await retry_after(
+                self._nc, msg, self._consumer, retry_delay(delivery, self._cfg.retry_backoff_s)
+            )
             return
         log.error(
             "consumer %s: dead-lettered seq %d after %d deliveries: %s",

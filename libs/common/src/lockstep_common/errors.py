@@ -104,10 +104,11 @@ def disposition_for(error: BaseException | None, *, delivery: int, max_deliver: 
 
 
 def retry_delay(delivery: int, backoff: tuple[float, ...]) -> float:
-    """Seconds to wait before the next delivery after ``delivery`` failed.
+    """Seconds to wait before the next delivery after ``delivery`` failed transiently.
 
-    JetStream's consumer ``BackOff`` is not applied to naks (nats.docs consumers.md), so the
-    runtime applies the same schedule itself through ``nak(delay=...)``.
+    This is the wait to observe, not the ``-NAK`` delay to send: with a consumer ``BackOff`` the
+    server adds ``BackOff[min(n-1, len-1)] - BackOff[0]`` to a nak's delay, which
+    ``topology.ConsumerSpec.nak_delay`` takes off (docs/architecture.md, retry timing).
     """
     if not backoff:
         return 0.0

@@ -70,18 +70,24 @@ class ServiceSettings(BaseSettings):
     consumer_batch: int = Field(default=256, ge=1, le=4096, description="Messages per pull.")
     consumer_fetch_timeout_s: Seconds = Field(default=1.0, description="Longest wait per pull.")
     consumer_ack_wait_s: Seconds = Field(
-        default=30.0, description="Redelivery delay of an unacknowledged message (first delivery)."
+        default=30.0,
+        description="Redelivery delay of an unacknowledged message (first delivery); equal to "
+        "consumer_redelivery_backoff_s[0] when that is set.",
     )
     consumer_max_deliver: int = Field(default=5, ge=2, le=100, description="Deliveries before DLQ.")
     consumer_retry_backoff_s: tuple[float, ...] = Field(
         default=(1.0, 5.0, 15.0, 60.0),
-        description="nak delays after transient errors, per delivery.",
+        description="Wait after a transient error on delivery n before delivery n+1: entry n "
+        "(the last repeats). Observed as given whatever the redelivery BackOff: the runtime "
+        "offsets the -NAK delay it sends by the BackOff (topology.ConsumerSpec.nak_delay).",
     )
     consumer_redelivery_backoff_s: tuple[float, ...] = Field(
         default=(30.0, 60.0, 120.0, 300.0),
-        description="JetStream BackOff: when an unacknowledged message (a crashed or hung "
-        "consumer) is redelivered; fewer entries than consumer_max_deliver, the first at "
-        "least consumer_ack_wait_s. Empty: every redelivery after consumer_ack_wait_s.",
+        description="JetStream BackOff: entry n is how long after delivery n a message never "
+        "acknowledged (a crashed or hung consumer) is redelivered (the last repeats); fewer "
+        "entries than consumer_max_deliver, the first equal to consumer_ack_wait_s. Empty: "
+        "every redelivery after consumer_ack_wait_s. Transient-error retries do not follow "
+        "it (consumer_retry_backoff_s).",
     )
 
     relay_batch: int = Field(
@@ -138,11 +144,15 @@ class ServiceSettings(BaseSettings):
                 f"consumer_redelivery_backoff_s has {len(backoff)} entries; JetStream needs fewer "
                 f"than consumer_max_deliver ({self.consumer_max_deliver})"
             )
-        if backoff and backoff[0] < self.consumer_ack_wait_s:
+        if backoff and backoff[0] != self.consumer_ack_wait_s:
+            # nats-server replaces AckWait with BackOff[0] (setConsumerConfigDefaults in
+            # server/consumer.go): a shorter one would redeliver batches still being applied,
+            # a longer one would make the live ack_wait differ from the declared one, and the
+            # start-up self-check refuse every restart.
             raise ValueError(
-                f"consumer_redelivery_backoff_s[0] ({backoff[0]}) is shorter than "
-                f"consumer_ack_wait_s ({self.consumer_ack_wait_s}): JetStream would redeliver "
-                "batches still being applied"
+                f"consumer_redelivery_backoff_s[0] ({backoff[0]}) differs from "
+                f"consumer_ack_wait_s ({self.consumer_ack_wait_s}); JetStream uses BackOff[0] "
+                "as AckWait"
             )
         if self.db_pool_max < self.db_pool_min:
             raise ValueError("db_pool_max must be >= db_pool_min")

@@ -69,6 +69,28 @@ class ConsumerSpec:
     namespaced_filters: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def nak_delay(self, delivery: int, wait_s: float) -> float:
+        """The delay to send with ``-NAK`` after delivery number ``delivery`` (1-based, as in
+        the message's ``num_delivered``) so that nats-server redelivers ``wait_s`` from now.
+
+        The server does not simply wait a nak's delay. ``processNak`` (server/consumer.go) sets
+        the message's pending timestamp to ``now - AckWait + delay``, and ``checkPending``
+        redelivers once ``now - timestamp`` reaches the message's deadline: ``AckWait``
+        without a BackOff, else ``BackOff[min(delivery - 1, len - 1)]`` (its ``o.rdc[seq]``
+        counts redeliveries), and ``setConsumerConfigDefaults`` makes ``AckWait`` equal to
+        ``BackOff[0]``. So a nak waits ``delay`` plus that deadline minus ``BackOff[0]``: on the
+        pinned nats-server 2.15.1, nak delays of 1, 5, 15, 60 s with BackOff 30, 60, 120, 300 s
+        were observed as 1, 35, 105, 330 s (the code is the same from v2.10.0 to 2.15.0-dev).
+        We subtract that offset. The result may be zero or negative; the server takes either
+        (a Go ``time.Duration``) as "the deadline is nearer than AckWait", and without a
+        BackOff the delay is exact.
+        """
+        backoff = self.redelivery_backoff_s
+        if not backoff:
+            return wait_s
+        deadline = backoff[min(max(delivery, 1), len(backoff)) - 1]
+        return wait_s - (deadline - backoff[0])
+
 
 EVENT_STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("BUNDLES", ("bundle.>",), 30 * DAY, "Bundle submissions and attestation verdicts"),
