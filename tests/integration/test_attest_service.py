@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ def attest_app(servers: Any, namespace: str, trust: Path | None) -> ServiceApp:
             namespace=namespace,
             db_schema=f"{namespace}_attest",
             trust_store=trust,
+            bundle_roots=[Path(tempfile.gettempdir())],  # pytest's tmp dirs hold the bundles
             worker_poll_s=0.05,
             consumer_fetch_timeout_s=0.2,
             relay_poll_s=0.2,
@@ -171,4 +174,29 @@ async def test_a_lapsed_lease_is_reclaimed_and_a_superseded_worker_cannot_commit
         await worker.process(store(app), stale)  # type: ignore[attr-defined]
         assert len(await verdicts(app)) == 1
     finally:
+        await app.stop()
+
+
+async def test_a_submission_naming_a_fifo_or_a_file_outside_the_roots_is_rejected_not_hung(
+    servers: Any, namespace: str, kit: Kit, tmp_path: Path
+) -> None:
+    # A FIFO blocked the worker for good on open(); /etc/passwd was read and reported on.
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    app = attest_app(servers, namespace, kit.trust)
+    await app.start()
+    producer = make_app(servers, namespace, "cli")
+    await producer.start()
+    try:
+        hostile = [submitted(pipe), submitted(Path("/etc/passwd")), submitted(kit.bundle)]
+        await emit(producer, subjects.bundle_submitted(), hostile)
+        await until(lambda: count(app, 3), what="three verdicts, the good bundle's included")
+        fifo, outside, good = await verdicts(app)
+        assert not fifo["accepted"] and not outside["accepted"] and good["accepted"]
+        async with store(app).transaction() as tx:
+            reasons = [(await tx.checks_of(v["id"]))[0].reason for v in (fifo, outside)]
+        assert "not a regular file or directory" in reasons[0]
+        assert "outside the configured bundle roots" in reasons[1]
+    finally:
+        await producer.stop()
         await app.stop()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
+from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.adapters.trust_store import load_trust_store
 from lockstep_attest.domain.jobs import InvalidTransition, JobState
 from lockstep_attest.domain.policy import Policy
@@ -37,7 +39,9 @@ def trust(kit: Kit) -> TrustStore:
 
 
 def worker(trust: TrustStore | None, *, max_attempts: int = 3) -> AttestWorker:
-    ctx = Context(trust, "trust-digest", Policy(), (), source_of("attest"))
+    # pytest's temporary directories, where every bundle of these tests lives.
+    bundles = BundleSource.of([Path(tempfile.gettempdir())], 1 << 30)
+    ctx = Context(trust, "trust-digest", Policy(), (), source_of("attest"), bundles)
     return AttestWorker(
         ctx, poll_s=0.05, lease_s=LEASE_S, max_attempts=max_attempts, reuse_s=REUSE_S
     )

@@ -75,7 +75,11 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
     kit = make_kit(base / "release")
     console.print(f"built and signed a demo bundle: {kit.bundle} (trust store {kit.trust})")
     started = time.monotonic()
-    env = {"LOCKSTEP_ATTEST_TRUST_STORE": str(kit.trust), **service_env()}
+    env = {
+        "LOCKSTEP_ATTEST_TRUST_STORE": str(kit.trust),
+        "LOCKSTEP_ATTEST_BUNDLE_ROOTS": json.dumps([str(kit.bundle.parent)]),
+        **service_env(),
+    }
     with running_system(base, SERVICES, extra_env=env) as (stack, services):
         table = Table(title=f"system up in {time.monotonic() - started:.1f}s")
         table.add_column("part")

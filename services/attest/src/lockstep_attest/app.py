@@ -6,6 +6,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.adapters.trust_store import TrustStoreError, load_trust_store
 from lockstep_attest.domain.policy import Policy
 from lockstep_attest.router import subscriptions
@@ -29,7 +30,14 @@ def directory_digest(root: Path) -> str:
 
 
 def load_context(settings: Settings, source: str) -> Context:
-    """Trust store and policy from settings; a broken one refuses to start (exit 3)."""
+    """Trust store, policy and bundle roots from settings; a broken one refuses to start
+    (exit 3)."""
+    bundles = BundleSource.of(settings.bundle_roots, settings.max_bundle_bytes)
+    if not bundles.roots:
+        log.warning(
+            "attest: no bundle roots configured, so every bundle will be rejected: set "
+            "LOCKSTEP_ATTEST_BUNDLE_ROOTS to the directories bundles are read from"
+        )
     policy: Policy = Policy()
     approvals: tuple[bytes, ...] = ()
     if settings.policy_file is not None:
@@ -44,12 +52,14 @@ def load_context(settings: Settings, source: str) -> Context:
             "attest: no trust store configured, so every bundle will be rejected: set "
             "LOCKSTEP_ATTEST_TRUST_STORE to a trust store directory (docs/bundles.md)"
         )
-        return Context(None, "", policy, approvals, source)
+        return Context(None, "", policy, approvals, source, bundles)
     try:
         trust = load_trust_store(settings.trust_store)
     except TrustStoreError as exc:
         raise ConfigurationError(str(exc)) from None
-    return Context(trust, directory_digest(settings.trust_store), policy, approvals, source)
+    return Context(
+        trust, directory_digest(settings.trust_store), policy, approvals, source, bundles
+    )
 
 
 def create_app(settings: Settings) -> ServiceApp:

@@ -26,6 +26,14 @@ class Settings(ServiceSettings):
         "rejected: attestation fails closed.",
     )
     policy_file: Path | None = Field(default=None, description="Policy JSON (defaults otherwise).")
+    bundle_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories bundles may be read from (a JSON list). A submission naming "
+        "anything else, or none configured, is rejected: attest fails closed.",
+    )
+    max_bundle_bytes: int = Field(
+        default=64 << 30, ge=1, description="Largest bundle read, extracted size for a tar."
+    )
     worker_poll_s: float = Field(default=1.0, gt=0, description="Job poll when idle, seconds.")
     lease_s: float = Field(default=600.0, gt=0, description="A claimed job's lease, seconds.")
     max_attempts: int = Field(default=3, ge=1, description="Claims before a job is rejected.")

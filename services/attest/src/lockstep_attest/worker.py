@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from lockstep_attest.adapters.bundle_reader import BundleReadError, load_bundle
+from lockstep_attest.adapters.bundle_source import BundleRefused, BundleSource
 from lockstep_attest.adapters.repository import PostgresStore
 from lockstep_attest.domain.evidence import LoadedBundle
 from lockstep_attest.domain.policy import Policy
@@ -49,14 +49,7 @@ class Context:
     policy: Policy
     approvals: tuple[bytes, ...]
     source: str
-
-
-def bundle_path(uri: str) -> Path:
-    """A local path from a ``file://`` URI or a plain path; other schemes are refused."""
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return Path(unquote(parsed.path) if parsed.scheme else uri)
-    raise ValueError(f"unsupported bundle URI scheme {parsed.scheme!r} (use a file path)")
+    bundles: BundleSource
 
 
 def _failure(check: str, reason: str) -> CheckVerdict:
@@ -114,8 +107,9 @@ class AttestWorker:
         else:
             t0 = time.perf_counter()
             try:
-                bundle = await asyncio.to_thread(self._load, bundle_path(job.bundle_uri), trust)
-            except (BundleReadError, OSError, ValueError) as exc:
+                path = self.ctx.bundles.locate(job.bundle_uri)
+                bundle = await asyncio.to_thread(self._load, path, trust)
+            except (BundleRefused, BundleReadError, OSError, ValueError) as exc:
                 checks = [_failure("read", f"{job.bundle_uri}: {exc}")]
             else:
                 read_ms = (time.perf_counter() - t0) * 1000
