@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import uuid
@@ -18,6 +19,7 @@ from lockstep_attest.store import Job
 from lockstep_attest.testing.bundles import Kit, make_kit
 from lockstep_attest.testing.memory_store import MemoryStore
 from lockstep_attest.worker import AttestWorker, Context
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import BundleAttested, BundleRejected
@@ -38,12 +40,14 @@ def trust(kit: Kit) -> TrustStore:
     return load_trust_store(kit.trust)
 
 
-def worker(trust: TrustStore | None, *, max_attempts: int = 3) -> AttestWorker:
+def worker(
+    trust: TrustStore | None, *, max_attempts: int = 3, lease_s: float = LEASE_S
+) -> AttestWorker:
     # pytest's temporary directories, where every bundle of these tests lives.
     bundles = BundleSource.of([Path(tempfile.gettempdir())], 1 << 30)
     ctx = Context(trust, "trust-digest", Policy(), (), source_of("attest"), bundles)
     return AttestWorker(
-        ctx, poll_s=0.05, lease_s=LEASE_S, max_attempts=max_attempts, reuse_s=REUSE_S
+        ctx, poll_s=0.05, lease_s=lease_s, max_attempts=max_attempts, reuse_s=REUSE_S
     )
 
 
@@ -207,3 +211,31 @@ async def test_a_job_cannot_be_finished_twice(kit: Kit, trust: TrustStore) -> No
     with pytest.raises(InvalidTransition, match="from done to done"):
         await worker(trust).process(store, job)
     assert len(store.verdicts) == 1 and len(store.events.emitted) == 1
+
+
+async def test_a_job_held_past_its_lease_makes_the_worker_not_on_time(
+    kit: Kit, trust: TrustStore
+) -> None:
+    w = worker(trust, lease_s=0.001)  # any job in hand outlives so short a lease
+    assert w.on_time() and w.job_age_s() == 0.0
+    store = MemoryStore()
+    await submit(store, kit.bundle)
+    entered, release = asyncio.Event(), asyncio.Event()
+    original = w.process
+
+    async def stuck(store_: MemoryStore, job: Job) -> None:  # a read that never returns
+        entered.set()
+        await release.wait()
+        await original(store_, job)
+
+    w.process = stuck  # type: ignore[method-assign,assignment]
+    step = asyncio.create_task(w.step(store))
+    await entered.wait()
+    await until(lambda: _late(w), "the job in hand to outlive its lease")
+    release.set()
+    assert await step
+    assert w.on_time() and w.job_age_s() == 0.0
+
+
+async def _late(w: AttestWorker) -> bool:
+    return not w.on_time() and w.job_age_s() > 0

@@ -101,6 +101,7 @@ class ServiceApp:
         self._watcher: AdvisoryWatcher | None = None
         self._http = HttpEndpoint(self.metrics, self.readiness)
         self._stopping = asyncio.Event()
+        self._checks: dict[str, Callable[[], bool]] = {}
         self.resources: Resources | None = None
 
     def add_workers(self, *workers: Worker) -> None:
@@ -108,6 +109,11 @@ class ServiceApp:
         if self.resources is not None:
             raise RuntimeError(f"service {self.name} is already started")
         self._workers += workers
+
+    def add_check(self, name: str, check: Callable[[], bool]) -> None:
+        """A service's own readiness condition (e.g. no job held past its lease), reported in
+        ``/readyz`` beside the shared ones."""
+        self._checks[name] = check
 
     @property
     def source(self) -> str:
@@ -132,6 +138,7 @@ class ServiceApp:
             # A loop may end by design (periodic sweeps switched off); one that raised may not.
             "loops": res is not None and not any(_failed(t) for t in res.tasks),
             "consumers": res is not None and all(r.pulling(now) for r in self._runners),
+            **{name: res is not None and check() for name, check in self._checks.items()},
         }
 
     def runner_config(self) -> RunnerConfig:

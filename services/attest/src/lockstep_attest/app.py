@@ -6,6 +6,8 @@ import hashlib
 import logging
 from pathlib import Path
 
+from prometheus_client import Gauge
+
 from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.adapters.trust_store import TrustStoreError, load_trust_store
 from lockstep_attest.domain.policy import Policy
@@ -76,10 +78,17 @@ def create_app(settings: Settings) -> ServiceApp:
         max_attempts=settings.max_attempts,
         reuse_s=settings.verdict_reuse_s,
     )
-    return ServiceApp(
+    app = ServiceApp(
         NAME,
         settings,
         subscriptions=subscriptions(),
         migration_package="lockstep_attest.migrations",
         workers=[worker],
     )
+    app.add_check("worker", worker.on_time)
+    Gauge(
+        "lockstep_attest_job_age_seconds",
+        "How long the job in hand has been verified so far (0 when idle)",
+        registry=app.metrics.registry,
+    ).set_function(worker.job_age_s)
+    return app

@@ -67,6 +67,16 @@ class AttestWorker:
         self.ctx = ctx
         self._poll_s, self._lease_s = poll_s, lease_s
         self._max_attempts, self._reuse_s = max_attempts, reuse_s
+        self._busy_since: float | None = None  # time.monotonic() when the job in hand began
+
+    def job_age_s(self) -> float:
+        """How long the job in hand has been verified so far (0 when idle)."""
+        return 0.0 if self._busy_since is None else time.monotonic() - self._busy_since
+
+    def on_time(self) -> bool:
+        """False while a job is held past its lease: stuck (a read that never returns), and
+        another replica may already have re-claimed it."""
+        return self.job_age_s() <= self._lease_s
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and verify until stopped."""
@@ -87,7 +97,11 @@ class AttestWorker:
             job = await tx.claim_job(self._lease_s)
         if job is None:
             return False
-        await self.process(store, job)
+        self._busy_since = time.monotonic()
+        try:
+            await self.process(store, job)
+        finally:
+            self._busy_since = None
         return True
 
     async def process(self, store: AttestStore, job: Job) -> None:
