@@ -56,7 +56,7 @@ def report_of(data: InventoryObserved) -> Observation:
 class Handlers:
     """The inventory's handlers, bound to the compatibility rules the service loaded."""
 
-    def __init__(self, rules: CompatibilityRules | None = None) -> None:
+    def __init__(self, rules: CompatibilityRules) -> None:
         self.rules = rules
 
     async def inventory_observed(

@@ -58,7 +58,7 @@ async def apply_reports(
     emitter: EventSink,
     *,
     now: dt.datetime,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
 ) -> Outcome:
     """Apply ``(node id, report)`` pairs in order; judge the nodes whose state changed.
 
@@ -150,7 +150,7 @@ async def rejudge(
     emitter: EventSink,
     *,
     now: dt.datetime,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
 ) -> Outcome:
     """Re-judge nodes after their pin or rollout facts changed."""
     nodes = await state.lock_nodes(conn, node_ids)
@@ -165,7 +165,7 @@ async def judge_nodes(
     emitter: EventSink,
     *,
     now: dt.datetime,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
 ) -> Outcome:
     """Evaluate each node's drift set; store and emit the ones that changed."""
     outcome = Outcome()

@@ -73,7 +73,7 @@ async def run_sweep(
     *,
     by: str,
     source: str,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
     wait: bool = True,
     keep_results: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
@@ -124,7 +124,7 @@ class _Committer:
     pool: asyncpg.Pool
     summary: SweepSummary
     source: str
-    rules: CompatibilityRules | None
+    rules: CompatibilityRules
     on_progress: Callable[[int, int], None] | None
     done: int = 0
 
@@ -151,7 +151,7 @@ async def _locked_sweep(
     settings: Settings,
     by: str,
     source: str,
-    rules: CompatibilityRules | None,
+    rules: CompatibilityRules,
     keep_results: bool,
     on_progress: Callable[[int, int], None] | None,
     results_of: ResultsOf | None,
