@@ -3,14 +3,15 @@
 The one path every change of a node's state takes, whatever brought it (a Redfish sweep, an
 agent report, a new pin, a wave starting or ending):
 
-1. lock the nodes concerned (``state.lock_nodes``, id order);
+1. lock the nodes concerned (``NodeStore.lock_nodes``, id order);
 2. keep each report that supersedes the stored one (sequence order; stale and duplicate reports
    change nothing) and append what changed to ``history``;
 3. re-evaluate the drift set of every node whose state changed and emit ``drift.detected`` /
    ``drift.resolved`` through the outbox only when the set changed (``drift.decide``).
 
 What to keep, write and judge is decided by the pure functions of ``domain/ingestion.py``; this
-module reads what they need, hands it to them, and writes and emits what they return.
+module reads what they need through a ``store.NodeStore`` (PostgreSQL in the service, memory in
+unit tests), hands it to them, writes what they return and emits through an ``EventSink``.
 Everything is written in the caller's transaction together with the outbox rows, so a crash
 leaves either all of it or none of it.
 """
@@ -23,15 +24,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lockstep_common import subjects
-from lockstep_common.db import Conn
 from lockstep_common.events.v1 import DriftDetected, DriftResolved
 from lockstep_common.outbox import EventSink
-from lockstep_inventory.adapters import state
 from lockstep_inventory.domain import ingestion
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.domain.rules import CompatibilityRules
+from lockstep_inventory.store import NodeStore
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Outcome:
 
 
 async def apply_reports(
-    conn: Conn,
+    store: NodeStore,
     reports: Sequence[tuple[str, Observation]],
     emitter: EventSink,
     *,
@@ -72,25 +72,25 @@ async def apply_reports(
         return outcome
     arrivals = ingestion.arrivals(reports)
     ids = {a.node_id for a in arrivals}
-    nodes, judged = await state.lock_nodes_judged(conn, ids)
-    heads = await state.heads(conn, ids)
+    nodes, judged = await store.lock_nodes_judged(ids)
+    heads = await store.heads(ids)
     need_full = ingestion.to_read(arrivals, heads)
-    full = await state.observations(conn, need_full) if need_full else {}
+    full = await store.observations(need_full) if need_full else {}
     kept = ingestion.keep(arrivals, heads, full)
-    await state.save_observations(conn, kept.rewrite)
-    await state.touch_observations(conn, kept.touch)
-    await state.append_history(conn, kept.history)
+    await store.save_observations(kept.rewrite)
+    await store.touch_observations(kept.touch)
+    await store.append_history(kept.history)
     outcome.applied, outcome.ignored = kept.applied, kept.ignored
     to_judge = ingestion.to_judge(kept, nodes, judged, today=now.date())
     if to_judge:
-        stored = await state.observations(conn, to_judge)
+        stored = await store.observations(to_judge)
         judge = {n: nodes[n] for n in to_judge}
-        outcome.add(await judge_nodes(conn, judge, stored, emitter, now=now, rules=rules))
+        outcome.add(await judge_nodes(store, judge, stored, emitter, now=now, rules=rules))
     return outcome
 
 
 async def rejudge(
-    conn: Conn,
+    store: NodeStore,
     node_ids: Iterable[str],
     emitter: EventSink,
     *,
@@ -98,13 +98,13 @@ async def rejudge(
     rules: CompatibilityRules,
 ) -> Outcome:
     """Re-judge nodes after their pin or rollout facts changed."""
-    nodes = await state.lock_nodes(conn, node_ids)
-    stored = await state.observations(conn, nodes)
-    return await judge_nodes(conn, nodes, stored, emitter, now=now, rules=rules)
+    nodes = await store.lock_nodes(node_ids)
+    stored = await store.observations(nodes)
+    return await judge_nodes(store, nodes, stored, emitter, now=now, rules=rules)
 
 
 async def judge_nodes(
-    conn: Conn,
+    store: NodeStore,
     nodes: Mapping[str, NodeEntry],
     stored: ingestion.Observations,
     emitter: EventSink,
@@ -117,9 +117,9 @@ async def judge_nodes(
     ids = ingestion.judgeable(nodes, stored)
     if not ids:
         return outcome
-    pins = await state.pins(conn)
-    facts = await state.rollout_facts(conn, ids)
-    previous = await state.drift(conn, ids)
+    pins = await store.pins()
+    facts = await store.rollout_facts(ids)
+    previous = await store.drift(ids)
     writes: dict[str, ingestion.DriftRow] = {}
     for node_id in ids:
         verdict = ingestion.judge(
@@ -139,5 +139,5 @@ async def judge_nodes(
         elif isinstance(event, DriftResolved):
             emitter.emit(subjects.drift_resolved(event.site, node_id), event, about=node_id)
             outcome.resolved.append(node_id)
-    await state.save_drift(conn, writes)
+    await store.save_drift(writes)
     return outcome
