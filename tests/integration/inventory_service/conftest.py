@@ -21,6 +21,7 @@ from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.app import create_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import stack_of
@@ -54,6 +55,7 @@ class Harness:
             self.settings,
             by="test",
             source=admin.SOURCE,
+            rules=packaged_rules(),
             **kwargs,
         )
 

@@ -16,6 +16,8 @@ from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_inventory.adapters.pg_store import PgInventoryStore
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.ingest import apply_reports
@@ -25,6 +27,7 @@ from lockstep_redfish.session import BmcTarget
 from .conftest import SITE, Harness
 
 pytestmark = pytest.mark.integration
+RULES = packaged_rules()
 
 
 async def test_a_sweep_cut_short_commits_whole_chunks_and_the_next_one_recovers(
@@ -161,12 +164,13 @@ async def test_a_branch_reaching_end_of_life_is_found_without_a_version_change(
 
     collect = RecordedEvents()
     async with harness.app.require().pool.acquire() as conn, conn.transaction():
-        await apply_reports(conn, [(node, report(1, before))], collect, now=before)
+        store = PgInventoryStore(conn)
+        await apply_reports(store, [(node, report(1, before))], collect, now=before, rules=RULES)
         [first] = collect.events  # no pin: everything unknown, plus any broken rule
         assert isinstance(first, DriftDetected)
         assert not any("end of life" in i.detail for i in first.items)
         collect.clear()
-        await apply_reports(conn, [(node, report(2, after))], collect, now=after)
+        await apply_reports(store, [(node, report(2, after))], collect, now=after, rules=RULES)
     [event] = collect.events
     assert isinstance(event, DriftDetected)
     assert any("end of life" in i.detail for i in event.items)

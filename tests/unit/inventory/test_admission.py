@@ -8,6 +8,7 @@ import pytest
 
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.evaluate import RolloutFacts, admission, evaluate
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import Observation, unreadable
@@ -25,6 +26,7 @@ FIRMWARE = {C.BMC: "b1", C.GPU_VBIOS: "v1"}
 IN_BAND = {C.DRIVER: "580.65.06", C.GPU_GSP: "580.65.06", C.CUDA: "13.0"}
 STACK = {"gb200": {**FIRMWARE, **IN_BAND}}
 H = "a" * 64
+RULES = packaged_rules()
 
 
 def obs(source: ObservationSource, components: dict[Component, str], **kw: object) -> Observation:
@@ -91,7 +93,7 @@ def test_firmware_only_stacks_need_no_agent() -> None:
 def test_unfit_drift_refuses_whatever_the_stack() -> None:
     node_pin = Pin("ams1", ScopeSelector(), H, STACK, NOW)
     broken = {**GOOD, AGENT: obs(AGENT, IN_BAND, loaded_module="595.58.03")}
-    items = evaluate(NODE, broken, node_pin, RolloutFacts(), today=NOW.date())
+    items = evaluate(NODE, broken, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES)
     assert DriftKind.GSP_MISMATCH in {i.kind for i in items}
     admitted, reasons = verdict(broken, drift=items)
     assert not admitted and any(r.startswith("gsp_mismatch") for r in reasons)
@@ -100,18 +102,18 @@ def test_unfit_drift_refuses_whatever_the_stack() -> None:
 def test_in_band_components_are_not_missing_before_the_first_agent_report() -> None:
     node_pin = Pin("ams1", ScopeSelector(), H, STACK, NOW)
     only_bmc = {REDFISH: GOOD[REDFISH]}
-    assert evaluate(NODE, only_bmc, node_pin, RolloutFacts(), today=NOW.date()) == ()
+    assert evaluate(NODE, only_bmc, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES) == ()
     no_driver = {**GOOD, AGENT: obs(AGENT, {C.CUDA: "13.0", C.GPU_GSP: "580.65.06"})}
-    items = evaluate(NODE, no_driver, node_pin, RolloutFacts(), today=NOW.date())
+    items = evaluate(NODE, no_driver, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES)
     assert (C.DRIVER, DriftKind.MISSING) in {(i.component, i.kind) for i in items}
 
 
 def test_a_recorded_rollout_step_explains_a_difference() -> None:
     node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, NOW)
     moved = {REDFISH: obs(REDFISH, {**FIRMWARE, C.BMC: "b2"})}
-    unexplained = evaluate(NODE, moved, node_pin, RolloutFacts(), today=NOW.date())
+    unexplained = evaluate(NODE, moved, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES)
     explained = evaluate(
-        NODE, moved, node_pin, RolloutFacts(recorded={C.BMC: "b2"}), today=NOW.date()
+        NODE, moved, node_pin, RolloutFacts(recorded={C.BMC: "b2"}), today=NOW.date(), rules=RULES
     )
     assert [str(i.kind) for i in unexplained] == ["unexpected"]
     assert [(str(i.kind), str(i.severity)) for i in explained] == [("pending", "warning")]
@@ -120,5 +122,5 @@ def test_a_recorded_rollout_step_explains_a_difference() -> None:
 def test_a_bmc_never_readable_is_unreadable_not_missing_everything() -> None:
     node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, NOW)
     never = {REDFISH: unreadable(REDFISH, 1, NOW, "connection refused")}
-    assert evaluate(NODE, never, node_pin, RolloutFacts(), today=NOW.date()) == ()
+    assert evaluate(NODE, never, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES) == ()
     assert any("unreadable since" in r for r in verdict(never, stack={"gb200": FIRMWARE})[1])

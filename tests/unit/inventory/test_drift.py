@@ -10,12 +10,14 @@ import pytest
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.drift import Emit, classify, decide
 from lockstep_inventory.domain.observation import SEQUENCE_RESET_AFTER, Observation
 
 pytestmark = pytest.mark.unit
 C = Component
 TODAY = dt.date(2026, 5, 1)
+RULES = packaged_rules()
 PIN = {C.BMC: "GB200Nvl-24.12-8", C.GPU_VBIOS: "97.00.6C.00.03", C.NIC: "28.42.1234"}
 REDFISH, AGENT = ObservationSource.REDFISH, ObservationSource.AGENT
 
@@ -36,6 +38,7 @@ def _classify(
         profile="gb200",
         today=TODAY,
         conflicts=conflicts,
+        rules=RULES,
     )
 
 

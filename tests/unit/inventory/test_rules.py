@@ -11,10 +11,10 @@ import pytest
 
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.rules import (
     RulesError,
     check_compatibility,
-    load_rules,
     parse_rules,
     version_key,
 )
@@ -22,6 +22,7 @@ from lockstep_inventory.domain.rules import (
 pytestmark = pytest.mark.unit
 C = Component
 TODAY = dt.date(2026, 5, 1)
+RULES = packaged_rules()
 GOOD = {
     C.DRIVER: "580.65.06",
     C.CUDA: "13.0.0",
@@ -37,13 +38,20 @@ def _rules_named(items: list[DriftItem]) -> set[str]:
 
 def test_a_conforming_gb200_tuple_has_no_items() -> None:
     items = check_compatibility(
-        "gb200", GOOD, today=TODAY, firmware_dirs=["580.65.06"], loaded_module="580.65.06"
+        "gb200",
+        GOOD,
+        today=TODAY,
+        rules=RULES,
+        firmware_dirs=["580.65.06"],
+        loaded_module="580.65.06",
     )
     assert items == []
 
 
 def test_cuda_12_needs_driver_at_least_525_60_13() -> None:
-    items = check_compatibility("hgx-h100", {C.DRIVER: "520.61.05", C.CUDA: "12.4.1"}, today=TODAY)
+    items = check_compatibility(
+        "hgx-h100", {C.DRIVER: "520.61.05", C.CUDA: "12.4.1"}, today=TODAY, rules=RULES
+    )
     floor = [i for i in items if "cuda_major_floor" in i.detail]
     assert len(floor) == 1
     assert floor[0].kind is DriftKind.INCOMPATIBLE
@@ -53,20 +61,26 @@ def test_cuda_12_needs_driver_at_least_525_60_13() -> None:
 
 
 def test_cuda_13_needs_driver_580() -> None:
-    items = check_compatibility("hgx-h100", {C.DRIVER: "575.57.08", C.CUDA: "13.0"}, today=TODAY)
+    items = check_compatibility(
+        "hgx-h100", {C.DRIVER: "575.57.08", C.CUDA: "13.0"}, today=TODAY, rules=RULES
+    )
     assert "cuda_major_floor" in _rules_named(items)
 
 
 def test_toolkit_minimum_above_the_floor_is_a_warning() -> None:
     # CUDA 12.8 GA needs 570.26 (standards.md 7, [S]); 560.35.05 runs it under minor-version
     # compatibility only.
-    items = check_compatibility("hgx-h100", {C.DRIVER: "560.35.05", C.CUDA: "12.8"}, today=TODAY)
+    items = check_compatibility(
+        "hgx-h100", {C.DRIVER: "560.35.05", C.CUDA: "12.8"}, today=TODAY, rules=RULES
+    )
     toolkit = [i for i in items if "cuda_toolkit_minimum" in i.detail]
     assert [(i.expected, i.severity) for i in toolkit] == [(">=570.26", Severity.WARNING)]
 
 
 def test_gsp_firmware_must_equal_the_driver() -> None:
-    items = check_compatibility("gb200", {**GOOD, C.GPU_GSP: "570.172.08"}, today=TODAY)
+    items = check_compatibility(
+        "gb200", {**GOOD, C.GPU_GSP: "570.172.08"}, today=TODAY, rules=RULES
+    )
     assert [(i.kind, i.component, i.expected, i.actual) for i in items] == [
         (DriftKind.GSP_MISMATCH, C.GPU_GSP, "580.65.06", "570.172.08")
     ]
@@ -79,6 +93,7 @@ def test_seed_004_evidence_loaded_module_without_its_firmware_dir() -> None:
         "hgx-h100",
         GOOD,
         today=TODAY,
+        rules=RULES,
         firmware_dirs=["580.65.06"],
         loaded_module="570.172.08",
     )
@@ -90,14 +105,14 @@ def test_seed_004_evidence_loaded_module_without_its_firmware_dir() -> None:
 
 
 def test_firmware_dirs_not_reported_is_not_evidence() -> None:
-    items = check_compatibility("gb200", GOOD, today=TODAY, loaded_module="580.65.06")
+    items = check_compatibility("gb200", GOOD, today=TODAY, rules=RULES, loaded_module="580.65.06")
     assert items == []
 
 
 def test_end_of_life_branch_is_a_warning_after_its_date() -> None:
     tuple_ = {C.DRIVER: "535.230.02", C.CUDA: "12.2.2"}
-    assert check_compatibility("hgx-h100", tuple_, today=dt.date(2026, 6, 30)) == []
-    items = check_compatibility("hgx-h100", tuple_, today=dt.date(2026, 7, 1))
+    assert check_compatibility("hgx-h100", tuple_, today=dt.date(2026, 6, 30), rules=RULES) == []
+    items = check_compatibility("hgx-h100", tuple_, today=dt.date(2026, 7, 1), rules=RULES)
     assert [(i.severity, "branch_end_of_life" in i.detail) for i in items] == [
         (Severity.WARNING, True)
     ]
@@ -105,40 +120,48 @@ def test_end_of_life_branch_is_a_warning_after_its_date() -> None:
 
 
 def test_architecture_unsupported_by_the_branch() -> None:
-    items = check_compatibility("gb200", {C.DRIVER: "535.230.02"}, today=TODAY)
+    items = check_compatibility("gb200", {C.DRIVER: "535.230.02"}, today=TODAY, rules=RULES)
     assert _rules_named(items) == {"branch_architectures"}
     assert "blackwell" in items[0].detail
-    assert check_compatibility("hgx-h100", {C.DRIVER: "535.230.02"}, today=TODAY) == []
+    assert check_compatibility("hgx-h100", {C.DRIVER: "535.230.02"}, today=TODAY, rules=RULES) == []
 
 
 def test_fabric_manager_must_equal_the_driver() -> None:
-    items = check_compatibility("gb200", {**GOOD, C.FABRIC_MANAGER: "580.82.07"}, today=TODAY)
+    items = check_compatibility(
+        "gb200", {**GOOD, C.FABRIC_MANAGER: "580.82.07"}, today=TODAY, rules=RULES
+    )
     assert [(i.kind, i.component) for i in items] == [(DriftKind.INCOMPATIBLE, C.FABRIC_MANAGER)]
 
 
 def test_nccl_built_for_another_cuda_major() -> None:
-    items = check_compatibility("gb200", {**GOOD, C.NCCL: "2.21.5+cuda12.4"}, today=TODAY)
+    items = check_compatibility(
+        "gb200", {**GOOD, C.NCCL: "2.21.5+cuda12.4"}, today=TODAY, rules=RULES
+    )
     assert _rules_named(items) == {"nccl_matches_cuda_major"}
 
 
 def test_branch_max_cuda_major() -> None:
-    items = check_compatibility("hgx-h100", {C.DRIVER: "535.230.02", C.CUDA: "13.0"}, today=TODAY)
+    items = check_compatibility(
+        "hgx-h100", {C.DRIVER: "535.230.02", C.CUDA: "13.0"}, today=TODAY, rules=RULES
+    )
     assert {"branch_max_cuda_major", "cuda_major_floor"} <= _rules_named(items)
 
 
 def test_unknown_branch_and_non_numeric_driver() -> None:
-    unknown = check_compatibility("hgx-h100", {C.DRIVER: "999.1"}, today=TODAY)
+    unknown = check_compatibility("hgx-h100", {C.DRIVER: "999.1"}, today=TODAY, rules=RULES)
     assert _rules_named(unknown) == {"driver_branch"}
-    bad = check_compatibility("hgx-h100", {C.DRIVER: "latest"}, today=TODAY)
+    bad = check_compatibility("hgx-h100", {C.DRIVER: "latest"}, today=TODAY, rules=RULES)
     assert _rules_named(bad) == {"driver_version"}
 
 
 def test_no_driver_observed_skips_driver_rules() -> None:
-    assert check_compatibility("gb200", {C.CUDA: "13.0", C.BMC: "x"}, today=TODAY) == []
+    assert (
+        check_compatibility("gb200", {C.CUDA: "13.0", C.BMC: "x"}, today=TODAY, rules=RULES) == []
+    )
 
 
 def test_packaged_table_holds_the_standards_rows() -> None:
-    rules = load_rules()
+    rules = RULES
     assert {f.cuda_major: f.min_driver for f in rules.cuda_major_floor} == {
         13: "580",
         12: "525.60.13",
@@ -151,7 +174,7 @@ def test_packaged_table_holds_the_standards_rows() -> None:
 
 
 def _table() -> dict[str, Any]:
-    resource = resources.files("lockstep_inventory.domain").joinpath("rules/compatibility.json")
+    resource = resources.files("lockstep_inventory").joinpath("data/compatibility.json")
     data: dict[str, Any] = json.loads(resource.read_text(encoding="utf-8"))
     return data
 

@@ -21,6 +21,7 @@ from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import Pin, scope_key, stack_of
@@ -96,7 +97,13 @@ async def commit_sweep(
             return sweep(targets, credentials=credentials, options=options)
 
         summary = await run_sweep(
-            pool, nodes, settings, by="bench", source=admin.SOURCE, results_of=results
+            pool,
+            nodes,
+            settings,
+            by="bench",
+            source=admin.SOURCE,
+            rules=packaged_rules(),
+            results_of=results,
         )
         return summary.total - summary.unreadable, len(summary.outcome.detected)
     finally:

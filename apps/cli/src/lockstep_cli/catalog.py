@@ -15,7 +15,7 @@ from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
 from lockstep_healthgate import router as healthgate_router
 from lockstep_inventory import router as inventory_router
-from lockstep_inventory.domain.rules import load_rules
+from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import router as planner_router
 from lockstep_updater import router as updater_router
@@ -26,7 +26,7 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
     return {
         "attest": attest_router.subscriptions(),
         "healthgate": healthgate_router.subscriptions(),
-        "inventory": inventory_router.subscriptions(InventoryHandlers(load_rules())),
+        "inventory": inventory_router.subscriptions(InventoryHandlers(packaged_rules())),
         "planner": planner_router.subscriptions(),
         "updater": updater_router.subscriptions(),
     }

@@ -28,7 +28,7 @@ from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
-from lockstep_inventory.app import NAME
+from lockstep_inventory.app import NAME, load_rules
 from lockstep_inventory.domain.fleet_file import parse_fleet
 from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.queries import drift_report, fleet_status
@@ -182,6 +182,7 @@ class _Demo:
                 self.settings,
                 by="demo",
                 source=admin.SOURCE,
+                rules=load_rules(self.settings),
                 on_progress=lambda done, total: progress.update(task, completed=done),
             )
         self.console.print(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
+from lockstep_inventory.adapters.rules_file import packaged_rules, read_rules
 from lockstep_inventory.admission import AdmissionResponder
-from lockstep_inventory.domain.rules import CompatibilityRules, RulesError, parse_rules
-from lockstep_inventory.domain.rules import load_rules as packaged_rules
+from lockstep_inventory.domain.rules import CompatibilityRules, RulesError
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.handlers import Handlers
 from lockstep_inventory.router import subscriptions
@@ -22,16 +22,15 @@ def load_rules(settings: Settings) -> CompatibilityRules:
     if settings.rules_file is None:
         return packaged_rules()
     try:
-        return parse_rules(settings.rules_file.read_bytes())
+        return read_rules(settings.rules_file)
     except OSError as exc:
         raise ConfigurationError(f"rules_file {settings.rules_file}: {exc.strerror}") from None
     except RulesError as exc:
         raise ConfigurationError(f"rules_file {settings.rules_file}: {exc}") from None
 
 
-def create_app(settings: Settings | None = None) -> ServiceApp:
+def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()`` (the rules file is read here)."""
-    settings = settings or Settings()
     rules = load_rules(settings)
     app = ServiceApp(
         NAME,

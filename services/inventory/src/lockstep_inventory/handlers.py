@@ -1,12 +1,16 @@
 """Thin handlers: turn events into reports or facts and hand them to ``ingest``.
 
-Each runs inside the consumer's transaction (inbox claim, state, outbox), so an event is
-applied exactly once however often it is delivered.
+What each event changes is a function of a store, an event sink, the rules, the time and the
+event (``on_*``), so it is unit-tested with ``testing.MemoryInventoryStore`` and
+``RecordedEvents``. :class:`Handlers` binds them to the consumer: each runs inside the
+consumer's transaction (inbox claim, state, outbox; the ``HandlerContext`` is the sink), so an
+event is applied exactly once however often it is delivered.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from lockstep_common import canonical
 from lockstep_common.consumer import HandlerContext
@@ -23,11 +27,13 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
+from lockstep_common.outbox import EventSink
 from lockstep_inventory import ingest
-from lockstep_inventory.adapters import rollouts, state
+from lockstep_inventory.adapters.pg_store import PgInventoryStore
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.domain.pins import Pin, scope_key
 from lockstep_inventory.domain.rules import CompatibilityRules
+from lockstep_inventory.store import InventoryStore, NodeStore
 
 
 def _now() -> dt.datetime:
@@ -53,85 +59,154 @@ def report_of(data: InventoryObserved) -> Observation:
     )
 
 
-class Handlers:
-    """The inventory's handlers, bound to the compatibility rules the service loaded."""
+async def on_inventory_observed(
+    store: NodeStore,
+    sink: EventSink,
+    envs: Sequence[Envelope[InventoryObserved]],
+    *,
+    rules: CompatibilityRules,
+    now: dt.datetime,
+) -> ingest.Outcome:
+    """A pulled batch of node reports, applied in stream order."""
+    reports = [(env.data.node_id, report_of(env.data)) for env in envs]
+    return await ingest.apply_reports(store, reports, sink, now=now, rules=rules)
 
-    def __init__(self, rules: CompatibilityRules | None = None) -> None:
+
+async def on_pin_changed(
+    store: InventoryStore,
+    sink: EventSink,
+    env: Envelope[PinChanged],
+    *,
+    rules: CompatibilityRules,
+    now: dt.datetime,
+) -> ingest.Outcome:
+    """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
+    data = env.data
+    computed = canonical.stack_hash(data.stack)
+    if computed != data.stack_hash:
+        # The hash is what admission checks compare: one that does not name this stack
+        # would admit jobs onto the wrong versions.
+        raise InvalidMessage(
+            f"pin.changed stack_hash {data.stack_hash} is not the hash of its stack ({computed})"
+        )
+    pin = Pin(
+        site=data.site,
+        scope=data.scope,
+        stack_hash=data.stack_hash,
+        stack=data.stack,
+        occurred_at=env.occurred_at,
+        rollout_id=data.rollout_id,
+    )
+    if not await store.save_pin(pin, scope_key(data.scope), env.event_id):
+        return ingest.Outcome()
+    site_nodes = await store.nodes_in_site(data.site)
+    return await ingest.rejudge(store, site_nodes, sink, now=now, rules=rules)
+
+
+async def on_wave_planned(
+    store: InventoryStore,
+    sink: EventSink,
+    env: Envelope[WavePlanned],
+    *,
+    rules: CompatibilityRules,
+    now: dt.datetime,
+) -> ingest.Outcome:
+    """A wave starts: its nodes drift as ``pending`` until it ends."""
+    data = env.data
+    nodes = await store.start_wave(data.rollout_id, data.wave, data.node_ids, env.occurred_at)
+    return await ingest.rejudge(store, nodes, sink, now=now, rules=rules)
+
+
+async def on_wave_completed(
+    store: InventoryStore,
+    sink: EventSink,
+    env: Envelope[WaveCompleted],
+    *,
+    rules: CompatibilityRules,
+    now: dt.datetime,
+) -> ingest.Outcome:
+    """A wave ends: its nodes are judged as they are again."""
+    nodes = await store.end_wave(env.data.rollout_id, env.data.wave)
+    return await ingest.rejudge(store, nodes, sink, now=now, rules=rules)
+
+
+async def on_rollout_ended(
+    store: InventoryStore,
+    sink: EventSink,
+    env: Envelope[RolloutHalted | RolloutCompleted],
+    *,
+    rules: CompatibilityRules,
+    now: dt.datetime,
+) -> ingest.Outcome:
+    """A rollout halts or completes: every wave of it ends."""
+    nodes = await store.end_rollout(env.data.rollout_id)
+    return await ingest.rejudge(store, nodes, sink, now=now, rules=rules)
+
+
+async def on_device_step(
+    store: InventoryStore,
+    sink: EventSink,
+    env: Envelope[DeviceActivated | DeviceVerified | DeviceRolledBack],
+    *,
+    rules: CompatibilityRules,
+    now: dt.datetime,
+) -> ingest.Outcome:
+    """A rollout step moved a device: to ``to_version`` (activated, verified), or back to
+    ``from_version`` (rolled back; nothing when the updater did not know it). A difference
+    the recorded version explains is not ``unexpected``."""
+    data = env.data
+    version = data.from_version if isinstance(data, DeviceRolledBack) else data.to_version
+    if version is None:
+        return ingest.Outcome()
+    changed = await store.record_change(
+        data.node_id, data.component, version, data.rollout_id, env.occurred_at
+    )
+    if not changed:
+        return ingest.Outcome()
+    return await ingest.rejudge(store, [data.node_id], sink, now=now, rules=rules)
+
+
+class Handlers:
+    """The inventory's handlers, bound to the compatibility rules the service loaded: each
+    runs its ``on_*`` function over the consumer's transaction."""
+
+    def __init__(self, rules: CompatibilityRules) -> None:
         self.rules = rules
 
     async def inventory_observed(
         self, ctx: HandlerContext, envs: list[Envelope[InventoryObserved]]
     ) -> None:
         """A pulled batch of node reports, applied in stream order in one transaction."""
-        reports = [(env.data.node_id, report_of(env.data)) for env in envs]
-        await ingest.apply_reports(ctx.conn, reports, ctx, now=_now(), rules=self.rules)
+        await on_inventory_observed(
+            PgInventoryStore(ctx.conn), ctx, envs, rules=self.rules, now=_now()
+        )
 
     async def pin_changed(self, ctx: HandlerContext, env: Envelope[PinChanged]) -> None:
-        """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
-        data = env.data
-        computed = canonical.stack_hash(data.stack)
-        if computed != data.stack_hash:
-            # The hash is what admission checks compare: one that does not name this stack
-            # would admit jobs onto the wrong versions.
-            raise InvalidMessage(
-                f"pin.changed stack_hash {data.stack_hash} is not the hash of its stack "
-                f"({computed})"
-            )
-        pin = Pin(
-            site=data.site,
-            scope=data.scope,
-            stack_hash=data.stack_hash,
-            stack=data.stack,
-            occurred_at=env.occurred_at,
-            rollout_id=data.rollout_id,
-        )
-        if await state.save_pin(ctx.conn, pin, scope_key(data.scope), env.event_id):
-            site_nodes = await state.nodes_in_site(ctx.conn, data.site)
-            await ingest.rejudge(ctx.conn, site_nodes, ctx, now=_now(), rules=self.rules)
+        """A new pin for a scope (``on_pin_changed``)."""
+        await on_pin_changed(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
 
     async def wave_planned(self, ctx: HandlerContext, env: Envelope[WavePlanned]) -> None:
-        """A wave starts: its nodes drift as ``pending`` until it ends."""
-        data = env.data
-        nodes = await rollouts.start_wave(
-            ctx.conn, data.rollout_id, data.wave, data.node_ids, env.occurred_at
-        )
-        await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
+        """A wave starts (``on_wave_planned``)."""
+        await on_wave_planned(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
 
     async def wave_completed(self, ctx: HandlerContext, env: Envelope[WaveCompleted]) -> None:
-        """A wave ends: its nodes are judged as they are again."""
-        nodes = await rollouts.end_wave(ctx.conn, env.data.rollout_id, env.data.wave)
-        await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
+        """A wave ends (``on_wave_completed``)."""
+        await on_wave_completed(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
 
     async def rollout_ended(
         self, ctx: HandlerContext, env: Envelope[RolloutHalted | RolloutCompleted]
     ) -> None:
-        """A rollout halts or completes: every wave of it ends."""
-        nodes = await rollouts.end_rollout(ctx.conn, env.data.rollout_id)
-        await ingest.rejudge(ctx.conn, nodes, ctx, now=_now(), rules=self.rules)
+        """A rollout halts or completes (``on_rollout_ended``)."""
+        await on_rollout_ended(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
 
     async def device_changed(
         self, ctx: HandlerContext, env: Envelope[DeviceActivated | DeviceVerified]
     ) -> None:
-        """A rollout step moved a device to ``to_version``."""
-        await self._record_change(ctx, env, env.data.to_version)
+        """A rollout step moved a device to ``to_version`` (``on_device_step``)."""
+        await on_device_step(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
 
     async def device_rolled_back(
         self, ctx: HandlerContext, env: Envelope[DeviceRolledBack]
     ) -> None:
-        """A rollback returned a device to ``from_version`` (when the updater knew it)."""
-        if env.data.from_version is not None:
-            await self._record_change(ctx, env, env.data.from_version)
-
-    async def _record_change(
-        self,
-        ctx: HandlerContext,
-        env: Envelope[DeviceActivated | DeviceVerified | DeviceRolledBack],
-        version: str,
-    ) -> None:
-        """A difference this change explains is not ``unexpected``."""
-        data = env.data
-        changed = await rollouts.record_change(
-            ctx.conn, data.node_id, data.component, version, data.rollout_id, env.occurred_at
-        )
-        if changed:
-            await ingest.rejudge(ctx.conn, [data.node_id], ctx, now=_now(), rules=self.rules)
+        """A rollback returned a device to ``from_version`` (``on_device_step``)."""
+        await on_device_step(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())

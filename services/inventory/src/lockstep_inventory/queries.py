@@ -16,6 +16,7 @@ from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import DriftKind, ObservationSource
 from lockstep_inventory.adapters import state, sweeps
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.ingestion import DriftRow
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.domain.pins import pin_of
 
@@ -124,7 +125,7 @@ class NodeDetail:
 
     node: NodeEntry
     observations: dict[ObservationSource, Observation]
-    drift: state.DriftRow | None
+    drift: DriftRow | None
     pin_stack_hash: str | None
     history: list[dict[str, Any]]
 

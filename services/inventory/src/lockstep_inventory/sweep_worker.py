@@ -25,7 +25,7 @@ class SweepWorker:
         self,
         settings: Settings,
         source: str,
-        rules: CompatibilityRules | None,
+        rules: CompatibilityRules,
         gauges: GaugeRefresher | None = None,
     ) -> None:
         self.settings = settings

@@ -22,7 +22,7 @@ import asyncpg
 from lockstep_common.outbox import emitting
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory import ingest
-from lockstep_inventory.adapters import sweeps
+from lockstep_inventory.adapters import pg_store, sweeps
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import Member
@@ -74,7 +74,7 @@ async def run_sweep(
     *,
     by: str,
     source: str,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
     wait: bool = True,
     keep_results: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
@@ -124,7 +124,7 @@ class _Committer:
     pool: asyncpg.Pool
     summary: SweepSummary
     source: str
-    rules: CompatibilityRules | None
+    rules: CompatibilityRules
     on_progress: Callable[[int, int], None] | None
     done: int = 0
 
@@ -135,7 +135,9 @@ class _Committer:
         bad = sum(not r.readable for r in chunk)
         expanded = sum(r.expanded for r in chunk)
         async with self.pool.acquire() as conn, emitting(conn, self.source) as out:
-            outcome = await ingest.apply_reports(conn, reports, out, now=now, rules=self.rules)
+            outcome = await ingest.apply_reports(
+                pg_store.PgInventoryStore(conn), reports, out, now=now, rules=self.rules
+            )
             await sweeps.progress(conn, sweep_id, len(chunk), bad, expanded)
         self.summary.outcome.add(outcome)
         self.summary.unreadable += bad
@@ -151,7 +153,7 @@ async def _locked_sweep(
     settings: Settings,
     by: str,
     source: str,
-    rules: CompatibilityRules | None,
+    rules: CompatibilityRules,
     keep_results: bool,
     on_progress: Callable[[int, int], None] | None,
     results_of: ResultsOf | None,

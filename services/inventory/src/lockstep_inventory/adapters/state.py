@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -23,30 +22,15 @@ from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters import registry
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.ingestion import DriftRow, Head, HistoryRow, Key, Observations
 from lockstep_inventory.domain.observation import Observation, content_digest
 from lockstep_inventory.domain.pins import Pin
 
 _NODE_FIELDS = ", ".join(registry.FIELDS)
-Observations = dict[str, dict[ObservationSource, Observation]]
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What a stored report's freshness and sameness are judged on (no jsonb read)."""
-
-    source: ObservationSource
-    sequence: int
-    observed_at: dt.datetime
-    readable: bool
-    digest: str | None
-
-    def as_observation(self) -> Observation:
-        """A content-less stand-in for ``Observation.supersedes``."""
-        return Observation(self.source, self.sequence, self.observed_at, self.readable)
 
 
 async def lock_nodes_judged(
@@ -70,7 +54,7 @@ async def lock_nodes_judged(
     return found, judged
 
 
-async def heads(conn: Conn, node_ids: Iterable[str]) -> dict[tuple[str, ObservationSource], Head]:
+async def heads(conn: Conn, node_ids: Iterable[str]) -> dict[Key, Head]:
     """(node, source) -> the stored report's sequence, time, readability and digest."""
     rows = await conn.fetch(
         "SELECT node_id, source, sequence, observed_at, readable, digest FROM observations"
@@ -213,9 +197,6 @@ async def touch_observations(conn: Conn, rows: Sequence[tuple[str, Observation]]
     )
 
 
-HistoryRow = tuple[str, str, str, str | None, str | None, dt.datetime]
-
-
 async def append_history(conn: Conn, rows: Sequence[HistoryRow]) -> None:
     """Append version changes with COPY: (node, source, item, old, new, observed_at)."""
     if rows:
@@ -224,16 +205,6 @@ async def append_history(conn: Conn, rows: Sequence[HistoryRow]) -> None:
             records=rows,
             columns=("node_id", "source", "item", "old_version", "new_version", "observed_at"),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class DriftRow:
-    """A node's stored drift set."""
-
-    stack_hash: str | None
-    items: tuple[DriftItem, ...]
-    since: dt.datetime
-    evaluated_at: dt.datetime
 
 
 def parse_items(text: str) -> tuple[DriftItem, ...]:

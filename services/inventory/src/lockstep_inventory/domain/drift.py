@@ -80,7 +80,7 @@ def classify(
     conflicts: Mapping[Component, Mapping[str, str]] | None = None,
     firmware_dirs: Sequence[str] | None = None,
     loaded_module: str | None = None,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
 ) -> tuple[DriftItem, ...]:
     """Every drift item of one node, sorted by (component, kind) so equal sets compare equal."""
     conflicts = conflicts or {}

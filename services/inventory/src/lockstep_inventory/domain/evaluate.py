@@ -39,7 +39,7 @@ def evaluate(
     facts: RolloutFacts,
     *,
     today: dt.date,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
 ) -> tuple[DriftItem, ...]:
     """Every drift item of the node (see ``drift.classify``)."""
     merged = merge(observations)

@@ -1,10 +1,11 @@
 """Compatibility rules of a node's software tuple (design.md "inventory"; standards.md section 7).
 
-The table is data (``rules/compatibility.json`` in this package, loaded with
-``importlib.resources``) validated by strict pydantic models: CUDA major -> driver floor
-(minor-version compatibility), CUDA toolkit release -> minimum driver, data-center driver branches
-(type, end of life, max CUDA major, GPU architectures), GPU architecture per hardware profile, and
-the "equal to the driver" invariants (GSP firmware, seed 004; Fabric Manager).
+The table is data, validated by strict pydantic models (``rules_table.py``): CUDA major -> driver
+floor (minor-version compatibility), CUDA toolkit release -> minimum driver, data-center driver
+branches (type, end of life, max CUDA major, GPU architectures), GPU architecture per hardware
+profile, and the "equal to the driver" invariants (GSP firmware, seed 004; Fabric Manager). The
+service reads it once at start (``adapters/rules_file.py``: the packaged
+``lockstep_inventory/data/compatibility.json``, or ``RULES_FILE``) and passes it in.
 :func:`check_compatibility` is pure: same inputs, same :class:`DriftItem` list, each naming the
 rule it broke. The table is parsed in pydantic's strict JSON mode (ISO dates and enum values as
 JSON strings, nothing coerced from other types).
@@ -25,7 +26,6 @@ from lockstep_inventory.domain.rules_table import (
     BranchType,
     CompatibilityRules,
     RulesError,
-    load_rules,
     parse_rules,
 )
 
@@ -35,7 +35,6 @@ __all__ = [
     "CompatibilityRules",
     "RulesError",
     "check_compatibility",
-    "load_rules",
     "parse_rules",
     "version_key",
 ]
@@ -207,7 +206,7 @@ def check_compatibility(
     today: dt.date,
     firmware_dirs: Sequence[str] | None = None,
     loaded_module: str | None = None,
-    rules: CompatibilityRules | None = None,
+    rules: CompatibilityRules,
 ) -> list[DriftItem]:
     """Every compatibility rule the tuple breaks, as ``incompatible``/``gsp_mismatch`` items.
 
@@ -215,7 +214,6 @@ def check_compatibility(
     arrived yet); ``firmware_dirs=None`` means "not reported" (an empty list means none exist).
     An unknown profile has no architecture rule. A non-numeric driver is itself an item.
     """
-    rules = rules or load_rules()
     driver = tuple_.get(Component.DRIVER)
     items = _gsp_evidence(driver, firmware_dirs, loaded_module)
     if driver is None:

@@ -1,5 +1,7 @@
-"""The compatibility table's schema and loader (``rules/compatibility.json``, standards.md 7).
+"""The compatibility table's schema and parser (standards.md section 7).
 
+The table itself is data the service reads at start (``adapters/rules_file.py``: the packaged
+``lockstep_inventory/data/compatibility.json`` or ``RULES_FILE``); this module only validates it.
 Parsed in pydantic's strict JSON mode: ISO dates and enum values as JSON strings, nothing coerced
 from other types, unknown keys refused; :class:`RulesError` names every offending field.
 """
@@ -8,8 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from functools import cache
-from importlib import resources
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -117,10 +117,3 @@ def parse_rules(text: str | bytes) -> CompatibilityRules:
             for err in exc.errors()
         )
         raise RulesError(f"invalid compatibility rules: {problems}") from exc
-
-
-@cache
-def load_rules() -> CompatibilityRules:
-    """The packaged table (``lockstep_inventory/domain/rules/compatibility.json``)."""
-    resource = resources.files("lockstep_inventory.domain").joinpath("rules/compatibility.json")
-    return parse_rules(resource.read_text(encoding="utf-8"))
