@@ -240,6 +240,13 @@ async def test_waves_end_for_good_and_the_latest_joined_is_active(backend: Backe
     assert await store.rollout_facts(["n1", "n2"]) == {"n1": RolloutFacts("r2")}
 
 
+async def test_a_wave_naming_a_node_twice_starts_it_once(backend: Backend) -> None:
+    # PostgreSQL refuses an upsert that touches one row twice ("cannot affect row a second
+    # time"): such a wave.planned was retried to the dead-letter queue.
+    assert await backend.store.start_wave("r1", 0, ["n1", "n2", "n1"], _at(0)) == ["n1", "n2"]
+    assert await backend.store.rollout_facts(["n1"]) == {"n1": RolloutFacts("r1")}
+
+
 async def test_a_rollout_step_is_recorded_unless_a_later_one_is(backend: Backend) -> None:
     store = backend.store
     assert await store.record_change("n1", C.BMC, "b2", "r1", _at(10))

@@ -11,8 +11,8 @@ from lockstep_common.db import Conn
 async def start_wave(
     conn: Conn, rollout_id: str, wave: int, node_ids: Sequence[str], at: dt.datetime
 ) -> list[str]:
-    """Mark the wave's nodes active; returns them (none when the wave or its rollout has
-    already ended: a late or retried wave.planned)."""
+    """Mark the wave's nodes active; returns them, each once (none when the wave or its
+    rollout has already ended: a late or retried wave.planned)."""
     rows = await conn.fetch(
         "INSERT INTO wave_nodes (rollout_id, wave, node_id, since)"
         " SELECT $1, $2, unnest($3::text[]), $4 WHERE NOT EXISTS (SELECT 1 FROM ended_waves"
@@ -21,10 +21,10 @@ async def start_wave(
         " since = EXCLUDED.since RETURNING node_id",
         rollout_id,
         wave,
-        list(node_ids),
+        list(dict.fromkeys(node_ids)),  # an upsert may not touch one row twice
         at,
     )
-    return [r["node_id"] for r in rows]
+    return sorted(r["node_id"] for r in rows)
 
 
 async def end_wave(conn: Conn, rollout_id: str, wave: int) -> list[str]:

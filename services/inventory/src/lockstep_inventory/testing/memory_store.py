@@ -156,7 +156,7 @@ class MemoryInventoryStore:
             return []  # a late or retried wave.planned does not reopen an ended wave
         for node_id in node_ids:
             self.waves[(rollout_id, node_id)] = _Membership(wave, at)
-        return list(node_ids)
+        return sorted(set(node_ids))
 
     async def end_wave(self, rollout_id: str, wave: int) -> list[str]:
         self.ended.add((rollout_id, wave))
