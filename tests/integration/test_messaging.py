@@ -8,6 +8,7 @@ import itertools
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -571,6 +572,29 @@ async def test_readiness_fails_when_a_consumer_is_deleted_under_the_service(
 
         await until(lambda: _eq(consumers_ready(), False), "readiness to report the lost consumer")
         assert consumer.readiness()["nats"]  # connected all along: only the consumer is gone
+    finally:
+        await consumer.stop()
+
+
+async def test_an_event_dated_beyond_the_clock_skew_is_refused(
+    servers: Any, namespace: str
+) -> None:
+    effects = Effects()
+    consumer = await consumer_app(servers, namespace, effects, max_clock_skew_s=60.0)
+    js = consumer.require().js
+    try:
+        wire = consumer.namespace.wire(SUBJECT)
+        soon = datetime.now(UTC) + timedelta(seconds=30)  # within the skew: a fast clock
+        far = datetime(2999, 1, 1, tzinfo=UTC)
+        for at, i in ((far, 1), (soon, 2)):
+            env = make_envelope(submitted(i), source="/t", occurred_at=at)
+            await js.publish(wire, env.to_json())
+        await until(lambda: _eq(applied(consumer), 1), "the event within the skew applied")
+        await until(lambda: _eq(dead_letter_count(consumer), 1), "the far-future one refused")
+        assert (
+            "in the future, beyond the allowed clock skew"
+            in (await dead_letter(consumer))["reason"]
+        )
     finally:
         await consumer.stop()
 

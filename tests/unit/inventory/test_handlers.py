@@ -281,3 +281,12 @@ async def test_a_branch_reaching_end_of_life_is_found_on_the_next_day_without_a_
     [event] = inv.emitted()
     assert isinstance(event, DriftDetected)
     assert any("end of life" in i.detail for i in event.items)
+
+
+async def test_a_report_observed_after_it_was_sent_is_refused(inventory: Inventory) -> None:
+    # Sent now, "observed" next year: it would outrank every genuine report until then.
+    with pytest.raises(InvalidMessage, match="after it was sent"):
+        await inventory.report(
+            2, {C.BMC: "b9"}, at=dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
+        )
+    assert inventory.emitted() == [] and inventory.kinds() == []

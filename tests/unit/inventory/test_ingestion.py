@@ -23,7 +23,13 @@ from lockstep_inventory.domain.ingestion import (
     to_judge,
     to_read,
 )
-from lockstep_inventory.domain.observation import Observation, content_digest, unreadable
+from lockstep_inventory.domain.observation import (
+    MAX_SEQUENCE_LEAP,
+    ImplausibleReport,
+    Observation,
+    content_digest,
+    unreadable,
+)
 from lockstep_inventory.domain.pins import Pin
 
 pytestmark = pytest.mark.unit
@@ -212,3 +218,12 @@ def test_a_node_in_an_active_wave_drifts_as_pending() -> None:
     row, event = verdict("b2", None, RolloutFacts(active_wave="r1"))
     assert isinstance(event, DriftDetected)
     assert [i.kind for i in row.items] == [DriftKind.PENDING]
+
+
+def test_a_sequence_leaping_too_far_ahead_is_refused_and_one_just_within_is_kept() -> None:
+    # A forged sequence of 2**62 would make every genuine report look stale for good.
+    heads, full = stored_state(("n1", redfish(7)))
+    with pytest.raises(ImplausibleReport, match="leaps from sequence 7"):
+        keep(arrivals([("n1", redfish(7 + MAX_SEQUENCE_LEAP + 1, "other"))]), heads, full)
+    kept = keep(arrivals([("n1", redfish(7 + MAX_SEQUENCE_LEAP, "other"))]), heads, full)
+    assert kept.applied == 1

@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import asyncpg
@@ -140,6 +141,7 @@ class RunnerConfig:
     max_deliver: int = 5
     retry_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 60.0)
     max_message_bytes: int = 1 << 20
+    max_clock_skew_s: float = 300.0
     redelivery_backoff_s: tuple[float, ...] = field(default=())
 
 
@@ -337,6 +339,14 @@ class ConsumerRunner:
 
     def _decode(self, msg: Msg) -> Envelope[EventData]:
         env = self._registry.decode(msg.data, max_bytes=self._cfg.max_message_bytes)
+        ahead = (env.occurred_at - datetime.now(UTC)).total_seconds()
+        if ahead > self._cfg.max_clock_skew_s:
+            # The sender's clock is not trusted: a time far ahead would win every newest-wins
+            # decision downstream until the real clock caught up (a pin dated 2999 did).
+            raise InvalidMessage(
+                f"{env.type} is dated {ahead:.0f}s in the future, beyond the allowed clock skew "
+                f"of {self._cfg.max_clock_skew_s:.0f}s"
+            )
         if type(env.data) not in self._accepts:
             raise InvalidMessage(
                 f"consumer {self.durable} does not accept {env.type} v{env.schema_version} "

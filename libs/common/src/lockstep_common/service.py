@@ -152,6 +152,7 @@ class ServiceApp:
             retry_backoff_s=s.consumer_retry_backoff_s,
             redelivery_backoff_s=s.consumer_redelivery_backoff_s,
             max_message_bytes=s.max_message_bytes,
+            max_clock_skew_s=s.max_clock_skew_s,
         )
 
     async def start(self) -> None:

@@ -99,6 +99,11 @@ class ServiceSettings(BaseSettings):
     )
     shutdown_grace_s: Seconds = Field(default=20.0, description="Time to finish in-flight work.")
 
+    max_clock_skew_s: Seconds = Field(
+        default=300.0,
+        description="How far into the future an event's time may lie; later ones are refused "
+        "(a forged far-future time would otherwise win every newest-wins decision).",
+    )
     maintenance_interval_s: Seconds = Field(
         default=3600.0,
         description="How often retention purges run; the first runs as the service starts.",

@@ -30,10 +30,12 @@ from lockstep_common.events.v1 import (
 from lockstep_common.outbox import EventSink
 from lockstep_inventory import ingest
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
-from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.domain.observation import ImplausibleReport, Observation
 from lockstep_inventory.domain.pins import Pin, scope_key
 from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.store import InventoryStore, NodeStore
+
+OBSERVED_AFTER_SENT = dt.timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
 
 
 def _now() -> dt.datetime:
@@ -68,6 +70,15 @@ async def on_inventory_observed(
     now: dt.datetime,
 ) -> ingest.Outcome:
     """A pulled batch of node reports, applied in stream order."""
+    for env in envs:
+        # The envelope's time is bounded by the runtime's clock-skew check; a report observed
+        # after it was sent would carry a forged future into every "newer report" decision.
+        if env.data.observed_at > env.occurred_at + OBSERVED_AFTER_SENT:
+            raise ImplausibleReport(
+                f"report for {env.data.node_id} says it was observed at "
+                f"{env.data.observed_at.isoformat()}, after it was sent "
+                f"({env.occurred_at.isoformat()})"
+            )
     reports = [(env.data.node_id, report_of(env.data)) for env in envs]
     return await ingest.apply_reports(store, reports, sink, now=now, rules=rules)
 

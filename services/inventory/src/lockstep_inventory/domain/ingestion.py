@@ -29,7 +29,13 @@ from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory.domain.drift import Emit, decide
 from lockstep_inventory.domain.evaluate import RolloutFacts, evaluate
 from lockstep_inventory.domain.fleet_file import NodeEntry
-from lockstep_inventory.domain.observation import Observation, changes, content_digest
+from lockstep_inventory.domain.observation import (
+    MAX_SEQUENCE_LEAP,
+    ImplausibleReport,
+    Observation,
+    changes,
+    content_digest,
+)
 from lockstep_inventory.domain.pins import Pin, pin_of
 from lockstep_inventory.domain.rules import CompatibilityRules
 
@@ -133,6 +139,11 @@ def keep(reports: Sequence[Arrival], heads: Mapping[Key, Head], stored: Observat
         head = heads.get(key)
         current = latest.get(key)
         reference = current or (head.as_observation() if head else None)
+        if reference is not None and incoming.sequence - reference.sequence > MAX_SEQUENCE_LEAP:
+            raise ImplausibleReport(
+                f"report for {node_id} ({incoming.source}) leaps from sequence "
+                f"{reference.sequence} to {incoming.sequence}, more than {MAX_SEQUENCE_LEAP} ahead"
+            )
         if not incoming.supersedes(reference):
             ignored += 1
             continue

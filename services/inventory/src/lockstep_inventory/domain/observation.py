@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from lockstep_common.errors import InvalidMessage
 from lockstep_common.vocabulary import Component, ObservationSource, clip_text
 from lockstep_inventory.domain.members import Member, versions_of
 
@@ -34,6 +35,14 @@ IN_BAND: frozenset[Component] = frozenset(
 # accepted as a restart only when it was observed this much later than the last applied one;
 # otherwise it is a late or duplicate delivery and changes nothing.
 SEQUENCE_RESET_AFTER = dt.timedelta(minutes=5)
+# How far one report's sequence may run ahead of the stored one. An agent reporting every 10 s
+# needs 115 days to count this far; a sweep's sequence is its sweep number. A report leaping
+# further is forged or broken: accepted, it would make every genuine report look stale.
+MAX_SEQUENCE_LEAP = 1_000_000
+
+
+class ImplausibleReport(InvalidMessage):
+    """A report that cannot be genuine (a sequence leap, a time after it was sent)."""
 
 
 @dataclass(frozen=True, slots=True)
