@@ -164,7 +164,7 @@ def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:
         check=False,
     )
     out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    assert result.returncode == 0, out + result.stderr + _log_tails(data_dir / "logs")
 
     def shows(text: str) -> None:
         assert text in out, f"{text!r} not in the demo's output:\n{out}"
@@ -185,3 +185,12 @@ def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:
     assert out.count("drift.resolved node-") == 4, out
     shows("fleet conformance 256/256 (100.0%)")
     shows("demo finished")
+
+
+def _log_tails(logs: Path, lines: int = 30) -> str:
+    """The end of every log the demo left: why a step timed out is in the services' logs."""
+    return "".join(
+        f"\n--- {log.name} (last {lines} lines)\n"
+        + "\n".join(log.read_text().splitlines()[-lines:])
+        for log in sorted(logs.glob("*.log"))
+    )

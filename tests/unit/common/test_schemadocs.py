@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from lockstep_cli.catalog import consumers
+from lockstep_cli.catalog import parties
 from lockstep_common import schemadocs
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY, v1
@@ -18,7 +19,7 @@ from lockstep_common.samples import samples
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[3]
-CONSUMERS = consumers()
+PARTIES = parties()
 WIRE_REQUIRED = {"specversion", "id", "source", "type", "time", "schemaversion", "data"}
 
 
@@ -34,7 +35,7 @@ def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, str]:
-    return schemadocs.render(CONSUMERS)
+    return schemadocs.render(PARTIES)
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +44,13 @@ def asyncapi(rendered: dict[str, str]) -> dict[str, Any]:
 
 
 def test_docs_in_the_repo_are_up_to_date() -> None:
-    stale = schemadocs.stale(REPO / "docs", CONSUMERS)
+    stale = schemadocs.stale(REPO / "docs", PARTIES)
     assert stale == [], f"docs/ is stale, run `lockstep docs generate`: {stale}"
 
 
 def test_rendering_is_deterministic(rendered: dict[str, str]) -> None:
     first = rendered
-    assert first == schemadocs.render(CONSUMERS)
+    assert first == schemadocs.render(PARTIES)
     assert list(first) == sorted(first)
     assert all(text.endswith("\n") for text in first.values())
 
@@ -119,7 +120,7 @@ def test_a_class_without_a_channel_stops_generation(monkeypatch: pytest.MonkeyPa
     channels = {c: r for c, r in schemadocs.CHANNELS.items() if c is not v1.DriftResolved}
     monkeypatch.setattr(schemadocs, "CHANNELS", channels)
     with pytest.raises(ValueError, match="no channel for DriftResolved"):
-        schemadocs.render(CONSUMERS)
+        schemadocs.render(PARTIES)
 
 
 @pytest.mark.parametrize(
@@ -139,28 +140,48 @@ def test_a_class_without_a_channel_stops_generation(monkeypatch: pytest.MonkeyPa
 def test_consumers_are_read_from_the_services_subscriptions(
     cls: type[EventData], service: str
 ) -> None:
-    assert service in schemadocs.routes(CONSUMERS)[cls].consumers
+    assert service in schemadocs.routes(PARTIES)[cls].consumers
 
 
 def test_a_class_a_subscription_only_ignores_is_not_listed_as_consumed() -> None:
     # Inventory takes device.staged off its stream but acts on nothing in it.
-    assert "inventory" not in schemadocs.routes(CONSUMERS)[v1.DeviceStaged].consumers
-    assert "inventory" in schemadocs.routes(CONSUMERS)[v1.DeviceActivated].consumers
+    assert "inventory" not in schemadocs.routes(PARTIES)[v1.DeviceStaged].consumers
+    assert "inventory" in schemadocs.routes(PARTIES)[v1.DeviceActivated].consumers
 
 
 def test_a_new_subscription_makes_the_committed_docs_stale() -> None:
-    more: dict[type[EventData], tuple[str, ...]] = {**CONSUMERS, v1.GateTripped: ("planner",)}
-    assert schemadocs.stale(REPO / "docs", more) == ["asyncapi.yaml", "events.md"]
+    more: dict[type[EventData], Sequence[str]] = {**PARTIES.consumers, v1.GateTripped: ("planner",)}
+    changed = schemadocs.Parties(PARTIES.producers, more)
+    assert schemadocs.stale(REPO / "docs", changed) == ["asyncapi.yaml", "events.md"]
+
+
+@pytest.mark.parametrize(
+    ("cls", "service"),
+    [
+        (v1.BundleAttested, "attest"),
+        (v1.BundleRejected, "attest"),
+        (v1.DriftDetected, "inventory"),
+        (v1.AdmissionCheckAnswered, "inventory"),
+    ],
+)
+def test_producers_are_read_from_the_services_routers(cls: type[EventData], service: str) -> None:
+    assert service in schemadocs.routes(PARTIES)[cls].producers
+
+
+def test_no_service_is_said_to_produce_what_it_does_not_emit() -> None:
+    # The planner publishes nothing yet: the docs must not promise its events.
+    assert schemadocs.routes(PARTIES)[v1.WavePlanned].producers == ()
+    assert schemadocs.routes(PARTIES)[v1.PinChanged].producers == ("cli",)
 
 
 def test_write_then_stale_round_trip(tmp_path: Path, rendered: dict[str, str]) -> None:
-    assert schemadocs.write(tmp_path, CONSUMERS) == sorted(rendered)
-    assert schemadocs.stale(tmp_path, CONSUMERS) == []
-    assert schemadocs.write(tmp_path, CONSUMERS) == []
+    assert schemadocs.write(tmp_path, PARTIES) == sorted(rendered)
+    assert schemadocs.stale(tmp_path, PARTIES) == []
+    assert schemadocs.write(tmp_path, PARTIES) == []
 
     (tmp_path / "events.md").write_text("edited\n")
     (tmp_path / "schemas" / "gone.event.v1.json").write_text("{}\n")
-    assert schemadocs.stale(tmp_path, CONSUMERS) == ["events.md", "schemas/gone.event.v1.json"]
-    assert schemadocs.write(tmp_path, CONSUMERS) == ["events.md", "schemas/gone.event.v1.json"]
+    assert schemadocs.stale(tmp_path, PARTIES) == ["events.md", "schemas/gone.event.v1.json"]
+    assert schemadocs.write(tmp_path, PARTIES) == ["events.md", "schemas/gone.event.v1.json"]
     assert not (tmp_path / "schemas" / "gone.event.v1.json").exists()
-    assert schemadocs.stale(tmp_path, CONSUMERS) == []
+    assert schemadocs.stale(tmp_path, PARTIES) == []

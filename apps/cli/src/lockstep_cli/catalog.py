@@ -1,5 +1,6 @@
-"""What each service consumes, read from the services' own routers: the consumer lists of the
-generated docs (``lockstep docs``), so that they cannot disagree with the code.
+"""What each service consumes and produces, read from the services' own routers: the consumer
+and producer lists of the generated docs (``lockstep docs``), so that they cannot disagree with
+the code.
 
 The CLI is the one place that may import every service; ``lockstep_common.schemadocs`` takes
 the result as data.
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from lockstep_attest import router as attest_router
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
+from lockstep_common.schemadocs import Parties
 from lockstep_healthgate import router as healthgate_router
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.adapters.rules_file import packaged_rules
@@ -30,6 +32,26 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
         "planner": planner_router.subscriptions(),
         "updater": updater_router.subscriptions(),
     }
+
+
+def _emits() -> dict[str, tuple[type[EventData], ...]]:
+    """The event classes each service publishes (``router.EMITS``)."""
+    return {
+        "attest": attest_router.EMITS,
+        "healthgate": healthgate_router.EMITS,
+        "inventory": inventory_router.EMITS,
+        "planner": planner_router.EMITS,
+        "updater": updater_router.EMITS,
+    }
+
+
+def producers() -> dict[type[EventData], tuple[str, ...]]:
+    """Event class -> the services that publish it."""
+    found: defaultdict[type[EventData], set[str]] = defaultdict(set)
+    for service, classes in _emits().items():
+        for cls in classes:
+            found[cls].add(service)
+    return {cls: tuple(sorted(names)) for cls, names in found.items()}
 
 
 def _answers() -> dict[str, tuple[type[EventData], ...]]:
@@ -54,3 +76,8 @@ def consumers() -> dict[type[EventData], tuple[str, ...]]:
     for service, classes in _answers().items():
         add(service, classes)
     return {cls: tuple(sorted(names)) for cls, names in found.items()}
+
+
+def parties() -> Parties:
+    """Who produces and consumes each event class, for ``schemadocs``."""
+    return Parties(producers=producers(), consumers=consumers())

@@ -331,21 +331,21 @@ def bench_sweep(
 def docs_generate(
     out: Annotated[Path, typer.Option(help="Docs directory.")] = Path("docs"),
 ) -> None:
-    """Regenerate docs/ from the event models and the services' subscriptions."""
-    from lockstep_cli.catalog import consumers
+    """Regenerate docs/ from the event models and the services' routers."""
+    from lockstep_cli.catalog import parties
     from lockstep_common import schemadocs
 
-    changed = schemadocs.write(out, consumers())
+    changed = schemadocs.write(out, parties())
     console.print(f"{len(changed)} file(s) changed" + "".join(f"\n  {c}" for c in changed))
 
 
 @docs.command("check")
 def docs_check(out: Annotated[Path, typer.Option(help="Docs directory.")] = Path("docs")) -> None:
-    """Exit 1 when docs/ is not what the models and the services' subscriptions generate."""
-    from lockstep_cli.catalog import consumers
+    """Exit 1 when docs/ is not what the models and the services' routers generate."""
+    from lockstep_cli.catalog import parties
     from lockstep_common import schemadocs
 
-    stale = schemadocs.stale(out, consumers())
+    stale = schemadocs.stale(out, parties())
     if stale:
         console.print(
             "[red]stale (run `lockstep docs generate`):[/]" + "".join(f"\n  {s}" for s in stale)

@@ -212,7 +212,8 @@ def _message(
     event_id = uuid.UUID(int=n)
     envelope = make_envelope(
         sample,
-        source=source_of(route.producers[0]),
+        # An event nothing produces yet is shown as Lockstep's own.
+        source=source_of(route.producers[0] if route.producers else "lockstep"),
         event_id=event_id,
         occurred_at=_EXAMPLE_TIME,
     )

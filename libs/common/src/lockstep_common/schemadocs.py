@@ -1,10 +1,11 @@
 """The documents in ``docs/`` that users read, generated from the event models.
 
-``render(consumers)`` produces, deterministically, a JSON Schema per event
+``render(parties)`` produces, deterministically, a JSON Schema per event
 (``schemas/<type>.v<N>.json``, the whole CloudEvent with wire attribute names), the AsyncAPI 3.0
-document (``asyncapi.yaml``) and the event table (``events.md``). Which services consume an event
-is not typed here: the caller passes what the services' own ``subscriptions()`` declare
-(``lockstep_cli.catalog``), so the documents cannot disagree with the code. ``lockstep docs
+document (``asyncapi.yaml``) and the event table (``events.md``). Which services produce and
+consume an event is not typed here: the caller passes what the services' own routers declare
+(``EMITS`` and ``subscriptions()``, collected by ``lockstep_cli.catalog``), so the documents
+cannot disagree with the code. ``lockstep docs
 generate`` writes them; ``lockstep docs check`` and the unit tests fail when the committed files
 differ from what the models and routers generate.
 """
@@ -40,98 +41,107 @@ from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMAS_DIR = "schemas"
 
-Consumers = Mapping[type[EventData], Sequence[str]]
-"""Event class -> the Lockstep services that consume it (from their ``subscriptions()``)."""
+ByClass = Mapping[type[EventData], Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Parties:
+    """Which Lockstep services produce and consume each event class, from their routers."""
+
+    producers: ByClass
+    consumers: ByClass
 
 
 @dataclass(frozen=True, slots=True)
 class Channel:
-    """Where one event class travels, as far as the code cannot say it: the subject builder
-    (called with stand-in tokens), who produces it, and who reads it outside Lockstep's
-    services (people, audit, schedulers). ``reply`` marks a request/reply answer."""
+    """Where one event class travels, as far as the services' code cannot say it: the subject
+    builder (called with stand-in tokens), who sends it from outside Lockstep's services (the
+    CLI, node agents, schedulers), and who reads it outside them (people, audit, schedulers).
+    ``reply`` marks a request/reply answer."""
 
     subject: Callable[[], str]
-    producers: tuple[str, ...]
+    senders: tuple[str, ...] = ()
     readers: tuple[str, ...] = ()
     reply: bool = False
 
 
 _ROLLOUT_READERS = ("sre", "audit")
-_DEVICE_STEP = ("updater",)
-_GATE = (("healthgate",), ("sre",))
-_DRIFT = (("inventory",), ("platform-teams",))
+_GATE_READERS = ("sre",)
+_DRIFT_READERS = ("platform-teams",)
 
 # The one table of where each event travels (design.md, "Events"). A class missing here stops
 # generation.
 CHANNELS: dict[type[EventData], Channel] = {
     v1.BundleSubmitted: Channel(subjects.bundle_submitted, ("cli",)),
-    v1.BundleAttested: Channel(subjects.bundle_attested, ("attest",), ("audit",)),
-    v1.BundleRejected: Channel(subjects.bundle_rejected, ("attest",), ("audit",)),
+    v1.BundleAttested: Channel(subjects.bundle_attested, readers=("audit",)),
+    v1.BundleRejected: Channel(subjects.bundle_rejected, readers=("audit",)),
     v1.IntentSubmitted: Channel(subjects.intent_submitted, ("cli",)),
-    v1.RolloutPlanned: Channel(
-        lambda: subjects.rollout_planned(ROLLOUT), ("planner",), _ROLLOUT_READERS
-    ),
-    v1.RolloutHalted: Channel(
-        lambda: subjects.rollout_halted(ROLLOUT), ("planner",), _ROLLOUT_READERS
-    ),
+    v1.RolloutPlanned: Channel(lambda: subjects.rollout_planned(ROLLOUT), readers=_ROLLOUT_READERS),
+    v1.RolloutHalted: Channel(lambda: subjects.rollout_halted(ROLLOUT), readers=_ROLLOUT_READERS),
     v1.RolloutCompleted: Channel(
-        lambda: subjects.rollout_completed(ROLLOUT), ("planner",), _ROLLOUT_READERS
+        lambda: subjects.rollout_completed(ROLLOUT), readers=_ROLLOUT_READERS
     ),
-    v1.WavePlanned: Channel(lambda: subjects.wave_planned(ROLLOUT), ("planner",)),
-    v1.WaveCompleted: Channel(lambda: subjects.wave_completed(ROLLOUT), ("updater",)),
-    v1.PinChanged: Channel(lambda: subjects.pin_changed(SITE), ("planner", "cli")),
-    v1.DeviceStaged: Channel(
-        lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE), _DEVICE_STEP
-    ),
-    v1.DeviceActivated: Channel(
-        lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE), _DEVICE_STEP
-    ),
-    v1.DeviceVerified: Channel(
-        lambda: subjects.device(DeviceOutcome.VERIFIED, ROLLOUT, NODE), _DEVICE_STEP
-    ),
+    v1.WavePlanned: Channel(lambda: subjects.wave_planned(ROLLOUT)),
+    v1.WaveCompleted: Channel(lambda: subjects.wave_completed(ROLLOUT)),
+    # `lockstep fleet pin` publishes pins until the planner does.
+    v1.PinChanged: Channel(lambda: subjects.pin_changed(SITE), ("cli",)),
+    v1.DeviceStaged: Channel(lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE)),
+    v1.DeviceActivated: Channel(lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE)),
+    v1.DeviceVerified: Channel(lambda: subjects.device(DeviceOutcome.VERIFIED, ROLLOUT, NODE)),
     v1.DeviceFailed: Channel(
-        lambda: subjects.device(DeviceOutcome.FAILED, ROLLOUT, NODE), _DEVICE_STEP, ("sre",)
+        lambda: subjects.device(DeviceOutcome.FAILED, ROLLOUT, NODE), readers=("sre",)
     ),
     v1.DeviceRolledBack: Channel(
-        lambda: subjects.device(DeviceOutcome.ROLLED_BACK, ROLLOUT, NODE), _DEVICE_STEP, ("sre",)
+        lambda: subjects.device(DeviceOutcome.ROLLED_BACK, ROLLOUT, NODE), readers=("sre",)
     ),
-    v1.GatePassed: Channel(lambda: subjects.gate(GateVerdict.PASSED, ROLLOUT), *_GATE),
-    v1.GateTripped: Channel(lambda: subjects.gate(GateVerdict.TRIPPED, ROLLOUT), *_GATE),
-    v1.GateInconclusive: Channel(lambda: subjects.gate(GateVerdict.INCONCLUSIVE, ROLLOUT), *_GATE),
+    v1.GatePassed: Channel(
+        lambda: subjects.gate(GateVerdict.PASSED, ROLLOUT), readers=_GATE_READERS
+    ),
+    v1.GateTripped: Channel(
+        lambda: subjects.gate(GateVerdict.TRIPPED, ROLLOUT), readers=_GATE_READERS
+    ),
+    v1.GateInconclusive: Channel(
+        lambda: subjects.gate(GateVerdict.INCONCLUSIVE, ROLLOUT), readers=_GATE_READERS
+    ),
     v1.InventoryObserved: Channel(
         lambda: subjects.inventory_observed(SITE, NODE), ("bmc-sweeper", "node-agent")
     ),
     v1.HealthObserved: Channel(lambda: subjects.health_observed(SITE, NODE), ("node-agent",)),
-    v1.DriftDetected: Channel(lambda: subjects.drift_detected(SITE, NODE), *_DRIFT),
-    v1.DriftResolved: Channel(lambda: subjects.drift_resolved(SITE, NODE), *_DRIFT),
+    v1.DriftDetected: Channel(lambda: subjects.drift_detected(SITE, NODE), readers=_DRIFT_READERS),
+    v1.DriftResolved: Channel(lambda: subjects.drift_resolved(SITE, NODE), readers=_DRIFT_READERS),
     v1.AdmissionCheckRequested: Channel(subjects.admission_check, ("schedulers",)),
     v1.AdmissionCheckAnswered: Channel(
-        subjects.admission_check, ("inventory",), ("schedulers",), reply=True
+        subjects.admission_check, readers=("schedulers",), reply=True
     ),
 }
 
 
-def routes(consumers: Consumers) -> dict[type[EventData], Route]:
+def routes(parties: Parties) -> dict[type[EventData], Route]:
     """Every registered event class with its route, in registry order: its channel, with the
-    services that consume it (sorted) before its outside readers.
+    services that produce and consume it (sorted) before its outside senders and readers.
 
     Raises:
-        ValueError: a registered class has no entry in ``CHANNELS``, or a consumed class is not
-            registered.
+        ValueError: a registered class has no entry in ``CHANNELS``, or a produced or consumed
+            class is not registered.
     """
     classes = REGISTRY.classes()
     missing = [cls.__name__ for cls in classes if cls not in CHANNELS]
     if missing:
         raise ValueError(f"no channel for {', '.join(missing)}: add it to schemadocs.CHANNELS")
-    unknown = [cls.__name__ for cls in consumers if cls not in CHANNELS]
+    named = [*parties.producers, *parties.consumers]
+    unknown = sorted({cls.__name__ for cls in named if cls not in CHANNELS})
     if unknown:
-        raise ValueError(f"consumed but not registered: {', '.join(unknown)}")
+        raise ValueError(f"produced or consumed but not registered: {', '.join(unknown)}")
     out = {}
     for cls in classes:
         channel = CHANNELS[cls]
-        services = tuple(sorted(set(consumers.get(cls, ()))))
+        producers = tuple(sorted(set(parties.producers.get(cls, ()))))
+        consumers = tuple(sorted(set(parties.consumers.get(cls, ()))))
         out[cls] = Route(
-            channel.subject, channel.producers, services + channel.readers, channel.reply
+            channel.subject,
+            producers + channel.senders,
+            consumers + channel.readers,
+            channel.reply,
         )
     return out
 
@@ -146,39 +156,39 @@ def json_schema(cls: type[EventData]) -> dict[str, Any]:
     return {"$schema": SCHEMA_DIALECT, "$id": cls.dataschema(), **envelope_schema(cls)}
 
 
-def asyncapi_document(consumers: Consumers) -> dict[str, Any]:
+def asyncapi_document(parties: Parties) -> dict[str, Any]:
     """The AsyncAPI 3.0 document, with one example per event from ``samples()``."""
     examples = {type(s): s for s in samples()}
-    return document(routes(consumers), examples, version("lockstep-common"))
+    return document(routes(parties), examples, version("lockstep-common"))
 
 
-def render(consumers: Consumers) -> dict[str, str]:
+def render(parties: Parties) -> dict[str, str]:
     """Every generated document: path relative to ``docs/`` -> text, sorted by path."""
     out = {schema_path(cls): _json(json_schema(cls)) for cls in REGISTRY.classes()}
     out["asyncapi.yaml"] = yaml.dump(
-        asyncapi_document(consumers), Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=100
+        asyncapi_document(parties), Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=100
     )
-    out["events.md"] = events_markdown(consumers)
+    out["events.md"] = events_markdown(parties)
     return dict(sorted(out.items()))
 
 
-def stale(docs_dir: Path, consumers: Consumers) -> list[str]:
+def stale(docs_dir: Path, parties: Parties) -> list[str]:
     """Paths under ``docs_dir`` that differ from ``render()``, are missing, or are obsolete.
 
     Obsolete means a schema file in ``schemas/`` that no registered class generates any more.
     """
-    wanted = render(consumers)
+    wanted = render(parties)
     changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
     return sorted(changed + _obsolete(docs_dir, wanted))
 
 
-def write(docs_dir: Path, consumers: Consumers) -> list[str]:
+def write(docs_dir: Path, parties: Parties) -> list[str]:
     """Bring ``docs_dir`` up to date: write what differs, delete obsolete schema files.
 
     Returns:
         The paths (relative to ``docs_dir``) written or deleted, sorted.
     """
-    wanted = render(consumers)
+    wanted = render(parties)
     changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
     for rel in changed:
         path = docs_dir / rel
@@ -218,7 +228,7 @@ def _obsolete(docs_dir: Path, wanted: dict[str, str]) -> list[str]:
     )
 
 
-def events_markdown(consumers: Consumers) -> str:
+def events_markdown(parties: Parties) -> str:
     """``events.md``: the event table, how to subscribe, and the versioning rules."""
     lines = [
         "# Events",
@@ -233,12 +243,12 @@ def events_markdown(consumers: Consumers) -> str:
         "| type | version | subject | producers | consumers | what it says |",
         "|---|---|---|---|---|---|",
     ]
-    for cls, route in routes(consumers).items():
+    for cls, route in routes(parties).items():
         subject = f"reply to `{address(route)}`" if route.reply else f"`{address(route)}`"
-        consumed = ", ".join(route.consumers)
+        produced, consumed = ", ".join(route.producers), ", ".join(route.consumers)
         lines.append(
             f"| [`{cls.cloudevents_type()}`]({schema_path(cls)}) | {cls.schema_version} "
-            f"| {subject} | {', '.join(route.producers)} | {consumed or '(none yet)'} "
+            f"| {subject} | {produced or '(none yet)'} | {consumed or '(none yet)'} "
             f"| {docstring(cls).splitlines()[0]} |"
         )
     return "\n".join(lines) + "\n" + _GUIDE

@@ -10,7 +10,12 @@ from lockstep_attest import handlers
 from lockstep_attest.adapters.repository import joined
 from lockstep_common import subjects
 from lockstep_common.consumer import On, Subscription
-from lockstep_common.events.v1 import BundleSubmitted, PinChanged
+from lockstep_common.envelope import EventData
+from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubmitted, PinChanged
+
+# The event classes this service publishes (its worker, through the outbox): with
+# ``subscriptions()``, the source of the producer and consumer lists in docs/.
+EMITS: tuple[type[EventData], ...] = (BundleAttested, BundleRejected)
 
 
 def subscriptions() -> tuple[Subscription, ...]:

@@ -13,12 +13,15 @@ from lockstep_common import subjects
 from lockstep_common.consumer import On, OnBatch, Subscription
 from lockstep_common.envelope import EventData
 from lockstep_common.events.v1 import (
+    AdmissionCheckAnswered,
     AdmissionCheckRequested,
     DeviceActivated,
     DeviceFailed,
     DeviceRolledBack,
     DeviceStaged,
     DeviceVerified,
+    DriftDetected,
+    DriftResolved,
     InventoryObserved,
     PinChanged,
     RolloutCompleted,
@@ -31,6 +34,9 @@ from lockstep_inventory.handlers import Handlers
 # Core NATS request/reply subjects this service answers (``AdmissionResponder``); not stored,
 # so not a subscription, but consumed all the same.
 ANSWERS: tuple[type[EventData], ...] = (AdmissionCheckRequested,)
+# The event classes this service publishes: drift through the outbox, and the admission reply.
+# With ``subscriptions()`` and ``ANSWERS``, the source of the producer and consumer lists in docs/.
+EMITS: tuple[type[EventData], ...] = (DriftDetected, DriftResolved, AdmissionCheckAnswered)
 
 
 def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:

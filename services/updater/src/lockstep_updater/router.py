@@ -7,6 +7,11 @@ wave.planned.>, gate.tripped.>.
 from __future__ import annotations
 
 from lockstep_common.consumer import Subscription
+from lockstep_common.envelope import EventData
+
+# The event classes this service publishes (none yet): with ``subscriptions()``, the source of
+# the producer and consumer lists in docs/.
+EMITS: tuple[type[EventData], ...] = ()
 
 
 def subscriptions() -> tuple[Subscription, ...]:
