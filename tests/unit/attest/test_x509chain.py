@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ObjectIdentifier
 from cryptography.x509.verification import (
@@ -141,7 +143,7 @@ def test_missing_intermediate(chain: RimChain) -> None:
 
 def test_other_root_with_the_same_name(chain: RimChain) -> None:
     other = make_chain(at=INSIDE_VALIDITY)
-    with pytest.raises(ChainError, match="trust anchor's name with a different key"):
+    with pytest.raises(ChainError, match="trust anchor's name but is not a certificate of its key"):
         validate_chain(other.x509data, anchor=chain.root.cert, at=INSIDE_VALIDITY)
     with pytest.raises(ChainError, match=r"GH100 CA[^:]*: signature does not verify under"):
         validate_chain(other.x509data[:3], anchor=chain.root.cert, at=INSIDE_VALIDITY)
@@ -280,3 +282,45 @@ def test_naive_time_is_refused(chain: RimChain) -> None:
 def test_is_anchor(chain: RimChain) -> None:
     assert is_anchor(chain.root.cert, chain.root.cert)
     assert not is_anchor(chain.ca.cert, chain.root.cert)
+
+
+def _reissued_root(chain: RimChain, signer: ec.EllipticCurvePrivateKey) -> x509.Certificate:
+    """The root's name and key in a new certificate (new validity), signed by ``signer``."""
+    root = chain.root.cert
+    return (
+        x509.CertificateBuilder()
+        .subject_name(root.subject)
+        .issuer_name(root.subject)
+        .public_key(chain.root.key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(root.not_valid_before_utc - timedelta(days=1))
+        .not_valid_after(root.not_valid_after_utc)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(signer, hashes.SHA384())
+    )
+
+
+def test_a_reencoded_copy_of_the_anchor_counts_only_when_its_key_signed_it(
+    chain: RimChain,
+) -> None:
+    # RFC 5280: a trust anchor is a name and a key, so a re-issued root is the anchor...
+    assert is_anchor(_reissued_root(chain, chain.root.key), chain.root.cert)
+    # ...but X509Data is outside what XMLDSig signs: a copy its key did not sign binds nothing,
+    # and let a changed byte in the bundle's RIM pass unnoticed.
+    forged = _reissued_root(chain, ec.generate_private_key(ec.SECP384R1()))
+    assert not is_anchor(forged, chain.root.cert)
+    certs = [chain.leaf.cert, chain.l3.cert, chain.ca.cert, forged]
+    with pytest.raises(ChainError, match="name but is not a certificate of its key"):
+        validate_chain(certs, anchor=chain.root.cert, at=INSIDE_VALIDITY)
+
+
+def test_an_unknown_signature_algorithm_is_a_chain_error_not_a_crash(chain: RimChain) -> None:
+    der = chain.leaf.cert.public_bytes(Encoding.DER)
+    ecdsa_sha384 = bytes.fromhex("2a8648ce3d040303")  # OID 1.2.840.10045.4.3.3
+    assert ecdsa_sha384 in der
+    mangled = x509.load_der_x509_certificate(
+        der.replace(ecdsa_sha384, bytes.fromhex("2a8648ce3d040309"))
+    )
+    certs = [mangled, chain.l3.cert, chain.ca.cert, chain.root.cert]
+    with pytest.raises(ChainError):
+        validate_chain(certs, anchor=chain.root.cert, at=INSIDE_VALIDITY)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -53,7 +53,13 @@ def _spki(cert: x509.Certificate) -> bytes:
 
 
 def is_anchor(cert: x509.Certificate, anchor: x509.Certificate) -> bool:
-    """Whether ``cert`` is the configured trust anchor (same bytes, or same subject and key).
+    """Whether ``cert`` is the configured trust anchor: the same bytes, or a copy with the same
+    subject and key (RFC 5280 6.1.1 (d): a trust anchor is a name and a key) that the anchor's
+    key signed.
+
+    The signature matters: X509Data is outside what XMLDSig signs, so nothing else binds the
+    copy's bytes, and a changed copy (a flipped byte in its validity or extensions) would
+    otherwise pass unnoticed.
 
     Args:
         cert: a certificate from the signature.
@@ -64,7 +70,13 @@ def is_anchor(cert: x509.Certificate, anchor: x509.Certificate) -> bool:
     """
     if cert.public_bytes(Encoding.DER) == anchor.public_bytes(Encoding.DER):
         return True
-    return cert.subject == anchor.subject and _spki(cert) == _spki(anchor)
+    if cert.subject != anchor.subject or _spki(cert) != _spki(anchor):
+        return False
+    try:
+        cert.verify_directly_issued_by(anchor)
+    except (InvalidSignature, UnsupportedAlgorithm, ValueError, TypeError):
+        return False
+    return True
 
 
 def _extension(
@@ -145,13 +157,15 @@ def _check_link(child: x509.Certificate, issuer: x509.Certificate) -> None:
     who = _name(child)
     if child.issuer != issuer.subject:
         raise ChainError(f"{who}: issuer name does not match subject of {_name(issuer)}")
-    if isinstance(child.signature_hash_algorithm, _WEAK_HASHES):
-        raise ChainError(
-            f"{who}: signed with a forbidden hash ({child.signature_hash_algorithm.name})"
-        )
+    try:
+        algorithm = child.signature_hash_algorithm
+    except UnsupportedAlgorithm as exc:  # an unknown signature OID: nothing we can verify
+        raise ChainError(f"{who}: unsupported signature algorithm ({exc})") from None
+    if isinstance(algorithm, _WEAK_HASHES):
+        raise ChainError(f"{who}: signed with a forbidden hash ({algorithm.name})")
     try:
         child.verify_directly_issued_by(issuer)
-    except (InvalidSignature, ValueError, TypeError) as exc:
+    except (InvalidSignature, UnsupportedAlgorithm, ValueError, TypeError) as exc:
         raise ChainError(
             f"{who}: signature does not verify under {_name(issuer)} ({exc!r})"
         ) from exc
@@ -206,6 +220,19 @@ def validate_chain(
     """
     if at.tzinfo is None:
         raise ChainError("verification time must be timezone-aware")
+    try:
+        return _validate(certificates, anchor, at)
+    except ChainError:
+        raise
+    except (UnsupportedAlgorithm, x509.DuplicateExtension, ValueError) as exc:
+        # cryptography parses lazily: an unknown key or signature OID, or a duplicated
+        # extension, surfaces only when a field is read. Any of them makes the chain invalid.
+        raise ChainError(f"malformed certificate in X509Data: {exc}") from None
+
+
+def _validate(
+    certificates: Sequence[x509.Certificate], anchor: x509.Certificate, at: datetime
+) -> x509.Certificate:
     pool, leaf = _pool_and_leaf(certificates, anchor)
     path = [leaf]
     while path[-1] is not anchor:
@@ -235,7 +262,10 @@ def _pool_and_leaf(
             pool.append(cert)
     for cert in certificates:
         if cert.subject == anchor.subject and not is_anchor(cert, anchor):
-            raise ChainError(f"{_name(cert)}: claims the trust anchor's name with a different key")
+            raise ChainError(
+                f"{_name(cert)}: claims the trust anchor's name but is not a certificate of its "
+                "key (a different key, or a copy whose signature does not verify)"
+            )
     if not pool:
         raise ChainError("X509Data holds no certificate other than the trust anchor")
     if len(pool) >= MAX_CHAIN_LENGTH:
