@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,3 +195,49 @@ def _log_tails(logs: Path, lines: int = 30) -> str:
         + "\n".join(log.read_text().splitlines()[-lines:])
         for log in sorted(logs.glob("*.log"))
     )
+
+
+def _service_pids(root: int, name: str) -> set[int]:
+    found = set()
+    for pid in descendants(root):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"lockstep_{name}".encode() in cmdline and alive(pid):
+            found.add(pid)
+    return found
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def test_a_crashed_service_is_restarted_on_its_port_and_the_rest_keep_running(
+    data_dir: Path,
+) -> None:
+    up = Up(data_dir)
+    text = up.wait_until_up()
+    match = re.search(r"planner\s.*http://127\.0\.0\.1:(\d+)/metrics", text)
+    assert match, text
+    port = int(match.group(1))
+    try:
+        [crashed] = _service_pids(up.proc.pid, "planner")
+        others = _service_pids(up.proc.pid, "inventory")
+        os.kill(crashed, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not (_service_pids(up.proc.pid, "planner") - {crashed} and _ready(port)):
+            assert up.proc.poll() is None, "lockstep up stopped instead of restarting"
+            assert time.monotonic() < deadline, "the planner was not restarted within 60 s"
+            time.sleep(0.2)
+        assert _service_pids(up.proc.pid, "inventory") == others  # untouched
+    finally:
+        code = up.interrupt()
+    out = "".join(up.output)
+    assert code == 0, out
+    assert "service planner exited with code -9; restart in 1s" in out
+    assert "service planner restarted" in out

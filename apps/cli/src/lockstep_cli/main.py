@@ -55,9 +55,17 @@ def up(
 ) -> None:
     """Start NATS, PostgreSQL and the services; Ctrl-C stops everything.
 
-    Uses LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
+    A service that crashes is restarted with backoff (1 s doubling to 60 s); one that exits for
+    its configuration (exit codes 2, 3) stays stopped. Uses LOCKSTEP_NATS_URL /
+    LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
     """
-    from lockstep_cli.supervisor import SERVICES, Interrupted, running_system, sigterm_as_interrupt
+    from lockstep_cli.supervisor import (
+        SERVICES,
+        Interrupted,
+        running_system,
+        sigterm_as_interrupt,
+        supervise,
+    )
 
     names = service or list(SERVICES)
     unknown = sorted(set(names) - set(SERVICES))
@@ -75,12 +83,10 @@ def up(
                 for svc in services:
                     table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
                 console.print(table)
-                while all(s.proc.poll() is None for s in services):
-                    # Waiting for Ctrl-C/SIGTERM; a dead service ends the session too.
-                    os.waitpid(-1, os.WNOHANG)
-                    __import__("time").sleep(0.5)
-                dead = [s.name for s in services if s.proc.poll() is not None]
-                console.print(f"[red]service(s) exited: {dead}; stopping everything[/]")
+                # Until Ctrl-C/SIGTERM: a crashed service is restarted with backoff; the stack
+                # stops by itself only when no service is left that a restart could help.
+                supervise(stack, services, lambda line: console.print(line, highlight=False))
+                console.print("[red]no service left running; stopping everything[/]")
                 raise typer.Exit(1)
         except (KeyboardInterrupt, Interrupted):
             console.print("stopping ...")

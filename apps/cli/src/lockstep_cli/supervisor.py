@@ -15,10 +15,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockstep_cli.restarts import RestartPolicy
 from lockstep_devstack import Stack
 from lockstep_devstack.process import free_port, spawn, stop, tail
 
@@ -33,6 +34,7 @@ class ServiceProcess:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes]
+    extra_env: dict[str, str] | None = None
 
     @property
     def metrics_url(self) -> str:
@@ -50,10 +52,15 @@ class ServiceProcess:
 
 
 def start_service(
-    name: str, stack: Stack, log_dir: Path, extra_env: dict[str, str] | None = None
+    name: str,
+    stack: Stack,
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    port: int | None = None,
 ) -> ServiceProcess:
-    """Run ``python -m lockstep_<name>`` against the stack."""
-    port = free_port()
+    """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one)."""
+    port = port or free_port()
     nats_url, database_url = stack.urls()
     env = {
         **os.environ,
@@ -70,7 +77,59 @@ def start_service(
         parent_death_signal=signal.SIGTERM,
         env=env,
     )
-    return ServiceProcess(name, port, log_path, proc)
+    return ServiceProcess(name, port, log_path, proc, extra_env)
+
+
+def supervise(
+    stack: Stack,
+    services: list[ServiceProcess],
+    report: Callable[[str], None],
+    *,
+    poll_s: float = 0.5,
+) -> None:
+    """Keep ``services`` running until interrupted.
+
+    A service that exits is started again (same port, same log) after the backoff
+    :class:`RestartPolicy` gives, and the end of its log is reported; one that exited because
+    of its configuration (codes 2, 3) is left stopped. ``services`` is updated in place, so
+    whoever stops them later stops the restarted processes. Returns when none is left running.
+    """
+    policies = {svc.name: RestartPolicy() for svc in services}
+    for svc in services:
+        policies[svc.name].started(time.monotonic())
+    due: dict[int, float] = {}  # index in services -> when it may start again
+    given_up: set[int] = set()
+    while len(given_up) < len(services):
+        now = time.monotonic()
+        for i, svc in enumerate(services):
+            if i in given_up:
+                continue
+            if i in due:
+                if now >= due[i]:
+                    del due[i]
+                    services[i] = start_service(
+                        svc.name, stack, svc.log_path.parent, svc.extra_env, port=svc.port
+                    )
+                    policies[svc.name].started(now)
+                    report(f"service {svc.name} restarted (pid {services[i].proc.pid})")
+                continue
+            code = svc.proc.poll()
+            if code is None:
+                continue
+            delay = policies[svc.name].delay_after(code, now)
+            last = tail(svc.log_path, 5)
+            if delay is None:
+                given_up.add(i)
+                report(
+                    f"service {svc.name} exited with code {code}, a configuration error that a "
+                    f"restart cannot fix; it stays stopped:\n{last}"
+                )
+            else:
+                due[i] = now + delay
+                report(
+                    f"service {svc.name} exited with code {code}; restart in {delay:.0f}s:\n{last}"
+                )
+        time.sleep(poll_s)
 
 
 def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 90.0) -> None:
