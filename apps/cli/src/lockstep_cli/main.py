@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
+from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_sim.cli import sim_app
 
@@ -38,6 +39,7 @@ app.add_typer(bundle_app, name="bundle")
 app.add_typer(attest_app, name="attest")
 app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(dlq_app, name="dlq")
 console = Console()
 
 DataDir = Annotated[

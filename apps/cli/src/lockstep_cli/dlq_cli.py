@@ -1,0 +1,199 @@
+"""``lockstep dlq list|show|replay|purge``: what each service gave up on, for operators.
+
+Every service keeps its dead letters in its own schema's ``dead_letters`` table (the reason,
+the delivery count and the original bytes; ``lockstep_common.deadletter``). These commands
+read that table directly and never migrate anything; ``replay`` publishes the stored bytes
+again on the original subject (a new ``Nats-Msg-Id``, so JetStream does not drop it as a
+duplicate) and removes the row: if it fails again it is dead-lettered again, with a new row.
+Exit codes: 0 done, 1 nothing matched, 2 bad input or an unreachable server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import json
+import uuid
+from collections.abc import Coroutine
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+T = TypeVar("T")
+SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
+ServiceArg = Annotated[str, typer.Argument(help=f"One of {', '.join(SERVICES)}.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+COLUMNS = "id, failed_at, consumer, stream, stream_seq, subject, error_kind, deliveries, reason"
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    errors.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _settings(service: str) -> Any:
+    from pydantic import ValidationError
+
+    from lockstep_common.settings import explain
+
+    if service not in SERVICES:
+        _fail(f"unknown service {service!r}; choose from {', '.join(SERVICES)}")
+    settings_class = importlib.import_module(f"lockstep_{service}.settings").Settings
+    try:
+        return settings_class()
+    except ValidationError as exc:
+        _fail(f"settings: {explain(settings_class, exc)}")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    import asyncpg
+
+    from lockstep_common.errors import TransientError, describe
+
+    try:
+        return asyncio.run(coro)
+    except TransientError as exc:
+        _fail(str(exc))
+    except asyncpg.UndefinedTableError:
+        _fail("that service's schema has no dead_letters table (has the service ever run?)")
+    except (OSError, asyncpg.PostgresError) as exc:
+        _fail(describe(exc))
+
+
+async def _fetch(service: str, settings: Any, sql: str, *args: Any) -> list[dict[str, Any]]:
+    from lockstep_common import db
+
+    conn = await db.connect_with_retry(settings.database_url, attempts=3)
+    try:
+        schema = db.quote_ident(settings.db_schema or service)  # as ServiceApp names it
+        rows = await conn.fetch(sql.replace("{table}", f"{schema}.dead_letters"), *args)
+    finally:
+        await conn.close()
+    return [dict(r) for r in rows]
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
+    payload = out.pop("payload", None)
+    if payload is not None:
+        try:
+            out["payload"] = bytes(payload).decode("utf-8")
+        except UnicodeDecodeError:
+            out["payload_base64"] = base64.b64encode(bytes(payload)).decode()
+    return out
+
+
+@dlq_app.command("list")
+def dlq_list(
+    service: ServiceArg,
+    limit: Annotated[int, typer.Option(min=1, help="Newest first, at most this many.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """The newest dead letters of one service, with why each was given up on."""
+    settings = _settings(service)
+    rows = _run(
+        _fetch(
+            service, settings, f"SELECT {COLUMNS} FROM {{table}} ORDER BY id DESC LIMIT $1", limit
+        )
+    )
+    if as_json:
+        console.print_json(json.dumps([_jsonable(r) for r in rows]))
+        return
+    table = Table(title=f"{service}: {len(rows)} dead letter(s), newest first")
+    for column in ("id", "failed at", "subject", "kind", "deliveries", "reason"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(
+            str(r["id"]),
+            r["failed_at"].isoformat(timespec="seconds"),
+            r["subject"],
+            r["error_kind"],
+            str(r["deliveries"]),
+            r["reason"][:200],
+        )
+    console.print(table)
+
+
+@dlq_app.command("show")
+def dlq_show(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
+    """One dead letter in full, with the original message (text, or base64 when binary)."""
+    settings = _settings(service)
+    rows = _run(
+        _fetch(service, settings, f"SELECT {COLUMNS}, payload FROM {{table}} WHERE id = $1", letter)
+    )
+    if not rows:
+        _fail(f"{service} has no dead letter {letter}", 1)
+    console.print_json(json.dumps(_jsonable(rows[0])))
+
+
+@dlq_app.command("replay")
+def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
+    """Publish the original message again on its subject, then forget the dead letter."""
+    settings = _settings(service)
+    rows = _run(
+        _fetch(service, settings, "SELECT subject, payload FROM {table} WHERE id = $1", letter)
+    )
+    if not rows or rows[0]["payload"] is None:
+        _fail(f"{service} has no dead letter {letter} with its original message", 1)
+    subject, payload = rows[0]["subject"], bytes(rows[0]["payload"])
+    stream_seq = _run(_publish(settings, subject, payload))
+    _run(_fetch(service, settings, "DELETE FROM {table} WHERE id = $1 RETURNING id", letter))
+    console.print(f"replayed dead letter {letter} on {subject} (stream sequence {stream_seq})")
+
+
+async def _publish(settings: Any, subject: str, payload: bytes) -> int:
+    import nats
+
+    from lockstep_common.subjects import Namespace
+
+    nc = await nats.connect(
+        settings.nats_url.split(","), connect_timeout=5, max_reconnect_attempts=1
+    )
+    try:
+        wire = Namespace(settings.namespace).wire(subject)
+        ack = await nc.jetstream().publish(
+            wire, payload, headers={"Nats-Msg-Id": f"replay-{uuid.uuid4()}"}
+        )
+        return int(ack.seq)
+    finally:
+        await nc.close()
+
+
+@dlq_app.command("purge")
+def dlq_purge(
+    service: ServiceArg,
+    letters: Annotated[list[int] | None, typer.Option("--id", help="These ids.")] = None,
+    older_than_days: Annotated[
+        float | None, typer.Option(min=0, help="Everything recorded longer ago than this.")
+    ] = None,
+) -> None:
+    """Forget dead letters: by id, or by age (one of the two is required)."""
+    if (letters is None) == (older_than_days is None):
+        _fail("give --id (repeatable) or --older-than-days, not both and not neither")
+    settings = _settings(service)
+    if letters is not None:
+        rows = _run(
+            _fetch(
+                service, settings, "DELETE FROM {table} WHERE id = ANY($1) RETURNING id", letters
+            )
+        )
+    else:
+        assert older_than_days is not None  # noqa: S101 - the check above
+        rows = _run(
+            _fetch(
+                service,
+                settings,
+                "DELETE FROM {table} WHERE failed_at < now() - make_interval(secs => $1)"
+                " RETURNING id",
+                older_than_days * 86_400,
+            )
+        )
+    console.print(f"purged {len(rows)} dead letter(s) of {service}")
+    if not rows:
+        raise typer.Exit(1)
