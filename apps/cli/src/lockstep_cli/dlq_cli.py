@@ -10,60 +10,30 @@ Exit codes: 0 done, 1 nothing matched, 2 bad input or an unreachable server.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import importlib
 import json
 import uuid
-from collections.abc import Coroutine
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from lockstep_cli.cli_io import fail, run, settings_of
+
 dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
 console = Console()
-errors = Console(stderr=True)
-T = TypeVar("T")
 SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
 ServiceArg = Annotated[str, typer.Argument(help=f"One of {', '.join(SERVICES)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 COLUMNS = "id, failed_at, consumer, stream, stream_seq, subject, error_kind, deliveries, reason"
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    errors.print(f"[red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
 def _settings(service: str) -> Any:
-    from pydantic import ValidationError
-
-    from lockstep_common.settings import explain
-
     if service not in SERVICES:
-        _fail(f"unknown service {service!r}; choose from {', '.join(SERVICES)}")
-    settings_class = importlib.import_module(f"lockstep_{service}.settings").Settings
-    try:
-        return settings_class()
-    except ValidationError as exc:
-        _fail(f"settings: {explain(settings_class, exc)}")
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    import asyncpg
-
-    from lockstep_common.errors import TransientError, describe
-
-    try:
-        return asyncio.run(coro)
-    except TransientError as exc:
-        _fail(str(exc))
-    except asyncpg.UndefinedTableError:
-        _fail("that service's schema has no dead_letters table (has the service ever run?)")
-    except (OSError, asyncpg.PostgresError) as exc:
-        _fail(describe(exc))
+        fail(f"unknown service {service!r}; choose from {', '.join(SERVICES)}")
+    return settings_of(importlib.import_module(f"lockstep_{service}.settings").Settings)
 
 
 async def _fetch(service: str, settings: Any, sql: str, *args: Any) -> list[dict[str, Any]]:
@@ -97,7 +67,7 @@ def dlq_list(
 ) -> None:
     """The newest dead letters of one service, with why each was given up on."""
     settings = _settings(service)
-    rows = _run(
+    rows = run(
         _fetch(
             service, settings, f"SELECT {COLUMNS} FROM {{table}} ORDER BY id DESC LIMIT $1", limit
         )
@@ -124,11 +94,11 @@ def dlq_list(
 def dlq_show(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
     """One dead letter in full, with the original message (text, or base64 when binary)."""
     settings = _settings(service)
-    rows = _run(
+    rows = run(
         _fetch(service, settings, f"SELECT {COLUMNS}, payload FROM {{table}} WHERE id = $1", letter)
     )
     if not rows:
-        _fail(f"{service} has no dead letter {letter}", 1)
+        fail(f"{service} has no dead letter {letter}", 1)
     console.print_json(json.dumps(_jsonable(rows[0])))
 
 
@@ -136,14 +106,14 @@ def dlq_show(service: ServiceArg, letter: Annotated[int, typer.Argument(help="It
 def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
     """Publish the original message again on its subject, then forget the dead letter."""
     settings = _settings(service)
-    rows = _run(
+    rows = run(
         _fetch(service, settings, "SELECT subject, payload FROM {table} WHERE id = $1", letter)
     )
     if not rows or rows[0]["payload"] is None:
-        _fail(f"{service} has no dead letter {letter} with its original message", 1)
+        fail(f"{service} has no dead letter {letter} with its original message", 1)
     subject, payload = rows[0]["subject"], bytes(rows[0]["payload"])
-    stream_seq = _run(_publish(settings, subject, payload))
-    _run(_fetch(service, settings, "DELETE FROM {table} WHERE id = $1 RETURNING id", letter))
+    stream_seq = run(_publish(settings, subject, payload))
+    run(_fetch(service, settings, "DELETE FROM {table} WHERE id = $1 RETURNING id", letter))
     console.print(f"replayed dead letter {letter} on {subject} (stream sequence {stream_seq})")
 
 
@@ -175,17 +145,17 @@ def dlq_purge(
 ) -> None:
     """Forget dead letters: by id, or by age (one of the two is required)."""
     if (letters is None) == (older_than_days is None):
-        _fail("give --id (repeatable) or --older-than-days, not both and not neither")
+        fail("give --id (repeatable) or --older-than-days, not both and not neither")
     settings = _settings(service)
     if letters is not None:
-        rows = _run(
+        rows = run(
             _fetch(
                 service, settings, "DELETE FROM {table} WHERE id = ANY($1) RETURNING id", letters
             )
         )
     else:
         assert older_than_days is not None  # noqa: S101 - the check above
-        rows = _run(
+        rows = run(
             _fetch(
                 service,
                 settings,

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.request
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+
+from lockstep_cli.cli_io import errors, fail, run, settings_of
 
 if TYPE_CHECKING:
     from lockstep_inventory.settings import Settings
@@ -20,41 +20,14 @@ fleet_app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
-errors = Console(stderr=True, soft_wrap=True)
-T = TypeVar("T")
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    errors.print(f"[red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
 def _settings() -> Settings:
-    """Settings from LOCKSTEP_* (a bad variable is bad input: exit 2 naming it)."""
-    from pydantic import ValidationError
-
-    from lockstep_common.settings import explain
+    """The inventory's settings from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
     from lockstep_inventory.settings import Settings
 
-    try:
-        return Settings()
-    except ValidationError as exc:
-        _fail(f"settings: {explain(Settings, exc)}")
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run one command's coroutine; an unreachable database or bad rules file is one line."""
-    from lockstep_common.errors import ConfigurationError, TransientError, describe
-
-    try:
-        return asyncio.run(coro)
-    except ConfigurationError as exc:
-        _fail(str(exc))
-    except TransientError as exc:
-        _fail(str(exc))  # names the server, its password redacted (db.connect_with_retry)
-    except OSError as exc:
-        _fail(describe(exc))
+    return settings_of(Settings)
 
 
 def _read(source: str) -> str:
@@ -88,8 +61,8 @@ def fleet_import(
     try:
         nodes = parse_fleet(_read(source), default_credentials=credentials)
     except (OSError, FleetFileError) as exc:
-        _fail(f"{source}: {exc}")
-    result = _run(import_fleet(_settings(), nodes))
+        fail(f"{source}: {exc}")
+    result = run(import_fleet(_settings(), nodes))
     summary = {
         "nodes": len(nodes),
         "added": result.added,
@@ -110,7 +83,7 @@ def fleet_list(as_json: Json = False) -> None:
     """Every registered node (credential references only, never secrets)."""
     from lockstep_inventory.admin import fleet
 
-    nodes = _run(fleet(_settings()))
+    nodes = run(fleet(_settings()))
     if as_json:
         print(json.dumps([n.model_dump() for n in nodes]))
         return
@@ -143,9 +116,9 @@ def fleet_sweep(
 
     with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as progress:
         try:
-            summary = _run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
+            summary = run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
         except UnknownNodesError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     doc = sweep_json(summary)
     if as_json:
         print(json.dumps(doc))
@@ -177,7 +150,7 @@ def fleet_status(
                 await follow_sweep(conn, console, show=not as_json)
             return await queries.fleet_status(conn)
 
-    result = _run(status())
+    result = run(status())
     if as_json:
         print(json.dumps(result.as_json()))
     else:
@@ -199,9 +172,9 @@ def fleet_show(
         async with admin.connection(settings) as conn:
             return await queries.node_detail(conn, node)
 
-    found = _run(detail())
+    found = run(detail())
     if found is None:
-        _fail(f"no node {node} in the registry")
+        fail(f"no node {node} in the registry")
     doc = show_json(found)
     if as_json:
         print(json.dumps(doc))
@@ -226,7 +199,7 @@ def fleet_drift(
         async with admin.connection(settings) as conn:
             return await queries.drift_report(conn, include_informational=include_all)
 
-    doc = drift_json(_run(report()))
+    doc = drift_json(run(report()))
     if as_json:
         print(json.dumps(doc))
     else:
@@ -263,15 +236,15 @@ def fleet_pin(
         selector = parse_selector(scope)
         stack_hash, messages = pins_for(settings.namespace, selector, parsed, rollout_id)
     except OSError as exc:
-        _fail(f"{stack}: {exc.strerror or exc}")
+        fail(f"{stack}: {exc.strerror or exc}")
     except SelectorError as exc:
-        _fail(f"--scope: {exc}")
+        fail(f"--scope: {exc}")
     except InputError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
-        sites = _run(publish_pins(settings.nats_url, messages, timeout))
+        sites = run(publish_pins(settings.nats_url, messages, timeout))
     except Unavailable as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     if as_json:
         ids = [str(m.envelope.event_id) for m in messages]
         print(json.dumps({"stack_hash": stack_hash, "sites": sites, "event_ids": ids}))
@@ -299,11 +272,11 @@ def fleet_admit(
     ids = [n.strip() for arg in nodes for n in arg.split(",") if n.strip()]
     try:
         request = admission_request(stack_hash, ids)
-        answer = _run(admit(settings.nats_url, settings.namespace, request, timeout))
+        answer = run(admit(settings.nats_url, settings.namespace, request, timeout))
     except InputError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except Unavailable as exc:
-        _fail(str(exc), 3)
+        fail(str(exc), 3)
     doc = admit_json(answer)
     if as_json:
         print(json.dumps(doc))
