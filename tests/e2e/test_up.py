@@ -228,6 +228,7 @@ def test_a_crashed_service_is_restarted_on_its_port_and_the_rest_keep_running(
     try:
         [crashed] = _service_pids(up.proc.pid, "planner")
         others = _service_pids(up.proc.pid, "inventory")
+        assert others, "the inventory service was not found under lockstep up"
         os.kill(crashed, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while not (_service_pids(up.proc.pid, "planner") - {crashed} and _ready(port)):

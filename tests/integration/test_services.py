@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import subprocess
+import sys
 import urllib.request
 from typing import Any
 
@@ -81,6 +84,23 @@ async def _get(port: int, path: str) -> tuple[int, str]:
     import asyncio
 
     return await asyncio.to_thread(get, port, path)
+
+
+def test_a_service_refusing_its_settings_at_build_exits_3_with_one_line() -> None:
+    # An inbox that forgets before the streams do is refused when the app is built: that must
+    # be the clean refusal (exit 3), not a traceback that `lockstep up` would restart for ever.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+    env["LOCKSTEP_PLANNER_INBOX_RETENTION_S"] = "10"
+    result = subprocess.run(
+        [sys.executable, "-m", "lockstep_planner"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 3, result.stderr
+    assert "inbox_retention_s" in result.stderr and "Traceback" not in result.stderr
 
 
 class _Once:

@@ -70,6 +70,18 @@ def test_without_roots_every_bundle_is_refused_naming_the_setting(root: Path) ->
         BundleSource.of([], 1 << 20).locate(str(root))
 
 
+def test_a_truncated_tar_is_refused_not_a_crash(root: Path) -> None:
+    whole = root / "whole.tar.gz"
+    with tarfile.open(whole, "w:gz") as tar:
+        info = tarfile.TarInfo("image.bin")
+        info.size = 100_000
+        tar.addfile(info, io.BytesIO(os.urandom(100_000)))
+    cut = root / "cut.tar.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(BundleRefused, match="unreadable tar"):
+        source(root).locate(str(cut))
+
+
 def test_size_limits_hold_for_directories_tars_and_what_a_tar_expands_to(root: Path) -> None:
     (root / "big").mkdir()
     (root / "big" / "image.bin").write_bytes(b"x" * 2000)

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.unit
         ("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@db:99999/x", "not a URL"),
         ("LOCKSTEP_NATS_URL", "nats://ok:4222,notaurl", "must start with nats://"),
         ("LOCKSTEP_NATS_URL", "nats://", "names no host"),
+        # A "/" in a password ends the host part early: urlsplit's own message quoted it.
+        ("LOCKSTEP_DATABASE_URL", "postgresql://u:zq/secret@db/x", "not a URL"),
     ],
 )
 def test_a_malformed_server_url_is_one_line_naming_the_variable(
@@ -32,7 +34,7 @@ def test_a_malformed_server_url_is_one_line_naming_the_variable(
     assert len(lines) == 1
     assert variable in lines[0]
     assert says in lines[0]
-    assert "secret" not in result.output
+    assert "secret" not in result.output and "zq" not in result.output
 
 
 def test_an_unreachable_database_is_one_line_with_the_password_hidden(

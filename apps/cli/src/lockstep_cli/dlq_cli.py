@@ -21,10 +21,10 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.cli_io import fail, run, settings_of
+from lockstep_cli.supervisor import SERVICES
 
 dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
 console = Console()
-SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
 ServiceArg = Annotated[str, typer.Argument(help=f"One of {', '.join(SERVICES)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 COLUMNS = "id, failed_at, consumer, stream, stream_seq, subject, error_kind, deliveries, reason"
@@ -120,6 +120,7 @@ def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="
 async def _publish(settings: Any, subject: str, payload: bytes) -> int:
     import nats
 
+    from lockstep_common.envelope import MSG_ID_HEADER
     from lockstep_common.subjects import Namespace
 
     nc = await nats.connect(
@@ -128,7 +129,7 @@ async def _publish(settings: Any, subject: str, payload: bytes) -> int:
     try:
         wire = Namespace(settings.namespace).wire(subject)
         ack = await nc.jetstream().publish(
-            wire, payload, headers={"Nats-Msg-Id": f"replay-{uuid.uuid4()}"}
+            wire, payload, headers={MSG_ID_HEADER: f"replay-{uuid.uuid4()}"}
         )
         return int(ack.seq)
     finally:

@@ -107,9 +107,15 @@ def supervise(
             if i in due:
                 if now >= due[i]:
                     del due[i]
-                    services[i] = start_service(
-                        svc.name, stack, svc.log_path.parent, svc.extra_env, port=svc.port
-                    )
+                    try:
+                        services[i] = start_service(
+                            svc.name, stack, svc.log_path.parent, svc.extra_env, port=svc.port
+                        )
+                    except OSError as exc:  # could not even spawn it: try again later
+                        wait = policies[svc.name].delay_after(1, now) or 60.0
+                        due[i] = now + wait
+                        report(f"service {svc.name} could not start ({exc}); retry in {wait:.0f}s")
+                        continue
                     policies[svc.name].started(now)
                     report(f"service {svc.name} restarted (pid {services[i].proc.pid})")
                 continue

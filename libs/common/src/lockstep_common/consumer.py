@@ -245,18 +245,20 @@ class ConsumerRunner:
             while not self._stopping.is_set():
                 try:
                     fetching, ahead = ahead or asyncio.ensure_future(self._fetch(psub)), None
-                    batch = await fetching
+                    try:
+                        batch = await fetching
+                    except (NatsTimeout, TimeoutError):
+                        # An idle stream: a fetch that waited its time and got nothing is
+                        # normal (nats-py raises its own TimeoutError or, on some paths, the
+                        # builtin one). Only the fetch: a timeout while applying is a failure.
+                        self.last_pull = time.monotonic()
+                        continue
                     failures = 0
                     self.last_pull = time.monotonic()
                     ahead = asyncio.ensure_future(self._fetch(psub))
                     # Acks after a commit may fail on a broken connection: safe, because the
                     # redelivered message meets the inbox. So transport errors only pause us.
                     await self._process(batch)
-                except (NatsTimeout, TimeoutError):
-                    # An idle stream: a fetch that waited its time and got nothing is normal
-                    # (nats-py raises its own TimeoutError or, on some paths, the builtin one).
-                    self.last_pull = time.monotonic()
-                    continue
                 except (NatsError, OSError) as exc:
                     # A failure while processing leaves a prefetch in flight: hand it back, so
                     # there is never a second fetch or an orphaned batch.

@@ -57,11 +57,14 @@ class MigrationError(ConfigurationError):
     """A recorded migration differs from the file shipped with the code, or failed to apply."""
 
 
-# SQLSTATE classes whose errors a retry repeats exactly (ISO/IEC 9075, PostgreSQL Appendix A):
-# 22 data exception (a NUL byte in text, a number out of range, bad encoding) and 23 integrity
-# constraint violation (check, not-null, unique, foreign key). The same message fails the same way
-# on every delivery, so retrying only delays the dead letter and holds up the consumer.
-_DETERMINISTIC_SQLSTATE_CLASSES = frozenset({"22", "23"})
+# Database errors a retry repeats exactly (ISO/IEC 9075, PostgreSQL Appendix A): class 22, data
+# exception (a NUL byte in text, a number out of range, bad encoding), and of class 23 the
+# violations that depend on the row alone, not-null (23502) and check (23514). The same message
+# fails the same way on every delivery, so retrying only delays the dead letter and holds up the
+# consumer. A unique or foreign-key violation can come from a race with another replica or an
+# event that arrived early, so those stay retryable.
+_DETERMINISTIC_SQLSTATE_CLASSES = frozenset({"22"})
+_DETERMINISTIC_SQLSTATES = frozenset({"23502", "23514"})
 
 
 def is_permanent(error: BaseException) -> bool:
@@ -70,7 +73,9 @@ def is_permanent(error: BaseException) -> bool:
     if isinstance(error, PermanentError):
         return True
     sqlstate = getattr(error, "sqlstate", None)
-    return isinstance(sqlstate, str) and sqlstate[:2] in _DETERMINISTIC_SQLSTATE_CLASSES
+    if not isinstance(sqlstate, str):
+        return False
+    return sqlstate[:2] in _DETERMINISTIC_SQLSTATE_CLASSES or sqlstate in _DETERMINISTIC_SQLSTATES
 
 
 class Disposition(enum.StrEnum):

@@ -359,8 +359,8 @@ def run_service(create_app: Callable[[S], ServiceApp], settings_class: type[S]) 
         json_lines=settings.log_json,
         service=create_app.__module__.split(".")[0],
     )
-    app = create_app(settings)
     try:
+        app = create_app(settings)  # reads files, checks settings against the topology
         asyncio.run(app.run_until_signalled())
     except ConfigurationError as exc:
         log.error("refusing to start: %s", exc)

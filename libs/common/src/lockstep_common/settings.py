@@ -171,8 +171,13 @@ def _check_url(url: str, schemes: set[str]) -> None:
     try:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError on a non-numeric or out-of-range port
-    except ValueError as exc:
-        raise ValueError(f"not a URL ({exc})") from None
+    except ValueError:
+        # urlsplit's own message can quote part of the password (a "/" in it ends the host
+        # part early), so it is not repeated.
+        raise ValueError(
+            "not a URL (a port that is not a number, or an unencoded '/', '?' or '#' in the "
+            "password?)"
+        ) from None
     if parts.scheme not in schemes:
         expected = " or ".join(sorted(s + "://" for s in schemes))
         got = f"{parts.scheme}://" if parts.scheme else "no scheme"

@@ -19,7 +19,6 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from lockstep_attest.adapters.bundle_reader import BundleReadError, load_bundle
 from lockstep_attest.adapters.bundle_source import BundleRefused, BundleSource
@@ -121,8 +120,8 @@ class AttestWorker:
         else:
             t0 = time.perf_counter()
             try:
-                path = self.ctx.bundles.locate(job.bundle_uri)
-                bundle = await asyncio.to_thread(self._load, path, trust)
+                # Both walk and read files, a whole tree or tar: off the event loop.
+                bundle = await asyncio.to_thread(self._locate_and_load, job.bundle_uri, trust)
             except (BundleRefused, BundleReadError, OSError, ValueError) as exc:
                 checks = [_failure("read", f"{job.bundle_uri}: {exc}")]
             else:
@@ -130,7 +129,8 @@ class AttestWorker:
                 checks, reused, context = await self._judge(store, bundle, trust, started)
         await self._commit(store, job, bundle, checks, reused, context, started, read_ms)
 
-    def _load(self, path: Path, trust: TrustStore) -> LoadedBundle:
+    def _locate_and_load(self, uri: str, trust: TrustStore) -> LoadedBundle:
+        path = self.ctx.bundles.locate(uri)
         return load_bundle(path, sha512_needed=lambda m, docs: needs_sha512(m, docs, trust))
 
     async def _judge(

@@ -14,6 +14,7 @@ import json
 import os
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,6 +51,8 @@ def opened(path: Path) -> Iterator[Path]:
             tar.extractall(tmp, filter="data")
         except tarfile.FilterError as exc:
             raise BundleReadError(f"{path}: unsafe tar member: {exc}") from None
+        except (tarfile.TarError, EOFError, zlib.error) as exc:  # truncated or corrupt
+            raise BundleReadError(f"{path}: unreadable tar: {exc}") from None
         yield Path(tmp)
 
 

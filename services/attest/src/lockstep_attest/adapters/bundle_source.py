@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -96,5 +97,5 @@ def _extracted_bytes(path: Path) -> int:
     try:
         with tarfile.open(path) as tar:
             return sum(member.size for member in tar.getmembers() if member.isreg())
-    except (tarfile.TarError, OSError) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:  # truncated or corrupt
         raise BundleRefused(f"unreadable tar: {exc}") from None
