@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData, make_envelope
@@ -58,42 +58,20 @@ async def enqueue(conn: Conn, messages: Sequence[OutboxMessage]) -> int:
     return int(result.rsplit(" ", 1)[-1])
 
 
-class EventSink(Protocol):
-    """What emitting code needs: :class:`Emitter` in a service, a recording fake
-    (``lockstep_common.testing.RecordedEvents``) in unit tests."""
-
-    def emit(
-        self,
-        subject: str,
-        data: EventData,
-        *,
-        about: str | None = None,
-        correlation_id: str | None = None,
-        event_id: uuid.UUID | None = None,
-        occurred_at: datetime | None = None,
-    ) -> Envelope[EventData]:
-        """Queue ``data`` for ``subject``; returns its envelope."""
-        ...
-
-
-class Emitter:
-    """Queues events for the outbox of one open transaction.
-
-    Events are written in one statement by :meth:`flush`, which the owner of the transaction
-    calls just before commit (the consumer runtime for handlers, :func:`emitting` otherwise), so
-    a batch that emits thousands of events costs one round trip.
+class EventSink(ABC):
+    """The one way to emit an event: :meth:`emit` wraps a payload in its envelope and hands it to
+    the sink. :class:`Emitter` is the sink of a service (the outbox of the open transaction);
+    ``lockstep_common.testing.RecordedEvents`` keeps the events in memory for unit tests.
+    Code that only emits takes an ``EventSink``.
 
     Args:
-        conn: the connection whose transaction the events commit with.
         source: the CloudEvents ``source`` of everything emitted here (``envelope.source_of``).
     """
 
-    __slots__ = ("_pending", "conn", "source")
+    __slots__ = ("source",)
 
-    def __init__(self, conn: Conn, source: str) -> None:
-        self.conn = conn
+    def __init__(self, source: str) -> None:
         self.source = source
-        self._pending: list[OutboxMessage] = []
 
     def emit(
         self,
@@ -118,8 +96,35 @@ class Emitter:
             event_id=event_id,
             occurred_at=occurred_at,
         )
-        self._pending.append(OutboxMessage.of(subject, env))
+        self._keep(subject, env)
         return env
+
+    @abstractmethod
+    def _keep(self, subject: str, env: Envelope[EventData]) -> None:
+        """Take one emitted event."""
+
+
+class Emitter(EventSink):
+    """Queues events for the outbox of one open transaction.
+
+    Events are written in one statement by :meth:`flush`, which the owner of the transaction
+    calls just before commit (the consumer runtime for handlers, :func:`emitting` otherwise), so
+    a batch that emits thousands of events costs one round trip.
+
+    Args:
+        conn: the connection whose transaction the events commit with.
+        source: the CloudEvents ``source`` of everything emitted here (``envelope.source_of``).
+    """
+
+    __slots__ = ("_pending", "conn")
+
+    def __init__(self, conn: Conn, source: str) -> None:
+        super().__init__(source)
+        self.conn = conn
+        self._pending: list[OutboxMessage] = []
+
+    def _keep(self, subject: str, env: Envelope[EventData]) -> None:
+        self._pending.append(OutboxMessage.of(subject, env))
 
     async def flush(self) -> int:
         """Write the queued events to the outbox; returns how many were new."""

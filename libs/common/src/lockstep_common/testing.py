@@ -3,41 +3,21 @@ workers that need no PostgreSQL (the integration tests run the real outbox)."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass, field
-from datetime import datetime
-
-from lockstep_common.envelope import Envelope, EventData, make_envelope, source_of
+from lockstep_common.envelope import Envelope, EventData, source_of
+from lockstep_common.outbox import EventSink
 
 
-@dataclass(slots=True)
-class RecordedEvents:
-    """An ``outbox.EventSink`` that keeps what was emitted, in order, as (subject, envelope)."""
+class RecordedEvents(EventSink):
+    """An ``EventSink`` that keeps what was emitted, in order, as (subject, envelope)."""
 
-    source: str = source_of("test")
-    emitted: list[tuple[str, Envelope[EventData]]] = field(default_factory=list)
+    __slots__ = ("emitted",)
 
-    def emit(
-        self,
-        subject: str,
-        data: EventData,
-        *,
-        about: str | None = None,
-        correlation_id: str | None = None,
-        event_id: uuid.UUID | None = None,
-        occurred_at: datetime | None = None,
-    ) -> Envelope[EventData]:
-        """Record ``data`` as the outbox would have queued it."""
-        env = make_envelope(
-            data,
-            source=self.source,
-            subject=about,
-            correlation_id=correlation_id,
-            event_id=event_id,
-            occurred_at=occurred_at,
-        )
+    def __init__(self, source: str = source_of("test")) -> None:
+        super().__init__(source)
+        self.emitted: list[tuple[str, Envelope[EventData]]] = []
+
+    def _keep(self, subject: str, env: Envelope[EventData]) -> None:
         self.emitted.append((subject, env))
-        return env
 
     @property
     def events(self) -> list[EventData]:
