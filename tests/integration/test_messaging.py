@@ -8,6 +8,8 @@ import itertools
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,18 @@ async def consumer_app(
         await conn.close()
     await app.start()
     return app
+
+
+@asynccontextmanager
+async def consuming(
+    servers: Any, namespace: str, effects: Effects, **kw: Any
+) -> AsyncIterator[ServiceApp]:
+    """A started consumer service over ``effects``, stopped when the block ends."""
+    app = await consumer_app(servers, namespace, effects, **kw)
+    try:
+        yield app
+    finally:
+        await app.stop()
 
 
 def pool(app: ServiceApp) -> asyncpg.Pool:
@@ -189,9 +203,8 @@ async def test_replayed_event_has_one_effect_even_past_the_duplicate_window(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects)
-    assert consumer.resources is not None
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
+        assert consumer.resources is not None
         env = make_envelope(submitted(1), source="/test")
         js = consumer.resources.js
         wire = consumer.namespace.wire(SUBJECT)
@@ -203,8 +216,6 @@ async def test_replayed_event_has_one_effect_even_past_the_duplicate_window(
         await until(lambda: _eq(inbox_size(consumer), 2), "inbox holds both ids")
         assert await over_applied(consumer) == 0
         assert await stream_count(consumer, "BUNDLES") == 4
-    finally:
-        await consumer.stop()
 
 
 async def inbox_size(app: ServiceApp) -> int:
@@ -235,16 +246,13 @@ async def test_exhausted_transient_error_reaches_the_dlq_with_its_delivery_count
 ) -> None:
     effects = Effects()
     effects.fail_always("file:///bundles/3.tar", TimeoutError("BMC timed out"))
-    consumer = await consumer_app(servers, namespace, effects)
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
         await publish(consumer, [submitted(3), submitted(4)])
         await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
         row = await dead_letter(consumer)
         assert row["deliveries"] == 4 and row["error_kind"] == "TimeoutError"
         assert "BMC timed out" in row["reason"]
         await until(lambda: _eq(applied(consumer), 1), "the other event applied")
-    finally:
-        await consumer.stop()
 
 
 class DeliveryClock(Effects):
@@ -269,7 +277,7 @@ async def test_transient_retries_wait_the_documented_nak_delays_not_the_redelive
     retry, redelivery = (0.3, 1.0, 2.0), (5.0, 10.0)
     effects = DeliveryClock()
     effects.fail_always("file:///bundles/5.tar", TransientError("BMC busy"))
-    consumer = await consumer_app(
+    async with consuming(
         servers,
         namespace,
         effects,
@@ -277,8 +285,7 @@ async def test_transient_retries_wait_the_documented_nak_delays_not_the_redelive
         consumer_max_deliver=4,
         consumer_retry_backoff_s=retry,
         consumer_redelivery_backoff_s=redelivery,
-    )
-    try:
+    ) as consumer:
         await publish(consumer, [submitted(5)])
         await until(lambda: _eq(dead_letter_count(consumer), 1), "the last delivery")
         seen = effects.seen["file:///bundles/5.tar"]
@@ -291,8 +298,6 @@ async def test_transient_retries_wait_the_documented_nak_delays_not_the_redelive
                 f"retry after delivery {delivery} came {gap:.2f}s later, nak delay {delay}s: "
                 f"all gaps {[round(g, 2) for g in gaps]}"
             )
-    finally:
-        await consumer.stop()
 
 
 async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery_backoff(
@@ -300,7 +305,7 @@ async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery
 ) -> None:
     """The nak offset only moves the retry: a delivery that the consumer then never settles
     (a crash) is redelivered after its BackOff entry, as without the retry."""
-    consumer = await consumer_app(
+    async with consuming(
         servers,
         namespace,
         Effects(),
@@ -308,12 +313,11 @@ async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery
         consumer_max_deliver=4,
         consumer_retry_backoff_s=(0.2,),
         consumer_redelivery_backoff_s=(1.0, 2.5),
-    )
-    assert consumer.resources is not None
-    (runner,) = consumer._runners
-    runner.stop()  # we pull with its durable from here on, settling as the runtime would
-    await asyncio.gather(*consumer.resources.tasks[2:3], return_exceptions=True)
-    try:
+    ) as consumer:
+        assert consumer.resources is not None
+        (runner,) = consumer._runners
+        runner.stop()  # we pull with its durable from here on, settling as the runtime would
+        await asyncio.gather(*consumer.resources.tasks[2:3], return_exceptions=True)
         await publish(consumer, [submitted(6)])
         psub = await consumer.resources.js.pull_subscribe_bind(
             durable=runner.durable, stream=runner.stream
@@ -330,8 +334,6 @@ async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery
         # 0.1 s of that, still far from the other schedules (AckWait 1.0, BackOff[0] 1.0).
         assert 0.1 <= second_at - first_at < 1.0, "the retry waited for the BackOff"
         assert 2.4 <= third_at - second_at < 3.5, "not redelivered per BackOff[1]"
-    finally:
-        await consumer.stop()
 
 
 async def publish(app: ServiceApp, events: list[BundleSubmitted]) -> None:
@@ -361,8 +363,7 @@ async def test_permanent_error_reaches_the_dlq_while_the_consumer_serves_others(
     effects.fail_always(
         "file:///bundles/2.tar", PermanentError("bundle 2 names an unknown profile")
     )
-    consumer = await consumer_app(servers, namespace, effects)
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
         await publish(consumer, [submitted(1), submitted(2), submitted(3)])
         await until(lambda: _eq(applied(consumer), 2), "the good events applied")
         await until(lambda: _eq(dead_letter_count(consumer), 1), "the bad one dead-lettered")
@@ -380,8 +381,6 @@ async def test_permanent_error_reaches_the_dlq_while_the_consumer_serves_others(
         assert msg.headers is not None
         assert msg.headers["Lockstep-Dlq-Reason"] == "bundle 2 names an unknown profile"
         assert msg.headers["Lockstep-Dlq-Deliveries"] == "1"
-    finally:
-        await consumer.stop()
 
 
 async def _gt(value: Any, floor: int) -> bool:
@@ -392,9 +391,8 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects, max_message_bytes=4096)
-    assert consumer.resources is not None
-    try:
+    async with consuming(servers, namespace, effects, max_message_bytes=4096) as consumer:
+        assert consumer.resources is not None
         good = json.loads(make_envelope(submitted(1), source="/t").to_json())
         unknown_version = {**good, "id": str(uuid.uuid4()), "schemaversion": 99}
         unknown_type = {**good, "id": str(uuid.uuid4()), "type": "lockstep.bundle.exploded"}
@@ -428,17 +426,14 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
         assert "unknown schema version 99" in reasons[3]
         assert "unknown event type 'lockstep.bundle.exploded'" in reasons[4]
         assert "data.bundle_uri" in reasons[5]
-    finally:
-        await consumer.stop()
 
 
 async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignored_one_acked(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects, ignores=(BundleRejected,))
-    js = consumer.require().js
-    try:
+    async with consuming(servers, namespace, effects, ignores=(BundleRejected,)) as consumer:
+        js = consumer.require().js
         ignored = BundleRejected(bundle_uri="file:///b.tar", bundle_id=None, checks=())
         undeclared = BundleAttested(
             bundle_id="b", bundle_version="1", stack_hash="0" * 64, checks=()
@@ -455,16 +450,13 @@ async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignor
             consumer.namespace.stream("BUNDLES"), consumer.namespace.durable("test-bundles")
         )
         assert (info.num_pending, info.num_ack_pending) == (0, 0)  # the ignored one was acked
-    finally:
-        await consumer.stop()
 
 
 async def test_a_database_error_a_retry_would_repeat_is_dead_lettered_on_first_delivery(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects)
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
         async with pool(consumer).acquire() as conn:
             with pytest.raises(asyncpg.PostgresError) as raised:
                 await conn.fetchval("SELECT $1::text", "a\x00b")  # PostgreSQL text has no NUL
@@ -475,17 +467,14 @@ async def test_a_database_error_a_retry_would_repeat_is_dead_lettered_on_first_d
         assert row["deliveries"] == 1  # not retried max_deliver times first
         assert row["error_kind"] == type(raised.value).__name__
         await until(lambda: _eq(applied(consumer), 2), "the neighbours applied")
-    finally:
-        await consumer.stop()
 
 
 async def test_a_poison_body_in_a_batch_is_dead_lettered_and_its_neighbours_applied(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects)
-    js = consumer.require().js
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
+        js = consumer.require().js
         wire = consumer.namespace.wire(SUBJECT)
         await publish(consumer, [submitted(1)])
         await js.publish(wire, b"[" * 20_000)  # 20 KB that once crashed the decoder
@@ -495,17 +484,14 @@ async def test_a_poison_body_in_a_batch_is_dead_lettered_and_its_neighbours_appl
         assert "nested too deeply" in (await dead_letter(consumer))["reason"]
         assert consumer.readiness()["started"]
         assert all(not t.done() for t in consumer.require().tasks)  # no loop died
-    finally:
-        await consumer.stop()
 
 
 async def test_the_dlq_copy_of_a_message_at_the_size_limit_is_published(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects)
-    js = consumer.require().js
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
+        js = consumer.require().js
         # Just under the stream's 1 MiB limit: with the DLQ headers added, a whole copy would not
         # fit, and the relay would retry it forever.
         body = b"{" + b" " * (consumer.settings.stream_max_message_bytes - 200)
@@ -515,8 +501,6 @@ async def test_the_dlq_copy_of_a_message_at_the_size_limit_is_published(
         assert await failed_attempts(consumer) == 0
         info = await js.stream_info(consumer.namespace.stream("DLQ"))
         assert info.state.messages == 1
-    finally:
-        await consumer.stop()
 
 
 async def test_retention_purges_run_as_a_service_starts(servers: Any, namespace: str) -> None:
@@ -561,9 +545,8 @@ async def test_readiness_fails_when_a_consumer_is_deleted_under_the_service(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects)
-    js = consumer.require().js
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
+        js = consumer.require().js
         assert all(consumer.readiness().values())
         await js.delete_consumer(
             consumer.namespace.stream("BUNDLES"), consumer.namespace.durable("test-bundles")
@@ -574,17 +557,14 @@ async def test_readiness_fails_when_a_consumer_is_deleted_under_the_service(
 
         await until(lambda: _eq(consumers_ready(), False), "readiness to report the lost consumer")
         assert consumer.readiness()["nats"]  # connected all along: only the consumer is gone
-    finally:
-        await consumer.stop()
 
 
 async def test_an_event_dated_beyond_the_clock_skew_is_refused(
     servers: Any, namespace: str
 ) -> None:
     effects = Effects()
-    consumer = await consumer_app(servers, namespace, effects, max_clock_skew_s=60.0)
-    js = consumer.require().js
-    try:
+    async with consuming(servers, namespace, effects, max_clock_skew_s=60.0) as consumer:
+        js = consumer.require().js
         wire = consumer.namespace.wire(SUBJECT)
         soon = datetime.now(UTC) + timedelta(seconds=30)  # within the skew: a fast clock
         far = datetime(2999, 1, 1, tzinfo=UTC)
@@ -597,8 +577,6 @@ async def test_an_event_dated_beyond_the_clock_skew_is_refused(
             "in the future, beyond the allowed clock skew"
             in (await dead_letter(consumer))["reason"]
         )
-    finally:
-        await consumer.stop()
 
 
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
@@ -668,19 +646,18 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
 ) -> None:
     """A consumer that crashes on every delivery never settles the message itself."""
     effects = Effects()
-    consumer = await consumer_app(
+    async with consuming(
         servers,
         namespace,
         effects,
         consumer_ack_wait_s=1.0,
         consumer_max_deliver=2,
         consumer_redelivery_backoff_s=(1.0,),  # JetStream BackOff: redeliver after 1 s
-    )
-    assert consumer.resources is not None
-    for runner in consumer._runners:
-        runner.stop()  # stand in for the crashing process: pull with the durable, never ack
-    await asyncio.gather(*consumer.resources.tasks[2:3], return_exceptions=True)
-    try:
+    ) as consumer:
+        assert consumer.resources is not None
+        for runner in consumer._runners:
+            runner.stop()  # stand in for the crashing process: pull with the durable, never ack
+        await asyncio.gather(*consumer.resources.tasks[2:3], return_exceptions=True)
         await publish(consumer, [submitted(9)])
         js = consumer.resources.js
         psub = await js.pull_subscribe_bind(
@@ -699,8 +676,6 @@ async def test_message_never_acknowledged_reaches_the_dlq_through_the_advisory(
         assert row["detected_by"] == "advisory" and row["error_kind"] == "MaxDeliveriesExceeded"
         assert row["deliveries"] == 2
         assert json.loads(row["payload"])["data"]["bundle_uri"] == "file:///bundles/9.tar"
-    finally:
-        await consumer.stop()
 
 
 async def test_graceful_stop_finishes_the_batch_in_flight(servers: Any, namespace: str) -> None:
@@ -714,16 +689,13 @@ async def test_graceful_stop_finishes_the_batch_in_flight(servers: Any, namespac
         await original(ctx, env)
 
     effects.handle = slow  # type: ignore[method-assign]
-    consumer = await consumer_app(servers, namespace, effects)
-    try:
+    async with consuming(servers, namespace, effects) as consumer:
         await publish(consumer, [submitted(1)])
         await entered.wait()
         stopping = asyncio.create_task(consumer.stop())
         await asyncio.sleep(0)  # let stop() begin while the handler is mid-flight
         release.set()
         await stopping
-    finally:
-        await consumer.stop()
     # Restart: the message was committed and acknowledged, so nothing is redelivered.
     again = await consumer_app(servers, namespace, Effects())
     try:
