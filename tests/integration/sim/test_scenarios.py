@@ -20,6 +20,7 @@ from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import InventoryObserved
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
+from lockstep_common.natsconn import NatsAccess
 from lockstep_sim.agents.reports import inventory_event
 from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
@@ -236,8 +237,9 @@ async def test_the_next_agent_report_carries_the_in_band_drifts(
     runtime = FleetRuntime(
         SimOptions(NODES, "gb200", host_base="127.46.1.1", port=0),
         scheduler_port=0,
-        nats_url=servers.nats_url,
+        nats=NatsAccess.from_url(servers.nats_url),
         namespace=namespace,
+        create_streams=True,
         cadence_s=3600.0,
     )
     ns = Namespace(namespace)

@@ -14,6 +14,7 @@ from lockstep_cli.polling import until
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.subjects import Namespace
+from lockstep_common.natsconn import NatsAccess
 from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
@@ -46,8 +47,9 @@ async def test_fleet_runtime_end_to_end(servers: Servers, namespace: str) -> Non
     runtime = FleetRuntime(
         SimOptions(NODES, seed=3, host_base="127.43.0.1", port=0),
         scheduler_port=0,
-        nats_url=servers.nats_url,
+        nats=NatsAccess.from_url(servers.nats_url),
         namespace=namespace,
+        create_streams=True,
         cadence_s=3600.0,
     )
     ns = Namespace(namespace)

@@ -71,7 +71,34 @@ def test_run_hands_its_options_to_the_runtime(monkeypatch: pytest.MonkeyPatch) -
     [runtime] = runtimes
     assert [n.id for n in runtime.fleet] == ["node-00000", "node-00001"]
     assert (runtime.seed, runtime.simulator.port, runtime.scheduler_port) == (9, 0, 0)
-    assert (runtime.namespace, runtime.cadence_s, runtime.nats_url) == ("lab", 2.0, None)
+    assert (runtime.namespace, runtime.cadence_s, runtime.nats) == ("lab", 2.0, None)
+
+
+def test_run_connects_its_agents_as_an_identity_whose_password_is_in_a_private_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtimes: list[FleetRuntime] = []
+
+    async def record(runtime: FleetRuntime) -> None:
+        runtimes.append(runtime)
+
+    monkeypatch.setattr(cli, "_run_until_signalled", record)
+    secret = tmp_path / "agent-password"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    args = ["run", "--nodes", "1", "--port", "0", "--scheduler-port", "0"]
+    args += ["--nats-url", "tls://127.0.0.1:4222", "--nats-password-file", str(secret)]
+    refused = CliRunner().invoke(sim_app, [*args, "--nats-user", "agent"])
+    assert refused.exit_code == 2 and "open to other users" in refused.output
+    assert "s3cret" not in refused.output
+    secret.chmod(0o600)
+    no_user = CliRunner().invoke(sim_app, args)
+    assert no_user.exit_code == 2 and "needs a password file" in no_user.output
+    ok = CliRunner().invoke(sim_app, [*args, "--nats-user", "agent"])
+    assert ok.exit_code == 0, ok.output
+    [runtime] = runtimes
+    assert runtime.nats is not None
+    assert (runtime.nats.user, runtime.nats.password_file) == ("agent", secret)
 
 
 def test_the_bmc_password_comes_from_a_file_or_the_environment_never_the_command_line(

@@ -12,9 +12,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from lockstep_attest import router as attest_router
+from lockstep_common.advisories import watcher_durable
+from lockstep_common.bus_access import SENDER_IDENTITIES, Durable, Party, Permissions, matrix
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
-from lockstep_common.schemadocs import Parties
+from lockstep_common.schemadocs import CHANNELS, Parties, pattern
+from lockstep_common.subjects import Namespace
+from lockstep_common.topology import EVENT_STREAMS, advisory_stream
 from lockstep_healthgate import router as healthgate_router
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.adapters.rules_file import packaged_rules
@@ -81,3 +85,47 @@ def consumers() -> dict[type[EventData], tuple[str, ...]]:
 def parties() -> Parties:
     """Who produces and consumes each event class, for ``schemadocs``."""
     return Parties(producers=producers(), consumers=consumers())
+
+
+def stream_names(namespace: Namespace) -> tuple[str, ...]:
+    """Every stream of the namespace, the advisories' included."""
+    return (
+        *(namespace.stream(s.base) for s in EVENT_STREAMS),
+        namespace.stream(advisory_stream(namespace).base),
+    )
+
+
+def bus_parties(namespace: Namespace) -> dict[str, Party]:
+    """What each identity does on the bus: every service from its router, the CLI and node
+    agents from ``schemadocs.CHANNELS``' outside senders."""
+    advisories = advisory_stream(namespace).base
+    streams = stream_names(namespace)
+    emits, answers = _emits(), _answers()
+    out: dict[str, Party] = {}
+    for service, subs in subscriptions_by_service().items():
+        durables = [Durable(namespace.stream(s.stream), namespace.durable(s.name)) for s in subs]
+        if subs:
+            watcher = watcher_durable(service)
+            durables.append(Durable(namespace.stream(advisories), namespace.durable(watcher)))
+        out[service] = Party(
+            sends=tuple(pattern(cls) for cls in emits[service]),
+            consumes=tuple(durables),
+            dead_letters=tuple(subject for sub in subs for subject in sub.subjects),
+            answers=tuple(pattern(cls) for cls in answers.get(service, ())),
+            streams=streams,
+        )
+    outside: defaultdict[str, set[str]] = defaultdict(set)
+    for cls, channel in CHANNELS.items():
+        if channel.reply:
+            continue
+        for sender in channel.senders:
+            for identity in SENDER_IDENTITIES[sender]:
+                outside[identity].add(pattern(cls))
+    for identity, sends in outside.items():
+        out[identity] = Party(sends=tuple(sorted(sends)))
+    return out
+
+
+def bus_permissions(namespace: Namespace) -> dict[str, Permissions]:
+    """The NATS permission matrix of a deployment (``bus_access``)."""
+    return matrix(namespace, bus_parties(namespace))

@@ -25,18 +25,24 @@ from pydantic_settings import SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
 
+from lockstep_cli.catalog import stream_names
 from lockstep_cli.demo_fleet import fleet_drift, service_env
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, running_system
 from lockstep_common import subjects
+from lockstep_common.advisories import watcher_durable
+from lockstep_common.bus_access import Durable, Party
 from lockstep_common.consumer import HandlerContext, On, Subscription
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import BundleSubmitted
 from lockstep_common.outbox import emitting
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
+from lockstep_common.subjects import Namespace
+from lockstep_devstack import Stack
 
 SUBJECT = subjects.bundle_submitted()
+PRODUCER, CONSUMER = "demo-cli", "demo-audit"  # NATS identities of the demo's participants
 
 
 class DemoSettings(ServiceSettings):
@@ -80,7 +86,11 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         "LOCKSTEP_ATTEST_BUNDLE_ROOTS": json.dumps([str(kit.bundle.parent)]),
         **service_env(),
     }
-    with running_system(base, SERVICES, extra_env=env) as (stack, services):
+    ns = Namespace(service_env().get("LOCKSTEP_NAMESPACE", "lockstep"))
+    with running_system(base, SERVICES, extra_env=env, extra_parties=demo_parties(ns)) as (
+        stack,
+        services,
+    ):
         table = Table(title=f"system up in {time.monotonic() - started:.1f}s")
         table.add_column("part")
         table.add_column("where")
@@ -89,8 +99,8 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
-        asyncio.run(_event_path(console, *stack.urls(), bundle=kit.bundle))
-        asyncio.run(fleet_drift(console, *stack.urls()))
+        asyncio.run(_event_path(console, stack, bundle=kit.bundle))
+        asyncio.run(fleet_drift(console, stack))
         console.print("stopping services, then NATS and PostgreSQL ...")
     console.print("[bold green]demo finished[/]: every process stopped.")
 
@@ -119,14 +129,42 @@ class Participants:
         return self.producer.namespace.wire(SUBJECT)
 
 
-async def _event_path(console: Console, nats_url: str, database_url: str, *, bundle: Path) -> None:
-    common: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "log_json": False}
+def demo_parties(ns: Namespace) -> dict[str, Party]:
+    """The NATS identities of the demo's in-process producer and consumer."""
+    streams = stream_names(ns)
+    return {
+        PRODUCER: Party(sends=(SUBJECT,), streams=streams),
+        CONSUMER: Party(
+            consumes=(
+                Durable(ns.stream("BUNDLES"), ns.durable("demo-audit")),
+                Durable(ns.stream("ADVISORIES"), ns.durable(watcher_durable("audit"))),
+            ),
+            dead_letters=(SUBJECT,),
+            streams=streams,
+        ),
+    }
+
+
+def _settings(stack: Stack, identity: str, **fields: Any) -> DemoSettings:
+    access = stack.nats_client(identity)
+    return DemoSettings(
+        nats_url=",".join(access.servers),
+        nats_user=access.user,
+        nats_password_file=access.password_file,
+        nats_ca_file=access.ca_file,
+        database_url=stack.urls()[1],
+        log_json=False,
+        **fields,
+    )
+
+
+async def _event_path(console: Console, stack: Stack, *, bundle: Path) -> None:
     audit = Audit(console)
     p = Participants(
-        ServiceApp("cli", DemoSettings(db_schema="demo_cli", **common)),
+        ServiceApp("cli", _settings(stack, PRODUCER, db_schema="demo_cli")),
         ServiceApp(
             "audit",
-            DemoSettings(db_schema="demo_audit", consumer_retry_backoff_s=(0.1,), **common),
+            _settings(stack, CONSUMER, db_schema="demo_audit", consumer_retry_backoff_s=(0.1,)),
             subscriptions=[
                 Subscription(
                     "demo-audit",
@@ -147,7 +185,7 @@ async def _event_path(console: Console, nats_url: str, database_url: str, *, bun
             )
         env = await _journey(console, p, bundle)
         await _duplicate(console, p, env)
-        await _malformed(console, p, nats_url)
+        await _malformed(console, p)
         await _attestation(console, p, bundle)
     finally:
         await p.consumer.stop()
@@ -161,7 +199,7 @@ async def _journey(console: Console, p: Participants, bundle: Path) -> Envelope[
     console.print(f"  [green]1.[/] committed to the outbox: {env.type} {env.event_id}")
     await until(lambda: _published(produced.pool, env.event_id), "the relay to publish")
     stream = p.producer.namespace.stream("BUNDLES")
-    stored = await produced.js.get_last_msg(stream, p.wire)
+    stored = await p.consumer.require().js.get_last_msg(stream, p.wire)
     msg_id = (stored.headers or {}).get("Nats-Msg-Id")
     console.print(
         f"  [green]2.[/] relay published it: stream {stream} seq {stored.seq}, subject {p.wire}"
@@ -184,22 +222,18 @@ async def _duplicate(console: Console, p: Participants, env: Envelope[EventData]
     console.print(f"  delivered twice, applied {p.audit.applied} time(s); audit rows: {rows}")
 
 
-async def _malformed(console: Console, p: Participants, nats_url: str) -> None:
+async def _malformed(console: Console, p: Participants) -> None:
     console.rule("a malformed message")
     js = p.producer.require().js
     await js.publish(p.wire, b'{"type": "lockstep.bundle.submitted", "schemaversion": 7}')
     letter = await until(lambda: _dead_letter(p.consumer), "the dead letter")
     console.print(f"  dead-lettered ({letter['error_kind']}): {letter['reason']}")
     console.print(f"  copy published on {p.producer.namespace.wire(subjects.dead_letter(SUBJECT))}")
-    console.print(
-        "  subscribe to every event with: "
-        f"[bold]nats sub '{p.producer.namespace.name}.>' --server {nats_url}[/]"
-    )
 
 
 async def _attestation(console: Console, p: Participants, bundle: Path) -> None:
     console.rule("the attest service verified the submitted bundle")
-    js = p.producer.require().js
+    js = p.consumer.require().js  # the identity allowed to read the BUNDLES stream
     verdict = await until(lambda: _last(js, p.producer, subjects.bundle_attested()), "attested", 60)
     data = verdict["data"]
     console.print(

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import nats
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -23,7 +22,9 @@ from rich.table import Table
 from lockstep_cli.fleet_bus import pins_for, publish_pins
 from lockstep_cli.polling import until
 from lockstep_common import db
+from lockstep_common.bus_access import ADMIN, AGENT, CLI
 from lockstep_common.events.v1 import ScopeSelector
+from lockstep_common.natsconn import NatsAccess, connect
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
@@ -38,6 +39,9 @@ from lockstep_sim.agents.reports import components as in_band_components
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scenarios import DriftKind, default_mix
+
+if TYPE_CHECKING:
+    from lockstep_devstack import Stack
 
 NODES = 256
 CREDENTIALS = "LOCKSTEP_DEMO_BMC"
@@ -54,16 +58,21 @@ def service_env() -> dict[str, str]:
     }
 
 
-async def fleet_drift(console: Console, nats_url: str, database_url: str) -> None:
-    """Run the fleet part against a running stack and inventory service."""
+async def fleet_drift(console: Console, stack: Stack) -> None:
+    """Run the fleet part against a running stack and inventory service: node agents connect
+    as ``agent``, pins are published as ``cli``, and the drift events are watched as
+    ``admin`` (the identity that may create a consumer to read them)."""
     os.environ.update(service_env())
-    settings = Settings(nats_url=nats_url, database_url=database_url, log_json=False)
+    _, database_url = stack.urls()
+    settings = Settings(
+        nats_url=",".join(stack.nats_client(CLI).servers), database_url=database_url, log_json=False
+    )
     ns = Namespace(settings.namespace)
     console.rule(f"a simulated fleet of {NODES} nodes (GB200 and HGX H100)")
     async with FleetRuntime(
         SimOptions(NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0),
         scheduler_port=0,
-        nats_url=nats_url,
+        nats=stack.nats_client(AGENT),
         namespace=ns.name,
         cadence_s=1.0,
     ) as rt:
@@ -74,13 +83,13 @@ async def fleet_drift(console: Console, nats_url: str, database_url: str) -> Non
             max_size=4,
             application_name="lockstep-demo",
         )
-        nc = await nats.connect(nats_url)
+        nc = await connect(stack.nats_client(ADMIN), name="lockstep-demo")
         try:
             events: list[dict[str, Any]] = []
             sub = await nc.jetstream().subscribe(
                 ns.wire("drift.>"), ordered_consumer=True, cb=_collect(events)
             )
-            demo = _Demo(console, rt, settings, ns, pool, events)
+            demo = _Demo(console, rt, settings, ns, pool, events, stack.nats_client(CLI))
             await demo.run()
             await sub.unsubscribe()
         finally:
@@ -104,9 +113,10 @@ class _Demo:
         ns: Namespace,
         pool: Any,
         events: list[dict[str, Any]],
+        cli: NatsAccess,
     ) -> None:
         self.console, self.rt, self.settings, self.ns = console, rt, settings, ns
-        self.pool, self.events = pool, events
+        self.pool, self.events, self.cli = pool, events, cli
 
     async def run(self) -> None:
         c = self.console
@@ -163,7 +173,7 @@ class _Demo:
         # The same path as `lockstep fleet pin`: one pin per site, each PubAck awaited.
         sites = tuple(sorted({n.site for n in self.rt.fleet}))
         stack_hash, messages = pins_for(self.ns.name, ScopeSelector(sites=sites), stack, None)
-        await publish_pins(self.settings.nats_url, messages, timeout_s=10)
+        await publish_pins(self.cli, messages, timeout_s=10)
         self.console.print(
             f"  pinned golden stack {stack_hash[:16]}... ({', '.join(sorted(stack))}; "
             f"{sum(len(s) for s in stack.values())} component versions)"
@@ -219,9 +229,9 @@ class _Demo:
             "(emitted when a node's drift set changes, never per sweep)"
         )
         c.print(
-            "  subscribe to them: [bold]nats sub "
-            f"'{self.ns.wire('drift.>')}' --server {self.settings.nats_url}[/]"
-            f" or [bold]lockstep fleet drift[/], [bold]lockstep fleet show NODE[/]"
+            f"  they are on [bold]{self.ns.wire('drift.>')}[/] (stream "
+            f"{self.ns.stream('DRIFT')}); or see [bold]lockstep fleet drift[/], "
+            "[bold]lockstep fleet show NODE[/]"
         )
 
     def _drift(self, what: str) -> list[dict[str, Any]]:

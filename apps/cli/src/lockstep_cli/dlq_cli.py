@@ -118,13 +118,16 @@ def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="
 
 
 async def _publish(settings: Any, subject: str, payload: bytes) -> int:
-    import nats
-
     from lockstep_common.envelope import MSG_ID_HEADER
+    from lockstep_common.natsconn import connect
     from lockstep_common.subjects import Namespace
 
-    nc = await nats.connect(
-        settings.nats_url.split(","), connect_timeout=5, max_reconnect_attempts=1
+    # Republishing on an event's own subject is the administrator's right (bus_access: admin).
+    nc = await connect(
+        settings.nats_access(),
+        name="lockstep-dlq-replay",
+        connect_timeout=5,
+        max_reconnect_attempts=1,
     )
     try:
         wire = Namespace(settings.namespace).wire(subject)

@@ -33,6 +33,7 @@ from lockstep_common.events.v1 import (
     PinChanged,
     ScopeSelector,
 )
+from lockstep_common.natsconn import AccessError, NatsAccess, connect
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 
@@ -120,12 +121,14 @@ def pins_for(
     return stack_hash, out
 
 
-async def publish_pins(nats_url: str, messages: list[PinMessage], timeout_s: float) -> list[str]:
+async def publish_pins(
+    access: NatsAccess, messages: list[PinMessage], timeout_s: float
+) -> list[str]:
     """Publish every pin, awaiting each PubAck; the sites published, in order.
 
     Raises :class:`Unavailable` naming the site that failed and those already published.
     """
-    nc = await _connect(nats_url, timeout_s)
+    nc = await _connect(access, timeout_s)
     done: list[str] = []
     try:
         js = nc.jetstream()
@@ -163,14 +166,14 @@ def admission_request(stack_hash: str, node_ids: list[str]) -> AdmissionCheckReq
 
 
 async def admit(
-    nats_url: str, namespace: str, request: AdmissionCheckRequested, timeout_s: float
+    access: NatsAccess, namespace: str, request: AdmissionCheckRequested, timeout_s: float
 ) -> AdmissionCheckAnswered:
     """Ask the inventory; :class:`Unavailable` when nobody answers within ``timeout_s``,
     :class:`InputError` when the service says the request is bad."""
     subject = Namespace(namespace).wire(subjects.admission_check())
     # One deadline for connecting and asking: a prolog's --timeout is the whole wait.
     deadline = time.monotonic() + timeout_s
-    nc = await _connect(nats_url, timeout_s)
+    nc = await _connect(access, timeout_s)
     try:
         env = make_envelope(request, source=SOURCE)
         try:
@@ -195,7 +198,7 @@ async def admit(
     return answer
 
 
-async def _connect(nats_url: str, timeout_s: float) -> NatsClient:
+async def _connect(access: NatsAccess, timeout_s: float) -> NatsClient:
     # One attempt per server and an overall bound: a CLI (or a prolog) must fail within its
     # timeout, not retry forever (nats-py's max_reconnect_attempts=0 would mean "no limit").
     async def quiet(exc: Exception) -> None:
@@ -203,8 +206,8 @@ async def _connect(nats_url: str, timeout_s: float) -> NatsClient:
 
     try:
         return await asyncio.wait_for(
-            nats.connect(
-                servers=nats_url.split(","),
+            connect(
+                access,
                 connect_timeout=max(0.5, min(timeout_s, 5.0)),
                 allow_reconnect=False,
                 max_reconnect_attempts=1,
@@ -214,8 +217,11 @@ async def _connect(nats_url: str, timeout_s: float) -> NatsClient:
             ),
             timeout_s,
         )
+    except AccessError as exc:
+        raise InputError(str(exc)) from None
     except (OSError, TimeoutError, NatsTimeout, nats.errors.Error) as exc:
-        raise Unavailable(f"NATS at {nats_url} unreachable: {type(exc).__name__} {exc}") from None
+        where = ",".join(access.servers)
+        raise Unavailable(f"NATS at {where} unreachable: {type(exc).__name__} {exc}") from None
 
 
 def _error_of(data: bytes, header: str | None) -> str | None:

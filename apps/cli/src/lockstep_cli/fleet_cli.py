@@ -242,7 +242,7 @@ def fleet_pin(
     except InputError as exc:
         fail(str(exc))
     try:
-        sites = run(publish_pins(settings.nats_url, messages, timeout))
+        sites = run(publish_pins(settings.nats_access(), messages, timeout))
     except Unavailable as exc:
         fail(str(exc), 1)
     if as_json:
@@ -272,7 +272,7 @@ def fleet_admit(
     ids = [n.strip() for arg in nodes for n in arg.split(",") if n.strip()]
     try:
         request = admission_request(stack_hash, ids)
-        answer = run(admit(settings.nats_url, settings.namespace, request, timeout))
+        answer = run(admit(settings.nats_access(), settings.namespace, request, timeout))
     except InputError as exc:
         fail(str(exc))
     except Unavailable as exc:

@@ -61,6 +61,7 @@ def up(
     its configuration (exit codes 2, 3) stays stopped. Uses LOCKSTEP_NATS_URL /
     LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
     """
+    from lockstep_cli import stack_state
     from lockstep_cli.supervisor import (
         SERVICES,
         Interrupted,
@@ -85,6 +86,19 @@ def up(
                 for svc in services:
                     table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
                 console.print(table)
+                stack_state.save(
+                    data_dir,
+                    stack_state.StackState(
+                        os.getpid(),
+                        str(stack.nats_url),
+                        str(stack.database_url),
+                        tuple(stack.access or ()),
+                        stack.access is not None and stack.nats is not None,
+                    ),
+                )
+                console.print(
+                    f'other commands: [bold]eval "$(lockstep env --data-dir {data_dir})"[/]'
+                )
                 # Until Ctrl-C/SIGTERM: a crashed service is restarted with backoff; the stack
                 # stops by itself only when no service is left that a restart could help.
                 supervise(stack, services, lambda line: console.print(line, highlight=False))
@@ -92,7 +106,26 @@ def up(
                 raise typer.Exit(1)
         except (KeyboardInterrupt, Interrupted):
             console.print("stopping ...")
+        finally:
+            stack_state.remove(data_dir)
     console.print("stopped.")
+
+
+@app.command("env")
+def env_command(
+    data_dir: DataDir = Path(".data"),
+    identity: Annotated[
+        str, typer.Option("--as", help="NATS identity: cli, agent, admin or a service.")
+    ] = "cli",
+) -> None:
+    """Print the LOCKSTEP_* exports that reach the stack `lockstep up` runs under --data-dir.
+
+    Use as `eval "$(lockstep env)"`. Secrets stay in their files (mode 0600): only paths are
+    printed.
+    """
+    from lockstep_cli import stack_state
+
+    print(stack_state.exports(data_dir.resolve(), identity))
 
 
 @app.command()

@@ -15,11 +15,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockstep_cli.catalog import bus_parties
 from lockstep_cli.restarts import RestartPolicy
+from lockstep_common.bus_access import Party, matrix
+from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack
 from lockstep_devstack.process import free_port, spawn, stop, tail
 
@@ -61,10 +64,10 @@ def start_service(
 ) -> ServiceProcess:
     """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one)."""
     port = port or free_port()
-    nats_url, database_url = stack.urls()
+    _, database_url = stack.urls()
     env = {
         **os.environ,
-        "LOCKSTEP_NATS_URL": nats_url,
+        **stack.nats_env(name),
         "LOCKSTEP_DATABASE_URL": database_url,
         f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
         **(extra_env or {}),
@@ -176,13 +179,20 @@ def running_system(
     *,
     durable: bool = True,
     extra_env: dict[str, str] | None = None,
+    extra_parties: Mapping[str, Party] | None = None,
 ) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
-    """The stack plus the named services, stopped in the right order on exit."""
+    """The stack plus the named services, stopped in the right order on exit.
+
+    The embedded NATS requires TLS and one identity per party, with the permissions
+    ``catalog.bus_permissions`` derives from the code (``extra_parties`` adds more, e.g. the
+    demo's own producer and consumer)."""
+    namespace = Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep"))
     stack = Stack(
         data_dir,
         nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
         database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
         durable=durable,
+        access=matrix(namespace, {**bus_parties(namespace), **(extra_parties or {})}),
     )
     services: list[ServiceProcess] = []
     with stack:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -82,7 +84,34 @@ def run_command(
         8001, "--scheduler-port", help="Scheduler API port on 127.0.0.1 (0: any free)."
     ),
     nats_url: str | None = typer.Option(
-        None, "--nats-url", help="NATS server for agent telemetry (none: no agents)."
+        None,
+        "--nats-url",
+        envvar="LOCKSTEP_NATS_URL",
+        help="NATS server for agent telemetry (none: no agents).",
+    ),
+    nats_user: str | None = typer.Option(
+        None, "--nats-user", envvar="LOCKSTEP_NATS_USER", help="NATS identity of the agents."
+    ),
+    nats_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--nats-password-file",
+            envvar="LOCKSTEP_NATS_PASSWORD_FILE",
+            help="File holding that identity's password (mode 0600).",
+        ),
+    ] = None,
+    nats_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--nats-ca-file",
+            envvar="LOCKSTEP_NATS_CA_FILE",
+            help="CA certificate to verify the NATS server with (TLS).",
+        ),
+    ] = None,
+    create_streams: bool = typer.Option(
+        False,
+        "--create-streams",
+        help="Create the JetStream streams first (an open development server, no service).",
     ),
     namespace: str = typer.Option("lockstep", "--namespace", help="Subject namespace."),
     cadence_s: float = typer.Option(
@@ -91,11 +120,21 @@ def run_command(
 ) -> None:
     """Run BMCs, scheduler and (with --nats-url) node agents for one fleet until Ctrl-C."""
     logging.basicConfig(level=logging.INFO)
+    nats = None
+    if nats_url is not None:
+        from lockstep_common.natsconn import AccessError, NatsAccess
+
+        try:
+            nats = NatsAccess.from_url(nats_url, nats_user, nats_password_file, nats_ca_file)
+            nats.options()  # an unreadable or world-readable password file: refused now
+        except AccessError as exc:
+            raise typer.BadParameter(str(exc)) from None
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,
-        nats_url=nats_url,
+        nats=nats,
         namespace=namespace,
         cadence_s=cadence_s,
+        create_streams=create_streams,
     )
     asyncio.run(_run_until_signalled(runtime))

@@ -33,6 +33,7 @@ from lockstep_sim.started import Started
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
+    from lockstep_common.natsconn import NatsAccess
     from lockstep_sim.agents.publisher import AgentFleet
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,11 @@ class FleetRuntime(Started):
     """``async with FleetRuntime(SimOptions(4, port=0), scheduler_port=0) as rt: rt.bmc_url(...)``.
 
     Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` and,
-    only when ``nats_url`` is given, one ``AgentFleet`` per site publishing telemetry into
-    namespace ``namespace`` (whose JetStream streams are created first). Stops in reverse:
-    agents, then scheduler, then BMCs. Port 0 picks a free port.
+    only when ``nats`` is given, one ``AgentFleet`` per site publishing telemetry into
+    namespace ``namespace``, connected as the node agents' identity. The streams are the
+    services' (or an administrator's) to create: ``create_streams`` creates them first, for an
+    open development server with no service running. Stops in reverse: agents, then
+    scheduler, then BMCs. Port 0 picks a free port.
     """
 
     def __init__(
@@ -73,9 +76,10 @@ class FleetRuntime(Started):
         options: SimOptions,
         *,
         scheduler_port: int = 8001,
-        nats_url: str | None = None,
+        nats: NatsAccess | None = None,
         namespace: str = "lockstep",
         cadence_s: float = 10.0,
+        create_streams: bool = False,
     ) -> None:
         self.simulator = Simulator(options)
         self.fleet = self.simulator.fleet
@@ -83,7 +87,8 @@ class FleetRuntime(Started):
             fleet_pools(self.fleet), time_scale=60.0 / options.time_scale, seed=options.seed
         )
         self.scheduler_port = scheduler_port
-        self.nats_url = nats_url
+        self.nats = nats
+        self.create_streams = create_streams
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
@@ -124,7 +129,7 @@ class FleetRuntime(Started):
 
     def telemetry_subjects(self) -> list[str]:
         """Wire subjects (with wildcards) the agents publish to; empty without NATS."""
-        if self.nats_url is None:
+        if self.nats is None:
             return []
         return [
             f"{self.namespace}.telemetry.observed.{kind}.{site}.*"
@@ -137,8 +142,8 @@ class FleetRuntime(Started):
         try:
             await self.simulator.start()
             await self._start_scheduler()
-            if self.nats_url is not None:
-                await self._start_agents(self.nats_url)
+            if self.nats is not None:
+                await self._start_agents(self.nats)
         except BaseException:
             await self.stop()
             raise
@@ -153,17 +158,17 @@ class FleetRuntime(Started):
         await site.start()
         self.scheduler_port = int(runner.addresses[0][1])
 
-    async def _start_agents(self, nats_url: str) -> None:
-        import nats
-
+    async def _start_agents(self, access: NatsAccess) -> None:
+        from lockstep_common.natsconn import connect
         from lockstep_common.subjects import Namespace
         from lockstep_common.topology import StreamPolicy, ensure_topology
         from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
 
-        self._nc = await nats.connect(nats_url, name="lockstep-sim-agents")
+        self._nc = await connect(access, name="lockstep-sim-agents")
         js = self._nc.jetstream()
         ns = Namespace(self.namespace)
-        await ensure_topology(js, ns, StreamPolicy())
+        if self.create_streams:
+            await ensure_topology(js, ns, StreamPolicy())
         for site, node_ids in fleet_sites(self.fleet).items():
             config = FleetConfig(
                 site=site, nodes=len(node_ids), cadence_s=self.cadence_s, seed=self.seed

@@ -30,6 +30,11 @@ from lockstep_common.topology import ADVISORY_MAX_DELIVERIES, ADVISORY_TERMINATE
 log = logging.getLogger(__name__)
 
 
+def watcher_durable(service: str) -> str:
+    """The base name of ``service``'s advisory watcher's durable."""
+    return f"{service}-dlq-watch"
+
+
 def watcher_spec(service: str, watched: list[tuple[str, str]]) -> ConsumerSpec:
     """The watcher's consumer: advisories about ``watched`` (stream, durable) pairs only."""
     filters = tuple(
@@ -38,7 +43,7 @@ def watcher_spec(service: str, watched: list[tuple[str, str]]) -> ConsumerSpec:
         for kind in (ADVISORY_MAX_DELIVERIES, ADVISORY_TERMINATED)
     )
     return ConsumerSpec(
-        durable=f"{service}-dlq-watch",
+        durable=watcher_durable(service),
         stream="ADVISORIES",
         filter_subjects=filters,
         max_deliver=20,

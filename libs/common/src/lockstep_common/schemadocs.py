@@ -116,6 +116,13 @@ CHANNELS: dict[type[EventData], Channel] = {
 }
 
 
+def pattern(cls: type[EventData]) -> str:
+    """The logical subject pattern of ``cls``: its subject with ``*`` for every parameter
+    (``drift.detected.*.*``), as a NATS permission or subscription spells it."""
+    stand_ins = {ROLLOUT, SITE, NODE}
+    return ".".join("*" if t in stand_ins else t for t in CHANNELS[cls].subject().split("."))
+
+
 def routes(parties: Parties) -> dict[type[EventData], Route]:
     """Every registered event class with its route, in registry order: its channel, with the
     services that produce and consume it (sorted) before its outside senders and readers.

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 import asyncpg
-import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
-from lockstep_common import db, deadletter, inbox
+from lockstep_common import db, deadletter, inbox, natsconn
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
 from lockstep_common.envelope import EventRegistry, source_of
@@ -176,8 +175,8 @@ class ServiceApp:
             application_name=f"lockstep-{self.name}",
         )
         try:
-            nc = await nats.connect(
-                servers=s.nats_url.split(","),
+            nc = await natsconn.connect(
+                s.nats_access(),
                 name=f"lockstep-{self.name}",
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,

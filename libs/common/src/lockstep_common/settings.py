@@ -7,12 +7,14 @@ service reads from its own prefix (``LOCKSTEP_INVENTORY_*``, ...). Durations are
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockstep_common.natsconn import NatsAccess, read_secret
 from lockstep_common.subjects import token
 
 Seconds = Annotated[float, Field(gt=0)]
@@ -37,6 +39,19 @@ class ServiceSettings(BaseSettings):
         "NATS_URL",
         default="nats://127.0.0.1:4222",
         description="NATS server URL(s), comma-separated.",
+    )
+    nats_user: str | None = _shared(  # type: ignore[assignment]
+        "NATS_USER", default=None, description="The NATS identity this process connects as."
+    )
+    nats_password_file: Path | None = _shared(  # type: ignore[assignment]
+        "NATS_PASSWORD_FILE",
+        default=None,
+        description="File holding that identity's password (mode 0600; never on a command line).",
+    )
+    nats_ca_file: Path | None = _shared(  # type: ignore[assignment]
+        "NATS_CA_FILE",
+        default=None,
+        description="CA certificate(s) to verify the NATS server with; set, TLS is used.",
     )
     database_url: str = _shared(  # type: ignore[assignment]
         "DATABASE_URL",
@@ -133,9 +148,18 @@ class ServiceSettings(BaseSettings):
             _check_url(url.strip(), {"nats", "tls", "ws", "wss"})
         return value
 
+    def nats_access(self) -> NatsAccess:
+        """Where and as whom this process connects to NATS."""
+        return NatsAccess.from_url(
+            self.nats_url, self.nats_user, self.nats_password_file, self.nats_ca_file
+        )
+
     @model_validator(mode="after")
     def _check(self) -> ServiceSettings:
         token(self.namespace, "namespace")
+        self.nats_access()  # a user without a password file, or the reverse
+        if self.nats_password_file is not None:
+            read_secret(self.nats_password_file, "NATS password file")
         if self.db_schema and not self.db_schema.replace("_", "").isalnum():
             raise ValueError(f"db_schema {self.db_schema!r} must be letters, digits and '_'")
         if self.duplicate_window_s <= self.relay_retry_horizon_s:

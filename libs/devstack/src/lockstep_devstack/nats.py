@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
+import bcrypt
+
+from lockstep_common.bus_access import Permissions
+from lockstep_common.natsconn import NatsAccess
+from lockstep_devstack import credentials
 from lockstep_devstack.process import free_port, spawn, stop, wait_until
+from lockstep_devstack.tls import server_tls
 
 
 def nats_server_binary() -> str:
@@ -25,6 +33,25 @@ def nats_server_binary() -> str:
     return found
 
 
+def ca_file(data_dir: Path) -> Path:
+    """The CA certificate of the embedded NATS whose state is in ``data_dir``."""
+    return data_dir / "tls" / "ca.pem"
+
+
+def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, object]:
+    """One ``authorization.users`` entry: a bcrypt hash (never the password) and its grants."""
+    hashed = bcrypt.hashpw(credentials.read(password_file).encode(), bcrypt.gensalt(10, b"2a"))
+    permissions: dict[str, object] = {
+        "publish": {"allow": list(grants.publish)},
+        "subscribe": {"allow": list(grants.subscribe)},
+    }
+    if grants.responds:
+        # May reply once to each request it received, within a minute; nobody else may
+        # publish into the requester's inbox.
+        permissions["allow_responses"] = {"max": 1, "expires": "1m"}
+    return {"user": name, "password": hashed.decode(), "permissions": permissions}
+
+
 class NatsServer:
     """A nats-server child process with JetStream file storage under ``data_dir``.
 
@@ -34,21 +61,58 @@ class NatsServer:
         sync_always: fsync every message before acknowledging it. Jepsen's NATS 2.12.1
             analysis found acknowledged writes lost with the default 2-minute sync interval
             on an OS crash (reliability.md 1.6); durable deployments should set it.
+        access: identity -> grants. Given, clients must present one of these identities over
+            TLS (plaintext and anonymous connections are refused), with passwords in
+            ``secrets_dir`` (``credentials``). None: an open server, for tests that are not
+            about access.
+        secrets_dir: where the identities' password files live (default: ``data_dir``'s
+            parent, the stack's data directory).
     """
 
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, sync_always: bool = True
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        sync_always: bool = True,
+        access: Mapping[str, Permissions] | None = None,
+        secrets_dir: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port(4222)
         self.monitor_port = free_port()
         self.sync_always = sync_always
+        self.access = dict(access) if access is not None else None
+        self.secrets_dir = secrets_dir or data_dir.parent
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def secure(self) -> bool:
+        """Whether clients must authenticate over TLS."""
+        return self.access is not None
 
     @property
     def url(self) -> str:
         """Client URL."""
-        return f"nats://127.0.0.1:{self.port}"
+        scheme = "tls" if self.secure else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate clients verify the server with."""
+        return ca_file(self.data_dir)
+
+    def password_file(self, identity: str) -> Path:
+        """The file holding ``identity``'s password."""
+        return credentials.secret_file(self.secrets_dir, identity, "nats-password")
+
+    def client(self, identity: str) -> NatsAccess:
+        """How ``identity`` connects (an open server: anonymously)."""
+        if self.access is None:
+            return NatsAccess((self.url,))
+        if identity not in self.access:
+            raise KeyError(f"no NATS identity {identity!r}; known: {sorted(self.access)}")
+        return NatsAccess((self.url,), identity, self.password_file(identity), self.ca_file)
 
     @property
     def log_path(self) -> Path:
@@ -60,13 +124,27 @@ class NatsServer:
         store = self.data_dir / "jetstream"
         sync = "\n  sync_interval: always" if self.sync_always else ""
         config = self.data_dir / "nats-server.conf"
-        config.write_text(
+        text = (
             f"server_name: lockstep-embedded\n"
             f"listen: 127.0.0.1:{self.port}\n"
             f"http: 127.0.0.1:{self.monitor_port}\n"
             f"max_payload: 8MB\n"
             f'jetstream {{\n  store_dir: "{store}"{sync}\n}}\n'
         )
+        if self.access is not None:
+            tls = server_tls(self.data_dir / "tls")
+            users = [
+                _user(name, self.password_file(name), grants)
+                for name, grants in sorted(self.access.items())
+            ]
+            # The configuration format accepts JSON values; json.dumps quotes every subject
+            # and hash ("$JS.API.>", "$2a$...") so none is read as a variable reference.
+            text += "tls: " + json.dumps(
+                {"cert_file": str(tls.cert), "key_file": str(tls.key), "timeout": 5}
+            )
+            text += "\nauthorization: " + json.dumps({"users": users}, indent=1) + "\n"
+        config.write_text(text)
+        config.chmod(0o600)
         return config
 
     def start(self, timeout_s: float = 30.0) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lockstep_common.bus_access import Permissions
+from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack.nats import NatsServer
 from lockstep_devstack.postgres import PostgresServer
 
@@ -18,12 +21,16 @@ class Stack:
         nats_url: an external NATS to use instead of starting one.
         database_url: an external PostgreSQL to use instead of starting one.
         durable: fsync on (the demo); tests turn it off for speed.
+        access: NATS identities and their grants (``bus_access.matrix``): the embedded NATS
+            then requires TLS and a password per identity. None: an open NATS, for tests that
+            are not about access.
     """
 
     data_dir: Path
     nats_url: str | None = None
     database_url: str | None = None
     durable: bool = True
+    access: Mapping[str, Permissions] | None = None
     nats: NatsServer | None = field(default=None, init=False)
     postgres: PostgresServer | None = field(default=None, init=False)
 
@@ -35,7 +42,12 @@ class Stack:
                 self.postgres.start()
                 self.database_url = self.postgres.dsn()
             if self.nats_url is None:
-                self.nats = NatsServer(self.data_dir / "nats", sync_always=self.durable)
+                self.nats = NatsServer(
+                    self.data_dir / "nats",
+                    sync_always=self.durable,
+                    access=self.access,
+                    secrets_dir=self.data_dir,
+                )
                 self.nats.start()
                 self.nats_url = self.nats.url
         except BaseException:
@@ -47,6 +59,18 @@ class Stack:
         if self.nats_url is None or self.database_url is None:
             raise RuntimeError("the stack is not started")
         return self.nats_url, self.database_url
+
+    def nats_client(self, identity: str) -> NatsAccess:
+        """How ``identity`` connects to the stack's NATS. An external NATS: its URL only (the
+        process's own ``LOCKSTEP_NATS_*`` variables say who it is there)."""
+        if self.nats is not None:
+            return self.nats.client(identity)
+        nats_url, _ = self.urls()
+        return NatsAccess.from_url(nats_url)
+
+    def nats_env(self, identity: str) -> dict[str, str]:
+        """The ``LOCKSTEP_NATS_*`` variables of a child process connecting as ``identity``."""
+        return self.nats_client(identity).env()
 
     def stop(self) -> None:
         """Stop the servers this stack started (never external ones)."""

@@ -1,0 +1,106 @@
+"""Where a running ``lockstep up`` is: a state file in its data directory, for other commands.
+
+``lockstep up`` writes ``<data-dir>/stack.json`` (its pid, the NATS and PostgreSQL URLs, the NATS
+identities) once everything is ready and removes it when it stops. ``lockstep env`` turns it
+into the ``LOCKSTEP_*`` variables one identity needs; secrets stay in their files, and only the
+files' paths are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lockstep_cli.cli_io import fail
+from lockstep_common.natsconn import NatsAccess
+from lockstep_devstack import credentials
+from lockstep_devstack.nats import ca_file
+
+STATE_FILE = "stack.json"
+
+
+@dataclass(frozen=True, slots=True)
+class StackState:
+    """What another command needs to reach a running stack."""
+
+    pid: int
+    nats_url: str
+    database_url: str
+    identities: tuple[str, ...]
+    secure: bool
+
+
+def save(data_dir: Path, state: StackState) -> Path:
+    """Write the state file atomically (readable by its owner only)."""
+    path = data_dir / STATE_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(asdict(state), out, indent=2)
+    tmp.replace(path)
+    return path
+
+
+def remove(data_dir: Path) -> None:
+    """Forget the state file (the stack stopped)."""
+    (data_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def load(data_dir: Path) -> StackState:
+    """The running stack's state, or one line saying there is none."""
+    path = data_dir / STATE_FILE
+    try:
+        raw = json.loads(path.read_text())
+        state = StackState(
+            pid=int(raw["pid"]),
+            nats_url=str(raw["nats_url"]),
+            database_url=str(raw["database_url"]),
+            identities=tuple(str(i) for i in raw["identities"]),
+            secure=bool(raw["secure"]),
+        )
+    except FileNotFoundError:
+        fail(
+            f"no running stack under {data_dir}: start one with `lockstep up --data-dir {data_dir}`"
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        fail(f"{path} is not a Lockstep state file ({exc})")
+    if not _alive(state.pid):
+        fail(f"the stack under {data_dir} is not running (pid {state.pid} is gone)")
+    return state
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def nats_access(data_dir: Path, state: StackState, identity: str) -> NatsAccess:
+    """How ``identity`` reaches the stack's NATS."""
+    if not state.secure:
+        return NatsAccess.from_url(state.nats_url)
+    if identity not in state.identities:
+        fail(f"no NATS identity {identity!r}; choose from {', '.join(state.identities)}")
+    return NatsAccess.from_url(
+        state.nats_url,
+        identity,
+        credentials.path_of(data_dir, identity, "nats-password"),
+        ca_file(data_dir / "nats"),
+    )
+
+
+def exports(data_dir: Path, identity: str) -> str:
+    """Shell ``export`` lines giving a command ``identity``'s access to the running stack."""
+    state = load(data_dir)
+    env = {
+        **nats_access(data_dir, state, identity).env(),
+        "LOCKSTEP_DATABASE_URL": state.database_url,
+    }
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())

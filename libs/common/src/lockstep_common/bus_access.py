@@ -1,0 +1,132 @@
+"""Who may do what on the bus: the NATS permission matrix, derived from what the code declares.
+
+Deny by default (nats-server "Authorization": an identity with an ``allow`` list may use nothing
+else). Each identity is granted exactly:
+- the event subjects it produces (a service's ``router.EMITS``; the CLI's and node agents' sends
+  from ``schemadocs.CHANNELS``), and, for a consuming service, the dead-letter copies of what it
+  consumes (``dlq.<consumed subject>``, which its relay publishes);
+- for each durable it pulls from: its own JetStream calls only, i.e. create and read its consumer,
+  fetch (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>``) and acknowledge
+  (``$JS.ACK.<stream>.<durable>.>``); a service may also read and create (never update, purge or
+  delete) the declared streams, so a service started alone can bootstrap an empty server;
+- its own inbox (``_INBOX_<identity>.>``): replies and JetStream deliveries to anyone else cannot
+  be read;
+- a request subject it answers (``admission.check``), with ``allow_responses``: it may reply only
+  to a request it received, and nobody else may publish into a requester's inbox, so a rogue
+  subscriber can neither hear nor answer an admission check.
+The ``admin`` identity manages streams and consumers (the whole JetStream API) and may publish any
+subject of the namespace: ``lockstep dlq replay`` republishes dead letters on their original
+subjects. JetStream API subjects are those of the nats-server JetStream API reference
+(``$JS.API.STREAM.*``, ``$JS.API.CONSUMER.*``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from lockstep_common.natsconn import inbox_prefix
+from lockstep_common.subjects import Namespace, dead_letter
+
+ADMIN = "admin"
+CLI = "cli"
+AGENT = "agent"
+
+# Outside senders named in schemadocs.CHANNELS -> the identity they connect as. A scheduler's
+# admission check runs `lockstep fleet admit`, an operator's tool; the BMC sweeper runs inside
+# inventory and publishes nothing.
+SENDER_IDENTITIES: Mapping[str, tuple[str, ...]] = {
+    "cli": (CLI,),
+    "schedulers": (CLI,),
+    "node-agent": (AGENT,),
+    "bmc-sweeper": (),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """One durable pull consumer, by its wire names."""
+
+    stream: str
+    durable: str
+
+
+@dataclass(frozen=True, slots=True)
+class Party:
+    """What one identity does on the bus, in logical subjects (namespaced when granted).
+
+    Args:
+        sends: subject patterns it publishes (events, and requests it makes).
+        consumes: the durables it pulls from.
+        dead_letters: subject patterns whose dead-letter copies it publishes.
+        answers: request subjects it answers.
+        streams: stream names it may read and create (a service's bootstrap).
+    """
+
+    sends: tuple[str, ...] = ()
+    consumes: tuple[Durable, ...] = ()
+    dead_letters: tuple[str, ...] = ()
+    answers: tuple[str, ...] = ()
+    streams: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """One identity's grants, as nats-server's ``permissions`` block spells them."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    responds: bool = False
+
+
+def _sorted(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(items)))
+
+
+def jetstream_grants(durables: Iterable[Durable], streams: Iterable[str]) -> list[str]:
+    """The JetStream API calls a consumer of ``durables`` needs, and nothing more."""
+    out = []
+    for stream in streams:
+        out += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}"]
+    for d in durables:
+        out += [
+            f"$JS.API.CONSUMER.INFO.{d.stream}.{d.durable}",
+            # nats.py creates a named consumer with or without its filter in the subject
+            # (nats-server >= 2.9), or through the older DURABLE.CREATE form.
+            f"$JS.API.CONSUMER.CREATE.{d.stream}.{d.durable}",
+            f"$JS.API.CONSUMER.CREATE.{d.stream}.{d.durable}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{d.stream}.{d.durable}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{d.stream}.{d.durable}",
+            f"$JS.ACK.{d.stream}.{d.durable}.>",
+            # The advisory watcher copies a dead-lettered message by its stream sequence.
+            f"$JS.API.STREAM.MSG.GET.{d.stream}",
+            f"$JS.API.DIRECT.GET.{d.stream}",
+        ]
+    return out
+
+
+def permissions(namespace: Namespace, identity: str, party: Party) -> Permissions:
+    """The grants of ``identity`` doing what ``party`` declares."""
+    publish = [namespace.wire(s) for s in party.sends]
+    publish += [namespace.wire(dead_letter(s)) for s in party.dead_letters]
+    publish += jetstream_grants(party.consumes, party.streams)
+    subscribe = [f"{inbox_prefix(identity)}.>"]
+    subscribe += [namespace.wire(s) for s in party.answers]
+    return Permissions(_sorted(publish), _sorted(subscribe), responds=bool(party.answers))
+
+
+def admin_permissions(namespace: Namespace) -> Permissions:
+    """Stream and consumer management, and republishing dead letters."""
+    return Permissions(
+        publish=("$JS.>", f"{namespace.name}.>"),
+        subscribe=(f"{inbox_prefix(ADMIN)}.>",),
+    )
+
+
+def matrix(namespace: Namespace, parties: Mapping[str, Party]) -> dict[str, Permissions]:
+    """Every identity's grants: ``parties`` (services and outside senders) plus ``admin``."""
+    if ADMIN in parties:
+        raise ValueError(f"{ADMIN!r} is reserved for stream and consumer management")
+    out = {name: permissions(namespace, name, party) for name, party in sorted(parties.items())}
+    out[ADMIN] = admin_permissions(namespace)
+    return out

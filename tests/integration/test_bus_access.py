@@ -1,0 +1,260 @@
+"""The bus as an attacker on the same machine meets it: TLS and one identity per party, each
+allowed exactly what the code declares (``bus_access``, ``catalog.bus_permissions``).
+
+A stack of its own: an embedded nats-server configured the way ``lockstep up`` configures it,
+with no stream created, so that every JetStream call an identity is allowed to make answers
+"not found" and changes nothing, while every call it is not allowed is refused by the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import ssl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
+from lockstep_cli.polling import until
+from lockstep_common import natsconn, subjects
+from lockstep_common.bus_access import ADMIN, AGENT, CLI, Permissions
+from lockstep_common.schemadocs import CHANNELS
+from lockstep_common.subjects import Namespace
+from lockstep_devstack import Stack
+from tests.conftest import Servers
+
+NS = Namespace("lockstep")
+PERMISSION_ERROR = "Permissions Violation"
+
+
+@pytest.fixture(scope="module")
+def stack(servers: Servers) -> Iterator[Stack]:
+    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bus-"))
+    try:
+        with Stack(
+            data_dir, database_url=servers.database_url, durable=False, access=bus_permissions(NS)
+        ) as st:
+            yield st
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` one or more trailing tokens."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+def declared(grants: tuple[str, ...], subject: str) -> bool:
+    return any(matches(g, subject) for g in grants)
+
+
+def probes() -> list[str]:
+    """One concrete subject per event class and per JetStream call a party could try."""
+    events = [
+        NS.wire(
+            ".".join(
+                {"PARAM-rollout": "r1", "PARAM-site": "s1", "PARAM-node": "n1"}.get(t, t)
+                for t in channel.subject().split(".")
+            )
+        )
+        for channel in CHANNELS.values()
+    ]
+    events += [NS.wire(subjects.dead_letter("pin.changed.s1")), NS.wire("bogus.subject")]
+    streams = ("LOCKSTEP_DLQ", "LOCKSTEP_PINS", "LOCKSTEP_BUNDLES", "LOCKSTEP_TELEMETRY")
+    calls = ("INFO", "CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE", "MSG.GET")
+    js = [f"$JS.API.STREAM.{call}.{stream}" for stream in streams for call in calls]
+    durables = [
+        (NS.stream(sub.stream), NS.durable(sub.name))
+        for subs in subscriptions_by_service().values()
+        for sub in subs
+    ]
+    for stream, durable in durables:
+        js += [
+            f"$JS.API.CONSUMER.{call}.{stream}.{durable}"
+            for call in ("INFO", "CREATE", "DELETE", "MSG.NEXT", "DURABLE.CREATE")
+        ]
+        js.append(f"$JS.ACK.{stream}.{durable}.1.1.1.1.1")
+    js += ["$JS.API.INFO", "$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES"]
+    return events + js
+
+
+async def connect_as(stack: Stack, identity: str, errors: list[str]) -> NatsClient:
+    async def record(exc: Exception) -> None:
+        errors.append(str(exc).removeprefix("nats: ").lower())
+
+    return await natsconn.connect(
+        stack.nats_client(identity), name=f"probe-{identity}", error_cb=record
+    )
+
+
+# Denied to every identity (nobody may publish into, or read, an inbox not its own): the
+# server reports violations in order, so once this one's report is in, all earlier ones are.
+SENTINEL = "_INBOX_nobody.sentinel"
+
+
+async def settled(nc: NatsClient, errors: list[str], kind: str) -> None:
+    """Wait until the server's reports for everything sent before ``SENTINEL`` are in."""
+    if kind == "Publish":
+        await nc.publish(SENTINEL, b"")
+    else:
+        await nc.subscribe(SENTINEL)
+    await nc.flush()
+
+    async def arrived() -> bool:
+        return refused(errors, kind, SENTINEL)
+
+    await until(arrived, f"the server's report on {SENTINEL}", timeout_s=10)
+
+
+def refused(errors: list[str], kind: str, subject: str) -> bool:
+    # nats.py lower-cases the server's -ERR line, subject included.
+    return f'{PERMISSION_ERROR} for {kind} to "{subject}"'.lower() in errors
+
+
+@pytest.fixture(scope="module")
+def grants() -> dict[str, Permissions]:
+    return bus_permissions(NS)
+
+
+@pytest.mark.parametrize("identity", [*sorted(bus_permissions(NS))])
+async def test_every_identity_may_publish_exactly_what_it_declares(
+    stack: Stack, grants: dict[str, Permissions], identity: str
+) -> None:
+    errors: list[str] = []
+    nc = await connect_as(stack, identity, errors)
+    try:
+        for subject in probes():
+            await nc.publish(subject, b"")
+        await settled(nc, errors, "Publish")
+    finally:
+        await nc.close()
+    wrong = [
+        (s, "allowed" if declared(grants[identity].publish, s) else "denied")
+        for s in probes()
+        if declared(grants[identity].publish, s) == refused(errors, "Publish", s)
+    ]
+    assert wrong == [], f"{identity}: server disagrees with the matrix (declared)"
+
+
+@pytest.mark.parametrize("identity", [*sorted(bus_permissions(NS))])
+async def test_every_identity_may_subscribe_only_to_its_inbox_and_what_it_answers(
+    stack: Stack, grants: dict[str, Permissions], identity: str
+) -> None:
+    others = [f"{natsconn.inbox_prefix(i)}.x" for i in grants]
+    candidates = [*others, NS.wire("admission.check"), NS.wire(">"), ">", "$JS.API.>"]
+    candidates += [NS.wire("drift.detected.s1.n1"), NS.wire("pin.changed.s1")]
+    errors: list[str] = []
+    nc = await connect_as(stack, identity, errors)
+    try:
+        for subject in candidates:
+            await nc.subscribe(subject)
+        await settled(nc, errors, "Subscription")
+    finally:
+        await nc.close()
+    for subject in candidates:
+        allowed = declared(grants[identity].subscribe, subject)
+        assert refused(errors, "Subscription", subject) != allowed, (identity, subject)
+
+
+async def test_anonymous_wrong_password_and_another_stacks_password_are_refused(
+    stack: Stack, tmp_path: Path
+) -> None:
+    assert stack.nats is not None
+    tls = ssl.create_default_context(cafile=str(stack.nats.ca_file))
+    url = str(stack.nats_url)
+    other = tmp_path / "password"
+    other.write_text("a-password-of-another-stack\n")
+    other.chmod(0o600)
+    for options in (
+        {},
+        {"user": CLI, "password": "guess"},
+        {"user": ADMIN, "password": other.read_text().strip()},
+    ):
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await nats.connect(
+                [url], tls=tls, allow_reconnect=False, max_reconnect_attempts=0, **options
+            )
+
+
+async def test_plaintext_is_refused_by_the_server(stack: Stack) -> None:
+    assert stack.nats is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", stack.nats.port)
+    try:
+        info = json.loads((await reader.readline()).decode().removeprefix("INFO "))
+        assert info["tls_required"] is True
+        writer.write(b'CONNECT {"verbose":false,"user":"cli","pass":"x"}\r\nPING\r\n')
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(200), timeout=10)
+    finally:
+        writer.close()
+    assert b"PONG" not in answer  # never served: an error, or the connection simply closed
+
+
+async def test_a_rogue_subscriber_can_neither_hear_nor_answer_an_admission_check(
+    stack: Stack,
+) -> None:
+    subject = NS.wire(subjects.admission_check())
+    responder_errors: list[str] = []
+    rogue_errors: list[str] = []
+    inventory = await connect_as(stack, "inventory", responder_errors)
+    rogue = await connect_as(stack, AGENT, rogue_errors)
+    cli = await connect_as(stack, CLI, [])
+    heard: list[str] = []
+    try:
+
+        async def answer(msg: nats.aio.msg.Msg) -> None:
+            await inventory.publish(msg.reply, b"genuine")
+
+        async def hijack(msg: nats.aio.msg.Msg) -> None:
+            heard.append(msg.reply)
+            await rogue.publish(msg.reply, b"forged")
+
+        await inventory.subscribe(subject, cb=answer)
+        await rogue.subscribe(subject, cb=hijack)
+        await rogue.subscribe(f"{natsconn.inbox_prefix(CLI)}.>", cb=hijack)
+        await inventory.flush()
+        await rogue.flush()
+        replies = [(await cli.request(subject, b"{}", timeout=5)).data for _ in range(10)]
+        # Not even a guess: publishing into the requester's inbox is refused, to every party
+        # but the responder answering a request it received.
+        await rogue.publish(f"{natsconn.inbox_prefix(CLI)}.guess", b"forged")
+        await inventory.publish(f"{natsconn.inbox_prefix(CLI)}.unsolicited", b"forged")
+        await settled(rogue, rogue_errors, "Publish")
+        await settled(inventory, responder_errors, "Publish")
+    finally:
+        for nc in (inventory, rogue, cli):
+            await nc.close()
+    assert replies == [b"genuine"] * 10
+    assert heard == []
+    assert refused(rogue_errors, "Subscription", subject)
+    assert refused(rogue_errors, "Publish", f"{natsconn.inbox_prefix(CLI)}.guess")
+    assert refused(responder_errors, "Publish", f"{natsconn.inbox_prefix(CLI)}.unsolicited")
+
+
+async def test_no_party_but_admin_can_purge_a_stream_or_delete_a_consumer(stack: Stack) -> None:
+    for identity in [*bus_permissions(NS)]:
+        errors: list[str] = []
+        nc = await connect_as(stack, identity, errors)
+        try:
+            for subject in (
+                "$JS.API.STREAM.PURGE.LOCKSTEP_DLQ",
+                "$JS.API.STREAM.DELETE.LOCKSTEP_DLQ",
+                "$JS.API.CONSUMER.DELETE.LOCKSTEP_PINS.lockstep-inventory-pins",
+            ):
+                await nc.publish(subject, b"")
+            await settled(nc, errors, "Publish")
+        finally:
+            await nc.close()
+        assert (identity == ADMIN) == (len(errors) == 1), (identity, errors)
