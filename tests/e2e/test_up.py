@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import nats
 import pytest
+
+from lockstep_common.natsconn import NatsAccess, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -100,14 +104,28 @@ class Up:
         return self.proc.returncode
 
 
-def nats_url(text: str) -> str:
-    match = re.search(r"nats://127\.0\.0\.1:\d+", text)
-    assert match, text
-    return match.group(0)
+def access(data_dir: Path, identity: str) -> NatsAccess:
+    """What ``eval "$(lockstep env --as IDENTITY)"`` gives a shell: parsed, not evaluated."""
+    out = subprocess.run(
+        [LOCKSTEP, "env", "--data-dir", str(data_dir), "--as", identity],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    env = dict(
+        shlex.split(line.removeprefix("export "))[0].split("=", 1) for line in out.splitlines()
+    )
+    assert env["LOCKSTEP_NATS_URL"].startswith("tls://127.0.0.1:"), out
+    return NatsAccess.from_url(
+        env["LOCKSTEP_NATS_URL"],
+        env["LOCKSTEP_NATS_USER"],
+        Path(env["LOCKSTEP_NATS_PASSWORD_FILE"]),
+        Path(env["LOCKSTEP_NATS_CA_FILE"]),
+    )
 
 
-async def bundles_stored(url: str) -> int:
-    nc = await nats.connect(url)
+async def bundles_stored(admin: NatsAccess) -> int:
+    nc = await connect(admin, name="e2e")
     try:
         info = await nc.jetstream().stream_info("LOCKSTEP_BUNDLES")
         return int(info.state.messages)
@@ -115,8 +133,8 @@ async def bundles_stored(url: str) -> int:
         await nc.close()
 
 
-async def publish_one(url: str) -> None:
-    nc = await nats.connect(url)
+async def publish_one(cli: NatsAccess) -> None:
+    nc = await connect(cli, name="e2e")
     try:
         await nc.jetstream().publish(
             "lockstep.bundle.submitted", b"{}", headers={"Nats-Msg-Id": "e2e-1"}
@@ -140,17 +158,48 @@ def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path
 
 def test_state_under_data_dir_survives_a_restart(data_dir: Path) -> None:
     first = Up(data_dir)
-    url = nats_url(first.wait_until_up())
-    asyncio.run(publish_one(url))
+    first.wait_until_up()
+    asyncio.run(publish_one(access(data_dir, "cli")))
     assert first.interrupt() == 0
     second = Up(data_dir)
-    url = nats_url(second.wait_until_up())
+    second.wait_until_up()
     try:
-        assert asyncio.run(bundles_stored(url)) == 1
+        assert asyncio.run(bundles_stored(access(data_dir, "admin"))) == 1
     finally:
         assert second.interrupt() == 0
     log = (data_dir / "logs" / "inventory.log").read_text()
     assert log.count("applied migrations") == 1, "the second start found its schema migrated"
+
+
+def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
+    data_dir: Path,
+) -> None:
+    up = Up(data_dir)
+    up.wait_until_up()
+    try:
+        cli = access(data_dir, "cli")
+        assert cli.password_file is not None and cli.ca_file is not None
+        assert cli.password_file.stat().st_mode & 0o077 == 0
+        secret = cli.password_file.read_text().strip()
+        for path in (data_dir / "logs").iterdir():
+            assert secret not in path.read_text(), f"the cli password is in {path}"
+
+        async def anonymous() -> None:
+            tls = ssl.create_default_context(cafile=str(cli.ca_file))
+            await nats.connect(
+                list(cli.servers), tls=tls, allow_reconnect=False, max_reconnect_attempts=0
+            )
+
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            asyncio.run(anonymous())
+    finally:
+        assert up.interrupt() == 0
+    gone = subprocess.run(
+        [LOCKSTEP, "env", "--data-dir", str(data_dir)], check=False, capture_output=True, text=True
+    )
+    assert gone.returncode == 2
+    assert "no running stack under" in gone.stderr + gone.stdout
+    assert "Traceback" not in gone.stderr
 
 
 def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_cli.polling import until
@@ -214,10 +215,10 @@ async def test_a_rogue_subscriber_can_neither_hear_nor_answer_an_admission_check
     heard: list[str] = []
     try:
 
-        async def answer(msg: nats.aio.msg.Msg) -> None:
+        async def answer(msg: Msg) -> None:
             await inventory.publish(msg.reply, b"genuine")
 
-        async def hijack(msg: nats.aio.msg.Msg) -> None:
+        async def hijack(msg: Msg) -> None:
             heard.append(msg.reply)
             await rogue.publish(msg.reply, b"forged")
 

@@ -18,9 +18,9 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from lockstep_cli.polling import until
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import InventoryObserved
+from lockstep_common.natsconn import NatsAccess
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
-from lockstep_common.natsconn import NatsAccess
 from lockstep_sim.agents.reports import inventory_event
 from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions

@@ -13,8 +13,8 @@ import pytest
 from lockstep_cli.polling import until
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
-from lockstep_common.subjects import Namespace
 from lockstep_common.natsconn import NatsAccess
+from lockstep_common.subjects import Namespace
 from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
