@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
+from lockstep_common.asyncapi import namespace as documented_namespace
 from lockstep_common.bus_access import SENDER_IDENTITIES, Durable, Party, Permissions, matrix
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
@@ -84,7 +85,11 @@ def consumers() -> dict[type[EventData], tuple[str, ...]]:
 
 def parties() -> Parties:
     """Who produces and consumes each event class, for ``schemadocs``."""
-    return Parties(producers=producers(), consumers=consumers())
+    return Parties(
+        producers=producers(),
+        consumers=consumers(),
+        access=bus_permissions(documented_namespace()),
+    )
 
 
 def stream_names(namespace: Namespace) -> tuple[str, ...]:

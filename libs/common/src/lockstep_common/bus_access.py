@@ -130,3 +130,29 @@ def matrix(namespace: Namespace, parties: Mapping[str, Party]) -> dict[str, Perm
     out = {name: permissions(namespace, name, party) for name, party in sorted(parties.items())}
     out[ADMIN] = admin_permissions(namespace)
     return out
+
+
+def access_markdown(grants: Mapping[str, Permissions]) -> str:
+    """``bus-access.md``: the permission matrix, generated (``lockstep docs generate``)."""
+    lines = [
+        "# Who may do what on the bus",
+        "",
+        "Generated from the code by `lockstep docs generate` (`lockstep_common.bus_access`, the",
+        "services' routers and `schemadocs.CHANNELS`); `lockstep up` writes exactly this into the",
+        "embedded nats-server's configuration. Everything not listed is denied. Subjects are",
+        "shown for the default namespace `lockstep`.",
+        "",
+        "Every connection is TLS (the embedded stack's own CA, `<data-dir>/nats/tls/ca.pem`)",
+        "with a user name and a password read from `<data-dir>/secrets/<identity>/nats-password`",
+        "(mode 0600; the server keeps only bcrypt hashes). `lockstep env --as IDENTITY` prints",
+        "the variables a process needs (`LOCKSTEP_NATS_URL`, `_USER`, `_PASSWORD_FILE`,",
+        "`_CA_FILE`).",
+        "",
+        "| identity | may publish | may subscribe | answers requests |",
+        "|---|---|---|---|",
+    ]
+    for identity, p in grants.items():
+        publish = "<br>".join(f"`{s}`" for s in p.publish)
+        subscribe = "<br>".join(f"`{s}`" for s in p.subscribe)
+        lines.append(f"| {identity} | {publish} | {subscribe} | {'yes' if p.responds else ''} |")
+    return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from lockstep_common.asyncapi import (
     envelope_schema,
     message_key,
 )
+from lockstep_common.bus_access import Permissions, access_markdown
 from lockstep_common.envelope import EventData
 from lockstep_common.events import REGISTRY, v1
 from lockstep_common.samples import samples
@@ -50,6 +51,7 @@ class Parties:
 
     producers: ByClass
     consumers: ByClass
+    access: Mapping[str, Permissions] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,8 @@ def render(parties: Parties) -> dict[str, str]:
         asyncapi_document(parties), Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=100
     )
     out["events.md"] = events_markdown(parties)
+    if parties.access:
+        out["bus-access.md"] = access_markdown(parties.access)
     return dict(sorted(out.items()))
 
 
