@@ -1,0 +1,90 @@
+"""The permission matrix derived from the code: least privilege, by construction."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
+from lockstep_common.bus_access import ADMIN, AGENT, CLI, Party, matrix
+from lockstep_common.natsconn import AccessError, NatsAccess, read_secret
+from lockstep_common.subjects import Namespace
+from lockstep_inventory.settings import Settings
+
+NS = Namespace("lockstep")
+GRANTS = bus_permissions(NS)
+DESTRUCTIVE = re.compile(r"\$JS\.API\.(STREAM\.(UPDATE|DELETE|PURGE|MSG\.DELETE)|CONSUMER\.DELETE)")
+
+
+def test_every_service_and_outside_party_has_an_identity_and_admin_is_reserved() -> None:
+    assert set(GRANTS) == {*subscriptions_by_service(), CLI, AGENT, ADMIN}
+    with pytest.raises(ValueError, match="reserved"):
+        matrix(NS, {ADMIN: Party()})
+
+
+def test_only_admin_may_update_purge_or_delete_streams_and_consumers() -> None:
+    for identity, grants in GRANTS.items():
+        if identity != ADMIN:
+            assert not [s for s in grants.publish if DESTRUCTIVE.match(s) or s.endswith("$JS.>")]
+
+
+def test_each_identity_reads_only_its_own_inbox_and_only_inventory_answers() -> None:
+    for identity, grants in GRANTS.items():
+        inboxes = [s for s in grants.subscribe if s.startswith("_INBOX")]
+        assert inboxes == [f"_INBOX_{identity}.>"]
+        assert not [s for s in grants.publish if s.startswith("_INBOX")]
+    assert {i for i, g in GRANTS.items() if g.responds} == {"inventory"}
+    assert "lockstep.admission.check" in GRANTS["inventory"].subscribe
+
+
+def test_a_service_fetches_and_acks_only_its_own_durables() -> None:
+    inventory = GRANTS["inventory"].publish
+    assert "$JS.API.CONSUMER.MSG.NEXT.LOCKSTEP_PINS.lockstep-inventory-pins" in inventory
+    assert not [s for s in inventory if "lockstep-attest-" in s]
+    assert not [s for s in GRANTS[CLI].publish + GRANTS[AGENT].publish if s.startswith("$JS")]
+
+
+def test_outside_parties_send_only_what_channels_say_they_send() -> None:
+    assert GRANTS[AGENT].publish == (
+        "lockstep.telemetry.observed.health.*.*",
+        "lockstep.telemetry.observed.inventory.*.*",
+    )
+    assert "lockstep.drift.detected.*.*" not in GRANTS[CLI].publish
+    assert "lockstep.pin.changed.*" in GRANTS[CLI].publish
+
+
+def test_a_password_file_open_to_others_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    secret.chmod(0o640)
+    with pytest.raises(AccessError, match="chmod 600") as caught:
+        read_secret(secret, "NATS password file")
+    assert "hunter2" not in str(caught.value)
+    secret.chmod(0o600)
+    assert read_secret(secret, "NATS password file") == "hunter2"
+    access = NatsAccess.from_url("tls://a:4222,tls://b:4222", "cli", secret, tmp_path / "ca.pem")
+    assert access.env() == {
+        "LOCKSTEP_NATS_URL": "tls://a:4222,tls://b:4222",
+        "LOCKSTEP_NATS_USER": "cli",
+        "LOCKSTEP_NATS_PASSWORD_FILE": str(secret),
+        "LOCKSTEP_NATS_CA_FILE": str(tmp_path / "ca.pem"),
+    }
+
+
+def test_settings_refuse_a_user_without_password_file_and_a_readable_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_NATS_USER", "inventory")
+    with pytest.raises(ValidationError, match="needs a password file"):
+        Settings()
+    secret = tmp_path / "pw"
+    secret.write_text("x\n")
+    secret.chmod(0o604)
+    monkeypatch.setenv("LOCKSTEP_NATS_PASSWORD_FILE", str(secret))
+    with pytest.raises(ValidationError, match="open to other users"):
+        Settings()
+    secret.chmod(0o600)
+    assert Settings().nats_access().user == "inventory"
