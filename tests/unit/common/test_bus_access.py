@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
-from lockstep_common.bus_access import ADMIN, AGENT, CLI, Party, matrix
+from lockstep_common.bus_access import ADMIN, AGENT, CLI, READER, Party, matrix
 from lockstep_common.natsconn import AccessError, NatsAccess, read_secret
 from lockstep_common.subjects import Namespace
 from lockstep_inventory.settings import Settings
@@ -20,7 +20,7 @@ DESTRUCTIVE = re.compile(r"\$JS\.API\.(STREAM\.(UPDATE|DELETE|PURGE|MSG\.DELETE)
 
 
 def test_every_service_and_outside_party_has_an_identity_and_admin_is_reserved() -> None:
-    assert set(GRANTS) == {*subscriptions_by_service(), CLI, AGENT, ADMIN}
+    assert set(GRANTS) == {*subscriptions_by_service(), CLI, AGENT, READER, ADMIN}
     with pytest.raises(ValueError, match="reserved"):
         matrix(NS, {ADMIN: Party()})
 
@@ -54,6 +54,14 @@ def test_outside_parties_send_only_what_channels_say_they_send() -> None:
     )
     assert "lockstep.drift.detected.*.*" not in GRANTS[CLI].publish
     assert "lockstep.pin.changed.*" in GRANTS[CLI].publish
+
+
+def test_a_reader_hears_drift_and_gate_verdicts_but_sends_nothing() -> None:
+    reader = GRANTS[READER]
+    assert {"lockstep.drift.detected.*.*", "lockstep.gate.tripped.*"} <= set(reader.subscribe)
+    assert "lockstep.telemetry.observed.health.*.*" not in reader.subscribe
+    assert all(s.startswith("$JS.API.") for s in reader.publish)
+    assert not [s for s in reader.publish if "CONSUMER" in s]
 
 
 def test_a_password_file_open_to_others_is_refused_without_quoting_it(tmp_path: Path) -> None:

@@ -14,12 +14,19 @@ from collections.abc import Iterable
 from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import namespace as documented_namespace
-from lockstep_common.bus_access import SENDER_IDENTITIES, Durable, Party, Permissions, matrix
+from lockstep_common.bus_access import (
+    READER,
+    SENDER_IDENTITIES,
+    Durable,
+    Party,
+    Permissions,
+    matrix,
+)
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace
-from lockstep_common.topology import EVENT_STREAMS, advisory_stream
+from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
 from lockstep_healthgate import router as healthgate_router
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.adapters.rules_file import packaged_rules
@@ -120,14 +127,21 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             streams=streams,
         )
     outside: defaultdict[str, set[str]] = defaultdict(set)
+    heard: set[str] = set()
     for cls, channel in CHANNELS.items():
         if channel.reply:
             continue
         for sender in channel.senders:
             for identity in SENDER_IDENTITIES[sender]:
                 outside[identity].add(pattern(cls))
+        if channel.readers:
+            heard.add(pattern(cls))
     for identity, sends in outside.items():
         out[identity] = Party(sends=tuple(sorted(sends)))
+    out[READER] = Party(
+        hears=tuple(sorted(heard)),
+        reads=tuple(sorted({stream_for(namespace, subject) for subject in heard})),
+    )
     return out
 
 

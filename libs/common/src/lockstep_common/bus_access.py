@@ -14,10 +14,14 @@ else). Each identity is granted exactly:
 - a request subject it answers (``admission.check``), with ``allow_responses``: it may reply only
   to a request it received, and nobody else may publish into a requester's inbox, so a rogue
   subscriber can neither hear nor answer an admission check.
-The ``admin`` identity manages streams and consumers (the whole JetStream API) and may publish any
-subject of the namespace: ``lockstep dlq replay`` republishes dead letters on their original
-subjects. JetStream API subjects are those of the nats-server JetStream API reference
-(``$JS.API.STREAM.*``, ``$JS.API.CONSUMER.*``).
+The ``reader`` identity is for the people and tools that follow events (platform teams on
+drift, SREs on gate verdicts, audit on bundles): it hears the subjects ``schemadocs.CHANNELS``
+gives outside readers, as they are published, and may read their streams' stored messages one by
+one (``STREAM.MSG.GET``, ``DIRECT.GET``), but creates no consumer (a durable for a team is the
+administrator's to create). The ``admin`` identity manages streams and consumers (the whole
+JetStream API) and may publish any subject of the namespace: ``lockstep dlq replay``
+republishes dead letters on their original subjects. JetStream API subjects are those of the
+nats-server JetStream API reference (``$JS.API.STREAM.*``, ``$JS.API.CONSUMER.*``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from lockstep_common.subjects import Namespace, dead_letter
 ADMIN = "admin"
 CLI = "cli"
 AGENT = "agent"
+READER = "reader"
 
 # Outside senders named in schemadocs.CHANNELS -> the identity they connect as. A scheduler's
 # admission check runs `lockstep fleet admit`, an operator's tool; the BMC sweeper runs inside
@@ -61,6 +66,8 @@ class Party:
         dead_letters: subject patterns whose dead-letter copies it publishes.
         answers: request subjects it answers.
         streams: stream names it may read and create (a service's bootstrap).
+        hears: subject patterns it may subscribe to as they are published.
+        reads: stream names whose stored messages it may get one by one.
     """
 
     sends: tuple[str, ...] = ()
@@ -68,6 +75,8 @@ class Party:
     dead_letters: tuple[str, ...] = ()
     answers: tuple[str, ...] = ()
     streams: tuple[str, ...] = ()
+    hears: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +119,15 @@ def permissions(namespace: Namespace, identity: str, party: Party) -> Permission
     publish = [namespace.wire(s) for s in party.sends]
     publish += [namespace.wire(dead_letter(s)) for s in party.dead_letters]
     publish += jetstream_grants(party.consumes, party.streams)
+    for stream in party.reads:
+        publish += [
+            f"$JS.API.STREAM.INFO.{stream}",
+            f"$JS.API.STREAM.MSG.GET.{stream}",
+            f"$JS.API.DIRECT.GET.{stream}",
+            f"$JS.API.DIRECT.GET.{stream}.>",
+        ]
     subscribe = [f"{inbox_prefix(identity)}.>"]
-    subscribe += [namespace.wire(s) for s in party.answers]
+    subscribe += [namespace.wire(s) for s in (*party.answers, *party.hears)]
     return Permissions(_sorted(publish), _sorted(subscribe), responds=bool(party.answers))
 
 
