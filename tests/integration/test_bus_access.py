@@ -88,6 +88,8 @@ def probes() -> list[str]:
         ]
         js.append(f"$JS.ACK.{stream}.{durable}.1.1.1.1.1")
     js += ["$JS.API.INFO", "$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES"]
+    # The admin calls of GHSA-fhg8-qxh5-7q3w and GHSA-9983-vrx2-fg9c (reliability.md 5.1).
+    js += ["$JS.API.ACCOUNT.PURGE.$G", "$JS.API.STREAM.RESTORE.LOCKSTEP_DLQ"]
     return events + js
 
 

@@ -219,8 +219,8 @@ def print_drift(console: Console, doc: list[dict[str, Any]], namespace: str) -> 
     console.print(f"{len(doc)} drifted node(s)")
     ns = Namespace(namespace)
     console.print(
-        f"live drift events: nats sub '{ns.wire('drift.>')}' "
-        f"(subjects {ns.wire('drift.detected|resolved.<site>.<node>')})"
+        f"live drift events: nats sub '{ns.wire('drift.>')}' as NATS identity reader "
+        f"(lockstep env --as reader; subjects {ns.wire('drift.detected|resolved.<site>.<node>')})"
     )
 
 

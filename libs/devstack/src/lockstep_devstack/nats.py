@@ -140,7 +140,12 @@ class NatsServer:
             # The configuration format accepts JSON values; json.dumps quotes every subject
             # and hash ("$JS.API.>", "$2a$...") so none is read as a variable reference.
             text += "tls: " + json.dumps(
-                {"cert_file": str(tls.cert), "key_file": str(tls.key), "timeout": 5}
+                {
+                    "cert_file": str(tls.cert),
+                    "key_file": str(tls.key),
+                    "min_version": "1.2",
+                    "timeout": 5,
+                }
             )
             text += "\nauthorization: " + json.dumps({"users": users}, indent=1) + "\n"
         config.write_text(text)
