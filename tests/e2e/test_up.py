@@ -192,6 +192,16 @@ def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
 
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
             asyncio.run(anonymous())
+        second = subprocess.run(
+            [LOCKSTEP, "up", "--data-dir", str(data_dir)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2
+        assert "a stack is already running on" in second.stderr + second.stdout
+        assert "Traceback" not in second.stderr
     finally:
         assert up.interrupt() == 0
     gone = subprocess.run(

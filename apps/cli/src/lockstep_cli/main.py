@@ -62,6 +62,7 @@ def up(
     LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
     """
     from lockstep_cli import stack_state
+    from lockstep_cli.cli_io import fail
     from lockstep_cli.supervisor import (
         SERVICES,
         Interrupted,
@@ -75,17 +76,13 @@ def up(
     if unknown:
         raise typer.BadParameter(f"unknown service(s) {unknown}; choose from {list(SERVICES)}")
     data_dir.mkdir(parents=True, exist_ok=True)
+    other = stack_state.running_pid(data_dir)
+    if other is not None:
+        fail(f"a stack is already running on {data_dir} (lockstep up, pid {other}); stop it first")
     with sigterm_as_interrupt():
         try:
             with running_system(data_dir.resolve(), names) as (stack, services):
-                table = Table(title="Lockstep is up (Ctrl-C to stop)")
-                table.add_column("part")
-                table.add_column("where")
-                table.add_row("NATS", str(stack.nats_url))
-                table.add_row("PostgreSQL", str(stack.database_url))
-                for svc in services:
-                    table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
-                console.print(table)
+                # Before the table: whoever sees "is up" may run `lockstep env` at once.
                 stack_state.save(
                     data_dir,
                     stack_state.StackState(
@@ -96,6 +93,14 @@ def up(
                         stack.access is not None and stack.nats is not None,
                     ),
                 )
+                table = Table(title="Lockstep is up (Ctrl-C to stop)")
+                table.add_column("part")
+                table.add_column("where")
+                table.add_row("NATS", str(stack.nats_url))
+                table.add_row("PostgreSQL", str(stack.database_url))
+                for svc in services:
+                    table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
+                console.print(table)
                 console.print(
                     f'other commands: [bold]eval "$(lockstep env --data-dir {data_dir})"[/]'
                 )

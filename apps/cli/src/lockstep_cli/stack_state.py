@@ -72,6 +72,15 @@ def load(data_dir: Path) -> StackState:
     return state
 
 
+def running_pid(data_dir: Path) -> int | None:
+    """The pid of a ``lockstep up`` still running on ``data_dir``, if any."""
+    try:
+        pid = int(json.loads((data_dir / STATE_FILE).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if pid != os.getpid() and _alive(pid) else None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
