@@ -47,7 +47,7 @@ async def sim() -> AsyncIterator[Simulator]:
 
 
 def target(sim: Simulator) -> BmcTarget:
-    return BmcTarget(NODE, sim.bmc_url(NODE))
+    return BmcTarget(NODE, sim.bmc_url(NODE), allow_plain_http=True)
 
 
 def sessions(sim: Simulator) -> tuple[int, int, list[str]]:
@@ -122,7 +122,9 @@ async def test_wrong_password_is_permanent_and_creates_no_session(sim: Simulator
 async def test_missing_credentials_are_permanent_and_nothing_is_sent(sim: Simulator) -> None:
     client = RedfishClient(Credentials(), FAST)
     with pytest.raises(CredentialError, match="no BMC credentials for node-00001"):
-        async with client.session(BmcTarget("node-00001", sim.bmc_url(NODE))):
+        async with client.session(
+            BmcTarget("node-00001", sim.bmc_url(NODE), allow_plain_http=True)
+        ):
             pass
     assert sim.bmc(NODE).ledger == []
 

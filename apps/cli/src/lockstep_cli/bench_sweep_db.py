@@ -69,6 +69,7 @@ async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share
                 profile=PROFILE,
                 site=SITE,
                 credentials="env:LOCKSTEP_BENCH_BMC",
+                allow_plain_http=t.allow_plain_http,
             )
             for t in targets
         ]
