@@ -586,6 +586,40 @@ async def test_an_event_dated_beyond_the_clock_skew_is_refused(
         )
 
 
+async def test_a_handler_reads_the_stream_sequence_the_broker_gave_its_event(
+    servers: Any, namespace: str
+) -> None:
+    seen: dict[str, int] = {}
+
+    async def handle(ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
+        seen[env.data.bundle_uri] = ctx.stream_seq(env)
+
+    sub = Subscription(
+        name="test-seq",
+        stream="BUNDLES",
+        subjects=(SUBJECT,),
+        handlers=(On(BundleSubmitted, handle),),
+    )
+    app = make_app(servers, namespace, "seq", [sub])
+    await app.start()
+    try:
+        js = app.require().js
+        acks = {}
+        for i in range(3):  # each dated earlier than the one before: only arrival counts
+            at = datetime.now(UTC) - timedelta(minutes=i)
+            env = make_envelope(submitted(i), source="/t", occurred_at=at)
+            ack = await js.publish(app.namespace.wire(SUBJECT), env.to_json())
+            acks[env.data.bundle_uri] = ack.seq
+
+        async def all_handled() -> bool:
+            return len(seen) == 3
+
+        await until(all_handled, "three events handled")
+        assert seen == acks and sorted(acks.values()) == [1, 2, 3]
+    finally:
+        await app.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:
