@@ -23,10 +23,17 @@ from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext, On, Subscription, retry_after
 from lockstep_common.envelope import Envelope, EventData, make_envelope
-from lockstep_common.errors import PermanentError, TopologyMismatch, TransientError
+from lockstep_common.errors import (
+    ConfigurationError,
+    PermanentError,
+    TopologyMismatch,
+    TransientError,
+)
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubmitted
 from lockstep_common.relay import OutboxRelay
 from lockstep_common.service import ServiceApp
+from lockstep_common.topology import DAY, StreamPolicy, ensure_topology
+from lockstep_common.vocabulary import GateVerdict
 from lockstep_devstack import NatsServer
 from tests.support import emit, make_app, scalar
 
@@ -579,6 +586,40 @@ async def test_an_event_dated_beyond_the_clock_skew_is_refused(
         )
 
 
+async def test_a_handler_reads_the_stream_sequence_the_broker_gave_its_event(
+    servers: Any, namespace: str
+) -> None:
+    seen: dict[str, int] = {}
+
+    async def handle(ctx: HandlerContext, env: Envelope[BundleSubmitted]) -> None:
+        seen[env.data.bundle_uri] = ctx.stream_seq(env)
+
+    sub = Subscription(
+        name="test-seq",
+        stream="BUNDLES",
+        subjects=(SUBJECT,),
+        handlers=(On(BundleSubmitted, handle),),
+    )
+    app = make_app(servers, namespace, "seq", [sub])
+    await app.start()
+    try:
+        js = app.require().js
+        acks = {}
+        for i in range(3):  # each dated earlier than the one before: only arrival counts
+            at = datetime.now(UTC) - timedelta(minutes=i)
+            env = make_envelope(submitted(i), source="/t", occurred_at=at)
+            ack = await js.publish(app.namespace.wire(SUBJECT), env.to_json())
+            acks[env.data.bundle_uri] = ack.seq
+
+        async def all_handled() -> bool:
+            return len(seen) == 3
+
+        await until(all_handled, "three events handled")
+        assert seen == acks and sorted(acks.values()) == [1, 2, 3]
+    finally:
+        await app.stop()
+
+
 async def test_nats_restart_mid_stream_loses_no_acknowledged_event(
     servers: Any, namespace: str, tmp_path: Path
 ) -> None:
@@ -626,6 +667,100 @@ async def test_self_check_refuses_a_stream_configured_differently(
         err.value
     )
     assert app.resources is None
+
+
+async def test_streams_get_the_configured_limits_and_a_restart_applies_changed_ones(
+    servers: Any, namespace: str
+) -> None:
+    first = make_app(
+        servers,
+        namespace,
+        "limits",
+        stream_max_age_s={"TELEMETRY": 7200.0},
+        stream_max_bytes={"PINS": 32 << 20},
+    )
+    await first.start()
+    await first.stop()
+    ns = first.namespace
+    nc = await nats.connect(servers.nats_url)
+    try:
+        js = nc.jetstream()
+
+        async def limits(base: str) -> tuple[float | None, int | None]:
+            config = (await js.stream_info(ns.stream(base))).config
+            return config.max_age, config.max_bytes
+
+        assert await limits("TELEMETRY") == (7200.0, 1 << 30)
+        assert await limits("PINS") == (30 * DAY, 32 << 20)
+        assert await limits("DRIFT") == (30 * DAY, 256 << 20)  # the defaults
+        assert await limits("ADVISORIES") == (7 * DAY, 64 << 20)
+        # A bystander that only needs the streams (the simulator's agents) changes nothing.
+        await ensure_topology(js, ns, StreamPolicy())
+        assert await limits("PINS") == (30 * DAY, 32 << 20)
+
+        second = make_app(servers, namespace, "limits", stream_max_bytes={"PINS": 64 << 20})
+        await second.start()  # no TopologyMismatch: limits are settings
+        await second.stop()
+        assert await limits("PINS") == (30 * DAY, 64 << 20)
+        assert await limits("TELEMETRY") == (1 * DAY, 1 << 30)  # back to its default
+    finally:
+        await nc.close()
+
+
+async def test_a_full_stream_drops_its_oldest_messages_and_no_others(
+    servers: Any, namespace: str
+) -> None:
+    # 16 KiB of GATES (the least allowed with 1 KiB messages): a flood of gate subjects fills
+    # that stream only, never the server's store or another stream.
+    app = make_app(
+        servers,
+        namespace,
+        "limits",
+        stream_max_message_bytes=1024,
+        stream_max_bytes={"GATES": 16 << 10},
+    )
+    await app.start()
+    try:
+        js = app.require().js
+        wire = app.namespace.wire(subjects.gate(GateVerdict.PASSED, "r1"))
+        for i in range(100):
+            await js.publish(wire, b"x" * 500, headers={"Nats-Msg-Id": f"flood-{i}"})
+        await emit(app, SUBJECT, [submitted(1)])
+        await until(lambda: _eq(stream_count(app, "BUNDLES"), 1), "the bundle event stored")
+        state = (await js.stream_info(app.namespace.stream("GATES"))).state
+        assert state.bytes <= 16 << 10 and state.last_seq == 100
+        assert state.first_seq > 1 and state.messages == 101 - state.first_seq
+    finally:
+        await app.stop()
+
+
+class SmallStoreNats(NatsServer):
+    """A nats-server whose JetStream may store 64 MB in all."""
+
+    def _write_config(self) -> Path:
+        config = super()._write_config()
+        text = config.read_text().replace("jetstream {", "jetstream {\n  max_file_store: 64MB", 1)
+        config.write_text(text)
+        return config
+
+
+async def test_limits_the_server_cannot_reserve_refuse_the_start_with_one_line(
+    servers: Any, namespace: str, tmp_path: Path
+) -> None:
+    own = SmallStoreNats(tmp_path / "nats")
+    own.start()
+    try:
+        local = type("S", (), {"nats_url": own.url, "database_url": servers.database_url})()
+        app = make_app(local, namespace, "limits")
+        with pytest.raises(ConfigurationError) as err:
+            await app.start()
+        assert str(err.value).startswith(
+            f"nats-server cannot reserve 268435456 bytes for stream {namespace.upper()}_BUNDLES"
+        )
+        assert "lower LOCKSTEP_STREAM_MAX_BYTES for it" in str(err.value)
+        assert app.resources is None
+    finally:
+        own.stop()
 
 
 async def test_self_check_refuses_a_consumer_configured_differently(

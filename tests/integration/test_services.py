@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -86,21 +87,35 @@ async def _get(port: int, path: str) -> tuple[int, str]:
     return await asyncio.to_thread(get, port, path)
 
 
-def test_a_service_refusing_its_settings_at_build_exits_3_with_one_line() -> None:
-    # An inbox that forgets before the streams do is refused when the app is built: that must
-    # be the clean refusal (exit 3), not a traceback that `lockstep up` would restart for ever.
+def _run_service(module: str, **variables: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    env["LOCKSTEP_PLANNER_INBOX_RETENTION_S"] = "10"
-    result = subprocess.run(
-        [sys.executable, "-m", "lockstep_planner"],
-        env=env,
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        env={**env, **variables},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_a_service_refusing_its_settings_at_build_exits_3_with_one_line(tmp_path: Path) -> None:
+    # A rules file that cannot be read is refused when the app is built: that must be the
+    # clean refusal (exit 3), not a traceback that `lockstep up` would restart for ever.
+    missing = tmp_path / "rules.json"
+    result = _run_service("lockstep_inventory", LOCKSTEP_INVENTORY_RULES_FILE=str(missing))
     assert result.returncode == 3, result.stderr
-    assert "inbox_retention_s" in result.stderr and "Traceback" not in result.stderr
+    assert f"rules_file {missing}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_stream_kept_longer_than_the_inbox_remembers_exits_2_with_one_line() -> None:
+    # DRIFT kept 60 days, event ids remembered 31 (the default): a replay could apply twice.
+    result = _run_service("lockstep_planner", LOCKSTEP_STREAM_MAX_AGE_S='{"DRIFT": 5184000}')
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "invalid settings: inbox_retention_s (2678400) must exceed the longest stream max age "
+        "(5184000 s): a replay of an event still stored would otherwise be applied twice\n"
+    )
 
 
 class _Once:

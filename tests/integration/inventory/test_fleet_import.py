@@ -14,7 +14,7 @@ from lockstep_cli.main import app
 pytestmark = pytest.mark.integration
 
 
-def node(i: int, **change: str) -> dict[str, str]:
+def node(i: int, **change: Any) -> dict[str, Any]:
     return {
         "id": f"n{i:03d}",
         "bmc_url": f"http://127.9.0.{i}:8000",
@@ -56,6 +56,11 @@ def test_import_adds_then_updates_and_is_idempotent(env: None, tmp_path: Path) -
     listed = json.loads(out)
     assert code == 0 and [n["id"] for n in listed] == ["n001", "n002", "n003"]
     assert listed[0]["pool"] == "train-b" and listed[0]["credentials"] == "env:LOCKSTEP_BMC"
+    # Plain http for a BMC's credentials only where its entry says so; off unless it does.
+    fleet.write_text(json.dumps([node(1, pool="train-b"), node(2, allow_plain_http=True)]))
+    assert '"updated": 1, "unchanged": 1' in run("fleet", "import", str(fleet), "--json")[1]
+    listed = json.loads(run("fleet", "list", "--json")[1])
+    assert [n["allow_plain_http"] for n in listed] == [False, True, False]
 
 
 def test_one_bad_node_changes_nothing(env: None, tmp_path: Path) -> None:

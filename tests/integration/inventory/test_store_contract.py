@@ -198,61 +198,78 @@ async def test_drift_sets_are_stored_and_replaced(backend: Backend) -> None:
     }
 
 
-def _pin(hash_char: str, at: dt.datetime, **scope: tuple[str, ...]) -> Pin:
+def _pin(hash_char: str, seq: int, at: dt.datetime, **scope: tuple[str, ...]) -> Pin:
     return Pin(
         "ams1",
         ScopeSelector(**scope),
         hash_char * 64,
         {"gb200": {C.BMC: f"b-{hash_char}"}},
+        seq,
         at,
         rollout_id="r1" if hash_char == "b" else None,
     )
 
 
-async def test_a_pin_is_kept_only_when_newer_than_the_one_holding_its_scope(
+async def test_a_pin_is_kept_only_when_later_in_the_stream_than_the_one_holding_its_scope(
     backend: Backend,
 ) -> None:
     store = backend.store
-    newest, older, same_time = _pin("b", _at(60)), _pin("a", _at(0)), _pin("c", _at(60))
-    pools = _pin("d", _at(0), pools=("train",))
+    newest = _pin("b", 7, _at(0))
+    # Earlier in the stream: refused however late its sender dated it.
+    older, same_seq = _pin("a", 6, _at(3600)), _pin("c", 7, _at(60))
+    pools = _pin("d", 2, _at(0), pools=("train",))
     key = scope_key(newest.scope)
     assert await store.save_pin(newest, key, uuid.uuid4())
     assert not await store.save_pin(older, key, uuid.uuid4())
-    assert not await store.save_pin(same_time, key, uuid.uuid4())
+    assert not await store.save_pin(same_seq, key, uuid.uuid4())
     assert await store.save_pin(pools, scope_key(pools.scope), uuid.uuid4())
     assert sorted(await store.pins(), key=lambda p: p.stack_hash) == [newest, pools]
+    later = _pin("e", 8, _at(-3600))  # later in the stream, dated earlier: replaces
+    assert await store.save_pin(later, key, uuid.uuid4())
+    assert sorted(await store.pins(), key=lambda p: p.stack_hash) == [pools, later]
 
 
 async def test_waves_end_for_good_and_the_latest_joined_is_active(backend: Backend) -> None:
     store = backend.store
-    assert sorted(await store.start_wave("r1", 0, ["n1", "n2"], _at(0))) == ["n1", "n2"]
-    assert await store.start_wave("r2", 0, ["n1"], _at(10)) == ["n1"]
+    assert sorted(await store.start_wave("r1", 0, ["n1", "n2"], 1)) == ["n1", "n2"]
+    assert await store.start_wave("r2", 0, ["n1"], 10) == ["n1"]
     assert await store.rollout_facts(["n1", "n2", "n3"]) == {
         "n1": RolloutFacts("r2"),
         "n2": RolloutFacts("r1"),
     }
     assert sorted(await store.end_wave("r1", 0)) == ["n1", "n2"]
-    assert await store.start_wave("r1", 0, ["n1"], _at(20)) == []  # late: stays ended
-    assert await store.start_wave("r1", 1, ["n2"], _at(20)) == ["n2"]
+    assert await store.start_wave("r1", 0, ["n1"], 20) == []  # late: stays ended
+    assert await store.start_wave("r1", 1, ["n2"], 20) == ["n2"]
     assert await store.end_rollout("r1") == ["n2"]
-    assert await store.start_wave("r1", 2, ["n2"], _at(30)) == []  # the rollout ended
+    assert await store.start_wave("r1", 2, ["n2"], 30) == []  # the rollout ended
     assert await store.end_wave("r9", 0) == []
     assert await store.rollout_facts(["n1", "n2"]) == {"n1": RolloutFacts("r2")}
+
+
+async def test_a_wave_planned_earlier_in_the_stream_does_not_move_its_nodes_back(
+    backend: Backend,
+) -> None:
+    store = backend.store
+    assert await store.start_wave("r1", 1, ["n1"], 12) == ["n1"]
+    assert await store.start_wave("r1", 0, ["n1", "n2"], 11) == ["n2"]  # retried late
+    assert await store.end_wave("r1", 0) == ["n2"]  # n1 stayed in wave 1
+    assert await store.rollout_facts(["n1", "n2"]) == {"n1": RolloutFacts("r1")}
 
 
 async def test_a_wave_naming_a_node_twice_starts_it_once(backend: Backend) -> None:
     # PostgreSQL refuses an upsert that touches one row twice ("cannot affect row a second
     # time"): such a wave.planned was retried to the dead-letter queue.
-    assert await backend.store.start_wave("r1", 0, ["n1", "n2", "n1"], _at(0)) == ["n1", "n2"]
+    assert await backend.store.start_wave("r1", 0, ["n1", "n2", "n1"], 1) == ["n1", "n2"]
     assert await backend.store.rollout_facts(["n1"]) == {"n1": RolloutFacts("r1")}
 
 
 async def test_a_rollout_step_is_recorded_unless_a_later_one_is(backend: Backend) -> None:
     store = backend.store
-    assert await store.record_change("n1", C.BMC, "b2", "r1", _at(10))
-    assert not await store.record_change("n1", C.BMC, "b1", "r1", _at(5))  # older, late
-    assert await store.record_change("n1", C.BMC, "b3", "r1", _at(10))  # same time: replaces
-    assert await store.record_change("n1", C.NIC, "28.1", "r1", _at(0))
+    assert await store.record_change("n1", C.BMC, "b2", "r1", 10)
+    assert not await store.record_change("n1", C.BMC, "b1", "r1", 5)  # earlier, late
+    assert not await store.record_change("n1", C.BMC, "b9", "r1", 10)  # the same event again
+    assert await store.record_change("n1", C.BMC, "b3", "r1", 11)
+    assert await store.record_change("n1", C.NIC, "28.1", "r1", 1)
     assert await store.rollout_facts(["n1", "n2"]) == {
         "n1": RolloutFacts(None, {C.BMC: "b3", C.NIC: "28.1"})
     }

@@ -107,7 +107,7 @@ async def test_every_captured_member_is_read_exactly(
     served, url = mockup
     async with aclosing(
         sweep(
-            [BmcTarget("n1", url)],
+            [BmcTarget("n1", url, allow_plain_http=True)],
             credentials=Credentials(),
             options=SweepOptions(use_expand=use_expand),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from nats.aio.msg import Msg
 
 from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
+from lockstep_common.events.v1 import PinChanged, ScopeSelector
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.adapters import state
@@ -144,3 +146,46 @@ async def test_pin_exits_1_when_no_stream_acknowledges(
         "fleet", "pin", "--scope", "site=s1", "--stack", str(path), "--timeout", "1"
     )
     assert code == 1 and "pin for site s1 not acknowledged" in out
+
+
+async def test_pins_take_effect_in_stream_order_whatever_their_senders_clocks(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    """Issue 15: a forged pin.changed dated 2999 was applied, after which every genuine
+    `lockstep fleet pin` printed "pinned" and changed nothing. Now the far-future one is
+    refused, one dated a few minutes ahead (within the clock skew) or long ago takes effect in
+    its place in the stream, and a genuine pin after any of them takes effect."""
+    golden = {"gb200": firmware(harness)}
+    genuine = write_stack(tmp_path / "genuine.yaml", golden)
+    scope = ScopeSelector(sites=(SITE,))  # the (site, scope) the CLI's site=SITE pin holds
+
+    async def forge(bmc: str, at: dt.datetime) -> str:
+        stack = {"gb200": {**golden["gb200"], Component.BMC: bmc}}
+        stack_hash = canonical.stack_hash(stack)
+        data = PinChanged(site=SITE, scope=scope, stack_hash=stack_hash, stack=stack)
+        await harness.publish(subjects.pin_changed(SITE), data, occurred_at=at)
+        return stack_hash
+
+    async def current_is(stack_hash: str) -> None:
+        async def held() -> bool:
+            return await pins_stored(harness) == [stack_hash]
+
+        await until(held, what=f"the held pin to become {stack_hash[:12]}")
+
+    async def pin_genuine() -> str:
+        doc = await cli_json("fleet", "pin", "--scope", f"site={SITE}", "--stack", str(genuine))
+        return str(doc["stack_hash"])
+
+    now = dt.datetime.now(dt.UTC)
+    await forge("forged-2999", dt.datetime(2999, 1, 1, tzinfo=dt.UTC))
+    await current_is(await pin_genuine())
+    async with harness.app.require().pool.acquire() as conn:
+        reason = await conn.fetchval("SELECT reason FROM dead_letters")
+    assert "in the future, beyond the allowed clock skew" in reason
+
+    # Dated ahead, but within the skew: it takes effect when it arrives, and no longer.
+    await current_is(await forge("forged-soon", now + dt.timedelta(minutes=4)))
+    await current_is(await pin_genuine())
+    # Dated long ago but arriving later: it takes effect too (arrival order, not its date).
+    await current_is(await forge("forged-old", dt.datetime(2001, 1, 1, tzinfo=dt.UTC)))
+    await current_is(await pin_genuine())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from lockstep_common.vocabulary import Component
@@ -69,3 +71,28 @@ async def test_unreachable_bmc_is_recorded_with_its_reason_and_keeps_last_versio
     assert golden[Component.BMC] in row["components"]  # last known versions are kept
     # No version changed, so no drift event; the status query counts it unreadable.
     assert await harness.drift_events() == []
+
+
+async def test_an_entry_without_the_plain_http_allowance_gets_no_credentials(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The simulator serves plain http and its fleet list allows it; one entry does not.
+    caplog.set_level(logging.WARNING)
+    node = harness.nodes[0]
+    harness.nodes[0] = node.model_copy(update={"allow_plain_http": False})
+    summary = await harness.sweep()
+    assert summary.unreadable == 1
+    error = await harness.app.require().pool.fetchval(
+        "SELECT error FROM observations WHERE node_id = $1 AND source = 'redfish'", node.id
+    )
+    assert error == (
+        f"refusing to send credentials over plain http to {node.bmc_url}: use https, or "
+        "allow plain http for this BMC explicitly (allow_plain_http)"
+    )
+    assert harness.sim.bmc(node.id).ledger == []  # not even a login attempt
+    others = ", ".join(n.id for n in harness.nodes[1:])
+    warnings = [r.getMessage() for r in caplog.records if "over plain http (" in r.getMessage()]
+    assert warnings == [
+        "sending BMC credentials over plain http (allowed by their registry entries) to "
+        f"3 BMC(s): {others}"
+    ]

@@ -24,7 +24,7 @@ class StaticCredentials:
 
 
 def targets(sim: Simulator) -> list[BmcTarget]:
-    return [BmcTarget(node.id, sim.bmc_url(node.id)) for node in sim.fleet]
+    return [BmcTarget(node.id, sim.bmc_url(node.id), allow_plain_http=True) for node in sim.fleet]
 
 
 async def sweep_all(

@@ -15,6 +15,7 @@ from lockstep_redfish import (
     BmcTarget,
     BmcUnavailable,
     CredentialError,
+    PlainHttpRefused,
     RedfishClient,
     RetryPolicy,
 )
@@ -32,8 +33,10 @@ FAST = RetryPolicy(timeout_s=1.0, retries=0, backoff_s=0.01)
 class Credentials:
     def __init__(self, password: str = DEFAULT_PASSWORD) -> None:
         self.password = password
+        self.read = 0
 
     def get(self, node_id: str) -> tuple[str, str]:
+        self.read += 1
         if node_id != NODE:
             raise CredentialError(f"no BMC credentials for {node_id}")
         return DEFAULT_USERNAME, self.password
@@ -47,7 +50,7 @@ async def sim() -> AsyncIterator[Simulator]:
 
 
 def target(sim: Simulator) -> BmcTarget:
-    return BmcTarget(NODE, sim.bmc_url(NODE))
+    return BmcTarget(NODE, sim.bmc_url(NODE), allow_plain_http=True)
 
 
 def sessions(sim: Simulator) -> tuple[int, int, list[str]]:
@@ -122,7 +125,9 @@ async def test_wrong_password_is_permanent_and_creates_no_session(sim: Simulator
 async def test_missing_credentials_are_permanent_and_nothing_is_sent(sim: Simulator) -> None:
     client = RedfishClient(Credentials(), FAST)
     with pytest.raises(CredentialError, match="no BMC credentials for node-00001"):
-        async with client.session(BmcTarget("node-00001", sim.bmc_url(NODE))):
+        async with client.session(
+            BmcTarget("node-00001", sim.bmc_url(NODE), allow_plain_http=True)
+        ):
             pass
     assert sim.bmc(NODE).ledger == []
 
@@ -158,3 +163,21 @@ async def test_requests_need_an_open_session_and_a_path(sim: Simulator) -> None:
         with pytest.raises(RuntimeError, match="already open"):
             await bmc.open()
     assert sessions(sim) == (1, 1, [])
+
+
+async def test_an_http_bmc_is_sent_nothing_unless_its_target_allows_plain_http(
+    sim: Simulator,
+) -> None:
+    credentials = Credentials()
+    client = RedfishClient(credentials, FAST)
+    with pytest.raises(PlainHttpRefused) as refused:
+        async with client.session(BmcTarget(NODE, sim.bmc_url(NODE))):
+            pass
+    assert str(refused.value).startswith(
+        f"refusing to send credentials over plain http to {sim.bmc_url(NODE)}"
+    )
+    assert disposition_for(refused.value, delivery=1, max_deliver=5) is Disposition.DEAD_LETTER
+    assert (credentials.read, sim.bmc(NODE).ledger) == (0, [])  # not even read, nothing sent
+    async with client.session(target(sim)) as bmc:  # allowed: a simulated BMC
+        await bmc.get("/redfish/v1/")
+    assert credentials.read == 1 and sessions(sim) == (1, 1, [])

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 from pydantic_settings import SettingsConfigDict
 
-from lockstep_common.errors import ConfigurationError
-from lockstep_common.service import ServiceApp
-from lockstep_common.settings import ServiceSettings
+from lockstep_common.settings import ServiceSettings, explain
+from lockstep_common.topology import EVENT_STREAMS, StreamLimits
 
 pytestmark = pytest.mark.unit
 
@@ -179,5 +179,66 @@ def test_redelivery_backoff_must_fit_jetstream_rules() -> None:
 
 def test_an_inbox_that_forgets_before_the_streams_do_is_refused() -> None:
     # A replay of an event still stored in a stream would meet an inbox that forgot it.
-    with pytest.raises(ConfigurationError, match="inbox_retention_s"):
-        ServiceApp("x", ServiceSettings(inbox_retention_s=86_400.0))
+    with pytest.raises(ValidationError, match=r"inbox_retention_s \(86400\) must exceed"):
+        UnitSettings(inbox_retention_s=86_400.0)
+    # ... also when a stream is configured to keep its events longer than the default.
+    with pytest.raises(ValidationError, match=r"longest stream max age \(5184000 s\)"):
+        UnitSettings(stream_max_age_s={"PINS": 60 * 86_400.0})
+    assert UnitSettings(inbox_retention_s=2 * 86_400.0, stream_max_age_s=ALL_ONE_DAY)
+
+
+ALL_ONE_DAY = {s.base: 86_400.0 for s in EVENT_STREAMS}
+
+
+def test_stream_limits_come_from_shared_variables_and_override_the_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_STREAM_MAX_AGE_S", '{"TELEMETRY": 7200}')
+    monkeypatch.setenv("LOCKSTEP_STREAM_MAX_BYTES", '{"TELEMETRY": 4294967296, "DLQ": 67108864}')
+
+    policy = UnitSettings().stream_policy()
+
+    assert policy.limits is not None
+    assert policy.limits["TELEMETRY"] == StreamLimits(7200.0, 4 << 30)
+    assert policy.limits["DLQ"] == StreamLimits(30 * 86_400.0, 64 << 20)
+    assert policy.limits["PINS"] == StreamLimits(30 * 86_400.0, 256 << 20)  # the default
+    assert policy.limits["ADVISORIES"] == StreamLimits(7 * 86_400.0, 64 << 20)
+    assert set(policy.limits) == {*(s.base for s in EVENT_STREAMS), "ADVISORIES"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (
+            {"stream_max_age_s": {"TELEMTRY": 7200}},
+            "stream_max_age_s names no such stream: TELEMTRY",
+        ),
+        ({"stream_max_bytes": {"pins": 1 << 30}}, "stream_max_bytes names no such stream: pins"),
+        ({"stream_max_age_s": {"DLQ": 60}}, "stream_max_age_s DLQ: 60 s is outside 3600 s"),
+        ({"stream_max_age_s": {"DLQ": 0}}, "stream_max_age_s DLQ: 0 s is outside"),
+        ({"stream_max_age_s": {"DLQ": 400 * 86_400}}, "to 3.16224e\\+07 s \\(a year\\)"),
+        (
+            {"duplicate_window_s": 7200.0, "stream_max_age_s": {"TELEMETRY": 3600}},
+            "TELEMETRY: 3600 s is outside 7200 s",
+        ),
+        ({"stream_max_bytes": {"PINS": -1}}, "stream_max_bytes PINS: -1 is outside 16777216"),
+        ({"stream_max_bytes": {"PINS": 1 << 20}}, "PINS: 1048576 is outside 16777216"),
+        ({"stream_max_bytes": {"PINS": 1 << 41}}, "to 1099511627776 \\(1 TiB\\)"),
+        (
+            {"stream_max_message_bytes": 8 << 20, "stream_max_bytes": {"GATES": 64 << 20}},
+            "GATES: 67108864 is outside 134217728 \\(16 messages",
+        ),
+    ],
+)
+def test_stream_limits_out_of_bounds_are_refused(overrides: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValidationError, match=says):
+        UnitSettings(**overrides)
+
+
+def test_a_bad_stream_limit_variable_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_STREAM_MAX_BYTES", '{"PINS": "lots"}')
+    with pytest.raises(ValidationError) as caught:
+        UnitSettings()
+    assert explain(UnitSettings, caught.value).startswith("LOCKSTEP_STREAM_MAX_BYTES.PINS:")

@@ -68,8 +68,22 @@ def test_event_stream_config_follows_the_policy_and_the_namespace(spec: StreamSp
     assert config.num_replicas == 3
     assert config.duplicate_window == 900.0
     assert config.max_msg_size == 2 << 20
-    assert config.max_age == spec.max_age_s
+    assert (config.max_age, config.max_bytes) == (spec.max_age_s, spec.max_bytes)
     assert config.subjects == [f"staging.{s}" for s in spec.subjects]
+
+
+def test_every_stream_has_finite_limits_and_configured_ones_replace_the_defaults() -> None:
+    specs = [*EVENT_STREAMS, advisory_stream(NS)]
+    assert all(0 < s.max_bytes <= 1 << 30 and s.max_age_s > 0 for s in specs)
+    limits = topology.stream_limits(
+        {"TELEMETRY": 7200.0}, {"PINS": 32 << 20}, duplicate_window_s=900.0, max_msg_bytes=1 << 20
+    )
+    policy = dataclasses.replace(POLICY, limits=limits)
+    by_base = {s.base: stream_config(NS, s, policy) for s in specs}
+
+    assert (by_base["TELEMETRY"].max_age, by_base["TELEMETRY"].max_bytes) == (7200.0, 1 << 30)
+    assert (by_base["PINS"].max_age, by_base["PINS"].max_bytes) == (30 * topology.DAY, 32 << 20)
+    assert by_base["ADVISORIES"].max_bytes == 64 << 20
 
 
 def test_advisory_stream_config_is_durable_and_keeps_raw_advisory_subjects() -> None:
@@ -232,8 +246,11 @@ def test_diff_reports_every_difference_at_once() -> None:
 
     assert [d.split(":")[0] for d in diff_config(want, have, STREAM_FIELDS)] == [
         "num_replicas",
-        "max_age",
         "duplicate_window",
+    ]
+    # Limits are settings: ensure_topology updates them instead of refusing to start.
+    assert diff_config(want, have, topology._LIMIT_FIELDS) == [
+        "max_age: declared 2592000.0, live 60.0"
     ]
 
 

@@ -91,7 +91,7 @@ def test_firmware_only_stacks_need_no_agent() -> None:
 
 
 def test_unfit_drift_refuses_whatever_the_stack() -> None:
-    node_pin = Pin("ams1", ScopeSelector(), H, STACK, NOW)
+    node_pin = Pin("ams1", ScopeSelector(), H, STACK, 1, NOW)
     broken = {**GOOD, AGENT: obs(AGENT, IN_BAND, loaded_module="595.58.03")}
     items = evaluate(NODE, broken, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES)
     assert DriftKind.GSP_MISMATCH in {i.kind for i in items}
@@ -100,7 +100,7 @@ def test_unfit_drift_refuses_whatever_the_stack() -> None:
 
 
 def test_in_band_components_are_not_missing_before_the_first_agent_report() -> None:
-    node_pin = Pin("ams1", ScopeSelector(), H, STACK, NOW)
+    node_pin = Pin("ams1", ScopeSelector(), H, STACK, 1, NOW)
     only_bmc = {REDFISH: GOOD[REDFISH]}
     assert evaluate(NODE, only_bmc, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES) == ()
     no_driver = {**GOOD, AGENT: obs(AGENT, {C.CUDA: "13.0", C.GPU_GSP: "580.65.06"})}
@@ -109,7 +109,7 @@ def test_in_band_components_are_not_missing_before_the_first_agent_report() -> N
 
 
 def test_a_recorded_rollout_step_explains_a_difference() -> None:
-    node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, NOW)
+    node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, 1, NOW)
     moved = {REDFISH: obs(REDFISH, {**FIRMWARE, C.BMC: "b2"})}
     unexplained = evaluate(NODE, moved, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES)
     explained = evaluate(
@@ -120,7 +120,7 @@ def test_a_recorded_rollout_step_explains_a_difference() -> None:
 
 
 def test_a_bmc_never_readable_is_unreadable_not_missing_everything() -> None:
-    node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, NOW)
+    node_pin = Pin("ams1", ScopeSelector(), H, {"gb200": FIRMWARE}, 1, NOW)
     never = {REDFISH: unreadable(REDFISH, 1, NOW, "connection refused")}
     assert evaluate(NODE, never, node_pin, RolloutFacts(), today=NOW.date(), rules=RULES) == ()
     assert any("unreadable since" in r for r in verdict(never, stack={"gb200": FIRMWARE})[1])

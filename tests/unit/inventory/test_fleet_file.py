@@ -78,3 +78,13 @@ def test_a_bmc_url_with_credentials_in_it_is_refused() -> None:
     with pytest.raises(FleetFileError, match="must not carry credentials") as caught:
         parse_fleet(text)
     assert "hunter2" not in str(caught.value)
+
+
+def test_plain_http_for_credentials_is_off_unless_the_entry_allows_it() -> None:
+    (https,) = parse_fleet(json.dumps([NODE]))
+    assert https.allow_plain_http is False
+    lab = {**NODE, "bmc_url": "http://10.0.0.1:8000", "allow_plain_http": True}
+    (node,) = parse_fleet("nodes:\n  - " + "\n    ".join(f"{k}: {v}" for k, v in lab.items()))
+    assert node.allow_plain_http is True
+    with pytest.raises(FleetFileError, match=r"nodes\[0\].*allow_plain_http"):
+        parse_fleet(json.dumps([{**lab, "allow_plain_http": "sometimes"}]))

@@ -15,6 +15,7 @@ from lockstep_common.errors import InvalidMessage
 from lockstep_common.events.v1 import (
     DeviceActivated,
     DeviceRolledBack,
+    DeviceVerified,
     DriftDetected,
     DriftResolved,
     InventoryObserved,
@@ -87,8 +88,14 @@ class Inventory:
         )
 
     async def pin(
-        self, stack: Mapping[Component, str], *, at: dt.datetime, stack_hash: str | None = None
+        self,
+        stack: Mapping[Component, str],
+        *,
+        seq: int,
+        at: dt.datetime = T0,
+        stack_hash: str | None = None,
     ) -> Outcome:
+        """A pin.changed stored at stream sequence ``seq``, dated ``at`` by its sender."""
         full = {NODE.profile: dict(stack)}
         data = PinChanged(
             site=SITE,
@@ -97,7 +104,7 @@ class Inventory:
             stack=full,
         )
         return await handlers.on_pin_changed(
-            self.store, self.events, _env(data, at), rules=RULES, now=at
+            self.store, self.events, _env(data, at), stream_seq=seq, rules=RULES, now=at
         )
 
     def kinds(self) -> list[tuple[Component, DriftKind]]:
@@ -113,7 +120,7 @@ def _env(data: D, at: dt.datetime) -> Envelope[D]:
 @pytest.fixture
 async def inventory() -> Inventory:
     inv = Inventory()
-    await inv.pin({C.BMC: "b2"}, at=T0)
+    await inv.pin({C.BMC: "b2"}, seq=10)
     await inv.report(1, {C.BMC: "b2"})
     assert inv.emitted() == [] and inv.kinds() == []  # a conforming first report: no event
     return inv
@@ -166,22 +173,40 @@ async def test_a_duplicate_or_stale_report_is_ignored(inventory: Inventory, seq:
 async def test_a_pin_whose_hash_is_not_its_stacks_is_refused(inventory: Inventory) -> None:
     before = await inventory.store.pins()
     with pytest.raises(InvalidMessage, match="is not the hash of its stack"):
-        await inventory.pin({C.BMC: "b9"}, at=_at(60), stack_hash="f" * 64)
+        await inventory.pin({C.BMC: "b9"}, seq=11, stack_hash="f" * 64)
     assert await inventory.store.pins() == before
     assert inventory.emitted() == []
 
 
-async def test_an_older_pin_does_not_override_a_newer_one(inventory: Inventory) -> None:
-    late = await inventory.pin({C.BMC: "b9"}, at=T0 - dt.timedelta(hours=1))
+async def test_a_pin_earlier_in_the_stream_does_not_override_a_later_one(
+    inventory: Inventory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Redelivered after the held pin, and dated after it too: the stream order decides.
+    late = await inventory.pin({C.BMC: "b9"}, seq=9, at=T0 + dt.timedelta(minutes=4))
     assert late == Outcome() and inventory.emitted() == []
     [pin] = await inventory.store.pins()
     assert pin.stack == {NODE.profile: {C.BMC: "b2"}}
-    await inventory.pin({C.BMC: "b3"}, at=_at(60))  # a newer one does
+    assert "(stream sequence 9) for site ams1 ignored" in caplog.text
+    await inventory.pin({C.BMC: "b3"}, seq=12, at=T0 - dt.timedelta(days=365))  # a later one
     [detected] = inventory.emitted()
     assert isinstance(detected, DriftDetected) and detected.items[0].expected == "b3"
 
 
-async def _wave_planned(inv: Inventory, wave: int, at: dt.datetime) -> Outcome:
+async def test_a_pin_dated_ahead_does_not_outrank_the_pins_after_it(
+    inventory: Inventory,
+) -> None:
+    # Issue 15: a pin dated far ahead (within the allowed skew, or before the consumer refused
+    # such times) made every genuine `lockstep fleet pin` after it change nothing.
+    await inventory.pin({C.BMC: "b6"}, seq=11, at=dt.datetime(2999, 1, 1, tzinfo=dt.UTC))
+    inventory.emitted()
+    await inventory.pin({C.BMC: "b2"}, seq=12, at=T0)  # the genuine pin, next in the stream
+    [resolved] = inventory.emitted()
+    assert isinstance(resolved, DriftResolved)
+    [pin] = await inventory.store.pins()
+    assert (pin.stack, pin.sequence) == ({NODE.profile: {C.BMC: "b2"}}, 12)
+
+
+async def _wave_planned(inv: Inventory, wave: int, seq: int) -> Outcome:
     data = WavePlanned(
         rollout_id="r1",
         wave=wave,
@@ -192,7 +217,7 @@ async def _wave_planned(inv: Inventory, wave: int, at: dt.datetime) -> Outcome:
         soak_seconds=0,
     )
     return await handlers.on_wave_planned(
-        inv.store, inv.events, _env(data, at), rules=RULES, now=at
+        inv.store, inv.events, _env(data, _at(seq)), stream_seq=seq, rules=RULES, now=_at(seq)
     )
 
 
@@ -214,7 +239,7 @@ Ending = Callable[[Inventory, int, dt.datetime], Awaitable[Outcome]]
 
 
 async def test_a_wave_makes_drift_pending_and_its_end_unpends_it(inventory: Inventory) -> None:
-    await _wave_planned(inventory, 0, _at(10))
+    await _wave_planned(inventory, 0, 10)
     assert inventory.emitted() == []  # nothing differs yet
     await inventory.report(20, {C.BMC: "b3"})  # the rollout at work
     [pending] = inventory.emitted()
@@ -231,7 +256,7 @@ async def test_a_wave_planned_after_its_wave_ended_does_not_reopen_it(
     inventory: Inventory, end: Ending
 ) -> None:
     await end(inventory, 0, _at(10))
-    late = await _wave_planned(inventory, 0, _at(5))  # retried out of order
+    late = await _wave_planned(inventory, 0, 5)  # retried out of order
     assert late == Outcome()
     await inventory.report(20, {C.BMC: "b3"})
     [detected] = inventory.emitted()
@@ -242,7 +267,12 @@ async def test_a_wave_planned_after_its_wave_ended_does_not_reopen_it(
 async def test_a_recorded_device_step_explains_a_change(inventory: Inventory) -> None:
     step = DeviceActivated(rollout_id="r1", node_id=NODE.id, component=C.BMC, to_version="b3")
     await handlers.on_device_step(
-        inventory.store, inventory.events, _env(step, _at(10)), rules=RULES, now=_at(10)
+        inventory.store,
+        inventory.events,
+        _env(step, _at(10)),
+        stream_seq=10,
+        rules=RULES,
+        now=_at(10),
     )
     assert inventory.emitted() == []  # the node still runs its pinned version
     await inventory.report(20, {C.BMC: "b3"})
@@ -256,9 +286,32 @@ async def test_a_rollback_without_a_known_version_records_nothing(inventory: Inv
         rollout_id="r1", node_id=NODE.id, component=C.BMC, to_version="b3", reason="verify failed"
     )
     outcome = await handlers.on_device_step(
-        inventory.store, inventory.events, _env(back, _at(10)), rules=RULES, now=_at(10)
+        inventory.store,
+        inventory.events,
+        _env(back, _at(10)),
+        stream_seq=10,
+        rules=RULES,
+        now=_at(10),
     )
     assert outcome == Outcome() and inventory.store.steps == {}
+
+
+async def test_a_device_step_earlier_in_the_stream_does_not_replace_the_recorded_one(
+    inventory: Inventory,
+) -> None:
+    async def step(version: str, seq: int, at: dt.datetime) -> None:
+        data = DeviceVerified(rollout_id="r1", node_id=NODE.id, component=C.BMC, to_version=version)
+        await handlers.on_device_step(
+            inventory.store, inventory.events, _env(data, at), stream_seq=seq, rules=RULES, now=at
+        )
+
+    await step("b3", 20, _at(0))
+    # Earlier in the stream, dated later by its sender: changes nothing.
+    await step("b4", 19, dt.datetime(2999, 1, 1, tzinfo=dt.UTC))
+    await inventory.report(30, {C.BMC: "b3"})
+    [detected] = inventory.emitted()
+    assert isinstance(detected, DriftDetected)
+    assert [i.kind for i in detected.items] == [DriftKind.PENDING]
 
 
 async def test_a_branch_reaching_end_of_life_is_found_on_the_next_day_without_a_change() -> None:

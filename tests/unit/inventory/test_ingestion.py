@@ -176,7 +176,7 @@ def test_only_nodes_with_reports_have_state_to_judge() -> None:
 
 # --- one node's verdict ---------------------------------------------------------------------
 
-PIN = Pin("ams1", ScopeSelector(), "a" * 64, {"gb200": {C.BMC: "b1"}}, T0)
+PIN = Pin("ams1", ScopeSelector(), "a" * 64, {"gb200": {C.BMC: "b1"}}, 1, T0)
 NO_FACTS = RolloutFacts()
 
 

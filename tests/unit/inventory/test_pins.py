@@ -27,26 +27,34 @@ NODE = NodeEntry(
 )
 
 
-def pin(hash_char: str, minutes: int, **scope: tuple[str, ...]) -> Pin:
+def pin(hash_char: str, sequence: int, minutes: int = 0, **scope: tuple[str, ...]) -> Pin:
     return Pin(
         site="ams1",
         scope=ScopeSelector(**scope),
         stack_hash=hash_char * 64,
         stack={"gb200": {C.BMC: hash_char}},
+        sequence=sequence,
         occurred_at=T0 + dt.timedelta(minutes=minutes),
     )
 
 
-def test_the_newest_covering_pin_wins() -> None:
-    site_wide = pin("a", 0)
+def test_the_covering_pin_latest_in_the_stream_wins() -> None:
+    site_wide = pin("a", 1)
     pool = pin("b", 5, pools=("train",))
     other_pool = pin("c", 9, pools=("infer",))
     assert pin_of(NODE, [site_wide, pool, other_pool]) is pool
     newest = pin("d", 10)
     assert pin_of(NODE, [newest, pool]) is newest
     assert pin_of(NODE, [other_pool]) is None
-    other_site = Pin("fra2", ScopeSelector(), "e" * 64, {}, T0 + dt.timedelta(days=1))
+    other_site = Pin("fra2", ScopeSelector(), "e" * 64, {}, 99, T0)
     assert pin_of(NODE, [other_site, site_wide]) is site_wide
+
+
+def test_the_senders_time_decides_nothing() -> None:
+    # Issue 15: a pin dated far ahead won against every pin after it. The broker's order wins.
+    dated_ahead = pin("a", 3, minutes=10**6)
+    later_in_stream = pin("b", 4, minutes=-60, pools=("train",))
+    assert pin_of(NODE, [dated_ahead, later_in_stream]) is later_in_stream
 
 
 def test_a_stack_without_the_profile_pins_nothing() -> None:

@@ -70,8 +70,10 @@ def test_placement_and_addresses() -> None:
         "rack",
         "fabric_domain",
         "pool",
+        "allow_plain_http",
     }
     assert entry["bmc_url"] == "http://127.1.0.250:8000"
+    assert entry["allow_plain_http"] is True  # it serves plain http: its entries say so
 
 
 def test_bad_arguments() -> None:

@@ -269,7 +269,8 @@ def _one_run(
 ) -> tuple[_Run, CountingSink | None]:
     urls = server.urls
     expand = options.use_expand is not False  # run_bench sets None (expand) or False
-    targets = [BmcTarget(f"node-{i:05d}", url) for i, url in enumerate(urls)]
+    # The bench's simulated BMCs serve plain http (lockstep_sim): allowed for them only.
+    targets = [BmcTarget(f"node-{i:05d}", url, allow_plain_http=True) for i, url in enumerate(urls)]
     tally = RawTally()
     db_run = None
     committed = (0, 0)

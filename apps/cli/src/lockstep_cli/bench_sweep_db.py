@@ -52,8 +52,8 @@ def _stack(bmc: str | None = None) -> dict[str, dict[Component, str]]:
     return {PROFILE: golden}
 
 
-def _pin(stack: dict[str, dict[Component, str]], scope: ScopeSelector) -> Pin:
-    return Pin(SITE, scope, canonical.stack_hash(stack), stack, dt.datetime.now(dt.UTC))
+def _pin(stack: dict[str, dict[Component, str]], scope: ScopeSelector, sequence: int) -> Pin:
+    return Pin(SITE, scope, canonical.stack_hash(stack), stack, sequence, dt.datetime.now(dt.UTC))
 
 
 async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share: float) -> DbRun:
@@ -69,13 +69,14 @@ async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share
                 profile=PROFILE,
                 site=SITE,
                 credentials="env:LOCKSTEP_BENCH_BMC",
+                allow_plain_http=t.allow_plain_http,
             )
             for t in targets
         ]
         await registry.import_nodes(conn, nodes)
-        pins = [_pin(_stack(), ScopeSelector())]
+        pins = [_pin(_stack(), ScopeSelector(), 1)]
         if drifted:  # newer, so it wins on those nodes
-            pins.append(_pin(_stack(bmc="GB200Nvl-00.00-0"), ScopeSelector(nodes=drifted)))
+            pins.append(_pin(_stack(bmc="GB200Nvl-00.00-0"), ScopeSelector(nodes=drifted), 2))
         for pin in pins:
             await state.save_pin(conn, pin, scope_key(pin.scope), uuid.uuid4())
     return DbRun(database_url, schema, drifted)

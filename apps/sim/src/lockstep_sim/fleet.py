@@ -60,10 +60,12 @@ class Node:
         return self.components[member_id].cls.descriptors()
 
     def summary(self, port: int) -> dict[str, Any]:
-        """The node's ``/fleet.json`` entry."""
+        """The node's ``/fleet.json`` entry. The simulator serves plain http, so its entries
+        allow credentials over it (``allow_plain_http``); real BMCs' entries should not."""
         return {
             "id": self.id,
             "bmc_url": f"http://{self.address}:{port}",
+            "allow_plain_http": True,
             "profile": self.profile,
             "supplier": self.supplier,
             "site": self.site,

@@ -24,7 +24,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -56,17 +57,34 @@ log = logging.getLogger(__name__)
 
 
 class HandlerContext(Emitter):
-    """What a handler gets besides its event: the open transaction (``conn``) and ``emit``.
+    """What a handler gets besides its event: the open transaction (``conn``), ``emit``, and
+    where the broker stored each event (``stream_seq``).
 
     Events emitted here are written to the outbox in the same transaction as the handler's
     state changes, just before commit (``outbox.Emitter``: the one way to emit).
     """
 
-    __slots__ = ("consumer",)
+    __slots__ = ("_sequences", "consumer")
 
-    def __init__(self, conn: Conn, source: str, consumer: str) -> None:
+    def __init__(
+        self, conn: Conn, source: str, consumer: str, sequences: Mapping[uuid.UUID, int]
+    ) -> None:
         super().__init__(conn, source)
         self.consumer = consumer
+        self._sequences = sequences
+
+    def stream_seq(self, env: Envelope[EventData]) -> int:
+        """The stream sequence JetStream gave ``env`` when it stored it: the order in which
+        events of one stream arrived at the broker. "Newest wins" decisions use it, never the
+        sender's ``occurred_at`` (issue 15: a pin dated 2999 won against every later pin).
+
+        Raises:
+            LookupError: ``env`` was not delivered to this context.
+        """
+        try:
+            return self._sequences[env.event_id]
+        except KeyError:
+            raise LookupError(f"event {env.event_id} was not delivered here") from None
 
 
 E = TypeVar("E", bound=EventData)
@@ -364,7 +382,10 @@ class ConsumerRunner:
             conn.transaction(),
         ):
             fresh = await inbox.claim(conn, self.durable, [i.env.event_id for i in items])
-            ctx = HandlerContext(conn, self._source, self.durable)
+            sequences: dict[uuid.UUID, int] = {}
+            for item in items:  # a duplicate inside one batch: the first copy is applied
+                sequences.setdefault(item.env.event_id, item.msg.metadata.sequence.stream)
+            ctx = HandlerContext(conn, self._source, self.durable, sequences)
             new: list[Envelope[EventData]] = []
             for item in items:
                 if item.env.event_id in fresh:

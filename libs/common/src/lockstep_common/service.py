@@ -34,7 +34,7 @@ from lockstep_common.observability import HttpEndpoint, Metrics, configure_loggi
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings, explain
 from lockstep_common.subjects import Namespace
-from lockstep_common.topology import EVENT_STREAMS, StreamPolicy, ensure_topology
+from lockstep_common.topology import ensure_topology
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,6 @@ class ServiceApp:
         registry: EventRegistry = REGISTRY,
         workers: Sequence[Worker] = (),
     ) -> None:
-        longest_stream = max(spec.max_age_s for spec in EVENT_STREAMS)
-        if settings.inbox_retention_s <= longest_stream:
-            raise ConfigurationError(
-                f"inbox_retention_s ({settings.inbox_retention_s:.0f}) must exceed the longest "
-                f"stream max age ({longest_stream:.0f} s): a replay of an event still stored "
-                "would otherwise be applied twice"
-            )
         self.name = name
         self.settings = settings
         self.subscriptions = tuple(subscriptions)
@@ -206,9 +199,8 @@ class ServiceApp:
         watched = [(r.stream, r.durable) for r in self._runners]
         if watched:
             specs.append(watcher_spec(self.name, watched))
-        policy = StreamPolicy(s.stream_replicas, s.duplicate_window_s, s.stream_max_message_bytes)
         try:
-            await ensure_topology(js, self.namespace, policy, specs)
+            await ensure_topology(js, self.namespace, s.stream_policy(), specs)
         except Exception:
             await nc.close()
             await pool.close()

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockstep_common import topology
 from lockstep_common.natsconn import NatsAccess, read_secret
 from lockstep_common.subjects import token
 
@@ -80,6 +81,25 @@ class ServiceSettings(BaseSettings):
     )
     stream_max_message_bytes: int = Field(
         default=1 << 20, ge=1024, description="Largest message a stream stores (max_msg_size)."
+    )
+    # Shared (LOCKSTEP_STREAM_*): every service of a deployment applies them to the same
+    # streams, so they must not differ from one service to the next.
+    stream_max_age_s: dict[str, float] = _shared(  # type: ignore[assignment]
+        "STREAM_MAX_AGE_S",
+        default_factory=dict,
+        description="How long streams keep messages, per stream, as JSON overriding the "
+        'defaults: {"TELEMETRY": 43200} (defaults: 30 days; TELEMETRY 1 day, ADVISORIES 7 '
+        "days). At least an hour and the duplicate window, at most a year, and less than "
+        "inbox_retention_s. Applied to live streams as services start.",
+    )
+    stream_max_bytes: dict[str, int] = _shared(  # type: ignore[assignment]
+        "STREAM_MAX_BYTES",
+        default_factory=dict,
+        description="How many bytes streams keep, per stream, as JSON overriding the defaults: "
+        '{"TELEMETRY": 4294967296} (defaults: 256 MiB; TELEMETRY 1 GiB, ADVISORIES 64 MiB). '
+        "The oldest messages go first. At least 16 times stream_max_message_bytes, at most "
+        "1 TiB; nats-server reserves each stream's limit. Applied to live streams as "
+        "services start.",
     )
 
     consumer_batch: int = Field(default=256, ge=1, le=4096, description="Messages per pull.")
@@ -154,6 +174,25 @@ class ServiceSettings(BaseSettings):
             self.nats_url, self.nats_user, self.nats_password_file, self.nats_ca_file
         )
 
+    def stream_limits(self) -> dict[str, topology.StreamLimits]:
+        """Every stream's limits: the defaults with ``stream_max_age_s`` and
+        ``stream_max_bytes`` applied (validated when the settings were built)."""
+        return topology.stream_limits(
+            self.stream_max_age_s,
+            self.stream_max_bytes,
+            duplicate_window_s=self.duplicate_window_s,
+            max_msg_bytes=self.stream_max_message_bytes,
+        )
+
+    def stream_policy(self) -> topology.StreamPolicy:
+        """What this deployment's streams are created and kept with."""
+        return topology.StreamPolicy(
+            self.stream_replicas,
+            self.duplicate_window_s,
+            self.stream_max_message_bytes,
+            self.stream_limits(),
+        )
+
     @model_validator(mode="after")
     def _check(self) -> ServiceSettings:
         token(self.namespace, "namespace")
@@ -185,6 +224,14 @@ class ServiceSettings(BaseSettings):
             )
         if self.db_pool_max < self.db_pool_min:
             raise ValueError("db_pool_max must be >= db_pool_min")
+        limits = self.stream_limits()
+        longest = max(limits[spec.base].max_age_s for spec in topology.EVENT_STREAMS)
+        if self.inbox_retention_s <= longest:
+            raise ValueError(
+                f"inbox_retention_s ({self.inbox_retention_s:.0f}) must exceed the longest "
+                f"stream max age ({longest:.0f} s): a replay of an event still stored would "
+                "otherwise be applied twice"
+            )
         return self
 
 

@@ -5,12 +5,23 @@ every service calls ``ensure_topology``: what is missing is created, what exists
 declaration field by field, and anything configured differently stops the service with a list of
 the differences (``TopologyMismatch``) rather than running on a stream that, say, keeps no
 duplicate window or redelivers forever. Changing a live stream is an operator's decision.
+
+Each stream's limits, how long (``max_age``) and how many bytes (``max_bytes``) it keeps, are
+settings rather than code (``LOCKSTEP_STREAM_MAX_AGE_S``, ``LOCKSTEP_STREAM_MAX_BYTES``): the
+declared values below are defaults, and a service applies the configured ones to live streams,
+so the operator's decision is the setting. Like ``max_age``, a byte limit drops the oldest
+messages first (discard old): it bounds the disk a stream can take (a publisher flooding one
+stream fills that stream, not the server's store), and must be sized above what consumers could
+fall behind by. nats-server reserves every stream's ``max_bytes`` (times its replicas) against
+its JetStream storage when the stream is created.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,34 +35,69 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
-from lockstep_common.errors import TopologyMismatch
+from lockstep_common.errors import ConfigurationError, TopologyMismatch
 from lockstep_common.subjects import Namespace
+
+log = logging.getLogger(__name__)
 
 ADVISORY_MAX_DELIVERIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 ADVISORY_TERMINATED = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED"
 DAY = 86_400.0
+MIB = 1 << 20
+# Bounds of the configurable limits. An hour is the least a stream may keep messages: consumers
+# down for a restart or a deploy must find them. A year is the most: the inbox, which must
+# remember event ids longer than any stream keeps them, would grow without end. 16 of the
+# largest messages is the least a stream may hold; 1 TiB the most anyone would mean.
+MIN_MAX_AGE_S = 3600.0
+MAX_MAX_AGE_S = 366 * DAY
+MIN_MESSAGES_PER_STREAM = 16
+MAX_MAX_BYTES = 1 << 40
+JS_INSUFFICIENT_RESOURCES = 10047  # nats-server JSInsufficientResourcesErr
 
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """One stream: a base name (namespaced at apply time) and its logical subject patterns."""
+    """One stream: a base name (namespaced at apply time), its logical subject patterns, and
+    its default limits (``max_age_s``, ``max_bytes``; settings may override them)."""
 
     base: str
     subjects: tuple[str, ...]
     max_age_s: float
     description: str
     namespaced_subjects: bool = True
+    max_bytes: int = 256 * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """How long and how many bytes one stream keeps."""
+
+    max_age_s: float
+    max_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
 class StreamPolicy:
-    """Deployment-wide stream settings (from ``BusSettings``)."""
+    """Deployment-wide stream settings (from ``ServiceSettings.stream_policy``).
+
+    ``limits`` maps stream base names to their configured limits. A service passes them all
+    (its settings); streams are then created with them and live streams updated to them. None
+    (a simulator or a test that only needs the streams to exist): streams are created with
+    the declared defaults and live limits are left as the deployment set them.
+    """
 
     replicas: int = 1
     duplicate_window_s: float = 600.0
     max_msg_bytes: int = 1 << 20
+    limits: Mapping[str, StreamLimits] | None = None
+
+    def limits_of(self, spec: StreamSpec) -> StreamLimits:
+        """The limits ``spec``'s stream is created with."""
+        if self.limits is not None and spec.base in self.limits:
+            return self.limits[spec.base]
+        return StreamLimits(spec.max_age_s, spec.max_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +138,10 @@ class ConsumerSpec:
         return wait_s - (deadline - backoff[0])
 
 
+# Default byte limits: 256 MiB holds some 250,000 events of a kilobyte, months of a large
+# fleet's rollouts; telemetry, a report per node every few minutes, gets 1 GiB (hours of a
+# 4,000-node fleet; older reports are superseded anyway). All of one namespace's streams reserve
+# about 3 GiB of the server's JetStream storage.
 EVENT_STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("BUNDLES", ("bundle.>",), 30 * DAY, "Bundle submissions and attestation verdicts"),
     StreamSpec("INTENTS", ("intent.>",), 30 * DAY, "Planners' rollout intents"),
@@ -99,10 +149,18 @@ EVENT_STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("PINS", ("pin.>",), 30 * DAY, "Which golden stack each scope is pinned to"),
     StreamSpec("DEVICES", ("device.>",), 30 * DAY, "Per-device stage/activate/verify outcomes"),
     StreamSpec("GATES", ("gate.>",), 30 * DAY, "Health-gate verdicts"),
-    StreamSpec("TELEMETRY", ("telemetry.>",), 1 * DAY, "Observed inventory and health reports"),
+    StreamSpec(
+        "TELEMETRY",
+        ("telemetry.>",),
+        1 * DAY,
+        "Observed inventory and health reports",
+        max_bytes=1024 * MIB,
+    ),
     StreamSpec("DRIFT", ("drift.>",), 30 * DAY, "Drift detected and resolved"),
     StreamSpec("DLQ", ("dlq.>",), 30 * DAY, "Dead letters: messages no consumer could process"),
 )
+ADVISORIES = "ADVISORIES"
+STREAM_BASES: tuple[str, ...] = (*(s.base for s in EVENT_STREAMS), ADVISORIES)
 
 
 def advisory_stream(namespace: Namespace) -> StreamSpec:
@@ -117,7 +175,56 @@ def advisory_stream(namespace: Namespace) -> StreamSpec:
         for spec in EVENT_STREAMS
         for kind in (ADVISORY_MAX_DELIVERIES, ADVISORY_TERMINATED)
     )
-    return StreamSpec("ADVISORIES", subjects, 7 * DAY, "DLQ advisories", namespaced_subjects=False)
+    return StreamSpec(
+        ADVISORIES,
+        subjects,
+        7 * DAY,
+        "DLQ advisories",
+        namespaced_subjects=False,
+        max_bytes=64 * MIB,
+    )
+
+
+def stream_limits(
+    max_age_s: Mapping[str, float],
+    max_bytes: Mapping[str, int],
+    *,
+    duplicate_window_s: float,
+    max_msg_bytes: int,
+) -> dict[str, StreamLimits]:
+    """Every stream's limits: the declared defaults with the configured overrides applied.
+
+    Raises:
+        ValueError: naming the stream and the bound for an override of a stream that does not
+            exist or outside its bounds (a max age of at least an hour, at most a year and
+            longer than the duplicate window, which nats-server requires; a byte limit of at
+            least 16 of the largest messages and at most 1 TiB).
+    """
+    for name, overrides in (("stream_max_age_s", max_age_s), ("stream_max_bytes", max_bytes)):
+        unknown = sorted(set(overrides) - set(STREAM_BASES))
+        if unknown:
+            raise ValueError(
+                f"{name} names no such stream: {', '.join(unknown)} "
+                f"(streams: {', '.join(STREAM_BASES)})"
+            )
+    least_bytes = MIN_MESSAGES_PER_STREAM * max_msg_bytes
+    least_age = max(MIN_MAX_AGE_S, duplicate_window_s)
+    out: dict[str, StreamLimits] = {}
+    for spec in (*EVENT_STREAMS, advisory_stream(Namespace("lockstep"))):
+        age = float(max_age_s.get(spec.base, spec.max_age_s))
+        size = int(max_bytes.get(spec.base, spec.max_bytes))
+        if not least_age <= age <= MAX_MAX_AGE_S:
+            raise ValueError(
+                f"stream_max_age_s {spec.base}: {age:g} s is outside {least_age:g} s (an hour, "
+                f"and no less than the duplicate window) to {MAX_MAX_AGE_S:g} s (a year)"
+            )
+        if not least_bytes <= size <= MAX_MAX_BYTES:
+            raise ValueError(
+                f"stream_max_bytes {spec.base}: {size} is outside {least_bytes} (16 messages of "
+                f"stream_max_message_bytes) to {MAX_MAX_BYTES} (1 TiB)"
+            )
+        out[spec.base] = StreamLimits(age, size)
+    return out
 
 
 def stream_for(namespace: Namespace, logical_subject: str) -> str:
@@ -140,6 +247,7 @@ def _matches(pattern: str, subject: str) -> bool:
 
 def stream_config(namespace: Namespace, spec: StreamSpec, policy: StreamPolicy) -> StreamConfig:
     """The nats-py configuration for one declared stream."""
+    limits = policy.limits_of(spec)
     subjects = (
         [namespace.wire(s) for s in spec.subjects]
         if spec.namespaced_subjects
@@ -152,7 +260,8 @@ def stream_config(namespace: Namespace, spec: StreamSpec, policy: StreamPolicy) 
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         num_replicas=policy.replicas,
-        max_age=spec.max_age_s,
+        max_age=limits.max_age_s,
+        max_bytes=limits.max_bytes,
         duplicate_window=policy.duplicate_window_s,
         max_msg_size=policy.max_msg_bytes,
         discard=DiscardPolicy.OLD,
@@ -184,11 +293,12 @@ _STREAM_FIELDS = (
     "retention",
     "storage",
     "num_replicas",
-    "max_age",
     "duplicate_window",
     "max_msg_size",
     "discard",
 )
+# Limits: settings, so a live stream whose limits differ is updated to them, not refused.
+_LIMIT_FIELDS = ("max_age", "max_bytes")
 _CONSUMER_FIELDS = (
     "ack_policy",
     "ack_wait",
@@ -199,6 +309,20 @@ _CONSUMER_FIELDS = (
     "max_ack_pending",
     "deliver_policy",
 )
+
+
+async def _reserving(call: Awaitable[Any], want: StreamConfig) -> None:
+    """Create or update a stream, explaining a byte limit the server cannot reserve."""
+    try:
+        await call
+    except APIError as exc:
+        if exc.err_code != JS_INSUFFICIENT_RESOURCES:
+            raise
+        raise ConfigurationError(
+            f"nats-server cannot reserve {want.max_bytes} bytes for stream {want.name} "
+            f"({exc.description}): lower LOCKSTEP_STREAM_MAX_BYTES for it or give JetStream "
+            "more storage (max_file_store)"
+        ) from None
 
 
 def diff_config(want: Any, have: Any, fields: Iterable[str]) -> list[str]:
@@ -233,10 +357,12 @@ async def ensure_topology(
     policy: StreamPolicy,
     consumers: Sequence[ConsumerSpec] = (),
 ) -> None:
-    """Create what is missing; refuse to run when anything live differs from the declaration.
+    """Create what is missing; update live streams' limits to ``policy.limits`` (when given);
+    refuse to run when anything else live differs from the declaration.
 
     Raises:
         TopologyMismatch: listing every stream or consumer field that differs.
+        ConfigurationError: nats-server cannot reserve a stream's byte limit.
     """
     problems: list[str] = []
     for spec in (*EVENT_STREAMS, advisory_stream(namespace)):
@@ -244,11 +370,19 @@ async def ensure_topology(
         try:
             info = await js.stream_info(str(want.name))
         except NotFoundError:
-            await js.add_stream(want)
+            await _reserving(js.add_stream(want), want)
             continue
-        problems += [
-            f"stream {want.name}: {d}" for d in diff_config(want, info.config, _STREAM_FIELDS)
-        ]
+        differs = diff_config(want, info.config, _STREAM_FIELDS)
+        problems += [f"stream {want.name}: {d}" for d in differs]
+        limits = diff_config(want, info.config, _LIMIT_FIELDS)
+        if policy.limits is not None and limits and not differs:
+            # Only the limits differ: keep the live configuration and set the configured limits
+            # (anything else we would not change, and the mismatch is reported below).
+            update = dataclasses.replace(
+                info.config, max_age=want.max_age, max_bytes=want.max_bytes
+            )
+            await _reserving(js.update_stream(update), want)
+            log.warning("stream %s: limits updated to the settings (%s)", want.name, limits)
     for cspec in consumers:
         cwant = consumer_config(namespace, cspec)
         stream = namespace.stream(cspec.stream)

@@ -17,6 +17,7 @@ from lockstep_redfish.errors import (
     BmcRefused,
     BmcUnavailable,
     CredentialError,
+    PlainHttpRefused,
     RedfishReplyError,
 )
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
@@ -32,6 +33,7 @@ __all__ = [
     "CredentialSource",
     "EnvCredentials",
     "FileCredentials",
+    "PlainHttpRefused",
     "RedfishClient",
     "RedfishReplyError",
     "RegistryCredentials",

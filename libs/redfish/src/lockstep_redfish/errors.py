@@ -13,6 +13,8 @@ method, URL and problem, never a request body, header or secret.
 - :class:`RedfishReplyError` (permanent): a reply that is not what DSP0266 and the schema say
   (not JSON, a wrong type, a missing property).
 - :class:`CredentialError` (permanent): no usable credentials for the node (nothing was sent).
+- :class:`PlainHttpRefused` (permanent): a BMC reached over plain ``http://`` that is not
+  allowed to be (nothing was sent).
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ class CredentialError(PermanentError):
     """No usable credentials for a node (the message never contains a secret).
 
     Permanent: a missing or malformed secret stays so until an operator provides it.
+    """
+
+
+class PlainHttpRefused(BmcError, PermanentError):
+    """Credentials would cross the network in clear: a BMC whose URL is ``http://`` and whose
+    target does not allow it (``BmcTarget.allow_plain_http``). Nothing is sent, not even a
+    connection is opened. DSP0266 §13.3 requires TLS for Basic authentication and session
+    creation; only a lab or simulated BMC may be allowed plain http, by its registry entry.
+
+    Permanent: the URL and the allowance are configuration, which a retry does not change.
     """
 
 

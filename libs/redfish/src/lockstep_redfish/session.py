@@ -10,7 +10,10 @@ all BMCs); ``client.session(target)`` is one :class:`BmcSession`::
 Opening logs in (``POST /redfish/v1/SessionService/Sessions`` -> ``X-Auth-Token`` +
 ``Location``); every request of the session carries the token; closing deletes the session
 (``DELETE`` its URI, DSP0266 §13.3.4), also after errors and on cancellation, and closes the
-session's own HTTP client. Secrets and tokens never appear in messages or logs.
+session's own HTTP client. Secrets and tokens never appear in messages or logs, and never cross
+the network in clear unless the target allows plain http (DSP0266 §13.3 requires TLS for
+session creation); redirects are not followed (``transport.request``), so a BMC cannot send
+them elsewhere either.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from lockstep_redfish.credentials import CredentialSource
-from lockstep_redfish.errors import BmcError, BmcRefused, status_error
+from lockstep_redfish.errors import BmcError, BmcRefused, PlainHttpRefused, status_error
 from lockstep_redfish.models import SessionReply, parse
 from lockstep_redfish.transport import Reply, RetryPolicy, request
 
@@ -40,11 +43,14 @@ HEADERS = {"Accept": "application/json", "OData-Version": "4.0"}  # DSP0266 "Req
 @dataclass(frozen=True, slots=True)
 class BmcTarget:
     """A BMC. ``url`` is ``scheme://host[:port]``; ``verify_tls`` overrides the client's
-    default for this BMC only (None: use the default)."""
+    default for this BMC only (None: use the default). An ``http://`` BMC is refused
+    (:class:`~lockstep_redfish.errors.PlainHttpRefused`, before anything is sent) unless
+    ``allow_plain_http`` says its credentials may cross the network in clear."""
 
     node_id: str
     url: str
     verify_tls: bool | None = None
+    allow_plain_http: bool = False
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -52,6 +58,11 @@ class BmcTarget:
             raise ValueError(f"{self.node_id}: BMC url must be http(s)://host[:port]")
         if parts.username is not None or parts.password is not None:
             raise ValueError(f"{self.node_id}: BMC url must not carry credentials")
+
+    @property
+    def plain_http(self) -> bool:
+        """True when requests to this BMC, credentials included, would travel unencrypted."""
+        return urlsplit(self.url).scheme == "http"
 
 
 async def _despite_cancel(step: Coroutine[Any, Any, T]) -> T:
@@ -163,6 +174,13 @@ class BmcSession:
         the caller is cancelled, so that a session the BMC created is known and deleted."""
         if self._http is not None:
             raise RuntimeError(f"session on {self.base} is already open")
+        if self.target.plain_http and not self.target.allow_plain_http:
+            # Checked before the client exists and the credentials are read: nothing leaves.
+            raise PlainHttpRefused(
+                f"refusing to send credentials over plain http to {self.base}: use https, or "
+                "allow plain http for this BMC explicitly (allow_plain_http)",
+                url=self.base,
+            )
         if not self.verify_tls and self.base.startswith("https"):
             log.warning("TLS verification is off for %s (%s)", self.target.node_id, self.target.url)
         self._http = self._client._http()

@@ -109,7 +109,17 @@ async def request(
             async with (
                 slots,
                 asyncio.timeout(policy.timeout_s),
-                http.request(method, url, headers=headers, json=json_body, ssl=ssl) as response,
+                # No redirects: a BMC answering 3xx would have the login body (its password)
+                # or the session token resent to wherever it points, plain http included.
+                # Redfish services do not redirect (DSP0266); a 3xx is an unexpected status.
+                http.request(
+                    method,
+                    url,
+                    headers=headers,
+                    json=json_body,
+                    ssl=ssl,
+                    allow_redirects=False,
+                ) as response,
             ):
                 if response.status not in RETRYABLE:
                     return Reply(response.status, response.headers, await _decode(response, url))

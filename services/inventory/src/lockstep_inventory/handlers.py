@@ -10,6 +10,7 @@ event is applied exactly once however often it is delivered.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Sequence
 
 from lockstep_common import canonical
@@ -35,6 +36,7 @@ from lockstep_inventory.domain.pins import Pin, scope_key
 from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.store import InventoryStore, NodeStore
 
+log = logging.getLogger(__name__)
 OBSERVED_AFTER_SENT = dt.timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
 
 
@@ -88,10 +90,14 @@ async def on_pin_changed(
     sink: EventSink,
     env: Envelope[PinChanged],
     *,
+    stream_seq: int,
     rules: CompatibilityRules,
     now: dt.datetime,
 ) -> ingest.Outcome:
-    """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes."""
+    """Keep the pin unless a newer one holds its scope, then re-judge the site's nodes.
+
+    Newer means later in the PINS stream (``stream_seq``, the broker's order), never a later
+    ``occurred_at``: the sender's clock decides nothing (``domain.pins``)."""
     data = env.data
     computed = canonical.stack_hash(data.stack)
     if computed != data.stack_hash:
@@ -105,10 +111,20 @@ async def on_pin_changed(
         scope=data.scope,
         stack_hash=data.stack_hash,
         stack=data.stack,
+        sequence=stream_seq,
         occurred_at=env.occurred_at,
         rollout_id=data.rollout_id,
     )
     if not await store.save_pin(pin, scope_key(data.scope), env.event_id):
+        # Rare (a retried pin overtaken by a later one, or a PINS stream created again), and
+        # an operator whose `lockstep fleet pin` changed nothing must be able to find out why.
+        log.warning(
+            "pin.changed %s (stream sequence %d) for site %s ignored: a pin later in the "
+            "stream holds its scope",
+            env.event_id,
+            stream_seq,
+            data.site,
+        )
         return ingest.Outcome()
     site_nodes = await store.nodes_in_site(data.site)
     return await ingest.rejudge(store, site_nodes, sink, now=now, rules=rules)
@@ -119,12 +135,14 @@ async def on_wave_planned(
     sink: EventSink,
     env: Envelope[WavePlanned],
     *,
+    stream_seq: int,
     rules: CompatibilityRules,
     now: dt.datetime,
 ) -> ingest.Outcome:
-    """A wave starts: its nodes drift as ``pending`` until it ends."""
+    """A wave starts: its nodes drift as ``pending`` until it ends. A node in several active
+    waves is in the one planned latest in the stream (``stream_seq``)."""
     data = env.data
-    nodes = await store.start_wave(data.rollout_id, data.wave, data.node_ids, env.occurred_at)
+    nodes = await store.start_wave(data.rollout_id, data.wave, data.node_ids, stream_seq)
     return await ingest.rejudge(store, nodes, sink, now=now, rules=rules)
 
 
@@ -159,18 +177,20 @@ async def on_device_step(
     sink: EventSink,
     env: Envelope[DeviceActivated | DeviceVerified | DeviceRolledBack],
     *,
+    stream_seq: int,
     rules: CompatibilityRules,
     now: dt.datetime,
 ) -> ingest.Outcome:
     """A rollout step moved a device: to ``to_version`` (activated, verified), or back to
     ``from_version`` (rolled back; nothing when the updater did not know it). A difference
-    the recorded version explains is not ``unexpected``."""
+    the recorded version explains is not ``unexpected``. A step earlier in the stream
+    (``stream_seq``) than the one recorded changes nothing."""
     data = env.data
     version = data.from_version if isinstance(data, DeviceRolledBack) else data.to_version
     if version is None:
         return ingest.Outcome()
     changed = await store.record_change(
-        data.node_id, data.component, version, data.rollout_id, env.occurred_at
+        data.node_id, data.component, version, data.rollout_id, stream_seq
     )
     if not changed:
         return ingest.Outcome()
@@ -193,12 +213,26 @@ class Handlers:
         )
 
     async def pin_changed(self, ctx: HandlerContext, env: Envelope[PinChanged]) -> None:
-        """A new pin for a scope (``on_pin_changed``)."""
-        await on_pin_changed(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
+        """A new pin for a scope (``on_pin_changed``), ordered by its stream sequence."""
+        await on_pin_changed(
+            PgInventoryStore(ctx.conn),
+            ctx,
+            env,
+            stream_seq=ctx.stream_seq(env),
+            rules=self.rules,
+            now=_now(),
+        )
 
     async def wave_planned(self, ctx: HandlerContext, env: Envelope[WavePlanned]) -> None:
         """A wave starts (``on_wave_planned``)."""
-        await on_wave_planned(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
+        await on_wave_planned(
+            PgInventoryStore(ctx.conn),
+            ctx,
+            env,
+            stream_seq=ctx.stream_seq(env),
+            rules=self.rules,
+            now=_now(),
+        )
 
     async def wave_completed(self, ctx: HandlerContext, env: Envelope[WaveCompleted]) -> None:
         """A wave ends (``on_wave_completed``)."""
@@ -214,10 +248,24 @@ class Handlers:
         self, ctx: HandlerContext, env: Envelope[DeviceActivated | DeviceVerified]
     ) -> None:
         """A rollout step moved a device to ``to_version`` (``on_device_step``)."""
-        await on_device_step(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
+        await self._device_step(ctx, env)
 
     async def device_rolled_back(
         self, ctx: HandlerContext, env: Envelope[DeviceRolledBack]
     ) -> None:
         """A rollback returned a device to ``from_version`` (``on_device_step``)."""
-        await on_device_step(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
+        await self._device_step(ctx, env)
+
+    async def _device_step(
+        self,
+        ctx: HandlerContext,
+        env: Envelope[DeviceActivated | DeviceVerified | DeviceRolledBack],
+    ) -> None:
+        await on_device_step(
+            PgInventoryStore(ctx.conn),
+            ctx,
+            env,
+            stream_seq=ctx.stream_seq(env),
+            rules=self.rules,
+            now=_now(),
+        )

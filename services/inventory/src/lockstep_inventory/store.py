@@ -76,13 +76,13 @@ class NodeStore(Protocol):
         ...
 
     async def save_pin(self, pin: Pin, scope_key: str, event_id: uuid.UUID) -> bool:
-        """Keep ``pin`` (and its stack, by hash) unless a pin as new or newer holds its
-        (site, scope); True when it was kept."""
+        """Keep ``pin`` (and its stack, by hash) unless a pin at the same or a later stream
+        sequence (``Pin.sequence``) holds its (site, scope); True when it was kept."""
         ...
 
     async def rollout_facts(self, node_ids: Iterable[str]) -> dict[str, RolloutFacts]:
-        """Active wave (the most recently joined) and recorded steps per node (nodes with
-        neither: left out)."""
+        """Active wave (the one joined latest in the stream) and recorded steps per node
+        (nodes with neither: left out)."""
         ...
 
 
@@ -90,10 +90,12 @@ class RolloutStore(Protocol):
     """The rollout facts the inventory records from the updater's and planner's events."""
 
     async def start_wave(
-        self, rollout_id: str, wave: int, node_ids: Sequence[str], at: dt.datetime
+        self, rollout_id: str, wave: int, node_ids: Sequence[str], sequence: int
     ) -> list[str]:
-        """Mark the wave's nodes active; returns them (none when the wave or its rollout has
-        already ended: a late or retried wave.planned)."""
+        """Mark the wave's nodes active, ``sequence`` being the stream sequence of the
+        wave.planned; returns them (none when the wave or its rollout has already ended: a
+        late or retried wave.planned; not a node that a wave.planned later in the stream put
+        in another wave of the rollout)."""
         ...
 
     async def end_wave(self, rollout_id: str, wave: int) -> list[str]:
@@ -105,9 +107,10 @@ class RolloutStore(Protocol):
         ...
 
     async def record_change(
-        self, node_id: str, component: str, version: str, rollout_id: str, at: dt.datetime
+        self, node_id: str, component: str, version: str, rollout_id: str, sequence: int
     ) -> bool:
-        """Remember the version a rollout step left; True unless a later step is recorded."""
+        """Remember the version a rollout step left (``sequence``: the stream sequence of its
+        event); True unless a step later in the stream is recorded."""
         ...
 
 

@@ -167,7 +167,8 @@ async def _locked_sweep(
     writing: asyncio.Task[None] | None = None
     buffer: list[SweepResult] = []
     try:
-        async with aclosing(read([BmcTarget(n.id, n.bmc_url) for n in nodes])) as results:
+        targets = [BmcTarget(n.id, n.bmc_url, allow_plain_http=n.allow_plain_http) for n in nodes]
+        async with aclosing(read(targets)) as results:
             async for result in results:
                 buffer.append(result)
                 if keep_results:

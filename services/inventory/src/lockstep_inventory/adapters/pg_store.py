@@ -67,9 +67,9 @@ class PgInventoryStore:
         return await state.rollout_facts(self.conn, node_ids)
 
     async def start_wave(
-        self, rollout_id: str, wave: int, node_ids: Sequence[str], at: dt.datetime
+        self, rollout_id: str, wave: int, node_ids: Sequence[str], sequence: int
     ) -> list[str]:
-        return await rollouts.start_wave(self.conn, rollout_id, wave, node_ids, at)
+        return await rollouts.start_wave(self.conn, rollout_id, wave, node_ids, sequence)
 
     async def end_wave(self, rollout_id: str, wave: int) -> list[str]:
         return await rollouts.end_wave(self.conn, rollout_id, wave)
@@ -78,6 +78,8 @@ class PgInventoryStore:
         return await rollouts.end_rollout(self.conn, rollout_id)
 
     async def record_change(
-        self, node_id: str, component: str, version: str, rollout_id: str, at: dt.datetime
+        self, node_id: str, component: str, version: str, rollout_id: str, sequence: int
     ) -> bool:
-        return await rollouts.record_change(self.conn, node_id, component, version, rollout_id, at)
+        return await rollouts.record_change(
+            self.conn, node_id, component, version, rollout_id, sequence
+        )

@@ -1,28 +1,33 @@
-"""Rollout facts the inventory keeps (``wave_nodes``, ``recorded_changes``)."""
+"""Rollout facts the inventory keeps (``wave_nodes``, ``recorded_changes``).
+
+Each row keeps the stream sequence of the event that wrote it (``wave.planned`` in ROLLOUTS,
+``device.*`` in DEVICES): only an event later in the same stream replaces it, whatever times
+the senders put on them (migrations/0005_broker_order.sql)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 
 from lockstep_common.db import Conn
 
 
 async def start_wave(
-    conn: Conn, rollout_id: str, wave: int, node_ids: Sequence[str], at: dt.datetime
+    conn: Conn, rollout_id: str, wave: int, node_ids: Sequence[str], sequence: int
 ) -> list[str]:
     """Mark the wave's nodes active; returns them, each once (none when the wave or its
-    rollout has already ended: a late or retried wave.planned)."""
+    rollout has already ended: a late or retried wave.planned; a node a later wave.planned of
+    the rollout holds stays in that wave)."""
     rows = await conn.fetch(
-        "INSERT INTO wave_nodes (rollout_id, wave, node_id, since)"
+        "INSERT INTO wave_nodes (rollout_id, wave, node_id, stream_seq)"
         " SELECT $1, $2, unnest($3::text[]), $4 WHERE NOT EXISTS (SELECT 1 FROM ended_waves"
         " WHERE rollout_id = $1 AND wave IN ($2, -1))"
         " ON CONFLICT (rollout_id, node_id) DO UPDATE SET wave = EXCLUDED.wave,"
-        " since = EXCLUDED.since RETURNING node_id",
+        " stream_seq = EXCLUDED.stream_seq, since = now()"
+        " WHERE wave_nodes.stream_seq < EXCLUDED.stream_seq RETURNING node_id",
         rollout_id,
         wave,
         list(dict.fromkeys(node_ids)),  # an upsert may not touch one row twice
-        at,
+        sequence,
     )
     return sorted(r["node_id"] for r in rows)
 
@@ -61,18 +66,20 @@ async def record_change(
     component: str,
     version: str,
     rollout_id: str,
-    at: dt.datetime,
+    sequence: int,
 ) -> bool:
-    """Remember the version a rollout step left; older steps arriving late change nothing."""
+    """Remember the version a rollout step left; steps earlier in the stream arriving late
+    change nothing."""
     kept = await conn.fetchval(
-        "INSERT INTO recorded_changes (node_id, component, to_version, rollout_id, at)"
+        "INSERT INTO recorded_changes (node_id, component, to_version, rollout_id, stream_seq)"
         " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (node_id, component) DO UPDATE SET"
-        " to_version = EXCLUDED.to_version, rollout_id = EXCLUDED.rollout_id, at = EXCLUDED.at"
-        " WHERE recorded_changes.at <= EXCLUDED.at RETURNING true",
+        " to_version = EXCLUDED.to_version, rollout_id = EXCLUDED.rollout_id,"
+        " stream_seq = EXCLUDED.stream_seq, at = now()"
+        " WHERE recorded_changes.stream_seq < EXCLUDED.stream_seq RETURNING true",
         node_id,
         component,
         version,
         rollout_id,
-        at,
+        sequence,
     )
     return bool(kept)

@@ -253,7 +253,8 @@ async def save_drift(conn: Conn, rows: Mapping[str, DriftRow]) -> None:
 async def pins(conn: Conn) -> list[Pin]:
     """Every current pin (the newest per site and scope)."""
     rows = await conn.fetch(
-        "SELECT site, scope::text, stack_hash, stack::text, rollout_id, occurred_at FROM pins"
+        "SELECT site, scope::text, stack_hash, stack::text, rollout_id, stream_seq, occurred_at"
+        " FROM pins"
     )
     return [
         Pin(
@@ -261,6 +262,7 @@ async def pins(conn: Conn) -> list[Pin]:
             scope=ScopeSelector.model_validate_json(r["scope"]),
             stack_hash=r["stack_hash"],
             stack=_stack(r["stack"]),
+            sequence=r["stream_seq"],
             occurred_at=r["occurred_at"],
             rollout_id=r["rollout_id"],
         )
@@ -273,7 +275,8 @@ def _stack(text: str) -> dict[str, dict[Component, str]]:
 
 
 async def save_pin(conn: Conn, pin: Pin, scope_key: str, event_id: Any) -> bool:
-    """Keep ``pin`` unless a newer one holds its (site, scope); True when it was kept."""
+    """Keep ``pin`` unless one later in the stream holds its (site, scope); True when it
+    was kept."""
     stack = _dumps({p: {str(c): v for c, v in s.items()} for p, s in pin.stack.items()})
     await conn.execute(
         "INSERT INTO stacks (stack_hash, stack) VALUES ($1, $2::jsonb) ON CONFLICT DO NOTHING",
@@ -282,12 +285,12 @@ async def save_pin(conn: Conn, pin: Pin, scope_key: str, event_id: Any) -> bool:
     )
     kept = await conn.fetchval(
         "INSERT INTO pins (site, scope_key, scope, stack_hash, stack, rollout_id, event_id,"
-        " occurred_at) VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6, $7, $8)"
+        " stream_seq, occurred_at) VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6, $7, $8, $9)"
         " ON CONFLICT (site, scope_key) DO UPDATE SET scope = EXCLUDED.scope,"
         " stack_hash = EXCLUDED.stack_hash, stack = EXCLUDED.stack,"
         " rollout_id = EXCLUDED.rollout_id, event_id = EXCLUDED.event_id,"
-        " occurred_at = EXCLUDED.occurred_at, received_at = now()"
-        " WHERE pins.occurred_at < EXCLUDED.occurred_at RETURNING true",
+        " stream_seq = EXCLUDED.stream_seq, occurred_at = EXCLUDED.occurred_at,"
+        " received_at = now() WHERE pins.stream_seq < EXCLUDED.stream_seq RETURNING true",
         pin.site,
         scope_key,
         pin.scope.model_dump_json(),
@@ -295,6 +298,7 @@ async def save_pin(conn: Conn, pin: Pin, scope_key: str, event_id: Any) -> bool:
         stack,
         pin.rollout_id,
         event_id,
+        pin.sequence,
         pin.occurred_at,
     )
     return bool(kept)
@@ -311,7 +315,7 @@ async def rollout_facts(conn: Conn, node_ids: Iterable[str]) -> dict[str, Rollou
     ids = list(set(node_ids))
     waves = await conn.fetch(
         "SELECT DISTINCT ON (node_id) node_id, rollout_id FROM wave_nodes"
-        " WHERE node_id = ANY($1::text[]) ORDER BY node_id, since DESC",
+        " WHERE node_id = ANY($1::text[]) ORDER BY node_id, stream_seq DESC",
         ids,
     )
     steps = await conn.fetch(

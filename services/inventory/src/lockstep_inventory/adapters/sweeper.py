@@ -13,10 +13,12 @@ not hold the BMC's ``concurrency`` slot, but a result is yielded only after its 
 the generator does not finish before every logout it started has ended.
 
 A BMC that cannot be read ends as ``SweepResult(readable=False, error=...)``; it is never
-skipped. Close the iterator early with ``contextlib.aclosing`` so that open sessions are
-deleted promptly. Performance basis: research/perf.md section 5 (aiohttp); each BMC visit
-has its own short-lived connection pool (``lockstep_redfish.session``). A process that
-sweeps large fleets should run under :func:`sweep_gc` (``lockstep bench sweep`` shows why).
+skipped. An ``http://`` BMC is sent no credentials, and is unreadable for it, unless its target
+allows plain http; those that do are named in one warning per sweep. Close the iterator early
+with ``contextlib.aclosing`` so that open sessions are deleted promptly. Performance basis:
+research/perf.md section 5 (aiohttp); each BMC visit has its own short-lived connection pool
+(``lockstep_redfish.session``). A process that sweeps large fleets should run under
+:func:`sweep_gc` (``lockstep bench sweep`` shows why).
 """
 
 from __future__ import annotations
@@ -106,11 +108,27 @@ async def sweep(
             yield result
 
 
+def warn_plain_http(targets: Sequence[BmcTarget], shown: int = 20) -> None:
+    """One warning per sweep naming the BMCs whose credentials go over plain http because
+    their entries allow it (the others are refused, each with its reason, by the session)."""
+    plain = [t.node_id for t in targets if t.plain_http and t.allow_plain_http]
+    if plain:
+        more = f" and {len(plain) - shown} more" if len(plain) > shown else ""
+        log.warning(
+            "sending BMC credentials over plain http (allowed by their registry entries) to "
+            "%d BMC(s): %s%s",
+            len(plain),
+            ", ".join(plain[:shown]),
+            more,
+        )
+
+
 async def _sweep(
     targets: Sequence[BmcTarget], credentials: CredentialSource, options: SweepOptions
 ) -> AsyncGenerator[SweepResult, None]:
     if not targets:
         return
+    warn_plain_http(targets)
     policy = RetryPolicy(
         options.timeout_s, options.retries, options.backoff_s, options.max_retry_after_s
     )

@@ -4,7 +4,8 @@ simulator's ``/fleet.json`` (a bare list). Validated whole before anything is wr
 Credentials are a *reference* (``env:PREFIX`` for ``PREFIX_USERNAME``/``PREFIX_PASSWORD``, or
 ``file:/path`` to a JSON file): secrets are never stored in the database, sent in events or
 logged (design.md, non-negotiable 8). A value that is not a reference is refused, so a pasted
-password never reaches the registry.
+password never reaches the registry. Nor do they cross the network in clear: a BMC whose
+``bmc_url`` is ``http://`` is sent them only if its entry says ``allow_plain_http: true``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class NodeEntry(BaseModel):
     fabric_domain: str = Field(default="", max_length=128, description="NVLink domain.")
     pool: str = Field(default="", max_length=128, description="Scheduler pool.")
     credentials: str = Field(description="env:PREFIX or file:/path; never a secret itself.")
+    allow_plain_http: bool = Field(
+        default=False,
+        description="Send this BMC's credentials over an http:// bmc_url, in clear (a lab or "
+        "simulated BMC). Without it an http:// BMC is never sent them and is reported "
+        "unreadable.",
+    )
 
     @field_validator("bmc_url")
     @classmethod

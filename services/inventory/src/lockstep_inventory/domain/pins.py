@@ -1,9 +1,17 @@
 """Which golden stack a node is pinned to (``pin.changed`` events, design.md "inventory").
 
 A pin names a site, a scope within it and a stack (hardware profile -> component -> version).
-The newest pin (by event time) whose site and scope contain a node is the node's pin; a newer
-pin for the same (site, scope) replaces the older one, and an older one arriving late is
-ignored. A stack without the node's profile pins nothing on that node.
+The newest pin whose site and scope contain a node is the node's pin; a newer pin for the same
+(site, scope) replaces the older one, and an older one arriving late is ignored. A stack without
+the node's profile pins nothing on that node.
+
+"Newest" is the broker's order, never the sender's clock: ``sequence`` is the stream sequence
+JetStream gave the ``pin.changed`` when it stored it (every pin is in the one ``PINS`` stream,
+so sequences of all sites and scopes compare). A sender's ``time`` decides nothing: a pin dated
+2999 once won against every later pin (issue 15). A redelivered or retried older pin keeps its
+lower sequence, so it still loses. The sequence restarts only if the stream is deleted and
+created again; pins held from before then win until replaced, and every pin refused as
+older is logged with its sequence (``handlers.on_pin_changed``).
 
 Pin granularity: a component's pinned version is either one version (every member carries it)
 or the distinct versions its members must carry, sorted and joined with ``|`` (``"0.2.1.1|0.2.1.8"``
@@ -44,7 +52,8 @@ class Pin:
     scope: ScopeSelector
     stack_hash: str
     stack: Mapping[str, Mapping[Component, str]]
-    occurred_at: dt.datetime
+    sequence: int  # the PINS stream sequence of its pin.changed: what "newer" means
+    occurred_at: dt.datetime  # what the sender said; kept for the record, never compared
     rollout_id: str | None = None
 
     def covers(self, node: NodeEntry) -> bool:
@@ -70,11 +79,12 @@ def scope_key(scope: ScopeSelector) -> str:
 
 
 def pin_of(node: NodeEntry, pins: Iterable[Pin]) -> Pin | None:
-    """The newest pin covering ``node`` (ties broken by stack hash, so the answer is stable)."""
+    """The newest pin (highest stream sequence) covering ``node``; ties, which only a test
+    can make, are broken by stack hash so the answer is stable."""
     best: Pin | None = None
     for pin in pins:
         if pin.covers(node) and (
-            best is None or (pin.occurred_at, pin.stack_hash) > (best.occurred_at, best.stack_hash)
+            best is None or (pin.sequence, pin.stack_hash) > (best.sequence, best.stack_hash)
         ):
             best = pin
     return best

@@ -2,8 +2,8 @@
 in dictionaries, with the semantics of ``adapters/pg_store.PgInventoryStore``.
 
 Locking is a no-op (one task at a time in a unit test); everything else behaves as the SQL does:
-a pin is kept only when newer than the one holding its (site, scope), a rollout step only when
-not older than the recorded one, a wave or rollout that has ended stays ended, a touched report
+a pin is kept only when later in the stream than the one holding its (site, scope), a rollout
+step or wave membership likewise, a wave or rollout that has ended stays ended, a touched report
 keeps its content and digest. ``tests/integration/inventory/test_store_contract.py`` runs the
 same assertions against this class and PostgreSQL.
 """
@@ -28,14 +28,14 @@ WHOLE_ROLLOUT = -1  # the wave number that marks a whole rollout ended (as ended
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Membership:
     wave: int
-    since: dt.datetime
+    sequence: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Step:
     version: str
     rollout_id: str
-    at: dt.datetime
+    sequence: int
 
 
 class MemoryInventoryStore:
@@ -127,17 +127,19 @@ class MemoryInventoryStore:
         self.stacks.setdefault(pin.stack_hash, pin.stack)
         key = (pin.site, scope_key)
         held = self.current_pins.get(key)
-        if held is not None and not held.occurred_at < pin.occurred_at:
+        if held is not None and not held.sequence < pin.sequence:
             return False
         self.current_pins[key] = pin
         return True
 
     async def rollout_facts(self, node_ids: Iterable[str]) -> dict[str, RolloutFacts]:
         wanted = set(node_ids)
-        latest: dict[str, tuple[dt.datetime, str]] = {}
+        latest: dict[str, tuple[int, str]] = {}
         for (rollout_id, node_id), member in self.waves.items():
-            if node_id in wanted and (node_id not in latest or member.since > latest[node_id][0]):
-                latest[node_id] = (member.since, rollout_id)
+            if node_id in wanted and (
+                node_id not in latest or member.sequence > latest[node_id][0]
+            ):
+                latest[node_id] = (member.sequence, rollout_id)
         recorded: dict[str, dict[Component, str]] = {}
         for (node_id, component), step in self.steps.items():
             if node_id in wanted:
@@ -150,13 +152,17 @@ class MemoryInventoryStore:
     # --- RolloutStore ---------------------------------------------------------------------
 
     async def start_wave(
-        self, rollout_id: str, wave: int, node_ids: Sequence[str], at: dt.datetime
+        self, rollout_id: str, wave: int, node_ids: Sequence[str], sequence: int
     ) -> list[str]:
         if {(rollout_id, wave), (rollout_id, WHOLE_ROLLOUT)} & self.ended:
             return []  # a late or retried wave.planned does not reopen an ended wave
-        for node_id in node_ids:
-            self.waves[(rollout_id, node_id)] = _Membership(wave, at)
-        return sorted(set(node_ids))
+        started = []
+        for node_id in dict.fromkeys(node_ids):
+            held = self.waves.get((rollout_id, node_id))
+            if held is None or held.sequence < sequence:
+                self.waves[(rollout_id, node_id)] = _Membership(wave, sequence)
+                started.append(node_id)
+        return sorted(started)
 
     async def end_wave(self, rollout_id: str, wave: int) -> list[str]:
         self.ended.add((rollout_id, wave))
@@ -173,11 +179,11 @@ class MemoryInventoryStore:
         return [node_id for _, node_id in gone]
 
     async def record_change(
-        self, node_id: str, component: str, version: str, rollout_id: str, at: dt.datetime
+        self, node_id: str, component: str, version: str, rollout_id: str, sequence: int
     ) -> bool:
         key = (node_id, Component(component))
         held = self.steps.get(key)
-        if held is not None and held.at > at:
-            return False  # an older step arriving late
-        self.steps[key] = _Step(version, rollout_id, at)
+        if held is not None and not held.sequence < sequence:
+            return False  # a step earlier in the stream arriving late
+        self.steps[key] = _Step(version, rollout_id, sequence)
         return True
