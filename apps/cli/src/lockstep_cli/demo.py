@@ -85,12 +85,18 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         table.add_column("part")
         table.add_column("where")
         table.add_row("NATS (JetStream)", str(stack.nats_url))
-        table.add_row("PostgreSQL", str(stack.database_url))
+        table.add_row("PostgreSQL (admin)", str(stack.database_url))
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
-        asyncio.run(_event_path(console, *stack.urls(), bundle=kit.bundle))
-        asyncio.run(fleet_drift(console, *stack.urls()))
+        nats_url, _ = stack.urls()
+        # Each part connects as its own role, like the services (Stack.database_env).
+        db_url = {
+            who: stack.database_env(who)["LOCKSTEP_DATABASE_URL"]
+            for who in ("demo_cli", "demo_audit", "inventory")
+        }
+        asyncio.run(_event_path(console, nats_url, db_url, bundle=kit.bundle))
+        asyncio.run(fleet_drift(console, nats_url, db_url["inventory"]))
         console.print("stopping services, then NATS and PostgreSQL ...")
     console.print("[bold green]demo finished[/]: every process stopped.")
 
@@ -119,14 +125,24 @@ class Participants:
         return self.producer.namespace.wire(SUBJECT)
 
 
-async def _event_path(console: Console, nats_url: str, database_url: str, *, bundle: Path) -> None:
-    common: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "log_json": False}
+async def _event_path(
+    console: Console, nats_url: str, db_url: dict[str, str], *, bundle: Path
+) -> None:
+    common: dict[str, Any] = {"nats_url": nats_url, "log_json": False}
     audit = Audit(console)
     p = Participants(
-        ServiceApp("cli", DemoSettings(db_schema="demo_cli", **common)),
+        ServiceApp(
+            "cli",
+            DemoSettings(db_schema="demo_cli", database_url=db_url["demo_cli"], **common),
+        ),
         ServiceApp(
             "audit",
-            DemoSettings(db_schema="demo_audit", consumer_retry_backoff_s=(0.1,), **common),
+            DemoSettings(
+                db_schema="demo_audit",
+                database_url=db_url["demo_audit"],
+                consumer_retry_backoff_s=(0.1,),
+                **common,
+            ),
             subscriptions=[
                 Subscription(
                     "demo-audit",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockstep_cli.restarts import RestartPolicy
+from lockstep_cli.schemas import prepare_schemas
 from lockstep_devstack import Stack
 from lockstep_devstack.process import free_port, spawn, stop, tail
 
@@ -59,13 +60,14 @@ def start_service(
     *,
     port: int | None = None,
 ) -> ServiceProcess:
-    """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one)."""
+    """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one), as
+    its own database role (``Stack.database_env``)."""
     port = port or free_port()
-    nats_url, database_url = stack.urls()
+    nats_url, _ = stack.urls()
     env = {
         **os.environ,
         "LOCKSTEP_NATS_URL": nats_url,
-        "LOCKSTEP_DATABASE_URL": database_url,
+        **stack.database_env(name),
         f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
         **(extra_env or {}),
     }
@@ -176,8 +178,10 @@ def running_system(
     *,
     durable: bool = True,
     extra_env: dict[str, str] | None = None,
+    report: Callable[[str], None] = lambda _: None,
 ) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
-    """The stack plus the named services, stopped in the right order on exit."""
+    """The stack plus the named services, stopped in the right order on exit; every service's
+    role, schema and migrations are set up by the admin first (``schemas.prepare_schemas``)."""
     stack = Stack(
         data_dir,
         nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
@@ -187,6 +191,7 @@ def running_system(
     services: list[ServiceProcess] = []
     with stack:
         try:
+            prepare_schemas(stack, SERVICES, report)
             services.extend(start_service(n, stack, data_dir / "logs", extra_env) for n in names)
             wait_ready(services)
             yield stack, services
