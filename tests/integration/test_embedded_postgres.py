@@ -361,3 +361,18 @@ def test_a_cluster_without_passwords_is_refused_with_one_line(
         assert not (data_dir / "postgres/pgdata/postmaster.pid").exists()  # nothing started
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_an_operator_uses_the_admins_dsn_on_any_services_tables(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", _url(stack, "admin"))
+    letters = CliRunner().invoke(cli_app, ["dlq", "list", "attest", "--json"])
+    assert (letters.exit_code, letters.output.strip()) == (0, "[]"), letters.output
+    fleet = CliRunner().invoke(cli_app, ["fleet", "list"])
+    assert fleet.exit_code == 0, fleet.output
+    # With the default settings instead: refused, in one line.
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", _logins(stack)["the default settings"])
+    refused = CliRunner().invoke(cli_app, ["dlq", "list", "attest"])
+    assert refused.exit_code == 2
+    assert refused.output.count("\n") == 1 and "refused the login" in refused.output
