@@ -319,6 +319,17 @@ async def test_two_stacks_with_default_settings_cannot_log_in_to_each_other(
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def _copy(stopped: Path, prefix: str) -> Path:
+    """A copy of a stopped stack's data directory, owners included (as root the cluster is
+    PostgreSQL's service user's, and copying makes it ours)."""
+    data_dir = _new_dir(prefix)
+    shutil.copytree(stopped, data_dir, dirs_exist_ok=True, symlinks=True)
+    for source in stopped.rglob("*"):
+        st = source.lstat()
+        os.lchown(data_dir / source.relative_to(stopped), st.st_uid, st.st_gid)
+    return data_dir
+
+
 # An older Lockstep's cluster: initdb --auth=trust wrote this (PostgreSQL 16's sample lines).
 TRUST_HBA = """local   all             all                                     trust
 host    all             all             127.0.0.1/32            trust
@@ -347,9 +358,8 @@ def stopped() -> Iterator[Path]:
 def test_a_cluster_without_passwords_is_refused_with_one_line(
     stopped: Path, damage: str, says: str
 ) -> None:
-    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-roles-old-"))
+    data_dir = _copy(stopped, "lockstep-roles-old-")
     try:
-        shutil.copytree(stopped, data_dir, dirs_exist_ok=True, symlinks=True)
         if damage == "trust":
             (data_dir / "postgres/pgdata/pg_hba.conf").write_text(TRUST_HBA)
         else:
@@ -376,3 +386,27 @@ def test_an_operator_uses_the_admins_dsn_on_any_services_tables(
     refused = CliRunner().invoke(cli_app, ["dlq", "list", "attest"])
     assert refused.exit_code == 2
     assert refused.output.count("\n") == 1 and "refused the login" in refused.output
+
+
+def test_an_edited_hba_is_replaced_and_a_link_in_its_place_is_not_followed(
+    stopped: Path,
+) -> None:
+    # PostgreSQL's user owns the cluster directory; as root we must not write, or give that
+    # user, whatever file it links pg_hba.conf to.
+    data_dir = _copy(stopped, "lockstep-roles-link-")
+    victim = _new_dir("lockstep-roles-victim-") / "file"
+    planted = postgres.HBA_MARKER + "\nhost all all 0.0.0.0/0 trust\n"
+    victim.write_text(planted)
+    try:
+        hba = data_dir / "postgres/pgdata/pg_hba.conf"
+        hba.unlink()
+        hba.symlink_to(victim)
+        with Stack(data_dir, durable=False):
+            pass
+        assert victim.read_text() == planted
+        assert victim.stat().st_uid == os.geteuid()
+        assert not hba.is_symlink() and hba.read_text() == postgres.HBA
+        assert "trust" not in hba.read_text().replace("(no trust, no peer)", "")
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(victim.parent, ignore_errors=True)

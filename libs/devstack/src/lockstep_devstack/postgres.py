@@ -76,8 +76,10 @@ class ClusterRefused(RuntimeError):
 
 
 def role_of(identity: str) -> str:
-    """The PostgreSQL role of a service identity (``inventory`` -> ``lockstep_inventory``)."""
-    return f"lockstep_{check_identity(identity)}"
+    """The PostgreSQL role of an identity: ``postgres`` and ``lockstep_admin`` for the servers'
+    own, ``lockstep_<identity>`` for a service (``inventory`` -> ``lockstep_inventory``)."""
+    own = {SUPERUSER_IDENTITY: SUPERUSER, ADMIN_IDENTITY: ADMIN_ROLE}
+    return own.get(identity) or f"lockstep_{check_identity(identity)}"
 
 
 def postgres_bin_dir() -> Path:
@@ -235,7 +237,7 @@ class PostgresServer:
         """A DSN for ``database`` as ``identity`` (the admin by default). It names the
         identity's password file (libpq's ``passfile`` parameter, which asyncpg and psql both
         read), never the password."""
-        role = ADMIN_ROLE if identity == ADMIN_IDENTITY else role_of(identity)
+        role = role_of(identity)
         passfile = quote(str(self.passfile(identity)), safe="/")
         return f"postgresql://{role}@127.0.0.1:{self.port}/{database}?passfile={passfile}"
 
@@ -265,13 +267,7 @@ class PostgresServer:
         # when we are root, so the file is that user's, in its data directory, and removed
         # right after.
         pwfile = self.data_dir / ".initdb-password"
-        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, f"{password}\n".encode())
-        finally:
-            os.close(fd)
-        if self.user:
-            shutil.chown(pwfile, self.user)
+        self._write_owned(pwfile, f"{password}\n")
         argv = [
             str(bin_dir / "initdb"),
             "-D",
@@ -318,18 +314,39 @@ class PostgresServer:
         hba = self.pgdata / "pg_hba.conf"
         if hba.is_file() and hba.read_text(errors="replace") == HBA:
             return
-        hba.write_text(HBA)
-        hba.chmod(0o600)
-        if self.user:
-            shutil.chown(hba, self.user)
+        staging = hba.with_name(".pg_hba.conf.new")
+        self._write_owned(staging, HBA)
+        staging.replace(hba)  # rename replaces whatever is there, never writes through it
+
+    def _write_owned(self, path: Path, text: str) -> None:
+        """A new file (0600) with ``text``, owned by PostgreSQL's user, in a directory that
+        user owns. As root we must not follow anything that user may have put at ``path``
+        (a symbolic or hard link to a system file): remove it, create exclusively, and
+        change the owner through the descriptor."""
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, text.encode())
+            if self.user:
+                account = pwd.getpwnam(self.user)
+                os.fchown(fd, account.pw_uid, account.pw_gid)
+        finally:
+            os.close(fd)
 
     def start(self, timeout_s: float = 60.0) -> None:
-        """Initialise the cluster if new, start, and create the ``lockstep`` database."""
+        """Initialise the cluster if new, start, and create the admin role and the ``lockstep``
+        database (:meth:`_bootstrap`).
+
+        Raises:
+            ClusterRefused: the cluster predates passwords, or its superuser's file is gone.
+        """
         self.bin_dir = self._prepare()
         self._initdb(self.bin_dir)
         if self.user:
+            account = pwd.getpwnam(self.user)
             with contextlib.suppress(FileNotFoundError):
-                shutil.chown(self.log_path, self.user)
+                # Not through a link the service user may have put there (it owns data_dir).
+                os.chown(self.log_path, account.pw_uid, account.pw_gid, follow_symlinks=False)
         argv = [
             str(self.bin_dir / "postgres"),
             "-D",
@@ -371,7 +388,6 @@ class PostgresServer:
     ) -> subprocess.CompletedProcess[bytes]:
         """Run ``sql`` (read from stdin, never argv) as ``identity``, whose password libpq reads
         from its password file (``PGPASSFILE``); ``-w``: fail rather than prompt for one."""
-        role = {SUPERUSER_IDENTITY: SUPERUSER, ADMIN_IDENTITY: ADMIN_ROLE}.get(identity)
         # As ourselves, from the wheel: never a binary in the data directory, which the service
         # user owns and could replace.
         argv = [
@@ -387,7 +403,7 @@ class PostgresServer:
             "-p",
             str(self.port),
             "-U",
-            role or role_of(identity),
+            role_of(identity),
             "-d",
             database,
         ]
@@ -466,7 +482,7 @@ class PostgresServer:
             ALTER ROLE {role} WITH LOGIN NOINHERIT
                 PASSWORD '{scram_verifier(password)}';
             GRANT CONNECT ON DATABASE {DATABASE} TO {role};
-            CREATE SCHEMA IF NOT EXISTS {identity} AUTHORIZATION {role};
+            CREATE SCHEMA IF NOT EXISTS "{identity}" AUTHORIZATION {role};
             DO $$ BEGIN
                 IF (SELECT nspowner FROM pg_namespace WHERE nspname = '{identity}')
                    <> '{role}'::regrole THEN
