@@ -7,7 +7,9 @@ Backends (``LOCKSTEP_TEST_BACKEND``):
 - ``containers``: testcontainers, skipped with the reason when no Docker engine answers.
 
 Every test gets its own namespace (so its own streams and subjects) and its own schemas, so
-tests never see each other's messages or rows, even on a shared external server.
+tests never see each other's messages or rows, even on a shared external server. On the
+embedded server, tests connect as its admin role (``lockstep_admin``, which creates their
+schemas): the per-service roles are tested in ``integration/test_embedded_postgres.py``.
 """
 
 from __future__ import annotations

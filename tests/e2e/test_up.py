@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import nats
 import pytest
 
@@ -124,6 +125,26 @@ def access(data_dir: Path, identity: str) -> NatsAccess:
     )
 
 
+def database_url(text: str) -> str:
+    """The admin's DSN as ``lockstep up`` prints it: a password file, never a password."""
+    match = re.search(r"postgresql://lockstep_admin@127\.0\.0\.1:\d+/lockstep\?passfile=\S+", text)
+    assert match, text
+    return match.group(0)
+
+
+async def database_logins(url: str) -> set[tuple[str, str]]:
+    """(application name, role) of every service's connection."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT DISTINCT application_name, usename FROM pg_stat_activity"
+            " WHERE starts_with(application_name, 'lockstep-')"
+        )
+    finally:
+        await conn.close()
+    return {(r["application_name"], r["usename"]) for r in rows}
+
+
 async def bundles_stored(admin: NatsAccess) -> int:
     nc = await connect(admin, name="e2e")
     try:
@@ -150,6 +171,12 @@ def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path
         assert re.search(rf"{name}\s.*http://127\.0\.0\.1:\d+/metrics", text), text
     tree = descendants(up.proc.pid)
     assert len(tree) >= 7, f"expected NATS, PostgreSQL and 5 services under lockstep up: {tree}"
+    dsn = database_url(text)
+    assert dsn.endswith(f"passfile={data_dir}/secrets/admin/pgpass")
+    assert asyncio.run(database_logins(dsn)) == {
+        (f"lockstep-{name}", f"lockstep_{name}")
+        for name in ("inventory", "planner", "updater", "healthgate", "attest")
+    }, "each service connects as its own role"
     assert up.interrupt() == 0, "".join(up.output)
     leftovers = {pid for pid in tree if alive(pid)}
     assert not leftovers, f"processes left behind: {leftovers}"
@@ -158,17 +185,23 @@ def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path
 
 def test_state_under_data_dir_survives_a_restart(data_dir: Path) -> None:
     first = Up(data_dir)
-    first.wait_until_up()
+    text = first.wait_until_up()
     asyncio.run(publish_one(access(data_dir, "cli")))
     assert first.interrupt() == 0
     second = Up(data_dir)
-    second.wait_until_up()
+    again = second.wait_until_up()
     try:
         assert asyncio.run(bundles_stored(access(data_dir, "admin"))) == 1
+        # The same passwords still let every service in.
+        assert len(asyncio.run(database_logins(database_url(again)))) == 5
     finally:
         assert second.interrupt() == 0
+    # The admin migrated each schema once, before the services started; the second start
+    # found them current, and no service had anything left to apply.
+    assert "applied migrations to schema inventory: common/0001_messaging" in text
+    assert "applied migrations" not in again
     log = (data_dir / "logs" / "inventory.log").read_text()
-    assert log.count("applied migrations") == 1, "the second start found its schema migrated"
+    assert "applied migrations" not in log
 
 
 def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
@@ -263,7 +296,9 @@ def _service_pids(root: int, name: str) -> set[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if f"lockstep_{name}".encode() in cmdline and alive(pid):
+        # An argument of its own (python -m lockstep_<name>): PostgreSQL's backends name their
+        # role, lockstep_<name>, in their process title.
+        if f"lockstep_{name}".encode() in cmdline.split(b"\0") and alive(pid):
             found.add(pid)
     return found
 

@@ -59,3 +59,28 @@ async def test_a_failing_migration_rolls_back_entirely(servers: Any, namespace: 
         assert exists is None
     finally:
         await conn.close()
+
+
+async def test_an_admins_migration_creates_tables_the_schemas_owner_owns(
+    servers: Any, namespace: str
+) -> None:
+    # As `lockstep up` migrates a service's schema: the admin may SET ROLE to the owner.
+    conn = await asyncpg.connect(servers.database_url)
+    schema, owner = f"{namespace}_m", f"{namespace}_owner"
+    me = await conn.fetchval("SELECT current_user")
+    try:
+        await conn.execute("SET createrole_self_grant = 'set, inherit'")
+        await conn.execute(f'CREATE ROLE "{owner}" NOLOGIN')
+        await conn.execute(f'CREATE SCHEMA "{schema}" AUTHORIZATION "{owner}"')
+        assert await db.migrate(conn, schema, db.messaging_migrations()) == [
+            "common/0001_messaging"
+        ]
+        owners = await conn.fetch(
+            "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = $1", schema
+        )
+        assert [r["tableowner"] for r in owners] == [owner]
+        assert await conn.fetchval("SELECT current_user") == me  # only for the migration
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.execute(f'DROP ROLE IF EXISTS "{owner}"')
+        await conn.close()

@@ -95,7 +95,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         table.add_column("part")
         table.add_column("where")
         table.add_row("NATS (JetStream)", str(stack.nats_url))
-        table.add_row("PostgreSQL", str(stack.database_url))
+        table.add_row("PostgreSQL (admin)", str(stack.database_url))
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
@@ -145,14 +145,16 @@ def demo_parties(ns: Namespace) -> dict[str, Party]:
     }
 
 
-def _settings(stack: Stack, identity: str, **fields: Any) -> DemoSettings:
+def _settings(stack: Stack, identity: str, db_role: str, **fields: Any) -> DemoSettings:
+    """A participant's settings: its NATS identity and its own database role, like a service
+    (``Stack.nats_env``, ``Stack.database_env``)."""
     access = stack.nats_client(identity)
     return DemoSettings(
         nats_url=",".join(access.servers),
         nats_user=access.user,
         nats_password_file=access.password_file,
         nats_ca_file=access.ca_file,
-        database_url=stack.urls()[1],
+        database_url=stack.database_env(db_role)["LOCKSTEP_DATABASE_URL"],
         log_json=False,
         **fields,
     )
@@ -161,10 +163,16 @@ def _settings(stack: Stack, identity: str, **fields: Any) -> DemoSettings:
 async def _event_path(console: Console, stack: Stack, *, bundle: Path) -> None:
     audit = Audit(console)
     p = Participants(
-        ServiceApp("cli", _settings(stack, PRODUCER, db_schema="demo_cli")),
+        ServiceApp("cli", _settings(stack, PRODUCER, "demo_cli", db_schema="demo_cli")),
         ServiceApp(
             "audit",
-            _settings(stack, CONSUMER, db_schema="demo_audit", consumer_retry_backoff_s=(0.1,)),
+            _settings(
+                stack,
+                CONSUMER,
+                "demo_audit",
+                db_schema="demo_audit",
+                consumer_retry_backoff_s=(0.1,),
+            ),
             subscriptions=[
                 Subscription(
                     "demo-audit",

@@ -63,7 +63,7 @@ async def fleet_drift(console: Console, stack: Stack) -> None:
     as ``agent``, pins are published as ``cli``, and the drift events are watched as
     ``admin`` (the identity that may create a consumer to read them)."""
     os.environ.update(service_env())
-    _, database_url = stack.urls()
+    database_url = stack.database_env(NAME)["LOCKSTEP_DATABASE_URL"]
     settings = Settings(
         nats_url=",".join(stack.nats_client(CLI).servers), database_url=database_url, log_json=False
     )

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
+from lockstep_cli.cli_io import fail
 from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_sim.cli import sim_app
@@ -79,9 +80,13 @@ def up(
     other = stack_state.running_pid(data_dir)
     if other is not None:
         fail(f"a stack is already running on {data_dir} (lockstep up, pid {other}); stop it first")
-    with sigterm_as_interrupt():
+
+    def report(line: str) -> None:
+        console.print(line, highlight=False)
+
+    with sigterm_as_interrupt(), refused_cluster_is_one_line():
         try:
-            with running_system(data_dir.resolve(), names) as (stack, services):
+            with running_system(data_dir.resolve(), names, report=report) as (stack, services):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
                 stack_state.save(
                     data_dir,
@@ -97,7 +102,9 @@ def up(
                 table.add_column("part")
                 table.add_column("where")
                 table.add_row("NATS", str(stack.nats_url))
-                table.add_row("PostgreSQL", str(stack.database_url))
+                # The admin's DSN names its password file, not the password: `lockstep env`
+                # gives it to operators' commands (`lockstep fleet`, `lockstep dlq`).
+                table.add_row("PostgreSQL (admin)", str(stack.database_url))
                 for svc in services:
                     table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
                 console.print(table)
@@ -106,7 +113,7 @@ def up(
                 )
                 # Until Ctrl-C/SIGTERM: a crashed service is restarted with backoff; the stack
                 # stops by itself only when no service is left that a restart could help.
-                supervise(stack, services, lambda line: console.print(line, highlight=False))
+                supervise(stack, services, report)
                 console.print("[red]no service left running; stopping everything[/]")
                 raise typer.Exit(1)
         except (KeyboardInterrupt, Interrupted):
@@ -142,7 +149,20 @@ def demo(
     """Run the whole system on embedded NATS and PostgreSQL and show an event's journey."""
     from lockstep_cli.demo import run_demo
 
-    run_demo(console, data_dir)
+    with refused_cluster_is_one_line():
+        run_demo(console, data_dir)
+
+
+@contextlib.contextmanager
+def refused_cluster_is_one_line() -> Iterator[None]:
+    """A data directory whose PostgreSQL cluster cannot be used safely (made by an older
+    version without passwords, or its password files lost) is one line, exit 2."""
+    from lockstep_devstack.postgres import ClusterRefused
+
+    try:
+        yield
+    except ClusterRefused as exc:
+        fail(str(exc))
 
 
 @contextlib.contextmanager

@@ -15,11 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lockstep_cli.cli_io import fail
+from lockstep_common.bus_access import ADMIN, CLI
 from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack import credentials
 from lockstep_devstack.nats import ca_file
 
 STATE_FILE = "stack.json"
+OPERATORS = (CLI, ADMIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +110,9 @@ def nats_access(data_dir: Path, state: StackState, identity: str) -> NatsAccess:
 def exports(data_dir: Path, identity: str) -> str:
     """Shell ``export`` lines giving a command ``identity``'s access to the running stack."""
     state = load(data_dir)
-    env = {
-        **nats_access(data_dir, state, identity).env(),
-        "LOCKSTEP_DATABASE_URL": state.database_url,
-    }
+    env = nats_access(data_dir, state, identity).env()
+    if identity in OPERATORS:
+        # The database administrator's DSN (it names its password file): operators' commands
+        # read every service's tables. Nobody else gets it.
+        env["LOCKSTEP_DATABASE_URL"] = state.database_url
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())

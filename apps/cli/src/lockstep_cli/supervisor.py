@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lockstep_cli.catalog import bus_parties
 from lockstep_cli.restarts import RestartPolicy
+from lockstep_cli.schemas import prepare_schemas
 from lockstep_common.bus_access import Party, matrix
 from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack
@@ -62,13 +63,13 @@ def start_service(
     *,
     port: int | None = None,
 ) -> ServiceProcess:
-    """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one)."""
+    """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one), as
+    its own database role (``Stack.database_env``)."""
     port = port or free_port()
-    _, database_url = stack.urls()
     env = {
         **os.environ,
         **stack.nats_env(name),
-        "LOCKSTEP_DATABASE_URL": database_url,
+        **stack.database_env(name),
         f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
         **(extra_env or {}),
     }
@@ -180,12 +181,14 @@ def running_system(
     durable: bool = True,
     extra_env: dict[str, str] | None = None,
     extra_parties: Mapping[str, Party] | None = None,
+    report: Callable[[str], None] = lambda _: None,
 ) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
     """The stack plus the named services, stopped in the right order on exit.
 
     The embedded NATS requires TLS and one identity per party, with the permissions
     ``catalog.bus_permissions`` derives from the code (``extra_parties`` adds more, e.g. the
-    demo's own producer and consumer)."""
+    demo's own producer and consumer). Every service's database role, schema and migrations
+    are set up by the admin first (``schemas.prepare_schemas``)."""
     namespace = Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep"))
     stack = Stack(
         data_dir,
@@ -197,6 +200,7 @@ def running_system(
     services: list[ServiceProcess] = []
     with stack:
         try:
+            prepare_schemas(stack, SERVICES, report)
             services.extend(start_service(n, stack, data_dir / "logs", extra_env) for n in names)
             wait_ready(services)
             yield stack, services

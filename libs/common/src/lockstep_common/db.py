@@ -4,6 +4,11 @@ Migrations are ordered SQL files (``NNNN_name.sql``) shipped inside a package. E
 its own transaction under a transaction-scoped advisory lock (session locks break behind
 PgBouncer's transaction pooling, reliability.md 2.2), and is recorded with its checksum in
 ``schema_migrations``; a recorded migration whose file has changed stops the service.
+
+Migrations run as the owner of the schema: an admin role that may ``SET ROLE`` to a service's
+role (the embedded stack's ``lockstep_admin``) creates tables the service owns, and a service
+that owns its schema migrates it itself. A schema is created only when missing: creating one
+needs CREATE on the database, which service roles do not have.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from lockstep_common.errors import MigrationError, TransientError
+from lockstep_common.errors import ConfigurationError, MigrationError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,7 @@ async def migrate(conn: asyncpg.Connection, schema: str, migrations: list[Migrat
         await conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext($1))", f"lockstep-migrate:{schema}"
         )
-        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident}")
+        await _enter_schema(conn, schema)
         await conn.execute(
             f"CREATE TABLE IF NOT EXISTS {ident}.schema_migrations ("
             " component text NOT NULL, version integer NOT NULL, name text NOT NULL,"
@@ -128,6 +133,24 @@ async def migrate(conn: asyncpg.Connection, schema: str, migrations: list[Migrat
     return applied_now
 
 
+async def _enter_schema(conn: asyncpg.Connection, schema: str) -> None:
+    """In the current transaction: create ``schema`` if missing, else become its owner when
+    we are not and may (``SET LOCAL ROLE``), so that what a migration creates is the owner's
+    whoever applies it (an admin's tables would be invisible to the service)."""
+    owner = await conn.fetchval(
+        "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = $1", schema
+    )
+    if owner is None:
+        await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
+        return
+    become = await conn.fetchval(
+        "SELECT $1 <> current_user AND pg_has_role(current_user, $1::regrole, 'SET')", owner
+    )
+    if become:
+        # regrole's text form is already quoted where a name needs it.
+        await conn.execute(f"SET LOCAL ROLE {owner}")
+
+
 async def connect_with_retry(
     dsn: str, *, attempts: int = 30, delay_s: float = 0.5
 ) -> asyncpg.Connection:
@@ -139,6 +162,12 @@ async def connect_with_retry(
         except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
             last = exc
             await asyncio.sleep(min(delay_s * 2**attempt, 5.0))
+        except asyncpg.InvalidAuthorizationSpecificationError as exc:
+            # A wrong role or password (SQLSTATE class 28) stays wrong: no retry, no restart.
+            raise ConfigurationError(
+                f"PostgreSQL at {_redact(dsn)} refused the login: {exc} (is the password in "
+                "the passfile the URL names, or in the URL?)"
+            ) from None
     raise TransientError(f"PostgreSQL at {_redact(dsn)} unreachable: {last}")
 
 

@@ -57,7 +57,8 @@ class ServiceSettings(BaseSettings):
     database_url: str = _shared(  # type: ignore[assignment]
         "DATABASE_URL",
         default="postgresql://postgres@127.0.0.1:5432/lockstep",
-        description="PostgreSQL DSN; each service uses its own schema in it.",
+        description="PostgreSQL DSN; each service uses its own schema in it. A password belongs "
+        "in a libpq password file the DSN names (?passfile=/path, mode 0600), not in the DSN.",
     )
     namespace: str = _shared(  # type: ignore[assignment]
         "NAMESPACE", default="lockstep", description="Subject prefix and stream-name prefix."

@@ -14,6 +14,20 @@ the cluster's path must be entered: a parent directory the service user cannot e
 one search bit that lets it (never read, so nothing can be listed), and each change is logged
 as a warning naming the directory, since it may be the user's own. The tests and the demo keep
 their data under ``/tmp``, so they change nothing of the user's.
+
+Authentication is SCRAM-SHA-256 for every connection, TCP and the Unix socket alike; no
+``trust`` line exists, so a client must hold a role's password (``pgpass``). Roles:
+
+- ``postgres``, the bootstrap superuser: used only here, to create the admin and the database;
+- ``lockstep_admin`` (CREATEROLE, owner of the ``lockstep`` database, not a superuser): creates
+  each service's role and schema (:meth:`PostgresServer.provision`), runs migrations as the
+  schema's owner, and is what the test suite and operators' commands connect as;
+- ``lockstep_<identity>``, one per service: owns the schema of the same name, may connect to
+  ``lockstep`` and nothing else; another service's schema is not even visible to it (no USAGE).
+
+A cluster made by an older version, with ``trust`` authentication, is refused with one line
+(:class:`ClusterRefused`) rather than migrated: its tables belong to the superuser, and the
+embedded cluster holds only local development state.
 """
 
 from __future__ import annotations
@@ -28,11 +42,44 @@ import signal
 import stat
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
+from lockstep_devstack.pgpass import (
+    check_identity,
+    ensure_password,
+    passfile_path,
+    scram_verifier,
+)
 from lockstep_devstack.process import free_port, port_open, run_as, spawn, stop, tail, wait_until
 
 SERVICE_USER = "lockstep-pg"
+SUPERUSER = "postgres"
+ADMIN_ROLE = "lockstep_admin"
+DATABASE = "lockstep"
+# Identities whose password files are the servers' own, never a service's.
+SUPERUSER_IDENTITY = "superuser"
+ADMIN_IDENTITY = "admin"
+_RESERVED = frozenset({SUPERUSER_IDENTITY, ADMIN_IDENTITY})
+# The first line of the pg_hba.conf we write; a cluster without it predates passwords.
+HBA_MARKER = "# lockstep-devstack: SCRAM-SHA-256 only"
+HBA = f"""{HBA_MARKER} (no trust, no peer): every client needs a role's password.
+# TYPE  DATABASE  USER  ADDRESS       METHOD
+local   all       all                 scram-sha-256
+host    all       all   127.0.0.1/32  scram-sha-256
+"""
 _log = logging.getLogger(__name__)
+
+
+class ClusterRefused(RuntimeError):
+    """The cluster in the data directory cannot be used safely; the message says why and what
+    to do, in one line."""
+
+
+def role_of(identity: str) -> str:
+    """The PostgreSQL role of an identity: ``postgres`` and ``lockstep_admin`` for the servers'
+    own, ``lockstep_<identity>`` for a service (``inventory`` -> ``lockstep_inventory``)."""
+    own = {SUPERUSER_IDENTITY: SUPERUSER, ADMIN_IDENTITY: ADMIN_ROLE}
+    return own.get(identity) or f"lockstep_{check_identity(identity)}"
 
 
 def postgres_bin_dir() -> Path:
@@ -149,13 +196,23 @@ class PostgresServer:
 
     Args:
         data_dir: where the cluster and the log live (kept across restarts).
+        secrets_dir: where the roles' password files live; not below ``data_dir``, which
+            PostgreSQL's service user owns when we are root.
         port: TCP port on 127.0.0.1 (None: 5432 if free, else any free port).
         durable: fsync as usual; tests pass False to skip fsync (crash-safety of PostgreSQL
             itself is not what they test).
     """
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, durable: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        secrets_dir: Path,
+        port: int | None = None,
+        durable: bool = True,
+    ) -> None:
         self.data_dir = data_dir
+        self.secrets_dir = secrets_dir.resolve()
         self.port = port or free_port(5432)
         self.durable = durable
         self.proc: subprocess.Popen[bytes] | None = None
@@ -172,9 +229,17 @@ class PostgresServer:
         """The server's log file."""
         return self.data_dir / "postgres.log"
 
-    def dsn(self, database: str = "lockstep") -> str:
-        """A DSN for ``database`` as the ``postgres`` superuser (trust auth on loopback)."""
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+    def passfile(self, identity: str) -> Path:
+        """The password file of ``identity`` (``superuser``, ``admin`` or a service)."""
+        return passfile_path(self.secrets_dir, identity)
+
+    def dsn(self, identity: str = ADMIN_IDENTITY, database: str = DATABASE) -> str:
+        """A DSN for ``database`` as ``identity`` (the admin by default). It names the
+        identity's password file (libpq's ``passfile`` parameter, which asyncpg and psql both
+        read), never the password."""
+        role = role_of(identity)
+        passfile = quote(str(self.passfile(identity)), safe="/")
+        return f"postgresql://{role}@127.0.0.1:{self.port}/{database}?passfile={passfile}"
 
     def _prepare(self) -> Path:
         """Make the data directory and, as root, let the service user reach it and the binaries;
@@ -193,30 +258,95 @@ class PostgresServer:
 
     def _initdb(self, bin_dir: Path) -> None:
         if (self.pgdata / "PG_VERSION").exists():
+            self._check_existing()
             return
+        superuser = self.passfile(SUPERUSER_IDENTITY)
+        superuser.unlink(missing_ok=True)  # a new cluster gets a new password
+        password = ensure_password(superuser, SUPERUSER)
+        # initdb reads the password from a file (never argv); it runs as the service user
+        # when we are root, so the file is that user's, in its data directory, and removed
+        # right after.
+        pwfile = self.data_dir / ".initdb-password"
+        self._write_owned(pwfile, f"{password}\n")
         argv = [
             str(bin_dir / "initdb"),
             "-D",
             str(self.pgdata),
             "-U",
-            "postgres",
-            "--auth=trust",
+            SUPERUSER,
+            f"--pwfile={pwfile}",
+            "--auth=scram-sha-256",
             "--encoding=UTF8",
             "--locale=C",
         ]
         if not self.durable:
             argv.append("--no-sync")
-        result = subprocess.run(argv, capture_output=True, check=False, **run_as(self.user))
+        try:
+            result = subprocess.run(argv, capture_output=True, check=False, **run_as(self.user))
+        finally:
+            pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed: {result.stderr.decode(errors='replace')}")
+        self._write_hba()
+
+    def _check_existing(self) -> None:
+        """Refuse a cluster we cannot log in to, or one made before passwords (trust)."""
+        hba = self.pgdata / "pg_hba.conf"
+        try:
+            first = hba.read_text(errors="replace").partition("\n")[0]
+        except OSError:
+            first = ""
+        if not first.startswith(HBA_MARKER):
+            raise ClusterRefused(
+                f"the PostgreSQL cluster in {self.pgdata} was created by an older Lockstep "
+                "with password-less (trust) authentication and is not migrated: remove "
+                f"{self.data_dir} (its data is lost) or use another --data-dir"
+            )
+        if not self.passfile(SUPERUSER_IDENTITY).is_file():
+            raise ClusterRefused(
+                f"the PostgreSQL cluster in {self.pgdata} has no superuser password file at "
+                f"{self.passfile(SUPERUSER_IDENTITY)}, so nothing can log in to it: restore that "
+                f"file, or remove {self.data_dir} (its data is lost)"
+            )
+        self._write_hba()  # ours, whatever it was edited to since
+
+    def _write_hba(self) -> None:
+        hba = self.pgdata / "pg_hba.conf"
+        if hba.is_file() and hba.read_text(errors="replace") == HBA:
+            return
+        staging = hba.with_name(".pg_hba.conf.new")
+        self._write_owned(staging, HBA)
+        staging.replace(hba)  # rename replaces whatever is there, never writes through it
+
+    def _write_owned(self, path: Path, text: str) -> None:
+        """A new file (0600) with ``text``, owned by PostgreSQL's user, in a directory that
+        user owns. As root we must not follow anything that user may have put at ``path``
+        (a symbolic or hard link to a system file): remove it, create exclusively, and
+        change the owner through the descriptor."""
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, text.encode())
+            if self.user:
+                account = pwd.getpwnam(self.user)
+                os.fchown(fd, account.pw_uid, account.pw_gid)
+        finally:
+            os.close(fd)
 
     def start(self, timeout_s: float = 60.0) -> None:
-        """Initialise the cluster if new, start, and create the ``lockstep`` database."""
+        """Initialise the cluster if new, start, and create the admin role and the ``lockstep``
+        database (:meth:`_bootstrap`).
+
+        Raises:
+            ClusterRefused: the cluster predates passwords, or its superuser's file is gone.
+        """
         self.bin_dir = self._prepare()
         self._initdb(self.bin_dir)
         if self.user:
+            account = pwd.getpwnam(self.user)
             with contextlib.suppress(FileNotFoundError):
-                shutil.chown(self.log_path, self.user)
+                # Not through a link the service user may have put there (it owns data_dir).
+                os.chown(self.log_path, account.pw_uid, account.pw_gid, follow_symlinks=False)
         argv = [
             str(self.bin_dir / "postgres"),
             "-D",
@@ -251,15 +381,20 @@ class PostgresServer:
             proc=self.proc,
             log_path=self.log_path,
         )
-        self._create_database("lockstep")
+        self._bootstrap()
 
-    def _psql(self, sql: str, database: str = "postgres") -> subprocess.CompletedProcess[bytes]:
+    def psql(
+        self, sql: str, *, identity: str = SUPERUSER_IDENTITY, database: str = "postgres"
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run ``sql`` (read from stdin, never argv) as ``identity``, whose password libpq reads
+        from its password file (``PGPASSFILE``); ``-w``: fail rather than prompt for one."""
         # As ourselves, from the wheel: never a binary in the data directory, which the service
         # user owns and could replace.
         argv = [
             str(postgres_bin_dir() / "psql"),
             "-X",
             "-q",
+            "-w",
             "-v",
             "ON_ERROR_STOP=1",
             "-At",
@@ -268,26 +403,100 @@ class PostgresServer:
             "-p",
             str(self.port),
             "-U",
-            "postgres",
+            role_of(identity),
             "-d",
             database,
-            "-c",
-            sql,
         ]
-        return subprocess.run(argv, capture_output=True, check=False, timeout=30)
+        # No inherited PG* variable (PGPASSWORD would win over the file, PGSERVICE add a host).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["PGPASSFILE"] = str(self.passfile(identity))
+        return subprocess.run(
+            argv, input=sql.encode(), capture_output=True, check=False, timeout=30, env=env
+        )
 
     def _accepts(self) -> bool:
-        return self._psql("SELECT 1").returncode == 0
+        result = self.psql("SELECT 1")
+        if b"authentication failed" in result.stderr:
+            raise ClusterRefused(
+                f"the PostgreSQL cluster in {self.pgdata} refuses the superuser password in "
+                f"{self.passfile(SUPERUSER_IDENTITY)}: restore the file that belongs to it, or "
+                f"remove {self.data_dir} (its data is lost)"
+            )
+        return result.returncode == 0
 
-    def _create_database(self, name: str) -> None:
-        exists = self._psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'")
-        if exists.stdout.strip() == b"1":
-            return
-        result = self._psql(f'CREATE DATABASE "{name}"')
+    def _run(self, sql: str, what: str, **kwargs: str) -> str:
+        result = self.psql(sql, **kwargs)
         if result.returncode != 0:
             raise RuntimeError(
-                f"cannot create database {name}: {result.stderr.decode()}\n{tail(self.log_path)}"
+                f"cannot {what}: {result.stderr.decode(errors='replace').strip()}\n"
+                f"{tail(self.log_path)}"
             )
+        return result.stdout.decode()
+
+    def _bootstrap(self) -> None:
+        """As the superuser: the admin role (its password from its file, set on every start so
+        file and server always agree), the database it owns, and no default access for
+        PUBLIC to it or to ``postgres``."""
+        password = ensure_password(self.passfile(ADMIN_IDENTITY), ADMIN_ROLE)
+        self._run(
+            f"""
+            SELECT 'CREATE ROLE {ADMIN_ROLE}'
+             WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ADMIN_ROLE}') \\gexec
+            ALTER ROLE {ADMIN_ROLE} WITH LOGIN CREATEROLE NOSUPERUSER NOCREATEDB NOREPLICATION
+                NOBYPASSRLS PASSWORD '{scram_verifier(password)}';
+            -- The roles it creates are granted to it with SET (migrations run as the schema's
+            -- owner) and INHERIT (operators' commands read any service's tables).
+            ALTER ROLE {ADMIN_ROLE} SET createrole_self_grant = 'set, inherit';
+            SELECT 'CREATE DATABASE {DATABASE} OWNER {ADMIN_ROLE}'
+             WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{DATABASE}') \\gexec
+            REVOKE ALL ON DATABASE postgres FROM PUBLIC;
+            REVOKE ALL ON DATABASE {DATABASE} FROM PUBLIC;
+            """,
+            "create the admin role and the database",
+        )
+        # In the database: nothing in schema public for anyone but its owner (the admin).
+        self._run(
+            "REVOKE ALL ON SCHEMA public FROM PUBLIC",
+            "lock schema public",
+            database=DATABASE,
+        )
+
+    def provision(self, identity: str) -> str:
+        """As the admin: ``identity``'s role (its password from its file, generated on first
+        use), allowed to connect to the database, and its schema (named ``identity``), owned by
+        it. Returns the identity's DSN. Idempotent.
+
+        Raises:
+            ValueError: ``identity`` is reserved or not a plain lower-case name.
+            RuntimeError: the schema exists but belongs to another role.
+        """
+        if identity in _RESERVED:
+            raise ValueError(f"{identity!r} is reserved for the servers' own roles")
+        role = role_of(identity)
+        password = ensure_password(self.passfile(identity), role)
+        self._run(
+            f"""
+            SET createrole_self_grant = 'set, inherit';
+            SELECT 'CREATE ROLE {role}'
+             WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') \\gexec
+            ALTER ROLE {role} WITH LOGIN NOINHERIT
+                PASSWORD '{scram_verifier(password)}';
+            GRANT CONNECT ON DATABASE {DATABASE} TO {role};
+            CREATE SCHEMA IF NOT EXISTS "{identity}" AUTHORIZATION {role};
+            DO $$ BEGIN
+                IF (SELECT nspowner FROM pg_namespace WHERE nspname = '{identity}')
+                   <> '{role}'::regrole THEN
+                    RAISE 'schema {identity} belongs to %, not {role}: drop it, or give it and '
+                        'every object in it to {role}', (SELECT nspowner::regrole
+                        FROM pg_namespace WHERE nspname = '{identity}');
+                END IF;
+            END $$;
+            """,
+            f"create the role and schema of {identity}",
+            identity=ADMIN_IDENTITY,
+            database=DATABASE,
+        )
+        return self.dsn(identity)
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT: roll back open transactions, checkpoint, exit)."""

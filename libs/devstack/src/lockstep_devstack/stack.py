@@ -16,6 +16,10 @@ from lockstep_devstack.postgres import PostgresServer
 class Stack:
     """Starts what is not given: ``nats_url`` / ``database_url`` set means "use that one".
 
+    The embedded PostgreSQL's passwords live in ``data_dir/secrets/<identity>/pgpass``;
+    ``database_url`` is then the admin's DSN, and each service gets its own role from
+    :meth:`database_env`.
+
     Args:
         data_dir: state of the embedded servers (kept across restarts).
         nats_url: an external NATS to use instead of starting one.
@@ -33,12 +37,17 @@ class Stack:
     access: Mapping[str, Permissions] | None = None
     nats: NatsServer | None = field(default=None, init=False)
     postgres: PostgresServer | None = field(default=None, init=False)
+    _provisioned: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     def start(self) -> None:
         """Start the embedded servers that are needed; stop what started if one fails."""
         try:
             if self.database_url is None:
-                self.postgres = PostgresServer(self.data_dir / "postgres", durable=self.durable)
+                self.postgres = PostgresServer(
+                    self.data_dir / "postgres",
+                    secrets_dir=self.data_dir / "secrets",
+                    durable=self.durable,
+                )
                 self.postgres.start()
                 self.database_url = self.postgres.dsn()
             if self.nats_url is None:
@@ -71,6 +80,18 @@ class Stack:
     def nats_env(self, identity: str) -> dict[str, str]:
         """The ``LOCKSTEP_NATS_*`` variables of a child process connecting as ``identity``."""
         return self.nats_client(identity).env()
+
+    def database_env(self, identity: str) -> dict[str, str]:
+        """The environment that connects ``identity`` (a service) to PostgreSQL: with the
+        embedded server, its own role and schema (created on first use) and a URL naming its
+        password file, never the password; with an external one, that server's URL."""
+        if self.database_url is None:
+            raise RuntimeError("the stack is not started")
+        if self.postgres is None:
+            return {"LOCKSTEP_DATABASE_URL": self.database_url}
+        if identity not in self._provisioned:
+            self._provisioned[identity] = self.postgres.provision(identity)
+        return {"LOCKSTEP_DATABASE_URL": self._provisioned[identity]}
 
     def stop(self) -> None:
         """Stop the servers this stack started (never external ones)."""
