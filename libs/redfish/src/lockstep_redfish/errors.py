@@ -114,7 +114,7 @@ def status_error(method: str, url: str, status: int) -> BmcError:
     """
     message = f"{method} {url}: HTTP {status}"
     if status == 412:
-        return ResourceChanged(f"{message}: changed since it was read (ETag)", url=url)
+        return ResourceChanged(f"{message}: changed since it was read (ETag)", url=url, status=412)
     if status == 401 or status in RETRYABLE:
         return BmcUnavailable(message, url=url, status=status)
     return BmcRefused(message, url=url, status=status)
