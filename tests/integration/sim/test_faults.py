@@ -202,6 +202,29 @@ async def test_bmc_reboot_mid_task_unreachable_then_resumes(
     assert faults_in(sim) == ["bmc_reboot_mid_task"]
 
 
+async def test_bmc_reboot_mid_task_can_forget_sessions_and_tasks(
+    make_sim: Factory, http: aiohttp.ClientSession
+) -> None:
+    sim = await make_sim(
+        Fault("bmc_reboot_mid_task", nodes=(NODE,), duration_minutes=20, forget_state=True),
+        time_scale=0.01,
+    )
+    bmc = sim.bmc(NODE)
+    bmc.sessions.create("admin")
+    monitor = await push(sim, http)
+    await until(lambda: _unreachable(http, monitor), what="the BMC offline", poll_s=OFFLINE_POLL_S)
+    assert bmc.sessions.ids() == [] and bmc.tasks == {}  # lost with the reboot
+
+    async def flashed() -> bool:
+        member = await poll(http, f"{sim.bmc_url(NODE)}{GPU0}")
+        return member[0] == 200 and member[1]["Version"] == NEW_GPU_VERSION
+
+    await until(flashed, what="the flash to finish without its task")
+    assert (await poll(http, monitor))[0] == 404
+    await push(sim, http, package_for(GB200_GPU, "97.00.9B.00.01"))
+    assert list(bmc.tasks) == ["2"]  # task ids are not reused after the reboot
+
+
 async def _unreachable(http: aiohttp.ClientSession, url: str) -> bool:
     return (await poll(http, url)) == (0, None)
 

@@ -282,3 +282,18 @@ async def test_latency_is_added_to_each_request(http: aiohttp.ClientSession) -> 
         body = await get_json(http, f"{laggy.bmc_url('node-00000')}{FW}")
         assert loop.time() - started >= 0.08
         assert body["Members@odata.count"] == 60
+
+
+async def test_without_multipart_push_only_simple_update_is_offered(
+    http: aiohttp.ClientSession,
+) -> None:
+    options = SimOptions(1, "gb200", host_base="127.45.0.1", port=0, multipart_push=False)
+    async with Simulator(options) as old:
+        url = old.bmc_url("node-00000")
+        service = await get_json(http, f"{url}/redfish/v1/UpdateService")
+        assert "MultipartHttpPushUri" not in service
+        assert "#UpdateService.SimpleUpdate" in service["Actions"]
+        async with http.post(
+            f"{url}{PUSH}", data=_form(package_for(GB200_GPU, NEW_GPU_VERSION))
+        ) as r:
+            assert r.status == 404

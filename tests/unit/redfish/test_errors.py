@@ -15,8 +15,17 @@ from lockstep_redfish.errors import (
     BmcError,
     BmcRefused,
     BmcUnavailable,
+    BmcUntrusted,
     CredentialError,
+    ImageDigestMismatch,
+    NotVerified,
+    PushOutcomeUnknown,
     RedfishReplyError,
+    ResourceChanged,
+    TaskDeadlineExceeded,
+    TaskFailed,
+    TaskUnreachable,
+    UpdateRefused,
     status_error,
 )
 
@@ -35,6 +44,18 @@ def _fate(error: BaseException) -> Disposition:
         (BmcRefused(f"POST {URL}: authentication failed (HTTP 401)"), Disposition.DEAD_LETTER),
         (RedfishReplyError(URL, "Members[0].Version", "bad"), Disposition.DEAD_LETTER),
         (CredentialError("no BMC credentials for n1 in /etc/bmc.json"), Disposition.DEAD_LETTER),
+        (BmcUntrusted(f"GET {URL}: TLS certificate not trusted"), Disposition.DEAD_LETTER),
+        # The write side: a stale ETag or a BMC dark mid-task is worth another look later;
+        # a refusal, a bad digest, a push that may have been taken, a failed, stuck or
+        # unverified update never are (a retry could flash twice).
+        (ResourceChanged(f"PATCH {URL}: HTTP 412"), Disposition.RETRY),
+        (TaskUnreachable(f"task {URL}: no answer"), Disposition.RETRY),
+        (UpdateRefused("update refused: too big"), Disposition.DEAD_LETTER),
+        (ImageDigestMismatch("image x: SHA-256 differs"), Disposition.DEAD_LETTER),
+        (PushOutcomeUnknown(f"push to {URL}: no answer"), Disposition.DEAD_LETTER),
+        (TaskFailed(f"task {URL} ended Exception"), Disposition.DEAD_LETTER),
+        (TaskDeadlineExceeded(f"task {URL} still Running"), Disposition.DEAD_LETTER),
+        (NotVerified("update to '1' not verified"), Disposition.DEAD_LETTER),
     ],
     ids=lambda v: type(v).__name__,
 )
@@ -70,6 +91,13 @@ def test_status_error_kinds(status: int, kind: type[BmcError]) -> None:
     assert isinstance(error, TransientError) is transient
     assert isinstance(error, PermanentError) is not transient
     assert _fate(error) is (Disposition.RETRY if transient else Disposition.DEAD_LETTER)
+
+
+def test_a_failed_if_match_is_a_changed_resource() -> None:
+    error = status_error("PATCH", URL, 412)
+    assert type(error) is ResourceChanged
+    assert str(error) == f"PATCH {URL}: HTTP 412: changed since it was read (ETag)"
+    assert _fate(error) is Disposition.RETRY
 
 
 def test_a_transient_bmc_error_is_dead_lettered_on_the_last_delivery() -> None:

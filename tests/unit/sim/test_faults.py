@@ -35,6 +35,7 @@ faults:
   - kind: bmc_reboot_mid_task
     duration_minutes: 3.5
     resume: false
+    forget_state: true
 """
 
 
@@ -46,7 +47,7 @@ def test_yaml_and_json_files_load(tmp_path: Path) -> None:
     assert [f.kind for f in plan.faults] == ["http_5xx", "task_stuck", "bmc_reboot_mid_task"]
     assert plan.faults[0] == Fault("http_5xx", fraction=0.25, status=502, retry_after=9, count=2)
     assert plan.faults[1].nodes == ("node-00001",) and plan.faults[1].components == ("gpu",)
-    assert plan.faults[2].resume is False
+    assert plan.faults[2].resume is False and plan.faults[2].forget_state is True
     as_json = tmp_path / "plan.json"
     as_json.write_text('{"faults": [{"kind": "latency", "latency_ms": 50}]}')
     assert load_faults(as_json) == FaultPlan((Fault("latency", latency_ms=50),))

@@ -133,6 +133,8 @@ async def multipart_push(
     request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``MultipartHttpPushUri``: parts ``UpdateParameters`` (JSON) and ``UpdateFile``."""
+    if not bmc.multipart_push:
+        raise not_found(PUSH_URI)
     if not request.content_type.startswith("multipart/"):
         raise bad_request(
             "ActionParameterMissing",

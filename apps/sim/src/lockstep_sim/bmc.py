@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,9 @@ class Bmc:
     offline_until: float = 0.0  # loop time until which connections are reset
     flash_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one flash at a time
     timers: list[asyncio.TimerHandle] = field(default_factory=list)  # pending silent reverts
+    multipart_push: bool = True  # False: UpdateService offers SimpleUpdate only
+    task_counter: int = 0  # task ids are never reused, also after a reboot forgot the tasks
+    runners: set[asyncio.Task[None]] = field(default_factory=set)  # jobs, also forgotten ones
 
     def __post_init__(self) -> None:
         self.accounts.add(self.username, self.password)
@@ -57,20 +61,26 @@ class Bmc:
         )
 
     def new_task(self, name: str) -> Task:
-        task = Task(id=str(len(self.tasks) + 1), name=name)
+        self.task_counter += 1
+        task = Task(id=str(self.task_counter), name=name)
         self.tasks[task.id] = task
         return task
 
     def start_update(self, plan: dict[str, str], options: UpdateOptions) -> Task:
         task = self.new_task("Firmware update")
-        job = jobs.update(self, task, plan, options)
-        task.runner = asyncio.get_running_loop().create_task(job)
+        self._run(task, jobs.update(self, task, plan, options))
         return task
 
     def start_activate(self, members: list[str]) -> Task:
         task = self.new_task("Firmware activation")
-        task.runner = asyncio.get_running_loop().create_task(jobs.activate(self, task, members))
+        self._run(task, jobs.activate(self, task, members))
         return task
+
+    def _run(self, task: Task, job: Coroutine[Any, Any, None]) -> None:
+        runner = asyncio.get_running_loop().create_task(job)
+        task.runner = runner
+        self.runners.add(runner)
+        runner.add_done_callback(self.runners.discard)
 
     def fault(self, kind: str, member_id: str = "") -> Fault | None:
         """The fault of ``kind`` that fires now on this node (and member), recorded if so."""
@@ -86,6 +96,12 @@ class Bmc:
         table "BMC firmware": node management blind during the flip)."""
         until = asyncio.get_running_loop().time() + seconds
         self.offline_until = max(self.offline_until, until)
+
+    def forget_state(self) -> None:
+        """What a reboot loses on a BMC that keeps sessions and tasks in RAM: every session
+        and every Task (jobs already running go on; their monitors answer 404)."""
+        self.sessions.by_token.clear()
+        self.tasks.clear()
 
     @property
     def offline(self) -> bool:

@@ -15,6 +15,7 @@ A plan file looks like::
         nodes: [node-00002]
         duration_minutes: 3
         resume: true
+        forget_state: true       # the reboot loses sessions and tasks (kept in RAM)
 
 Targeting: ``nodes`` (ids) and/or ``fraction`` (0..1, chosen by a hash of the plan seed, the
 fault index and the node id, so the same plan hits the same nodes every run); neither means
@@ -30,7 +31,9 @@ entry):
   ``connection_reset`` (TCP RST, no response); ``hang`` (no answer until the fault is cleared,
   dropped after ``max_seconds``).
 - ``task_stuck`` (``percent``; resumes once cleared); ``bmc_reboot_mid_task``
-  (``duration_minutes`` unreachable halfway through staging, then ``resume`` or ``Exception``);
+  (``duration_minutes`` unreachable halfway through staging, then ``resume`` or ``Exception``;
+  ``forget_state``: the reboot also drops every session and task, as a BMC that keeps them in
+  RAM does, so the task monitor answers 404 while the flash goes on);
   ``failed_flash`` (``Exception`` + Update.ApplyFailed, version unchanged); ``silent_revert``
   (old version back ``delay_minutes`` after a successful activation); ``bricked``
   (UnavailableOffline/Critical, no Version); ``wrong_version`` (``version``);
@@ -90,6 +93,7 @@ class Fault:
     percent: int = 50  # task_stuck
     duration_minutes: float = 2.0  # bmc_reboot_mid_task (reliability.md D2: 2-10 min)
     resume: bool = True  # bmc_reboot_mid_task: resume the task, or end it in Exception
+    forget_state: bool = False  # bmc_reboot_mid_task: sessions and tasks lost at the reboot
     delay_minutes: float = 1.0  # silent_revert
     version: str | None = None  # wrong_version (default: "<flashed>-unexpected")
 
@@ -191,6 +195,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "retry_after": (int,),
     "percent": (int,),
     "resume": (bool,),
+    "forget_state": (bool,),
     "version": (str,),
 }
 

@@ -43,6 +43,8 @@ async def _stage(bmc: Bmc, task: Task, member_id: str, start: int, end: int) -> 
     if reboot is not None:  # 7.D2: the BMC reboots mid-task and is unreachable for minutes
         await _progress(bmc, task, minutes / 2, start, (start + end) // 2)
         bmc.go_offline(reboot.duration_minutes * bmc.time_scale)
+        if reboot.forget_state:
+            bmc.forget_state()
         await asyncio.sleep(reboot.duration_minutes * bmc.time_scale)
         if not reboot.resume:
             text = f"The BMC restarted while updating {member_id}."

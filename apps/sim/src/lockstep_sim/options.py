@@ -15,7 +15,9 @@ DEFAULT_PASSWORD = "lockstep-sim"  # noqa: S105 - documented default of a local 
 class SimOptions:
     """``SimOptions(4, "gb200", port=0)``: ``nodes`` BMCs of ``profile``, ``seed`` choosing the
     fleet; one loopback address each from ``host_base`` on one ``port`` (0: any free);
-    ``time_scale`` real seconds per simulated BMC minute; ``latency_ms`` added per request."""
+    ``time_scale`` real seconds per simulated BMC minute; ``latency_ms`` added per request;
+    ``multipart_push=False`` leaves ``MultipartHttpPushUri`` out of every UpdateService, as BMCs
+    before UpdateService v1_6_0 (only ``SimpleUpdate`` remains)."""
 
     nodes: int = 1
     profile: str = "gb200"
@@ -28,6 +30,7 @@ class SimOptions:
     host_base: str = "127.1.0.1"
     port: int = 8000
     faults: FaultPlan | None = None
+    multipart_push: bool = True
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:

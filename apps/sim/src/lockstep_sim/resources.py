@@ -79,7 +79,10 @@ _TABLE: list[tuple[str, Getter]] = [
     (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),
     (tasks.TASKS, lambda b, _m: tasks.tasks_doc(list(b.tasks))),
     (f"{tasks.TASKS}/(?P<id>[^/]+)", _task),
-    (f"{ROOT}/UpdateService", lambda _b, _m: update_service_doc(MAX_IMAGE_BYTES)),
+    (
+        f"{ROOT}/UpdateService",
+        lambda b, _m: update_service_doc(MAX_IMAGE_BYTES, multipart=b.multipart_push),
+    ),
     (
         inventory.FIRMWARE,
         lambda b, _m: inventory.firmware_collection_doc(list(b.node.components)),

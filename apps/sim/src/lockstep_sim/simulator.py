@@ -30,7 +30,14 @@ class Simulator(Started):
         self.fleet: list[Node] = build_fleet(o.nodes, o.profile, o.seed, o.host_base)
         self.faults = FaultControl(o.faults)  # shared by every BMC; replaced by PUT /faults
         self.bmcs = {
-            n.address: Bmc(n, o.username, o.password, o.time_scale, faults=self.faults)
+            n.address: Bmc(
+                n,
+                o.username,
+                o.password,
+                o.time_scale,
+                faults=self.faults,
+                multipart_push=o.multipart_push,
+            )
             for n in self.fleet
         }
         self.by_id = {n.id: n for n in self.fleet}
@@ -71,9 +78,8 @@ class Simulator(Started):
         for bmc in self.bmcs.values():
             for timer in bmc.timers:
                 timer.cancel()
-            for task in bmc.tasks.values():
-                if task.runner is not None:
-                    task.runner.cancel()
+            for runner in list(bmc.runners):
+                runner.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -19,9 +19,9 @@ PUSH_URI = f"{UPDATE}/update-multipart"
 APPLY_TIMES = ["Immediate", "OnReset"]
 
 
-def update_service_doc(max_image_bytes: int) -> dict[str, Any]:
+def update_service_doc(max_image_bytes: int, *, multipart: bool = True) -> dict[str, Any]:
     apply_support = {"SupportedValues": APPLY_TIMES}
-    return {
+    doc: dict[str, Any] = {
         "@odata.id": UPDATE,
         "@odata.type": "#UpdateService.v1_17_0.UpdateService",
         "Id": "UpdateService",
@@ -42,6 +42,12 @@ def update_service_doc(max_image_bytes: int) -> dict[str, Any]:
             "#UpdateService.Activate": {"target": f"{UPDATE}/Actions/UpdateService.Activate"},
         },
     }
+    if not multipart:  # a BMC before UpdateService v1_6_0: SimpleUpdate only
+        del (
+            doc["MultipartHttpPushUri"],
+            doc["MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"],
+        )
+    return doc
 
 
 @dataclass(frozen=True, slots=True)

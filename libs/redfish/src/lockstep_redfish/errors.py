@@ -15,9 +15,25 @@ method, URL and problem, never a request body, header or secret.
 - :class:`CredentialError` (permanent): no usable credentials for the node (nothing was sent).
 - :class:`PlainHttpRefused` (permanent): a BMC reached over plain ``http://`` that is not
   allowed to be (nothing was sent).
+- :class:`BmcUntrusted` (permanent): the BMC's TLS certificate failed verification.
+
+The write side (``update``, ``tasks``) adds:
+
+- :class:`ResourceChanged` (transient): ``If-Match`` failed (412): re-read, then decide again.
+- :class:`UpdateRefused` (permanent): Lockstep refuses before sending anything (image too
+  large, target not updateable, version below ``LowestSupportedVersion``, ...).
+- :class:`ImageDigestMismatch` (permanent): the image bytes do not hash to the expected
+  SHA-256; nothing was sent.
+- :class:`PushOutcomeUnknown` (permanent): a push may or may not have been accepted; it is
+  never sent again blindly.
+- :class:`TaskFailed`, :class:`TaskDeadlineExceeded` (permanent) and :class:`TaskUnreachable`
+  (transient: wait and verify again, never push again).
+- :class:`NotVerified` (permanent): the version read back is not the one pushed.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from lockstep_common.errors import LockstepError, PermanentError, TransientError
 
@@ -36,7 +52,24 @@ class BmcUnavailable(BmcError, TransientError):
     many requests", both possibly with ``Retry-After``; 500/502/504 and timeouts or refused /
     reset connections are a BMC rebooting, overloaded or briefly unreachable. They are retried
     within one request (``transport.request``) and raised only once those retries ran out.
+
+    ``status`` and ``retry_after`` are the last answer's (None: no answer); ``sent`` is False
+    only when no connection was ever opened, so the BMC cannot have seen the request.
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        sent: bool = True,
+        **context: Any,
+    ) -> None:
+        super().__init__(message, status=status, **context)
+        self.status = status
+        self.retry_after = retry_after
+        self.sent = sent
 
 
 class BmcRefused(BmcError, PermanentError):
@@ -87,10 +120,64 @@ def status_error(method: str, url: str, status: int) -> BmcError:
     401 inside an open session is transient: the session timed out or the BMC restarted and
     forgot it (DSP0266 "Session lifetime": a session ends after ``SessionTimeout`` without
     requests), so a new session may succeed. 429 and the 5xx retried by ``transport`` are
-    transient for the same reasons as in :class:`BmcUnavailable`; every other status is the
-    BMC refusing (:class:`BmcRefused`).
+    transient for the same reasons as in :class:`BmcUnavailable`; so is 412 (an ``If-Match``
+    that no longer matches: :class:`ResourceChanged`); every other status is the BMC refusing
+    (:class:`BmcRefused`).
     """
     message = f"{method} {url}: HTTP {status}"
+    if status == 412:
+        return ResourceChanged(f"{message}: changed since it was read (ETag)", url=url, status=412)
     if status == 401 or status in RETRYABLE:
         return BmcUnavailable(message, url=url, status=status)
     return BmcRefused(message, url=url, status=status)
+
+
+class BmcUntrusted(BmcError, PermanentError):
+    """The BMC's TLS certificate failed verification (design.md non-negotiable 8: verified
+    unless a per-BMC setting says otherwise). Permanent: the certificate or the trust store
+    must change first."""
+
+
+class ResourceChanged(BmcError, TransientError):
+    """412 PreconditionFailed: the resource changed since the ETag sent in ``If-Match`` was
+    read (DSP0266 "ETags"). Transient: a fresh read gives a fresh ETag, and with it a fresh
+    decision."""
+
+
+class UpdateRefused(BmcError, PermanentError):
+    """Lockstep refuses an update before sending anything: the image is larger than
+    ``MaxImageSizeBytes``, a target is not ``Updateable`` or is ``WriteProtected``, the version
+    is below a target's ``LowestSupportedVersion`` (or cannot be ordered against it), the
+    apply time or ``Stage`` is not offered, or no update method is."""
+
+
+class ImageDigestMismatch(PermanentError):
+    """The image bytes do not hash to the SHA-256 the attested manifest gives: nothing is sent
+    (design.md non-negotiable 7: fail closed on provenance)."""
+
+
+class PushOutcomeUnknown(BmcError, PermanentError):
+    """A push that may have been accepted (no answer after the body was sent, or 502/504 from
+    a gateway). Permanent on purpose: sending it again could flash twice; read the task list
+    and the inventory first."""
+
+
+class TaskFailed(BmcError, PermanentError):
+    """The task ended in a failure state (``Exception``, ``Cancelled``, ...) or the task
+    monitor returned an error; the message carries the task's last messages."""
+
+
+class TaskDeadlineExceeded(BmcError, PermanentError):
+    """The task was still running when its deadline passed (a stuck task, reliability.md 7.D3).
+    It is left alone (cancelling a flash mid-write risks the device); the caller decides."""
+
+
+class TaskUnreachable(BmcUnavailable):
+    """The BMC stayed unreachable longer than the bound while a task ran (it rebooted,
+    reliability.md 7.D2). The update was accepted: wait and verify later, never push again."""
+
+
+class NotVerified(BmcError, PermanentError):
+    """The version read back after an update is not the one pushed: unchanged, a silent
+    downgrade, another version, or none (the device stopped answering). Success is the
+    version read back, never the task state (design.md non-negotiable 4)."""

@@ -8,6 +8,7 @@ the URL and the field (design.md non-negotiable 9).
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -78,6 +79,124 @@ class SoftwareInventory(BaseModel):
     Status: ResourceStatus | None = None
 
 
+class ActionTarget(BaseModel):
+    """An action of a resource: ``{"target": URI, ...}`` (DSP0266 "Actions")."""
+
+    model_config = _CONFIG
+
+    target: str
+
+
+class ApplyTimeSupport(BaseModel):
+    """``@Redfish.OperationApplyTimeSupport`` (Settings v1_3_0 ``OperationApplyTimeSupport``)."""
+
+    model_config = _CONFIG
+
+    SupportedValues: list[str] = []
+
+
+class SimpleUpdateAction(ActionTarget):
+    """``#UpdateService.SimpleUpdate`` with what it advertises."""
+
+    apply_times: ApplyTimeSupport | None = Field(
+        default=None, alias="@Redfish.OperationApplyTimeSupport"
+    )
+    protocols: list[str] | None = Field(
+        default=None, alias="TransferProtocol@Redfish.AllowableValues"
+    )
+
+
+class UpdateServiceActions(BaseModel):
+    model_config = _CONFIG
+
+    simple_update: SimpleUpdateAction | None = Field(
+        default=None, alias="#UpdateService.SimpleUpdate"
+    )
+    activate: ActionTarget | None = Field(default=None, alias="#UpdateService.Activate")
+
+
+_SCHEMA_VERSION = re.compile(r"#\w+\.v(\d+)_(\d+)_(\d+)\.")
+
+
+class UpdateService(BaseModel):
+    """The parts of UpdateService the write side uses (UpdateService v1_17_0)."""
+
+    model_config = _CONFIG
+
+    odata_type: str | None = Field(default=None, alias="@odata.type")
+    ServiceEnabled: bool | None = None
+    MaxImageSizeBytes: int | None = None
+    MultipartHttpPushUri: str | None = None
+    multipart_apply_times: ApplyTimeSupport | None = Field(
+        default=None, alias="MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"
+    )
+    Actions: UpdateServiceActions | None = None
+
+    @property
+    def schema_version(self) -> tuple[int, int, int] | None:
+        """``(1, 17, 0)`` from ``#UpdateService.v1_17_0.UpdateService``; None if absent."""
+        match = _SCHEMA_VERSION.match(self.odata_type or "")
+        return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+    @property
+    def supports_stage(self) -> bool:
+        """``Stage`` exists from UpdateService v1_16_0 (Redfish 2025.2) on."""
+        version = self.schema_version
+        return version is not None and version >= (1, 16, 0)
+
+    @property
+    def simple_update(self) -> SimpleUpdateAction | None:
+        return self.Actions.simple_update if self.Actions else None
+
+    @property
+    def activate(self) -> ActionTarget | None:
+        return self.Actions.activate if self.Actions else None
+
+
+class SoftwareActions(BaseModel):
+    model_config = _CONFIG
+
+    activate: ActionTarget | None = Field(default=None, alias="#SoftwareInventory.Activate")
+
+
+class UpdatableSoftware(SoftwareInventory):
+    """One FirmwareInventory member as the write side reads it, before and after an update:
+    also ``WriteProtected`` (v1_3_0), ``VersionScheme`` (v1_9_0), ``Active``, ``Staged`` and
+    the ``Activate`` action (v1_12_0). Kept apart from :class:`SoftwareInventory` so that a
+    vendor quirk in these properties fails an update, never an inventory sweep."""
+
+    WriteProtected: bool | None = None
+    VersionScheme: str | None = None
+    Active: bool | None = None
+    Staged: bool | None = None
+    Actions: SoftwareActions | None = None
+
+
+class ResetAction(ActionTarget):
+    """``#ComputerSystem.Reset`` / ``#Manager.Reset`` and the reset types it allows."""
+
+    reset_types: list[str] | None = Field(default=None, alias="ResetType@Redfish.AllowableValues")
+
+
+class TaskMessage(BaseModel):
+    model_config = _CONFIG
+
+    MessageId: str | None = None
+    Message: str | None = None
+
+
+class Task(BaseModel):
+    """A Task (Task v1_7_0) as a task monitor or the Task resource returns it."""
+
+    model_config = _CONFIG
+
+    odata_id: str | None = Field(default=None, alias="@odata.id")
+    TaskState: str | None = None
+    PercentComplete: int | None = None
+    TaskMonitor: str | None = None
+    Messages: list[TaskMessage] = []
+
+
 class ODataRef(BaseModel):
     """A navigation link ``{"@odata.id": ...}``."""
 
@@ -101,6 +220,20 @@ class SessionReply(BaseModel):
     model_config = _CONFIG
 
     odata_id: str | None = Field(default=None, alias="@odata.id")
+
+
+def error_text(body: Any) -> str:
+    """``MessageId: Message`` of a Redfish error body (DSP0266 "Error responses": the first
+    ``@Message.ExtendedInfo``, else ``code`` and ``message``), at most 300 characters; '' when
+    the body is not one. BMC messages name resources, never our secrets."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    infos = error.get("@Message.ExtendedInfo")
+    first = infos[0] if isinstance(infos, list) and infos and isinstance(infos[0], dict) else {}
+    text = str(first.get("Message") or error.get("message") or "")
+    message_id = first.get("MessageId") or error.get("code")
+    return (f"{message_id}: {text}" if message_id else text)[:300]
 
 
 M = TypeVar("M", bound=BaseModel)

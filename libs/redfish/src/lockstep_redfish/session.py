@@ -203,13 +203,17 @@ class BmcSession:
         path: str,
         *,
         json_body: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
         retries: int | None = None,
+        timeout_s: float | None = None,
     ) -> Reply:
         """``method path`` with the session's token, retried per the client's policy
-        (``retries`` overrides its count). Returns whatever status the BMC answered last;
-        raises :class:`~lockstep_redfish.errors.BmcUnavailable` when no attempt got a usable
-        answer and :class:`~lockstep_redfish.errors.RedfishReplyError` for a body that is not
-        JSON."""
+        (``retries`` overrides its count, ``timeout_s`` its per-attempt bound). Returns
+        whatever status the BMC answered last; raises
+        :class:`~lockstep_redfish.errors.BmcUnavailable` when no attempt got a usable answer
+        and :class:`~lockstep_redfish.errors.RedfishReplyError` for a body that is not JSON.
+        ``headers`` are added (e.g. ``If-Match``; ``Content-Type`` of ``data``)."""
         if not path.startswith("/"):
             raise ValueError(f"{path!r}: a path on the BMC must start with '/'")
         return await request(
@@ -219,9 +223,11 @@ class BmcSession:
             self._client.policy,
             ssl=self.verify_tls,
             slots=self._client.slots,
-            headers=self._auth,
+            headers={**self._auth, **headers} if headers else self._auth,
             json_body=json_body,
+            data=data,
             retries=retries,
+            timeout_s=timeout_s,
         )
 
     async def get(self, path: str) -> Reply:
@@ -231,6 +237,14 @@ class BmcSession:
         if reply.status != 200:
             raise status_error("GET", self.url(path), reply.status)
         return reply
+
+    async def reopen(self) -> None:
+        """Log in again after the BMC forgot the session (401 inside it: it rebooted or the
+        session expired, DSP0266 "Session lifetime"). The old token is dropped without a
+        ``DELETE``: the BMC no longer knows it."""
+        self._open_http()
+        self._token, self._uri, self._auth = None, None, {}
+        await _despite_cancel(self._login())
 
     def _open_http(self) -> aiohttp.ClientSession:
         if self._http is None:

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from lockstep_redfish.errors import RETRYABLE, BmcUnavailable, RedfishReplyError
+from lockstep_redfish.errors import RETRYABLE, BmcUnavailable, BmcUntrusted, RedfishReplyError
 
 log = logging.getLogger(__name__)
 _JITTER = random.Random()  # noqa: S311 - backoff jitter, not cryptography
@@ -89,7 +89,9 @@ async def request(
     ssl: bool,
     headers: dict[str, str] | None = None,
     json_body: dict[str, Any] | None = None,
+    data: bytes | None = None,
     retries: int | None = None,
+    timeout_s: float | None = None,
     slots: asyncio.Semaphore | None = None,
 ) -> Reply:
     """``method url`` with retries; raises :class:`BmcUnavailable` when every attempt failed.
@@ -99,16 +101,26 @@ async def request(
     this replaced aiohttp's connector queue, whose wake-up scan is linear in the number of
     waiting hosts (measured: 4x client CPU at 256 BMCs in flight); each BMC now has its own
     small pool and ``slots`` is the only global bound. Without ``slots`` nothing is shared.
+
+    ``timeout_s`` overrides ``policy.timeout_s`` for each attempt (a push of a large image).
+    ``data`` is a prepared body (its ``Content-Type`` in ``headers``), e.g. a multipart push.
+    The error's ``status`` and ``retry_after`` are the last attempt's (None: no answer) and its
+    ``sent`` is False only when no attempt got as far as an open connection, so the BMC saw
+    nothing: what makes a non-idempotent request (a firmware push) safe to send again.
     """
     slots = slots or asyncio.Semaphore(1)
     attempts = (policy.retries if retries is None else retries) + 1
+    limit = policy.timeout_s if timeout_s is None else timeout_s
     problem = "not attempted"
+    reached = False  # some attempt opened a connection: the BMC may have seen the request
+    status: int | None = None
+    hint: float | None = None
     for attempt in range(attempts):
-        hint: float | None = None
+        hint, status = None, None
         try:
             async with (
                 slots,
-                asyncio.timeout(policy.timeout_s),
+                asyncio.timeout(limit),
                 # No redirects: a BMC answering 3xx would have the login body (its password)
                 # or the session token resent to wherever it points, plain http included.
                 # Redfish services do not redirect (DSP0266); a 3xx is an unexpected status.
@@ -117,20 +129,30 @@ async def request(
                     url,
                     headers=headers,
                     json=json_body,
+                    data=data,
                     ssl=ssl,
                     allow_redirects=False,
                 ) as response,
             ):
                 if response.status not in RETRYABLE:
                     return Reply(response.status, response.headers, await _decode(response, url))
-                problem = f"HTTP {response.status}"
+                problem, status, reached = f"HTTP {response.status}", response.status, True
                 hint = retry_after_seconds(response.headers.get("Retry-After"))
         except TimeoutError:
-            problem = f"no answer within {policy.timeout_s:g}s"
+            reached = True  # the timeout may have struck after the request was sent
+            problem = f"no answer within {limit:g}s"
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise BmcUntrusted(
+                f"{method} {url}: TLS certificate not trusted ({exc.certificate_error})", url=url
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            problem = f"connection failed ({type(exc).__name__})"  # nothing was sent
         except aiohttp.ClientError as exc:
+            reached = True
             problem = f"connection failed ({type(exc).__name__})"
         if attempt + 1 < attempts:
             delay = policy.delay(attempt, hint)
             log.debug("%s %s: %s; retry %d in %.2fs", method, url, problem, attempt + 1, delay)
             await asyncio.sleep(delay)
-    raise BmcUnavailable(f"{method} {url}: {problem} (after {attempts} attempts)", url=url)
+    message = f"{method} {url}: {problem} (after {attempts} attempts)"
+    raise BmcUnavailable(message, url=url, status=status, retry_after=hint, sent=reached)

@@ -1,0 +1,458 @@
+"""The Redfish write side: push an image, follow its task, activate, reset, read back.
+
+:class:`FirmwareUpdate` works on one open session (``async with client.session(target) as
+bmc``: the session is always closed, TLS verified unless the BMC's own setting says otherwise)
+and offers each step on its own, so that a caller that persists its progress (the updater's
+step machine) can resume at any of them, plus :meth:`FirmwareUpdate.update` that runs them in
+order::
+
+    result = await FirmwareUpdate(bmc).update(image, UpdateRequest(targets, "97.00.9A.00.01"))
+
+The steps and what each guarantees:
+
+- :meth:`~FirmwareUpdate.preflight` hashes the image, reads UpdateService and every target and
+  applies ``preflight.preflight`` (size, Updateable, WriteProtected, LowestSupportedVersion,
+  apply time, Stage); targets already at the version need no write.
+- :meth:`~FirmwareUpdate.push` sends the image once: multipart to ``MultipartHttpPushUri``
+  (``UpdateParameters`` with ``Targets``, ``@Redfish.OperationApplyTime`` and ``Stage``), or
+  ``SimpleUpdate`` with an :class:`~lockstep_redfish.image_server.ImageServer` URL when the BMC
+  has no multipart URI. The image is re-hashed immediately before every send. It is sent again
+  only when the BMC cannot have taken it (no connection, or 429/500/503: "not now"); when it
+  may have (no answer after sending, 502/504) it raises :class:`PushOutcomeUnknown`.
+- :meth:`~FirmwareUpdate.wait` follows the task (``tasks.wait_for_task``): deadline,
+  ``Retry-After``, a BMC that reboots and is dark for minutes (bounded), never a re-push.
+- :meth:`~FirmwareUpdate.activate` (``UpdateService.Activate`` or ``SoftwareInventory.Activate``)
+  and :meth:`~FirmwareUpdate.reset` (``ComputerSystem.Reset`` / ``Manager.Reset``).
+- :meth:`~FirmwareUpdate.verify` reads the targets back until each reports the version pushed;
+  unchanged, downgraded, other or missing is :class:`NotVerified` (``readback``).
+- :meth:`~FirmwareUpdate.patch` changes a resource under ``If-Match`` with the ETag it was just
+  read with (DSP0266 "ETags": PUT/PATCH shall support If-Match); 412 is
+  :class:`ResourceChanged`. Actions are not sent conditionally: bmcweb (OpenBMC) checks an
+  ``If-Match`` on a POST against a GET of the action URI itself, which is no resource, so any
+  real ETag would be refused there; the step re-reads instead, right before the action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from lockstep_redfish.errors import (
+    BmcError,
+    BmcRefused,
+    BmcUnavailable,
+    NotVerified,
+    PushOutcomeUnknown,
+    UpdateRefused,
+    status_error,
+)
+from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.image_server import ImageServer
+from lockstep_redfish.models import (
+    Collection,
+    ResetAction,
+    UpdatableSoftware,
+    UpdateService,
+    error_text,
+    parse,
+)
+from lockstep_redfish.multipart import multipart_body
+from lockstep_redfish.preflight import IMMEDIATE, Method, Preflight, UpdateRequest, preflight
+from lockstep_redfish.readback import Readback, describe, judge
+from lockstep_redfish.tasks import (
+    Clock,
+    Requester,
+    Sleep,
+    TaskOutcome,
+    TaskPolicy,
+    TaskRef,
+    task_ref,
+    wait_for_task,
+)
+from lockstep_redfish.transport import Reply, RetryPolicy
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+UPDATE_SERVICE = "/redfish/v1/UpdateService"  # the schema's only URI for it (Redfish.Uris)
+SYSTEMS = "/redfish/v1/Systems"
+MANAGERS = "/redfish/v1/Managers"
+# Answers after which the BMC has not taken a non-idempotent request (DSP0266 "HTTP status
+# codes": 429 too many requests, 503 temporarily unavailable, 500 the request could not be
+# fulfilled). 502/504 come from a gateway that may have passed the request on.
+NOT_TAKEN = frozenset({429, 500, 503})
+ACCEPTED = frozenset({200, 201, 202, 204})
+
+
+@dataclass(frozen=True, slots=True)
+class Observed(Generic[T]):
+    """A resource as read, with the ETag it was read with (None when the BMC gives none)."""
+
+    item: T
+    etag: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePolicy:
+    """Bounds of the write side (seconds)."""
+
+    tasks: TaskPolicy = field(default_factory=TaskPolicy)
+    sends: int = 3  # sends of one push or action while the BMC has not taken it
+    resend: RetryPolicy = field(  # the wait between them: backoff, or Retry-After (capped)
+        default_factory=lambda: RetryPolicy(backoff_s=1.0, max_retry_after_s=60.0)
+    )
+    push_timeout_s: float = 600.0  # one push: a 200 MB image to a slow BMC
+    settle_s: float = 120.0  # how long the inventory may lag a completed task
+    reachable_s: float = 900.0  # a BMC rebooting after a reset (reliability.md 7.D2)
+    read_poll_s: float = 5.0  # between reads while waiting on the inventory or the BMC
+
+    def __post_init__(self) -> None:
+        if self.sends < 1:
+            raise ValueError("sends must be >= 1")
+        if min(self.push_timeout_s, self.settle_s, self.reachable_s, self.read_poll_s) <= 0:
+            raise ValueError("update policy bounds must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """What :meth:`FirmwareUpdate.update` did. ``pushed`` is False when every target was
+    already at the version (nothing written); ``after`` is None while staged, unverified."""
+
+    before: Mapping[str, str | None]
+    after: Mapping[str, str] | None
+    pushed: bool
+    task: TaskOutcome | None = None
+    activations: tuple[TaskOutcome, ...] = ()
+    elapsed_s: float = 0.0
+
+
+def _etag(headers: Mapping[str, str], body: Any) -> str | None:
+    tag = headers.get("ETag")
+    if tag is None and isinstance(body, dict) and isinstance(body.get("@odata.etag"), str):
+        tag = body["@odata.etag"]
+    return tag
+
+
+class FirmwareUpdate:
+    """The write side on one open session (see the module docstring)."""
+
+    def __init__(
+        self,
+        bmc: Requester,
+        policy: UpdatePolicy | None = None,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.bmc = bmc
+        self.policy = policy or UpdatePolicy()
+        self.clock = clock
+        self.sleep = sleep
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def _get(self, path: str) -> Reply:
+        """GET ``path`` (200 only); one new login when the BMC forgot the session."""
+        reply = await self.bmc.request("GET", path)
+        if reply.status == 401:
+            await self.bmc.reopen()
+            reply = await self.bmc.request("GET", path)
+        if reply.status != 200:
+            raise status_error("GET", self.bmc.url(path), reply.status)
+        return reply
+
+    async def read(self, model: type[M], path: str) -> Observed[M]:
+        """``path`` parsed as ``model``, with its ETag."""
+        reply = await self._get(path)
+        return Observed(
+            parse(model, reply.body, self.bmc.url(path)), _etag(reply.headers, reply.body)
+        )
+
+    async def update_service(self) -> Observed[UpdateService]:
+        return await self.read(UpdateService, UPDATE_SERVICE)
+
+    async def members(self, paths: tuple[str, ...]) -> dict[str, Observed[UpdatableSoftware]]:
+        """Each FirmwareInventory member in ``paths``, read now."""
+        return {path: await self.read(UpdatableSoftware, path) for path in paths}
+
+    async def collection(self, path: str) -> list[str]:
+        """The member paths of a collection (``SYSTEMS``, ``MANAGERS``)."""
+        reply = await self._get(path)
+        members = parse(Collection, reply.body, self.bmc.url(path)).Members
+        return [str(m.get("@odata.id")) for m in members if isinstance(m.get("@odata.id"), str)]
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        path: str,
+        *,
+        what: str,
+        json_body: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        check: Callable[[], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> Reply:
+        """POST a non-idempotent request: sent again only while the BMC cannot have taken
+        it; ``check()`` runs right before every send. Returns the accepting reply."""
+        url = self.bmc.url(path)
+        for send in range(self.policy.sends):
+            if check is not None:
+                check()
+            try:
+                reply = await self.bmc.request(
+                    "POST",
+                    path,
+                    json_body=json_body,
+                    data=data,
+                    headers=headers,
+                    retries=0,
+                    timeout_s=timeout_s,
+                )
+            except BmcUnavailable as exc:
+                if exc.sent and exc.status not in NOT_TAKEN:
+                    raise PushOutcomeUnknown(
+                        f"{what} to {url}: {exc}; it may have been accepted: read the tasks "
+                        "and the inventory before sending it again",
+                        url=url,
+                    ) from None
+                if send + 1 == self.policy.sends:
+                    raise
+                await self.sleep(self.policy.resend.delay(send, exc.retry_after))
+                continue
+            if reply.status == 401 and send + 1 < self.policy.sends:
+                await self.bmc.reopen()  # a 401 is checked before the body is acted on
+                continue
+            if reply.status in ACCEPTED:
+                return reply
+            detail = error_text(reply.body)
+            error = status_error("POST", url, reply.status)
+            if isinstance(error, BmcRefused) and detail:
+                error = BmcRefused(f"{error}: {detail}", url=url, status=reply.status)
+            raise error
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def preflight(self, image: FirmwareImage, request: UpdateRequest) -> Preflight:
+        """Hash the image, read the service and the targets, decide (``preflight``)."""
+        image.check()  # fail closed before anything is read or sent
+        service = await self.update_service()
+        members = await self.members(request.targets)
+        items = {path: observed.item for path, observed in members.items()}
+        return preflight(service.item, items, request, len(image.data))
+
+    async def push(
+        self,
+        image: FirmwareImage,
+        request: UpdateRequest,
+        plan: Preflight,
+        *,
+        server: ImageServer | None = None,
+    ) -> TaskRef:
+        """Send ``image`` to ``plan.pending`` once, where ``plan`` (the preflight just made)
+        says (see the module docstring)."""
+        if not plan.pending:
+            raise ValueError("nothing to push: every target is at the version")
+        parameters: dict[str, Any] = {
+            "Targets": list(plan.pending),
+            "@Redfish.OperationApplyTime": request.apply_time,
+        }
+        if request.stage:  # only when asked: a service before v1_16_0 rejects the property
+            parameters["Stage"] = True
+        if plan.method is Method.MULTIPART:
+            body = multipart_body(parameters, image.data, image.filename)
+            reply = await self._send(
+                plan.uri,
+                what=f"push of {image.filename}",
+                data=body.data,
+                headers={"Content-Type": body.content_type},
+                check=lambda: image.check(body.image()),
+                timeout_s=self.policy.push_timeout_s,
+            )
+        else:
+            if server is None:
+                raise UpdateRefused("SimpleUpdate needs an ImageServer the BMC can pull from")
+            url = server.offer(image)  # hashed now; served only as these bytes
+            reply = await self._send(
+                plan.uri,
+                what=f"SimpleUpdate of {image.filename}",
+                json_body={"ImageURI": url, **parameters},
+                check=image.check,
+            )
+        return task_ref(reply, self.bmc.url(""))
+
+    async def wait(self, ref: TaskRef) -> TaskOutcome:
+        return await wait_for_task(
+            self.bmc, ref, self.policy.tasks, clock=self.clock, sleep=self.sleep
+        )
+
+    async def activate(self, targets: tuple[str, ...], *, each: bool = False) -> list[TaskRef]:
+        """Activate the images staged on ``targets``: one ``UpdateService.Activate`` when the
+        service offers it (v1_16_0), else (or with ``each``) ``SoftwareInventory.Activate``
+        per member (v1_12_0). Each target is re-read first and must report ``Staged`` where
+        it reports it at all. Returns the tasks to follow (none for a synchronous answer)."""
+        members = await self.members(targets)
+        not_staged = [path for path, m in members.items() if m.item.Staged is False]
+        if not_staged:
+            raise UpdateRefused(f"nothing staged to activate on {', '.join(not_staged)}")
+        service = (await self.update_service()).item
+        if service.activate is not None and not each:
+            body = {"Targets": [{"@odata.id": path} for path in targets]}
+            replies = [await self._send(service.activate.target, what="Activate", json_body=body)]
+        else:
+            replies = []
+            for path, member in members.items():
+                action = member.item.Actions.activate if member.item.Actions else None
+                if action is None:
+                    raise UpdateRefused(f"{path} offers no SoftwareInventory.Activate")
+                replies.append(await self._send(action.target, what="Activate", json_body={}))
+        base = self.bmc.url("")
+        return [task_ref(r, base) for r in replies if r.status == 202 or "Location" in r.headers]
+
+    async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
+        """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager
+        path) with ``reset_type``, refused unless the action allows it. A manager reset takes
+        the BMC away for minutes: follow with :meth:`wait_reachable`."""
+        doc = (await self._get(resource)).body
+        actions = doc.get("Actions") if isinstance(doc, dict) else None
+        found = actions.items() if isinstance(actions, dict) else ()
+        raw = next((v for k, v in found if k.endswith(".Reset")), None)
+        if raw is None:
+            raise UpdateRefused(f"{resource} offers no Reset action")
+        action = parse(ResetAction, raw, self.bmc.url(resource), "Actions.Reset")
+        if action.reset_types is not None and reset_type not in action.reset_types:
+            allowed = ", ".join(action.reset_types)
+            raise UpdateRefused(f"{resource}: ResetType {reset_type!r} not allowed ({allowed})")
+        reply = await self._send(
+            action.target, what=f"Reset {reset_type}", json_body={"ResetType": reset_type}
+        )
+        return task_ref(reply, self.bmc.url("")) if reply.status == 202 else None
+
+    async def patch(
+        self, path: str, changes: dict[str, Any], *, etag: str | None = None
+    ) -> Observed[dict[str, Any]]:
+        """PATCH ``changes`` onto ``path`` under ``If-Match``: ``etag`` from the read the
+        change was decided on, else from a read made now (none if the BMC gives none);
+        :class:`~lockstep_redfish.errors.ResourceChanged` when it changed since (412)."""
+        tag = etag
+        if tag is None:
+            reply = await self._get(path)
+            tag = _etag(reply.headers, reply.body)
+        headers = {"If-Match": tag} if tag else None
+        answer = await self.bmc.request("PATCH", path, json_body=changes, headers=headers)
+        if answer.status not in {200, 204}:
+            raise status_error("PATCH", self.bmc.url(path), answer.status)
+        body = answer.body if isinstance(answer.body, dict) else {}
+        return Observed(body, _etag(answer.headers, answer.body))
+
+    # -- waiting on the BMC ------------------------------------------------------------------
+
+    async def _dark(self, since: float, limit_s: float, problem: BmcError) -> None:
+        """Wait one poll while the BMC does not answer; give up after ``limit_s``."""
+        if self.clock() - since >= limit_s:
+            raise BmcUnavailable(
+                f"{self.bmc.url('')}: no answer for {limit_s:g}s ({problem})",
+                url=self.bmc.url(""),
+            )
+        await self.sleep(self.policy.read_poll_s)
+
+    async def wait_reachable(self) -> float:
+        """Seconds until the BMC answers the service root again (after a reset), at most
+        ``policy.reachable_s``."""
+        started = self.clock()
+        while True:
+            try:
+                await self._get("/redfish/v1/")
+                return self.clock() - started
+            except BmcUnavailable as exc:
+                await self._dark(started, self.policy.reachable_s, exc)
+
+    async def verify(
+        self,
+        request: UpdateRequest,
+        before: Mapping[str, str | None],
+        *,
+        within_s: float | None = None,
+    ) -> dict[str, str]:
+        """Read every target of ``request`` until each reports ``request.version``; wait up
+        to ``within_s`` (default ``policy.settle_s``) while a target is unchanged or has no
+        version yet, and while the BMC does not answer (at most ``policy.reachable_s``).
+        A downgrade or another version fails at once. Returns the versions read."""
+        started = self.clock()
+        limit = self.policy.settle_s if within_s is None else within_s
+        dark_since: float | None = None
+        while True:
+            try:
+                members = await self.members(request.targets)
+            except BmcUnavailable as exc:
+                dark_since = self.clock() if dark_since is None else dark_since
+                await self._dark(dark_since, self.policy.reachable_s, exc)
+                continue
+            dark_since = None
+            verdicts = {
+                path: judge(before.get(path), m.item.Version, request.version, m.item.VersionScheme)
+                for path, m in members.items()
+            }
+            if all(v is Readback.VERIFIED for v in verdicts.values()):
+                return dict.fromkeys(members, request.version)
+            final = any(v in {Readback.DOWNGRADED, Readback.OTHER} for v in verdicts.values())
+            if final or self.clock() - started >= limit:
+                wrong = [
+                    describe(path, verdict, before.get(path), members[path].item.Version)
+                    for path, verdict in verdicts.items()
+                    if verdict is not Readback.VERIFIED
+                ]
+                raise NotVerified(
+                    f"update to {request.version!r} not verified: {'; '.join(wrong)}",
+                    targets=[p for p, v in verdicts.items() if v is not Readback.VERIFIED],
+                )
+            await self.sleep(self.policy.read_poll_s)
+
+    # -- the whole sequence ------------------------------------------------------------------
+
+    async def update(
+        self,
+        image: FirmwareImage,
+        request: UpdateRequest,
+        *,
+        activate: bool = True,
+        server: ImageServer | None = None,
+    ) -> UpdateResult:
+        """preflight -> push -> wait -> (activate staged images) -> verify.
+
+        With ``request.stage`` and ``activate=False`` it stops once the image is staged
+        (``after`` None). An ``OnReset`` apply time also stops there: the reset is the
+        caller's decision (it interrupts the host). Already at the version: no write.
+        """
+        started = self.clock()
+        plan = await self.preflight(image, request)
+        if not plan.pending:
+            versions = dict.fromkeys(request.targets, request.version)
+            return UpdateResult(plan.before, versions, pushed=False)
+        ref = await self.push(image, request, plan, server=server)
+        try:
+            task = await self.wait(ref)
+        finally:
+            if server is not None:
+                server.withdraw(image)
+        pending = UpdateRequest(plan.pending, request.version, request.apply_time, request.stage)
+        if (request.stage and not activate) or request.apply_time != IMMEDIATE:
+            return UpdateResult(plan.before, None, True, task, elapsed_s=self.clock() - started)
+        activations: list[TaskOutcome] = []
+        if request.stage:
+            for activation in await self.activate(plan.pending):
+                activations += [await self.wait(activation)]
+        # A task the BMC forgot (it rebooted) may still be flashing: give it the rest of the
+        # task deadline, not only the settle time.
+        window = None
+        if task.forgotten:
+            window = max(self.policy.tasks.deadline_s - task.waited_s, self.policy.settle_s)
+        after = await self.verify(pending, plan.before, within_s=window)
+        return UpdateResult(
+            plan.before, after, True, task, tuple(activations), self.clock() - started
+        )

@@ -1,0 +1,50 @@
+"""The multipart/form-data body of a push (RFC 7578), read back with the standard parser."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import json
+
+import pytest
+
+from lockstep_redfish.errors import ImageDigestMismatch
+from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.multipart import multipart_body
+
+pytestmark = pytest.mark.unit
+PARAMETERS = {"Targets": ["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0"]}
+
+
+def test_two_parts_parameters_then_the_image_byte_for_byte() -> None:
+    image = bytes(range(256)) * 40 + b"\r\n--"
+    body = multipart_body(PARAMETERS, image, 'gpu "new".fwpkg\r\nX-Evil: 1')
+    boundary = body.content_type.split("boundary=")[1]
+    assert boundary.encode() not in image
+    message = email.message_from_bytes(
+        f"Content-Type: {body.content_type}\r\n\r\n".encode() + body.data,
+        policy=email.policy.HTTP,
+    )
+    parameters, update_file = message.iter_parts()
+    assert parameters.get_param("name", header="content-disposition") == "UpdateParameters"
+    assert parameters.get_content_type() == "application/json"
+    payload = parameters.get_payload(decode=True)
+    assert isinstance(payload, bytes) and json.loads(payload) == PARAMETERS
+    assert update_file.get_param("name", header="content-disposition") == "UpdateFile"
+    assert update_file.get_filename() == "gpu__new_.fwpkg__X-Evil__1"  # cannot break a header
+    assert update_file.get_content_type() == "application/octet-stream"
+    assert update_file.get_payload(decode=True) == image
+    assert bytes(body.image()) == image
+
+
+def test_an_image_is_checked_against_its_digest() -> None:
+    data = b"firmware"
+    image = FirmwareImage(data, hashlib.sha256(data).hexdigest(), "fw.bin")
+    image.check()
+    image.check(memoryview(b"xx" + data)[2:])
+    with pytest.raises(ImageDigestMismatch, match=r"fw\.bin: SHA-256 .* is not the expected"):
+        image.check(b"firmwarE")
+    assert "firmware" not in repr(image) and "8 bytes" in repr(image)
+    with pytest.raises(ValueError, match="64 lower-case hex"):
+        FirmwareImage(data, hashlib.sha256(data).hexdigest().upper())
