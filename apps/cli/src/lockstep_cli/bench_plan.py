@@ -45,8 +45,11 @@ from lockstep_planner.domain.plan_hash import plan_hash
 from lockstep_planner.domain.refusal import PlanRefused
 
 NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)
-PROFILES = {"gb200": ("supplier-a", "supplier-b"), "gb300": ("supplier-a", "supplier-c"),
-            "b200": ("supplier-b", "supplier-d")}  # fmt: skip
+PROFILES = {
+    "gb200": ("supplier-a", "supplier-b"),
+    "gb300": ("supplier-a", "supplier-c"),
+    "b200": ("supplier-b", "supplier-d"),
+}
 OLD, OLDER, TARGET = "a" * 64, "b" * 64, "c" * 64
 DOMAINS_PER_POOL = 50
 SITES = 4

@@ -99,7 +99,9 @@ class ClassPolicy(_Strict):
 
     @model_validator(mode="after")
     def _fractions(self) -> ClassPolicy:
-        check_fractions(self.wave_fractions)
+        problems = fraction_problems(self.wave_fractions)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 
@@ -123,16 +125,15 @@ class Policy(_Strict):
         return self.classes[change_class]
 
 
-def check_fractions(fractions: tuple[float, ...]) -> None:
-    """Cumulative fractions rise strictly and end at 1.0, so every node lands in a wave.
-
-    Raises:
-        ValueError: naming the rule broken.
-    """
+def fraction_problems(fractions: tuple[float, ...]) -> list[str]:
+    """What is wrong with cumulative wave fractions: they must rise strictly and end at 1.0, so
+    every node lands in a wave."""
+    problems = []
     if any(b <= a for a, b in itertools.pairwise(fractions)):
-        raise ValueError(f"wave fractions must rise strictly: {list(fractions)}")
+        problems.append(f"wave fractions must rise strictly: {list(fractions)}")
     if fractions and fractions[-1] != 1.0:
-        raise ValueError(f"the last wave fraction must be 1.0, not {fractions[-1]}")
+        problems.append(f"the last wave fraction must be 1.0, not {fractions[-1]}")
+    return problems
 
 
 def parse_policy(text: str | bytes) -> Policy:
@@ -143,7 +144,7 @@ def parse_policy(text: str | bytes) -> Policy:
         # is coerced, and YAML's extra types (dates, binary) are refused.
         as_json = json.dumps(document)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"invalid change-class policy: not YAML: {exc}") from None
+        raise PolicyError(f"invalid change-class policy: not YAML: {_yaml_problem(exc)}") from None
     except (TypeError, ValueError) as exc:
         raise PolicyError(f"invalid change-class policy: {exc}") from None
     try:
@@ -154,3 +155,10 @@ def parse_policy(text: str | bytes) -> Policy:
             for err in exc.errors()
         )
         raise PolicyError(f"invalid change-class policy: {problems}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: the problem and where."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem

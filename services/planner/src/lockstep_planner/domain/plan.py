@@ -16,7 +16,7 @@ from lockstep_common.vocabulary import ChangeClass
 from lockstep_planner.domain.bounds import stage_bound
 from lockstep_planner.domain.canary import StratumCover, choose_canary
 from lockstep_planner.domain.class_rules import bundle_refusals
-from lockstep_planner.domain.classes import ClassPolicy, check_fractions
+from lockstep_planner.domain.classes import ClassPolicy, fraction_problems
 from lockstep_planner.domain.fleet import Bundle, Node, Pool
 from lockstep_planner.domain.refusal import PlanRefused, some
 from lockstep_planner.domain.schedule import Stage, place_stage
@@ -140,10 +140,7 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
 def _fractions(policy: ClassPolicy, strategy: Strategy, reasons: list[str]) -> tuple[float, ...]:
     if strategy.wave_fractions is None:
         return policy.wave_fractions
-    try:
-        check_fractions(strategy.wave_fractions)
-    except ValueError as exc:
-        reasons.append(f"strategy: {exc}")
+    reasons.extend(f"strategy: {p}" for p in fraction_problems(strategy.wave_fractions))
     # An override may slow the start, never widen it: the first wave after the canary is the
     # class's blast radius (seed 000), which is what the class was approved for.
     if strategy.wave_fractions[0] > policy.wave_fractions[0]:

@@ -63,7 +63,7 @@ def select(
     unknown = set(scope.nodes) - {n.id for n in fleet}
     if unknown:
         reasons.append(f"scope names unknown node(s): {some(unknown)}")
-    chosen = [n for n in fleet if in_scope(n, scope)]
+    chosen = sorted((n for n in fleet if in_scope(n, scope)), key=lambda n: n.id)
     if not chosen:
         reasons.append("scope matches no node")
         return [], []
@@ -80,7 +80,7 @@ def select(
         reasons.extend(_cut_domains(fleet, chosen))
     moving: list[Node] = []
     excluded: list[Exclusion] = []
-    for key, members in groups.items():
+    for key, members in sorted(groups.items()):
         bad = [n for n in members if n.id in unfit]
         if bad and len(members) > 1:
             named = ", ".join(f"{n.id} ({unfit[n.id]})" for n in bad[:3])

@@ -22,7 +22,8 @@ class Windows:
         self.always = windows is None
         spans = sorted(
             (
-                max(0, math.floor((w.start - now).total_seconds())),
+                # Rounded inwards: a plan never starts before a window opens or ends after.
+                max(0, math.ceil((w.start - now).total_seconds())),
                 math.floor((w.end - now).total_seconds()),
             )
             for w in windows or ()
