@@ -20,7 +20,7 @@ from lockstep_planner.domain.stages import FABRIC_SLOTS
 from .fleets import NOW, cases
 
 pytestmark = pytest.mark.unit
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def planned(request: PlanRequest) -> Plan | None:

@@ -3,7 +3,7 @@
 The canary holds, for every stratum (profile x supplier x current stack), at least the change
 class's minimum of nodes, or all of a smaller stratum: seed 000 asks for a canary "spanning every
 hardware revision and supplier in the fleet, because firmware bugs are often SKU-specific", and
-seed 001 adds the starting stack, since a move from a different tuple is a different change.
+design.md's stratum adds the starting stack, since a move from another tuple is another change.
 Within a stratum it prefers healthy, conformant, idle nodes (a sick canary proves nothing; an
 idle one drains for free) and then spreads over sites and racks, so one rack's power or cooling
 does not decide the verdict. For each stratum it also picks a concurrent control group: as many
