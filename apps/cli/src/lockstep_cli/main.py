@@ -393,6 +393,24 @@ def bench_sweep(
         raise typer.Exit(1)
 
 
+@bench.command("plan")
+def bench_plan(
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes in the generated fleet.")] = 12_500,
+    domains: Annotated[int, typer.Option(min=1, help="Fabric domains (one rack each).")] = 2_000,
+    components: Annotated[int, typer.Option(min=1, max=64, help="Bundle components.")] = 30,
+    change_class: Annotated[
+        str, typer.Option("--class", help="routine, emergency or power_fabric.")
+    ] = "routine",
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Planning time and peak memory for a generated fleet, and the plan's makespan vs a lower
+    bound from the same budgets, windows and durations."""
+    from lockstep_cli.bench_plan import command
+
+    command(nodes, domains, components, change_class, runs, console if not as_json else None)
+
+
 @docs.command("generate")
 def docs_generate(
     out: Annotated[Path, typer.Option(help="Docs directory.")] = Path("docs"),

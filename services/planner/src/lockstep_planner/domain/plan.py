@@ -1,0 +1,218 @@
+"""An intent becomes a plan: scope, exclusions, canary, waves, stages, times (issue 10).
+
+``plan()`` is pure: the fleet, pools and bundle come in as values, ``now`` is a parameter, and
+the same request with the same seed gives the same plan, hash included, in any process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lockstep_common.events.v1 import ScopeSelector, Strategy
+from lockstep_common.vocabulary import ChangeClass
+from lockstep_planner.domain.bounds import stage_bound
+from lockstep_planner.domain.canary import StratumCover, choose_canary
+from lockstep_planner.domain.class_rules import bundle_refusals
+from lockstep_planner.domain.classes import ClassPolicy, fraction_problems
+from lockstep_planner.domain.fleet import Bundle, Node, Pool
+from lockstep_planner.domain.refusal import PlanRefused, some
+from lockstep_planner.domain.schedule import Stage, place_stage
+from lockstep_planner.domain.scope import Exclusion, select
+from lockstep_planner.domain.seeded import rank
+from lockstep_planner.domain.stages import FABRIC_SLOTS, StageSpec, stage_specs
+from lockstep_planner.domain.units import Unit, units_of
+from lockstep_planner.domain.waves import assign_waves
+from lockstep_planner.domain.windows import Windows
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """Everything a plan depends on."""
+
+    fleet: tuple[Node, ...]
+    pools: Mapping[str, Pool]
+    bundle: Bundle
+    scope: ScopeSelector
+    change_class: ChangeClass
+    policy: ClassPolicy
+    seed: str
+    """Fixes every tie; the intent id is a good seed (replanning it gives the same plan)."""
+    strategy: Strategy = field(default_factory=Strategy)
+    current_versions: Mapping[str, str] | None = None
+    """Component -> version pinned now; a standard change's window is checked against it."""
+    tested_revert: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedWave:
+    """One gated wave; 0 is the canary."""
+
+    number: int
+    node_ids: tuple[str, ...]
+    stages: tuple[Stage, ...]
+    failure_budget: int
+    """Failed nodes tolerated before the wave halts."""
+    start_s: int
+    end_s: int
+    """Its last gate can judge it (last soak included)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A rollout plan. Times are seconds after ``starts_at`` and are estimates."""
+
+    change_class: ChangeClass
+    stack: str
+    seed: str
+    starts_at: datetime
+    waves: tuple[PlannedWave, ...]
+    strata: tuple[StratumCover, ...]
+    excluded: tuple[Exclusion, ...]
+    max_unavailable: tuple[tuple[str, int], ...]
+    fabric_domains_at_once: int | None
+    makespan_s: int
+    lower_bound_s: int
+    """No plan of these waves under these budgets, windows and soaks can finish sooner."""
+
+
+def plan(request: PlanRequest, *, now: datetime) -> Plan:
+    """Plan ``request`` from ``now`` on.
+
+    Raises:
+        PlanRefused: naming every reason the intent cannot be planned as asked.
+    """
+    policy, strategy = request.policy, request.strategy
+    reasons = bundle_refusals(
+        request.change_class,
+        policy,
+        request.bundle.components,
+        current=request.current_versions,
+        tested_revert=request.tested_revert,
+    )
+    moving, excluded = select(
+        request.fleet,
+        request.scope,
+        request.bundle,
+        change_class=request.change_class,
+        unfit_nodes=policy.unfit_nodes,
+        reasons=reasons,
+    )
+    fractions = _fractions(policy, strategy, reasons)
+    unknown = {n.pool for n in moving} - set(request.pools)
+    if unknown:
+        reasons.append(f"no budget for pool(s) {some(unknown)}: every pool needs max_unavailable")
+    if reasons:
+        raise PlanRefused(reasons)
+
+    caps = {
+        name: min(pool.max_unavailable, strategy.max_unavailable or pool.max_unavailable)
+        for name, pool in request.pools.items()
+    }
+    if policy.max_fabric_domains_at_once is not None:
+        caps[FABRIC_SLOTS] = policy.max_fabric_domains_at_once
+    units = units_of(moving, by_domain=request.bundle.moves_fabric, seed=request.seed)
+    canary = choose_canary(
+        units,
+        min_per_stratum=policy.canary_min_per_stratum,
+        min_total=strategy.canary_nodes or 0,
+        seed=request.seed,
+    )
+    in_canary = {u.key for u in canary.units}
+    buckets = {(n.site, n.rack) for n in moving}
+    waves = assign_waves(
+        canary.units,
+        [u for u in units if u.key not in in_canary],
+        fractions=fractions,
+        controls=canary.control_ids,
+        bucket_rank={b: rank(request.seed, f"rack:{b[0]}/{b[1]}") for b in buckets},
+    )
+    specs = [stage_specs(w, request.bundle, fabric_cap=caps.get(FABRIC_SLOTS)) for w in waves]
+    windows = {name: Windows(pool.windows, now=now) for name, pool in request.pools.items()}
+    reasons = _unplaceable([s for wave in specs for s in wave], caps, windows)
+    if reasons:
+        raise PlanRefused(reasons)
+    return _timed(request, now, waves, specs, caps, windows, canary.strata, excluded)
+
+
+def _fractions(policy: ClassPolicy, strategy: Strategy, reasons: list[str]) -> tuple[float, ...]:
+    if strategy.wave_fractions is None:
+        return policy.wave_fractions
+    reasons.extend(f"strategy: {p}" for p in fraction_problems(strategy.wave_fractions))
+    # An override may slow the start, never widen it: the first wave after the canary is the
+    # class's blast radius (seed 000), which is what the class was approved for.
+    if strategy.wave_fractions[0] > policy.wave_fractions[0]:
+        reasons.append(
+            f"strategy: the first wave ({strategy.wave_fractions[0]}) may not exceed the class's "
+            f"({policy.wave_fractions[0]})"
+        )
+    return strategy.wave_fractions
+
+
+def _unplaceable(
+    specs: list[StageSpec], caps: Mapping[str, int], windows: Mapping[str, Windows]
+) -> list[str]:
+    over: set[str] = set()
+    too_long: dict[str, int] = {}
+    for spec in specs:
+        for job in spec.jobs:
+            for resource, count in job.demand:
+                if resource != FABRIC_SLOTS and count > caps[resource]:
+                    over.add(
+                        f"{job.label} takes {count} nodes of pool {resource} out at once, "
+                        f"over its max_unavailable of {caps[resource]}"
+                    )
+                elif resource != FABRIC_SLOTS and job.duration > windows[resource].longest():
+                    too_long[resource] = max(too_long.get(resource, 0), job.duration)
+    return sorted(over) + [
+        f"pool {pool}: an outage of {need} s fits none of its maintenance windows "
+        f"(longest {windows[pool].longest()} s)"
+        for pool, need in sorted(too_long.items())
+    ]
+
+
+def _timed(
+    request: PlanRequest,
+    now: datetime,
+    waves: list[tuple[Unit, ...]],
+    specs: list[list[StageSpec]],
+    caps: Mapping[str, int],
+    windows: Mapping[str, Windows],
+    strata: tuple[StratumCover, ...],
+    excluded: list[Exclusion],
+) -> Plan:
+    policy = request.policy
+    used = {n.pool for wave in waves for u in wave for n in u.nodes}
+    wave_soak = max(policy.wave_soak_s, request.strategy.soak_seconds or 0)
+    t, bound = 0, 0.0
+    planned: list[PlannedWave] = []
+    for number, (wave, wave_specs) in enumerate(zip(waves, specs, strict=True)):
+        start = t
+        gate = policy.canary_soak_s if number == 0 else wave_soak
+        stages: list[Stage] = []
+        for i, spec in enumerate(wave_specs):
+            soak = gate if i == len(wave_specs) - 1 else policy.layer_soak_s
+            stage = place_stage(spec, t, caps=caps, windows=windows, soak_s=soak)
+            bound = stage_bound(spec, bound, caps=caps, windows=windows) + soak
+            stages.append(stage)
+            t = stage.end_s
+        if not wave_specs:  # nothing applies to these nodes, but the wave is still gated
+            t, bound = t + gate, bound + gate
+        ids = tuple(sorted(n.id for u in wave for n in u.nodes))
+        budget = math.floor(round(policy.failure_budget * len(ids), 6))
+        planned.append(PlannedWave(number, ids, tuple(stages), budget, start, t))
+    return Plan(
+        change_class=request.change_class,
+        stack=request.bundle.stack,
+        seed=request.seed,
+        starts_at=now,
+        waves=tuple(planned),
+        strata=strata,
+        excluded=tuple(excluded),
+        max_unavailable=tuple(sorted((p, caps[p]) for p in used)),
+        fabric_domains_at_once=caps.get(FABRIC_SLOTS),
+        makespan_s=t,
+        lower_bound_s=math.floor(bound),
+    )
