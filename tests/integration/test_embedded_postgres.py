@@ -410,3 +410,22 @@ def test_an_edited_hba_is_replaced_and_a_link_in_its_place_is_not_followed(
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
         shutil.rmtree(victim.parent, ignore_errors=True)
+
+
+def test_a_server_that_cannot_take_its_port_fails_instead_of_trusting_whoever_holds_it(
+    stack: Stack,
+) -> None:
+    """Two stacks started at once may both find the default port free. The one that loses it
+    must fail with PostgreSQL's own reason, not pass the other server off as its own (its
+    services would then log in to the other stack's server)."""
+    assert stack.postgres is not None
+    loser_dir = _new_dir("lockstep-port-taken-")
+    loser = PostgresServer(
+        loser_dir / "pg", secrets_dir=loser_dir / "secrets", port=stack.postgres.port, durable=False
+    )
+    try:
+        with pytest.raises(RuntimeError, match="PostgreSQL exited"):
+            loser.start(timeout_s=60)
+    finally:
+        loser.stop()
+        shutil.rmtree(loser_dir, ignore_errors=True)

@@ -371,11 +371,17 @@ class PostgresServer:
                 "-c",
                 "full_page_writes=off",
             ]
+        # Ready means *ours* is ready: the postmaster makes its socket in pgdata only once it
+        # holds the TCP port. Without that, another server that took the port meanwhile (a
+        # second stack started at the same moment) would answer the probe, and our services
+        # would connect to it while our own postgres exits, unable to bind.
+        socket_file = self.pgdata / f".s.PGSQL.{self.port}"
+        socket_file.unlink(missing_ok=True)  # left by a server killed outright
         self.proc = spawn(
             argv, log_path=self.log_path, user=self.user, parent_death_signal=signal.SIGINT
         )
         wait_until(
-            lambda: port_open("127.0.0.1", self.port) and self._accepts(),
+            lambda: socket_file.exists() and port_open("127.0.0.1", self.port) and self._accepts(),
             timeout_s=timeout_s,
             what="PostgreSQL",
             proc=self.proc,
