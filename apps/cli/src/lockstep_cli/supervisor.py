@@ -8,6 +8,7 @@ PostgreSQL, so nothing is left running.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -19,11 +20,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic_settings import SettingsConfigDict
+
 from lockstep_cli.catalog import bus_parties
 from lockstep_cli.restarts import RestartPolicy
 from lockstep_cli.schemas import prepare_schemas
-from lockstep_common.bus_access import Party, matrix
+from lockstep_common.bus_access import ADMIN, Party, matrix
+from lockstep_common.natsconn import connect
+from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
+from lockstep_common.topology import ensure_topology
 from lockstep_devstack import Stack
 from lockstep_devstack.process import free_port, spawn, stop, tail
 
@@ -200,12 +206,34 @@ def running_system(
     services: list[ServiceProcess] = []
     with stack:
         try:
+            if stack.nats is not None:  # an external NATS is its operator's to provision
+                asyncio.run(provision_streams(stack, namespace))
             prepare_schemas(stack, SERVICES, report)
             services.extend(start_service(n, stack, data_dir / "logs", extra_env) for n in names)
             wait_ready(services)
             yield stack, services
         finally:
             stop_services(services)
+
+
+class StackSettings(ServiceSettings):
+    """The deployment-wide settings ``lockstep up`` provisions streams with: the shared
+    ``LOCKSTEP_STREAM_MAX_AGE_S`` / ``LOCKSTEP_STREAM_MAX_BYTES``, and the defaults every
+    service has for the rest."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LOCKSTEP_STACK_", extra="forbid", validate_default=True, populate_by_name=True
+    )
+
+
+async def provision_streams(stack: Stack, namespace: Namespace) -> None:
+    """Create the streams, or set the configured limits on live ones, as the ``admin``
+    identity: services may create a missing stream but never change a live one."""
+    nc = await connect(stack.nats_client(ADMIN), name="lockstep-up")
+    try:
+        await ensure_topology(nc.jetstream(), namespace, StackSettings().stream_policy())
+    finally:
+        await nc.close()
 
 
 class Interrupted(Exception):

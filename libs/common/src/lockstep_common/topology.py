@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -381,7 +382,16 @@ async def ensure_topology(
             update = dataclasses.replace(
                 info.config, max_age=want.max_age, max_bytes=want.max_bytes
             )
-            await _reserving(js.update_stream(update), want)
+            try:
+                await _reserving(js.update_stream(update), want)
+            except NatsTimeout:
+                # A service identity may not change a live stream (bus_access: only admin);
+                # the server drops the call, so it times out.
+                raise ConfigurationError(
+                    f"stream {want.name}: the settings give limits {limits} and this identity "
+                    "may not change a live stream: apply them as the admin identity "
+                    "(`lockstep up` does at start), or set the settings to the live limits"
+                ) from None
             log.warning("stream %s: limits updated to the settings (%s)", want.name, limits)
     for cspec in consumers:
         cwant = consumer_config(namespace, cspec)
