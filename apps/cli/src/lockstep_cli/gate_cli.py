@@ -46,11 +46,11 @@ def _show(decision: GateDecision) -> None:
         f"as of {datetime.fromtimestamp(decision.evaluated_at, UTC).isoformat()}",
         highlight=False,
     )
-    console.print(decision.reason, highlight=False)
+    console.print(decision.reason, highlight=False, markup=False)
     if decision.rules:
         rules = Table(title="hard rules broken by canary nodes")
-        for col in ("rule", "stratum", "canary", "control", "environmental", "detail"):
-            rules.add_column(col, overflow="fold")
+        for col in ("rule", "stratum", "canary", "control", "environmental"):
+            rules.add_column(col)
         for r in decision.rules:
             rules.add_row(
                 r.rule,
@@ -58,36 +58,50 @@ def _show(decision: GateDecision) -> None:
                 f"{len(r.nodes)}/{r.canary_nodes}",
                 f"{r.control_hits}/{r.control_nodes}",
                 "yes" if r.environmental else "no",
-                r.detail,
             )
         console.print(rules)
-    metrics = Table(title="metrics: canary vs control (one value per node)")
-    for col in ("metric", "stratum", "outcome", "canary", "control", "shift [interval]", "floor"):
-        metrics.add_column(col, overflow="fold")
-    metrics.add_column("p")
+        for r in decision.rules:
+            console.print(f"{r.rule} [{r.stratum}]: {r.detail}", highlight=False, markup=False)
+    metrics = Table(title="metrics: canary vs control, one value per node (* critical)")
+    metrics.add_column("metric", no_wrap=True)
+    for col in (
+        "stratum",
+        "outcome",
+        "canary (n)",
+        "control (n)",
+        "shift [interval]",
+        "floor",
+        "p",
+    ):
+        metrics.add_column(col)
     for j in decision.metrics:
         c = j.comparison
+        name = j.metric + ("*" if j.critical else "")
         if c is None:
-            metrics.add_row(j.metric, j.stratum, j.outcome, "", "", j.detail, "", "")
+            metrics.add_row(name, j.stratum, j.outcome, "", "", "", "", "")
             continue
         metrics.add_row(
-            j.metric + (" (critical)" if j.critical else ""),
+            name,
             j.stratum,
             j.outcome,
-            f"{c.canary_median:.4g} (n={c.canary_nodes})",
-            f"{c.control_median:.4g} (n={c.control_nodes})",
+            f"{c.canary_median:.4g} ({c.canary_nodes})",
+            f"{c.control_median:.4g} ({c.control_nodes})",
             f"{c.shift:.4g} [{c.low:.4g}, {c.high:.4g}]",
             f"{c.floor:.4g}",
-            "" if c.p_value is None else f"{c.p_value:.3g}",
+            "" if c.p_value is None else f"{c.p_value:.2g}",
         )
     console.print(metrics)
     for j in decision.metrics:
-        if j.environment is not None and j.outcome == "environmental":
-            console.print(f"{j.metric} [{j.stratum}]: {j.environment.detail}", highlight=False)
+        if j.outcome in ("environmental", "no_data", "worse"):
+            console.print(
+                f"{j.metric} [{j.stratum}] {j.outcome}: {j.detail}", highlight=False, markup=False
+            )
     if decision.offending_nodes:
-        console.print("offending nodes: " + ", ".join(decision.offending_nodes), highlight=False)
+        console.print(
+            "offending nodes: " + ", ".join(decision.offending_nodes), highlight=False, markup=False
+        )
     for note in decision.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {note}", highlight=False, markup=False)
 
 
 @gate_app.command("evaluate")

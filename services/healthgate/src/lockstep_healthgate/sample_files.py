@@ -48,16 +48,24 @@ def _number(raw: object, what: str, *, missing_ok: bool) -> float:
         raise SampleError(f"{what} {raw!r} is not a number") from None
 
 
+def _iso(text: str) -> float:
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SampleError(f"time {text!r} is neither seconds nor ISO 8601") from None
+    if when.tzinfo is None:
+        raise SampleError(f"time {text!r} has no time zone")
+    return when.timestamp()
+
+
 def _time(raw: object) -> float:
-    if isinstance(raw, str) and not raw.strip().lstrip("+-").replace(".", "", 1).isdigit():
+    if isinstance(raw, str):
         try:
-            when = datetime.fromisoformat(raw.strip())
+            value = float(raw)
         except ValueError:
-            raise SampleError(f"time {raw!r} is neither seconds nor ISO 8601") from None
-        if when.tzinfo is None:
-            raise SampleError(f"time {raw!r} has no time zone")
-        return when.timestamp()
-    value = _number(raw, "time", missing_ok=False)
+            return _iso(raw)
+    else:
+        value = _number(raw, "time", missing_ok=False)
     if not math.isfinite(value):
         raise SampleError(f"time {raw!r} is not finite")
     return value
@@ -119,15 +127,16 @@ def _csv_rows(text: str) -> Iterator[tuple[str, Mapping[str, object]]]:
 def parse_samples(text: str, *, json_format: bool) -> SampleTable:
     """The table of a JSON or CSV document; :class:`SampleError` names the row at fault."""
     rows = _json_rows(text) if json_format else _csv_rows(text)
-    samples = []
+    samples, places = [], []
     for where, fields in rows:
         try:
             samples.append(_sample(fields))
         except SampleError as exc:
             raise SampleError(f"{where}: {exc}") from None
+        places.append(where)
     if not samples:
         raise SampleError("no samples")
-    return SampleTable.from_rows(samples)
+    return SampleTable.from_rows(samples, places=places)
 
 
 def read_samples(path: Path) -> SampleTable:

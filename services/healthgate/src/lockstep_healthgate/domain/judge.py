@@ -217,6 +217,8 @@ def judge_metric(
 
     canary, control = stratum.canary.value, stratum.control.value
     need = policy.minimum
+    if len(canary) == 0 and len(control) == 0:
+        return made(MetricOutcome.NO_DATA, "too little data: no usable samples of this metric")
     if len(canary) < need.canary_nodes or len(control) < need.control_nodes:
         return made(
             MetricOutcome.NO_DATA,

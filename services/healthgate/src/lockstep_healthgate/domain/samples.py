@@ -110,19 +110,22 @@ class SampleTable:
         return Group.CANARY if self.node_canary[i] else Group.CONTROL
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Sample]) -> SampleTable:
-        """Build the table; a node in two groups or two strata is refused."""
+    def from_rows(
+        cls, rows: Iterable[Sample], *, places: Sequence[str] | None = None
+    ) -> SampleTable:
+        """Build the table; a node in two groups or two strata is refused. ``places`` names
+        each row in messages (``line 7``), else ``row N``."""
         rows = list(rows)
         group: dict[str, Group] = {}
         stratum: dict[str, str] = {}
         for number, r in enumerate(rows, start=1):
-            _check_row(number, r)
+            where = places[number - 1] if places else f"row {number}"
+            _check_row(where, r)
             if group.setdefault(r.node, r.group) is not r.group:
-                raise SampleError(f"row {number}: node {r.node} is in both canary and control")
+                raise SampleError(f"{where}: node {r.node} is in both canary and control")
             if stratum.setdefault(r.node, r.stratum) != r.stratum:
                 raise SampleError(
-                    f"row {number}: node {r.node} is in two strata "
-                    f"({stratum[r.node]} and {r.stratum})"
+                    f"{where}: node {r.node} is in two strata ({stratum[r.node]} and {r.stratum})"
                 )
         nodes = tuple(sorted(group))
         strata = tuple(sorted(set(stratum.values())))
@@ -190,11 +193,11 @@ class SampleTable:
         )
 
 
-def _check_row(number: int, r: Sample) -> None:
+def _check_row(where: str, r: Sample) -> None:
     if not NODE_ID.match(r.node):
-        raise SampleError(f"row {number}: node {r.node[:80]!r} is not a node id ({TOKEN_PATTERN})")
+        raise SampleError(f"{where}: node {r.node[:80]!r} is not a node id ({TOKEN_PATTERN})")
     for what, text in (("metric", r.metric), ("stratum", r.stratum)):
         if not text or len(text) > MAX_NAME:
-            raise SampleError(f"row {number}: {what} must be 1 to {MAX_NAME} characters")
+            raise SampleError(f"{where}: {what} must be 1 to {MAX_NAME} characters")
     if not math.isfinite(r.time):
-        raise SampleError(f"row {number}: time must be a finite number of seconds")
+        raise SampleError(f"{where}: time must be a finite number of seconds")
