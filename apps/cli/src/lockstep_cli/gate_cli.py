@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lockstep_cli.cli_io import fail
@@ -46,7 +47,7 @@ def _show(decision: GateDecision) -> None:
         f"as of {datetime.fromtimestamp(decision.evaluated_at, UTC).isoformat()}",
         highlight=False,
     )
-    console.print(decision.reason, highlight=False, markup=False)
+    console.print(decision.reason, highlight=False, markup=False, soft_wrap=True)
     if decision.rules:
         rules = Table(title="hard rules broken by canary nodes")
         for col in ("rule", "stratum", "canary", "control", "environmental"):
@@ -54,14 +55,16 @@ def _show(decision: GateDecision) -> None:
         for r in decision.rules:
             rules.add_row(
                 r.rule,
-                r.stratum,
+                escape(r.stratum),
                 f"{len(r.nodes)}/{r.canary_nodes}",
                 f"{r.control_hits}/{r.control_nodes}",
                 "yes" if r.environmental else "no",
             )
         console.print(rules)
         for r in decision.rules:
-            console.print(f"{r.rule} [{r.stratum}]: {r.detail}", highlight=False, markup=False)
+            console.print(
+                f"{r.rule} [{r.stratum}]: {r.detail}", highlight=False, markup=False, soft_wrap=True
+            )
     metrics = Table(title="metrics: canary vs control, one value per node (* critical)")
     metrics.add_column("metric", no_wrap=True)
     for col in (
@@ -78,11 +81,11 @@ def _show(decision: GateDecision) -> None:
         c = j.comparison
         name = j.metric + ("*" if j.critical else "")
         if c is None:
-            metrics.add_row(name, j.stratum, j.outcome, "", "", "", "", "")
+            metrics.add_row(name, escape(j.stratum), j.outcome, "", "", "", "", "")
             continue
         metrics.add_row(
             name,
-            j.stratum,
+            escape(j.stratum),
             j.outcome,
             f"{c.canary_median:.4g} ({c.canary_nodes})",
             f"{c.control_median:.4g} ({c.control_nodes})",
@@ -94,14 +97,20 @@ def _show(decision: GateDecision) -> None:
     for j in decision.metrics:
         if j.outcome in ("environmental", "no_data", "worse"):
             console.print(
-                f"{j.metric} [{j.stratum}] {j.outcome}: {j.detail}", highlight=False, markup=False
+                f"{j.metric} [{j.stratum}] {j.outcome}: {j.detail}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
             )
     if decision.offending_nodes:
         console.print(
-            "offending nodes: " + ", ".join(decision.offending_nodes), highlight=False, markup=False
+            "offending nodes: " + ", ".join(decision.offending_nodes),
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
     for note in decision.notes:
-        console.print(f"note: {note}", highlight=False, markup=False)
+        console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
 
 
 @gate_app.command("evaluate")
