@@ -104,11 +104,6 @@ class SampleTable:
         except ValueError:
             return None
 
-    def group_of(self, node: str) -> Group:
-        """The group of a node of the table."""
-        i = self.nodes.index(node)
-        return Group.CANARY if self.node_canary[i] else Group.CONTROL
-
     @classmethod
     def from_rows(
         cls, rows: Iterable[Sample], *, places: Sequence[str] | None = None
