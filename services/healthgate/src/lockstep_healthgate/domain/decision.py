@@ -1,0 +1,102 @@
+"""What the judge decides and why: the verdict with per-metric and per-rule evidence."""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import BaseModel, ConfigDict
+
+from lockstep_common.vocabulary import GateVerdict
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricOutcome(enum.StrEnum):
+    """One metric in one stratum."""
+
+    PASSED = "passed"  # no shift beyond the floor in the harmful direction
+    WORSE = "worse"  # the whole interval lies beyond the floor in the harmful direction
+    NO_DATA = "no_data"  # too few nodes or samples: never a pass
+    ENVIRONMENTAL = "environmental"  # control degraded like the canary: not the rollout's doing
+
+
+class HardRule(enum.StrEnum):
+    """Rules that trip at once (design.md, healthgate; seeds 001 and 003)."""
+
+    DCGM_DIAG = "dcgm_diag_failed"
+    FATAL_XID = "fatal_xid"
+    BUSBW = "busbw_below_expected"
+    HEARTBEAT = "heartbeat_missing"
+    GSP_INIT = "gsp_init_failed"
+    DEVICE_FAILED = "device_failed"
+
+
+# A fleet-wide network problem breaks these on control nodes too; the others are faults of the
+# node itself (and on an updated node, suspect), so they trip whatever the control shows.
+ENVIRONMENT_SENSITIVE = frozenset({HardRule.BUSBW, HardRule.HEARTBEAT})
+
+
+class Comparison(_Result):
+    """Canary against control over the same window, one value per node."""
+
+    canary_nodes: int
+    control_nodes: int
+    canary_median: float
+    control_median: float
+    shift: float  # Hodges-Lehmann estimate of canary - control
+    low: float  # interval of the shift at the policy's confidence
+    high: float
+    floor: float  # effect-size floor in the metric's unit (the harmful side's magnitude)
+    p_value: float | None  # two-sided Mann-Whitney U
+
+
+class Environment(_Result):
+    """Each group against its own reference (baseline samples or the policy's expected value)."""
+
+    reference: str  # "baseline" or "expected"
+    canary_degraded: bool
+    control_degraded: bool
+    detail: str
+
+
+class MetricJudgement(_Result):
+    """One metric in one stratum."""
+
+    metric: str
+    stratum: str
+    outcome: MetricOutcome
+    critical: bool
+    weight: float
+    comparison: Comparison | None = None
+    environment: Environment | None = None
+    offending_nodes: tuple[str, ...] = ()
+    detail: str
+
+
+class RuleFinding(_Result):
+    """A hard rule broken by canary nodes of one stratum."""
+
+    rule: HardRule
+    stratum: str
+    nodes: tuple[str, ...]  # canary nodes breaking it
+    canary_nodes: int
+    control_hits: int
+    control_nodes: int
+    environmental: bool  # the control breaks it about as often: not blamed on the rollout
+    p_value: float | None  # one-sided Fisher exact, when the control breaks it too
+    detail: str
+
+
+class GateDecision(_Result):
+    """The verdict, deterministic in the samples, the policy and ``evaluated_at``."""
+
+    verdict: GateVerdict
+    reason: str
+    score: float  # 100 x (1 - weight of worse metrics / total weight), as Kayenta scores
+    metrics: tuple[MetricJudgement, ...]
+    rules: tuple[RuleFinding, ...]
+    offending_nodes: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    evaluated_at: float  # seconds since the epoch: samples after it were not considered

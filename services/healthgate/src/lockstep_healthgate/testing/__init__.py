@@ -1,0 +1,1 @@
+"""Test and benchmark helpers of the healthgate service (synthetic fleets)."""
