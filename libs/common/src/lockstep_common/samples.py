@@ -76,6 +76,13 @@ def samples() -> list[EventData]:
             max_unavailable=1,
             failure_budget=0,
             soak_seconds=3600,
+            strata=(
+                v1.WaveStratum(
+                    key="gb200/acme/3f1c2a",
+                    node_ids=("gb200-r07-n03",),
+                    control_ids=("gb200-r09-n11",),
+                ),
+            ),
         ),
         v1.WaveCompleted(rollout_id=_ROLL, wave=0, succeeded=("gb200-r07-n03",), failed=()),
         v1.PinChanged(

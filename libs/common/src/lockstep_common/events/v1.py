@@ -209,6 +209,20 @@ class RolloutCompleted(EventData):
     )
 
 
+class WaveStratum(Part):
+    """One stratum of a wave (hardware profile x supplier x current stack hash): the nodes the
+    wave updates and the concurrent control group of untouched nodes of the same stratum that
+    the healthgate compares them with over the same window."""
+
+    key: Name = Field(description="The stratum, e.g. gb200/acme/<stack hash prefix>.")
+    node_ids: tuple[NodeId, ...] = Field(
+        max_length=MAX_NODES, description="Nodes of this stratum the wave updates."
+    )
+    control_ids: tuple[NodeId, ...] = Field(
+        default=(), max_length=MAX_NODES, description="Untouched nodes of the same stratum."
+    )
+
+
 class WavePlanned(EventData):
     """A wave released to the updater."""
 
@@ -230,6 +244,11 @@ class WavePlanned(EventData):
         ge=0, le=INT32_MAX, description="Failed nodes tolerated before halting."
     )
     soak_seconds: int = Field(ge=0, le=INT32_MAX, description="Soak after the wave before gating.")
+    strata: tuple[WaveStratum, ...] = Field(
+        default=(),
+        max_length=MAX_ITEMS,
+        description="The wave's nodes by stratum, each with its control group (for the gate).",
+    )
 
 
 class WaveCompleted(EventData):
