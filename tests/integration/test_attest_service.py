@@ -23,6 +23,7 @@ from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.events.v1 import BundleSubmitted
 from lockstep_common.service import ServiceApp
+from lockstep_common.vocabulary import Component
 from tests.support import emit, make_app, scalar
 
 pytestmark = pytest.mark.integration
@@ -99,6 +100,19 @@ async def test_submitted_bundle_is_attested_with_an_auditable_verdict(
         body = json.loads(msg.data)
         assert body["type"] == "lockstep.bundle.attested"
         assert body["data"]["stack_hash"] == kit.manifest.stack_hash()
+        # What the planner orders and the updater fetches: every image, as the manifest says.
+        assert body["data"]["bundle_uri"] == submitted(kit.bundle).bundle_uri
+        images = {(c["profile"], c["component"]): c for c in body["data"]["components"]}
+        assert set(images) == {
+            (p, c.value) for p, comps in kit.manifest.profiles.items() for c in comps
+        }
+        for (profile, component), c in images.items():
+            entry = kit.manifest.profiles[profile][Component(component)]
+            assert (c["version"], c["sha384"], c["banks"]) == (
+                entry.version,
+                entry.sha384,
+                entry.banks.value,
+            )
 
         # Identical bytes again: the verdict is reused. One changed byte: verified again.
         await emit(producer, subjects.bundle_submitted(), [submitted(kit.bundle)])

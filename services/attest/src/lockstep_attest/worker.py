@@ -30,7 +30,12 @@ from lockstep_attest.store import AttestStore, Job, VerdictRow
 from lockstep_attest.verification import judge, needs_sha512
 from lockstep_common import subjects
 from lockstep_common.bundle import Manifest
-from lockstep_common.events.v1 import BundleAttested, BundleRejected, CheckVerdict
+from lockstep_common.events.v1 import (
+    AttestedComponent,
+    BundleAttested,
+    BundleRejected,
+    CheckVerdict,
+)
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import CheckResult, clip_text
 
@@ -49,6 +54,26 @@ class Context:
     approvals: tuple[bytes, ...]
     source: str
     bundles: BundleSource
+
+
+def attested_components(manifest: Manifest) -> tuple[AttestedComponent, ...]:
+    """Every image of an attested manifest, for bundle.attested: what the planner orders and
+    the updater fetches and re-hashes (docs/bundles.md)."""
+    return tuple(
+        AttestedComponent(
+            profile=profile,
+            component=component,
+            version=entry.version,
+            image=entry.image,
+            sha384=entry.sha384,
+            size=entry.size,
+            banks=entry.banks.value,
+            activation=entry.activation,
+            lowest_supported_version=entry.lowest_supported_version,
+        )
+        for profile, components in sorted(manifest.profiles.items())
+        for component, entry in sorted(components.items())
+    )
 
 
 def _failure(check: str, reason: str) -> CheckVerdict:
@@ -195,6 +220,8 @@ class AttestWorker:
                 bundle_version=manifest.bundle_version,
                 stack_hash=manifest.stack_hash(),
                 checks=tuple(checks),
+                bundle_uri=job.bundle_uri,
+                components=attested_components(manifest),
             )
             subject = subjects.bundle_attested()
         else:

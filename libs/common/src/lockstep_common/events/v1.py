@@ -94,6 +94,31 @@ class CheckVerdict(Part):
     duration_ms: float = Field(ge=0, le=INT64_MAX, description="How long the check took.")
 
 
+class AttestedComponent(Part):
+    """One image of an attested bundle, as its signed manifest describes it: what the planner
+    orders (A/B before one-way) and what the updater fetches and re-hashes before each push."""
+
+    profile: Name = Field(description="Hardware profile the image is for.")
+    component: Component = Field(description="Component it updates.")
+    version: Version = Field(description="Exact version it installs.")
+    image: Annotated[str, Field(min_length=1, max_length=1024)] = Field(
+        description="Path of the image inside the bundle (under images/)."
+    )
+    sha384: Annotated[str, Field(pattern=r"^[0-9a-f]{96}$")] = Field(
+        description="SHA-384 of the image, lower-case hex."
+    )
+    size: int = Field(ge=0, le=INT64_MAX, description="Image size in bytes.")
+    banks: Annotated[str, Field(pattern=r"^(ab|one_way)$")] = Field(
+        description="ab (rollback by bank flip) or one_way."
+    )
+    activation: Annotated[str, Field(pattern=r"^(immediate|reset|ac_cycle|reboot|in_band)$")] = (
+        Field(description="What makes the new image run.")
+    )
+    lowest_supported_version: Version | None = Field(
+        default=None, description="Oldest version the device may run after this update."
+    )
+
+
 class BundleAttested(EventData):
     """Every check passed: the bundle's golden stack may be pinned and staged."""
 
@@ -105,6 +130,12 @@ class BundleAttested(EventData):
     stack_hash: StackHash = Field(description="Canonical hash of the golden stack.")
     checks: tuple[CheckVerdict, ...] = Field(
         max_length=MAX_ITEMS, description="Every check with its result."
+    )
+    bundle_uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = Field(
+        default=None, description="Where the attested bundle is (images are fetched from it)."
+    )
+    components: tuple[AttestedComponent, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Every image, per profile and component."
     )
 
 
