@@ -246,6 +246,23 @@ def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
 
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
             asyncio.run(anonymous())
+        # The admin may (re)apply the topology; the cli identity may not even read it.
+        for identity, code, says in (
+            ("admin", 0, "are in place"),
+            ("cli", 3, "is this the admin identity?"),
+        ):
+            applied = subprocess.run(
+                [LOCKSTEP, "topology", "apply"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "COLUMNS": "200", **access(data_dir, identity).env()},
+            )
+            assert applied.returncode == code, applied.stdout + applied.stderr
+            assert says in applied.stdout + applied.stderr
+            assert "Traceback" not in applied.stderr
+            assert "eof_received" not in applied.stderr
         second = subprocess.run(
             [LOCKSTEP, "up", "--data-dir", str(data_dir)],
             check=False,

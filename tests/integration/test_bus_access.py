@@ -26,7 +26,7 @@ from pydantic_settings import SettingsConfigDict
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_cli.polling import until
-from lockstep_cli.supervisor import provision_streams
+from lockstep_cli.supervisor import provision_topology
 from lockstep_common import natsconn, subjects
 from lockstep_common.bus_access import ADMIN, AGENT, CLI, Permissions
 from lockstep_common.errors import ConfigurationError
@@ -279,7 +279,7 @@ async def test_a_service_may_not_change_a_live_streams_limits_and_says_so(
 ) -> None:
     """The admin (``lockstep up``) provisions streams; a service configured with other limits
     stops with one line instead of changing them or timing out obscurely."""
-    await provision_streams(stack, NS)
+    await provision_topology(stack.nats_client(ADMIN), NS, [])
     access = stack.nats_client("planner")
     common: dict[str, Any] = {
         "nats_url": ",".join(access.servers),
@@ -299,3 +299,31 @@ async def test_a_service_may_not_change_a_live_streams_limits_and_says_so(
         assert same.readiness()["nats"]
     finally:
         await same.stop()
+
+
+async def test_a_service_may_not_create_its_own_consumer_and_says_so(
+    stack: Stack, servers: Servers
+) -> None:
+    """A durable the admin did not provision is not created by the service (it could make it a
+    push consumer delivering anywhere): the start stops with one line naming it."""
+    await provision_topology(stack.nats_client(ADMIN), NS, [])
+    access = stack.nats_client("attest")
+    settings = ProbeSettings(
+        nats_url=",".join(access.servers),
+        nats_user=access.user,
+        nats_password_file=access.password_file,
+        nats_ca_file=access.ca_file,
+        database_url=servers.database_url,
+        db_schema=f"probe{uuid.uuid4().hex[:8]}",
+        log_json=False,
+    )
+    [bundles] = subscriptions_by_service()["attest"][:1]
+    app = ServiceApp("attest", settings, subscriptions=[bundles])
+    with pytest.raises(ConfigurationError, match=r"consumer .* may not create it"):
+        await app.start()
+    await provision_topology(stack.nats_client(ADMIN), NS, [app])
+    await app.start()
+    try:
+        assert app.readiness()["consumers"]
+    finally:
+        await app.stop()
