@@ -231,12 +231,13 @@ def stream_limits(
 def stream_for(namespace: Namespace, logical_subject: str) -> str:
     """The namespaced name of the stream that stores a logical subject."""
     for spec in EVENT_STREAMS:
-        if any(_matches(pattern, logical_subject) for pattern in spec.subjects):
+        if any(subject_matches(pattern, logical_subject) for pattern in spec.subjects):
             return namespace.stream(spec.base)
     raise ValueError(f"no stream stores subject {logical_subject!r}")
 
 
-def _matches(pattern: str, subject: str) -> bool:
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a final ``>`` one or more."""
     p_tokens, s_tokens = pattern.split("."), subject.split(".")
     for i, p in enumerate(p_tokens):
         if p == ">":

@@ -45,6 +45,7 @@ async def _migrated(settings: Settings) -> asyncpg.Connection:
             NAME, "lockstep_inventory.migrations"
         )
         await db.migrate(conn, schema, migrations)
+        await db.act_as_owner(conn, schema)
         await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
     except BaseException:
         await conn.close()
