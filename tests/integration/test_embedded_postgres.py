@@ -33,7 +33,12 @@ from lockstep_common import db
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.settings import ServiceSettings
 from lockstep_devstack import Stack, postgres
-from lockstep_devstack.postgres import SERVICE_USER, PostgresServer, postgres_bin_dir
+from lockstep_devstack.postgres import (
+    SERVICE_USER,
+    ClusterRefused,
+    PostgresServer,
+    postgres_bin_dir,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -463,3 +468,19 @@ async def test_an_operator_command_lends_a_service_none_of_the_admins_rights(
         await admin.execute("DROP TRIGGER escalate ON inventory.dead_letters")
         await admin.close()
     assert member is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands directories to the PostgreSQL user")
+def test_root_refuses_a_link_the_postgres_user_put_where_its_cluster_goes() -> None:
+    base = _new_dir("lockstep-planted-")
+    victim = _new_dir("lockstep-victim-")
+    try:
+        (base / "pg").mkdir()
+        (base / "pg" / "pgdata").symlink_to(victim)
+        server = PostgresServer(base / "pg", secrets_dir=base / "secrets", durable=False)
+        with pytest.raises(ClusterRefused, match="is a symbolic link"):
+            server.start(timeout_s=30)
+        assert victim.stat().st_uid == 0, "root handed the link's target to the PostgreSQL user"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(victim, ignore_errors=True)

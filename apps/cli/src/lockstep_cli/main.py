@@ -66,10 +66,11 @@ def up(
     LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
     """
     from lockstep_cli import stack_state
-    from lockstep_cli.cli_io import fail
+    from lockstep_cli.cli_io import fail, settings_of
     from lockstep_cli.supervisor import (
         SERVICES,
         Interrupted,
+        StackSettings,
         running_system,
         sigterm_as_interrupt,
         supervise,
@@ -79,15 +80,21 @@ def up(
     unknown = sorted(set(names) - set(SERVICES))
     if unknown:
         raise typer.BadParameter(f"unknown service(s) {unknown}; choose from {list(SERVICES)}")
-    data_dir.mkdir(parents=True, exist_ok=True)
-    other = stack_state.running_pid(data_dir)
-    if other is not None:
-        fail(f"a stack is already running on {data_dir} (lockstep up, pid {other}); stop it first")
+    if "LOCKSTEP_NATS_USER" in os.environ:
+        fail(
+            "LOCKSTEP_NATS_USER is set (from `lockstep env`?): lockstep up gives each service its "
+            "own identity; run it where LOCKSTEP_NATS_* and LOCKSTEP_DATABASE_URL are not set"
+        )
+    settings_of(StackSettings)  # a bad LOCKSTEP_STREAM_* or other shared setting: one line now
 
     def report(line: str) -> None:
         console.print(line, highlight=False)
 
-    with sigterm_as_interrupt(), refused_cluster_is_one_line():
+    with (
+        stack_state.exclusive(data_dir),
+        sigterm_as_interrupt(),
+        refused_cluster_is_one_line(),
+    ):
         try:
             with running_system(data_dir.resolve(), names, report=report) as (stack, services):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
@@ -211,13 +218,20 @@ def demo(
 @contextlib.contextmanager
 def refused_cluster_is_one_line() -> Iterator[None]:
     """A data directory whose PostgreSQL cluster cannot be used safely (made by an older
-    version without passwords, or its password files lost) is one line, exit 2."""
+    version without passwords, or its password files lost) is one line, exit 2; a
+    configuration the servers refuse, exit 3; a server or service that would not start, its
+    reason (with its log's end), exit 1. Never a traceback."""
+    from lockstep_common.errors import ConfigurationError
     from lockstep_devstack.postgres import ClusterRefused
 
     try:
         yield
     except ClusterRefused as exc:
         fail(str(exc))
+    except ConfigurationError as exc:  # e.g. a stream limit the server cannot reserve
+        fail(str(exc), code=3)
+    except (RuntimeError, TimeoutError) as exc:  # a server or service that would not start
+        fail(str(exc), code=1)
 
 
 @contextlib.contextmanager

@@ -75,7 +75,8 @@ def start_service(
     its own database role (``Stack.database_env``)."""
     port = port or free_port()
     env = {
-        **os.environ,
+        # No inherited PG* variable: libpq and asyncpg prefer PGPASSWORD to the role's passfile.
+        **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
         **stack.nats_env(name),
         **stack.database_env(name),
         f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
