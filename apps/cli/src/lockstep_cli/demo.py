@@ -33,6 +33,7 @@ from lockstep_common import subjects
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.bus_access import ADMIN, Durable, Party
 from lockstep_common.consumer import HandlerContext, On, Subscription
+from lockstep_common.db import redact_dsn
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import BundleSubmitted
 from lockstep_common.outbox import emitting
@@ -95,7 +96,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         table.add_column("part")
         table.add_column("where")
         table.add_row("NATS (JetStream)", str(stack.nats_url))
-        table.add_row("PostgreSQL (admin)", str(stack.database_url))
+        table.add_row("PostgreSQL (admin)", redact_dsn(str(stack.database_url)))
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)

@@ -75,6 +75,7 @@ def up(
         sigterm_as_interrupt,
         supervise,
     )
+    from lockstep_common.db import redact_dsn
 
     names = service or list(SERVICES)
     unknown = sorted(set(names) - set(SERVICES))
@@ -114,7 +115,7 @@ def up(
                 table.add_row("NATS", str(stack.nats_url))
                 # The admin's DSN names its password file, not the password: `lockstep env`
                 # gives it to operators' commands (`lockstep fleet`, `lockstep dlq`).
-                table.add_row("PostgreSQL (admin)", str(stack.database_url))
+                table.add_row("PostgreSQL (admin)", redact_dsn(str(stack.database_url)))
                 for svc in services:
                     table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
                 console.print(table)
