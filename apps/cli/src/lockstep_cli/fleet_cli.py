@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from lockstep_cli.cli_io import errors, fail, run, settings_of
+from lockstep_cli.cli_io import (
+    StackDirOption,
+    VerboseOption,
+    choose_stack,
+    errors,
+    fail,
+    run,
+    settings_of,
+)
 
 if TYPE_CHECKING:
     from lockstep_inventory.settings import Settings
@@ -21,6 +29,13 @@ fleet_app = typer.Typer(
 )
 console = Console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+
+
+@fleet_app.callback()
+def fleet_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False) -> None:
+    """Talks to LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL, or else to the `lockstep up`
+    running under --data-dir (LOCKSTEP_DATA_DIR, default .data) as its cli identity."""
+    choose_stack(data_dir, verbose)
 
 
 def _settings() -> Settings:

@@ -27,13 +27,13 @@ from lockstep_cli.restarts import RestartPolicy
 from lockstep_cli.schemas import prepare_schemas
 from lockstep_common.bus_access import ADMIN, Party, matrix
 from lockstep_common.natsconn import connect
-from lockstep_common.settings import ServiceSettings
+from lockstep_common.settings import SERVICE_NAMES, ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ensure_topology
 from lockstep_devstack import Stack
 from lockstep_devstack.process import free_port, spawn, stop, tail
 
-SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
+SERVICES = SERVICE_NAMES
 
 
 @dataclass
