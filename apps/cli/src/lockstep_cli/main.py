@@ -79,7 +79,7 @@ def up(
     unknown = sorted(set(names) - set(SERVICES))
     if unknown:
         raise typer.BadParameter(f"unknown service(s) {unknown}; choose from {list(SERVICES)}")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    usable_data_dir(data_dir)
     other = stack_state.running_pid(data_dir)
     if other is not None:
         fail(f"a stack is already running on {data_dir} (lockstep up, pid {other}); stop it first")
@@ -87,7 +87,7 @@ def up(
     def report(line: str) -> None:
         console.print(line, highlight=False)
 
-    with sigterm_as_interrupt(), refused_cluster_is_one_line():
+    with sigterm_as_interrupt(), start_refusals_are_one_line():
         try:
             with running_system(data_dir.resolve(), names, report=report) as (stack, services):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
@@ -152,19 +152,34 @@ def demo(
     """Run the whole system on embedded NATS and PostgreSQL and show an event's journey."""
     from lockstep_cli.demo import run_demo
 
-    with refused_cluster_is_one_line():
+    if data_dir is not None:
+        usable_data_dir(data_dir)
+    with start_refusals_are_one_line():
         run_demo(console, data_dir)
 
 
+def usable_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` if missing; one that cannot be created or written is one line."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--data-dir {data_dir}: {exc.strerror or exc}")
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        fail(f"--data-dir {data_dir}: not writable by this user")
+
+
 @contextlib.contextmanager
-def refused_cluster_is_one_line() -> Iterator[None]:
-    """A data directory whose PostgreSQL cluster cannot be used safely (made by an older
-    version without passwords, or its password files lost) is one line, exit 2."""
+def start_refusals_are_one_line() -> Iterator[None]:
+    """What stops the stack from starting is one line, exit 2: a data directory whose
+    PostgreSQL cluster cannot be used safely (made by an older version without passwords, or
+    its password files lost), or a server or service that exited while starting (a port in
+    use, a bad setting), named with its reason and its log."""
     from lockstep_devstack.postgres import ClusterRefused
+    from lockstep_devstack.process import StartFailed
 
     try:
         yield
-    except ClusterRefused as exc:
+    except (ClusterRefused, StartFailed) as exc:
         fail(str(exc))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -31,7 +32,7 @@ from lockstep_common.settings import SERVICE_NAMES, ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ensure_topology
 from lockstep_devstack import Stack
-from lockstep_devstack.process import free_port, spawn, stop, tail
+from lockstep_devstack.process import StartFailed, free_port, reason, spawn, stop, tail
 
 SERVICES = SERVICE_NAMES
 
@@ -155,18 +156,31 @@ def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 90.0) -> N
     while pending:
         for svc in list(pending):
             if svc.proc.poll() is not None:
-                raise RuntimeError(
-                    f"service {svc.name} exited with code {svc.proc.returncode}:\n"
-                    f"{tail(svc.log_path)}"
+                raise StartFailed(
+                    f"service {svc.name} exited with code {svc.proc.returncode} while starting: "
+                    f"{service_reason(svc.log_path)} (log {svc.log_path})"
                 )
             if svc.ready():
                 pending.remove(svc)
         if pending and time.monotonic() > deadline:
             names = ", ".join(s.name for s in pending)
-            raise TimeoutError(
-                f"not ready after {timeout_s:.0f}s: {names}\n{tail(pending[0].log_path)}"
+            raise StartFailed(
+                f"not ready after {timeout_s:.0f}s: {names} (log {pending[0].log_path})"
             )
         time.sleep(0.1)
+
+
+def service_reason(log_path: Path) -> str:
+    """Why a service stopped: its last error log line's message (the logs are JSON lines), or
+    the last line it wrote to stderr (bad settings are reported before logging starts)."""
+    for line in reversed(tail(log_path, 40).splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and str(record.get("level")).lower() in ("error", "critical"):
+            return str(record.get("message", line))
+    return reason(log_path)
 
 
 def stop_services(services: Sequence[ServiceProcess]) -> None:

@@ -6,9 +6,10 @@ Default credentials of every emulated BMC: user ``admin``, password ``lockstep-s
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -16,6 +17,9 @@ from lockstep_sim.cli_options import sim_options
 from lockstep_sim.options import SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.simulator import Simulator
+
+if TYPE_CHECKING:
+    from lockstep_common.natsconn import NatsAccess
 
 log = logging.getLogger(__name__)
 sim_app = typer.Typer(help="Fleet simulator: emulated Redfish BMCs on loopback addresses.")
@@ -123,12 +127,20 @@ def run_command(
     nats = None
     if nats_url is not None:
         from lockstep_common.natsconn import AccessError, NatsAccess
+        from lockstep_common.settings import check_nats_url
 
+        try:
+            check_nats_url(nats_url)
+        except ValueError as exc:
+            _fail(f"--nats-url: {exc}")
         try:
             nats = NatsAccess.from_url(nats_url, nats_user, nats_password_file, nats_ca_file)
             nats.options()  # an unreadable or world-readable password file: refused now
         except AccessError as exc:
             raise typer.BadParameter(str(exc)) from None
+        problem = asyncio.run(_unreachable(nats))
+        if problem:
+            _fail(f"NATS at {nats_url} unreachable: {problem}")
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,
@@ -137,4 +149,41 @@ def run_command(
         cadence_s=cadence_s,
         create_streams=create_streams,
     )
-    asyncio.run(_run_until_signalled(runtime))
+    try:
+        asyncio.run(_run_until_signalled(runtime))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        # aiohttp's message names the address; say which option moves it.
+        _fail(f"{exc.strerror or exc}: choose another --port or --scheduler-port (0: any free)")
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr and exit 2: bad input, never a traceback (as lockstep_cli.cli_io)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+async def _unreachable(access: NatsAccess) -> str | None:
+    """Why NATS cannot be reached, or None: tried once, so a wrong URL is one line at once
+    rather than nats-py retrying (and logging a traceback) every two seconds."""
+    from lockstep_common.errors import describe
+    from lockstep_common.natsconn import connect
+
+    async def quiet(exc: Exception) -> None:
+        return None  # reported once, by the caller
+
+    try:
+        nc = await connect(
+            access,
+            name="lockstep-sim-probe",
+            connect_timeout=5,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=quiet,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is the answer
+        return describe(exc)
+    await nc.close()
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -219,7 +220,17 @@ class ServiceApp:
             ),
             self.metrics,
         )
-        port = await self._http.start(s.http_host, s.http_port)
+        try:
+            port = await self._http.start(s.http_host, s.http_port)
+        except OSError as exc:
+            await nc.close()
+            await pool.close()
+            if exc.errno == errno.EADDRINUSE:
+                prefix = str(s.model_config.get("env_prefix", "")).upper()
+                raise ConfigurationError(
+                    f"{s.http_host}:{s.http_port} ({prefix}HTTP_PORT) is already in use"
+                ) from None
+            raise
         self.resources = Resources(pool, nc, js, port)
         tasks = [
             self.relay.run(),

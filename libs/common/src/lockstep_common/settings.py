@@ -167,9 +167,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("nats_url")
     @classmethod
     def _nats_url(cls, value: str) -> str:
-        for url in value.split(","):
-            _check_url(url.strip(), {"nats", "tls", "ws", "wss"})
-        return value
+        return check_nats_url(value)
 
     def nats_access(self) -> NatsAccess:
         """Where and as whom this process connects to NATS."""
@@ -236,6 +234,13 @@ class ServiceSettings(BaseSettings):
                 "otherwise be applied twice"
             )
         return self
+
+
+def check_nats_url(value: str) -> str:
+    """``value`` if every comma-separated URL in it names a NATS server, else ValueError."""
+    for url in value.split(","):
+        _check_url(url.strip(), {"nats", "tls", "ws", "wss"})
+    return value
 
 
 def _check_url(url: str, schemes: set[str]) -> None:
