@@ -24,7 +24,8 @@ from nats.aio.msg import Msg
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_cli.polling import until
 from lockstep_common import natsconn, subjects
-from lockstep_common.bus_access import ADMIN, AGENT, CLI, Permissions
+from lockstep_common.bus_access import Permissions
+from lockstep_common.identities import ADMIN, AGENT, CLI
 from lockstep_common.schemadocs import CHANNELS
 from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack

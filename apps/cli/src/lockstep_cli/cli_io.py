@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -82,13 +83,18 @@ def settings_of(settings_class: type[S], identity: str = "cli") -> S:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine; an unreachable server, a refused configuration or a
     database error is one line."""
-    import asyncpg
-
     from lockstep_common.errors import ConfigurationError, TransientError, describe
 
     try:
         return asyncio.run(coro)
     except (ConfigurationError, TransientError) as exc:
         fail(str(exc))  # a server is named with its password redacted (db.connect_with_retry)
-    except (OSError, asyncpg.PostgresError) as exc:
+    except OSError as exc:
         fail(describe(exc))
+    except Exception as exc:
+        # A database error can only come from a command that loaded the driver: asyncpg is
+        # not imported for the others (`fleet admit` starts without it).
+        asyncpg = sys.modules.get("asyncpg")
+        if asyncpg is not None and isinstance(exc, asyncpg.PostgresError):
+            fail(describe(exc))
+        raise

@@ -28,8 +28,8 @@ from lockstep_cli.cli_io import (
     run,
     settings_of,
 )
-from lockstep_common.bus_access import ADMIN, CLI
-from lockstep_common.settings import SERVICE_NAMES as SERVICES
+from lockstep_common.identities import ADMIN, CLI
+from lockstep_common.identities import SERVICE_NAMES as SERVICES
 
 dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
 console = Console()

@@ -46,6 +46,27 @@ app.add_typer(gate_app, name="gate")
 bench.command("gate")(bench_gate)
 console = Console()
 
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        print(f"lockstep {version('lockstep-cli')}")
+        raise typer.Exit
+
+
+@app.callback()
+def lockstep(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Lockstep: keep a GPU fleet's firmware and software in lockstep."""
+
+
 DataDir = Annotated[
     Path, typer.Option("--data-dir", help="State of the embedded NATS and PostgreSQL.")
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep_cli.cli_io import fail
-from lockstep_common.bus_access import ADMIN, CLI
+from lockstep_common.identities import ADMIN, CLI
 from lockstep_common.natsconn import NatsAccess
 
 STATE_FILE = "stack.json"

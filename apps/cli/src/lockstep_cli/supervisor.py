@@ -26,9 +26,10 @@ from pydantic_settings import SettingsConfigDict
 from lockstep_cli.catalog import bus_parties
 from lockstep_cli.restarts import RestartPolicy
 from lockstep_cli.schemas import prepare_schemas
-from lockstep_common.bus_access import ADMIN, Party, matrix
+from lockstep_common.bus_access import Party, matrix
+from lockstep_common.identities import ADMIN, SERVICE_NAMES
 from lockstep_common.natsconn import connect
-from lockstep_common.settings import SERVICE_NAMES, ServiceSettings
+from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ensure_topology
 from lockstep_devstack import Stack

@@ -15,11 +15,11 @@ import typer
 
 from lockstep_sim.cli_options import sim_options
 from lockstep_sim.options import SimOptions
-from lockstep_sim.runtime import FleetRuntime
-from lockstep_sim.simulator import Simulator
 
 if TYPE_CHECKING:
     from lockstep_common.natsconn import NatsAccess
+    from lockstep_sim.runtime import FleetRuntime
+    from lockstep_sim.simulator import Simulator
 
 log = logging.getLogger(__name__)
 sim_app = typer.Typer(help="Fleet simulator: emulated Redfish BMCs on loopback addresses.")
@@ -40,6 +40,8 @@ async def _serve_forever(sim: Simulator) -> None:
 
 def serve(options: SimOptions) -> None:
     """Serve the emulated BMCs until interrupted (blocks)."""
+    from lockstep_sim.simulator import Simulator
+
     try:
         asyncio.run(_serve_forever(Simulator(options)))
     except KeyboardInterrupt:
@@ -141,6 +143,8 @@ def run_command(
         problem = asyncio.run(_unreachable(nats))
         if problem:
             _fail(f"NATS at {nats_url} unreachable: {problem}")
+    from lockstep_sim.runtime import FleetRuntime
+
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,

@@ -17,6 +17,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep_common import topology
+from lockstep_common.identities import SERVICE_NAMES
 from lockstep_common.natsconn import NatsAccess, read_secret
 from lockstep_common.subjects import token
 
@@ -282,9 +283,6 @@ def explain(settings_class: type[ServiceSettings], exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-# The services whose settings live under LOCKSTEP_<NAME>_*: a variable of another service is
-# that service's business, not a typo, in a process that reads the whole environment.
-SERVICE_NAMES = ("inventory", "planner", "updater", "healthgate", "attest")
 # LOCKSTEP_* variables read by the command-line program rather than by a settings class.
 OTHER_VARIABLES = frozenset({"LOCKSTEP_DATA_DIR"})
 
@@ -317,6 +315,8 @@ def unknown_variables(
     """
     known = variable_names(settings_class)
     own = str(settings_class.model_config.get("env_prefix", "")).upper()
+    # Another service's variable is that service's business, not a typo, in a process that
+    # reads the whole environment.
     others = tuple(
         f"LOCKSTEP_{s.upper()}_" for s in SERVICE_NAMES if own != f"LOCKSTEP_{s.upper()}_"
     )
