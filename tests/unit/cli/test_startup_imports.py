@@ -1,9 +1,10 @@
 """Commands start fast: ``lockstep --help`` loads no server, driver or service code, and
 ``lockstep fleet admit`` (a Slurm prolog runs it for every job) loads only what it sends.
 
-Measured on the 2-core development machine (5 runs each, `/usr/bin/time`): `--help` 1.1-1.7 s
-before, 0.32-0.42 s after; `fleet admit` 1.0-1.6 s before, 0.52-0.66 s after, against
-0.31-0.50 s for importing typer, rich, nats-py and pydantic-settings alone (the floor).
+Measured on the shared 2-core development machine (load ~2; 5 runs each, `/usr/bin/time`,
+main vs this change, same moment): `--help` 1.42-1.50 s (one 2.47) before, 0.33-0.50 s after;
+`fleet admit` (NATS refused) 1.15-2.95 s before, 0.52-0.76 s after, against 0.31-0.50 s for
+importing typer, rich, nats-py and pydantic-settings alone (the floor with these libraries).
 """
 
 from __future__ import annotations
