@@ -5,6 +5,7 @@ traceback."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Coroutine
@@ -85,6 +86,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     database error is one line."""
     from lockstep_common.errors import ConfigurationError, TransientError, describe
 
+    # nats-py's TLS transport makes asyncio warn "returning true from eof_received() has no
+    # effect when using ssl" as each connection closes: noise on every command's stderr.
+    logging.getLogger("asyncio").addFilter(_not_eof_received)
     try:
         return asyncio.run(coro)
     except (ConfigurationError, TransientError) as exc:
@@ -98,3 +102,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         if asyncpg is not None and isinstance(exc, asyncpg.PostgresError):
             fail(describe(exc))
         raise
+
+
+def _not_eof_received(record: logging.LogRecord) -> bool:
+    return "eof_received()" not in record.getMessage()
