@@ -46,6 +46,8 @@ def serve(options: SimOptions) -> None:
         asyncio.run(_serve_forever(Simulator(options)))
     except KeyboardInterrupt:
         log.info("simulator stopped")
+    except OSError as exc:
+        _refuse_port_in_use(exc, f"--port {options.port} from {options.host_base}")
 
 
 @sim_app.command("serve")
@@ -156,10 +158,15 @@ def run_command(
     try:
         asyncio.run(_run_until_signalled(runtime))
     except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        # aiohttp's message names the address; say which option moves it.
-        _fail(f"{exc.strerror or exc}: choose another --port or --scheduler-port (0: any free)")
+        _refuse_port_in_use(exc, f"--port {sim.port} or --scheduler-port {scheduler_port}")
+
+
+def _refuse_port_in_use(exc: OSError, ports: str) -> NoReturn:
+    """A port already taken is bad input (one line naming it); other errors rise."""
+    if exc.errno != errno.EADDRINUSE:
+        raise exc
+    # aiohttp's message names the address of the scheduler's port; the BMCs' names none.
+    _fail(f"{exc.strerror or exc} ({ports}): choose another port (0: any free)")
 
 
 def _fail(message: str) -> NoReturn:
