@@ -48,6 +48,7 @@ def test_a_misspelt_variable_is_named_with_the_closest(variable: str, line: str)
         "LOCKSTEP_PLANNER_POLICY_FILE",  # another service's: not inventory's business
         "LOCKSTEP_DEMO_BMC_PASSWORD",  # an env:PREFIX credential reference
         "LOCKSTEP_DATA_DIR",  # read by the command-line program
+        "LOCKSTEP_TEST_NATS_URL",  # the test harness's external server, no typo
         "PATH",
     ],
 )

@@ -326,7 +326,11 @@ def unknown_variables(
         if not name.startswith("LOCKSTEP_") or name in known or name.startswith(others):
             continue
         mine = bool(own) and name.startswith(own)
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6 if mine else 0.85)
+        # Outside the class's own prefix only a typo counts: a name as long as a known one
+        # give or take two characters (LOCKSTEP_TEST_NATS_URL, a test harness's, is no typo
+        # of LOCKSTEP_NATS_URL).
+        candidates = sorted(k for k in known if mine or abs(len(k) - len(name)) <= 2)
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6 if mine else 0.85)
         if close:
             lines.append(f"{raw} is not a Lockstep setting; did you mean {close[0]}?")
         elif mine:
