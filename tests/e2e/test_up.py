@@ -22,6 +22,7 @@ import nats
 import pytest
 
 from lockstep_common.natsconn import NatsAccess, connect
+from lockstep_sim.options import DEFAULT_PASSWORD
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -204,6 +205,28 @@ def test_state_under_data_dir_survives_a_restart(data_dir: Path) -> None:
     assert "applied migrations" not in log
 
 
+def secrets_of(data_dir: Path) -> set[str]:
+    """Every password the stack made: NATS identities' and PostgreSQL roles' (libpq's
+    host:port:db:user:password lines)."""
+    found = set()
+    for path in (data_dir / "secrets").glob("*/*"):
+        for line in path.read_text().splitlines():
+            found.add(line.rsplit(":", 1)[-1] if path.name == "pgpass" else line.strip())
+    return {s for s in found if len(s) >= 16}
+
+
+def leaked_secrets(data_dir: Path, output: list[str]) -> list[str]:
+    """Where any secret of the stack appears outside its own file: the output of `up`, every
+    log, the NATS configuration (which must hold bcrypt hashes only) and the state file."""
+    secrets = secrets_of(data_dir)
+    assert len(secrets) >= 12, "expected NATS passwords and PostgreSQL roles' passwords"
+    places = {"lockstep up output": "".join(output)}
+    for path in [*data_dir.rglob("*.log"), *data_dir.rglob("*.conf"), data_dir / "stack.json"]:
+        if path.is_file() and "secrets" not in path.parts and "pgdata" not in path.parts:
+            places[str(path)] = path.read_text(errors="replace")
+    return [where for where, text in places.items() for s in secrets if s in text]
+
+
 def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
     data_dir: Path,
 ) -> None:
@@ -213,9 +236,7 @@ def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
         cli = access(data_dir, "cli")
         assert cli.password_file is not None and cli.ca_file is not None
         assert cli.password_file.stat().st_mode & 0o077 == 0
-        secret = cli.password_file.read_text().strip()
-        for path in (data_dir / "logs").iterdir():
-            assert secret not in path.read_text(), f"the cli password is in {path}"
+        assert not leaked_secrets(data_dir, up.output)
 
         async def anonymous() -> None:
             tls = ssl.create_default_context(cafile=str(cli.ca_file))
@@ -225,6 +246,23 @@ def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
 
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
             asyncio.run(anonymous())
+        # The admin may (re)apply the topology; the cli identity may not even read it.
+        for identity, code, says in (
+            ("admin", 0, "are in place"),
+            ("cli", 3, "is this the admin identity?"),
+        ):
+            applied = subprocess.run(
+                [LOCKSTEP, "topology", "apply"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "COLUMNS": "200", **access(data_dir, identity).env()},
+            )
+            assert applied.returncode == code, applied.stdout + applied.stderr
+            assert says in applied.stdout + applied.stderr
+            assert "Traceback" not in applied.stderr
+            assert "eof_received" not in applied.stderr
         second = subprocess.run(
             [LOCKSTEP, "up", "--data-dir", str(data_dir)],
             check=False,
@@ -278,6 +316,11 @@ def test_demo_shows_the_event_path_and_stops_cleanly(data_dir: Path) -> None:
     assert out.count("drift.resolved node-") == 4, out
     shows("fleet conformance 256/256 (100.0%)")
     shows("demo finished")
+    # reliability.md 7 H3: no secret of the stack, and not the BMCs' password (the demo's
+    # sentinel), in the output, a log or a configuration file.
+    assert not leaked_secrets(data_dir, [out, result.stderr])
+    logs = [p.read_text(errors="replace") for p in data_dir.rglob("*.log")]
+    assert not [text for text in [out, result.stderr, *logs] if DEFAULT_PASSWORD in text]
 
 
 def _log_tails(logs: Path, lines: int = 30) -> str:

@@ -13,20 +13,27 @@ import json
 import shutil
 import ssl
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from pydantic_settings import SettingsConfigDict
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_cli.polling import until
+from lockstep_cli.supervisor import provision_topology
 from lockstep_common import natsconn, subjects
 from lockstep_common.bus_access import Permissions
+from lockstep_common.errors import ConfigurationError
 from lockstep_common.identities import ADMIN, AGENT, CLI
 from lockstep_common.schemadocs import CHANNELS
+from lockstep_common.service import ServiceApp
+from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack
 from tests.conftest import Servers
@@ -262,3 +269,62 @@ async def test_no_party_but_admin_can_purge_a_stream_or_delete_a_consumer(stack:
         finally:
             await nc.close()
         assert (identity == ADMIN) == (len(errors) == 1), (identity, errors)
+
+
+class ProbeSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="LOCKSTEP_PROBE_", extra="forbid")
+
+
+async def test_a_service_may_not_change_a_live_streams_limits_and_says_so(
+    stack: Stack, servers: Servers
+) -> None:
+    """The admin (``lockstep up``) provisions streams; a service configured with other limits
+    stops with one line instead of changing them or timing out obscurely."""
+    await provision_topology(stack.nats_client(ADMIN), NS, [])
+    access = stack.nats_client("planner")
+    common: dict[str, Any] = {
+        "nats_url": ",".join(access.servers),
+        "nats_user": access.user,
+        "nats_password_file": access.password_file,
+        "nats_ca_file": access.ca_file,
+        "database_url": servers.database_url,
+        "db_schema": f"probe{uuid.uuid4().hex[:8]}",
+        "log_json": False,
+    }
+    refused = ServiceApp("probe", ProbeSettings(**common, stream_max_bytes={"DRIFT": 128 << 20}))
+    with pytest.raises(ConfigurationError, match=r"LOCKSTEP_DRIFT.*may not change a live stream"):
+        await refused.start()
+    same = ServiceApp("probe", ProbeSettings(**common))
+    await same.start()
+    try:
+        assert same.readiness()["nats"]
+    finally:
+        await same.stop()
+
+
+async def test_a_service_may_not_create_its_own_consumer_and_says_so(
+    stack: Stack, servers: Servers
+) -> None:
+    """A durable the admin did not provision is not created by the service (it could make it a
+    push consumer delivering anywhere): the start stops with one line naming it."""
+    await provision_topology(stack.nats_client(ADMIN), NS, [])
+    access = stack.nats_client("attest")
+    settings = ProbeSettings(
+        nats_url=",".join(access.servers),
+        nats_user=access.user,
+        nats_password_file=access.password_file,
+        nats_ca_file=access.ca_file,
+        database_url=servers.database_url,
+        db_schema=f"probe{uuid.uuid4().hex[:8]}",
+        log_json=False,
+    )
+    [bundles] = subscriptions_by_service()["attest"][:1]
+    app = ServiceApp("attest", settings, subscriptions=[bundles])
+    with pytest.raises(ConfigurationError, match=r"consumer .* may not create it"):
+        await app.start()
+    await provision_topology(stack.nats_client(ADMIN), NS, [app])
+    await app.start()
+    try:
+        assert app.readiness()["consumers"]
+    finally:
+        await app.stop()

@@ -15,6 +15,7 @@ from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.service import ServiceApp
+from lockstep_common.vocabulary import GateVerdict
 from tests.support import scalar
 
 pytestmark = pytest.mark.integration
@@ -99,3 +100,19 @@ async def test_bad_input_is_one_line(attest: ServiceApp, args: tuple[str, ...], 
 
 async def _eq(value: Any, expected: Any) -> bool:
     return bool(await value == expected)
+
+
+async def test_replay_refuses_a_subject_the_service_does_not_consume(attest: ServiceApp) -> None:
+    """The dead-letter table is the service's own: a row naming another party's subject (a
+    forged gate verdict) is not published with the administrator's rights."""
+    letter = await scalar(
+        attest.require().pool,
+        "INSERT INTO dead_letters (consumer, stream, stream_seq, subject, error_kind, deliveries,"
+        " reason, payload, detected_by) VALUES ('x', 'LOCKSTEP_GATES', 1, $1, 'InvalidMessage',"
+        " 1, 'x', $2, 'consumer') RETURNING id",
+        subjects.gate(GateVerdict.PASSED, "r1"),
+        b"{}",
+    )
+    code, out = await _cli("dlq", "replay", "attest", str(letter))
+    assert code == 1 and "which attest does not consume: not replayed" in out
+    assert await _letters(attest) == 1  # kept, for the operator to look at

@@ -33,7 +33,12 @@ from lockstep_common import db
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.settings import ServiceSettings
 from lockstep_devstack import Stack, postgres
-from lockstep_devstack.postgres import SERVICE_USER, PostgresServer, postgres_bin_dir
+from lockstep_devstack.postgres import (
+    SERVICE_USER,
+    ClusterRefused,
+    PostgresServer,
+    postgres_bin_dir,
+)
 from lockstep_devstack.process import StartFailed
 
 pytestmark = pytest.mark.integration
@@ -438,3 +443,53 @@ def test_a_server_that_cannot_take_its_port_fails_instead_of_trusting_whoever_ho
     finally:
         loser.stop()
         shutil.rmtree(loser_dir, ignore_errors=True)
+
+
+async def test_an_operator_command_lends_a_service_none_of_the_admins_rights(
+    stack: Stack,
+) -> None:
+    """A service owns its tables and may hang a trigger on them; an operator's command reading
+    or deleting its dead letters as the admin would run that trigger with the admin's rights
+    (CREATEROLE, every role). Acting as the schema's owner (``db.act_as_owner``) lends nothing."""
+    service = await asyncpg.connect(_url(stack, "inventory"))
+    try:
+        await service.execute(
+            "CREATE FUNCTION inventory.escalate() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN EXECUTE 'GRANT lockstep_attest TO lockstep_inventory'; RETURN OLD; END $$;"
+            " CREATE TRIGGER escalate BEFORE DELETE ON inventory.dead_letters"
+            " FOR EACH ROW EXECUTE FUNCTION inventory.escalate();"
+            " INSERT INTO inventory.dead_letters (consumer, stream, stream_seq, subject, reason,"
+            " error_kind, deliveries, detected_by) VALUES ('c', 's', 1, 'x', 'r', 'k', 1,"
+            " 'consumer')"
+        )
+    finally:
+        await service.close()
+    admin = await asyncpg.connect(_url(stack, "admin"))
+    try:
+        await db.act_as_owner(admin, "inventory")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await admin.execute("DELETE FROM inventory.dead_letters")
+        await admin.execute("RESET ROLE")
+        member = await admin.fetchval(
+            "SELECT pg_has_role('lockstep_inventory', 'lockstep_attest', 'MEMBER')"
+        )
+    finally:
+        await admin.execute("DROP TRIGGER escalate ON inventory.dead_letters")
+        await admin.close()
+    assert member is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands directories to the PostgreSQL user")
+def test_root_refuses_a_link_the_postgres_user_put_where_its_cluster_goes() -> None:
+    base = _new_dir("lockstep-planted-")
+    victim = _new_dir("lockstep-victim-")
+    try:
+        (base / "pg").mkdir()
+        (base / "pg" / "pgdata").symlink_to(victim)
+        server = PostgresServer(base / "pg", secrets_dir=base / "secrets", durable=False)
+        with pytest.raises(ClusterRefused, match="is a symbolic link"):
+            server.start(timeout_s=30)
+        assert victim.stat().st_uid == 0, "root handed the link's target to the PostgreSQL user"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(victim, ignore_errors=True)

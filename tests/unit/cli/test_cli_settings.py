@@ -3,6 +3,8 @@ traceback, and never the URL's password."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -48,3 +50,21 @@ def test_an_unreachable_database_is_one_line_with_the_password_hidden(
     assert "unreachable" in result.output
     assert "secret" not in result.output
     assert "u:***@127.0.0.1:1" in result.output
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("LOCKSTEP_STREAM_MAX_BYTES", '{"TELEMETRY": 5}', "stream_max_bytes TELEMETRY"),
+        ("LOCKSTEP_NATS_USER", "cli", "lockstep up gives each service its own identity"),
+    ],
+)
+def test_up_refuses_bad_shared_settings_before_starting_anything(
+    variable: str, value: str, says: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(variable, value)
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(app, ["up", "--data-dir", str(data_dir)])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "Traceback" not in result.output
+    assert not data_dir.exists()  # nothing was started, not even the data directory made

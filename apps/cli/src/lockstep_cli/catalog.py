@@ -120,7 +120,8 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             watcher = watcher_durable(service)
             durables.append(Durable(namespace.stream(advisories), namespace.durable(watcher)))
         out[service] = Party(
-            sends=tuple(pattern(cls) for cls in emits[service]),
+            # A reply goes to the asker's inbox under allow_responses, never to the subject.
+            sends=tuple(pattern(cls) for cls in emits[service] if not CHANNELS[cls].reply),
             consumes=tuple(durables),
             dead_letters=tuple(subject for sub in subs for subject in sub.subjects),
             answers=tuple(pattern(cls) for cls in answers.get(service, ())),

@@ -5,7 +5,6 @@ traceback."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Coroutine
@@ -50,11 +49,12 @@ def choose_stack(data_dir: Path | None, verbose: bool) -> None:
     _choice.update(data_dir=data_dir, verbose=verbose)
 
 
-def settings_of(settings_class: type[S], identity: str = "cli") -> S:
+def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: bool = True) -> S:
     """Settings from ``LOCKSTEP_*``; a bad variable is bad input: exit 2 naming it.
 
     Servers the environment does not name are those of the ``lockstep up`` running under
-    ``--data-dir`` (``LOCKSTEP_DATA_DIR``, default ``.data``), reached as ``identity``.
+    ``--data-dir`` (``LOCKSTEP_DATA_DIR``, default ``.data``), reached as ``identity``; not
+    with ``find_stack=False`` (``lockstep up`` itself).
     """
     from pydantic import ValidationError
 
@@ -64,7 +64,11 @@ def settings_of(settings_class: type[S], identity: str = "cli") -> S:
     for warning in unknown_variables(os.environ, settings_class):
         errors.print(f"[yellow]warning:[/] {warning}", highlight=False)
     data_dir = _choice.get("data_dir") or Path(os.environ.get("LOCKSTEP_DATA_DIR") or ".data")
-    defaults, source = stack_state.connection_defaults(data_dir, identity, os.environ)
+    defaults, source = (
+        stack_state.connection_defaults(data_dir, identity, os.environ)
+        if find_stack
+        else ({}, "the environment")
+    )
     try:
         settings = settings_class(**defaults)
     except ValidationError as exc:
@@ -86,9 +90,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     database error is one line."""
     from lockstep_common.errors import ConfigurationError, TransientError, describe
 
-    # nats-py's TLS transport makes asyncio warn "returning true from eof_received() has no
-    # effect when using ssl" as each connection closes: noise on every command's stderr.
-    logging.getLogger("asyncio").addFilter(_not_eof_received)
     try:
         return asyncio.run(coro)
     except (ConfigurationError, TransientError) as exc:
@@ -102,7 +103,3 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         if asyncpg is not None and isinstance(exc, asyncpg.PostgresError):
             fail(describe(exc))
         raise
-
-
-def _not_eof_received(record: logging.LogRecord) -> bool:
-    return "eof_received()" not in record.getMessage()

@@ -28,13 +28,14 @@ from rich.table import Table
 from lockstep_cli.catalog import stream_names
 from lockstep_cli.demo_fleet import fleet_drift, service_env
 from lockstep_cli.polling import until
-from lockstep_cli.supervisor import SERVICES, running_system
+from lockstep_cli.supervisor import SERVICES, provision_topology, running_system
 from lockstep_common import subjects
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.bus_access import Durable, Party
 from lockstep_common.consumer import HandlerContext, On, Subscription
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import BundleSubmitted
+from lockstep_common.identities import ADMIN
 from lockstep_common.outbox import emitting
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
@@ -183,6 +184,10 @@ async def _event_path(console: Console, stack: Stack, *, bundle: Path) -> None:
             ],
         ),
         audit,
+    )
+    # Streams and consumers are the admin's to create; each participant then only reads them.
+    await provision_topology(
+        stack.nats_client(ADMIN), p.producer.namespace, [p.producer, p.consumer]
     )
     await p.producer.start()
     await p.consumer.start()

@@ -58,7 +58,9 @@ async def _fetch(service: str, settings: Any, sql: str, *args: Any) -> list[dict
 
     conn = await db.connect_with_retry(settings.database_url, attempts=3)
     try:
-        schema = db.quote_ident(settings.db_schema or service)  # as ServiceApp names it
+        name = settings.db_schema or service  # as ServiceApp names it
+        await db.act_as_owner(conn, name)
+        schema = db.quote_ident(name)
         rows = await conn.fetch(sql.replace("{table}", f"{schema}.dead_letters"), *args)
     finally:
         await conn.close()
@@ -129,9 +131,29 @@ def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="
     if not rows or rows[0]["payload"] is None:
         fail(f"{service} has no dead letter {letter} with its original message", 1)
     subject, payload = rows[0]["subject"], bytes(rows[0]["payload"])
+    if not consumes(service, subject):
+        # The row is the service's own: a compromised service could write any subject there
+        # and have the administrator publish it. Replay only what it could have been sent.
+        fail(
+            f"dead letter {letter} names subject {subject!r}, which {service} does not consume: "
+            "not replayed",
+            1,
+        )
     stream_seq = run(_publish(settings, subject, payload))
     run(_fetch(service, settings, "DELETE FROM {table} WHERE id = $1 RETURNING id", letter))
     console.print(f"replayed dead letter {letter} on {subject} (stream sequence {stream_seq})")
+
+
+def consumes(service: str, subject: str) -> bool:
+    """Whether ``subject`` (logical) is one ``service``'s subscriptions take."""
+    from lockstep_cli.catalog import subscriptions_by_service
+    from lockstep_common.topology import subject_matches
+
+    return any(
+        subject_matches(pattern, subject)
+        for sub in subscriptions_by_service()[service]
+        for pattern in sub.subjects
+    )
 
 
 async def _publish(settings: Any, subject: str, payload: bytes) -> int:

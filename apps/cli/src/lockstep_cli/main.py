@@ -87,10 +87,11 @@ def up(
     LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
     """
     from lockstep_cli import stack_state
-    from lockstep_cli.cli_io import fail
+    from lockstep_cli.cli_io import fail, settings_of
     from lockstep_cli.supervisor import (
         SERVICES,
         Interrupted,
+        StackSettings,
         running_system,
         sigterm_as_interrupt,
         supervise,
@@ -100,15 +101,24 @@ def up(
     unknown = sorted(set(names) - set(SERVICES))
     if unknown:
         raise typer.BadParameter(f"unknown service(s) {unknown}; choose from {list(SERVICES)}")
-    usable_data_dir(data_dir)
-    other = stack_state.running_pid(data_dir)
-    if other is not None:
-        fail(f"a stack is already running on {data_dir} (lockstep up, pid {other}); stop it first")
+    if "LOCKSTEP_NATS_USER" in os.environ:
+        fail(
+            "LOCKSTEP_NATS_USER is set (from `lockstep env`?): lockstep up gives each service its "
+            "own identity; run it where LOCKSTEP_NATS_* and LOCKSTEP_DATABASE_URL are not set"
+        )
+    # A bad LOCKSTEP_STREAM_* or other shared setting: one line now. Not from a state file:
+    # up is what writes one.
+    settings_of(StackSettings, find_stack=False)
+    usable_data_dir(data_dir)  # after the settings: nothing is made for a refused start
 
     def report(line: str) -> None:
         console.print(line, highlight=False)
 
-    with sigterm_as_interrupt(), start_refusals_are_one_line():
+    with (
+        stack_state.exclusive(data_dir),
+        sigterm_as_interrupt(),
+        start_refusals_are_one_line(),
+    ):
         try:
             with running_system(data_dir.resolve(), names, report=report) as (stack, services):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
@@ -145,6 +155,58 @@ def up(
         finally:
             stack_state.remove(data_dir)
     console.print("stopped.")
+
+
+topology_app = typer.Typer(help="JetStream streams and consumers.", no_args_is_help=True)
+app.add_typer(topology_app, name="topology")
+
+
+@topology_app.command("apply")
+def topology_apply(
+    service: Annotated[
+        list[str] | None,
+        typer.Option("--service", "-s", help="Only these services' consumers (repeatable)."),
+    ] = None,
+) -> None:
+    """Create the streams and every service's consumers, as the admin identity.
+
+    Services may only read their streams and consumers; `lockstep up` provisions them itself,
+    an external deployment runs this once (and after changing stream limits or consumer
+    settings) with the admin's variables: eval "$(lockstep env --as admin)". What exists with
+    another configuration is reported, not changed (exit 3).
+    """
+    import nats.errors
+
+    from lockstep_cli.cli_io import fail, settings_of
+    from lockstep_cli.supervisor import (
+        SERVICES,
+        StackSettings,
+        provision_topology,
+        service_app,
+    )
+    from lockstep_common.errors import ConfigurationError
+    from lockstep_common.subjects import Namespace
+
+    names = service or list(SERVICES)
+    unknown = sorted(set(names) - set(SERVICES))
+    if unknown:
+        fail(f"unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICES)}")
+    settings = settings_of(StackSettings, "admin")  # or the local stack's admin
+    apps = [service_app(name, {}) for name in names]
+    try:
+        asyncio.run(provision_topology(settings.nats_access(), Namespace(settings.namespace), apps))
+    except ConfigurationError as exc:
+        fail(str(exc), code=3)
+    except nats.errors.TimeoutError:
+        # The server drops a call this identity may not make; it shows as a timeout.
+        fail(
+            "the server did not answer a JetStream call: is this the admin identity? "
+            '(eval "$(lockstep env --as admin)")',
+            code=3,
+        )
+    except (OSError, nats.errors.Error) as exc:
+        fail(f"NATS unreachable: {type(exc).__name__} {exc}", code=3)
+    console.print(f"streams and the consumers of {', '.join(names)} are in place")
 
 
 @app.command("env")
@@ -191,10 +253,13 @@ def usable_data_dir(data_dir: Path) -> None:
 
 @contextlib.contextmanager
 def start_refusals_are_one_line() -> Iterator[None]:
-    """What stops the stack from starting is one line, exit 2: a data directory whose
-    PostgreSQL cluster cannot be used safely (made by an older version without passwords, or
-    its password files lost), or a server or service that exited while starting (a port in
-    use, a bad setting), named with its reason and its log."""
+    """What stops the stack from starting is one line, never a traceback: a data directory
+    whose PostgreSQL cluster cannot be used safely (made by an older version without
+    passwords, or its password files lost), or a server or service that exited while
+    starting (a port in use, a bad setting), named with its reason and its log, exit 2; a
+    configuration the servers refuse, exit 3; a server or service that would not start
+    otherwise (not ready in time), its reason, exit 1."""
+    from lockstep_common.errors import ConfigurationError
     from lockstep_devstack.postgres import ClusterRefused
     from lockstep_devstack.process import StartFailed
 
@@ -202,6 +267,10 @@ def start_refusals_are_one_line() -> Iterator[None]:
         yield
     except (ClusterRefused, StartFailed) as exc:
         fail(str(exc))
+    except ConfigurationError as exc:  # e.g. a stream limit the server cannot reserve
+        fail(str(exc), code=3)
+    except (RuntimeError, TimeoutError) as exc:  # a server or service that would not start
+        fail(str(exc), code=1)
 
 
 @contextlib.contextmanager

@@ -8,10 +8,12 @@ files' paths are printed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,28 @@ def save(data_dir: Path, state: StackState) -> Path:
 
 
 def remove(data_dir: Path) -> None:
-    """Forget the state file (the stack stopped)."""
-    (data_dir / STATE_FILE).unlink(missing_ok=True)
+    """Forget the state file (the stack stopped), if it is ours."""
+    if running_pid(data_dir) is None:
+        (data_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def exclusive(data_dir: Path) -> Iterator[None]:
+    """Hold ``<data-dir>/.lock`` while a stack runs there: a second ``lockstep up`` on the same
+    directory, even one started at the same instant, stops with one line instead of starting
+    servers over the first one's files. The kernel drops the lock when the process ends."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = running_pid(data_dir)
+            who = f" (lockstep up, pid {other})" if other else ""
+            fail(f"a stack is already running on {data_dir}{who}; stop it first")
+        yield
+    finally:
+        os.close(fd)
 
 
 def load(data_dir: Path) -> StackState:

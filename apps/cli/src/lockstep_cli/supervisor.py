@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -28,7 +29,8 @@ from lockstep_cli.restarts import RestartPolicy
 from lockstep_cli.schemas import prepare_schemas
 from lockstep_common.bus_access import Party, matrix
 from lockstep_common.identities import ADMIN, SERVICE_NAMES
-from lockstep_common.natsconn import connect
+from lockstep_common.natsconn import NatsAccess, connect
+from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ensure_topology
@@ -75,7 +77,8 @@ def start_service(
     its own database role (``Stack.database_env``)."""
     port = port or free_port()
     env = {
-        **os.environ,
+        # No inherited PG* variable: libpq and asyncpg prefer PGPASSWORD to the role's passfile.
+        **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
         **stack.nats_env(name),
         **stack.database_env(name),
         f"LOCKSTEP_{name.upper()}_HTTP_PORT": str(port),
@@ -222,7 +225,10 @@ def running_system(
     with stack:
         try:
             if stack.nats is not None:  # an external NATS is its operator's to provision
-                asyncio.run(provision_streams(stack, namespace))
+                apps = [
+                    service_app(n, {**stack.nats_env(n), **(extra_env or {})}) for n in SERVICES
+                ]
+                asyncio.run(provision_topology(stack.nats_client(ADMIN), namespace, apps))
             prepare_schemas(stack, SERVICES, report)
             services.extend(start_service(n, stack, data_dir / "logs", extra_env) for n in names)
             wait_ready(services)
@@ -241,12 +247,40 @@ class StackSettings(ServiceSettings):
     )
 
 
-async def provision_streams(stack: Stack, namespace: Namespace) -> None:
-    """Create the streams, or set the configured limits on live ones, as the ``admin``
-    identity: services may create a missing stream but never change a live one."""
-    nc = await connect(stack.nats_client(ADMIN), name="lockstep-up")
+@contextlib.contextmanager
+def _environment(overlay: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``overlay`` applied, restored after: a service's settings are read
+    from the environment it will run with."""
+    saved = dict(os.environ)
+    os.environ.update(overlay)
     try:
-        await ensure_topology(nc.jetstream(), namespace, StackSettings().stream_policy())
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def service_app(name: str, env: Mapping[str, str]) -> ServiceApp:
+    """Service ``name`` as built from ``env`` (no I/O until started): its declared topology."""
+    app_module = importlib.import_module(f"lockstep_{name}.app")
+    settings_module = importlib.import_module(f"lockstep_{name}.settings")
+    with _environment(env):
+        settings = settings_module.Settings()
+        app: ServiceApp = app_module.create_app(settings)
+    return app
+
+
+async def provision_topology(
+    access: NatsAccess, namespace: Namespace, apps: Sequence[ServiceApp]
+) -> None:
+    """Create the streams (or set their configured limits) and every service's consumers, as
+    the ``admin`` identity: services may only read them (``bus_access``)."""
+    nc = await connect(access, name="lockstep-topology")
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, namespace, StackSettings().stream_policy())
+        for app in apps:
+            await app.provision(js)
     finally:
         await nc.close()
 

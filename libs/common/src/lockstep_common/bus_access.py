@@ -5,10 +5,13 @@ else). Each identity is granted exactly:
 - the event subjects it produces (a service's ``router.EMITS``; the CLI's and node agents' sends
   from ``schemadocs.CHANNELS``), and, for a consuming service, the dead-letter copies of what it
   consumes (``dlq.<consumed subject>``, which its relay publishes);
-- for each durable it pulls from: its own JetStream calls only, i.e. create and read its consumer,
-  fetch (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>``) and acknowledge
-  (``$JS.ACK.<stream>.<durable>.>``); a service may also read and create (never update, purge or
-  delete) the declared streams, so a service started alone can bootstrap an empty server;
+- for each durable it pulls from: read it, fetch (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>``)
+  and acknowledge (``$JS.ACK.<stream>.<durable>.>``), and get a stored message by sequence (the
+  advisory watcher); and read (never create, update, purge or delete) the declared streams.
+  Streams and consumers are the administrator's to create (reliability.md 5.1): a service
+  allowed to create its own durable could make it a push consumer whose deliver subject is any
+  subject, which nats-server does not check against the creator's rights (nats-server #8274),
+  and so publish where it may not;
 - its own inbox (``_INBOX_<identity>.>``): replies and JetStream deliveries to anyone else cannot
   be read;
 - a request subject it answers (``admission.check``), with ``allow_responses``: it may reply only
@@ -61,7 +64,7 @@ class Party:
         consumes: the durables it pulls from.
         dead_letters: subject patterns whose dead-letter copies it publishes.
         answers: request subjects it answers.
-        streams: stream names it may read and create (a service's bootstrap).
+        streams: stream names whose configuration it may read (the start-up self-check).
         hears: subject patterns it may subscribe to as they are published.
         reads: stream names whose stored messages it may get one by one.
     """
@@ -90,17 +93,10 @@ def _sorted(items: Iterable[str]) -> tuple[str, ...]:
 
 def jetstream_grants(durables: Iterable[Durable], streams: Iterable[str]) -> list[str]:
     """The JetStream API calls a consumer of ``durables`` needs, and nothing more."""
-    out = []
-    for stream in streams:
-        out += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}"]
+    out = [f"$JS.API.STREAM.INFO.{stream}" for stream in streams]
     for d in durables:
         out += [
             f"$JS.API.CONSUMER.INFO.{d.stream}.{d.durable}",
-            # nats.py creates a named consumer with or without its filter in the subject
-            # (nats-server >= 2.9), or through the older DURABLE.CREATE form.
-            f"$JS.API.CONSUMER.CREATE.{d.stream}.{d.durable}",
-            f"$JS.API.CONSUMER.CREATE.{d.stream}.{d.durable}.>",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{d.stream}.{d.durable}",
             f"$JS.API.CONSUMER.MSG.NEXT.{d.stream}.{d.durable}",
             f"$JS.ACK.{d.stream}.{d.durable}.>",
             # The advisory watcher copies a dead-lettered message by its stream sequence.

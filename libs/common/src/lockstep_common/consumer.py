@@ -189,6 +189,19 @@ async def retry_after(nc: NatsClient, msg: Msg, consumer: ConsumerSpec, wait_s: 
         await nc.publish(msg.reply, b"-NAK " + json.dumps({"delay": round(delay * 1e9)}).encode())
 
 
+def consumer_spec(sub: Subscription, config: RunnerConfig) -> ConsumerSpec:
+    """The durable pull consumer ``sub`` needs with ``config``'s delivery settings."""
+    return ConsumerSpec(
+        durable=sub.name,
+        stream=sub.stream,
+        filter_subjects=sub.subjects,
+        ack_wait_s=config.ack_wait_s,
+        max_deliver=config.max_deliver,
+        redelivery_backoff_s=config.redelivery_backoff_s,
+        description=sub.description,
+    )
+
+
 class ConsumerRunner:
     """Pulls batches for one subscription and settles every message explicitly."""
 
@@ -227,15 +240,7 @@ class ConsumerRunner:
 
     def spec(self) -> ConsumerSpec:
         """The durable consumer this runner needs (checked by the start-up self-check)."""
-        return ConsumerSpec(
-            durable=self.sub.name,
-            stream=self.sub.stream,
-            filter_subjects=self.sub.subjects,
-            ack_wait_s=self._cfg.ack_wait_s,
-            max_deliver=self._cfg.max_deliver,
-            redelivery_backoff_s=self._cfg.redelivery_backoff_s,
-            description=self.sub.description,
-        )
+        return consumer_spec(self.sub, self._cfg)
 
     def stop(self) -> None:
         """Finish the batch in hand, then return from ``run``."""

@@ -151,6 +151,27 @@ async def _enter_schema(conn: asyncpg.Connection, schema: str) -> None:
         await conn.execute(f"SET LOCAL ROLE {owner}")
 
 
+async def act_as_owner(conn: asyncpg.Connection, schema: str) -> None:
+    """For the rest of the session, act as ``schema``'s owner when we are someone else who may
+    (an operator's command connected as the database admin).
+
+    A service owns its tables and may put triggers on them, or make one a view over a function:
+    whatever then runs does so with the rights of whoever touches the table. An admin reading or
+    deleting dead letters as itself would lend the service its rights (CREATEROLE, every role);
+    as the owner, nothing is lent.
+    """
+    owner = await conn.fetchval(
+        "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = $1", schema
+    )
+    if owner is None:
+        return
+    become = await conn.fetchval(
+        "SELECT $1 <> current_user AND pg_has_role(current_user, $1::regrole, 'SET')", owner
+    )
+    if become:
+        await conn.execute(f"SET ROLE {owner}")  # regrole's text form is quoted where needed
+
+
 async def connect_with_retry(
     dsn: str, *, attempts: int = 30, delay_s: float = 0.5
 ) -> asyncpg.Connection:

@@ -9,6 +9,7 @@ server's permissions then let only that identity read its replies and JetStream 
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import stat
@@ -20,6 +21,18 @@ from lockstep_common.subjects import token
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NatsClient
+
+
+class _QuietTlsEof(logging.Filter):
+    """nats.py's protocol returns True from ``eof_received`` (keep the transport half open),
+    which asyncio's SSL transport cannot do and reports at WARNING on every close of a TLS
+    connection: harmless, and noise in every command's output, so dropped here only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+logging.getLogger("asyncio").addFilter(_QuietTlsEof())
 
 
 class AccessError(ValueError):

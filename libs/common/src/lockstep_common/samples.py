@@ -141,4 +141,24 @@ def samples() -> list[EventData]:
                 v1.NodeAdmission(node_id="gb200-r07-n03", admitted=False, reasons=("gsp drift",)),
             ),
         ),
+        v1.FleetQueryRequested(scope=_SCOPE, limit=250),
+        v1.FleetQueryAnswered(
+            nodes=(
+                v1.FleetNode(
+                    node_id="gb200-r07-n03",
+                    site="iad1",
+                    profile="gb200",
+                    supplier="acme",
+                    rack="r07",
+                    pool="train-a",
+                    fabric_domain="nvl72-07",
+                    power_side="A",
+                    bmc_url="https://10.7.3.1",
+                    credentials="env:IAD1_BMC",
+                    readable=True,
+                    observed={Component.DRIVER: "580.95.05", Component.GPU_GSP: "580.95.05"},
+                ),
+            ),
+            next_after="gb200-r07-n03",
+        ),
     ]

@@ -115,6 +115,8 @@ CHANNELS: dict[type[EventData], Channel] = {
     v1.AdmissionCheckAnswered: Channel(
         subjects.admission_check, readers=("schedulers",), reply=True
     ),
+    v1.FleetQueryRequested: Channel(subjects.fleet_query),
+    v1.FleetQueryAnswered: Channel(subjects.fleet_query, reply=True),
 }
 
 

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from lockstep_common import db, deadletter, inbox, natsconn
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
-from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription
+from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription, consumer_spec
 from lockstep_common.envelope import EventRegistry, source_of
 from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
@@ -36,7 +36,7 @@ from lockstep_common.observability import HttpEndpoint, Metrics, configure_loggi
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings, explain, unknown_variables
 from lockstep_common.subjects import Namespace
-from lockstep_common.topology import ensure_topology
+from lockstep_common.topology import ConsumerSpec, ensure_topology
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,26 @@ class ServiceApp:
             max_clock_skew_s=s.max_clock_skew_s,
         )
 
+    def consumer_specs(self) -> list[ConsumerSpec]:
+        """Every durable this service pulls from, its advisory watcher's included: what the
+        administrator provisions (``provision``) and the start-up self-check verifies."""
+        config = self.runner_config()
+        specs = [consumer_spec(sub, config) for sub in self.subscriptions]
+        if specs:
+            watched = [
+                (self.namespace.stream(sub.stream), self.namespace.durable(sub.name))
+                for sub in self.subscriptions
+            ]
+            specs.append(watcher_spec(self.name, watched))
+        return specs
+
+    async def provision(self, js: JetStreamContext) -> None:
+        """Create or check this service's streams and consumers through ``js``, a connection
+        of the administrator: the service's own identity may only read them."""
+        await ensure_topology(
+            js, self.namespace, self.settings.stream_policy(), self.consumer_specs()
+        )
+
     async def start(self) -> None:
         """Connect, migrate, self-check and start every loop."""
         s = self.settings
@@ -197,10 +217,8 @@ class ServiceApp:
             )
             for sub in self.subscriptions
         ]
-        specs = [r.spec() for r in self._runners]
+        specs = self.consumer_specs()
         watched = [(r.stream, r.durable) for r in self._runners]
-        if watched:
-            specs.append(watcher_spec(self.name, watched))
         try:
             await ensure_topology(js, self.namespace, s.stream_policy(), specs)
         except Exception:

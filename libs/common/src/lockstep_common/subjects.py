@@ -136,6 +136,11 @@ def admission_check() -> str:
     return "admission.check"
 
 
+def fleet_query() -> str:
+    """Request/reply: a page of registered nodes (the planner's and updater's view)."""
+    return "fleet.query"
+
+
 def dead_letter(original: str) -> str:
     """Where a message that could not be processed is copied, under its original subject."""
     if original.startswith("dlq."):

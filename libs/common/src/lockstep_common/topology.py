@@ -231,12 +231,13 @@ def stream_limits(
 def stream_for(namespace: Namespace, logical_subject: str) -> str:
     """The namespaced name of the stream that stores a logical subject."""
     for spec in EVENT_STREAMS:
-        if any(_matches(pattern, logical_subject) for pattern in spec.subjects):
+        if any(subject_matches(pattern, logical_subject) for pattern in spec.subjects):
             return namespace.stream(spec.base)
     raise ValueError(f"no stream stores subject {logical_subject!r}")
 
 
-def _matches(pattern: str, subject: str) -> bool:
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a final ``>`` one or more."""
     p_tokens, s_tokens = pattern.split("."), subject.split(".")
     for i, p in enumerate(p_tokens):
         if p == ">":
@@ -326,6 +327,21 @@ async def _reserving(call: Awaitable[Any], want: StreamConfig) -> None:
         ) from None
 
 
+async def _creating(call: Awaitable[Any], what: str) -> None:
+    """Create a missing stream or consumer; say so in one line when this identity may not.
+
+    Streams and consumers are the administrator's to create (bus_access): a service's own
+    identity may only read them, and the server drops its create call, which times out."""
+    try:
+        await call
+    except NatsTimeout:
+        raise ConfigurationError(
+            f"{what} does not exist and this identity may not create it: provision the topology "
+            "as the admin identity first (`lockstep up` does; elsewhere `lockstep topology "
+            "apply`)"
+        ) from None
+
+
 def diff_config(want: Any, have: Any, fields: Iterable[str]) -> list[str]:
     """Human-readable differences between a declared and a live configuration."""
     out = []
@@ -371,7 +387,7 @@ async def ensure_topology(
         try:
             info = await js.stream_info(str(want.name))
         except NotFoundError:
-            await _reserving(js.add_stream(want), want)
+            await _creating(_reserving(js.add_stream(want), want), f"stream {want.name}")
             continue
         differs = diff_config(want, info.config, _STREAM_FIELDS)
         problems += [f"stream {want.name}: {d}" for d in differs]
@@ -390,7 +406,8 @@ async def ensure_topology(
                 raise ConfigurationError(
                     f"stream {want.name}: the settings give limits {limits} and this identity "
                     "may not change a live stream: apply them as the admin identity "
-                    "(`lockstep up` does at start), or set the settings to the live limits"
+                    "(`lockstep up` does at start; elsewhere `lockstep topology apply`), or set "
+                    "the settings to the live limits"
                 ) from None
             log.warning("stream %s: limits updated to the settings (%s)", want.name, limits)
     for cspec in consumers:
@@ -399,7 +416,9 @@ async def ensure_topology(
         try:
             cinfo = await js.consumer_info(stream, str(cwant.durable_name))
         except NotFoundError:
-            await js.add_consumer(stream, cwant)
+            await _creating(
+                js.add_consumer(stream, cwant), f"consumer {stream}/{cwant.durable_name}"
+            )
             continue
         problems += [
             f"consumer {stream}/{cwant.durable_name}: {d}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -148,8 +149,11 @@ class NatsServer:
                 }
             )
             text += "\nauthorization: " + json.dumps({"users": users}, indent=1) + "\n"
-        config.write_text(text)
-        config.chmod(0o600)
+        # Created 0600 before anything is written: it holds the identities' bcrypt hashes.
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
         return config
 
     def start(self, timeout_s: float = 30.0) -> None:

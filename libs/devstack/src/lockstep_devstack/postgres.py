@@ -249,9 +249,18 @@ class PostgresServer:
         bin_dir = postgres_bin_dir()
         if self.user is None:
             return bin_dir
+        # The service user owns data_dir, so it could have put a link where pgdata or the
+        # copied binaries go, pointing root's chown, rmtree or copies at any file.
+        for path in (self.pgdata, self.data_dir / "pginstall", self.data_dir / "pginstall.partial"):
+            if path.is_symlink():
+                raise ClusterRefused(
+                    f"{path} is a symbolic link: refusing to use it as root (remove it; the "
+                    f"PostgreSQL user {self.user} may have made it)"
+                )
         _make_traversable(self.pgdata, self.user)
-        shutil.chown(self.data_dir, self.user)
-        shutil.chown(self.pgdata, self.user)
+        uid = pwd.getpwnam(self.user).pw_uid
+        for path in (self.data_dir, self.pgdata):
+            os.chown(path, uid, -1, follow_symlinks=False)
         if _runs_as(self.user, bin_dir):
             return bin_dir
         return _copy_install(bin_dir, self.data_dir / "pginstall")

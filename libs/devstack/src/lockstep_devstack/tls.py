@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -42,12 +43,22 @@ def _name(common_name: str) -> x509.Name:
     )
 
 
-def _still_valid(cert_path: Path, now: dt.datetime) -> bool:
+def _still_valid(tls: ServerTls, now: dt.datetime) -> bool:
+    """The three files belong together (a start killed while writing them may have left a new
+    key beside an old certificate) and the certificate is not about to expire."""
     try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    except (OSError, ValueError):
+        ca = x509.load_pem_x509_certificate(tls.ca.read_bytes())
+        cert = x509.load_pem_x509_certificate(tls.cert.read_bytes())
+        key = serialization.load_pem_private_key(tls.key.read_bytes(), password=None)
+        cert.verify_directly_issued_by(ca)
+    except (OSError, ValueError, TypeError, InvalidSignature):
         return False
-    return cert.not_valid_after_utc - now > RENEW_BEFORE
+    same_key = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) == cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return same_key and cert.not_valid_after_utc - now > RENEW_BEFORE
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -65,7 +76,7 @@ def server_tls(directory: Path, now: dt.datetime | None = None) -> ServerTls:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)
     out = ServerTls(directory / "ca.pem", directory / "server.pem", directory / "server-key.pem")
-    if out.ca.exists() and out.key.exists() and _still_valid(out.cert, now):
+    if _still_valid(out, now):
         return out
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name(f"Lockstep stack CA {now:%Y-%m-%d %H:%M:%S}")

@@ -49,6 +49,7 @@ async def _migrated(settings: Settings) -> asyncpg.Connection:
     conn = await db.connect_with_retry(settings.database_url, attempts=3)
     try:
         await db.migrate(conn, schema, _migrations())
+        await db.act_as_owner(conn, schema)
         await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
     except BaseException:
         await conn.close()
@@ -63,6 +64,7 @@ async def _existing(settings: Settings) -> asyncpg.Connection:
     conn = await db.connect_with_retry(settings.database_url, attempts=3)
     try:
         await _check_schema(conn, schema)
+        await db.act_as_owner(conn, schema)  # as _migrated: the owner's rights, never lent
         await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
     except BaseException:
         await conn.close()

@@ -8,29 +8,21 @@ a ``Lockstep-Error`` header; nothing is changed either way (the check only reads
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import json
 import logging
-from typing import cast
-
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
+from typing import Any
 
 from lockstep_common import subjects
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, make_envelope
-from lockstep_common.errors import InvalidMessage
-from lockstep_common.events import REGISTRY
+from lockstep_common.envelope import Envelope
 from lockstep_common.events.v1 import AdmissionCheckAnswered, AdmissionCheckRequested
-from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.evaluate import RolloutFacts, admission
+from lockstep_inventory.responder import Responder, decode
 
 log = logging.getLogger(__name__)
 QUEUE = "inventory-admission"  # every replica answers, each request once
-MAX_REQUEST_BYTES = 1 << 20
 
 
 async def answer(
@@ -65,56 +57,24 @@ async def answer(
     )
 
 
-class AdmissionResponder:
-    """A service worker answering admission checks until the service stops."""
+def admission_responder(namespace: Namespace, source: str, max_age_s: float) -> Responder[Any]:
+    """The worker answering ``admission.check``."""
+    max_age = dt.timedelta(seconds=max_age_s)
 
-    def __init__(self, namespace: Namespace, source: str, max_age_s: float) -> None:
-        self._subject = namespace.wire(subjects.admission_check())
-        self._source = source
-        self._max_age = dt.timedelta(seconds=max_age_s)
-        self._resources: Resources | None = None
+    async def respond(
+        conn: Conn, request: AdmissionCheckRequested, now: dt.datetime
+    ) -> AdmissionCheckAnswered:
+        return await answer(conn, request, now=now, max_age=max_age)
 
-    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
-        self._resources = resources
-        sub = await resources.nc.subscribe(self._subject, queue=QUEUE, cb=self._handle)
-        try:
-            await stopping.wait()
-        finally:
-            await sub.unsubscribe()
-
-    async def _handle(self, msg: Msg) -> None:
-        if not msg.reply or self._resources is None:
-            return
-        nc = self._resources.nc
-        try:
-            request = decode_request(msg.data)
-        except InvalidMessage as exc:
-            await _refuse(nc, msg, str(exc))
-            return
-        try:
-            async with self._resources.pool.acquire() as conn:
-                verdict = await answer(
-                    conn, request.data, now=dt.datetime.now(dt.UTC), max_age=self._max_age
-                )
-        except Exception as exc:
-            log.exception("admission check failed")  # the asker must hear why, not time out
-            await _refuse(nc, msg, f"inventory could not answer: {type(exc).__name__}: {exc}")
-            return
-        reply = make_envelope(verdict, source=self._source, correlation_id=str(request.event_id))
-        await nc.publish(msg.reply, reply.to_json())
+    return Responder(
+        namespace.wire(subjects.admission_check()),
+        AdmissionCheckRequested,
+        respond,
+        source=source,
+        queue=QUEUE,
+    )
 
 
 def decode_request(payload: bytes) -> Envelope[AdmissionCheckRequested]:
     """The request envelope; :class:`InvalidMessage` naming what is wrong otherwise."""
-    env = REGISTRY.decode(payload, max_bytes=MAX_REQUEST_BYTES)
-    if not isinstance(env.data, AdmissionCheckRequested):
-        raise InvalidMessage(f"expected admission.check.requested, got {env.type}")
-    return cast("Envelope[AdmissionCheckRequested]", env)
-
-
-async def _refuse(nc: NatsClient, msg: Msg, reason: str) -> None:
-    await nc.publish(
-        msg.reply,
-        json.dumps({"error": reason}).encode(),
-        headers={"Lockstep-Error": reason[:200].replace("\n", " ")},
-    )
+    return decode(payload, AdmissionCheckRequested)

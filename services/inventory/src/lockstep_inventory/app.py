@@ -5,9 +5,10 @@ from __future__ import annotations
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
 from lockstep_inventory.adapters.rules_file import packaged_rules, read_rules
-from lockstep_inventory.admission import AdmissionResponder
+from lockstep_inventory.admission import admission_responder
 from lockstep_inventory.domain.rules import CompatibilityRules, RulesError
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
+from lockstep_inventory.fleet_query import fleet_query_responder
 from lockstep_inventory.handlers import Handlers
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
@@ -41,7 +42,8 @@ def create_app(settings: Settings) -> ServiceApp:
     gauges = GaugeRefresher(FleetGauges(app.metrics.registry), settings.metrics_interval_s)
     app.add_workers(
         SweepWorker(settings, app.source, rules, gauges),
-        AdmissionResponder(app.namespace, app.source, settings.admission_max_age_s),
+        admission_responder(app.namespace, app.source, settings.admission_max_age_s),
+        fleet_query_responder(app.namespace, app.source),
         gauges,
     )
     return app

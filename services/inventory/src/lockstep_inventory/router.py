@@ -4,7 +4,8 @@ Consumes in-band reports (``telemetry.observed.inventory.>``, in batches), pins
 (``pin.changed.>``), wave boundaries (``wave.>``, ``rollout.halted|completed.*``) and device
 steps (``device.>``); emits ``drift.detected`` / ``drift.resolved`` through the outbox.
 Its other inputs are not JetStream consumers: the Redfish sweep (``SweepWorker``) and the
-``admission.check`` request/reply (``AdmissionResponder``), both started in ``app.py``.
+``admission.check`` and ``fleet.query`` request/reply (``responder.Responder``), started in
+``app.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from lockstep_common.events.v1 import (
     DeviceVerified,
     DriftDetected,
     DriftResolved,
+    FleetQueryAnswered,
+    FleetQueryRequested,
     InventoryObserved,
     PinChanged,
     RolloutCompleted,
@@ -31,12 +34,17 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_inventory.handlers import Handlers
 
-# Core NATS request/reply subjects this service answers (``AdmissionResponder``); not stored,
+# Core NATS request/reply subjects this service answers (``responder.Responder``); not stored,
 # so not a subscription, but consumed all the same.
-ANSWERS: tuple[type[EventData], ...] = (AdmissionCheckRequested,)
-# The event classes this service publishes: drift through the outbox, and the admission reply.
+ANSWERS: tuple[type[EventData], ...] = (AdmissionCheckRequested, FleetQueryRequested)
+# The event classes this service publishes: drift through the outbox, and the replies.
 # With ``subscriptions()`` and ``ANSWERS``, the source of the producer and consumer lists in docs/.
-EMITS: tuple[type[EventData], ...] = (DriftDetected, DriftResolved, AdmissionCheckAnswered)
+EMITS: tuple[type[EventData], ...] = (
+    DriftDetected,
+    DriftResolved,
+    AdmissionCheckAnswered,
+    FleetQueryAnswered,
+)
 
 
 def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:

@@ -552,6 +552,72 @@ class AdmissionCheckAnswered(EventData):
     )
 
 
+# --- fleet query (request/reply) ----------------------------------------------------------------
+
+MAX_FLEET_PAGE = 500  # nodes per answer: a page stays well under NATS's 1 MiB default payload
+
+
+class FleetQueryRequested(EventData):
+    """Ask the inventory for registered nodes, one page at a time, in node id order."""
+
+    event_type: ClassVar[str] = "fleet.query.requested"
+    schema_version: ClassVar[int] = 1
+
+    scope: ScopeSelector | None = Field(default=None, description="Only these nodes (None: all).")
+    after: NodeId | None = Field(
+        default=None, description="Cursor: only nodes whose id sorts after this one."
+    )
+    limit: int = Field(default=250, ge=1, le=MAX_FLEET_PAGE, description="Nodes per page.")
+
+
+class FleetNode(Part):
+    """One registered node as the inventory knows it: where it is, how to reach its BMC (the
+    credentials by reference, never a secret), what was last observed and why it drifts."""
+
+    node_id: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site.")
+    profile: Name = Field(description="Hardware profile (SKU).")
+    supplier: Annotated[str, Field(max_length=128)] = Field(default="", description="Builder.")
+    rack: Annotated[str, Field(max_length=128)] = Field(default="", description="Rack.")
+    pool: Annotated[str, Field(max_length=128)] = Field(default="", description="Pool.")
+    fabric_domain: Annotated[str, Field(max_length=128)] = Field(
+        default="", description="NVLink domain."
+    )
+    power_side: Annotated[str, Field(max_length=32)] = Field(
+        default="", description="Redundant power side (e.g. A or B)."
+    )
+    bmc_url: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
+        description="BMC base URL."
+    )
+    allow_plain_http: bool = Field(default=False, description="May credentials go over http.")
+    credentials: Annotated[str, Field(pattern=r"^(env:|file:/)", max_length=1024)] = Field(
+        description="Where the BMC credentials are (env:PREFIX or file:/path), not them."
+    )
+    readable: bool | None = Field(
+        default=None, description="Whether the BMC answered the last sweep (None: not swept)."
+    )
+    observed: dict[Component, Version] = Field(
+        default_factory=dict, max_length=MAX_SMALL, description="Last observed versions."
+    )
+    drift: tuple[DriftItem, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Current drift items."
+    )
+
+
+class FleetQueryAnswered(EventData):
+    """One page of registered nodes."""
+
+    event_type: ClassVar[str] = "fleet.query.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[FleetNode, ...] = Field(
+        max_length=MAX_FLEET_PAGE, description="This page, in node id order."
+    )
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -577,4 +643,6 @@ CATALOGUE: tuple[type[EventData], ...] = (
     DriftResolved,
     AdmissionCheckRequested,
     AdmissionCheckAnswered,
+    FleetQueryRequested,
+    FleetQueryAnswered,
 )

@@ -1,4 +1,5 @@
-"""The fleet registry table (migrations/0001_registry.sql, 0006_plain_http.sql)."""
+"""The fleet registry table (migrations/0001_registry.sql, 0006_plain_http.sql,
+0007_power_side.sql)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ FIELDS = (  # the nodes table's columns, in NodeEntry's order
     "fabric_domain",
     "pool",
     "credentials",
+    "power_side",
     "allow_plain_http",
 )
 
@@ -42,12 +44,12 @@ async def import_nodes(conn: Conn, nodes: list[NodeEntry]) -> ImportResult:
         rows = [tuple(getattr(n, f) for f in FIELDS) for n in nodes]
         changed = [r for r in rows if before.get(r[0]) != r]
         await conn.executemany(
-            f"INSERT INTO nodes ({', '.join(FIELDS)}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)"
+            f"INSERT INTO nodes ({', '.join(FIELDS)}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
             " ON CONFLICT (id) DO UPDATE SET bmc_url = EXCLUDED.bmc_url,"
             " profile = EXCLUDED.profile, supplier = EXCLUDED.supplier, site = EXCLUDED.site,"
             " rack = EXCLUDED.rack,"
             " fabric_domain = EXCLUDED.fabric_domain, pool = EXCLUDED.pool,"
-            " credentials = EXCLUDED.credentials,"
+            " credentials = EXCLUDED.credentials, power_side = EXCLUDED.power_side,"
             " allow_plain_http = EXCLUDED.allow_plain_http, updated_at = now()",
             changed,
         )

@@ -95,6 +95,31 @@ async def nodes(conn: Conn, node_ids: Iterable[str] | None = None) -> dict[str, 
     return {r["id"]: NodeEntry.model_validate(dict(r)) for r in rows}
 
 
+async def fleet_page(
+    conn: Conn, scope: ScopeSelector | None, after: str | None, limit: int
+) -> list[NodeEntry]:
+    """Up to ``limit`` registered nodes in ``scope`` whose id sorts after ``after``, by id (the
+    same selection as ``Pin.covers``: an empty list of a key means any)."""
+    s = scope or ScopeSelector()
+    rows = await conn.fetch(
+        f"SELECT {_NODE_FIELDS} FROM nodes WHERE ($1::text IS NULL OR id > $1)"
+        " AND (cardinality($2::text[]) = 0 OR site = ANY($2::text[]))"
+        " AND (cardinality($3::text[]) = 0 OR pool = ANY($3::text[]))"
+        " AND (cardinality($4::text[]) = 0 OR profile = ANY($4::text[]))"
+        " AND (cardinality($5::text[]) = 0 OR fabric_domain = ANY($5::text[]))"
+        " AND (cardinality($6::text[]) = 0 OR id = ANY($6::text[]))"
+        " ORDER BY id LIMIT $7",
+        after,
+        list(s.sites),
+        list(s.pools),
+        list(s.profiles),
+        list(s.fabric_domains),
+        list(s.nodes),
+        limit,
+    )
+    return [NodeEntry.model_validate(dict(r)) for r in rows]
+
+
 def _observation(r: asyncpg.Record) -> Observation:
     return Observation(
         source=ObservationSource(r["source"]),

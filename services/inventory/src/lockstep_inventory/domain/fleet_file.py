@@ -50,6 +50,9 @@ class NodeEntry(BaseModel):
     fabric_domain: str = Field(default="", max_length=128, description="NVLink domain.")
     pool: str = Field(default="", max_length=128, description="Scheduler pool.")
     credentials: str = Field(description="env:PREFIX or file:/path; never a secret itself.")
+    power_side: str = Field(
+        default="", max_length=32, description="Redundant power feed (A, B, ...), if known."
+    )
     allow_plain_http: bool = Field(
         default=False,
         description="Send this BMC's credentials over an http:// bmc_url, in clear (a lab or "

@@ -1,0 +1,89 @@
+"""Core-NATS request/reply answered by the inventory: one worker per request subject.
+
+Every replica subscribes in one queue group, so each request is answered once. A request that
+cannot be decoded gets ``{"error": "..."}`` and a ``Lockstep-Error`` header naming what is wrong;
+an answer that fails gets the same with the reason, never silence (the asker must not time out
+for our fault). Answering only reads: nothing is changed either way. Only the inventory's NATS
+identity may answer these subjects, and only to a request it received (``bus_access``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from lockstep_common.db import Conn
+from lockstep_common.envelope import Envelope, EventData, make_envelope
+from lockstep_common.errors import InvalidMessage
+from lockstep_common.events import REGISTRY
+from lockstep_common.service import Resources
+
+log = logging.getLogger(__name__)
+MAX_REQUEST_BYTES = 1 << 20
+R = TypeVar("R", bound=EventData)
+Answer = Callable[[Conn, R, dt.datetime], Awaitable[EventData]]
+
+
+def decode(payload: bytes, request_class: type[R]) -> Envelope[R]:
+    """The request envelope; :class:`InvalidMessage` naming what is wrong otherwise."""
+    env = REGISTRY.decode(payload, max_bytes=MAX_REQUEST_BYTES)
+    if not isinstance(env.data, request_class):
+        raise InvalidMessage(f"expected {request_class.event_type}, got {env.type}")
+    return env  # type: ignore[return-value]  # data checked just above
+
+
+class Responder(Generic[R]):
+    """A service worker answering one request subject until the service stops."""
+
+    def __init__(
+        self, subject: str, request_class: type[R], answer: Answer[R], *, source: str, queue: str
+    ) -> None:
+        self._subject = subject
+        self._request_class = request_class
+        self._answer = answer
+        self._source = source
+        self._queue = queue
+        self._resources: Resources | None = None
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        self._resources = resources
+        sub = await resources.nc.subscribe(self._subject, queue=self._queue, cb=self._handle)
+        try:
+            await stopping.wait()
+        finally:
+            await sub.unsubscribe()
+
+    async def _handle(self, msg: Msg) -> None:
+        if not msg.reply or self._resources is None:
+            return
+        nc = self._resources.nc
+        try:
+            request = decode(msg.data, self._request_class)
+        except InvalidMessage as exc:
+            await refuse(nc, msg, str(exc))
+            return
+        try:
+            async with self._resources.pool.acquire() as conn:
+                answer = await self._answer(conn, request.data, dt.datetime.now(dt.UTC))
+        except Exception as exc:
+            log.exception("%s failed", self._subject)
+            await refuse(nc, msg, f"inventory could not answer: {type(exc).__name__}: {exc}")
+            return
+        reply = make_envelope(answer, source=self._source, correlation_id=str(request.event_id))
+        await nc.publish(msg.reply, reply.to_json())
+
+
+async def refuse(nc: NatsClient, msg: Msg, reason: str) -> None:
+    """Answer with the reason the request cannot be served."""
+    await nc.publish(
+        msg.reply,
+        json.dumps({"error": reason}).encode(),
+        headers={"Lockstep-Error": reason[:200].replace("\n", " ")},
+    )

@@ -1,0 +1,59 @@
+"""``fleet.query``: the planner's and updater's view of the fleet, a page at a time."""
+
+from __future__ import annotations
+
+import json
+
+from lockstep_common import subjects
+from lockstep_common.envelope import make_envelope
+from lockstep_common.events import REGISTRY
+from lockstep_common.events.v1 import FleetQueryAnswered, FleetQueryRequested, ScopeSelector
+from tests.integration.inventory_service.conftest import Harness
+
+
+async def ask(h: Harness, request: FleetQueryRequested) -> FleetQueryAnswered:
+    env = make_envelope(request, source="/test")
+    reply = await h.nc.request(h.ns.wire(subjects.fleet_query()), env.to_json(), timeout=5)
+    answered = REGISTRY.decode(reply.data, max_bytes=1 << 20).data
+    assert isinstance(answered, FleetQueryAnswered)
+    return answered
+
+
+async def test_pages_cover_every_node_once_in_id_order_with_what_was_observed(
+    harness: Harness,
+) -> None:
+    await harness.sweep()
+    pages, after = [], None
+    while True:
+        page = await ask(harness, FleetQueryRequested(after=after, limit=3))
+        pages.append(page)
+        if page.next_after is None:
+            break
+        after = page.next_after
+    ids = [n.node_id for p in pages for n in p.nodes]
+    assert ids == sorted(n.id for n in harness.nodes)
+    assert [len(p.nodes) for p in pages] == [3, 1]
+    node = pages[0].nodes[0]
+    registered = next(n for n in harness.nodes if n.id == node.node_id)
+    assert (node.site, node.profile, node.bmc_url) == (
+        registered.site,
+        registered.profile,
+        registered.bmc_url,
+    )
+    assert node.credentials == "env:LOCKSTEP_TESTBMC"  # a reference, never the secret
+    assert "lockstep-sim" not in node.model_dump_json()
+    assert node.readable is True and node.observed, "the sweep's versions are in the answer"
+
+
+async def test_a_scope_selects_and_a_bad_request_gets_one_reason(harness: Harness) -> None:
+    first, second = sorted(n.id for n in harness.nodes)[:2]
+    page = await ask(harness, FleetQueryRequested(scope=ScopeSelector(nodes=(second, first))))
+    assert [n.node_id for n in page.nodes] == [first, second] and page.next_after is None
+    none = await ask(harness, FleetQueryRequested(scope=ScopeSelector(pools=("no-such-pool",))))
+    assert none.nodes == () and none.next_after is None
+
+    reply = await harness.nc.request(
+        harness.ns.wire(subjects.fleet_query()), b'{"type": "x"}', timeout=5
+    )
+    assert "error" in json.loads(reply.data)
+    assert reply.headers is not None and "Lockstep-Error" in reply.headers
