@@ -45,3 +45,11 @@ def test_sim_run_with_an_unreachable_nats_is_one_line_at_once() -> None:
     # Port 1 on loopback: refused at once; nats-py alone would retry every 2 s for minutes.
     out = one_line("sim", "run", "--nodes", "2", "--nats-url", "nats://127.0.0.1:1")
     assert out.startswith("error: NATS at nats://127.0.0.1:1 unreachable: ")
+
+
+def test_a_verbose_fleet_command_leaves_no_choice_behind_for_the_next(tmp_path: Path) -> None:
+    # One process, several commands (as here): -v and --data-dir belong to their invocation.
+    CliRunner().invoke(app, ["fleet", "-v", "--data-dir", str(tmp_path), "list"])
+    (tmp_path / "file").write_text("")
+    out = one_line("up", "--data-dir", str(tmp_path / "file"))
+    assert out.startswith("error: --data-dir") and "stack:" not in out

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
-from lockstep_cli.cli_io import fail
+from lockstep_cli.cli_io import choose_stack, fail
 from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_cli.gate_cli import bench_gate, gate_app
@@ -65,6 +65,9 @@ def lockstep(
     ] = False,
 ) -> None:
     """Lockstep: keep a GPU fleet's firmware and software in lockstep."""
+    # Every invocation starts from no --data-dir / -v: the fleet and dlq groups set their own
+    # (one process may run several commands: tests, an embedding program).
+    choose_stack(None, verbose=False)
 
 
 DataDir = Annotated[
