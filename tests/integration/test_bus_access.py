@@ -28,8 +28,9 @@ from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import provision_topology
 from lockstep_common import natsconn, subjects
-from lockstep_common.bus_access import ADMIN, AGENT, CLI, Permissions
+from lockstep_common.bus_access import Permissions
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.identities import ADMIN, AGENT, CLI
 from lockstep_common.schemadocs import CHANNELS
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings

@@ -39,6 +39,7 @@ from lockstep_devstack.postgres import (
     PostgresServer,
     postgres_bin_dir,
 )
+from lockstep_devstack.process import StartFailed
 
 pytestmark = pytest.mark.integration
 
@@ -429,8 +430,16 @@ def test_a_server_that_cannot_take_its_port_fails_instead_of_trusting_whoever_ho
         loser_dir / "pg", secrets_dir=loser_dir / "secrets", port=stack.postgres.port, durable=False
     )
     try:
-        with pytest.raises(RuntimeError, match="PostgreSQL exited"):
+        # One line naming the port, PostgreSQL's reason and its log (lockstep up prints it).
+        with pytest.raises(StartFailed) as failed:
             loser.start(timeout_s=60)
+        message = str(failed.value)
+        assert "\n" not in message
+        assert message.startswith(
+            f"PostgreSQL on 127.0.0.1:{stack.postgres.port} exited with code 1 while starting: "
+        )
+        assert "Address already in use" in message
+        assert message.endswith(f"(log {loser_dir / 'pg' / 'postgres.log'})")
     finally:
         loser.stop()
         shutil.rmtree(loser_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -149,3 +150,30 @@ async def test_a_loop_that_ends_by_design_keeps_the_service_ready_one_that_faile
 
 async def _all_done(app: ServiceApp, worker: _Once) -> bool:
     return worker.ran.is_set() and any(t.done() for t in app.require().tasks)
+
+
+async def test_a_taken_http_port_is_refused_naming_the_port_and_its_variable(
+    servers: Any, namespace: str
+) -> None:
+    from lockstep_common.errors import ConfigurationError
+    from lockstep_inventory.app import create_app
+    from lockstep_inventory.settings import Settings
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        app = create_app(
+            Settings(
+                nats_url=servers.nats_url,
+                database_url=servers.database_url,
+                namespace=namespace,
+                db_schema=f"{namespace}_inventory",
+                http_port=port,
+            )
+        )
+        with pytest.raises(ConfigurationError) as refused:
+            await app.start()
+    assert str(refused.value) == (
+        f"127.0.0.1:{port} (LOCKSTEP_INVENTORY_HTTP_PORT) is already in use"
+    )

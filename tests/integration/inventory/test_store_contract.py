@@ -78,7 +78,7 @@ async def backend(database: Settings | None) -> AsyncIterator[Backend]:
 
         yield Backend(memory, register_in_memory, memory_history)
         return
-    async with admin.connection(database) as conn:  # the schema, migrated
+    async with admin.migrated_connection(database) as conn:
 
         async def register(nodes: list[NodeEntry]) -> None:
             await registry.import_nodes(conn, nodes)

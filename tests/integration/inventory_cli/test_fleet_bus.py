@@ -71,9 +71,12 @@ async def test_pin_is_published_acknowledged_and_applied_then_admit_answers(
 ) -> None:
     stack = {"gb200": firmware(harness)}
     path = write_stack(tmp_path / "stack.yaml", stack)
-    doc = await cli_json(
-        "fleet", "pin", "--scope", f"site={SITE},pool=nowhere", "--stack", str(path)
-    )
+    empty = ("fleet", "pin", "--scope", f"site={SITE},pool=nowhere", "--stack", str(path))
+    code, out = await cli(*empty)
+    assert code == 2 and f"selects no registered node in site(s) {SITE}" in out
+    info = await harness.nc.jetstream().stream_info(harness.ns.stream("PINS"))
+    assert info.state.messages == 0  # refused before anything was published
+    doc = await cli_json(*empty, "--allow-empty")
     expected = canonical.stack_hash({"gb200": {str(c): v for c, v in stack["gb200"].items()}})
     assert doc["stack_hash"] == expected and doc["sites"] == [SITE]
     msg = await harness.nc.jetstream().get_msg(harness.ns.stream("PINS"), 1)
@@ -140,6 +143,12 @@ async def test_admit_exits_2_on_an_error_reply(env: None, servers: Any, namespac
 async def test_pin_exits_1_when_no_stream_acknowledges(
     env: None, namespace: str, tmp_path: Path
 ) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "nodes:\n- {id: n1, bmc_url: 'https://127.0.0.1:1', profile: gb200, site: s1,"
+        " credentials: 'env:LOCKSTEP_TESTBMC'}\n"
+    )
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0  # a node for the pin to select
     path = tmp_path / "s.json"
     path.write_text('{"gb200": {"bios": "1.0"}}')
     code, out = await cli(

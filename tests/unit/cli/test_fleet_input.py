@@ -110,9 +110,9 @@ def test_pin_bad_input_exits_2_before_connecting(tmp_path: Path) -> None:
     assert code == 2 and "--scope: 'rack': unknown key" in out
     code, out = run("fleet", "pin", "--scope", "site=a", "--stack", str(tmp_path / "nope.yaml"))
     assert code == 2 and "nope.yaml" in out
-    # Valid input gets as far as NATS, which is unreachable here: exit 1, not 2.
+    # Valid input gets as far as the registry (the scope must select a node), unreachable here.
     code, out = run("fleet", "pin", "--scope", "site=a", "--stack", str(stack), "--timeout", "1")
-    assert code == 1 and "unreachable" in out
+    assert code == 2 and "PostgreSQL at" in out and "unreachable" in out
 
 
 def test_admit_bad_input_exits_2_and_unreachable_nats_exits_3() -> None:

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
-from lockstep_common.bus_access import ADMIN, AGENT, CLI, READER, Party, matrix
+from lockstep_common.bus_access import Party, matrix
+from lockstep_common.identities import ADMIN, AGENT, CLI, READER
 from lockstep_common.natsconn import AccessError, NatsAccess, read_secret
 from lockstep_common.subjects import Namespace
 from lockstep_inventory.settings import Settings

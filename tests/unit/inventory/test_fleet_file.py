@@ -88,3 +88,28 @@ def test_plain_http_for_credentials_is_off_unless_the_entry_allows_it() -> None:
     assert node.allow_plain_http is True
     with pytest.raises(FleetFileError, match=r"nodes\[0\].*allow_plain_http"):
         parse_fleet(json.dumps([{**lab, "allow_plain_http": "sometimes"}]))
+
+
+def test_every_bad_node_is_named_not_only_the_first() -> None:
+    nodes = [
+        {**NODE, "id": "a", "profile": "gb300"},
+        NODE,
+        {**NODE, "id": "b", "password": "x"},
+        {**NODE, "id": "c", "bmc_url": "ftp://x"},
+        NODE,
+    ]
+    with pytest.raises(FleetFileError) as err:
+        parse_fleet(json.dumps(nodes), known_profiles={"gb200", "hgx-h100"})
+    problems = err.value.problems
+    assert len(problems) == 4
+    assert problems[0].startswith("nodes[0] (a): profile 'gb300' is not in the compatibility")
+    assert "known: gb200, hgx-h100" in problems[0]
+    assert problems[1].startswith("nodes[2] (b) carries a username/password")
+    assert problems[2].startswith("nodes[3] (c): bmc_url:")
+    assert problems[3] == "nodes[4]: node id 'gb200-r01-n01' appears twice"
+    assert str(err.value).startswith("4 invalid nodes: nodes[0] (a)")
+
+
+def test_any_profile_is_accepted_when_no_rules_are_given() -> None:
+    (node,) = parse_fleet(json.dumps([{**NODE, "profile": "gb300"}]))
+    assert node.profile == "gb300"

@@ -82,7 +82,11 @@ def test_run_connects_its_agents_as_an_identity_whose_password_is_in_a_private_f
     async def record(runtime: FleetRuntime) -> None:
         runtimes.append(runtime)
 
+    async def reachable(access: object) -> None:
+        return None  # no NATS here: the probe `sim run` makes first is answered "reachable"
+
     monkeypatch.setattr(cli, "_run_until_signalled", record)
+    monkeypatch.setattr(cli, "_unreachable", reachable)
     secret = tmp_path / "agent-password"
     secret.write_text("s3cret\n")
     secret.chmod(0o644)

@@ -61,7 +61,8 @@ async def prepare(database_url: str, targets: Sequence[BmcTarget], drifted_share
     schema = f"bench_sweep_{uuid.uuid4().hex[:8]}"
     step = max(1, round(1 / drifted_share)) if drifted_share > 0 else 0
     drifted = tuple(t.node_id for t in targets[::step]) if step else ()
-    async with admin.connection(Settings(database_url=database_url, db_schema=schema)) as conn:
+    settings = Settings(database_url=database_url, db_schema=schema)
+    async with admin.migrated_connection(settings) as conn:
         nodes = [
             NodeEntry(
                 id=t.node_id,

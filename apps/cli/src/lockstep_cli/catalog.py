@@ -15,7 +15,6 @@ from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import namespace as documented_namespace
 from lockstep_common.bus_access import (
-    READER,
     SENDER_IDENTITIES,
     Durable,
     Party,
@@ -24,6 +23,7 @@ from lockstep_common.bus_access import (
 )
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
+from lockstep_common.identities import READER
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for

@@ -5,15 +5,37 @@ traceback."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Coroutine
-from typing import Any, NoReturn, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from lockstep_common.settings import ServiceSettings
+
 errors = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
-S = TypeVar("S")
+S = TypeVar("S", bound="ServiceSettings")
+# A command group's --data-dir and -v, for its command's settings_of: one invocation per
+# process (the group's callback sets both before each command runs).
+_choice: dict[str, Any] = {}
+StackDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        envvar="LOCKSTEP_DATA_DIR",
+        help="The data dir of the `lockstep up` to talk to, when LOCKSTEP_NATS_URL / "
+        "LOCKSTEP_DATABASE_URL are not set (default: .data).",
+        show_default=False,
+    ),
+]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Say which stack each command talks to.")
+]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -22,29 +44,62 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def settings_of(settings_class: type[S]) -> S:
-    """Settings from ``LOCKSTEP_*``; a bad variable is bad input: exit 2 naming it."""
+def choose_stack(data_dir: Path | None, verbose: bool) -> None:
+    """Keep a command group's ``--data-dir`` and ``-v`` for ``settings_of``."""
+    _choice.update(data_dir=data_dir, verbose=verbose)
+
+
+def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: bool = True) -> S:
+    """Settings from ``LOCKSTEP_*``; a bad variable is bad input: exit 2 naming it.
+
+    Servers the environment does not name are those of the ``lockstep up`` running under
+    ``--data-dir`` (``LOCKSTEP_DATA_DIR``, default ``.data``), reached as ``identity``; not
+    with ``find_stack=False`` (``lockstep up`` itself).
+    """
     from pydantic import ValidationError
 
-    from lockstep_common.settings import ServiceSettings, explain
+    from lockstep_cli import stack_state
+    from lockstep_common.settings import explain, unknown_variables
 
+    for warning in unknown_variables(os.environ, settings_class):
+        errors.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    data_dir = _choice.get("data_dir") or Path(os.environ.get("LOCKSTEP_DATA_DIR") or ".data")
+    defaults, source = (
+        stack_state.connection_defaults(data_dir, identity, os.environ)
+        if find_stack
+        else ({}, "the environment")
+    )
     try:
-        return settings_class()
+        settings = settings_class(**defaults)
     except ValidationError as exc:
-        assert issubclass(settings_class, ServiceSettings)  # noqa: S101 - every caller's class
         fail(f"settings: {explain(settings_class, exc)}")
+    if _choice.get("verbose"):
+        from lockstep_common.db import redact_dsn
+
+        errors.print(
+            f"stack: NATS {settings.nats_url} as {settings.nats_user or 'anonymous'}, "
+            f"PostgreSQL {redact_dsn(settings.database_url)}, namespace "
+            f"{settings.namespace} (from {source})",
+            highlight=False,
+        )
+    return settings
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine; an unreachable server, a refused configuration or a
     database error is one line."""
-    import asyncpg
-
     from lockstep_common.errors import ConfigurationError, TransientError, describe
 
     try:
         return asyncio.run(coro)
     except (ConfigurationError, TransientError) as exc:
         fail(str(exc))  # a server is named with its password redacted (db.connect_with_retry)
-    except (OSError, asyncpg.PostgresError) as exc:
+    except OSError as exc:
         fail(describe(exc))
+    except Exception as exc:
+        # A database error can only come from a command that loaded the driver: asyncpg is
+        # not imported for the others (`fleet admit` starts without it).
+        asyncpg = sys.modules.get("asyncpg")
+        if asyncpg is not None and isinstance(exc, asyncpg.PostgresError):
+            fail(describe(exc))
+        raise

@@ -31,11 +31,12 @@ from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, provision_topology, running_system
 from lockstep_common import subjects
 from lockstep_common.advisories import watcher_durable
-from lockstep_common.bus_access import ADMIN, Durable, Party
+from lockstep_common.bus_access import Durable, Party
 from lockstep_common.consumer import HandlerContext, On, Subscription
 from lockstep_common.db import redact_dsn
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import BundleSubmitted
+from lockstep_common.identities import ADMIN
 from lockstep_common.outbox import emitting
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings

@@ -22,8 +22,8 @@ from rich.table import Table
 from lockstep_cli.fleet_bus import pins_for, publish_pins
 from lockstep_cli.polling import until
 from lockstep_common import db
-from lockstep_common.bus_access import ADMIN, AGENT, CLI
 from lockstep_common.events.v1 import ScopeSelector
+from lockstep_common.identities import ADMIN, AGENT, CLI
 from lockstep_common.natsconn import NatsAccess, connect
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component

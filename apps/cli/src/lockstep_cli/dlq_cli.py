@@ -20,8 +20,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of
-from lockstep_cli.supervisor import SERVICES
+from lockstep_cli.cli_io import (
+    StackDirOption,
+    VerboseOption,
+    choose_stack,
+    fail,
+    run,
+    settings_of,
+)
+from lockstep_common.identities import ADMIN, CLI
+from lockstep_common.identities import SERVICE_NAMES as SERVICES
 
 dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
 console = Console()
@@ -30,10 +38,19 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output."
 COLUMNS = "id, failed_at, consumer, stream, stream_seq, subject, error_kind, deliveries, reason"
 
 
-def _settings(service: str) -> Any:
+@dlq_app.callback()
+def dlq_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False) -> None:
+    """Talks to LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL, or else to the `lockstep up`
+    running under --data-dir (LOCKSTEP_DATA_DIR, default .data): as its cli identity, and as
+    admin to replay."""
+    choose_stack(data_dir, verbose)
+
+
+def _settings(service: str, identity: str = CLI) -> Any:
     if service not in SERVICES:
         fail(f"unknown service {service!r}; choose from {', '.join(SERVICES)}")
-    return settings_of(importlib.import_module(f"lockstep_{service}.settings").Settings)
+    settings_class = importlib.import_module(f"lockstep_{service}.settings").Settings
+    return settings_of(settings_class, identity)
 
 
 async def _fetch(service: str, settings: Any, sql: str, *args: Any) -> list[dict[str, Any]]:
@@ -107,7 +124,7 @@ def dlq_show(service: ServiceArg, letter: Annotated[int, typer.Argument(help="It
 @dlq_app.command("replay")
 def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
     """Publish the original message again on its subject, then forget the dead letter."""
-    settings = _settings(service)
+    settings = _settings(service, ADMIN)
     rows = run(
         _fetch(service, settings, "SELECT subject, payload FROM {table} WHERE id = $1", letter)
     )

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from lockstep_cli.cli_io import errors, fail, run, settings_of
+from lockstep_cli.cli_io import (
+    StackDirOption,
+    VerboseOption,
+    choose_stack,
+    errors,
+    fail,
+    run,
+    settings_of,
+)
 
 if TYPE_CHECKING:
     from lockstep_inventory.settings import Settings
@@ -23,11 +31,30 @@ console = Console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
+@fleet_app.callback()
+def fleet_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False) -> None:
+    """Talks to LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL, or else to the `lockstep up`
+    running under --data-dir (LOCKSTEP_DATA_DIR, default .data) as its cli identity."""
+    choose_stack(data_dir, verbose)
+
+
 def _settings() -> Settings:
     """The inventory's settings from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
     from lockstep_inventory.settings import Settings
 
     return settings_of(Settings)
+
+
+def _known_profiles(settings: Settings) -> frozenset[str]:
+    """The hardware profiles the inventory's compatibility rules describe (its rules file, or
+    the packaged table): the profiles a fleet file or a stack may name."""
+    from lockstep_common.errors import ConfigurationError
+    from lockstep_inventory.app import load_rules
+
+    try:
+        return frozenset(load_rules(settings).profile_architecture)
+    except ConfigurationError as exc:
+        fail(str(exc))
 
 
 def _read(source: str) -> str:
@@ -58,11 +85,24 @@ def fleet_import(
     from lockstep_inventory.admin import import_fleet
     from lockstep_inventory.domain.fleet_file import FleetFileError, parse_fleet
 
+    settings = _settings()
     try:
-        nodes = parse_fleet(_read(source), default_credentials=credentials)
-    except (OSError, FleetFileError) as exc:
+        nodes = parse_fleet(
+            _read(source),
+            default_credentials=credentials,
+            known_profiles=_known_profiles(settings),
+        )
+    except OSError as exc:
         fail(f"{source}: {exc}")
-    result = run(import_fleet(_settings(), nodes))
+    except FleetFileError as exc:
+        if len(exc.problems) == 1:
+            fail(f"{source}: {exc.problems[0]}")
+        # Every bad node, one per line: the file is fixed in one pass, not one error per try.
+        fail(
+            f"{source}: {len(exc.problems)} invalid nodes, nothing imported:\n  "
+            + "\n  ".join(exc.problems)
+        )
+    result = run(import_fleet(settings, nodes))
     summary = {
         "nodes": len(nodes),
         "added": result.added,
@@ -89,6 +129,24 @@ def fleet_list(as_json: Json = False) -> None:
         return
     for n in nodes:
         console.print(f"{n.id}  {n.profile:10} {n.site:8} {n.pool:12} {n.bmc_url}")
+
+
+@fleet_app.command("remove")
+def fleet_remove(
+    nodes: Annotated[list[str], typer.Argument(help="Node ids to forget.")],
+) -> None:
+    """Forget nodes (to undo an import): their registry entries, latest reports and drift.
+
+    All or nothing: an id that is not registered is named and nothing is removed. Their
+    history and rollout records stay.
+    """
+    from lockstep_inventory.admin import UnknownNodesError, remove
+
+    try:
+        run(remove(_settings(), nodes))
+    except UnknownNodesError as exc:
+        fail(str(exc))
+    console.print(f"removed {len(set(nodes))} node(s)")
 
 
 @fleet_app.command("sweep")
@@ -220,15 +278,24 @@ def fleet_pin(
         str | None, typer.Option("--rollout-id", help="Rollout that moves the pin.")
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each PubAck.")] = 5.0,
+    allow_empty: Annotated[
+        bool,
+        typer.Option(
+            "--allow-empty", help="Publish even when a site's scope selects no registered node."
+        ),
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Pin a scope to a golden stack: one pin.changed per site, each acknowledged by JetStream.
 
-    Prints the stack hash. Exit 0: every pin acknowledged; 1: a publish failed (the message
-    says which sites were already published); 2: bad input (nothing is published).
+    Checked first, against the registry and the compatibility rules: every profile the stack
+    names is known, and each site's scope selects at least one registered node (else
+    --allow-empty). Prints the stack hash. Exit 0: every pin acknowledged; 1: a publish failed
+    (the message says which sites were already published); 2: bad input (nothing is published).
     """
     from lockstep_cli.fleet_bus import InputError, Unavailable, parse_stack, pins_for, publish_pins
-    from lockstep_inventory.domain.pins import SelectorError, parse_selector
+    from lockstep_inventory.admin import fleet
+    from lockstep_inventory.domain.pins import SelectorError, parse_selector, selects
 
     settings = _settings()
     try:
@@ -241,6 +308,24 @@ def fleet_pin(
         fail(f"--scope: {exc}")
     except InputError as exc:
         fail(str(exc))
+    nodes = run(fleet(settings))
+    known = _known_profiles(settings) | {n.profile for n in nodes}
+    unknown = sorted(set(parsed) - known)
+    if unknown:
+        fail(
+            f"{stack}: profile(s) {', '.join(unknown)} neither in the compatibility rules nor "
+            f"registered (known: {', '.join(sorted(known))})"
+        )
+    empty = [
+        m.site
+        for m in messages
+        if not any(selects(m.site, m.envelope.data.scope, n) for n in nodes)
+    ]
+    if empty and not allow_empty:
+        fail(
+            f"--scope {scope} selects no registered node in site(s) {', '.join(empty)}; "
+            "nothing published (--allow-empty to pin them anyway)"
+        )
     try:
         sites = run(publish_pins(settings.nats_access(), messages, timeout))
     except Unavailable as exc:

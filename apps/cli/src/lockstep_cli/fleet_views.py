@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from lockstep_common.events.v1 import AdmissionCheckAnswered, DriftItem
 from lockstep_common.subjects import Namespace
-from lockstep_inventory.adapters.sweeper import SweepResult
-from lockstep_inventory.domain.observation import Observation
-from lockstep_inventory.domain.pins import stack_of
-from lockstep_inventory.queries import DriftEntry, FleetStatus, NodeDetail
-from lockstep_inventory.sweeping import UNAVAILABLE, SweepSummary
+
+if TYPE_CHECKING:
+    # Types only: `fleet admit` (a Slurm prolog, once per job) shows its answer without
+    # loading the sweeper's HTTP client or the database queries.
+    from lockstep_common.events.v1 import AdmissionCheckAnswered, DriftItem
+    from lockstep_inventory.adapters.sweeper import SweepResult
+    from lockstep_inventory.domain.observation import Observation
+    from lockstep_inventory.queries import DriftEntry, FleetStatus, NodeDetail
+    from lockstep_inventory.sweeping import SweepSummary
 
 
 def _table(*headers: str, title: str | None = None) -> Table:
@@ -28,6 +31,9 @@ def _table(*headers: str, title: str | None = None) -> Table:
 
 def sweep_node(result: SweepResult) -> dict[str, Any]:
     """One node of a sweep: components as a pin would name them (conflicts as ``a|b``)."""
+    from lockstep_inventory.domain.pins import stack_of
+    from lockstep_inventory.sweeping import UNAVAILABLE
+
     members = {m.Id: m.Version or UNAVAILABLE for m in result.members}
     return {
         "id": result.node_id,

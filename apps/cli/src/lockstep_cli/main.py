@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
-from lockstep_cli.cli_io import fail
+from lockstep_cli.cli_io import choose_stack, fail
 from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_cli.gate_cli import bench_gate, gate_app
@@ -45,6 +45,30 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(gate_app, name="gate")
 bench.command("gate")(bench_gate)
 console = Console()
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        print(f"lockstep {version('lockstep-cli')}")
+        raise typer.Exit
+
+
+@app.callback()
+def lockstep(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Lockstep: keep a GPU fleet's firmware and software in lockstep."""
+    # Every invocation starts from no --data-dir / -v: the fleet and dlq groups set their own
+    # (one process may run several commands: tests, an embedding program).
+    choose_stack(None, verbose=False)
+
 
 DataDir = Annotated[
     Path, typer.Option("--data-dir", help="State of the embedded NATS and PostgreSQL.")
@@ -86,7 +110,10 @@ def up(
             "LOCKSTEP_NATS_USER is set (from `lockstep env`?): lockstep up gives each service its "
             "own identity; run it where LOCKSTEP_NATS_* and LOCKSTEP_DATABASE_URL are not set"
         )
-    settings_of(StackSettings)  # a bad LOCKSTEP_STREAM_* or other shared setting: one line now
+    # A bad LOCKSTEP_STREAM_* or other shared setting: one line now. Not from a state file:
+    # up is what writes one.
+    settings_of(StackSettings, find_stack=False)
+    usable_data_dir(data_dir)  # after the settings: nothing is made for a refused start
 
     def report(line: str) -> None:
         console.print(line, highlight=False)
@@ -94,7 +121,7 @@ def up(
     with (
         stack_state.exclusive(data_dir),
         sigterm_as_interrupt(),
-        refused_cluster_is_one_line(),
+        start_refusals_are_one_line(),
     ):
         try:
             with running_system(data_dir.resolve(), names, report=report) as (stack, services):
@@ -168,7 +195,7 @@ def topology_apply(
     unknown = sorted(set(names) - set(SERVICES))
     if unknown:
         fail(f"unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICES)}")
-    settings = settings_of(StackSettings)
+    settings = settings_of(StackSettings, "admin")  # or the local stack's admin
     apps = [service_app(name, {}) for name in names]
     try:
         asyncio.run(provision_topology(settings.nats_access(), Namespace(settings.namespace), apps))
@@ -212,22 +239,37 @@ def demo(
     """Run the whole system on embedded NATS and PostgreSQL and show an event's journey."""
     from lockstep_cli.demo import run_demo
 
-    with refused_cluster_is_one_line():
+    if data_dir is not None:
+        usable_data_dir(data_dir)
+    with start_refusals_are_one_line():
         run_demo(console, data_dir)
 
 
+def usable_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` if missing; one that cannot be created or written is one line."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--data-dir {data_dir}: {exc.strerror or exc}")
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        fail(f"--data-dir {data_dir}: not writable by this user")
+
+
 @contextlib.contextmanager
-def refused_cluster_is_one_line() -> Iterator[None]:
-    """A data directory whose PostgreSQL cluster cannot be used safely (made by an older
-    version without passwords, or its password files lost) is one line, exit 2; a
-    configuration the servers refuse, exit 3; a server or service that would not start, its
-    reason (with its log's end), exit 1. Never a traceback."""
+def start_refusals_are_one_line() -> Iterator[None]:
+    """What stops the stack from starting is one line, never a traceback: a data directory
+    whose PostgreSQL cluster cannot be used safely (made by an older version without
+    passwords, or its password files lost), or a server or service that exited while
+    starting (a port in use, a bad setting), named with its reason and its log, exit 2; a
+    configuration the servers refuse, exit 3; a server or service that would not start
+    otherwise (not ready in time), its reason, exit 1."""
     from lockstep_common.errors import ConfigurationError
     from lockstep_devstack.postgres import ClusterRefused
+    from lockstep_devstack.process import StartFailed
 
     try:
         yield
-    except ClusterRefused as exc:
+    except (ClusterRefused, StartFailed) as exc:
         fail(str(exc))
     except ConfigurationError as exc:  # e.g. a stream limit the server cannot reserve
         fail(str(exc), code=3)

@@ -13,18 +13,21 @@ import fcntl
 import json
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from lockstep_cli.cli_io import fail
-from lockstep_common.bus_access import ADMIN, CLI
+from lockstep_common.identities import ADMIN, CLI
 from lockstep_common.natsconn import NatsAccess
-from lockstep_devstack import credentials
-from lockstep_devstack.nats import ca_file
 
 STATE_FILE = "stack.json"
+DEFAULT_DATA_DIR = Path(".data")
 OPERATORS = (CLI, ADMIN)
+# The variables that name the servers: when one is set, the user chose that server.
+NATS_URL = "LOCKSTEP_NATS_URL"
+DATABASE_URL = "LOCKSTEP_DATABASE_URL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,11 @@ def nats_access(data_dir: Path, state: StackState, identity: str) -> NatsAccess:
         return NatsAccess.from_url(state.nats_url)
     if identity not in state.identities:
         fail(f"no NATS identity {identity!r}; choose from {', '.join(state.identities)}")
+    # Imported here: lockstep_devstack pulls in the servers' code, which no command that only
+    # reads the state file needs (a Slurm prolog's `fleet admit` starts fast).
+    from lockstep_devstack import credentials
+    from lockstep_devstack.nats import ca_file
+
     return NatsAccess.from_url(
         state.nats_url,
         identity,
@@ -139,3 +147,38 @@ def exports(data_dir: Path, identity: str) -> str:
         # read every service's tables. Nobody else gets it.
         env["LOCKSTEP_DATABASE_URL"] = state.database_url
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+
+
+def connection_defaults(
+    data_dir: Path, identity: str, environ: Mapping[str, str]
+) -> tuple[dict[str, Any], str]:
+    """Settings keywords that reach the stack ``lockstep up`` runs under ``data_dir`` as
+    ``identity``, for what ``environ`` leaves unset, and where the servers came from.
+
+    A server named in the environment wins (NATS with its user, password and CA files
+    together); the state file fills in only what is missing. Neither: one line saying how to
+    start a stack, rather than a default port that may be another PostgreSQL on the machine.
+    """
+    has_nats, has_db = NATS_URL in environ, DATABASE_URL in environ
+    if has_nats and has_db:
+        return {}, "the environment"
+    if not (data_dir / STATE_FILE).exists() and (has_nats or has_db):
+        return {}, "the environment"  # one server named: the other's default, as before
+    if not (data_dir / STATE_FILE).exists():
+        fail(
+            f"no {NATS_URL} / {DATABASE_URL} set and no stack running under {data_dir}: start "
+            f"one with `lockstep up --data-dir {data_dir}`, or point at one with "
+            f'`eval "$(lockstep env --data-dir DIR)"`'
+        )
+    state = load(data_dir)
+    out: dict[str, Any] = {}
+    if not has_nats:
+        access = nats_access(data_dir, state, identity)
+        out["nats_url"] = ",".join(access.servers)
+        out["nats_user"] = access.user
+        out["nats_password_file"] = access.password_file
+        out["nats_ca_file"] = access.ca_file
+    if not has_db:
+        out["database_url"] = state.database_url
+    where = f"{data_dir / STATE_FILE} (lockstep up, pid {state.pid}) as {identity}"
+    return out, where if not (has_nats or has_db) else f"{where} and the environment"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import os
 import signal
 import subprocess
@@ -26,16 +27,17 @@ from pydantic_settings import SettingsConfigDict
 from lockstep_cli.catalog import bus_parties
 from lockstep_cli.restarts import RestartPolicy
 from lockstep_cli.schemas import prepare_schemas
-from lockstep_common.bus_access import ADMIN, Party, matrix
+from lockstep_common.bus_access import Party, matrix
+from lockstep_common.identities import ADMIN, SERVICE_NAMES
 from lockstep_common.natsconn import NatsAccess, connect
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ensure_topology
 from lockstep_devstack import Stack
-from lockstep_devstack.process import free_port, spawn, stop, tail
+from lockstep_devstack.process import StartFailed, free_port, reason, spawn, stop, tail
 
-SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
+SERVICES = SERVICE_NAMES
 
 
 @dataclass
@@ -158,18 +160,31 @@ def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 90.0) -> N
     while pending:
         for svc in list(pending):
             if svc.proc.poll() is not None:
-                raise RuntimeError(
-                    f"service {svc.name} exited with code {svc.proc.returncode}:\n"
-                    f"{tail(svc.log_path)}"
+                raise StartFailed(
+                    f"service {svc.name} exited with code {svc.proc.returncode} while starting: "
+                    f"{service_reason(svc.log_path)} (log {svc.log_path})"
                 )
             if svc.ready():
                 pending.remove(svc)
         if pending and time.monotonic() > deadline:
             names = ", ".join(s.name for s in pending)
-            raise TimeoutError(
-                f"not ready after {timeout_s:.0f}s: {names}\n{tail(pending[0].log_path)}"
+            raise StartFailed(
+                f"not ready after {timeout_s:.0f}s: {names} (log {pending[0].log_path})"
             )
         time.sleep(0.1)
+
+
+def service_reason(log_path: Path) -> str:
+    """Why a service stopped: its last error log line's message (the logs are JSON lines), or
+    the last line it wrote to stderr (bad settings are reported before logging starts)."""
+    for line in reversed(tail(log_path, 40).splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and str(record.get("level")).lower() in ("error", "critical"):
+            return str(record.get("message", line))
+    return reason(log_path)
 
 
 def stop_services(services: Sequence[ServiceProcess]) -> None:

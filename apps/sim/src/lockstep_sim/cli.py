@@ -6,16 +6,20 @@ Default credentials of every emulated BMC: user ``admin``, password ``lockstep-s
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from lockstep_sim.cli_options import sim_options
 from lockstep_sim.options import SimOptions
-from lockstep_sim.runtime import FleetRuntime
-from lockstep_sim.simulator import Simulator
+
+if TYPE_CHECKING:
+    from lockstep_common.natsconn import NatsAccess
+    from lockstep_sim.runtime import FleetRuntime
+    from lockstep_sim.simulator import Simulator
 
 log = logging.getLogger(__name__)
 sim_app = typer.Typer(help="Fleet simulator: emulated Redfish BMCs on loopback addresses.")
@@ -36,10 +40,14 @@ async def _serve_forever(sim: Simulator) -> None:
 
 def serve(options: SimOptions) -> None:
     """Serve the emulated BMCs until interrupted (blocks)."""
+    from lockstep_sim.simulator import Simulator
+
     try:
         asyncio.run(_serve_forever(Simulator(options)))
     except KeyboardInterrupt:
         log.info("simulator stopped")
+    except OSError as exc:
+        _refuse_port_in_use(exc, f"--port {options.port} from {options.host_base}")
 
 
 @sim_app.command("serve")
@@ -123,12 +131,22 @@ def run_command(
     nats = None
     if nats_url is not None:
         from lockstep_common.natsconn import AccessError, NatsAccess
+        from lockstep_common.settings import check_nats_url
 
+        try:
+            check_nats_url(nats_url)
+        except ValueError as exc:
+            _fail(f"--nats-url: {exc}")
         try:
             nats = NatsAccess.from_url(nats_url, nats_user, nats_password_file, nats_ca_file)
             nats.options()  # an unreadable or world-readable password file: refused now
         except AccessError as exc:
             raise typer.BadParameter(str(exc)) from None
+        problem = asyncio.run(_unreachable(nats))
+        if problem:
+            _fail(f"NATS at {nats_url} unreachable: {problem}")
+    from lockstep_sim.runtime import FleetRuntime
+
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,
@@ -137,4 +155,46 @@ def run_command(
         cadence_s=cadence_s,
         create_streams=create_streams,
     )
-    asyncio.run(_run_until_signalled(runtime))
+    try:
+        asyncio.run(_run_until_signalled(runtime))
+    except OSError as exc:
+        _refuse_port_in_use(exc, f"--port {sim.port} or --scheduler-port {scheduler_port}")
+
+
+def _refuse_port_in_use(exc: OSError, ports: str) -> NoReturn:
+    """A port already taken is bad input (one line naming it); other errors rise."""
+    if exc.errno != errno.EADDRINUSE:
+        raise exc
+    # aiohttp's message names the address of the scheduler's port; the BMCs' names none.
+    _fail(f"{exc.strerror or exc} ({ports}): choose another port (0: any free)")
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr and exit 2: bad input, never a traceback (as lockstep_cli.cli_io)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+async def _unreachable(access: NatsAccess) -> str | None:
+    """Why NATS cannot be reached, or None: tried once, so a wrong URL is one line at once
+    rather than nats-py retrying (and logging a traceback) every two seconds."""
+    from lockstep_common.errors import describe
+    from lockstep_common.natsconn import connect
+
+    async def quiet(exc: Exception) -> None:
+        return None  # reported once, by the caller
+
+    try:
+        nc = await connect(
+            access,
+            name="lockstep-sim-probe",
+            connect_timeout=5,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=quiet,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is the answer
+        return describe(exc)
+    await nc.close()
+    return None

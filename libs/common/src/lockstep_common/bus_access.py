@@ -32,13 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from lockstep_common.identities import ADMIN, AGENT, CLI
 from lockstep_common.natsconn import inbox_prefix
 from lockstep_common.subjects import Namespace, dead_letter
-
-ADMIN = "admin"
-CLI = "cli"
-AGENT = "agent"
-READER = "reader"
 
 # Outside senders named in schemadocs.CHANNELS -> the identity they connect as. A scheduler's
 # admission check runs `lockstep fleet admit`, an operator's tool; the BMC sweeper runs inside

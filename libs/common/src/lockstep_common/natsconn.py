@@ -15,12 +15,12 @@ import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import nats
-from nats.aio.client import Client as NatsClient
+from typing import TYPE_CHECKING, Any
 
 from lockstep_common.subjects import token
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NatsClient
 
 
 class _QuietTlsEof(logging.Filter):
@@ -125,4 +125,8 @@ class NatsAccess:
 
 async def connect(access: NatsAccess, *, name: str, **options: Any) -> NatsClient:
     """Connect as ``access`` says; ``options`` are further ``nats.connect`` keywords."""
+    # Imported here: nats-py pulls in aiohttp, and a command that only builds settings (or
+    # prints --help) must not pay for it.
+    import nats
+
     return await nats.connect(name=name, **access.options(), **options)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import sys
 import time
@@ -32,7 +34,7 @@ from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
 from lockstep_common.relay import OutboxRelay, RelayConfig
-from lockstep_common.settings import ServiceSettings, explain
+from lockstep_common.settings import ServiceSettings, explain, unknown_variables
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ConsumerSpec, ensure_topology
 
@@ -236,7 +238,17 @@ class ServiceApp:
             ),
             self.metrics,
         )
-        port = await self._http.start(s.http_host, s.http_port)
+        try:
+            port = await self._http.start(s.http_host, s.http_port)
+        except OSError as exc:
+            await nc.close()
+            await pool.close()
+            if exc.errno == errno.EADDRINUSE:
+                prefix = str(s.model_config.get("env_prefix", "")).upper()
+                raise ConfigurationError(
+                    f"{s.http_host}:{s.http_port} ({prefix}HTTP_PORT) is already in use"
+                ) from None
+            raise
         self.resources = Resources(pool, nc, js, port)
         tasks = [
             self.relay.run(),
@@ -358,9 +370,12 @@ def run_service(create_app: Callable[[S], ServiceApp], settings_class: type[S]) 
     Bad settings exit with status 2 and a message naming the variable; a refused start-up
     (topology or migration mismatch) exits with 3.
     """
+    unknown = unknown_variables(os.environ, settings_class)
     try:
         settings = settings_class()
     except ValidationError as exc:
+        for line in unknown:  # a typo may be why a default is in force
+            sys.stderr.write(f"warning: {line}\n")
         sys.stderr.write(f"invalid settings: {explain(settings_class, exc)}\n")
         raise SystemExit(2) from None
     configure_logging(
@@ -368,6 +383,8 @@ def run_service(create_app: Callable[[S], ServiceApp], settings_class: type[S]) 
         json_lines=settings.log_json,
         service=create_app.__module__.split(".")[0],
     )
+    for line in unknown:
+        log.warning("%s", line)
     try:
         app = create_app(settings)  # reads files, checks settings against the topology
         asyncio.run(app.run_until_signalled())

@@ -7,6 +7,8 @@ service reads from its own prefix (``LOCKSTEP_INVENTORY_*``, ...). Durations are
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -15,6 +17,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockstep_common import topology
+from lockstep_common.identities import SERVICE_NAMES
 from lockstep_common.natsconn import NatsAccess, read_secret
 from lockstep_common.subjects import token
 
@@ -165,9 +168,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("nats_url")
     @classmethod
     def _nats_url(cls, value: str) -> str:
-        for url in value.split(","):
-            _check_url(url.strip(), {"nats", "tls", "ws", "wss"})
-        return value
+        return check_nats_url(value)
 
     def nats_access(self) -> NatsAccess:
         """Where and as whom this process connects to NATS."""
@@ -236,6 +237,13 @@ class ServiceSettings(BaseSettings):
         return self
 
 
+def check_nats_url(value: str) -> str:
+    """``value`` if every comma-separated URL in it names a NATS server, else ValueError."""
+    for url in value.split(","):
+        _check_url(url.strip(), {"nats", "tls", "ws", "wss"})
+    return value
+
+
 def _check_url(url: str, schemes: set[str]) -> None:
     """Refuse a URL that names no usable server, before anything tries to connect to it: a
     malformed DSN otherwise surfaces as a driver traceback deep inside the first connect. The
@@ -273,3 +281,58 @@ def explain(settings_class: type[ServiceSettings], exc: ValidationError) -> str:
         else:
             parts.append(f"{prefix}{field.upper()}: {message}")
     return "; ".join(parts)
+
+
+# LOCKSTEP_* variables read by the command-line program rather than by a settings class.
+OTHER_VARIABLES = frozenset({"LOCKSTEP_DATA_DIR"})
+
+
+def variable_names(settings_class: type[ServiceSettings]) -> frozenset[str]:
+    """Every ``LOCKSTEP_*`` variable ``settings_class`` reads (upper case)."""
+    prefix = str(settings_class.model_config.get("env_prefix", "")).upper()
+    names = set(OTHER_VARIABLES)
+    for name, field in settings_class.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(c.upper() for c in alias.choices if isinstance(c, str))
+        elif isinstance(alias, str):
+            names.add(alias.upper())
+        else:
+            names.add(prefix + name.upper())
+    return frozenset(names)
+
+
+def unknown_variables(
+    environ: Mapping[str, str], settings_class: type[ServiceSettings]
+) -> list[str]:
+    """A line per ``LOCKSTEP_*`` variable that looks meant for ``settings_class`` but is none
+    of its settings, with the closest name: pydantic-settings ignores such a variable, so a
+    typo (``LOCKSTEP_NATS_ULR``) would silently leave the default in force.
+
+    Reported: a variable under the class's own prefix, and any other ``LOCKSTEP_*`` variable
+    close to a known name. Left alone: other services' variables and names close to none
+    (``env:PREFIX`` credential references may use any ``LOCKSTEP_*`` prefix).
+    """
+    known = variable_names(settings_class)
+    own = str(settings_class.model_config.get("env_prefix", "")).upper()
+    # Another service's variable is that service's business, not a typo, in a process that
+    # reads the whole environment.
+    others = tuple(
+        f"LOCKSTEP_{s.upper()}_" for s in SERVICE_NAMES if own != f"LOCKSTEP_{s.upper()}_"
+    )
+    lines = []
+    for raw in sorted(environ):
+        name = raw.upper()
+        if not name.startswith("LOCKSTEP_") or name in known or name.startswith(others):
+            continue
+        mine = bool(own) and name.startswith(own)
+        # Outside the class's own prefix only a typo counts: a name as long as a known one
+        # give or take two characters (LOCKSTEP_TEST_NATS_URL, a test harness's, is no typo
+        # of LOCKSTEP_NATS_URL).
+        candidates = sorted(k for k in known if mine or abs(len(k) - len(name)) <= 2)
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6 if mine else 0.85)
+        if close:
+            lines.append(f"{raw} is not a Lockstep setting; did you mean {close[0]}?")
+        elif mine:
+            lines.append(f"{raw} is not a setting of {own.lower().removesuffix('_')[9:]}")
+    return lines

@@ -164,7 +164,7 @@ class NatsServer:
         wait_until(
             self._healthy,
             timeout_s=timeout_s,
-            what="nats-server",
+            what=f"nats-server on 127.0.0.1:{self.port} (monitor {self.monitor_port})",
             proc=self.proc,
             log_path=self.log_path,
         )

@@ -392,7 +392,7 @@ class PostgresServer:
         wait_until(
             lambda: socket_file.exists() and port_open("127.0.0.1", self.port) and self._accepts(),
             timeout_s=timeout_s,
-            what="PostgreSQL",
+            what=f"PostgreSQL on 127.0.0.1:{self.port}",
             proc=self.proc,
             log_path=self.log_path,
         )

@@ -17,6 +17,10 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 
 
+class StartFailed(RuntimeError):
+    """A server exited while starting: one line with its reason and where its log is."""
+
+
 def run_as(user: str | None) -> dict[str, Any]:
     """``subprocess`` keywords that run a child as ``user`` with that user's primary group and
     no supplementary groups (None: as ourselves).
@@ -110,12 +114,27 @@ def wait_until(
     delay = 0.02
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode}:\n{tail(log_path)}")
+            raise StartFailed(
+                f"{what} exited with code {proc.returncode} while starting: "
+                f"{reason(log_path)} (log {log_path})"
+            )
         if check():
             return
         time.sleep(delay)
         delay = min(delay * 1.5, 0.25)
     raise TimeoutError(f"{what} not ready after {timeout_s:.0f}s:\n{tail(log_path)}")
+
+
+def reason(path: Path) -> str:
+    """Why a server stopped, from its log: the last line that says an address is in use (the
+    port is named by the caller's ``what``), else the last line naming an error, else the
+    last line."""
+    lines = [line.strip() for line in tail(path, 40).splitlines() if line.strip()]
+    for marker in ("in use", "FATAL", "[FTL]", "ERROR", "[ERR]"):
+        found = [line for line in lines if marker.lower() in line.lower()]
+        if found:
+            return found[-1]
+    return lines[-1] if lines else "(empty log)"
 
 
 def tail(path: Path, lines: int = 20) -> str:

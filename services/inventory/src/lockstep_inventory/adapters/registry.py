@@ -61,3 +61,19 @@ async def list_nodes(conn: Conn) -> list[NodeEntry]:
     """Every registered node, by id."""
     rows = await conn.fetch(f"SELECT {', '.join(FIELDS)} FROM nodes ORDER BY id")
     return [NodeEntry.model_validate(dict(r)) for r in rows]
+
+
+async def remove_nodes(conn: Conn, node_ids: list[str]) -> list[str]:
+    """Forget ``node_ids`` in one transaction: the registry entry, the latest reports and the
+    drift set (what status and admission read). History and rollout records stay: they are
+    what happened. Returns the ids that were not registered; then nothing is removed."""
+    async with conn.transaction():
+        rows = await conn.fetch("SELECT id FROM nodes WHERE id = ANY($1) FOR UPDATE", node_ids)
+        found = {r["id"] for r in rows}
+        missing = [i for i in node_ids if i not in found]
+        if missing:
+            return missing
+        await conn.execute("DELETE FROM observations WHERE node_id = ANY($1)", node_ids)
+        await conn.execute("DELETE FROM drift WHERE node_id = ANY($1)", node_ids)
+        await conn.execute("DELETE FROM nodes WHERE id = ANY($1)", node_ids)
+    return []

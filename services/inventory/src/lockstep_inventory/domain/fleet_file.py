@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection, Sequence
 from typing import Annotated, Any
 
 import yaml
@@ -24,7 +25,15 @@ Token = Annotated[str, Field(pattern=TOKEN_PATTERN)]
 
 
 class FleetFileError(ValueError):
-    """The file is not a valid fleet; the message names the node and field (never a secret)."""
+    """The file is not a valid fleet; the message names the node and field (never a secret).
+
+    ``problems`` holds one line per bad node, every one of them (not only the first), so an
+    operator fixes a file in one pass.
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems) or (message,)
 
 
 class NodeEntry(BaseModel):
@@ -71,15 +80,23 @@ class NodeEntry(BaseModel):
         return value
 
 
-def parse_fleet(text: str, *, default_credentials: str | None = None) -> list[NodeEntry]:
+def parse_fleet(
+    text: str,
+    *,
+    default_credentials: str | None = None,
+    known_profiles: Collection[str] | None = None,
+) -> list[NodeEntry]:
     """Parse and validate a whole fleet file.
 
     Args:
         text: YAML or JSON; ``{"nodes": [...]}`` or a bare list (the simulator's /fleet.json).
         default_credentials: used for nodes that name none (the simulator's list has none).
+        known_profiles: the hardware profiles the compatibility rules describe; a node of
+            another profile is refused (None: any profile).
 
     Raises:
-        FleetFileError: naming the node index/id and the field; nothing is returned partially.
+        FleetFileError: naming every bad node by index/id and field; nothing is returned
+            partially.
     """
     try:
         doc = yaml.safe_load(text)
@@ -89,33 +106,56 @@ def parse_fleet(text: str, *, default_credentials: str | None = None) -> list[No
     if not isinstance(items, list) or not items:
         raise FleetFileError("expected a non-empty list of nodes (or an object with 'nodes')")
     nodes: list[NodeEntry] = []
+    problems: list[str] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise FleetFileError(f"nodes[{index}] is not an object")
-        raw: dict[str, Any] = dict(item)
-        if "password" in raw or "username" in raw:
-            raise FleetFileError(
-                f"nodes[{index}] carries a username/password: reference them with "
-                "'credentials: env:PREFIX' or 'credentials: file:/path' instead"
-            )
-        if "credentials" not in raw and default_credentials is not None:
-            raw["credentials"] = default_credentials
-        try:
-            node = NodeEntry.model_validate(raw)
-        except ValidationError as exc:
-            where = f"nodes[{index}]" + (
-                f" ({raw.get('id')})" if isinstance(raw.get("id"), str) else ""
-            )
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            raise FleetFileError(f"{where}: {problems}") from None
-        if node.id in seen:
-            raise FleetFileError(f"nodes[{index}]: node id {node.id!r} appears twice")
+        node, problem = _entry(index, item, default_credentials, known_profiles)
+        if node is not None and node.id in seen:
+            problem = f"nodes[{index}]: node id {node.id!r} appears twice"
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert node is not None  # noqa: S101 - no problem means a node
         seen.add(node.id)
         nodes.append(node)
+    if problems:
+        many = f"{len(problems)} invalid nodes: {problems[0]}; ..."
+        raise FleetFileError(problems[0] if len(problems) == 1 else many, problems)
     return nodes
+
+
+def _entry(
+    index: int,
+    item: object,
+    default_credentials: str | None,
+    known_profiles: Collection[str] | None,
+) -> tuple[NodeEntry | None, str | None]:
+    """One node of the file, or what is wrong with it."""
+    if not isinstance(item, dict):
+        return None, f"nodes[{index}] is not an object"
+    raw: dict[str, Any] = dict(item)
+    where = f"nodes[{index}]" + (f" ({raw['id']})" if isinstance(raw.get("id"), str) else "")
+    if "password" in raw or "username" in raw:
+        return None, (
+            f"{where} carries a username/password: reference them with "
+            "'credentials: env:PREFIX' or 'credentials: file:/path' instead"
+        )
+    if "credentials" not in raw and default_credentials is not None:
+        raw["credentials"] = default_credentials
+    try:
+        node = NodeEntry.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return None, f"{where}: {problems}"
+    if known_profiles is not None and node.profile not in known_profiles:
+        return None, (
+            f"{where}: profile {node.profile!r} is not in the compatibility rules (known: "
+            f"{', '.join(sorted(known_profiles))}; a new profile goes in the rules file, "
+            "LOCKSTEP_INVENTORY_RULES_FILE)"
+        )
+    return node, None
 
 
 def dumps(nodes: list[NodeEntry]) -> str:

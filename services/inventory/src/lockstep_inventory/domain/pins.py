@@ -58,19 +58,23 @@ class Pin:
 
     def covers(self, node: NodeEntry) -> bool:
         """True when the node is in this pin's site and scope."""
-        s = self.scope
-        return (
-            node.site == self.site
-            and (not s.sites or node.site in s.sites)
-            and (not s.pools or node.pool in s.pools)
-            and (not s.profiles or node.profile in s.profiles)
-            and (not s.fabric_domains or node.fabric_domain in s.fabric_domains)
-            and (not s.nodes or node.id in s.nodes)
-        )
+        return selects(self.site, self.scope, node)
 
     def pinned(self, profile: str) -> Mapping[Component, str] | None:
         """Component -> version for a profile, or None when the stack does not name it."""
         return self.stack.get(profile)
+
+
+def selects(site: str, s: ScopeSelector, node: NodeEntry) -> bool:
+    """True when ``node`` is in ``site`` and in scope ``s`` (what a pin for them covers)."""
+    return (
+        node.site == site
+        and (not s.sites or node.site in s.sites)
+        and (not s.pools or node.pool in s.pools)
+        and (not s.profiles or node.profile in s.profiles)
+        and (not s.fabric_domains or node.fabric_domain in s.fabric_domains)
+        and (not s.nodes or node.id in s.nodes)
+    )
 
 
 def scope_key(scope: ScopeSelector) -> str:

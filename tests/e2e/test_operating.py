@@ -1,0 +1,140 @@
+"""The README's "Operating a stack" walkthrough as a user types it: `lockstep up`, then, in
+another shell with no LOCKSTEP_* exported, the fleet commands find the stack by themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lockstep_cli.polling import until
+from tests.e2e.test_up import LOCKSTEP, Up
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+STACK = """\
+gb200:
+  bmc: GB200Nvl-24.12-8
+  gpu_vbios: 97.00.6C.00.03
+hgx-h100:
+  bmc: HGX-22.10-1-rc57
+  gpu_vbios: 96.00.89.00.01
+"""
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="lockstep-e2e-op-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def lockstep(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command in a shell where nothing LOCKSTEP_* is exported, run from ``cwd``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+    return subprocess.run(
+        [LOCKSTEP, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def eventually(
+    attempt: Callable[[], subprocess.CompletedProcess[str]], what: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``attempt`` until it exits 0 (on state, not time: each try is a whole command)."""
+
+    async def once() -> subprocess.CompletedProcess[str] | None:
+        done = await asyncio.to_thread(attempt)
+        return done if done.returncode == 0 else None
+
+    return asyncio.run(until(once, what, timeout_s=60))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) -> None:
+    before = lockstep(workdir, "fleet", "list")
+    assert before.returncode == 2
+    assert "no stack running under .data: start one with `lockstep up --data-dir .data`" in (
+        before.stderr
+    )
+    up = Up(workdir / ".data")
+    up.wait_until_up()
+    port = free_port()
+    sim = subprocess.Popen(
+        [
+            LOCKSTEP,
+            "sim",
+            "serve",
+            "--nodes",
+            "4",
+            "--profile",
+            "mixed",
+            "--host-base",
+            "127.78.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        creds = workdir / "bmc.json"
+        creds.write_text(json.dumps({"default": {"username": "admin", "password": "lockstep-sim"}}))
+        creds.chmod(0o600)
+        fleet_url = f"http://127.78.0.1:{port}/fleet.json"
+        for _ in range(100):  # the simulator answers within a second
+            imported = lockstep(
+                workdir, "fleet", "-v", "import", fleet_url, "--credentials", f"file:{creds}"
+            )
+            if imported.returncode == 0:
+                break
+        assert imported.returncode == 0, imported.stderr
+        assert "imported 4 node(s): 4 added" in imported.stdout
+        assert f"from .data/stack.json (lockstep up, pid {up.proc.pid}) as cli" in imported.stderr
+        swept = lockstep(workdir, "fleet", "sweep", "--json")
+        assert swept.returncode == 0, swept.stderr
+        assert json.loads(swept.stdout)["sweep"]["unreadable"] == 0
+        (workdir / "stack.yaml").write_text(STACK)
+        pinned = lockstep(
+            workdir, "fleet", "pin", "--scope", "site=site-ams1", "--stack", "stack.yaml", "--json"
+        )
+        assert pinned.returncode == 0, pinned.stderr
+        stack_hash = json.loads(pinned.stdout)["stack_hash"]
+        ids = [n["id"] for n in json.loads(lockstep(workdir, "fleet", "list", "--json").stdout)]
+        for _ in range(100):  # until the inventory applied the pin and the sweep judged it
+            lockstep(workdir, "fleet", "sweep")
+            admitted = lockstep(
+                workdir, "fleet", "admit", "--stack-hash", stack_hash, "--nodes", ",".join(ids)
+            )
+            if admitted.returncode == 0:
+                break
+        assert admitted.returncode == 0, admitted.stdout + admitted.stderr
+        assert all(f"{i}  admitted" in admitted.stdout for i in ids)
+        dlq = lockstep(workdir, "dlq", "list", "inventory", "--json")
+        assert dlq.returncode == 0 and json.loads(dlq.stdout) == [], dlq.stderr
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=30)
+        assert up.interrupt() == 0, "".join(up.output)
+    after = lockstep(workdir, "fleet", "list")
+    assert after.returncode == 2 and "no stack running under .data" in after.stderr

@@ -1,0 +1,96 @@
+"""Inputs are validated before anything changes: read commands never create or migrate a
+schema, a fleet file's every bad node is named (unknown profiles too), a stack's profiles must
+be known, and ``fleet remove`` undoes an import, all or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from .conftest import cli, cli_json
+
+pytestmark = pytest.mark.integration
+
+
+def node(node_id: str, profile: str = "gb200", site: str = "s1") -> str:
+    return (
+        f"- {{id: {node_id}, bmc_url: 'https://127.0.0.1:1', profile: {profile}, site: {site},"
+        " credentials: 'env:LOCKSTEP_TESTBMC'}\n"
+    )
+
+
+async def schema_exists(servers: Any, schema: str) -> bool:
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        return bool(
+            await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema)
+        )
+    finally:
+        await conn.close()
+
+
+async def test_read_commands_never_create_the_schema(
+    env: None, servers: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = f"{namespace}_nosuch"
+    monkeypatch.setenv("LOCKSTEP_INVENTORY_DB_SCHEMA", schema)
+    for command in (["status"], ["list"], ["drift"], ["show", "n1"], ["sweep"], ["remove", "n1"]):
+        code, out = await cli("fleet", *command)
+        assert code == 2, (command, out)
+        assert f"no inventory schema '{schema}' in this database" in out
+        assert out.count("\n") == 1 and "Traceback" not in out
+    assert not await schema_exists(servers, schema)
+
+
+async def test_import_names_every_bad_node_and_unknown_profiles(
+    env: None, servers: Any, namespace: str, tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "nodes:\n"
+        + node("ok-1")
+        + node("bad-1", profile="gb300")
+        + node("bad 2")
+        + node("ok-1", profile="hgx-h100")
+    )
+    code, out = await cli("fleet", "import", str(fleet))
+    assert code == 2
+    lines = out.strip().splitlines()
+    assert lines[0] == f"error: {fleet}: 3 invalid nodes, nothing imported:"
+    assert lines[1].startswith("  nodes[1] (bad-1): profile 'gb300' is not in the compatibility")
+    assert "known: gb200, hgx-h100" in lines[1]
+    assert lines[2].startswith("  nodes[2] (bad 2): id:")
+    assert lines[3] == "  nodes[3]: node id 'ok-1' appears twice"
+    # Validated before connecting: the schema an import would create does not exist.
+    assert not await schema_exists(servers, f"{namespace}_inventory")
+
+
+async def test_remove_undoes_an_import_all_or_nothing(env: None, tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("nodes:\n" + node("n1") + node("n2") + node("n3"))
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0
+    code, out = await cli("fleet", "remove", "n1", "nope", "n2", "nope-2")
+    assert code == 2
+    assert out == "error: not in the registry, nothing removed: nope, nope-2\n"
+    assert [n["id"] for n in await cli_json("fleet", "list")] == ["n1", "n2", "n3"]
+    code, out = await cli("fleet", "remove", "n1", "n2")
+    assert code == 0 and "removed 2 node(s)" in out
+    assert [n["id"] for n in await cli_json("fleet", "list")] == ["n3"]
+
+
+async def test_pin_refuses_unknown_profiles_and_empty_scopes(env: None, tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("nodes:\n" + node("n1"))
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0
+    stack = tmp_path / "stack.yaml"
+    stack.write_text("gb300:\n  bios: '1.0'\ngb200:\n  bios: '1.0'\n")
+    code, out = await cli("fleet", "pin", "--scope", "site=s1", "--stack", str(stack))
+    assert code == 2
+    assert "profile(s) gb300 neither in the compatibility rules nor registered" in out
+    stack.write_text("gb200:\n  bios: '1.0'\n")
+    code, out = await cli("fleet", "pin", "--scope", "site=s1,site=s2", "--stack", str(stack))
+    assert code == 2
+    assert "selects no registered node in site(s) s2; nothing published" in out
