@@ -47,12 +47,12 @@ def test_an_invalid_transition_is_permanent_and_says_what_is_allowed() -> None:
 
 
 def test_the_ends_are_final_and_every_state_is_reachable() -> None:
-    assert TERMINAL == {
+    assert {
         NodeStep.DONE,
         NodeStep.CANCELLED,
         NodeStep.FAILED,
         NodeStep.QUARANTINED,
-    }
+    } == TERMINAL
     reached, frontier = {INITIAL}, [INITIAL]
     while frontier:
         for nxt in ALLOWED[frontier.pop()] - reached:
