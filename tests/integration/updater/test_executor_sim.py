@@ -4,6 +4,7 @@ scheduler's drains made and undone by Lockstep only."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -20,7 +21,6 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.vocabulary import ChangeClass, Component
-from lockstep_sim.options import SimOptions  # noqa: F401 - documents where the fleet is built
 from lockstep_updater import handlers
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER
@@ -156,3 +156,24 @@ async def test_a_halt_stops_new_pushes_and_cordons(world: World) -> None:
         assert w.rt.scheduler.node(node).drain is None
     assert not any(isinstance(e, DeviceStaged) for e in w.store.events.events)
     assert isinstance(w.store.events.events[-1], WaveCompleted)
+
+
+async def test_two_updaters_at_once_flash_each_node_once(world: World) -> None:
+    w = world
+    nodes = nodes_of(w, 4)
+    await plan_and_release(w, nodes, max_unavailable=4)
+    first, second = w.executor(), w.executor()
+
+    async def both() -> None:
+        for _ in range(3000):
+            if all(i.state is NodeStep.DONE for i in w.store.items):
+                return
+            stepped = await asyncio.gather(first.step(), second.step())
+            if not any(stepped):
+                w.store.advance(1.0)
+
+    await both()
+    assert [i.state for i in w.store.items] == [NodeStep.DONE] * 4
+    for node in nodes:
+        assert len(w.pushes(node)) == 1
+        assert w.gpu_versions(node) == {NEW_GPU_VERSION}

@@ -433,9 +433,16 @@ class Executor:
                 raise
             except BmcError as exc:
                 raise Stop(S.FAILED, f"{name}: {exc}") from None
-        members = await update.members(request.targets)
-        if all(_holds(m.item, request) for m in members.values()):
-            return
+        # Without a recorded task, the members tell: the image shows as staged (or running)
+        # once the BMC's task ends, so they are read until then (at most ``settle_s``).
+        started = update.clock()
+        while True:
+            members = await update.members(request.targets)
+            if all(_holds(m.item, request) for m in members.values()):
+                return
+            if update.clock() - started >= self.policy.update.settle_s:
+                break
+            await update.sleep(self.policy.update.read_poll_s)
         raise Stop(
             S.FAILED,
             f"{name}: a push may have been accepted but the members show "
