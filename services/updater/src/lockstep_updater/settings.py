@@ -39,3 +39,9 @@ class Settings(ServiceSettings):
     fleet_timeout_s: float = Field(
         default=5.0, gt=0, description="How long a fleet.query may take, seconds."
     )
+    redfish_poll_s: float = Field(
+        default=5.0, gt=0, description="Between task polls and read-backs on a BMC, seconds."
+    )
+    verify_settle_s: float = Field(
+        default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."
+    )

@@ -15,6 +15,8 @@ import logging
 from lockstep_common.envelope import source_of
 from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
+from lockstep_redfish.tasks import TaskPolicy
+from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.fleet import FleetQueryFacts
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.repository import PostgresStore
@@ -32,11 +34,17 @@ class UpdaterWorker:
         self.settings = settings
         self.namespace = namespace
         self.source = source_of(name)
+        poll = settings.redfish_poll_s
         self.policy = ExecutorPolicy(
             lease_s=settings.lease_s,
             retry_s=settings.retry_s,
             drain_poll_s=settings.drain_poll_s,
             drain_deadline_s=settings.drain_deadline_s,
+            update=UpdatePolicy(
+                tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
+                settle_s=settings.verify_settle_s,
+                read_poll_s=poll,
+            ),
         )
 
     def executor(self, resources: Resources) -> Executor:
