@@ -5,6 +5,7 @@ nothing; a restart mid-wave pushes nothing twice (the BMC ledger)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -16,8 +17,10 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
+from typer.testing import CliRunner
 
 from lockstep_cli.polling import until
+from lockstep_cli.main import app as cli_app
 from lockstep_common import subjects
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import (
@@ -45,6 +48,14 @@ STACK = "c" * 64
 PUSH = "update-multipart"
 
 
+def lockstep(*args: str) -> tuple[int, str]:
+    """``lockstep ...`` (run in a thread: its asyncio.run cannot nest in the test's loop)."""
+    result = CliRunner().invoke(cli_app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
 @dataclass
 class Rig:
     servers: Any
@@ -55,6 +66,7 @@ class Rig:
     ns: Namespace
     bundle: Path
     updaters: list[ServiceApp]
+    monkeypatch: pytest.MonkeyPatch
 
     async def start_updater(self) -> ServiceApp:
         app = updater_app(
@@ -177,7 +189,7 @@ async def rig(
     )
     await inventory.start()
     nc = await nats.connect(servers.nats_url)
-    rig = Rig(servers, namespace, rt, inventory, nc, Namespace(namespace), bundle, [])
+    rig = Rig(servers, namespace, rt, inventory, nc, Namespace(namespace), bundle, [], monkeypatch)
     try:
         nodes = [
             NodeEntry.model_validate(
@@ -214,10 +226,26 @@ async def test_a_released_wave_is_flashed_verified_and_completed(rig: Rig) -> No
         assert len(rig.pushes(node)) == 1
         assert rig.rt.scheduler.node(node).drain is None
     assert rig.pushes(rig.rt.fleet[3].id) == []  # not in the wave: untouched
-    steps = await app.require().pool.fetch(
-        "SELECT step, outcome, token FROM node_steps WHERE node_id = $1 ORDER BY id", nodes[0]
-    )
-    assert [(s["step"], s["outcome"]) for s in steps][-1] == ("uncordoning", "done")
+
+    # lockstep node history: every step, with its attempt and fencing token.
+    rig.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", rig.servers.database_url)
+    rig.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{rig.namespace}_updater")
+    code, out = await asyncio.to_thread(lockstep, "node", "history", nodes[0], "--json")
+    assert code == 0, out
+    steps = json.loads(out)
+    assert [(s["step"], s["outcome"]) for s in steps] == [
+        ("preflight", "staging"),
+        ("staging", "cordoning"),
+        ("cordoning", "draining"),
+        ("draining", "activating"),
+        ("activating", "awaiting_bmc"),
+        ("awaiting_bmc", "verifying"),
+        ("verifying", "uncordoning"),
+        ("uncordoning", "done"),
+    ]
+    assert all(s["rollout_id"] == "r-svc" and s["token"] >= 1 for s in steps)
+    code, out = await asyncio.to_thread(lockstep, "node", "history", "bad node")
+    assert code == 2 and "node id 'bad node' cannot be a NATS subject token" in out
 
 
 async def test_a_wave_naming_a_node_outside_the_plan_is_refused_and_touches_nothing(

@@ -324,24 +324,29 @@ class PostgresTx:
         )
 
     async def history(self, node_id: str, limit: int) -> list[StepRecord]:
-        rows = await self.conn.fetch(
-            "SELECT * FROM (SELECT id, rollout_id, wave, step, attempt, token, started_at,"
-            " ended_at, outcome, reason FROM node_steps WHERE node_id = $1"
-            " ORDER BY id DESC LIMIT $2) s ORDER BY id",
-            node_id,
-            limit,
+        return await step_history(self.conn, node_id, limit)
+
+
+async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:
+    """The node's last ``limit`` steps, oldest first (``lockstep node history``)."""
+    rows = await conn.fetch(
+        "SELECT * FROM (SELECT id, rollout_id, wave, step, attempt, token, started_at,"
+        " ended_at, outcome, reason FROM node_steps WHERE node_id = $1"
+        " ORDER BY id DESC LIMIT $2) s ORDER BY id",
+        node_id,
+        limit,
+    )
+    return [
+        StepRecord(
+            r["rollout_id"],
+            r["wave"],
+            r["step"],
+            r["attempt"],
+            r["token"],
+            r["started_at"],
+            r["ended_at"],
+            r["outcome"],
+            r["reason"],
         )
-        return [
-            StepRecord(
-                r["rollout_id"],
-                r["wave"],
-                r["step"],
-                r["attempt"],
-                r["token"],
-                r["started_at"],
-                r["ended_at"],
-                r["outcome"],
-                r["reason"],
-            )
-            for r in rows
-        ]
+        for r in rows
+    ]
