@@ -19,8 +19,8 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from typer.testing import CliRunner
 
-from lockstep_cli.polling import until
 from lockstep_cli.main import app as cli_app
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import (
