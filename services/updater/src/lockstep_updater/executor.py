@@ -19,6 +19,8 @@ and, when it cannot tell, stops the node with the reason instead of sending agai
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -122,11 +124,25 @@ class Executor:
             claim = await tx.claim(self.policy.lease_s)
         if claim is None:
             return False
+        renewing = asyncio.create_task(self._renew(claim))
         try:
             await self.run(claim)
         except LostClaim:
             log.warning("%s: work item taken over by another claim", claim.node_id)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
         return True
+
+    async def _renew(self, claim: Claim) -> None:
+        """Keep the lease while a step runs longer than it (a task may run for hours): the
+        lease then lapses only when this process stops, which is what it is for."""
+        while True:
+            await asyncio.sleep(self.policy.lease_s / 3)
+            async with self.store.transaction() as tx:
+                if not await tx.still_holds(claim, self.policy.lease_s):
+                    return
 
     async def drain_all(self, limit: int = 10_000) -> int:
         """Run steps until none is claimable now (tests and benchmarks); returns the count."""

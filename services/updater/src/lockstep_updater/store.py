@@ -135,7 +135,8 @@ class UpdaterTx(Protocol):
         retry_in_s: float = 0.0,
     ) -> None:
         """Move the item to ``target`` (``domain.steps.transition``), record the step in its
-        history and release the lease (claimable again after ``retry_in_s``)."""
+        history and release the lease (claimable again after ``retry_in_s``): the fencing token
+        moves on, so this claim no longer holds the item."""
         ...
 
     async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:

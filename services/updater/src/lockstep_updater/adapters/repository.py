@@ -267,7 +267,9 @@ class PostgresTx:
         before = NodeStep(row["state"])
         state = transition(before, target)
         await self.conn.execute(
-            "UPDATE node_work SET state = $2, reason = $3,"
+            # The token moves on at the release too: the claim that ended the step holds
+            # nothing any more (its still_holds is False), so it cannot act after it.
+            "UPDATE node_work SET state = $2, reason = $3, lease_token = lease_token + 1,"
             " progress = COALESCE($4::jsonb, progress), updated_at = now(),"
             " lease_until = CASE WHEN $5 > 0 THEN now() + make_interval(secs => $5) END"
             " WHERE id = $1",

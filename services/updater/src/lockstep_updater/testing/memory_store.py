@@ -243,6 +243,7 @@ class MemoryTx:
         item = self.tables.items[claim.id]
         before = item.state
         item.state = transition(item.state, target)
+        item.lease_token += 1  # released: the claim that ended the step holds nothing more
         item.reason = reason
         if progress is not None:
             item.progress = copy.deepcopy(progress)
