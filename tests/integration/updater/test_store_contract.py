@@ -140,7 +140,7 @@ async def test_facts_count_the_pool_halts_and_failures(store: UpdaterStore) -> N
         await tx.advance(b, NodeStep.FAILED, reason="bad image")
         facts = await tx.facts(c, "p0")
     assert (facts.others_out, facts.failures, facts.halted) == (1, 1, None)
-    assert facts.wave_nodes == {"n1", "n2", "n3"} and facts.plan_nodes == {"n1", "n2", "n3"}
+    assert facts.wave_nodes == facts.plan_nodes == frozenset({"n1", "n2", "n3"})
     assert (facts.max_unavailable, facts.failure_budget, facts.wave_released) == (1, 0, True)
     async with store.transaction() as tx:
         await tx.halt("r-1", "ops: abort")
