@@ -20,7 +20,7 @@ from lockstep_updater import handlers
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER, DrainState
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
-from tests.integration.updater.conftest import ROLLOUT, World
+from tests.integration.updater.conftest import FAST, ROLLOUT, World
 from tests.integration.updater.test_executor_sim import PLANNER, nodes_of, plan_and_release
 
 pytestmark = pytest.mark.integration
@@ -153,3 +153,19 @@ async def test_a_halt_while_draining_activates_nothing_and_gives_the_node_back(
     assert ledger(w, node, "UpdateService.Activate") == []
     assert w.rt.scheduler.node(node).drain is None
     assert len(w.pushes(node)) == 1  # staged into the inactive bank: harmless, not running
+
+
+async def test_a_bmc_that_never_answers_fails_the_node_after_bounded_retries(
+    world: World,
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    # Nothing listens there: every connection is refused, so nothing can have been sent.
+    w.facts.nodes[node] = w.facts.nodes[node].model_copy(update={"bmc_url": "http://127.0.0.1:9"})
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED
+    assert item.reason.startswith(f"gave up after {FAST.max_errors} retries: ")
+    assert w.pushes(node) == []
+    assert w.rt.scheduler.node(node).drain is None

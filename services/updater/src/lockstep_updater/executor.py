@@ -76,6 +76,7 @@ class ExecutorPolicy:
     retry_s: float = 5.0  # before a step that could not finish is tried again
     drain_poll_s: float = 5.0
     drain_deadline_s: float = 3600.0
+    max_errors: int = 20  # failed tries of one step in a row before the node ends
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     transport: RetryPolicy = field(default_factory=RetryPolicy)
 
@@ -179,10 +180,10 @@ class Executor:
         except CredentialError as exc:
             await self._end(claim, self._failure_end(claim), str(exc), progress)
         except (BmcUnavailable, OSError) as exc:
-            # Nothing was decided: the same step runs again after a pause.
-            await self._commit(
-                claim, claim.state, f"retrying: {exc}", progress, self.policy.retry_s
-            )
+            await self._retry_or_give_up(claim, progress, exc)
+        except (BmcError, ImageDigestMismatch) as exc:
+            # A BMC that refuses, answers malformed, or an image that changed: permanent.
+            await self._end(claim, self._failure_end(claim), str(exc), progress)
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -261,10 +262,18 @@ class Executor:
             if plan["done"] or plan["banks"] != "ab" or plan.get("staged"):
                 continue
             await self._push(claim, node, target, name, plan, progress, stage=True)
+            if plan["done"]:
+                continue
             plan["staged"] = True
             events.append(
                 (DeviceOutcome.STAGED, self._device(DeviceStaged, claim, name, plan, started))
             )
+        if all(p["done"] for p in progress["components"].values()):
+            # Someone else brought every target to the version meanwhile: no drain needed.
+            await self._commit(
+                claim, S.DONE, "at the target: nothing written", progress, events=events
+            )
+            return
         await self._commit(claim, S.CORDONING, "", progress, events=events)
 
     async def _cordoning(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
@@ -286,7 +295,7 @@ class Executor:
     async def _draining(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
         decision = await self._check(claim, node, takes_out=False)
         if decision.verdict is not Verdict.PROCEED:
-            progress["ending"] = S.CANCELLED.value
+            progress["ending"] = _ending(decision)
             raise Stop(S.UNCORDONING, decision.reason)
         try:
             await self.scheduler.cordon(claim.node_id, f"lockstep rollout {claim.rollout_id}")
@@ -320,7 +329,7 @@ class Executor:
                 claim, node, takes_out=False, progress_mark=progress, mark="activate_sent"
             )
             if decision.verdict is not Verdict.PROCEED:
-                progress["ending"] = S.CANCELLED.value
+                progress["ending"] = _ending(decision)
                 raise Stop(S.UNCORDONING, decision.reason)
             paths = tuple(t for n in staged for t in plans[n]["targets"])
             async with self._session(node) as bmc:
@@ -417,7 +426,8 @@ class Executor:
             except (BmcError, ImageDigestMismatch) as exc:
                 raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
             if not checked.pending:
-                return  # the device already holds it (written by an earlier run)
+                plan["done"] = True  # the device runs it already: nothing to write
+                return
             plan["sent"] = True
             decision = await self._check(claim, node, takes_out=not stage, progress_mark=progress)
             if decision.verdict is not Verdict.PROCEED:
@@ -425,6 +435,9 @@ class Executor:
             self._stop_unless_proceed(claim, decision)
             try:
                 ref = await update.push(image, request, checked)
+            except ImageDigestMismatch as exc:
+                plan["sent"] = False  # checked right before sending: nothing left this host
+                raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
             except PushOutcomeUnknown as exc:
                 raise Stop(self._failure_end(claim), f"{name}: {exc}; not sent again") from None
             except BmcUnavailable:
@@ -474,6 +487,20 @@ class Executor:
             raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
 
     # -- helpers ---------------------------------------------------------------------------
+
+    async def _retry_or_give_up(
+        self, claim: Claim, progress: dict[str, Any], exc: Exception
+    ) -> None:
+        """Nothing was decided: run the step again after a pause, up to ``max_errors`` times
+        in a row; then the node ends with the last error as its reason. Giving a node back
+        (uncordoning) is never given up: a node must not stay cordoned by Lockstep."""
+        errors = progress.setdefault("errors", {})
+        count = errors[claim.state.value] = int(errors.get(claim.state.value, 0)) + 1
+        if count > self.policy.max_errors and claim.state is not S.UNCORDONING:
+            reason = f"gave up after {count - 1} retries: {exc}"
+            await self._end(claim, self._failure_end(claim), reason, progress)
+            return
+        await self._commit(claim, claim.state, f"retrying: {exc}", progress, self.policy.retry_s)
 
     async def _node(self, claim: Claim) -> FleetNode:
         """The node as the inventory knows it now (re-read before every step)."""
@@ -613,6 +640,8 @@ class Executor:
         *,
         events: Sequence[tuple[DeviceOutcome, EventData]] = (),
     ) -> None:
+        if target is not claim.state:
+            progress.pop("errors", None)  # the step succeeded: its retry count starts over
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
@@ -639,6 +668,11 @@ class Executor:
                         correlation_id=result.correlation_id,
                     )
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
+
+
+def _ending(decision: Decision) -> str:
+    """How a node the guard stopped after its cordon ends, once given back."""
+    return (S.FAILED if decision.verdict is Verdict.REFUSE else S.CANCELLED).value
 
 
 def _holds(item: UpdatableSoftware, request: UpdateRequest) -> bool:

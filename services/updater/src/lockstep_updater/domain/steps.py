@@ -66,7 +66,8 @@ ALLOWED: dict[NodeStep, frozenset[NodeStep]] = {
     # Every working state may move to itself: the holder's lease lapsed and another claim
     # re-runs the step with a new fencing token.
     S.PREFLIGHT: frozenset({S.PREFLIGHT, S.STAGING, S.DONE, S.CANCELLED, S.FAILED}),
-    S.STAGING: frozenset({S.STAGING, S.CORDONING, S.CANCELLED, S.FAILED}),
+    # Every target found at the version while staging (written by someone else): no drain.
+    S.STAGING: frozenset({S.STAGING, S.CORDONING, S.DONE, S.CANCELLED, S.FAILED}),
     # A foreign drain or a refused cordon: the node was never ours to take; nothing to undo.
     # The pool's budget is checked here, and the move to draining commits under it.
     S.CORDONING: frozenset({S.CORDONING, S.DRAINING, S.CANCELLED, S.FAILED}),
