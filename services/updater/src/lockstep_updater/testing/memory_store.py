@@ -11,7 +11,7 @@ ends and vanish if it raises. Its clock (PostgreSQL's ``now()``) stands still un
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -78,8 +78,15 @@ class _Tables:
 class MemoryStore:
     """The updater store in a few dicts; ``events`` holds what committed transactions emitted."""
 
-    def __init__(self, *, source: str = source_of("updater"), now: datetime = START) -> None:
+    def __init__(
+        self,
+        *,
+        source: str = source_of("updater"),
+        now: datetime = START,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.now = now
+        self._clock = clock  # a running clock (benchmarks) instead of one tests move
         self.events = RecordedEvents(source=source)
         self._tables = _Tables()
         self._source = source
@@ -101,7 +108,8 @@ class MemoryStore:
     async def transaction(self) -> AsyncIterator[MemoryTx]:
         """Changes and events made through the yielded tx commit when the block ends."""
         before = copy.deepcopy(self._tables)
-        tx = MemoryTx(self._tables, RecordedEvents(source=self._source), self.now)
+        now = self.now if self._clock is None else self._clock()
+        tx = MemoryTx(self._tables, RecordedEvents(source=self._source), now)
         try:
             yield tx
         except BaseException:
