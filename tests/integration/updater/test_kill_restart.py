@@ -28,15 +28,19 @@ class Killed(BaseException):
 
 
 class KillingStore:
-    """The memory store, dying inside its ``at``-th write (that transaction never commits)."""
+    """The memory store, dying inside its ``at``-th write (that transaction never commits),
+    or with ``committed``, right after the transaction holding it committed."""
 
-    def __init__(self, store: MemoryStore, at: int) -> None:
-        self.store, self.at, self.writes = store, at, 0
+    def __init__(self, store: MemoryStore, at: int, *, committed: bool = False) -> None:
+        self.store, self.at, self.writes, self.committed = store, at, 0, committed
+        self.dying = False
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
         async with self.store.transaction() as tx:
             yield _Tx(tx, self)
+        if self.dying:
+            raise Killed
 
 
 class _Tx:
@@ -49,9 +53,11 @@ class _Tx:
             return attr
 
         async def write(*args: Any, **kwargs: Any) -> Any:
-            self._owner.writes += 1
-            if self._owner.writes == self._owner.at:
+            owner = self._owner
+            owner.writes += 1
+            if owner.writes == owner.at and not owner.committed:
                 raise Killed
+            owner.dying = owner.dying or owner.writes == owner.at
             return await attr(*args, **kwargs)
 
         return write
@@ -90,3 +96,30 @@ async def test_killed_at_any_write_and_restarted_pushes_once(world: World, at: i
     assert w.rt.scheduler.node(node).drain is None
     owned = [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
     assert owned[-1] == "resume"
+
+
+# Right after a commit announcing a send, before the send: the restarted updater cannot tell
+# whether the BMC got it, so it never sends again; the node ends with that reason instead.
+UNSENT = {2: NodeStep.FAILED, 7: NodeStep.QUARANTINED}  # push announced; activation announced
+
+
+@pytest.mark.parametrize("at", range(1, CLEAN_RUN_WRITES + 1))
+async def test_killed_after_any_commit_and_restarted_never_pushes_twice(
+    world: World, at: int
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    dying = w.executor(KillingStore(w.store, at, committed=True))
+    with pytest.raises(Killed):
+        await w.settle(dying)
+    w.store.advance(FAST.lease_s + 1)
+    await w.settle(w.executor())
+    item = w.store.item(node)
+    assert item.state is UNSENT.get(at, NodeStep.DONE), item.reason
+    assert len(w.pushes(node)) == (0 if at == 2 else 1)
+    if item.state is NodeStep.DONE:
+        assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+        assert w.rt.scheduler.node(node).drain is None
+    else:
+        assert "not sent again" in item.reason or "not verified" in item.reason, item.reason
