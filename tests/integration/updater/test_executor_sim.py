@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import aiohttp
 import pytest
 
 from lockstep_common.envelope import make_envelope, source_of
@@ -21,6 +22,7 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_redfish.image_server import ImageServer
 from lockstep_updater import handlers
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER
@@ -177,3 +179,39 @@ async def test_two_updaters_at_once_flash_each_node_once(world: World) -> None:
     for node in nodes:
         assert len(w.pushes(node)) == 1
         assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+
+
+async def test_a_bmc_without_multipart_push_pulls_the_image_once_from_the_image_server(
+    world: World,
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.bmc(node).multipart_push = False  # UpdateService offers SimpleUpdate only
+    await plan_and_release(w, (node,))
+    async with ImageServer("127.0.0.1") as server:
+        ex = w.executor()
+        ex.image_server = server
+        await w.settle(ex)
+        assert list(server.fetches.values()) == [1]
+        (url,) = server.urls.values()
+        async with aiohttp.ClientSession() as http, http.get(url) as gone:
+            assert gone.status == 404  # withdrawn once the task ended
+    assert w.store.item(node).state is NodeStep.DONE
+    pulls = [
+        e
+        for e in w.rt.simulator.bmc(node).ledger
+        if e["action"] == "UpdateService.SimpleUpdate" and e.get("status") == 202
+    ]
+    assert len(pulls) == 1 and w.pushes(node) == []
+    assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+
+
+async def test_without_an_image_server_such_a_bmc_fails_its_node_untouched(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.bmc(node).multipart_push = False
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED and "SimpleUpdate needs an ImageServer" in item.reason
+    assert w.rt.scheduler.node(node).drain is None

@@ -49,6 +49,7 @@ from lockstep_redfish.errors import (
     PushOutcomeUnknown,
 )
 from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.models import UpdatableSoftware
 from lockstep_redfish.preflight import UpdateRequest
 from lockstep_redfish.session import BmcSession
@@ -110,12 +111,16 @@ class Executor:
         policy: ExecutorPolicy | None = None,
         *,
         environ: dict[str, str] | None = None,
+        image_server: ImageServer | None = None,
     ) -> None:
         self.store = store
         self.facts = facts
         self.scheduler = scheduler
         self.images = images
         self.policy = policy or ExecutorPolicy()
+        # Where a BMC without a multipart push URI pulls images from (SimpleUpdate); None: such
+        # a BMC's node fails at its push (nothing is offered).
+        self.image_server = image_server
         self.credentials = FleetCredentials(environ)
         self.client = RedfishClient(self.credentials, self.policy.transport)
 
@@ -434,7 +439,7 @@ class Executor:
                 plan["sent"] = False
             self._stop_unless_proceed(claim, decision)
             try:
-                ref = await update.push(image, request, checked)
+                ref = await update.push(image, request, checked, server=self.image_server)
             except ImageDigestMismatch as exc:
                 plan["sent"] = False  # checked right before sending: nothing left this host
                 raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
@@ -448,7 +453,11 @@ class Executor:
                 raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
             plan["task"] = {"monitor": ref.monitor, "task": ref.task}
             await self._save(claim, progress)
-            await self._wait(update, claim, name, ref)
+            try:
+                await self._wait(update, claim, name, ref)
+            finally:
+                if self.image_server is not None:
+                    self.image_server.withdraw(image)
 
     async def _after_unknown_push(
         self, update: FirmwareUpdate, name: str, plan: dict[str, Any], request: UpdateRequest

@@ -45,3 +45,9 @@ class Settings(ServiceSettings):
     verify_settle_s: float = Field(
         default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."
     )
+    image_server_host: str | None = Field(
+        default=None,
+        description="Address BMCs without a multipart push URI pull images from (SimpleUpdate); "
+        "unset: their nodes fail at the push, nothing is offered.",
+    )
+    image_server_port: int = Field(default=0, ge=0, le=65535, description="Its port (0: free).")

@@ -15,6 +15,7 @@ import logging
 from lockstep_common.envelope import source_of
 from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
+from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.fleet import FleetQueryFacts
@@ -47,7 +48,7 @@ class UpdaterWorker:
             ),
         )
 
-    def executor(self, resources: Resources) -> Executor:
+    def executor(self, resources: Resources, server: ImageServer | None = None) -> Executor:
         s = self.settings
         return Executor(
             PostgresStore(resources.pool, self.source),
@@ -55,14 +56,19 @@ class UpdaterWorker:
             SimScheduler(s.scheduler_url),
             BundleImages(s.bundle_roots),
             self.policy,
+            image_server=server,
         )
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and run steps until stopped."""
-        executor = self.executor(resources)
-        await asyncio.gather(
-            *(self._loop(executor, stopping) for _ in range(self.settings.workers))
-        )
+        s = self.settings
+        async with contextlib.AsyncExitStack() as stack:
+            server = None
+            if s.image_server_host is not None:
+                server = ImageServer(s.image_server_host, s.image_server_port)
+                await stack.enter_async_context(server)
+            executor = self.executor(resources, server)
+            await asyncio.gather(*(self._loop(executor, stopping) for _ in range(s.workers)))
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
