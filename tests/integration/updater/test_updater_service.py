@@ -26,13 +26,14 @@ from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import (
     AttestedComponent,
     BundleAttested,
+    GateTripped,
     RolloutPlanned,
     WavePlan,
     WavePlanned,
 )
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
-from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_common.vocabulary import ChangeClass, Component, GateVerdict
 from lockstep_inventory.adapters import registry
 from lockstep_inventory.app import create_app as inventory_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
@@ -292,3 +293,34 @@ async def test_a_restart_mid_wave_pushes_nothing_twice(rig: Rig) -> None:
     assert sorted(done["succeeded"]) == sorted(nodes)
     for node in nodes:
         assert len(rig.pushes(node)) == 1
+
+
+async def test_a_tripped_gate_stops_every_mutating_call_of_its_rollout(rig: Rig) -> None:
+    nodes = tuple(n.id for n in rig.rt.fleet[:2])
+    app = await rig.start_updater()
+    await rig.publish(
+        subjects.gate(GateVerdict.TRIPPED, "r-gate"),
+        GateTripped(rollout_id="r-gate", wave=0, verdict=GateVerdict.TRIPPED, evidence=()),
+    )
+
+    async def halted() -> str | None:
+        reason: str | None = await app.require().pool.fetchval(
+            "SELECT reason FROM halts WHERE rollout_id = 'r-gate'"
+        )
+        return reason
+
+    assert await until(halted, what="the halt recorded") == "gate tripped on wave 0"
+    await rig.rollout("r-gate", nodes, nodes)
+
+    async def completed() -> list[dict[str, Any]]:
+        return await rig.emitted(app, "wave.completed.")
+
+    (done,) = await until(completed, what="wave.completed", timeout_s=60)
+    assert done["succeeded"] == [] and sorted(done["failed"]) == sorted(nodes)
+    states = await app.require().pool.fetch("SELECT state, reason FROM node_work")
+    assert {(s["state"], s["reason"]) for s in states} == {
+        ("cancelled", "rollout halted: gate tripped on wave 0")
+    }
+    for node in nodes:
+        assert rig.pushes(node) == []
+        assert rig.rt.scheduler.node(node).drain is None
