@@ -5,10 +5,18 @@ from __future__ import annotations
 from lockstep_common.service import ServiceApp
 from lockstep_updater.router import subscriptions
 from lockstep_updater.settings import Settings
+from lockstep_updater.worker import UpdaterWorker
 
 NAME = "updater"
 
 
 def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(NAME, settings, subscriptions=subscriptions())
+    app = ServiceApp(
+        NAME,
+        settings,
+        subscriptions=subscriptions(),
+        migration_package="lockstep_updater.migrations",
+    )
+    app.add_workers(UpdaterWorker(settings, app.namespace, NAME))
+    return app

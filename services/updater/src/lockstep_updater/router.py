@@ -1,19 +1,75 @@
 """The updater service's subscriptions: its whole topology at a glance.
 
-It has no consumers yet. Per design.md it will consume:
-wave.planned.>, gate.tripped.>.
+Consumes ``rollout.planned.*`` (the approved plan's nodes), ``wave.planned.*`` (work items),
+``rollout.halted.*`` and ``gate.tripped.*`` (stop new mutating work) and ``bundle.attested``
+(the images); emits ``device.*`` and ``wave.completed`` from its worker through the outbox,
+``rollout.halted`` when it refuses a wave, and asks the inventory ``fleet.query``.
 """
 
 from __future__ import annotations
 
-from lockstep_common.consumer import Subscription
+from lockstep_common import subjects
+from lockstep_common.consumer import On, Subscription
 from lockstep_common.envelope import EventData
+from lockstep_common.events.v1 import (
+    BundleAttested,
+    DeviceActivated,
+    DeviceFailed,
+    DeviceRolledBack,
+    DeviceStaged,
+    DeviceVerified,
+    FleetQueryRequested,
+    GateTripped,
+    RolloutHalted,
+    RolloutPlanned,
+    WaveCompleted,
+    WavePlanned,
+)
+from lockstep_updater import handlers
+from lockstep_updater.adapters.repository import joined
 
-# The event classes this service publishes (none yet): with ``subscriptions()``, the source of
-# the producer and consumer lists in docs/.
-EMITS: tuple[type[EventData], ...] = ()
+# The event classes this service publishes: with ``subscriptions()``, the source of the
+# producer and consumer lists in docs/ and of the NATS permission matrix (fleet.query is a
+# request it sends).
+EMITS: tuple[type[EventData], ...] = (
+    DeviceStaged,
+    DeviceActivated,
+    DeviceVerified,
+    DeviceFailed,
+    DeviceRolledBack,
+    WaveCompleted,
+    RolloutHalted,
+    FleetQueryRequested,
+)
 
 
 def subscriptions() -> tuple[Subscription, ...]:
     """Subject -> handler bindings of this service."""
-    return ()
+    return (
+        Subscription(
+            name="updater-rollouts",
+            stream="ROLLOUTS",
+            # Patterns over every rollout id (subjects.py builds concrete subjects only).
+            subjects=("rollout.planned.*", "wave.planned.*", "rollout.halted.*"),
+            handlers=(
+                On(RolloutPlanned, joined(handlers.rollout_planned)),
+                On(WavePlanned, joined(handlers.wave_planned)),
+                On(RolloutHalted, joined(handlers.rollout_halted)),
+            ),
+            description="Approved plans, released waves and halts",
+        ),
+        Subscription(
+            name="updater-gates",
+            stream="GATES",
+            subjects=("gate.tripped.*",),
+            handlers=(On(GateTripped, joined(handlers.gate_tripped)),),
+            description="A tripped gate stops new mutating work at once",
+        ),
+        Subscription(
+            name="updater-bundles",
+            stream="BUNDLES",
+            subjects=(subjects.bundle_attested(),),
+            handlers=(On(BundleAttested, joined(handlers.bundle_attested)),),
+            description="Attested images to push",
+        ),
+    )

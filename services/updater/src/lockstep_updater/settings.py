@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import ServiceSettings
@@ -13,3 +16,38 @@ class Settings(ServiceSettings):
     model_config = SettingsConfigDict(
         env_prefix="LOCKSTEP_UPDATER_", extra="forbid", populate_by_name=True, validate_default=True
     )
+
+    bundle_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories attested bundles may be read from (a JSON list). An image "
+        "anywhere else is refused: the node fails before anything is sent.",
+    )
+    scheduler_url: str = Field(
+        default="http://127.0.0.1:8001",
+        description="Base URL of the scheduler API (the simulator's /scheduler/...).",
+    )
+    worker_poll_s: float = Field(default=1.0, gt=0, description="Work poll when idle, seconds.")
+    workers: int = Field(default=4, ge=1, le=256, description="Nodes worked on at once.")
+    lease_s: float = Field(
+        default=900.0, gt=0, description="A claimed item's lease, seconds (> a task deadline)."
+    )
+    retry_s: float = Field(default=5.0, gt=0, description="Pause before a step is retried.")
+    drain_poll_s: float = Field(default=5.0, gt=0, description="Between drain checks, seconds.")
+    drain_deadline_s: float = Field(
+        default=3600.0, gt=0, description="A node not drained by then is restored and skipped."
+    )
+    fleet_timeout_s: float = Field(
+        default=5.0, gt=0, description="How long a fleet.query may take, seconds."
+    )
+    redfish_poll_s: float = Field(
+        default=5.0, gt=0, description="Between task polls and read-backs on a BMC, seconds."
+    )
+    verify_settle_s: float = Field(
+        default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."
+    )
+    image_server_host: str | None = Field(
+        default=None,
+        description="Address BMCs without a multipart push URI pull images from (SimpleUpdate); "
+        "unset: their nodes fail at the push, nothing is offered.",
+    )
+    image_server_port: int = Field(default=0, ge=0, le=65535, description="Its port (0: free).")

@@ -1,0 +1,354 @@
+"""The updater store on PostgreSQL (migrations/0001_updater.sql).
+
+``PostgresStore`` opens a transaction on a pooled connection whose events go to the outbox
+(``outbox.emitting``); ``joined`` runs a handler in the consumer runtime's own transaction.
+States are spelled only by ``domain.steps.NodeStep``, and every change is checked by
+``domain.steps.transition`` on the state read under the row's lock. Leases compare with
+PostgreSQL's clock, the one every claimer shares.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import asyncpg
+
+from lockstep_common.consumer import HandlerContext
+from lockstep_common.db import Conn
+from lockstep_common.envelope import Envelope, EventData
+from lockstep_common.events.v1 import AttestedComponent, WavePlanned
+from lockstep_common.outbox import EventSink, emitting
+from lockstep_updater.domain.guard import Facts
+from lockstep_updater.domain.steps import OUT_OF_SERVICE, TERMINAL, NodeStep, transition
+from lockstep_updater.store import Claim, StepRecord, Target, UpdaterTx, WaveResult
+
+E = TypeVar("E", bound=EventData)
+
+
+def _list(states: frozenset[NodeStep]) -> str:
+    return ", ".join("'" + s.value + "'" for s in sorted(states))
+
+
+# Written from the enum, not passed as parameters, so the planner sees constants and uses the
+# partial index node_work_open (as attest's jobs_open, adapters/repository.py there).
+_CLAIMABLE = (
+    f"SELECT id, state FROM node_work WHERE state NOT IN ({_list(TERMINAL)})"
+    " AND (lease_until IS NULL OR lease_until <= now())"
+    " ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1"
+)
+_OUT = _list(OUT_OF_SERVICE)
+_FAILED = _list(frozenset({NodeStep.FAILED, NodeStep.QUARANTINED}))
+_CLAIM_COLUMNS = (
+    "id, rollout_id, wave, node_id, state, lease_token, attempts, components, progress,"
+    " correlation_id"
+)
+
+
+class PostgresStore:
+    """An ``UpdaterStore`` on the service's pool (its connections' search_path is the schema)."""
+
+    def __init__(self, pool: asyncpg.Pool, source: str) -> None:
+        self._pool = pool
+        self._source = source
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresTx]:
+        """A pooled connection's transaction; its events commit to the outbox with it."""
+        async with self._pool.acquire() as conn, emitting(conn, self._source) as out:
+            yield PostgresTx(conn, out)
+
+
+def joined(
+    handler: Callable[[UpdaterTx, Envelope[E]], Awaitable[None]],
+) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
+    """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
+
+    @functools.wraps(handler)
+    async def in_runtime_transaction(ctx: HandlerContext, env: Envelope[E]) -> None:
+        await handler(PostgresTx(ctx.conn, ctx), env)
+
+    return in_runtime_transaction
+
+
+def _claim(row: asyncpg.Record) -> Claim:
+    return Claim(
+        row["id"],
+        row["rollout_id"],
+        row["wave"],
+        row["node_id"],
+        NodeStep(row["state"]),
+        row["lease_token"],
+        row["attempts"],
+        tuple(row["components"]),
+        json.loads(row["progress"]),
+        row["correlation_id"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresTx:
+    """An ``UpdaterTx`` on a connection inside an open transaction."""
+
+    conn: Conn
+    events: EventSink
+
+    async def record_plan(self, rollout_id: str, stack_hash: str, nodes: frozenset[str]) -> None:
+        await self.conn.execute(
+            "INSERT INTO plans (rollout_id, stack_hash, node_ids) VALUES ($1, $2, $3)"
+            " ON CONFLICT (rollout_id) DO NOTHING",
+            rollout_id,
+            stack_hash,
+            sorted(nodes),
+        )
+
+    async def plan_nodes(self, rollout_id: str) -> frozenset[str] | None:
+        nodes = await self.conn.fetchval(
+            "SELECT node_ids FROM plans WHERE rollout_id = $1", rollout_id
+        )
+        return None if nodes is None else frozenset(nodes)
+
+    async def record_bundle(
+        self, stack_hash: str, bundle_uri: str | None, components: tuple[AttestedComponent, ...]
+    ) -> None:
+        body = json.dumps([c.model_dump(mode="json") for c in components])
+        await self.conn.execute(
+            "INSERT INTO bundles (stack_hash, bundle_uri, components) VALUES ($1, $2, $3)"
+            " ON CONFLICT (stack_hash) DO UPDATE SET bundle_uri = EXCLUDED.bundle_uri,"
+            " components = EXCLUDED.components, attested_at = now()",
+            stack_hash,
+            bundle_uri,
+            body,
+        )
+
+    async def target(self, rollout_id: str) -> Target | None:
+        row = await self.conn.fetchrow(
+            "SELECT b.stack_hash, b.bundle_uri, b.components FROM plans p"
+            " JOIN bundles b ON b.stack_hash = p.stack_hash WHERE p.rollout_id = $1",
+            rollout_id,
+        )
+        if row is None:
+            return None
+        components = tuple(
+            AttestedComponent.model_validate(c, strict=False) for c in json.loads(row["components"])
+        )
+        return Target(row["stack_hash"], row["bundle_uri"], components)
+
+    async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
+        added = await self.conn.fetchval(
+            "INSERT INTO waves (rollout_id, wave, node_ids, max_unavailable, failure_budget,"
+            " correlation_id) VALUES ($1, $2, $3, $4, $5, $6)"
+            " ON CONFLICT (rollout_id, wave) DO NOTHING RETURNING true",
+            wave.rollout_id,
+            wave.wave,
+            list(wave.node_ids),
+            wave.max_unavailable,
+            wave.failure_budget,
+            correlation_id,
+        )
+        if not added:
+            return False
+        # A node appears in one wave of a rollout; the first wave naming it keeps it.
+        await self.conn.execute(
+            "INSERT INTO node_work (rollout_id, wave, node_id, components, correlation_id)"
+            " SELECT $1, $2, n, $4, $5 FROM unnest($3::text[]) WITH ORDINALITY AS u(n, i)"
+            " ORDER BY i ON CONFLICT (rollout_id, node_id) DO NOTHING",
+            wave.rollout_id,
+            wave.wave,
+            list(wave.node_ids),
+            [c.value for c in wave.components],
+            correlation_id,
+        )
+        return True
+
+    async def halt(self, rollout_id: str, reason: str) -> None:
+        await self.conn.execute(
+            "INSERT INTO halts (rollout_id, reason) VALUES ($1, $2)"
+            " ON CONFLICT (rollout_id) DO NOTHING",
+            rollout_id,
+            reason,
+        )
+
+    async def claim(self, lease_s: float) -> Claim | None:
+        row = await self.conn.fetchrow(_CLAIMABLE)
+        if row is None:
+            return None
+        state = NodeStep(row["state"])
+        if state is NodeStep.PENDING:
+            state = transition(state, NodeStep.PREFLIGHT)
+        claimed = await self.conn.fetchrow(
+            "UPDATE node_work SET state = $2, attempts = attempts + 1,"
+            " lease_token = lease_token + 1, claimed_at = now(), updated_at = now(),"
+            " lease_until = now() + make_interval(secs => $3) WHERE id = $1"
+            f" RETURNING {_CLAIM_COLUMNS}",
+            row["id"],
+            state.value,
+            lease_s,
+        )
+        assert claimed is not None  # noqa: S101 - the row is locked by the SELECT above
+        return _claim(claimed)
+
+    async def still_holds(self, claim: Claim, lease_s: float) -> bool:
+        row = await self.conn.fetchrow(
+            "SELECT lease_token, state FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+        )
+        if row is None or row["lease_token"] != claim.token or NodeStep(row["state"]) in TERMINAL:
+            return False
+        await self.conn.execute(
+            "UPDATE node_work SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+            claim.id,
+            lease_s,
+        )
+        return True
+
+    async def facts(self, claim: Claim, pool: str) -> Facts:
+        # One pool at a time: the budget read and the move that spends it commit together.
+        await self.conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool
+        )
+        await self.conn.execute("UPDATE node_work SET pool = $2 WHERE id = $1", claim.id, pool)
+        wave = await self.conn.fetchrow(
+            "SELECT node_ids, max_unavailable, failure_budget FROM waves"
+            " WHERE rollout_id = $1 AND wave = $2",
+            claim.rollout_id,
+            claim.wave,
+        )
+        halted = await self.conn.fetchval(
+            "SELECT reason FROM halts WHERE rollout_id = $1", claim.rollout_id
+        )
+        failures = await self.conn.fetchval(
+            f"SELECT count(*) FROM node_work WHERE rollout_id = $1 AND wave = $2"
+            f" AND state IN ({_FAILED})",
+            claim.rollout_id,
+            claim.wave,
+        )
+        others_out = await self.conn.fetchval(
+            f"SELECT count(*) FROM node_work WHERE pool = $1 AND id <> $2 AND state IN ({_OUT})",
+            pool,
+            claim.id,
+        )
+        return Facts(
+            node_id=claim.node_id,
+            halted=halted,
+            wave_released=wave is not None,
+            wave_nodes=frozenset(wave["node_ids"]) if wave else frozenset(),
+            plan_nodes=await self.plan_nodes(claim.rollout_id),
+            failures=failures,
+            failure_budget=wave["failure_budget"] if wave else 0,
+            pool=pool,
+            others_out=others_out,
+            max_unavailable=wave["max_unavailable"] if wave else 0,
+        )
+
+    async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
+        await self.conn.execute(
+            "UPDATE node_work SET progress = $2, updated_at = now() WHERE id = $1",
+            claim.id,
+            json.dumps(progress),
+        )
+
+    async def advance(
+        self,
+        claim: Claim,
+        target: NodeStep,
+        *,
+        reason: str = "",
+        progress: dict[str, Any] | None = None,
+        retry_in_s: float = 0.0,
+    ) -> None:
+        row = await self.conn.fetchrow(
+            "SELECT state, claimed_at FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+        )
+        assert row is not None  # noqa: S101 - the item exists while it is claimed
+        before = NodeStep(row["state"])
+        state = transition(before, target)
+        await self.conn.execute(
+            # The token moves on at the release too: the claim that ended the step holds
+            # nothing any more (its still_holds is False), so it cannot act after it.
+            "UPDATE node_work SET state = $2, reason = $3, lease_token = lease_token + 1,"
+            " progress = COALESCE($4::jsonb, progress), updated_at = now(),"
+            " lease_until = CASE WHEN $5 > 0 THEN now() + make_interval(secs => $5) END"
+            " WHERE id = $1",
+            claim.id,
+            state.value,
+            reason,
+            None if progress is None else json.dumps(progress),
+            retry_in_s,
+        )
+        await self.conn.execute(
+            "INSERT INTO node_steps (work_id, node_id, rollout_id, wave, step, attempt, token,"
+            " started_at, outcome, reason) VALUES ($1, $2, $3, $4, $5, $6, $7,"
+            " COALESCE($8, now()), $9, $10)",
+            claim.id,
+            claim.node_id,
+            claim.rollout_id,
+            claim.wave,
+            before.value,
+            claim.attempts,
+            claim.token,
+            row["claimed_at"],
+            state.value,
+            reason,
+        )
+
+    async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:
+        found = await self.conn.fetchrow(
+            "SELECT correlation_id, completed_at FROM waves WHERE rollout_id = $1 AND wave = $2"
+            " FOR UPDATE",
+            rollout_id,
+            wave,
+        )
+        if found is None or found["completed_at"] is not None:
+            return None
+        rows = await self.conn.fetch(
+            "SELECT node_id, state FROM node_work WHERE rollout_id = $1 AND wave = $2 ORDER BY id",
+            rollout_id,
+            wave,
+        )
+        if any(NodeStep(r["state"]) not in TERMINAL for r in rows):
+            return None
+        await self.conn.execute(
+            "UPDATE waves SET completed_at = now() WHERE rollout_id = $1 AND wave = $2",
+            rollout_id,
+            wave,
+        )
+        done = NodeStep.DONE.value
+        return WaveResult(
+            rollout_id,
+            wave,
+            tuple(r["node_id"] for r in rows if r["state"] == done),
+            tuple(r["node_id"] for r in rows if r["state"] != done),
+            found["correlation_id"],
+        )
+
+    async def history(self, node_id: str, limit: int) -> list[StepRecord]:
+        return await step_history(self.conn, node_id, limit)
+
+
+async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:
+    """The node's last ``limit`` steps, oldest first (``lockstep node history``)."""
+    rows = await conn.fetch(
+        "SELECT * FROM (SELECT id, rollout_id, wave, step, attempt, token, started_at,"
+        " ended_at, outcome, reason FROM node_steps WHERE node_id = $1"
+        " ORDER BY id DESC LIMIT $2) s ORDER BY id",
+        node_id,
+        limit,
+    )
+    return [
+        StepRecord(
+            r["rollout_id"],
+            r["wave"],
+            r["step"],
+            r["attempt"],
+            r["token"],
+            r["started_at"],
+            r["ended_at"],
+            r["outcome"],
+            r["reason"],
+        )
+        for r in rows
+    ]

@@ -1,0 +1,31 @@
+"""Read-only views of the updater's records for the ``lockstep`` CLI (``lockstep node
+history``): one connection, no migration, nothing written."""
+
+from __future__ import annotations
+
+from lockstep_common import db
+from lockstep_common.errors import ConfigurationError
+from lockstep_updater.adapters.repository import step_history
+from lockstep_updater.app import NAME
+from lockstep_updater.settings import Settings
+from lockstep_updater.store import StepRecord
+
+
+async def history(settings: Settings, node_id: str, limit: int) -> list[StepRecord]:
+    """The node's last ``limit`` steps, oldest first.
+
+    Raises:
+        ConfigurationError: the database has no updater schema (the service never ran there).
+    """
+    schema = settings.db_schema or NAME
+    conn = await db.connect_with_retry(settings.database_url, attempts=3)
+    try:
+        await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
+        if await conn.fetchval("SELECT to_regclass('node_steps')") is None:
+            raise ConfigurationError(
+                f"no updater records in schema {schema!r} (has the updater service run against "
+                "this database? set LOCKSTEP_UPDATER_DB_SCHEMA if it uses another schema)"
+            )
+        return await step_history(conn, node_id, limit)
+    finally:
+        await conn.close()

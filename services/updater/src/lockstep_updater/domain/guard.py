@@ -1,0 +1,102 @@
+"""The executor's own blast-radius check, made right before every mutating action.
+
+The planner decided the waves; the updater still refuses to act on anything the approved plan
+does not cover (issue 12, "never outside the wave"; reliability.md section 3: the executor
+re-checks instead of trusting its input). Pure: the facts are read by the caller in the same
+transaction that records the action, so a halt committed before that read stops the action.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Verdict(enum.StrEnum):
+    """What the executor may do now."""
+
+    PROCEED = "proceed"
+    WAIT = "wait"
+    """Not now, maybe later (the pool's out-of-service budget is spent)."""
+    HALT = "halt"
+    """The rollout halted or the wave's failure budget is spent: start nothing new."""
+    REFUSE = "refuse"
+    """This node may never be touched under this wave (outside it or outside the plan)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the check needs, read in the action's transaction."""
+
+    node_id: str
+    halted: str | None
+    """Why the rollout halted (``rollout.halted``, ``gate.tripped``, an abort), None if not."""
+    wave_released: bool
+    wave_nodes: frozenset[str]
+    plan_nodes: frozenset[str] | None
+    """Every node of the approved plan (``rollout.planned``); None: no plan seen."""
+    failures: int
+    """Nodes of this wave that ended failed or quarantined."""
+    failure_budget: int
+    pool: str
+    others_out: int
+    """Other nodes of the same pool out of service now (cordoned by any rollout)."""
+    max_unavailable: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    reason: str = ""
+
+
+def decide(facts: Facts, *, takes_out_of_service: bool) -> Decision:
+    """May the next mutating action on ``facts.node_id`` start?
+
+    ``takes_out_of_service``: the action leaves (or keeps) the node out of service, so the
+    pool's budget applies; staging into an inactive bank does not.
+    """
+    refusals = (
+        (facts.halted is not None, Verdict.HALT, f"rollout halted: {facts.halted}"),
+        (
+            not facts.wave_released,
+            Verdict.REFUSE,
+            "the wave was not released (no wave.planned recorded)",
+        ),
+        (
+            facts.node_id not in facts.wave_nodes,
+            Verdict.REFUSE,
+            f"{facts.node_id} is not in the wave",
+        ),
+        (
+            facts.plan_nodes is None,
+            Verdict.REFUSE,
+            "no approved plan (rollout.planned) for the rollout",
+        ),
+        (
+            facts.plan_nodes is not None and facts.node_id not in facts.plan_nodes,
+            Verdict.REFUSE,
+            f"{facts.node_id} is not in the approved plan",
+        ),
+        (
+            facts.failures > facts.failure_budget,
+            Verdict.HALT,
+            f"wave failure budget spent: {facts.failures} failed > {facts.failure_budget}",
+        ),
+        (
+            takes_out_of_service and facts.others_out + 1 > facts.max_unavailable,
+            Verdict.WAIT,
+            f"pool {facts.pool or '(none)'} has {facts.others_out} node(s) out of service, "
+            f"max_unavailable {facts.max_unavailable}",
+        ),
+    )
+    # The first that applies wins: a halt outranks a refusal, a refusal outranks waiting.
+    for applies, verdict, reason in refusals:
+        if applies:
+            return Decision(verdict, reason)
+    return Decision(Verdict.PROCEED)
+
+
+def outside_plan(wave_nodes: tuple[str, ...], plan_nodes: frozenset[str]) -> tuple[str, ...]:
+    """The wave's nodes the approved plan does not contain, in wave order."""
+    return tuple(n for n in wave_nodes if n not in plan_nodes)

@@ -1,0 +1,689 @@
+"""Runs node work items one step at a time, under fenced leases, against BMCs and a scheduler.
+
+The loop is level-triggered: every claim re-reads the item's state and runs the step it names,
+so a crashed or superseded worker's item is simply re-driven by the next claim (issue 12,
+"resume anything"). Each step:
+
+1. re-reads the node's facts from the inventory (``NodeFacts``) before any write;
+2. right before every mutating call (push, cordon, activate), checks in one transaction that
+   it still holds the item (fencing token) and that the rollout is not halted, the wave was
+   released, the node is in the wave and in the approved plan, and (when the node leaves
+   service) that its pool's out-of-service budget holds (``domain.guard``); the same
+   transaction records what it is about to send, so a re-run never sends it again;
+3. commits the next state, the step's history row and its ``device.*`` events together.
+
+Never twice: a push is recorded as ``sent`` before it is sent. A later run that finds ``sent``
+does not push; it follows the recorded task or reads the members (``Staged``, ``Version``)
+and, when it cannot tell, stops the node with the reason instead of sending again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep_common import subjects
+from lockstep_common.envelope import EventData
+from lockstep_common.events.v1 import (
+    AttestedComponent,
+    DeviceActivated,
+    DeviceFailed,
+    DeviceStaged,
+    DeviceVerified,
+    FleetNode,
+    WaveCompleted,
+)
+from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
+from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
+from lockstep_redfish.errors import (
+    BmcError,
+    BmcUnavailable,
+    CredentialError,
+    ImageDigestMismatch,
+    PushOutcomeUnknown,
+)
+from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.image_server import ImageServer
+from lockstep_redfish.models import UpdatableSoftware
+from lockstep_redfish.preflight import UpdateRequest
+from lockstep_redfish.session import BmcSession
+from lockstep_redfish.tasks import TaskRef
+from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
+from lockstep_updater.adapters.credentials import FleetCredentials
+from lockstep_updater.domain.guard import Decision, Verdict, decide
+from lockstep_updater.domain.steps import TERMINAL, NodeStep
+from lockstep_updater.domain.targets import targets_for
+from lockstep_updater.ports import DrainState, ForeignDrain, Images, NodeFacts, Scheduler
+from lockstep_updater.store import Claim, Target, UpdaterStore
+
+log = logging.getLogger(__name__)
+FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
+S = NodeStep
+CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING})
+"""Steps after which the running firmware may have changed: a failure quarantines the node."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorPolicy:
+    """Bounds of the executor (seconds)."""
+
+    lease_s: float = 900.0  # longer than one step's longest wait (a task deadline)
+    retry_s: float = 5.0  # before a step that could not finish is tried again
+    drain_poll_s: float = 5.0
+    drain_deadline_s: float = 3600.0
+    max_errors: int = 20  # failed tries of one step in a row before the node ends
+    update: UpdatePolicy = field(default_factory=UpdatePolicy)
+    transport: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+class LostClaim(Exception):
+    """Another claim took the item over: this worker stops touching it."""
+
+
+class Stop(Exception):
+    """The step ends here, in ``target`` (raised from deep inside a step)."""
+
+    def __init__(self, target: NodeStep, reason: str) -> None:
+        super().__init__(reason)
+        self.target = target
+        self.reason = reason
+
+
+def sha384_of(data: bytes) -> str:
+    return hashlib.sha384(data).hexdigest()
+
+
+class Executor:
+    """Claims one work item at a time and runs its current step (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: UpdaterStore,
+        facts: NodeFacts,
+        scheduler: Scheduler,
+        images: Images,
+        policy: ExecutorPolicy | None = None,
+        *,
+        environ: dict[str, str] | None = None,
+        image_server: ImageServer | None = None,
+    ) -> None:
+        self.store = store
+        self.facts = facts
+        self.scheduler = scheduler
+        self.images = images
+        self.policy = policy or ExecutorPolicy()
+        # Where a BMC without a multipart push URI pulls images from (SimpleUpdate); None: such
+        # a BMC's node fails at its push (nothing is offered).
+        self.image_server = image_server
+        self.credentials = FleetCredentials(environ)
+        self.client = RedfishClient(self.credentials, self.policy.transport)
+
+    async def step(self) -> bool:
+        """Claim one item and run its step; False when there was nothing to claim."""
+        async with self.store.transaction() as tx:
+            claim = await tx.claim(self.policy.lease_s)
+        if claim is None:
+            return False
+        renewing = asyncio.create_task(self._renew(claim))
+        try:
+            await self.run(claim)
+        except LostClaim:
+            log.warning("%s: work item taken over by another claim", claim.node_id)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        return True
+
+    async def _renew(self, claim: Claim) -> None:
+        """Keep the lease while a step runs longer than it (a task may run for hours): the
+        lease then lapses only when this process stops, which is what it is for."""
+        while True:
+            await asyncio.sleep(self.policy.lease_s / 3)
+            async with self.store.transaction() as tx:
+                if not await tx.still_holds(claim, self.policy.lease_s):
+                    return
+
+    async def drain_all(self, limit: int = 10_000) -> int:
+        """Run steps until none is claimable now (tests and benchmarks); returns the count."""
+        count = 0
+        while count < limit and await self.step():
+            count += 1
+        return count
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    async def run(self, claim: Claim) -> None:
+        progress = claim.progress
+        started = time.monotonic()
+        try:
+            node = await self._node(claim)
+            if claim.state is S.PREFLIGHT:
+                await self._preflight(claim, node, progress)
+            elif claim.state is S.STAGING:
+                await self._staging(claim, node, progress, started)
+            elif claim.state is S.CORDONING:
+                await self._cordoning(claim, node, progress)
+            elif claim.state is S.DRAINING:
+                await self._draining(claim, node, progress)
+            elif claim.state is S.ACTIVATING:
+                await self._activating(claim, node, progress, started)
+            elif claim.state is S.AWAITING_BMC:
+                await self._awaiting_bmc(claim, node, progress)
+            elif claim.state is S.VERIFYING:
+                await self._verifying(claim, node, progress, started)
+            elif claim.state is S.UNCORDONING:
+                await self._uncordoning(claim, progress)
+        except Stop as stop:
+            await self._end(claim, stop.target, stop.reason, progress)
+        except CredentialError as exc:
+            await self._end(claim, self._failure_end(claim), str(exc), progress)
+        except (BmcUnavailable, OSError) as exc:
+            await self._retry_or_give_up(claim, progress, exc)
+        except (BmcError, ImageDigestMismatch) as exc:
+            # A BMC that refuses, answers malformed, or an image that changed: permanent.
+            await self._end(claim, self._failure_end(claim), str(exc), progress)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    async def _preflight(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
+        decision = await self._check(claim, node, takes_out=False)
+        self._stop_unless_proceed(claim, decision)
+        async with self.store.transaction() as tx:
+            target = await tx.target(claim.rollout_id)
+        if target is None:
+            await self._commit(
+                claim,
+                S.PREFLIGHT,
+                "waiting for the plan's attested bundle",
+                progress,
+                self.policy.retry_s,
+            )
+            return
+        progress["pool"] = node.pool
+        plans: dict[str, Any] = {}
+        async with self._session(node) as bmc:
+            update = FirmwareUpdate(bmc, self.policy.update)
+            members = await update.collection(FIRMWARE_INVENTORY)
+            for name in claim.components:
+                entry = self._entry(target, node, name)
+                paths = targets_for(Component(name), members)
+                if not paths:
+                    raise Stop(S.FAILED, f"{name}: no FirmwareInventory member holds it")
+                image = self._image(target, entry)
+                request = UpdateRequest(paths, entry.version, stage=entry.banks == "ab")
+                try:
+                    plan = await update.preflight(image, request)
+                except (BmcError, ImageDigestMismatch) as exc:
+                    if isinstance(exc, BmcUnavailable):
+                        raise
+                    raise Stop(S.FAILED, f"{name}: {exc}") from None
+                plans[name] = {
+                    "version": entry.version,
+                    "banks": entry.banks,
+                    "targets": list(plan.pending),
+                    "before": dict(plan.before),
+                    "sent": False,
+                    "task": None,
+                    "done": not plan.pending,
+                }
+        progress["components"] = plans
+        if all(p["done"] for p in plans.values()):
+            events = [
+                (
+                    DeviceOutcome.VERIFIED,
+                    DeviceVerified(
+                        rollout_id=claim.rollout_id,
+                        node_id=claim.node_id,
+                        component=Component(name),
+                        from_version=p["version"],
+                        to_version=p["version"],
+                        duration_s=0.0,
+                    ),
+                )
+                for name, p in plans.items()
+            ]
+            await self._commit(
+                claim, S.DONE, "already at the target: nothing written", progress, events=events
+            )
+            return
+        await self._commit(claim, S.STAGING, "", progress)
+
+    async def _staging(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float
+    ) -> None:
+        events: list[tuple[DeviceOutcome, EventData]] = []
+        async with self.store.transaction() as tx:
+            target = await tx.target(claim.rollout_id)
+        if target is None:
+            raise Stop(S.FAILED, "the plan's attested bundle is no longer known")
+        for name, plan in progress["components"].items():
+            if plan["done"] or plan["banks"] != "ab" or plan.get("staged"):
+                continue
+            await self._push(claim, node, target, name, plan, progress, stage=True)
+            if plan["done"]:
+                continue
+            plan["staged"] = True
+            events.append(
+                (DeviceOutcome.STAGED, self._device(DeviceStaged, claim, name, plan, started))
+            )
+        if all(p["done"] for p in progress["components"].values()):
+            # Someone else brought every target to the version meanwhile: no drain needed.
+            await self._commit(
+                claim, S.DONE, "at the target: nothing written", progress, events=events
+            )
+            return
+        await self._commit(claim, S.CORDONING, "", progress, events=events)
+
+    async def _cordoning(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
+        # The budget check and the move to draining commit in one transaction, under the
+        # pool's lock: two workers cannot both take the pool's last place.
+        async with self.store.transaction() as tx:
+            if not await tx.still_holds(claim, self.policy.lease_s):
+                raise LostClaim
+            decision = decide(await tx.facts(claim, node.pool), takes_out_of_service=True)
+            if decision.verdict is Verdict.PROCEED:
+                progress["cordoned_at"] = time.time()
+                await tx.advance(claim, S.DRAINING, progress=progress)
+                return
+        if decision.verdict is Verdict.WAIT:
+            await self._commit(claim, S.CORDONING, decision.reason, progress, self.policy.retry_s)
+            return
+        self._stop_unless_proceed(claim, decision)
+
+    async def _draining(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
+        decision = await self._check(claim, node, takes_out=False)
+        if decision.verdict is not Verdict.PROCEED:
+            progress["ending"] = _ending(decision)
+            raise Stop(S.UNCORDONING, decision.reason)
+        try:
+            await self.scheduler.cordon(claim.node_id, f"lockstep rollout {claim.rollout_id}")
+        except ForeignDrain as exc:
+            raise Stop(S.FAILED, f"left untouched: {exc}") from None
+        state = await self.scheduler.drain_state(claim.node_id)
+        if state is DrainState.DRAINED:
+            await self._commit(claim, S.ACTIVATING, "", progress)
+        elif state is DrainState.NOT_DRAINED:
+            raise Stop(S.FAILED, "the node was resumed by someone else while draining")
+        elif time.time() - float(progress.get("cordoned_at", time.time())) > (
+            self.policy.drain_deadline_s
+        ):
+            progress["ending"] = S.FAILED.value
+            raise Stop(S.UNCORDONING, f"not drained within {self.policy.drain_deadline_s:g}s")
+        else:
+            await self._commit(claim, S.DRAINING, "draining", progress, self.policy.drain_poll_s)
+
+    async def _activating(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float
+    ) -> None:
+        events: list[tuple[DeviceOutcome, EventData]] = []
+        async with self.store.transaction() as tx:
+            target = await tx.target(claim.rollout_id)
+        if target is None:
+            raise Stop(S.QUARANTINED, "the plan's attested bundle is no longer known")
+        plans = progress["components"]
+        staged = [n for n, p in plans.items() if not p["done"] and p["banks"] == "ab"]
+        if staged and not progress.get("activate_sent"):
+            decision = await self._check(
+                claim, node, takes_out=False, progress_mark=progress, mark="activate_sent"
+            )
+            if decision.verdict is not Verdict.PROCEED:
+                progress["ending"] = _ending(decision)
+                raise Stop(S.UNCORDONING, decision.reason)
+            paths = tuple(t for n in staged for t in plans[n]["targets"])
+            async with self._session(node) as bmc:
+                update = FirmwareUpdate(bmc, self.policy.update)
+                try:
+                    for ref in await update.activate(paths):
+                        await update.wait(ref)
+                except BmcUnavailable:
+                    raise
+                except BmcError as exc:
+                    raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+        events += [
+            (DeviceOutcome.ACTIVATED, self._device(DeviceActivated, claim, n, plans[n], started))
+            for n in staged
+        ]
+        # One-way parts have no inactive bank: the write is the activation, so it waits for
+        # the drained node (seed 000: PSU/BBU power firmware).
+        for name, plan in plans.items():
+            if plan["done"] or plan["banks"] == "ab" or plan.get("staged"):
+                continue
+            await self._push(claim, node, target, name, plan, progress, stage=False)
+            plan["staged"] = True
+            events.append(
+                (DeviceOutcome.ACTIVATED, self._device(DeviceActivated, claim, name, plan, started))
+            )
+        await self._commit(claim, S.AWAITING_BMC, "", progress, events=events)
+
+    async def _awaiting_bmc(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
+        try:
+            async with self._session(node) as bmc:
+                await FirmwareUpdate(bmc, self.policy.update).wait_reachable()
+        except BmcUnavailable as exc:
+            raise Stop(S.QUARANTINED, f"BMC did not come back: {exc}") from None
+        await self._commit(claim, S.VERIFYING, "", progress)
+
+    async def _verifying(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float
+    ) -> None:
+        events: list[tuple[DeviceOutcome, EventData]] = []
+        async with self._session(node) as bmc:
+            update = FirmwareUpdate(bmc, self.policy.update)
+            for name, plan in progress["components"].items():
+                if plan["done"]:
+                    continue
+                request = UpdateRequest(tuple(plan["targets"]), plan["version"])
+                try:
+                    await update.verify(request, plan["before"])
+                except BmcUnavailable:
+                    raise
+                except BmcError as exc:
+                    raise Stop(S.QUARANTINED, f"{name}: {exc}") from None
+                plan["done"] = True
+                events.append(
+                    (
+                        DeviceOutcome.VERIFIED,
+                        self._device(DeviceVerified, claim, name, plan, started),
+                    )
+                )
+        progress["ending"] = S.DONE.value
+        await self._commit(claim, S.UNCORDONING, "", progress, events=events)
+
+    async def _uncordoning(self, claim: Claim, progress: dict[str, Any]) -> None:
+        resumed = await self.scheduler.resume(claim.node_id)
+        ending = NodeStep(progress.get("ending", S.DONE.value))
+        reason = progress.get("ending_reason", "")
+        note = "" if resumed else "; no drain of Lockstep's to undo"
+        await self._commit(claim, ending, f"{reason}{note}".strip("; "), progress)
+
+    # -- the push, sent at most once --------------------------------------------------------
+
+    async def _push(
+        self,
+        claim: Claim,
+        node: FleetNode,
+        target: Target,
+        name: str,
+        plan: dict[str, Any],
+        progress: dict[str, Any],
+        *,
+        stage: bool,
+    ) -> None:
+        request = UpdateRequest(tuple(plan["targets"]), plan["version"], stage=stage)
+        async with self._session(node) as bmc:
+            update = FirmwareUpdate(bmc, self.policy.update)
+            if plan["sent"]:
+                await self._after_unknown_push(update, name, plan, request)
+                return
+            entry = self._entry(target, node, name)
+            image = self._image(target, entry)  # fetched and re-hashed right before the push
+            try:
+                checked = await update.preflight(image, request)
+            except BmcUnavailable:
+                raise
+            except (BmcError, ImageDigestMismatch) as exc:
+                raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
+            if not checked.pending:
+                plan["done"] = True  # the device runs it already: nothing to write
+                return
+            plan["sent"] = True
+            decision = await self._check(claim, node, takes_out=not stage, progress_mark=progress)
+            if decision.verdict is not Verdict.PROCEED:
+                plan["sent"] = False
+            self._stop_unless_proceed(claim, decision)
+            try:
+                ref = await update.push(image, request, checked, server=self.image_server)
+            except ImageDigestMismatch as exc:
+                plan["sent"] = False  # checked right before sending: nothing left this host
+                raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
+            except PushOutcomeUnknown as exc:
+                raise Stop(self._failure_end(claim), f"{name}: {exc}; not sent again") from None
+            except BmcUnavailable:
+                plan["sent"] = False  # the BMC cannot have taken it (transport.NOT_TAKEN)
+                await self._save(claim, progress)
+                raise
+            except BmcError as exc:
+                raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
+            plan["task"] = {"monitor": ref.monitor, "task": ref.task}
+            await self._save(claim, progress)
+            try:
+                await self._wait(update, claim, name, ref)
+            finally:
+                if self.image_server is not None:
+                    self.image_server.withdraw(image)
+
+    async def _after_unknown_push(
+        self, update: FirmwareUpdate, name: str, plan: dict[str, Any], request: UpdateRequest
+    ) -> None:
+        """A push recorded as sent by an earlier run: follow its task, or read the members;
+        never send it again."""
+        if plan.get("task"):
+            try:
+                await update.wait(TaskRef(plan["task"]["monitor"], plan["task"]["task"]))
+            except BmcUnavailable:
+                raise
+            except BmcError as exc:
+                raise Stop(S.FAILED, f"{name}: {exc}") from None
+        # Without a recorded task, the members tell: the image shows as staged (or running)
+        # once the BMC's task ends, so they are read until then (at most ``settle_s``).
+        started = update.clock()
+        while True:
+            members = await update.members(request.targets)
+            if all(_holds(m.item, request) for m in members.values()):
+                return
+            if update.clock() - started >= self.policy.update.settle_s:
+                break
+            await update.sleep(self.policy.update.read_poll_s)
+        raise Stop(
+            S.FAILED,
+            f"{name}: a push may have been accepted but the members show "
+            "no staged image; not sent again",
+        )
+
+    async def _wait(self, update: FirmwareUpdate, claim: Claim, name: str, ref: TaskRef) -> None:
+        try:
+            await update.wait(ref)
+        except BmcUnavailable:
+            raise  # TaskUnreachable: accepted; the next run follows the recorded task
+        except BmcError as exc:
+            raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _retry_or_give_up(
+        self, claim: Claim, progress: dict[str, Any], exc: Exception
+    ) -> None:
+        """Nothing was decided: run the step again after a pause, up to ``max_errors`` times
+        in a row; then the node ends with the last error as its reason. Giving a node back
+        (uncordoning) is never given up: a node must not stay cordoned by Lockstep."""
+        errors = progress.setdefault("errors", {})
+        count = errors[claim.state.value] = int(errors.get(claim.state.value, 0)) + 1
+        if count > self.policy.max_errors and claim.state is not S.UNCORDONING:
+            reason = f"gave up after {count - 1} retries: {exc}"
+            await self._end(claim, self._failure_end(claim), reason, progress)
+            return
+        await self._commit(claim, claim.state, f"retrying: {exc}", progress, self.policy.retry_s)
+
+    async def _node(self, claim: Claim) -> FleetNode:
+        """The node as the inventory knows it now (re-read before every step)."""
+        node = await self.facts.node(claim.node_id)
+        if node is None:
+            raise Stop(self._failure_end(claim), "the inventory does not know this node")
+        self.credentials.learn(node)
+        return node
+
+    def _session(self, node: FleetNode) -> BmcSession:
+        return self.client.session(
+            BmcTarget(node.node_id, node.bmc_url, allow_plain_http=node.allow_plain_http)
+        )
+
+    def _entry(self, target: Target, node: FleetNode, name: str) -> AttestedComponent:
+        for entry in target.components:
+            if entry.profile == node.profile and entry.component.value == name:
+                return entry
+        raise Stop(S.FAILED, f"the attested bundle has no {name} image for profile {node.profile}")
+
+    def _image(self, target: Target, entry: AttestedComponent) -> FirmwareImage:
+        """The image's bytes from the attested bundle, hashed now against the manifest's
+        SHA-384 (design.md non-negotiable 7: a mismatch fails closed)."""
+        if target.bundle_uri is None:
+            raise Stop(S.FAILED, "bundle.attested named no bundle location")
+        try:
+            data = self.images.read(target.bundle_uri, entry.image)
+        except (OSError, ValueError) as exc:
+            raise Stop(S.FAILED, f"{entry.image}: cannot read from the bundle: {exc}") from None
+        actual = sha384_of(data)
+        if actual != entry.sha384 or len(data) != entry.size:
+            raise Stop(
+                S.FAILED,
+                f"{entry.image}: SHA-384 {actual} ({len(data)} bytes) is not "
+                f"the attested {entry.sha384} ({entry.size} bytes); nothing was sent",
+            )
+        name = entry.image.rsplit("/", 1)[-1]
+        return FirmwareImage(data, hashlib.sha256(data).hexdigest(), name)
+
+    def _failure_end(self, claim: Claim) -> NodeStep:
+        return S.QUARANTINED if claim.state in CHANGED else S.FAILED
+
+    def _stop_unless_proceed(self, claim: Claim, decision: Decision) -> None:
+        if decision.verdict is Verdict.PROCEED:
+            return
+        if decision.verdict is Verdict.REFUSE:
+            raise Stop(S.FAILED, f"refused: {decision.reason}")
+        raise Stop(S.CANCELLED, decision.reason)
+
+    async def _check(
+        self,
+        claim: Claim,
+        node: FleetNode,
+        *,
+        takes_out: bool,
+        progress_mark: dict[str, Any] | None = None,
+        mark: str | None = None,
+    ) -> Decision:
+        """The fence and the blast-radius check; on PROCEED, ``progress_mark`` (with ``mark``
+        set) commits with the check, before the action it announces is sent."""
+        async with self.store.transaction() as tx:
+            if not await tx.still_holds(claim, self.policy.lease_s):
+                raise LostClaim
+            decision = decide(await tx.facts(claim, node.pool), takes_out_of_service=takes_out)
+            if decision.verdict is Verdict.PROCEED and progress_mark is not None:
+                if mark is not None:
+                    progress_mark[mark] = True
+                await tx.save_progress(claim, progress_mark)
+        return decision
+
+    async def _save(self, claim: Claim, progress: dict[str, Any]) -> None:
+        async with self.store.transaction() as tx:
+            if not await tx.still_holds(claim, self.policy.lease_s):
+                raise LostClaim
+            await tx.save_progress(claim, progress)
+
+    def _device(
+        self,
+        kind: type[DeviceStaged] | type[DeviceActivated] | type[DeviceVerified],
+        claim: Claim,
+        name: str,
+        plan: dict[str, Any],
+        started: float,
+    ) -> EventData:
+        before = [v for v in plan["before"].values() if v]
+        return kind(
+            rollout_id=claim.rollout_id,
+            node_id=claim.node_id,
+            component=Component(name),
+            from_version=before[0] if before else None,
+            to_version=plan["version"],
+            duration_s=round(time.monotonic() - started, 3),
+        )
+
+    async def _end(
+        self, claim: Claim, target: NodeStep, reason: str, progress: dict[str, Any]
+    ) -> None:
+        events: list[tuple[DeviceOutcome, EventData]] = []
+        if claim.state is S.DRAINING and target in {S.FAILED, S.CANCELLED}:
+            # Cordoned, maybe: give back what is Lockstep's (a foreign drain stays as it was).
+            progress["ending"], target = target.value, S.UNCORDONING
+        elif claim.state in CHANGED and target is S.FAILED:
+            target = S.QUARANTINED
+        elif claim.state in CHANGED and target is S.CANCELLED:
+            progress["ending"], target = S.CANCELLED.value, S.UNCORDONING
+        if target is S.UNCORDONING:
+            progress["ending_reason"] = reason
+        if target in {S.FAILED, S.QUARANTINED} or progress.get("ending") == S.FAILED.value:
+            step = claim.state.value
+            for name, plan in progress.get("components", {}).items():
+                if plan.get("done"):
+                    continue
+                before = [v for v in plan["before"].values() if v]
+                events.append(
+                    (
+                        DeviceOutcome.FAILED,
+                        DeviceFailed(
+                            rollout_id=claim.rollout_id,
+                            node_id=claim.node_id,
+                            component=Component(name),
+                            from_version=before[0] if before else None,
+                            to_version=plan["version"],
+                            step=step,
+                            reason=clip_text(reason),
+                        ),
+                    )
+                )
+        await self._commit(claim, target, reason, progress, events=events)
+
+    async def _commit(
+        self,
+        claim: Claim,
+        target: NodeStep,
+        reason: str,
+        progress: dict[str, Any],
+        retry_in_s: float = 0.0,
+        *,
+        events: Sequence[tuple[DeviceOutcome, EventData]] = (),
+    ) -> None:
+        if target is not claim.state:
+            progress.pop("errors", None)  # the step succeeded: its retry count starts over
+        async with self.store.transaction() as tx:
+            if not await tx.still_holds(claim, self.policy.lease_s):
+                raise LostClaim
+            await tx.advance(
+                claim, target, reason=clip_text(reason), progress=progress, retry_in_s=retry_in_s
+            )
+            for outcome, data in events:
+                tx.events.emit(
+                    subjects.device(outcome, claim.rollout_id, claim.node_id),
+                    data,
+                    correlation_id=claim.correlation_id,
+                )
+            if target in TERMINAL:
+                result = await tx.complete_wave(claim.rollout_id, claim.wave)
+                if result is not None:
+                    tx.events.emit(
+                        subjects.wave_completed(result.rollout_id),
+                        WaveCompleted(
+                            rollout_id=result.rollout_id,
+                            wave=result.wave,
+                            succeeded=result.succeeded,
+                            failed=result.failed,
+                        ),
+                        correlation_id=result.correlation_id,
+                    )
+        log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
+
+
+def _ending(decision: Decision) -> str:
+    """How a node the guard stopped after its cordon ends, once given back."""
+    return (S.FAILED if decision.verdict is Verdict.REFUSE else S.CANCELLED).value
+
+
+def _holds(item: UpdatableSoftware, request: UpdateRequest) -> bool:
+    """The member holds the pushed image: staged, or already running it."""
+    return bool(item.Staged) or item.Version == request.version

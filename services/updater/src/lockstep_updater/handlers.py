@@ -1,0 +1,86 @@
+"""Thin handlers: record what arrived; the executor does the long, fenced device work.
+
+Each takes the store's unit of work (``store.UpdaterTx``), so unit tests run them on the
+in-memory store; ``router.py`` joins them to the runtime's transaction
+(``adapters.repository.joined``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lockstep_common import subjects
+from lockstep_common.envelope import Envelope
+from lockstep_common.errors import TransientError
+from lockstep_common.events.v1 import (
+    BundleAttested,
+    GateTripped,
+    RolloutHalted,
+    RolloutPlanned,
+    WavePlanned,
+)
+from lockstep_common.vocabulary import clip_text
+from lockstep_updater.domain.guard import outside_plan
+from lockstep_updater.store import UpdaterTx
+
+log = logging.getLogger(__name__)
+HALTED_BY = "updater"
+
+
+class PlanNotYetKnown(TransientError):
+    """A wave arrived before its rollout's plan: redelivered until the plan is recorded."""
+
+
+async def rollout_planned(tx: UpdaterTx, env: Envelope[RolloutPlanned]) -> None:
+    """Remember which nodes the approved plan contains, and the stack it moves them to."""
+    data = env.data
+    if data.dry_run:
+        return  # nothing of a dry run is ever executed
+    nodes = frozenset(n for wave in data.waves for n in wave.node_ids)
+    await tx.record_plan(data.rollout_id, data.stack_hash, nodes)
+
+
+async def bundle_attested(tx: UpdaterTx, env: Envelope[BundleAttested]) -> None:
+    """Remember the attested images: what a rollout to this stack pushes."""
+    data = env.data
+    await tx.record_bundle(data.stack_hash, data.bundle_uri, data.components)
+
+
+async def wave_planned(tx: UpdaterTx, env: Envelope[WavePlanned]) -> None:
+    """Record the wave and a work item per node, once; refuse the whole wave, touching nothing
+    and halting the rollout, when it names a node outside the approved plan."""
+    data = env.data
+    plan = await tx.plan_nodes(data.rollout_id)
+    if plan is None:
+        raise PlanNotYetKnown(f"wave {data.wave} of {data.rollout_id} before its rollout.planned")
+    strangers = outside_plan(data.node_ids, plan)
+    if strangers:
+        shown = ", ".join(strangers[:5]) + (" ..." if len(strangers) > 5 else "")
+        reason = (
+            f"wave {data.wave} names {len(strangers)} node(s) outside the approved plan "
+            f"({shown}): refused, nothing touched"
+        )
+        log.error("%s: %s", data.rollout_id, reason)
+        await tx.halt(data.rollout_id, reason)
+        tx.events.emit(
+            subjects.rollout_halted(data.rollout_id),
+            RolloutHalted(
+                rollout_id=data.rollout_id,
+                wave=data.wave,
+                reason=clip_text(reason),
+                halted_by=HALTED_BY,
+            ),
+            correlation_id=env.correlation_id,
+        )
+        return
+    await tx.record_wave(data, env.correlation_id or str(env.event_id))
+
+
+async def rollout_halted(tx: UpdaterTx, env: Envelope[RolloutHalted]) -> None:
+    """No new mutating call for this rollout from now on; in-flight device steps finish."""
+    await tx.halt(env.data.rollout_id, f"{env.data.halted_by}: {env.data.reason}")
+
+
+async def gate_tripped(tx: UpdaterTx, env: Envelope[GateTripped]) -> None:
+    """The gate tripped: stop new mutating work at once, before the planner's halt arrives."""
+    await tx.halt(env.data.rollout_id, f"gate tripped on wave {env.data.wave}")

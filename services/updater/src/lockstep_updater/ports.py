@@ -1,0 +1,61 @@
+"""What the executor needs of the world besides its store, as small interfaces.
+
+- :class:`NodeFacts`: a node as the inventory knows it now (``fleet.query``), re-read before
+  every write (design.md non-negotiable 4: read before write).
+- :class:`Scheduler`: cordon, drain and resume, per pool (the simulator's scheduler API now;
+  Slurm and Kubernetes behind the same four calls later).
+- :class:`Images`: the bytes of one image of an attested bundle.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+from lockstep_common.errors import PermanentError
+from lockstep_common.events.v1 import FleetNode
+
+OWNER = "lockstep-updater"
+"""Who Lockstep's drains are by: a drain by anyone else is foreign and is never undone."""
+
+
+class NodeFacts(Protocol):
+    async def node(self, node_id: str) -> FleetNode | None:
+        """The node as registered now; None when the inventory does not know it."""
+        ...
+
+
+class DrainState(enum.StrEnum):
+    """How far a drain the scheduler was asked for has come."""
+
+    DRAINING = "draining"
+    DRAINED = "drained"
+    NOT_DRAINED = "not_drained"
+    """No drain at all (someone resumed it), or a drain that is not Lockstep's."""
+
+
+class ForeignDrain(PermanentError):
+    """The node is drained by someone else: theirs to resume, never ours to take."""
+
+
+class Scheduler(Protocol):
+    async def cordon(self, node_id: str, reason: str) -> None:
+        """Stop placing work on the node (idempotent for Lockstep's own drain);
+        :class:`ForeignDrain` when someone else drained it."""
+        ...
+
+    async def drain_state(self, node_id: str) -> DrainState:
+        """Whether Lockstep's drain of the node has completed."""
+        ...
+
+    async def resume(self, node_id: str) -> bool:
+        """Give the node back, only if Lockstep drained it; False when there was nothing of
+        Lockstep's to undo (a foreign drain stays as it was)."""
+        ...
+
+
+class Images(Protocol):
+    def read(self, bundle_uri: str, image: str) -> bytes:
+        """The bytes of ``image`` (a path inside the bundle); ``OSError`` / ``ValueError``
+        when it cannot be read from there."""
+        ...

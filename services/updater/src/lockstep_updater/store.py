@@ -1,0 +1,157 @@
+"""What the updater keeps, behind a small interface: plans, attested images, waves and one
+work item per node, with its step history.
+
+Handlers and the worker speak to an :class:`UpdaterStore` only. PostgreSQL implements it in
+``adapters/repository.py``; ``testing/memory_store.py`` is an in-memory one with the same
+semantics, so handler and worker logic is unit-tested without a database.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from lockstep_common.events.v1 import AttestedComponent, WavePlanned
+from lockstep_common.outbox import EventSink
+from lockstep_updater.domain.guard import Facts
+from lockstep_updater.domain.steps import NodeStep
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claimed work item and the fencing token of this claim."""
+
+    id: int
+    rollout_id: str
+    wave: int
+    node_id: str
+    state: NodeStep
+    token: int
+    attempts: int
+    components: tuple[str, ...]
+    progress: dict[str, Any] = field(default_factory=dict)
+    """What earlier steps recorded (targets, versions before, pushes sent, the pool, whether
+    Lockstep cordoned the node): what a re-run of a step needs to be safe."""
+    correlation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a rollout moves its nodes to: the attested bundle and its images."""
+
+    stack_hash: str
+    bundle_uri: str | None
+    components: tuple[AttestedComponent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One step as ``lockstep node history`` shows it."""
+
+    rollout_id: str
+    wave: int
+    step: str
+    attempt: int
+    token: int
+    started_at: datetime
+    ended_at: datetime
+    outcome: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaveResult:
+    """A wave whose every node reached an end, recorded as completed just now."""
+
+    rollout_id: str
+    wave: int
+    succeeded: tuple[str, ...]
+    failed: tuple[str, ...]
+    correlation_id: str | None
+
+
+class UpdaterTx(Protocol):
+    """One transaction on the store: everything done through it, and every event emitted to
+    ``events``, commits together or not at all."""
+
+    @property
+    def events(self) -> EventSink:
+        """Where events that must commit with this transaction's changes go."""
+        ...
+
+    async def record_plan(self, rollout_id: str, stack_hash: str, nodes: frozenset[str]) -> None:
+        """Remember the approved plan's nodes (the first record wins: a plan is not replaced)."""
+        ...
+
+    async def plan_nodes(self, rollout_id: str) -> frozenset[str] | None:
+        """The approved plan's nodes, None when no plan was recorded."""
+        ...
+
+    async def record_bundle(
+        self, stack_hash: str, bundle_uri: str | None, components: tuple[AttestedComponent, ...]
+    ) -> None:
+        """Remember an attested bundle's images, by stack hash (the latest wins)."""
+        ...
+
+    async def target(self, rollout_id: str) -> Target | None:
+        """The attested bundle the rollout's plan names, None while either is unknown."""
+        ...
+
+    async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
+        """Record a released wave and a ``pending`` item per node, once: False when the wave
+        was already recorded (a redelivery adds nothing)."""
+        ...
+
+    async def halt(self, rollout_id: str, reason: str) -> None:
+        """Mark the rollout halted (the first reason is kept): no new mutating call starts."""
+        ...
+
+    async def claim(self, lease_s: float) -> Claim | None:
+        """Claim the oldest non-final item that is free or whose holder's lease lapsed: the
+        next fencing token, one more attempt, a lease of ``lease_s``."""
+        ...
+
+    async def still_holds(self, claim: Claim, lease_s: float) -> bool:
+        """Lock the item, check this claim was not taken over (the fence) and extend it."""
+        ...
+
+    async def facts(self, claim: Claim, pool: str) -> Facts:
+        """What the blast-radius check needs, read now in this transaction."""
+        ...
+
+    async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
+        """Record progress within a step (before a push is sent: that it is being sent)."""
+        ...
+
+    async def advance(
+        self,
+        claim: Claim,
+        target: NodeStep,
+        *,
+        reason: str = "",
+        progress: dict[str, Any] | None = None,
+        retry_in_s: float = 0.0,
+    ) -> None:
+        """Move the item to ``target`` (``domain.steps.transition``), record the step in its
+        history and release the lease (claimable again after ``retry_in_s``): the fencing token
+        moves on, so this claim no longer holds the item."""
+        ...
+
+    async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:
+        """If every item of the wave reached an end and the wave is not yet completed, mark
+        it completed and return its result; None otherwise."""
+        ...
+
+    async def history(self, node_id: str, limit: int) -> list[StepRecord]:
+        """The node's steps, oldest first (the last ``limit``)."""
+        ...
+
+
+class UpdaterStore(Protocol):
+    """Opens units of work on the updater's state."""
+
+    def transaction(self) -> AbstractAsyncContextManager[UpdaterTx]:
+        """A transaction that commits when the block ends normally and vanishes if it raises."""
+        ...

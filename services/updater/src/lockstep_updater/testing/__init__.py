@@ -1,0 +1,1 @@
+"""Test doubles of the updater's store and ports."""

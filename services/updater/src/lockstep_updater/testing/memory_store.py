@@ -1,0 +1,293 @@
+"""An in-memory ``UpdaterStore`` for unit tests of handlers and the worker (no PostgreSQL).
+
+It keeps the PostgreSQL store's semantics (adapters/repository.py): one item per rollout and
+node, recorded once per wave; claims take the oldest free non-final item (or one whose lease
+lapsed), bump the fencing token and count an attempt; every state change goes through
+``domain.steps.transition``; a transaction's changes and events commit together when its block
+ends and vanish if it raises. Its clock (PostgreSQL's ``now()``) stands still until a test calls
+:meth:`MemoryStore.advance`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lockstep_common.envelope import source_of
+from lockstep_common.events.v1 import AttestedComponent, WavePlanned
+from lockstep_common.testing import RecordedEvents
+from lockstep_updater.domain.guard import Facts
+from lockstep_updater.domain.steps import (
+    INITIAL,
+    OUT_OF_SERVICE,
+    TERMINAL,
+    NodeStep,
+    transition,
+)
+from lockstep_updater.store import Claim, StepRecord, Target, WaveResult
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+FAILURES = frozenset({NodeStep.FAILED, NodeStep.QUARANTINED})
+
+
+@dataclass(slots=True)
+class Item:
+    """One row of ``updater.node_work``."""
+
+    id: int
+    rollout_id: str
+    wave: int
+    node_id: str
+    components: tuple[str, ...]
+    correlation_id: str | None
+    state: NodeStep = INITIAL
+    attempts: int = 0
+    lease_token: int = 0
+    lease_until: datetime | None = None
+    claimed_at: datetime | None = None
+    reason: str = ""
+    pool: str = ""
+    progress: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Wave:
+    node_ids: tuple[str, ...]
+    max_unavailable: int
+    failure_budget: int
+    correlation_id: str | None
+    completed: bool = False
+
+
+@dataclass(slots=True)
+class _Tables:
+    plans: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
+    bundles: dict[str, tuple[str | None, tuple[AttestedComponent, ...]]] = field(
+        default_factory=dict
+    )
+    halted: dict[str, str] = field(default_factory=dict)
+    waves: dict[tuple[str, int], Wave] = field(default_factory=dict)
+    items: dict[int, Item] = field(default_factory=dict)
+    steps: list[tuple[str, StepRecord]] = field(default_factory=list)
+
+
+class MemoryStore:
+    """The updater store in a few dicts; ``events`` holds what committed transactions emitted."""
+
+    def __init__(
+        self,
+        *,
+        source: str = source_of("updater"),
+        now: datetime = START,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.now = now
+        self._clock = clock  # a running clock (benchmarks) instead of one tests move
+        self.events = RecordedEvents(source=source)
+        self._tables = _Tables()
+        self._source = source
+
+    @property
+    def items(self) -> list[Item]:
+        """Every work item, in id order."""
+        return [self._tables.items[i] for i in sorted(self._tables.items)]
+
+    def item(self, node_id: str) -> Item:
+        """The (latest) work item of ``node_id``."""
+        return [i for i in self.items if i.node_id == node_id][-1]
+
+    def advance(self, seconds: float) -> None:
+        """Move the store's clock on (leases lapse)."""
+        self.now += timedelta(seconds=seconds)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MemoryTx]:
+        """Changes and events made through the yielded tx commit when the block ends."""
+        before = copy.deepcopy(self._tables)
+        now = self.now if self._clock is None else self._clock()
+        tx = MemoryTx(self._tables, RecordedEvents(source=self._source), now)
+        try:
+            yield tx
+        except BaseException:
+            self._tables = before
+            raise
+        self.events.emitted.extend(tx.events.emitted)
+
+
+@dataclass(slots=True)
+class MemoryTx:
+    """An ``UpdaterTx`` on the store's tables; ``now`` is fixed for the transaction."""
+
+    tables: _Tables
+    events: RecordedEvents
+    now: datetime
+
+    async def record_plan(self, rollout_id: str, stack_hash: str, nodes: frozenset[str]) -> None:
+        self.tables.plans.setdefault(rollout_id, (stack_hash, nodes))
+
+    async def plan_nodes(self, rollout_id: str) -> frozenset[str] | None:
+        plan = self.tables.plans.get(rollout_id)
+        return None if plan is None else plan[1]
+
+    async def record_bundle(
+        self, stack_hash: str, bundle_uri: str | None, components: tuple[AttestedComponent, ...]
+    ) -> None:
+        self.tables.bundles[stack_hash] = (bundle_uri, components)
+
+    async def target(self, rollout_id: str) -> Target | None:
+        plan = self.tables.plans.get(rollout_id)
+        if plan is None or plan[0] not in self.tables.bundles:
+            return None
+        uri, components = self.tables.bundles[plan[0]]
+        return Target(plan[0], uri, components)
+
+    async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
+        key = (wave.rollout_id, wave.wave)
+        if key in self.tables.waves:
+            return False
+        self.tables.waves[key] = Wave(
+            wave.node_ids, wave.max_unavailable, wave.failure_budget, correlation_id
+        )
+        taken = {(i.rollout_id, i.node_id) for i in self.tables.items.values()}
+        for node_id in wave.node_ids:
+            if (wave.rollout_id, node_id) in taken:
+                continue  # a node appears in one wave of a rollout; the first one keeps it
+            item_id = max(self.tables.items, default=0) + 1
+            self.tables.items[item_id] = Item(
+                item_id,
+                wave.rollout_id,
+                wave.wave,
+                node_id,
+                tuple(c.value for c in wave.components),
+                correlation_id,
+            )
+        return True
+
+    async def halt(self, rollout_id: str, reason: str) -> None:
+        self.tables.halted.setdefault(rollout_id, reason)
+
+    def _free(self, item: Item) -> bool:
+        return item.state not in TERMINAL and (
+            item.lease_until is None or item.lease_until <= self.now
+        )
+
+    def _claim_of(self, item: Item) -> Claim:
+        return Claim(
+            item.id,
+            item.rollout_id,
+            item.wave,
+            item.node_id,
+            item.state,
+            item.lease_token,
+            item.attempts,
+            item.components,
+            copy.deepcopy(item.progress),
+            item.correlation_id,
+        )
+
+    async def claim(self, lease_s: float) -> Claim | None:
+        free = [i for _, i in sorted(self.tables.items.items()) if self._free(i)]
+        if not free:
+            return None
+        item = free[0]
+        if item.state is NodeStep.PENDING:
+            item.state = transition(item.state, NodeStep.PREFLIGHT)
+        item.attempts += 1
+        item.lease_token += 1
+        item.lease_until = self.now + timedelta(seconds=lease_s)
+        item.claimed_at = self.now
+        return self._claim_of(item)
+
+    async def still_holds(self, claim: Claim, lease_s: float) -> bool:
+        item = self.tables.items[claim.id]
+        if item.lease_token != claim.token or item.state in TERMINAL:
+            return False
+        item.lease_until = self.now + timedelta(seconds=lease_s)
+        return True
+
+    async def facts(self, claim: Claim, pool: str) -> Facts:
+        wave = self.tables.waves.get((claim.rollout_id, claim.wave))
+        item = self.tables.items[claim.id]
+        item.pool = pool
+        siblings = [
+            i
+            for i in self.tables.items.values()
+            if i.rollout_id == claim.rollout_id and i.wave == claim.wave
+        ]
+        others_out = sum(
+            1
+            for i in self.tables.items.values()
+            if i.id != claim.id and i.pool == pool and i.state in OUT_OF_SERVICE
+        )
+        return Facts(
+            node_id=claim.node_id,
+            halted=self.tables.halted.get(claim.rollout_id),
+            wave_released=wave is not None,
+            wave_nodes=frozenset(wave.node_ids) if wave else frozenset(),
+            plan_nodes=await self.plan_nodes(claim.rollout_id),
+            failures=sum(1 for i in siblings if i.state in FAILURES),
+            failure_budget=wave.failure_budget if wave else 0,
+            pool=pool,
+            others_out=others_out,
+            max_unavailable=wave.max_unavailable if wave else 0,
+        )
+
+    async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
+        self.tables.items[claim.id].progress = copy.deepcopy(progress)
+
+    async def advance(
+        self,
+        claim: Claim,
+        target: NodeStep,
+        *,
+        reason: str = "",
+        progress: dict[str, Any] | None = None,
+        retry_in_s: float = 0.0,
+    ) -> None:
+        item = self.tables.items[claim.id]
+        before = item.state
+        item.state = transition(item.state, target)
+        item.lease_token += 1  # released: the claim that ended the step holds nothing more
+        item.reason = reason
+        if progress is not None:
+            item.progress = copy.deepcopy(progress)
+        item.lease_until = self.now + timedelta(seconds=retry_in_s) if retry_in_s else None
+        record = StepRecord(
+            claim.rollout_id,
+            claim.wave,
+            before.value,
+            claim.attempts,
+            claim.token,
+            item.claimed_at or self.now,
+            self.now,
+            target.value,
+            reason,
+        )
+        self.tables.steps.append((claim.node_id, record))
+
+    async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:
+        found = self.tables.waves.get((rollout_id, wave))
+        if found is None or found.completed:
+            return None
+        items = [
+            i
+            for _, i in sorted(self.tables.items.items())
+            if i.rollout_id == rollout_id and i.wave == wave
+        ]
+        if any(i.state not in TERMINAL for i in items):
+            return None
+        found.completed = True
+        return WaveResult(
+            rollout_id,
+            wave,
+            tuple(i.node_id for i in items if i.state is NodeStep.DONE),
+            tuple(i.node_id for i in items if i.state is not NodeStep.DONE),
+            found.correlation_id,
+        )
+
+    async def history(self, node_id: str, limit: int) -> list[StepRecord]:
+        return [r for n, r in self.tables.steps if n == node_id][-limit:]

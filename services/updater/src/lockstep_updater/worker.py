@@ -1,0 +1,81 @@
+"""The updater's work loop: ``workers`` executors claim node work items from the database
+until the service stops (a ``lockstep_common.service.Worker``).
+
+Level-triggered: nothing is driven by the message that recorded the work, so a restart, a
+second updater process or a lapsed lease all end the same way: the next claim re-runs the
+step the item is in (``executor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from lockstep_common.envelope import source_of
+from lockstep_common.service import Resources
+from lockstep_common.subjects import Namespace
+from lockstep_redfish.image_server import ImageServer
+from lockstep_redfish.tasks import TaskPolicy
+from lockstep_redfish.update import UpdatePolicy
+from lockstep_updater.adapters.fleet import FleetQueryFacts
+from lockstep_updater.adapters.images import BundleImages
+from lockstep_updater.adapters.repository import PostgresStore
+from lockstep_updater.adapters.sim_scheduler import SimScheduler
+from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class UpdaterWorker:
+    """Runs ``settings.workers`` claim loops."""
+
+    def __init__(self, settings: Settings, namespace: Namespace, name: str) -> None:
+        self.settings = settings
+        self.namespace = namespace
+        self.source = source_of(name)
+        poll = settings.redfish_poll_s
+        self.policy = ExecutorPolicy(
+            lease_s=settings.lease_s,
+            retry_s=settings.retry_s,
+            drain_poll_s=settings.drain_poll_s,
+            drain_deadline_s=settings.drain_deadline_s,
+            update=UpdatePolicy(
+                tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
+                settle_s=settings.verify_settle_s,
+                read_poll_s=poll,
+            ),
+        )
+
+    def executor(self, resources: Resources, server: ImageServer | None = None) -> Executor:
+        s = self.settings
+        return Executor(
+            PostgresStore(resources.pool, self.source),
+            FleetQueryFacts(resources.nc, self.namespace, self.source, timeout_s=s.fleet_timeout_s),
+            SimScheduler(s.scheduler_url),
+            BundleImages(s.bundle_roots),
+            self.policy,
+            image_server=server,
+        )
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        """Claim and run steps until stopped."""
+        s = self.settings
+        async with contextlib.AsyncExitStack() as stack:
+            server = None
+            if s.image_server_host is not None:
+                server = ImageServer(s.image_server_host, s.image_server_port)
+                await stack.enter_async_context(server)
+            executor = self.executor(resources, server)
+            await asyncio.gather(*(self._loop(executor, stopping) for _ in range(s.workers)))
+
+    async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                if await executor.step():
+                    continue
+            except Exception:
+                log.exception("updater worker: step error; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=self.settings.worker_poll_s)

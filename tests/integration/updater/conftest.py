@@ -1,0 +1,144 @@
+"""The updater's executor against the simulator (BMCs + scheduler API), on the in-memory
+store, with the inventory's answers given directly: everything but NATS and PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockstep_common.events.v1 import AttestedComponent, FleetNode
+from lockstep_common.vocabulary import Component
+from lockstep_redfish import RetryPolicy
+from lockstep_redfish.tasks import TaskPolicy
+from lockstep_redfish.update import UpdatePolicy
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.runtime import FleetRuntime
+from lockstep_updater.adapters.images import BundleImages
+from lockstep_updater.adapters.sim_scheduler import SimScheduler
+from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.testing.memory_store import MemoryStore
+from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+
+STACK = "b" * 64
+ROLLOUT = "r-7"
+PUSH = "update-multipart"  # the ledger's action name for a POST to MultipartHttpPushUri
+ENV = {"SIMBMC_USERNAME": DEFAULT_USERNAME, "SIMBMC_PASSWORD": DEFAULT_PASSWORD}
+FAST = ExecutorPolicy(
+    lease_s=60.0,
+    retry_s=1.0,
+    drain_poll_s=1.0,
+    drain_deadline_s=3600.0,
+    update=UpdatePolicy(
+        tasks=TaskPolicy(
+            deadline_s=10, poll_s=0.01, min_poll_s=0.005, max_poll_s=0.02, unreachable_s=5
+        ),
+        resend=RetryPolicy(backoff_s=0.01, max_retry_after_s=5),
+        settle_s=2.0,
+        reachable_s=5.0,
+        read_poll_s=0.01,
+    ),
+    transport=RetryPolicy(timeout_s=2, retries=1, backoff_s=0.01),
+)
+
+
+class Facts:
+    """The inventory's answers (``NodeFacts``), from the simulated fleet."""
+
+    def __init__(self, rt: FleetRuntime) -> None:
+        self.nodes = {
+            n.id: FleetNode(
+                node_id=n.id,
+                site=n.site,
+                profile="gb200",
+                pool=n.pool,
+                bmc_url=rt.bmc_url(n.id),
+                allow_plain_http=True,
+                credentials="env:SIMBMC",
+            )
+            for n in rt.fleet
+        }
+
+    async def node(self, node_id: str) -> FleetNode | None:
+        return self.nodes.get(node_id)
+
+
+@dataclass
+class World:
+    rt: FleetRuntime
+    store: MemoryStore
+    facts: Facts
+    bundle: Path
+    gpu: AttestedComponent
+    executors: list[Executor] = field(default_factory=list)
+
+    def executor(self, store: Any = None) -> Executor:
+        ex = Executor(
+            store or self.store,
+            self.facts,
+            SimScheduler(self.rt.scheduler_url),
+            BundleImages([self.bundle.parent]),
+            FAST,
+            environ=ENV,
+        )
+        self.executors.append(ex)
+        return ex
+
+    def pushes(self, node_id: str) -> list[dict[str, Any]]:
+        """Accepted pushes in the node's BMC ledger."""
+        return [
+            e
+            for e in self.rt.simulator.bmc(node_id).ledger
+            if e["action"] == PUSH and e.get("status") == 202
+        ]
+
+    def gpu_versions(self, node_id: str) -> set[str]:
+        comps = self.rt.simulator.bmc(node_id).node.components
+        return {c.version for m, c in comps.items() if m.startswith("HGX_FW_GPU_")}
+
+    async def settle(self, executor: Executor | None = None, *, rounds: int = 3000) -> None:
+        """Run steps until every item reached an end; the store's clock is moved on when
+        only waiting items are left (a retry or a drain poll), never the wall clock."""
+        ex = executor or self.executor()
+        for _ in range(rounds):
+            if all(i.state.value in {"done", "cancelled", "failed", "quarantined"}
+                   for i in self.store.items):  # fmt: skip
+                return
+            if not await ex.step():
+                self.store.advance(FAST.retry_s)
+        raise AssertionError(f"not settled: {[(i.node_id, i.state) for i in self.store.items]}")
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    image = package_for(GB200_GPU, NEW_GPU_VERSION)
+    bundle = tmp_path / "bundle"
+    (bundle / "images").mkdir(parents=True)
+    (bundle / "images" / "gpu.fwpkg").write_bytes(image)
+    gpu = AttestedComponent(
+        profile="gb200",
+        component=Component.GPU_VBIOS,
+        version=NEW_GPU_VERSION,
+        image="images/gpu.fwpkg",
+        sha384=hashlib.sha384(image).hexdigest(),
+        size=len(image),
+        banks="ab",
+        activation="reset",
+    )
+    rt = FleetRuntime(
+        SimOptions(4, "gb200", time_scale=0.002, host_base="127.74.0.1", port=0),
+        scheduler_port=0,
+    )
+    await rt.start()
+    store = MemoryStore()
+    async with store.transaction() as tx:
+        await tx.record_bundle(STACK, str(bundle), (gpu,))
+    try:
+        yield World(rt, store, Facts(rt), bundle, gpu)
+    finally:
+        rt.simulator.set_faults(None)
+        await rt.stop()

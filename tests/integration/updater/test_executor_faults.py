@@ -1,0 +1,171 @@
+"""The executor against a misbehaving simulator and a corrupted store: a device that reports
+another version after the flash, a failed flash, a BMC that reboots mid-task, a 503 on the
+push, a work item outside the approved plan, and a halt while a node drains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockstep_common.envelope import make_envelope
+from lockstep_common.events.v1 import (
+    DeviceFailed,
+    RolloutHalted,
+    WavePlanned,
+)
+from lockstep_common.vocabulary import Component
+from lockstep_sim.faults import Fault, FaultPlan
+from lockstep_updater import handlers
+from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.ports import OWNER, DrainState
+from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
+from tests.integration.updater.conftest import FAST, ROLLOUT, World
+from tests.integration.updater.test_executor_sim import PLANNER, nodes_of, plan_and_release
+
+pytestmark = pytest.mark.integration
+
+
+def ledger(w: World, node: str, action: str) -> list[dict[str, Any]]:
+    return [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == action]
+
+
+async def test_another_version_read_back_quarantines_the_node_out_of_service(
+    world: World,
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.set_faults(
+        FaultPlan((Fault("wrong_version", components=("HGX_FW_GPU_1",), version="97.00.52.00.01"),))
+    )
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.QUARANTINED
+    assert "not verified" in item.reason and "HGX_FW_GPU_1" in item.reason
+    drain = w.rt.scheduler.node(node).drain
+    assert drain is not None and drain.by == OWNER  # stays out of service, with the reason
+    assert len(w.pushes(node)) == 1
+    (failed,) = [e for e in w.store.events.events if isinstance(e, DeviceFailed)]
+    assert (failed.step, failed.component) == ("verifying", Component.GPU_VBIOS)
+
+
+async def test_a_failed_flash_fails_the_node_before_it_leaves_service(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.set_faults(FaultPlan((Fault("failed_flash", components=("HGX_FW_GPU_0",)),)))
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED
+    assert len(w.pushes(node)) == 1  # never sent again
+    assert w.rt.scheduler.node(node).drain is None
+    assert not any(e.node_id == node and e.by == OWNER for e in w.rt.scheduler.ledger)
+
+
+async def test_a_bmc_rebooting_mid_task_is_waited_for_never_pushed_again(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.set_faults(
+        FaultPlan((Fault("bmc_reboot_mid_task", duration_minutes=30, count=1),))
+    )
+    await plan_and_release(w, (node,))
+    await w.settle()
+    assert w.store.item(node).state is NodeStep.DONE
+    assert len(w.pushes(node)) == 1
+    assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+
+
+async def test_a_503_on_the_push_is_sent_again_and_accepted_once(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.set_faults(FaultPlan((Fault("http_5xx", status=503, retry_after=0, count=1),)))
+    await plan_and_release(w, (node,))
+    await w.settle()
+    assert w.store.item(node).state is NodeStep.DONE
+    assert len(w.pushes(node)) == 1
+
+
+async def test_a_work_item_outside_the_approved_plan_is_refused_by_the_executor(
+    world: World,
+) -> None:
+    """Defence in depth: even a wave that reached the store without the handler's check (a
+    corrupted row, a bug) is refused at the first mutating action."""
+    w = world
+    planned, stranger = nodes_of(w, 2)
+    await plan_and_release(w, (planned,))
+    async with w.store.transaction() as tx:
+        await tx.record_wave(
+            WavePlanned(
+                rollout_id=ROLLOUT,
+                wave=1,
+                node_ids=(stranger,),
+                components=(Component.GPU_VBIOS,),
+                max_unavailable=1,
+                failure_budget=0,
+                soak_seconds=0,
+            ),
+            None,
+        )
+    await w.settle()
+    item = w.store.item(stranger)
+    assert item.state is NodeStep.FAILED
+    assert item.reason == f"refused: {stranger} is not in the approved plan"
+    assert w.pushes(stranger) == []
+    assert not any(e.node_id == stranger for e in w.rt.scheduler.ledger)
+    assert w.store.item(planned).state is NodeStep.DONE
+
+
+class HaltingScheduler:
+    """The simulator's scheduler, with the rollout halted the moment a drain completes."""
+
+    def __init__(self, inner: Any, world: World) -> None:
+        self.inner, self.world = inner, world
+
+    async def cordon(self, node_id: str, reason: str) -> None:
+        await self.inner.cordon(node_id, reason)
+
+    async def drain_state(self, node_id: str) -> DrainState:
+        state: DrainState = await self.inner.drain_state(node_id)
+        if state is DrainState.DRAINED:
+            halt = RolloutHalted(rollout_id=ROLLOUT, wave=0, reason="xid 79", halted_by="gate")
+            async with self.world.store.transaction() as tx:
+                await handlers.rollout_halted(tx, make_envelope(halt, source=PLANNER))
+        return state
+
+    async def resume(self, node_id: str) -> bool:
+        result: bool = await self.inner.resume(node_id)
+        return result
+
+
+async def test_a_halt_while_draining_activates_nothing_and_gives_the_node_back(
+    world: World,
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    ex = w.executor()
+    ex.scheduler = HaltingScheduler(ex.scheduler, w)
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.CANCELLED
+    assert "rollout halted: gate: xid 79" in item.reason
+    assert ledger(w, node, "UpdateService.Activate") == []
+    assert w.rt.scheduler.node(node).drain is None
+    assert len(w.pushes(node)) == 1  # staged into the inactive bank: harmless, not running
+
+
+async def test_a_bmc_that_never_answers_fails_the_node_after_bounded_retries(
+    world: World,
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    # Nothing listens there: every connection is refused, so nothing can have been sent.
+    w.facts.nodes[node] = w.facts.nodes[node].model_copy(update={"bmc_url": "http://127.0.0.1:9"})
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED
+    assert item.reason.startswith(f"gave up after {FAST.max_errors} retries: ")
+    assert w.pushes(node) == []
+    assert w.rt.scheduler.node(node).drain is None

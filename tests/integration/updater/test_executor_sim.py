@@ -1,0 +1,217 @@
+"""The updater's executor on the simulator: a wave goes from wave.planned to verified
+firmware, each push accepted exactly once per node and version (the BMC ledger), with the
+scheduler's drains made and undone by Lockstep only."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import aiohttp
+import pytest
+
+from lockstep_common.envelope import make_envelope, source_of
+from lockstep_common.events.v1 import (
+    DeviceFailed,
+    DeviceStaged,
+    DeviceVerified,
+    RolloutHalted,
+    RolloutPlanned,
+    WaveCompleted,
+    WavePlan,
+    WavePlanned,
+)
+from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_redfish.image_server import ImageServer
+from lockstep_updater import handlers
+from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.ports import OWNER
+from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
+from tests.integration.updater.conftest import ROLLOUT, STACK, World
+
+pytestmark = pytest.mark.integration
+PLANNER = source_of("planner")
+
+
+async def plan_and_release(w: World, nodes: tuple[str, ...], *, max_unavailable: int = 1) -> None:
+    planned = RolloutPlanned(
+        rollout_id=ROLLOUT,
+        intent_id=uuid.uuid4(),
+        stack_hash=STACK,
+        change_class=ChangeClass.STANDARD,
+        waves=(WavePlan(number=0, node_ids=nodes),),
+    )
+    wave = WavePlanned(
+        rollout_id=ROLLOUT,
+        wave=0,
+        node_ids=nodes,
+        components=(Component.GPU_VBIOS,),
+        max_unavailable=max_unavailable,
+        failure_budget=0,
+        soak_seconds=0,
+    )
+    async with w.store.transaction() as tx:
+        await handlers.rollout_planned(tx, make_envelope(planned, source=PLANNER))
+        await handlers.wave_planned(tx, make_envelope(wave, source=PLANNER, correlation_id="c1"))
+
+
+def nodes_of(w: World, count: int) -> tuple[str, ...]:
+    return tuple(n.id for n in w.rt.fleet[:count])
+
+
+async def test_a_wave_is_staged_drained_activated_verified_and_given_back(world: World) -> None:
+    w = world
+    nodes = nodes_of(w, 2)
+    await plan_and_release(w, nodes)
+    await w.settle()
+    assert [(i.node_id, i.state) for i in w.store.items] == [(n, NodeStep.DONE) for n in nodes]
+    for node in nodes:
+        assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+        (push,) = w.pushes(node)
+        assert push["stage"] is True
+        sched = w.rt.scheduler.node(node)
+        assert sched.drain is None  # given back
+        assert [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == [
+            "drain",
+            "resume",
+        ]
+    kinds = [type(e).__name__ for e in w.store.events.events]
+    assert kinds.count("DeviceStaged") == 2 and kinds.count("DeviceVerified") == 2
+    completed = w.store.events.events[-1]
+    assert isinstance(completed, WaveCompleted)
+    assert (completed.succeeded, completed.failed) == (nodes, ())
+    verified = [e for e in w.store.events.events if isinstance(e, DeviceVerified)]
+    assert all(v.to_version == NEW_GPU_VERSION and v.from_version != NEW_GPU_VERSION
+               for v in verified)  # fmt: skip
+
+
+async def test_a_node_already_at_the_target_is_done_without_a_write(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    for member, comp in w.rt.simulator.bmc(node).node.components.items():
+        if member.startswith("HGX_FW_GPU_"):
+            comp.version = NEW_GPU_VERSION
+    await plan_and_release(w, (node,))
+    await w.settle()
+    assert w.store.item(node).state is NodeStep.DONE
+    assert w.pushes(node) == []
+    assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
+
+
+async def test_an_image_changed_since_attestation_fails_closed(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    image = w.bundle / "images" / "gpu.fwpkg"
+    image.write_bytes(image.read_bytes()[:-1] + b"\x00")
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED
+    assert "is not the attested" in item.reason and "nothing was sent" in item.reason
+    assert w.pushes(node) == []
+
+
+async def test_a_foreign_drain_is_left_untouched(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.scheduler.drain(node, "hardware ticket 4711", "ops")
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED and "drained by 'ops'" in item.reason
+    drain = w.rt.scheduler.node(node).drain
+    assert drain is not None and (drain.by, drain.reason) == ("ops", "hardware ticket 4711")
+    assert not any(e.by == OWNER for e in w.rt.scheduler.ledger if e.node_id == node)
+    failed = [e for e in w.store.events.events if isinstance(e, DeviceFailed)]
+    assert [f.node_id for f in failed] == [node]
+
+
+async def test_the_pool_budget_holds_one_node_out_at_a_time(world: World) -> None:
+    w = world
+    pool = w.rt.fleet[0].pool
+    nodes = tuple(n.id for n in w.rt.fleet if n.pool == pool)[:2]
+    await plan_and_release(w, nodes, max_unavailable=1)
+    out_at_once = 0
+    ex = w.executor()
+    for _ in range(3000):
+        if all(i.state is NodeStep.DONE for i in w.store.items):
+            break
+        drained = [n for n in nodes if w.rt.scheduler.node(n).drain is not None]
+        out_at_once = max(out_at_once, len(drained))
+        if not await ex.step():
+            w.store.advance(1.0)
+    assert all(i.state is NodeStep.DONE for i in w.store.items)
+    assert out_at_once == 1
+
+
+async def test_a_halt_stops_new_pushes_and_cordons(world: World) -> None:
+    w = world
+    nodes = nodes_of(w, 2)
+    await plan_and_release(w, nodes)
+    async with w.store.transaction() as tx:
+        halt = RolloutHalted(rollout_id=ROLLOUT, wave=0, reason="abort", halted_by="ops")
+        await handlers.rollout_halted(tx, make_envelope(halt, source=PLANNER))
+    await w.settle()
+    assert [i.state for i in w.store.items] == [NodeStep.CANCELLED, NodeStep.CANCELLED]
+    for node in nodes:
+        assert w.pushes(node) == []
+        assert w.rt.scheduler.node(node).drain is None
+    assert not any(isinstance(e, DeviceStaged) for e in w.store.events.events)
+    assert isinstance(w.store.events.events[-1], WaveCompleted)
+
+
+async def test_two_updaters_at_once_flash_each_node_once(world: World) -> None:
+    w = world
+    nodes = nodes_of(w, 4)
+    await plan_and_release(w, nodes, max_unavailable=4)
+    first, second = w.executor(), w.executor()
+
+    async def both() -> None:
+        for _ in range(3000):
+            if all(i.state is NodeStep.DONE for i in w.store.items):
+                return
+            stepped = await asyncio.gather(first.step(), second.step())
+            if not any(stepped):
+                w.store.advance(1.0)
+
+    await both()
+    assert [i.state for i in w.store.items] == [NodeStep.DONE] * 4
+    for node in nodes:
+        assert len(w.pushes(node)) == 1
+        assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+
+
+async def test_a_bmc_without_multipart_push_pulls_the_image_once_from_the_image_server(
+    world: World,
+) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.bmc(node).multipart_push = False  # UpdateService offers SimpleUpdate only
+    await plan_and_release(w, (node,))
+    async with ImageServer("127.0.0.1") as server:
+        ex = w.executor()
+        ex.image_server = server
+        await w.settle(ex)
+        assert list(server.fetches.values()) == [1]
+        (url,) = server.urls.values()
+        async with aiohttp.ClientSession() as http, http.get(url) as gone:
+            assert gone.status == 404  # withdrawn once the task ended
+    assert w.store.item(node).state is NodeStep.DONE
+    pulls = [
+        e
+        for e in w.rt.simulator.bmc(node).ledger
+        if e["action"] == "UpdateService.SimpleUpdate" and e.get("status") == 202
+    ]
+    assert len(pulls) == 1 and w.pushes(node) == []
+    assert w.gpu_versions(node) == {NEW_GPU_VERSION}
+
+
+async def test_without_an_image_server_such_a_bmc_fails_its_node_untouched(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    w.rt.simulator.bmc(node).multipart_push = False
+    await plan_and_release(w, (node,))
+    await w.settle()
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED and "SimpleUpdate needs an ImageServer" in item.reason
+    assert w.rt.scheduler.node(node).drain is None

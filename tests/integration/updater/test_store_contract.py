@@ -1,0 +1,190 @@
+"""One set of behavioural assertions, run on both updater stores: PostgreSQL (the service's)
+and the in-memory one the unit and simulator tests use. A fake that drifts from the real
+store fails here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from lockstep_common import db
+from lockstep_common.envelope import source_of
+from lockstep_common.events.v1 import AttestedComponent, WavePlanned
+from lockstep_common.vocabulary import Component
+from lockstep_updater.adapters.repository import PostgresStore
+from lockstep_updater.domain.steps import InvalidTransition, NodeStep
+from lockstep_updater.store import UpdaterStore
+from lockstep_updater.testing.memory_store import MemoryStore
+
+pytestmark = pytest.mark.integration
+LAPSED = -1.0  # a lease that has ended when granted: lapsed on either store's clock
+STACK = "d" * 64
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def store(
+    request: pytest.FixtureRequest, servers: Any, namespace: str
+) -> AsyncIterator[UpdaterStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    schema = f"{namespace}_updater"
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        migrations = db.load_migrations("updater", "lockstep_updater.migrations")
+        await db.migrate(conn, schema, db.messaging_migrations() + migrations)
+    finally:
+        await conn.close()
+    pool = await db.create_pool(
+        servers.database_url, schema, min_size=1, max_size=2, application_name="contract"
+    )
+    try:
+        yield PostgresStore(pool, source_of("updater"))
+    finally:
+        await pool.close()
+
+
+def wave(number: int, *nodes: str, rollout: str = "r-1") -> WavePlanned:
+    return WavePlanned(
+        rollout_id=rollout,
+        wave=number,
+        node_ids=nodes,
+        components=(Component.GPU_VBIOS, Component.BMC),
+        max_unavailable=1,
+        failure_budget=0,
+        soak_seconds=0,
+    )
+
+
+async def test_a_wave_is_recorded_once_and_its_items_claimed_in_order(
+    store: UpdaterStore,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        assert await tx.record_wave(wave(0, "n2", "n1"), "c-1")
+        assert not await tx.record_wave(wave(0, "n2", "n1"), "c-1")  # redelivered
+    async with store.transaction() as tx:
+        first = await tx.claim(60)
+        second = await tx.claim(60)
+        assert await tx.claim(60) is None  # both held
+    assert first is not None and second is not None
+    assert [(c.node_id, c.state, c.token, c.attempts) for c in (first, second)] == [
+        ("n2", NodeStep.PREFLIGHT, 1, 1),
+        ("n1", NodeStep.PREFLIGHT, 1, 1),
+    ]
+    assert first.components == ("gpu_vbios", "bmc") and first.correlation_id == "c-1"
+
+
+async def test_a_lapsed_lease_is_taken_over_and_the_old_holder_fenced_out(
+    store: UpdaterStore,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1"}))
+        await tx.record_wave(wave(0, "n1"), None)
+        old = await tx.claim(LAPSED)
+    assert old is not None
+    async with store.transaction() as tx:
+        new = await tx.claim(60)
+    assert new is not None and (new.token, new.attempts) == (2, 2)
+    async with store.transaction() as tx:
+        assert not await tx.still_holds(old, 60)
+        assert await tx.still_holds(new, 60)
+        await tx.save_progress(new, {"pool": "p0", "components": {"gpu_vbios": {"sent": True}}})
+        await tx.advance(new, NodeStep.STAGING, reason="planned")
+    async with store.transaction() as tx:
+        assert not await tx.still_holds(new, 60)  # released by the step's end
+        again = await tx.claim(60)
+    assert again is not None and again.state is NodeStep.STAGING
+    assert again.token == 4  # claims 1 and 2, the release 3, this claim 4: always forward
+    assert again.progress == {"pool": "p0", "components": {"gpu_vbios": {"sent": True}}}
+    async with store.transaction() as tx:
+        (record,) = await tx.history("n1", 10)
+    assert (record.step, record.outcome, record.token, record.attempt, record.reason) == (
+        "preflight",
+        "staging",
+        2,
+        2,
+        "planned",
+    )
+
+
+async def test_a_move_the_table_forbids_is_refused_and_nothing_commits(
+    store: UpdaterStore,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1"}))
+        await tx.record_wave(wave(0, "n1"), None)
+        claim = await tx.claim(60)
+    assert claim is not None
+    with pytest.raises(InvalidTransition):
+        async with store.transaction() as tx:
+            await tx.advance(claim, NodeStep.ACTIVATING)
+    async with store.transaction() as tx:
+        assert await tx.still_holds(claim, 60)
+        assert await tx.history("n1", 10) == []
+
+
+async def test_facts_count_the_pool_halts_and_failures(store: UpdaterStore) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2", "n3"}))
+        await tx.record_wave(wave(0, "n1", "n2", "n3"), None)
+        a, b, c = [await tx.claim(60) for _ in range(3)]
+    assert a is not None and b is not None and c is not None
+    async with store.transaction() as tx:
+        await tx.facts(a, "p0")
+        for step in (NodeStep.STAGING, NodeStep.CORDONING, NodeStep.DRAINING):
+            await tx.advance(a, step)
+        await tx.advance(b, NodeStep.FAILED, reason="bad image")
+        facts = await tx.facts(c, "p0")
+    assert (facts.others_out, facts.failures, facts.halted) == (1, 1, None)
+    assert facts.wave_nodes == facts.plan_nodes == frozenset({"n1", "n2", "n3"})
+    assert (facts.max_unavailable, facts.failure_budget, facts.wave_released) == (1, 0, True)
+    async with store.transaction() as tx:
+        await tx.halt("r-1", "ops: abort")
+        await tx.halt("r-1", "later reason")  # the first is kept
+        assert (await tx.facts(c, "p1")).halted == "ops: abort"
+        assert (await tx.facts(c, "p1")).others_out == 0  # another pool
+
+
+async def test_a_wave_completes_once_when_every_item_ended(store: UpdaterStore) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n1", "n2"), "c-9")
+        a, b = await tx.claim(60), await tx.claim(60)
+    assert a is not None and b is not None
+    async with store.transaction() as tx:
+        await tx.advance(a, NodeStep.DONE)
+        assert await tx.complete_wave("r-1", 0) is None  # n2 still open
+        await tx.advance(b, NodeStep.CANCELLED)
+        result = await tx.complete_wave("r-1", 0)
+        assert await tx.complete_wave("r-1", 0) is None  # once
+    assert result is not None
+    assert (result.succeeded, result.failed, result.correlation_id) == (("n1",), ("n2",), "c-9")
+
+
+async def test_the_target_joins_the_plan_and_the_attested_bundle(store: UpdaterStore) -> None:
+    image = AttestedComponent(
+        profile="gb200",
+        component=Component.GPU_VBIOS,
+        version="97.00.9A.00.01",
+        image="images/gpu.fwpkg",
+        sha384="e" * 96,
+        size=10,
+        banks="ab",
+        activation="reset",
+    )
+    async with store.transaction() as tx:
+        assert await tx.target("r-1") is None
+        await tx.record_plan("r-1", STACK, frozenset({"n1"}))
+        assert await tx.target("r-1") is None  # no bundle.attested yet
+        await tx.record_bundle(STACK, "/bundles/b", (image,))
+        target = await tx.target("r-1")
+    assert target is not None
+    assert (target.stack_hash, target.bundle_uri, target.components) == (
+        STACK,
+        "/bundles/b",
+        (image,),
+    )

@@ -1,0 +1,94 @@
+"""The executor's blast-radius check (domain/guard.py) and the member table (domain/targets.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from lockstep_common.vocabulary import Component
+from lockstep_inventory.domain.members import map_member
+from lockstep_sim.profiles import PROFILE_CLASSES
+from lockstep_updater.domain.guard import Facts, Verdict, decide, outside_plan
+from lockstep_updater.domain.targets import MEMBER_PATTERNS, targets_for
+
+pytestmark = pytest.mark.unit
+OK = Facts(
+    node_id="node-1",
+    halted=None,
+    wave_released=True,
+    wave_nodes=frozenset({"node-1", "node-2"}),
+    plan_nodes=frozenset({"node-1", "node-2", "node-3"}),
+    failures=0,
+    failure_budget=1,
+    pool="p0",
+    others_out=1,
+    max_unavailable=2,
+)
+
+
+def test_a_node_of_the_wave_and_the_plan_within_budget_proceeds() -> None:
+    assert decide(OK, takes_out_of_service=True).verdict is Verdict.PROCEED
+
+
+@pytest.mark.parametrize(
+    ("change", "verdict", "reason"),
+    [
+        ({"halted": "gate: xid 79"}, Verdict.HALT, "rollout halted: gate: xid 79"),
+        ({"wave_released": False}, Verdict.REFUSE, "the wave was not released"),
+        ({"node_id": "node-3"}, Verdict.REFUSE, "node-3 is not in the wave"),
+        ({"plan_nodes": None}, Verdict.REFUSE, "no approved plan"),
+        ({"plan_nodes": frozenset({"node-2"})}, Verdict.REFUSE, "node-1 is not in the approved"),
+        ({"failures": 2}, Verdict.HALT, "wave failure budget spent: 2 failed > 1"),
+        ({"others_out": 2}, Verdict.WAIT, "pool p0 has 2 node(s) out of service"),
+    ],
+)
+def test_each_fact_that_forbids_the_action_says_so(
+    change: dict[str, object], verdict: Verdict, reason: str
+) -> None:
+    decision = decide(dataclasses.replace(OK, **change), takes_out_of_service=True)  # type: ignore[arg-type]
+    assert decision.verdict is verdict
+    assert decision.reason.startswith(reason)
+
+
+def test_the_pool_budget_does_not_hold_back_staging_into_an_inactive_bank() -> None:
+    full = dataclasses.replace(OK, others_out=5)
+    assert decide(full, takes_out_of_service=False).verdict is Verdict.PROCEED
+
+
+def test_a_halt_outranks_every_other_reason() -> None:
+    worst = dataclasses.replace(OK, halted="abort", node_id="stranger", others_out=9)
+    assert decide(worst, takes_out_of_service=True).verdict is Verdict.HALT
+
+
+def test_outside_plan_keeps_the_wave_order() -> None:
+    assert outside_plan(("n3", "n1", "n9"), frozenset({"n1"})) == ("n3", "n9")
+
+
+FW = "/redfish/v1/UpdateService/FirmwareInventory"
+GB200_MEMBERS = [
+    f"{FW}/{m}"
+    for m in (
+        "HGX_FW_GPU_0", "HGX_FW_GPU_1", "HGX_InfoROM_GPU_0", "FW_BMC_0", "HGX_FW_BMC_0",
+        "FW_ERoT_BMC_0", "CX7_0", "PSU_0", "HGX_FW_CPLD_0", "UEFI",
+    )
+]  # fmt: skip
+
+
+def test_targets_are_the_members_of_the_component_only() -> None:
+    assert targets_for(Component.GPU_VBIOS, GB200_MEMBERS) == (
+        f"{FW}/HGX_FW_GPU_0",
+        f"{FW}/HGX_FW_GPU_1",
+    )
+    assert targets_for(Component.BMC, GB200_MEMBERS) == (f"{FW}/FW_BMC_0", f"{FW}/HGX_FW_BMC_0")
+    assert targets_for(Component.DRIVER, GB200_MEMBERS) == ()  # in-band: no Redfish member
+
+
+SIM_MEMBERS = sorted({m for classes in PROFILE_CLASSES.values() for c in classes for m in c.ids})
+
+
+@pytest.mark.parametrize("member", SIM_MEMBERS)
+def test_the_table_classifies_members_as_the_inventory_does(member: str) -> None:
+    ours = [c for c, pattern in MEMBER_PATTERNS.items() if pattern.fullmatch(member)]
+    theirs = map_member(member).component
+    assert ours == ([] if theirs is None or theirs not in MEMBER_PATTERNS else [theirs])
