@@ -14,6 +14,13 @@ from typing import Any
 import nats
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
@@ -73,6 +80,8 @@ class Planner:
     ns: Namespace
     inventory: Inventory
     settings: Settings
+    keys: dict[str, Path]
+    """Approver -> private key file (their public keys are the service's trust store)."""
 
     async def publish(self, subject: str, data: EventData) -> Any:
         env = make_envelope(data, source="/test")
@@ -107,13 +116,29 @@ class Planner:
         await self.app.start()
 
 
-def planner_settings(servers: Any, namespace: str, policy: Path) -> Settings:
+def approvers(directory: Path) -> dict[str, Path]:
+    """Alice's and Bob's keys: public halves in ``directory/trust``, private ones returned."""
+    trust = directory / "trust"
+    trust.mkdir()
+    out = {}
+    for name in ("alice", "bob"):
+        key = Ed25519PrivateKey.generate()
+        (trust / f"{name}.pem").write_bytes(
+            key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+        )
+        out[name] = directory / f"{name}.key"
+        out[name].write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    return out
+
+
+def planner_settings(servers: Any, namespace: str, policy: Path, trust: Path) -> Settings:
     return Settings(
         nats_url=servers.nats_url,
         database_url=servers.database_url,
         namespace=namespace,
         db_schema=f"{namespace}_planner",
         policy_file=policy,
+        approvers_dir=trust,
         worker_poll_s=0.05,
         consumer_fetch_timeout_s=0.2,
         relay_poll_s=0.1,
@@ -124,14 +149,17 @@ def planner_settings(servers: Any, namespace: str, policy: Path) -> Settings:
 
 @pytest.fixture
 async def planner(servers: Any, namespace: str, tmp_path: Path) -> AsyncIterator[Planner]:
-    settings = planner_settings(servers, namespace, quick_policy(tmp_path / "classes.yaml"))
+    keys = approvers(tmp_path)
+    settings = planner_settings(
+        servers, namespace, quick_policy(tmp_path / "classes.yaml"), tmp_path / "trust"
+    )
     nc = await nats.connect(servers.nats_url)
     ns = Namespace(namespace)
     inventory = Inventory([fleet_node(i) for i in range(20)])
     sub = await nc.subscribe(ns.wire(subjects.fleet_query()), cb=inventory.answer)
     app = create_app(settings)
     await app.start()
-    harness = Planner(app, nc, ns, inventory, settings)
+    harness = Planner(app, nc, ns, inventory, settings, keys)
     try:
         yield harness
     finally:

@@ -113,3 +113,25 @@ async def test_a_refused_intent_names_every_reason(cli_env: Planner) -> None:
         "--class", "standard",
     )  # fmt: skip
     assert code == 1 and "refused" in out and "scope matches no node" in out
+
+
+async def test_a_routine_rollout_starts_once_a_trusted_approver_signs_its_plan(
+    cli_env: Planner,
+) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver", "--scope", "site=site-a",
+        "--class", "routine", "--approval", "CHG-1042", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    assert await cli_env.state(rollout_id) == "planned"
+    alice, bob = str(cli_env.keys["alice"]), str(cli_env.keys["bob"])
+
+    code, out = await cli("rollout", "approve", rollout_id, "--key", bob, "--as", "alice")
+    assert code == 1 and "forged or corrupt" in out
+    code, out = await cli("rollout", "approve", rollout_id, "--key", alice, "--as", "alice")
+    assert code == 0, out
+    await cli_env.wait_for("wave.planned.")
+    assert await cli_env.state(rollout_id) == "running"
+    code, out = await cli("rollout", "approve", rollout_id, "--key", alice, "--as", "alice")
+    assert code == 1 and "only a planned rollout waiting for approval" in out

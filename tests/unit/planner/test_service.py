@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import (
@@ -34,17 +35,27 @@ from lockstep_planner.handlers import (
 )
 from lockstep_planner.lifecycle import Timing
 from lockstep_planner.planning import Planning
-from lockstep_planner.testing.kit import attested, drifted, evidence, fleet_node, image, intent
+from lockstep_planner.testing.kit import (
+    attested,
+    drifted,
+    evidence,
+    fleet_node,
+    image,
+    intent,
+    sign,
+)
 from lockstep_planner.testing.memory_store import MemoryFleet, MemoryStore
 from lockstep_planner.worker import PlannerWorker
 
 pytestmark = pytest.mark.unit
 TIMING = Timing(deadline_factor=3.0, deadline_min_s=3600.0)
+ALICE, BOB = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+APPROVERS = {"alice": ALICE.public_key(), "bob": BOB.public_key()}
 
 
 def worker(store: MemoryStore) -> PlannerWorker:
     return PlannerWorker(
-        Planning(packaged_policy(), 4, TIMING),
+        Planning(packaged_policy(), 4, TIMING, APPROVERS),
         store=lambda _: store,
         fleet=lambda _: MemoryFleet(()),
         poll_s=0.01,
@@ -354,14 +365,48 @@ async def test_a_dry_run_plans_and_releases_nothing() -> None:
     assert rig.state(again) is RolloutState.RUNNING
 
 
-async def test_a_routine_change_waits_for_its_approval() -> None:
+async def test_a_routine_change_starts_only_with_a_signed_approval_of_its_plan() -> None:
     rig = Rig()
     await rig.attest()
-    waiting = await rig.submit(change_class=ChangeClass.ROUTINE)
-    assert rig.state(waiting) is RolloutState.PLANNED and not emitted(rig.store, WavePlanned)
-    assert rig.store.audit_of(waiting)[-1].action == "awaiting approval"
-    other = Rig()
-    await other.attest()
-    approved = await other.submit(change_class=ChangeClass.ROUTINE, approval_ref="CHG-1042")
-    assert other.state(approved) is RolloutState.RUNNING
-    assert "CHG-1042" in other.store.audit_of(approved)[-2].detail
+    rollout_id = await rig.submit(change_class=ChangeClass.ROUTINE, approval_ref="CHG-1042")
+    assert rig.state(rollout_id) is RolloutState.PLANNED and not emitted(rig.store, WavePlanned)
+    assert rig.store.audit_of(rollout_id)[-1].action == "awaiting approval"
+    plan_hash = rig.store.tables.rollouts[rollout_id].plan_hash
+    stranger = Ed25519PrivateKey.generate()
+    attempts = [
+        sign(stranger, "mallory", rollout_id, plan_hash),  # not in the trust store
+        sign(stranger, "alice", rollout_id, plan_hash),  # forged: not alice's key
+        sign(ALICE, "alice", rollout_id, "0" * 64),  # another plan
+    ]
+    for approval in attempts:
+        rig.store.command(rollout_id, "approve", approval=approval)
+    await rig.worker.commands(rig.store)
+    outcomes = [o or "" for _, o in rig.store.tables.commands.values()]
+    assert "not in the approvers trust store" in outcomes[0]
+    assert "forged or corrupt" in outcomes[1]
+    assert "a changed plan needs a new approval" in outcomes[2]
+    assert rig.state(rollout_id) is RolloutState.PLANNED
+    rig.store.command(rollout_id, "approve", approval=sign(ALICE, "alice", rollout_id, plan_hash))
+    await rig.worker.commands(rig.store)
+    assert rig.state(rollout_id) is RolloutState.RUNNING
+    assert [w.wave for w in emitted(rig.store, WavePlanned)] == [0]
+    assert ("alice", "approved") in [(a.actor, a.action) for a in rig.store.audit_of(rollout_id)]
+
+
+async def test_power_fabric_needs_two_distinct_approvers_and_a_replay_counts_once() -> None:
+    rig = Rig()
+    rig.bundle = attested(image(Component.PSU, "3.1", banks="one_way", activation="ac_cycle"))
+    await rig.attest()
+    rollout_id = await rig.submit(change_class=ChangeClass.POWER_FABRIC)
+    plan_hash = rig.store.tables.rollouts[rollout_id].plan_hash
+    approval = sign(ALICE, "alice", rollout_id, plan_hash)
+    rig.store.command(rollout_id, "approve", approval=approval)
+    rig.store.command(rollout_id, "approve", approval=approval)
+    await rig.worker.commands(rig.store)
+    outcomes = [o or "" for _, o in rig.store.tables.commands.values()]
+    assert "needs 2 distinct approvers; the plan has 1" in outcomes[0]
+    assert "replayed" in outcomes[1]
+    assert rig.state(rollout_id) is RolloutState.PLANNED
+    rig.store.command(rollout_id, "approve", approval=sign(BOB, "bob", rollout_id, plan_hash))
+    await rig.worker.commands(rig.store)
+    assert rig.state(rollout_id) is RolloutState.RUNNING

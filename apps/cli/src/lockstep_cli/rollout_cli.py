@@ -428,19 +428,30 @@ def rollout_audit(rollout: RolloutArg, as_json: Json = False) -> None:
 
 
 async def _command(
-    settings: Settings, rollout_id: str, action: str, by: str, reason: str, wait_s: float
+    settings: Settings,
+    rollout_id: str,
+    action: str,
+    by: str,
+    reason: str,
+    wait_s: float,
+    key: Path | None = None,
 ) -> str:
     conn = await _db(settings)
     try:
-        if await conn.fetchval("SELECT 1 FROM rollouts WHERE rollout_id = $1", rollout_id) is None:
+        plan_hash = await conn.fetchval(
+            "SELECT plan_hash FROM rollouts WHERE rollout_id = $1", rollout_id
+        )
+        if plan_hash is None:
             fail(f"no rollout {rollout_id}", 1)
+        approval = None if key is None else _signed(key, by, rollout_id, plan_hash)
         command_id = await conn.fetchval(
-            "INSERT INTO commands (rollout_id, action, requested_by, reason)"
-            " VALUES ($1, $2, $3, $4) RETURNING id",
+            "INSERT INTO commands (rollout_id, action, requested_by, reason, approval)"
+            " VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id",
             rollout_id,
             action,
             by,
             reason,
+            approval,
         )
         deadline = time.monotonic() + wait_s
         while True:
@@ -456,13 +467,62 @@ async def _command(
         await conn.close()
 
 
-def _control(rollout: str, action: str, by: str | None, reason: str, wait: float) -> None:
+def _signed(key: Path, approver: str, rollout_id: str, plan_hash: str) -> str:
+    """The approval record: ``approver``'s Ed25519 signature over the rollout's plan hash."""
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from lockstep_planner.domain.approvals import approval_message
+
+    try:
+        private = load_pem_private_key(key.read_bytes(), password=None)
+    except OSError as exc:
+        fail(f"--key {key}: {exc.strerror or exc}")
+    except (TypeError, ValueError) as exc:
+        fail(f"--key {key}: not an unencrypted PEM private key: {exc}")
+    if not isinstance(private, Ed25519PrivateKey):
+        fail(f"--key {key}: not an Ed25519 key ({type(private).__name__})")
+    signature = private.sign(approval_message(rollout_id, plan_hash))
+    return json.dumps(
+        {
+            "approver": approver,
+            "plan_hash": plan_hash,
+            "signature": base64.b64encode(signature).decode(),
+        }
+    )
+
+
+def _control(
+    rollout: str,
+    action: str,
+    by: str | None,
+    reason: str,
+    wait: float,
+    key: Path | None = None,
+) -> None:
     who = by or getpass.getuser()
-    outcome = run(_command(_settings(), rollout, action, who, reason, wait))
-    if outcome == "done":
-        console.print(f"{rollout}: {action} done")
+    outcome = run(_command(_settings(), rollout, action, who, reason, wait, key))
+    if outcome.startswith("done"):
+        console.print(f"{rollout}: {action} {outcome}")
         return
     fail(f"{rollout}: {action} {outcome}", 1)
+
+
+@rollout_app.command("approve")
+def rollout_approve(
+    rollout: RolloutArg,
+    key: Annotated[Path, typer.Option("--key", help="The approver's Ed25519 private key (PEM).")],
+    by: Annotated[
+        str | None,
+        typer.Option("--as", help="Approver name in the trust store (default: login name)."),
+    ] = None,
+    wait: Wait = 30.0,
+) -> None:
+    """Sign the rollout's current plan hash; once the class's approvals are in, it starts.
+    A changed plan needs a new approval; a replayed or forged one is refused."""
+    _control(rollout, "approve", by, "", wait, key)
 
 
 @rollout_app.command("pause")

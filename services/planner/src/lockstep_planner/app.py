@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import Resources, ServiceApp
+from lockstep_planner.adapters.approvers import ApproversError, load_approvers
 from lockstep_planner.adapters.fleet_query import NatsFleet
 from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
 from lockstep_planner.adapters.repository import PostgresStore
@@ -32,10 +35,25 @@ def load_policy(settings: Settings) -> Policy:
         raise ConfigurationError(f"policy_file {settings.policy_file}: {exc}") from None
 
 
+def load_approvers_of(settings: Settings) -> dict[str, Ed25519PublicKey]:
+    """The approvers trust store, read at start; a bad key file refuses to start."""
+    if settings.approvers_dir is None:
+        return {}
+    try:
+        return load_approvers(settings.approvers_dir)
+    except ApproversError as exc:
+        raise ConfigurationError(f"approvers_dir: {exc}") from None
+
+
 def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()`` (the policy is read here)."""
     timing = Timing(settings.wave_deadline_factor, settings.wave_deadline_min_s)
-    planning = Planning(load_policy(settings), settings.default_max_unavailable, timing)
+    planning = Planning(
+        load_policy(settings),
+        settings.default_max_unavailable,
+        timing,
+        load_approvers_of(settings),
+    )
     source = source_of(NAME)
     app = ServiceApp(
         NAME,

@@ -143,6 +143,15 @@ async def advance(tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datet
     return await complete(tx, rollout, waves, now)
 
 
+async def start(
+    tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datetime, approvals: str
+) -> RolloutRow:
+    """Approvals are in (or none are needed): release the canary."""
+    running = await set_state(tx, rollout, RolloutState.RUNNING, now)
+    await note(tx, rollout.rollout_id, PLANNER, "started", f"approvals: {approvals}", now)
+    return await advance(tx, running, timing, now)
+
+
 async def complete(
     tx: PlannerTx, rollout: RolloutRow, waves: Sequence[WaveRow], now: datetime
 ) -> RolloutRow:

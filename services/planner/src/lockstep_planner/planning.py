@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from lockstep_common import subjects
 from lockstep_common.events.v1 import (
@@ -37,7 +39,7 @@ from lockstep_planner.domain.plan_hash import canonical_plan, plan_hash
 from lockstep_planner.domain.refusal import PlanRefused, some
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.domain.scope import in_scope
-from lockstep_planner.lifecycle import PLANNER, Timing, advance, note, set_state
+from lockstep_planner.lifecycle import PLANNER, Timing, note, start
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ class Planning:
     policy: Policy
     default_max_unavailable: int
     timing: Timing = field(default_factory=Timing)
+    approvers: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+    """The approvers trust store; empty: no approval verifies (fails closed)."""
 
 
 def stratum_key(node: Node) -> str:
@@ -189,9 +193,6 @@ async def plan_intent(
     waves = _wave_rows(row.rollout_id, made, nodes)
     sites = sorted({nodes[i].site for w in made.waves for i in w.node_ids})
     policy = planning.policy[ChangeClass(intent.change_class)]
-    # Interim until signed approvals (issue 10, deliverable 3): the change ticket named on the
-    # intent counts as one approval; a class needing more waits in `planned`.
-    approvals = (intent.approval_ref,) if intent.approval_ref else ()
     rollout = RolloutRow(
         rollout_id=row.rollout_id,
         intent_id=row.intent_id,
@@ -203,7 +204,6 @@ async def plan_intent(
         plan_hash=plan_hash(made),
         plan=_described(made, waves, sites),
         approvals_needed=policy.approvals.count,
-        approvals=approvals,
         created_at=now,
         updated_at=now,
     )
@@ -237,24 +237,18 @@ async def plan_intent(
     )
     if intent.dry_run:
         return rollout
-    if len(approvals) < policy.approvals.count:
+    if policy.approvals.count:
+        # The change ticket (approval_ref) is recorded with the intent; what counts are signed
+        # approvals of this plan's hash (`lockstep rollout approve`).
         await note(
             tx,
             row.rollout_id,
             PLANNER,
             "awaiting approval",
-            f"change class {intent.change_class} needs {policy.approvals.count} approval(s); "
-            f"the plan has {len(approvals)}",
+            f"change class {intent.change_class} needs {policy.approvals.count} signed "
+            f"approval(s) of plan {rollout.plan_hash}"
+            + (" from distinct approvers" if policy.approvals.distinct_approvers else ""),
             now,
         )
         return rollout
-    running = await set_state(tx, rollout, RolloutState.RUNNING, now)
-    await note(
-        tx,
-        row.rollout_id,
-        PLANNER,
-        "started",
-        f"approvals: {', '.join(approvals) or 'pre-approved (' + str(intent.change_class) + ')'}",
-        now,
-    )
-    return await advance(tx, running, planning.timing, now)
+    return await start(tx, rollout, planning.timing, now, f"pre-approved ({intent.change_class})")

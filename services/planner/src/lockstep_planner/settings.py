@@ -21,6 +21,11 @@ class Settings(ServiceSettings):
         default=None,
         description="Change-class policy YAML replacing the packaged one (validated at start).",
     )
+    approvers_dir: Path | None = Field(
+        default=None,
+        description="Approvers trust store: <approver>.pem Ed25519 public keys. Without one, no "
+        "approval verifies and classes that need approvals never start (fails closed).",
+    )
     default_max_unavailable: int = Field(
         default=8,
         ge=1,

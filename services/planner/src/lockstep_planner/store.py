@@ -25,6 +25,7 @@ from lockstep_common.events.v1 import (
     WaveStratum,
 )
 from lockstep_common.outbox import EventSink
+from lockstep_planner.domain.approvals import Approval
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 
 
@@ -72,6 +73,9 @@ class RolloutRow:
     created_at: datetime
     updated_at: datetime
     approvals: tuple[str, ...] = ()
+    """The approver of each counted approval."""
+    signatures: tuple[str, ...] = ()
+    """Their signatures: a replayed approval is recognised by its bytes."""
     reason: str = ""
 
 
@@ -106,6 +110,8 @@ class Command:
     action: str
     requested_by: str
     reason: str = ""
+    approval: Approval | None = None
+    """For ``approve``: the signed record."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,16 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from lockstep_common.errors import TransientError
 from lockstep_common.service import Resources
+from lockstep_common.vocabulary import ChangeClass
+from lockstep_planner.domain.approvals import refusal as approval_refusal
+from lockstep_planner.domain.class_rules import approval_shortfall
 from lockstep_planner.domain.rollout import InvalidTransition, RolloutState, WaveState
-from lockstep_planner.lifecycle import advance, note, set_state, set_wave, stop
+from lockstep_planner.lifecycle import PLANNER, advance, note, set_state, set_wave, start, stop
 from lockstep_planner.planning import Planning, plan_intent, refuse
-from lockstep_planner.store import Command, DueWave, FleetSource, PlannerStore, PlannerTx
+from lockstep_planner.store import (
+    Command,
+    DueWave,
+    FleetSource,
+    PlannerStore,
+    PlannerTx,
+    RolloutRow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +150,62 @@ class PlannerWorker:
                 await tx.finish_command(command.id, outcome, now)
         return bool(todo)
 
+    async def _approve(
+        self, tx: PlannerTx, rollout: RolloutRow, command: Command, now: datetime
+    ) -> str:
+        """Count a signed approval of the rollout's plan; start it once the class's are in."""
+        approval = command.approval
+        problem: str | None
+        if approval is None:
+            problem = "no signed approval given"
+        elif rollout.state is not RolloutState.PLANNED or rollout.dry_run:
+            problem = f"rollout is {'a dry run' if rollout.dry_run else rollout.state}: only a "
+            problem += "planned rollout waiting for approval can be approved"
+        else:
+            problem = approval_refusal(
+                approval,
+                rollout_id=rollout.rollout_id,
+                plan_hash=rollout.plan_hash,
+                keys=self.planning.approvers,
+                seen=rollout.signatures,
+            )
+        if problem is not None or approval is None:
+            await note(
+                tx, rollout.rollout_id, command.requested_by, "approval refused", str(problem), now
+            )
+            return f"refused: {problem}"
+        approved = dataclasses.replace(
+            rollout,
+            approvals=(*rollout.approvals, approval.approver),
+            signatures=(*rollout.signatures, approval.signature),
+            updated_at=now,
+        )
+        await tx.save_rollout(approved)
+        await note(
+            tx,
+            rollout.rollout_id,
+            approval.approver,
+            "approved",
+            f"plan {rollout.plan_hash}: signature verified against the approvers trust store",
+            now,
+        )
+        change_class = ChangeClass(rollout.change_class)
+        short = approval_shortfall(
+            change_class, self.planning.policy[change_class], approved.approvals
+        )
+        if short is not None:
+            await note(tx, rollout.rollout_id, PLANNER, "awaiting approval", short, now)
+            return f"done; {short}"
+        await start(tx, approved, self.planning.timing, now, ", ".join(approved.approvals))
+        return "done"
+
     async def _carry_out(self, tx: PlannerTx, command: Command, now: datetime) -> str:
         rollout = await tx.rollout(command.rollout_id)
         if rollout is None:
             return f"refused: no rollout {command.rollout_id}"
         why = f" ({command.reason})" if command.reason else ""
+        if command.action == "approve":
+            return await self._approve(tx, rollout, command, now)
         try:
             if command.action == "pause":
                 await set_state(

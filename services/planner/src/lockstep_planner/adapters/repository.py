@@ -23,6 +23,7 @@ from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import AttestedComponent, IntentSubmitted, WaveStratum
 from lockstep_common.outbox import EventSink, emitting
+from lockstep_planner.domain.approvals import Approval
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.store import (
     AuditEntry,
@@ -87,6 +88,7 @@ def _rollout(r: asyncpg.Record) -> RolloutRow:
         created_at=r["created_at"],
         updated_at=r["updated_at"],
         approvals=tuple(r["approvals"]),
+        signatures=tuple(r["signatures"]),
         reason=r["reason"],
     )
 
@@ -109,6 +111,19 @@ def _wave(r: asyncpg.Record) -> WaveRow:
         released_at=r["released_at"],
         deadline=r["deadline"],
         soak_until=r["soak_until"],
+    )
+
+
+def _approval(raw: str | None) -> Approval | None:
+    """The signed record a command carries; a malformed one is an approval that verifies
+    nothing (the worker refuses it by name) rather than a loop that fails on every poll."""
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        doc = {}
+    return Approval(
+        str(doc.get("approver", "")), str(doc.get("plan_hash", "")), str(doc.get("signature", ""))
     )
 
 
@@ -277,11 +292,12 @@ class PostgresTx:
 
     async def save_rollout(self, rollout: RolloutRow) -> None:
         await self.conn.execute(
-            "UPDATE rollouts SET state = $2, approvals = $3, reason = $4, updated_at = $5"
-            " WHERE rollout_id = $1",
+            "UPDATE rollouts SET state = $2, approvals = $3, signatures = $4, reason = $5,"
+            " updated_at = $6 WHERE rollout_id = $1",
             rollout.rollout_id,
             rollout.state.value,
             list(rollout.approvals),
+            list(rollout.signatures),
             rollout.reason,
             rollout.updated_at,
         )
@@ -334,12 +350,19 @@ class PostgresTx:
 
     async def open_commands(self, limit: int) -> list[Command]:
         rows = await self.conn.fetch(
-            "SELECT id, rollout_id, action, requested_by, reason FROM commands"
+            "SELECT id, rollout_id, action, requested_by, reason, approval FROM commands"
             " WHERE done_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1",
             limit,
         )
         return [
-            Command(r["id"], r["rollout_id"], r["action"], r["requested_by"], r["reason"])
+            Command(
+                r["id"],
+                r["rollout_id"],
+                r["action"],
+                r["requested_by"],
+                r["reason"],
+                _approval(r["approval"]),
+            )
             for r in rows
         ]
 

@@ -40,7 +40,8 @@ CREATE TABLE rollouts (
                    CHECK (state IN ('planned', 'running', 'paused', 'halted', 'aborted', 'completed')),
     plan_hash      text        NOT NULL,
     plan           jsonb       NOT NULL,              -- waves, strata, exclusions, estimates
-    approvals      text[]      NOT NULL DEFAULT '{}',
+    approvals      text[]      NOT NULL DEFAULT '{}',   -- approver per counted approval
+    signatures     text[]      NOT NULL DEFAULT '{}',   -- their signatures, to refuse replays
     approvals_needed integer   NOT NULL,
     reason         text        NOT NULL DEFAULT '',
     created_at     timestamptz NOT NULL,
@@ -82,13 +83,15 @@ CREATE TABLE rollout_nodes (
 );
 CREATE INDEX rollout_nodes_node ON rollout_nodes (node_id);
 
--- pause, resume, abort: written by `lockstep rollout`, carried out by the planner's worker.
+-- approve, pause, resume, abort: written by `lockstep rollout`, carried out by the planner's
+-- worker (an approval carries its signed record in `approval`).
 CREATE TABLE commands (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     rollout_id   text        NOT NULL,
-    action       text        NOT NULL CHECK (action IN ('pause', 'resume', 'abort')),
+    action       text        NOT NULL CHECK (action IN ('approve', 'pause', 'resume', 'abort')),
     requested_by text        NOT NULL,
     reason       text        NOT NULL DEFAULT '',
+    approval     jsonb,
     requested_at timestamptz NOT NULL DEFAULT now(),
     done_at      timestamptz,
     outcome      text

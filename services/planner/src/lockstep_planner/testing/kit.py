@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lockstep_common import canonical
 from lockstep_common.events.v1 import (
@@ -17,6 +20,7 @@ from lockstep_common.events.v1 import (
     Strategy,
 )
 from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
+from lockstep_planner.domain.approvals import Approval, approval_message
 
 OLD_DRIVER, NEW_DRIVER = "570.86.10", "570.124.06"
 
@@ -114,3 +118,9 @@ def evidence(metric: str = "nccl_busbw_ratio", *, passed: bool = True) -> Metric
         passed=passed,
         detail="Mann-Whitney U",
     )
+
+
+def sign(key: Ed25519PrivateKey, approver: str, rollout_id: str, plan_hash: str) -> Approval:
+    """What `lockstep rollout approve` sends for ``approver`` holding ``key``."""
+    signature = key.sign(approval_message(rollout_id, plan_hash))
+    return Approval(approver, plan_hash, base64.b64encode(signature).decode())

@@ -21,6 +21,7 @@ from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import FleetNode, ScopeSelector
 from lockstep_common.outbox import EventSink
 from lockstep_common.testing import RecordedEvents
+from lockstep_planner.domain.approvals import Approval
 from lockstep_planner.domain.rollout import RolloutState
 from lockstep_planner.store import (
     AuditEntry,
@@ -190,10 +191,18 @@ class MemoryStore:
         self.tables = draft
         self.events.emitted.extend(pending.emitted)
 
-    def command(self, rollout_id: str, action: str, by: str = "alice", reason: str = "") -> None:
-        """What `lockstep rollout pause|resume|abort` writes."""
+    def command(
+        self,
+        rollout_id: str,
+        action: str,
+        by: str = "alice",
+        reason: str = "",
+        approval: Approval | None = None,
+    ) -> None:
+        """What `lockstep rollout approve|pause|resume|abort` writes."""
         number = len(self.tables.commands) + 1
-        self.tables.commands[number] = (Command(number, rollout_id, action, by, reason), None)
+        command = Command(number, rollout_id, action, by, reason, approval)
+        self.tables.commands[number] = (command, None)
 
     def audit_of(self, rollout_id: str) -> list[AuditEntry]:
         return [a for a in self.tables.audit if a.rollout_id == rollout_id]
