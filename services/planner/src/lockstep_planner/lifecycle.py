@@ -158,13 +158,12 @@ async def complete(
     """Every wave passed: the rollout is done and the pin follows it (issue 10, deliverable 8:
     the planner, not the CLI, publishes ``pin.changed`` for rollouts)."""
     done = await set_state(tx, rollout, RolloutState.COMPLETED, now)
-    updated = sum(w.succeeded or len(w.node_ids) for w in waves) - sum(w.failed for w in waves)
+    # Every passed wave was reported complete by the updater (soaking needs wave.completed).
+    updated = sum(w.succeeded for w in waves)
     failed = sum(w.failed for w in waves)
     tx.events.emit(
         subjects.rollout_completed(rollout.rollout_id),
-        RolloutCompleted(
-            rollout_id=rollout.rollout_id, nodes_updated=max(updated, 0), nodes_failed=failed
-        ),
+        RolloutCompleted(rollout_id=rollout.rollout_id, nodes_updated=updated, nodes_failed=failed),
         about=rollout.rollout_id,
         correlation_id=str(rollout.intent_id),
     )
@@ -200,7 +199,7 @@ async def complete(
         rollout.rollout_id,
         PLANNER,
         "completed",
-        f"every wave passed; {max(updated, 0)} node(s) updated, {failed} failed; pin moved for "
+        f"every wave passed; {updated} node(s) updated, {failed} failed; pin moved for "
         f"site(s) {', '.join(sites) or '(none)'}",
         now,
     )
