@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.events.v1 import GateInconclusive, WaveCompleted
+from lockstep_common.vocabulary import GateVerdict
 from lockstep_planner.testing.kit import attested
 from tests.integration.planner_service.conftest import Planner
 
@@ -135,3 +137,33 @@ async def test_a_routine_rollout_starts_once_a_trusted_approver_signs_its_plan(
     assert await cli_env.state(rollout_id) == "running"
     code, out = await cli("rollout", "approve", rollout_id, "--key", alice, "--as", "alice")
     assert code == 1 and "only a planned rollout waiting for approval" in out
+
+
+async def test_an_inconclusive_gate_pauses_until_an_operator_resumes(cli_env: Planner) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver", "--scope", "site=site-a",
+        "--class", "standard", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    [wave0] = await cli_env.wait_for("wave.planned.")
+    await cli_env.publish(
+        subjects.wave_completed(rollout_id),
+        WaveCompleted(rollout_id=rollout_id, wave=0, succeeded=tuple(wave0["node_ids"]), failed=()),
+    )
+    await cli_env.publish(
+        subjects.gate(GateVerdict.INCONCLUSIVE, rollout_id),
+        GateInconclusive(
+            rollout_id=rollout_id, wave=0, verdict=GateVerdict.INCONCLUSIVE, evidence=()
+        ),
+    )
+
+    async def paused() -> bool:
+        return await cli_env.state(rollout_id) == "paused"
+
+    await until(paused, what="rollout paused")
+    code, out = await cli("rollout", "status", rollout_id, "--json")
+    assert json.loads(out)["waves"][0]["state"] == "held"
+    assert (await cli("rollout", "resume", rollout_id, "--by", "bob"))[0] == 0
+    waves = await cli_env.wait_for("wave.planned.", 2)
+    assert [w["wave"] for w in waves] == [0, 1]

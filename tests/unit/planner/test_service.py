@@ -410,3 +410,18 @@ async def test_power_fabric_needs_two_distinct_approvers_and_a_replay_counts_onc
     rig.store.command(rollout_id, "approve", approval=sign(BOB, "bob", rollout_id, plan_hash))
     await rig.worker.commands(rig.store)
     assert rig.state(rollout_id) is RolloutState.RUNNING
+
+
+async def test_a_worker_whose_lease_lapsed_cannot_commit_a_second_plan() -> None:
+    rig = Rig()
+    await rig.attest()
+    data = intent(rig.bundle)
+    await deliver(rig.store, on_intent_submitted, data)
+    async with rig.store.transaction() as tx:
+        stale = await tx.claim_intent(60, rig.store.now)  # a worker that then stalls
+    assert stale is not None
+    rig.later(61)
+    assert await rig.worker.intent(rig.store, rig.fleet)  # another takes it over and plans
+    async with rig.store.transaction() as tx:
+        assert not await tx.still_holds(stale), "the stalled worker's token is fenced off"
+    assert len(emitted(rig.store, RolloutPlanned)) == 1
