@@ -150,7 +150,10 @@ def test_a_class_a_subscription_only_ignores_is_not_listed_as_consumed() -> None
 
 
 def test_a_new_subscription_makes_the_committed_docs_stale() -> None:
-    more: dict[type[EventData], Sequence[str]] = {**PARTIES.consumers, v1.GateTripped: ("planner",)}
+    more: dict[type[EventData], Sequence[str]] = {
+        **PARTIES.consumers,
+        v1.HealthObserved: ("planner",),
+    }
     changed = schemadocs.Parties(PARTIES.producers, more)
     assert schemadocs.stale(REPO / "docs", changed) == ["asyncapi.yaml", "events.md"]
 
@@ -169,9 +172,10 @@ def test_producers_are_read_from_the_services_routers(cls: type[EventData], serv
 
 
 def test_no_service_is_said_to_produce_what_it_does_not_emit() -> None:
-    # The planner publishes nothing yet: the docs must not promise its events.
-    assert schemadocs.routes(PARTIES)[v1.WavePlanned].producers == ()
-    assert schemadocs.routes(PARTIES)[v1.PinChanged].producers == ("cli",)
+    # Only the planner releases waves; pins come from it (rollouts) and the CLI (by hand).
+    assert schemadocs.routes(PARTIES)[v1.WavePlanned].producers == ("planner",)
+    assert schemadocs.routes(PARTIES)[v1.PinChanged].producers == ("planner", "cli")
+    assert "planner" not in schemadocs.routes(PARTIES)[v1.DriftDetected].producers
 
 
 def test_write_then_stale_round_trip(tmp_path: Path, rendered: dict[str, str]) -> None:

@@ -22,6 +22,7 @@ from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_cli.gate_cli import bench_gate, gate_app
 from lockstep_cli.node_cli import node_app
+from lockstep_cli.rollout_cli import rollout_app
 from lockstep_sim.cli import sim_app
 
 app = typer.Typer(
@@ -45,6 +46,7 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(gate_app, name="gate")
 app.add_typer(node_app, name="node")
+app.add_typer(rollout_app, name="rollout")
 bench.command("gate")(bench_gate)
 console = Console()
 

@@ -85,7 +85,7 @@ CHANNELS: dict[type[EventData], Channel] = {
     ),
     v1.WavePlanned: Channel(lambda: subjects.wave_planned(ROLLOUT)),
     v1.WaveCompleted: Channel(lambda: subjects.wave_completed(ROLLOUT)),
-    # `lockstep fleet pin` publishes pins until the planner does.
+    # The planner publishes the pins of rollouts; `lockstep fleet pin` sets pins by hand.
     v1.PinChanged: Channel(lambda: subjects.pin_changed(SITE), ("cli",)),
     v1.DeviceStaged: Channel(lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE)),
     v1.DeviceActivated: Channel(lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE)),

@@ -2,13 +2,77 @@
 
 from __future__ import annotations
 
-from lockstep_common.service import ServiceApp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from lockstep_common.envelope import source_of
+from lockstep_common.errors import ConfigurationError
+from lockstep_common.service import Resources, ServiceApp
+from lockstep_planner.adapters.approvers import ApproversError, load_approvers
+from lockstep_planner.adapters.fleet_query import NatsFleet
+from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
+from lockstep_planner.adapters.repository import PostgresStore
+from lockstep_planner.domain.classes import Policy, PolicyError
+from lockstep_planner.handlers import Handlers
+from lockstep_planner.lifecycle import Timing
+from lockstep_planner.planning import Planning
 from lockstep_planner.router import subscriptions
 from lockstep_planner.settings import Settings
+from lockstep_planner.worker import PlannerWorker
 
 NAME = "planner"
 
 
+def load_policy(settings: Settings) -> Policy:
+    """The change-class policy from settings, else the packaged one; read and validated here,
+    at start, so a bad file stops the service with one line naming the field."""
+    if settings.policy_file is None:
+        return packaged_policy()
+    try:
+        return read_policy(settings.policy_file)
+    except OSError as exc:
+        raise ConfigurationError(f"policy_file {settings.policy_file}: {exc.strerror}") from None
+    except PolicyError as exc:
+        raise ConfigurationError(f"policy_file {settings.policy_file}: {exc}") from None
+
+
+def load_approvers_of(settings: Settings) -> dict[str, Ed25519PublicKey]:
+    """The approvers trust store, read at start; a bad key file refuses to start."""
+    if settings.approvers_dir is None:
+        return {}
+    try:
+        return load_approvers(settings.approvers_dir)
+    except ApproversError as exc:
+        raise ConfigurationError(f"approvers_dir: {exc}") from None
+
+
 def create_app(settings: Settings) -> ServiceApp:
-    """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(NAME, settings, subscriptions=subscriptions())
+    """Build the service; nothing connects until ``start()`` (the policy is read here)."""
+    timing = Timing(settings.wave_deadline_factor, settings.wave_deadline_min_s)
+    planning = Planning(
+        load_policy(settings),
+        settings.default_max_unavailable,
+        timing,
+        load_approvers_of(settings),
+    )
+    source = source_of(NAME)
+    app = ServiceApp(
+        NAME,
+        settings,
+        subscriptions=subscriptions(Handlers(timing)),
+        migration_package="lockstep_planner.migrations",
+    )
+
+    def fleet(resources: Resources) -> NatsFleet:
+        return NatsFleet(resources.nc, app.namespace, source, timeout_s=settings.fleet_timeout_s)
+
+    app.add_workers(
+        PlannerWorker(
+            planning,
+            store=lambda resources: PostgresStore(resources.pool, source),
+            fleet=fleet,
+            poll_s=settings.worker_poll_s,
+            lease_s=settings.lease_s,
+            max_attempts=settings.max_attempts,
+        )
+    )
+    return app

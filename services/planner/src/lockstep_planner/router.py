@@ -1,19 +1,99 @@
 """The planner service's subscriptions: its whole topology at a glance.
 
-It has no consumers yet. Per design.md it will consume:
-intent.submitted, bundle.attested, gate.>, device.>.
+Consumes attested bundles (``bundle.attested``), intents (``intent.submitted``), wave
+completions and gate verdicts (``wave.completed.*``, ``gate.>``) and device steps
+(``device.>``); emits rollouts, waves and pins through the outbox, and asks the inventory for
+the fleet (``fleet.query``, core-NATS request/reply from its worker).
 """
 
 from __future__ import annotations
 
-from lockstep_common.consumer import Subscription
+from lockstep_common import subjects
+from lockstep_common.consumer import On, Subscription
 from lockstep_common.envelope import EventData
+from lockstep_common.events.v1 import (
+    BundleAttested,
+    DeviceActivated,
+    DeviceFailed,
+    DeviceRolledBack,
+    DeviceStaged,
+    DeviceVerified,
+    FleetQueryRequested,
+    GateInconclusive,
+    GatePassed,
+    GateTripped,
+    IntentSubmitted,
+    PinChanged,
+    RolloutCompleted,
+    RolloutHalted,
+    RolloutPlanned,
+    WaveCompleted,
+    WavePlanned,
+)
+from lockstep_planner.adapters.repository import joined
+from lockstep_planner.handlers import Handlers
+from lockstep_planner.lifecycle import Timing
 
-# The event classes this service publishes (none yet): with ``subscriptions()``, the source of
-# the producer and consumer lists in docs/.
-EMITS: tuple[type[EventData], ...] = ()
+# The event classes this service publishes (through the outbox), and the fleet.query request
+# it sends: with ``subscriptions()``, the source of the producer and consumer lists and of the
+# NATS permission matrix in docs/.
+EMITS: tuple[type[EventData], ...] = (
+    RolloutPlanned,
+    WavePlanned,
+    RolloutHalted,
+    RolloutCompleted,
+    PinChanged,
+    FleetQueryRequested,
+)
 
 
-def subscriptions() -> tuple[Subscription, ...]:
+def subscriptions(handlers: Handlers | None = None) -> tuple[Subscription, ...]:
     """Subject -> handler bindings of this service."""
-    return ()
+    h = handlers or Handlers(Timing())
+    return (
+        Subscription(
+            name="planner-bundles",
+            stream="BUNDLES",
+            subjects=(subjects.bundle_attested(),),
+            handlers=(On(BundleAttested, joined(h.bundle_attested)),),
+            description="Attested bundles: the only ones a rollout may move to",
+        ),
+        Subscription(
+            name="planner-intents",
+            stream="INTENTS",
+            subjects=(subjects.intent_submitted(),),
+            handlers=(On(IntentSubmitted, joined(h.intent_submitted)),),
+            description="Intents to plan (one rollout per intent id)",
+        ),
+        Subscription(
+            name="planner-waves",
+            stream="ROLLOUTS",
+            subjects=("wave.completed.*",),
+            handlers=(On(WaveCompleted, joined(h.wave_completed)),),
+            description="Waves the updater finished: their soak starts",
+        ),
+        Subscription(
+            name="planner-gates",
+            stream="GATES",
+            subjects=("gate.>",),
+            handlers=(
+                On(GatePassed, joined(h.gate)),
+                On(GateTripped, joined(h.gate)),
+                On(GateInconclusive, joined(h.gate)),
+            ),
+            description="Healthgate verdicts: release, halt or pause",
+        ),
+        Subscription(
+            name="planner-devices",
+            stream="DEVICES",
+            subjects=(subjects.devices_all(),),
+            handlers=(
+                On(DeviceStaged, joined(h.device_step)),
+                On(DeviceActivated, joined(h.device_step)),
+                On(DeviceVerified, joined(h.device_step)),
+                On(DeviceFailed, joined(h.device_step)),
+                On(DeviceRolledBack, joined(h.device_step)),
+            ),
+            description="Device steps, for live progress",
+        ),
+    )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from lockstep_common.settings import ServiceSettings
+from lockstep_common.settings import Seconds, ServiceSettings
 
 
 class Settings(ServiceSettings):
@@ -12,4 +15,30 @@ class Settings(ServiceSettings):
 
     model_config = SettingsConfigDict(
         env_prefix="LOCKSTEP_PLANNER_", extra="forbid", populate_by_name=True, validate_default=True
+    )
+
+    policy_file: Path | None = Field(
+        default=None,
+        description="Change-class policy YAML replacing the packaged one (validated at start).",
+    )
+    approvers_dir: Path | None = Field(
+        default=None,
+        description="Approvers trust store: <approver>.pem Ed25519 public keys. Without one, no "
+        "approval verifies and classes that need approvals never start (fails closed).",
+    )
+    default_max_unavailable: int = Field(
+        default=8,
+        ge=1,
+        le=100_000,
+        description="Nodes per pool out of service at once, unless a strategy lowers it.",
+    )
+    worker_poll_s: float = Field(default=1.0, gt=0, description="Worker poll when idle, seconds.")
+    lease_s: float = Field(default=120.0, gt=0, description="A claimed intent's lease, seconds.")
+    max_attempts: int = Field(default=5, ge=1, description="Claims before an intent is refused.")
+    fleet_timeout_s: Seconds = Field(default=10.0, description="Bound of one fleet.query page.")
+    wave_deadline_factor: float = Field(
+        default=3.0, ge=1, description="A wave's deadline: this many times its estimated work..."
+    )
+    wave_deadline_min_s: float = Field(
+        default=3600.0, gt=0, description="...but never less than this many seconds."
     )

@@ -1,0 +1,549 @@
+"""``lockstep rollout plan|start|status|pause|resume|abort|audit``: rollouts, for operators.
+
+``plan`` and ``start`` publish ``intent.submitted`` (the ``cli`` NATS identity may) and wait
+for the planner's answer: the plan, or the refusal with every reason. The bundle is named as
+``ID[@VERSION]`` and resolved to its stack hash among the bundles the planner has seen
+attested. ``status`` and ``audit`` read the planner's tables read-only (as ``lockstep dlq``
+does). ``pause``, ``resume`` and ``abort`` write one row to the planner's ``commands`` table
+and wait for the planner's worker to carry it out: the planner stays the only writer of a
+rollout's state, so every change goes through its state table, its audit trail and its events
+(``rollout.halted`` for an abort), and a command given while the planner is down is carried
+out when it is back.
+Exit codes: 0 done, 1 refused or not found, 2 bad input or an unreachable server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lockstep_cli.cli_io import fail, run, settings_of
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from lockstep_common.events.v1 import IntentSubmitted, ScopeSelector, Strategy
+    from lockstep_planner.settings import Settings
+
+rollout_app = typer.Typer(
+    help="Rollouts: plan, start, follow, pause, resume, abort, audit.", no_args_is_help=True
+)
+console = Console()
+Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+RolloutArg = Annotated[str, typer.Argument(help="Rollout id (r-...).")]
+Wait = Annotated[float, typer.Option("--wait", help="Seconds to wait for the planner.")]
+By = Annotated[str | None, typer.Option("--by", help="Who asks (default: the login name).")]
+Reason = Annotated[str, typer.Option("--reason", help="Why, for the audit trail.")]
+
+
+def _settings() -> Settings:
+    from lockstep_planner.settings import Settings
+
+    return settings_of(Settings)
+
+
+async def _db(settings: Settings) -> asyncpg.Connection:
+    from lockstep_common import db
+
+    conn = await db.connect_with_retry(settings.database_url, attempts=3)
+    # The planner's schema, as ServiceApp names it; nothing here migrates anything.
+    await conn.execute(f"SET search_path TO {db.quote_ident(settings.db_schema or 'planner')}")
+    return conn
+
+
+async def _fetch(settings: Settings, sql: str, *args: Any) -> list[dict[str, Any]]:
+    conn = await _db(settings)
+    try:
+        return [dict(r) for r in await conn.fetch(sql, *args)]
+    finally:
+        await conn.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+# --- plan / start -------------------------------------------------------------------------------
+
+
+def _strategy(path: Path | None) -> Strategy:
+    from pydantic import ValidationError
+
+    from lockstep_common.events.v1 import Strategy
+
+    if path is None:
+        return Strategy()
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+        return Strategy.model_validate_json(json.dumps(doc if doc is not None else {}))
+    except OSError as exc:
+        fail(f"--strategy {path}: {exc.strerror or exc}")
+    except yaml.YAMLError as exc:
+        fail(f"--strategy {path}: not YAML or JSON: {str(exc).splitlines()[0]}")
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "(root)"
+            fail(f"--strategy {path}: {where}: {err['msg']}")
+        fail(f"--strategy {path}: {exc}")
+
+
+def _scope(text: str) -> ScopeSelector:
+    from lockstep_inventory.domain.pins import SelectorError, parse_selector
+
+    try:
+        return parse_selector(text)
+    except SelectorError as exc:
+        fail(f"--scope: {exc}")
+
+
+async def _resolve(settings: Settings, bundle: str) -> str:
+    """``ID[@VERSION]`` -> the stack hash of that attested bundle (the newest attested version
+    when none is named)."""
+    bundle_id, _, version = bundle.partition("@")
+    rows = await _fetch(
+        settings,
+        "SELECT stack_hash, bundle_version FROM bundles WHERE bundle_id = $1"
+        " AND ($2 = '' OR bundle_version = $2) ORDER BY attested_at DESC LIMIT 1",
+        bundle_id,
+        version,
+    )
+    if not rows:
+        named = f"{bundle_id} version {version}" if version else bundle_id
+        fail(f"--bundle: no attested bundle {named} (none announced by bundle.attested)", 1)
+    return str(rows[0]["stack_hash"])
+
+
+async def _publish(settings: Settings, data: IntentSubmitted, timeout_s: float) -> None:
+    import nats
+
+    from lockstep_common import subjects
+    from lockstep_common.envelope import make_envelope, source_of
+    from lockstep_common.natsconn import AccessError, connect
+    from lockstep_common.subjects import Namespace
+
+    subject = Namespace(settings.namespace).wire(subjects.intent_submitted())
+    env = make_envelope(data, source=source_of("cli"))
+    try:
+        nc = await asyncio.wait_for(
+            connect(settings.nats_access(), name="lockstep-cli", allow_reconnect=False),
+            timeout_s,
+        )
+    except AccessError as exc:
+        fail(str(exc))
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        fail(f"NATS unreachable: {type(exc).__name__} {exc}")
+    try:
+        await nc.jetstream().publish(
+            subject, env.to_json(), timeout=timeout_s, headers={"Nats-Msg-Id": str(env.event_id)}
+        )
+    except (TimeoutError, nats.errors.Error) as exc:
+        fail(f"intent not acknowledged on {subject}: {type(exc).__name__} {exc}", 1)
+    finally:
+        await nc.close()
+
+
+async def _decision(settings: Settings, intent_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        rows = await _fetch(
+            settings,
+            "SELECT i.state, i.reasons, i.rollout_id, r.state AS rollout_state, r.plan_hash,"
+            " r.plan, r.dry_run FROM intents i LEFT JOIN rollouts r USING (rollout_id)"
+            " WHERE i.intent_id = $1",
+            intent_id,
+        )
+        if rows and rows[0]["state"] in ("planned", "refused"):
+            row = rows[0]
+            row["plan"] = json.loads(row["plan"]) if row["plan"] else None
+            return row
+        if time.monotonic() > deadline:
+            fail(
+                f"intent {intent_id} published, but the planner did not decide within "
+                f"{wait_s:g} s; follow it with `lockstep rollout status r-{intent_id.hex[:16]}`",
+                1,
+            )
+        await asyncio.sleep(0.2)
+
+
+def _submit(
+    bundle: str,
+    scope: str,
+    change_class: str,
+    strategy: Path | None,
+    approval: str | None,
+    dry_run: bool,
+    wait_s: float,
+    as_json: bool,
+) -> None:
+    from lockstep_common.events.v1 import IntentSubmitted
+    from lockstep_common.vocabulary import ChangeClass
+
+    try:
+        klass = ChangeClass(change_class)
+    except ValueError:
+        fail(f"--class {change_class!r}: use one of {', '.join(c.value for c in ChangeClass)}")
+    selector, plan_strategy = _scope(scope), _strategy(strategy)
+    settings = _settings()
+    stack_hash = run(_resolve(settings, bundle))
+    data = IntentSubmitted(
+        intent_id=uuid.uuid4(),
+        stack_hash=stack_hash,
+        scope=selector,
+        change_class=klass,
+        approval_ref=approval,
+        submitted_by=getpass.getuser(),
+        strategy=plan_strategy,
+        dry_run=dry_run,
+    )
+    run(_publish(settings, data, 5.0))
+    decided = run(_decision(settings, data.intent_id, wait_s))
+    if as_json:
+        print(json.dumps(_jsonable({"intent_id": data.intent_id, **decided})))
+    elif decided["state"] == "refused":
+        console.print(f"[red]refused[/] intent {data.intent_id}:")
+        for reason in decided["reasons"]:
+            console.print(f"  - {reason}", highlight=False)
+    else:
+        _print_plan(decided)
+    if decided["state"] == "refused":
+        raise typer.Exit(1)
+
+
+def _print_plan(decided: dict[str, Any]) -> None:
+    plan = decided["plan"]
+    rid, state = decided["rollout_id"], decided["rollout_state"]
+    head = "dry run, nothing released" if decided["dry_run"] else f"state {state}"
+    console.print(f"rollout [bold]{rid}[/] ({head}); plan hash {decided['plan_hash']}")
+    table = Table(title="waves")
+    for column in ("wave", "nodes", "components", "starts (est.)", "gated by (est.)"):
+        table.add_column(column)
+    times = {e["number"]: e for e in plan["estimates"]}
+    for wave in plan["waves"]:
+        est = times.get(wave["number"], {})
+        table.add_row(
+            str(wave["number"]),
+            str(len(wave["nodes"])),
+            ", ".join(plan["components"].get(str(wave["number"]), []))
+            or ", ".join(c for s in wave["stages"] for c in s["components"]),
+            _duration(est.get("start_s", 0)),
+            _duration(est.get("end_s", 0)),
+        )
+    console.print(table)
+    strata = Table(title="strata covered by the canary, with their control groups")
+    for column in ("profile", "supplier", "stack", "canary", "controls"):
+        strata.add_column(column, overflow="fold")
+    for s in plan["strata"]:
+        strata.add_row(
+            s["profile"],
+            s["supplier"],
+            s["stack"][:12],
+            _some(s["canary"]),
+            _some(s["controls"]) or "(none untouched)",
+        )
+    console.print(strata)
+    excluded: dict[str, int] = {}
+    for e in plan["excluded"]:
+        excluded[e["reason"]] = excluded.get(e["reason"], 0) + 1
+    for reason, n in sorted(excluded.items()):
+        console.print(f"excluded: {n} node(s): {reason}", highlight=False)
+    console.print(
+        f"estimated duration {_duration(plan['makespan_s'])} "
+        f"(lower bound {_duration(plan['lower_bound_s'])})"
+    )
+
+
+def _some(ids: list[str], shown: int = 6) -> str:
+    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+BundleOpt = Annotated[str, typer.Option("--bundle", help="Attested bundle: ID[@VERSION].")]
+ScopeOpt = Annotated[
+    str,
+    typer.Option(
+        "--scope", help="Selector: site=S,pool=P,profile=X,fabric_domain=D,node=N (repeatable)."
+    ),
+]
+ClassOpt = Annotated[
+    str, typer.Option("--class", help="emergency, routine, standard or power_fabric.")
+]
+StrategyOpt = Annotated[
+    Path | None, typer.Option("--strategy", help="YAML/JSON strategy overrides.")
+]
+ApprovalOpt = Annotated[str | None, typer.Option("--approval", help="Change ticket reference.")]
+
+
+@rollout_app.command("plan")
+def rollout_plan(
+    bundle: BundleOpt,
+    scope: ScopeOpt,
+    change_class: ClassOpt,
+    strategy: StrategyOpt = None,
+    approval: ApprovalOpt = None,
+    wait: Wait = 60.0,
+    as_json: Json = False,
+) -> None:
+    """Plan only (a dry run): print the waves, strata, controls and estimated duration."""
+    _submit(bundle, scope, change_class, strategy, approval, True, wait, as_json)
+
+
+@rollout_app.command("start")
+def rollout_start(
+    bundle: BundleOpt,
+    scope: ScopeOpt,
+    change_class: ClassOpt,
+    strategy: StrategyOpt = None,
+    approval: ApprovalOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only.")] = False,
+    wait: Wait = 60.0,
+    as_json: Json = False,
+) -> None:
+    """Plan and start: the canary is released once the class's approvals are in."""
+    _submit(bundle, scope, change_class, strategy, approval, dry_run, wait, as_json)
+
+
+# --- status / audit -----------------------------------------------------------------------------
+
+
+async def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
+    conn = await _db(settings)
+    try:
+        row = await conn.fetchrow(
+            "SELECT rollout_id, intent_id, stack_hash, change_class, dry_run, state, plan_hash,"
+            " approvals, approvals_needed, reason, created_at, updated_at FROM rollouts"
+            " WHERE rollout_id = $1",
+            rollout_id,
+        )
+        if row is None:
+            refused = await conn.fetchrow(
+                "SELECT intent_id, state, reasons FROM intents WHERE rollout_id = $1", rollout_id
+            )
+            return None if refused is None else {"rollout_id": rollout_id, "intent": dict(refused)}
+        waves = await conn.fetch(
+            "SELECT number, state, cardinality(node_ids) AS nodes, components, gate_passed,"
+            " succeeded, failed, released_at, deadline, soak_until FROM waves"
+            " WHERE rollout_id = $1 ORDER BY number",
+            rollout_id,
+        )
+        steps = await conn.fetch(
+            "SELECT coalesce(step, 'waiting') AS step, count(*) AS nodes FROM rollout_nodes"
+            " WHERE rollout_id = $1 GROUP BY 1 ORDER BY 1",
+            rollout_id,
+        )
+        return {
+            **dict(row),
+            "waves": [dict(w) for w in waves],
+            "nodes_by_step": {s["step"]: s["nodes"] for s in steps},
+        }
+    finally:
+        await conn.close()
+
+
+@rollout_app.command("status")
+def rollout_status(rollout: RolloutArg, as_json: Json = False) -> None:
+    """Where a rollout is: its state, each wave's state and gate, nodes by last device step."""
+    doc = run(_status(_settings(), rollout))
+    if doc is None:
+        fail(f"no rollout {rollout}", 1)
+    if as_json:
+        print(json.dumps(_jsonable(doc)))
+        return
+    if "intent" in doc:
+        intent = doc["intent"]
+        console.print(f"intent {intent['intent_id']} is {intent['state']}; no rollout")
+        for reason in intent["reasons"]:
+            console.print(f"  - {reason}", highlight=False)
+        return
+    console.print(
+        f"rollout [bold]{doc['rollout_id']}[/] {doc['state']} ({doc['change_class']}, stack "
+        f"{doc['stack_hash'][:12]}, approvals {len(doc['approvals'])}/{doc['approvals_needed']})"
+        + (f": {doc['reason']}" if doc["reason"] else "")
+    )
+    table = Table()
+    for column in ("wave", "state", "nodes", "succeeded", "failed", "gate", "components"):
+        table.add_column(column)
+    for w in doc["waves"]:
+        table.add_row(
+            str(w["number"]),
+            w["state"],
+            str(w["nodes"]),
+            str(w["succeeded"]),
+            str(w["failed"]),
+            "passed" if w["gate_passed"] else "-",
+            ", ".join(w["components"]),
+        )
+    console.print(table)
+    steps = ", ".join(f"{k} {v}" for k, v in doc["nodes_by_step"].items())
+    console.print(f"nodes by last step: {steps or '(none)'}")
+
+
+@rollout_app.command("audit")
+def rollout_audit(rollout: RolloutArg, as_json: Json = False) -> None:
+    """Every decision about a rollout, oldest first: when, who, what, why."""
+    rows = run(
+        _fetch(
+            _settings(),
+            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1 ORDER BY id",
+            rollout,
+        )
+    )
+    if not rows:
+        fail(f"no audit trail for {rollout}", 1)
+    if as_json:
+        print(json.dumps(_jsonable(rows)))
+        return
+    table = Table(title=f"audit trail of {rollout}")
+    for column in ("when", "who", "what", "why"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["at"].isoformat(timespec="seconds"), r["actor"], r["action"], r["detail"])
+    console.print(table)
+
+
+# --- pause / resume / abort ---------------------------------------------------------------------
+
+
+async def _command(
+    settings: Settings,
+    rollout_id: str,
+    action: str,
+    by: str,
+    reason: str,
+    wait_s: float,
+    key: Path | None = None,
+) -> str:
+    conn = await _db(settings)
+    try:
+        plan_hash = await conn.fetchval(
+            "SELECT plan_hash FROM rollouts WHERE rollout_id = $1", rollout_id
+        )
+        if plan_hash is None:
+            fail(f"no rollout {rollout_id}", 1)
+        approval = None if key is None else _signed(key, by, rollout_id, plan_hash)
+        command_id = await conn.fetchval(
+            "INSERT INTO commands (rollout_id, action, requested_by, reason, approval)"
+            " VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id",
+            rollout_id,
+            action,
+            by,
+            reason,
+            approval,
+        )
+        deadline = time.monotonic() + wait_s
+        while True:
+            outcome = await conn.fetchval(
+                "SELECT outcome FROM commands WHERE id = $1 AND done_at IS NOT NULL", command_id
+            )
+            if outcome is not None:
+                return str(outcome)
+            if time.monotonic() > deadline:
+                return "queued: the planner has not carried it out yet (is it running?)"
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+
+
+def _signed(key: Path, approver: str, rollout_id: str, plan_hash: str) -> str:
+    """The approval record: ``approver``'s Ed25519 signature over the rollout's plan hash."""
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from lockstep_planner.domain.approvals import approval_message
+
+    try:
+        private = load_pem_private_key(key.read_bytes(), password=None)
+    except OSError as exc:
+        fail(f"--key {key}: {exc.strerror or exc}")
+    except (TypeError, ValueError) as exc:
+        fail(f"--key {key}: not an unencrypted PEM private key: {exc}")
+    if not isinstance(private, Ed25519PrivateKey):
+        fail(f"--key {key}: not an Ed25519 key ({type(private).__name__})")
+    signature = private.sign(approval_message(rollout_id, plan_hash))
+    return json.dumps(
+        {
+            "approver": approver,
+            "plan_hash": plan_hash,
+            "signature": base64.b64encode(signature).decode(),
+        }
+    )
+
+
+def _control(
+    rollout: str,
+    action: str,
+    by: str | None,
+    reason: str,
+    wait: float,
+    key: Path | None = None,
+) -> None:
+    who = by or getpass.getuser()
+    outcome = run(_command(_settings(), rollout, action, who, reason, wait, key))
+    if outcome.startswith("done"):
+        console.print(f"{rollout}: {action} {outcome}")
+        return
+    fail(f"{rollout}: {action} {outcome}", 1)
+
+
+@rollout_app.command("approve")
+def rollout_approve(
+    rollout: RolloutArg,
+    key: Annotated[Path, typer.Option("--key", help="The approver's Ed25519 private key (PEM).")],
+    by: Annotated[
+        str | None,
+        typer.Option("--as", help="Approver name in the trust store (default: login name)."),
+    ] = None,
+    wait: Wait = 30.0,
+) -> None:
+    """Sign the rollout's current plan hash; once the class's approvals are in, it starts.
+    A changed plan needs a new approval; a replayed or forged one is refused."""
+    _control(rollout, "approve", by, "", wait, key)
+
+
+@rollout_app.command("pause")
+def rollout_pause(
+    rollout: RolloutArg, by: By = None, reason: Reason = "", wait: Wait = 30.0
+) -> None:
+    """No new wave until resumed; the wave in flight finishes."""
+    _control(rollout, "pause", by, reason, wait)
+
+
+@rollout_app.command("resume")
+def rollout_resume(
+    rollout: RolloutArg, by: By = None, reason: Reason = "", wait: Wait = 30.0
+) -> None:
+    """Carry on; a wave held by an inconclusive gate is accepted by whoever resumes."""
+    _control(rollout, "resume", by, reason, wait)
+
+
+@rollout_app.command("abort")
+def rollout_abort(
+    rollout: RolloutArg, by: By = None, reason: Reason = "", wait: Wait = 30.0
+) -> None:
+    """Stop for good: new work stops, in-flight device steps finish (rollout.halted)."""
+    _control(rollout, "abort", by, reason, wait)

@@ -1,0 +1,385 @@
+"""The planner's store on PostgreSQL (migrations/0001_planner.sql).
+
+``PostgresStore`` opens a transaction on a pooled connection whose events go to the outbox
+(``outbox.emitting``); ``joined`` runs a handler in the consumer runtime's own transaction (its
+inbox claim and outbox). States are spelled only by ``domain.rollout``'s enums.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import asyncpg
+
+from lockstep_common.consumer import HandlerContext
+from lockstep_common.db import Conn
+from lockstep_common.envelope import Envelope, EventData
+from lockstep_common.events.v1 import AttestedComponent, IntentSubmitted, WaveStratum
+from lockstep_common.outbox import EventSink, emitting
+from lockstep_planner.domain.approvals import Approval
+from lockstep_planner.domain.rollout import RolloutState, WaveState
+from lockstep_planner.store import (
+    AuditEntry,
+    BundleRow,
+    Command,
+    DueWave,
+    IntentRow,
+    PlannerTx,
+    RolloutRow,
+    WaveRow,
+)
+
+E = TypeVar("E", bound=EventData)
+LIVE_STATES = [
+    s.value
+    for s in (RolloutState.PLANNED, RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.HALTED)
+]
+
+
+class PostgresStore:
+    """A ``PlannerStore`` on the service's pool (its connections' search_path is the schema)."""
+
+    def __init__(self, pool: asyncpg.Pool, source: str) -> None:
+        self._pool = pool
+        self._source = source
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresTx]:
+        """A pooled connection's transaction; its events commit to the outbox with it."""
+        async with self._pool.acquire() as conn, emitting(conn, self._source) as out:
+            yield PostgresTx(conn, out)
+
+
+def joined(
+    handler: Callable[[PlannerTx, Envelope[E]], Awaitable[None]],
+) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
+    """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
+
+    @functools.wraps(handler)
+    async def in_runtime_transaction(ctx: HandlerContext, env: Envelope[E]) -> None:
+        await handler(PostgresTx(ctx.conn, ctx), env)
+
+    return in_runtime_transaction
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _rollout(r: asyncpg.Record) -> RolloutRow:
+    return RolloutRow(
+        rollout_id=r["rollout_id"],
+        intent_id=r["intent_id"],
+        stack_hash=r["stack_hash"],
+        change_class=r["change_class"],
+        scope=json.loads(r["scope"]),
+        dry_run=r["dry_run"],
+        state=RolloutState(r["state"]),
+        plan_hash=r["plan_hash"],
+        plan=json.loads(r["plan"]),
+        approvals_needed=r["approvals_needed"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        approvals=tuple(r["approvals"]),
+        signatures=tuple(r["signatures"]),
+        reason=r["reason"],
+    )
+
+
+def _wave(r: asyncpg.Record) -> WaveRow:
+    return WaveRow(
+        rollout_id=r["rollout_id"],
+        number=r["number"],
+        state=WaveState(r["state"]),
+        node_ids=tuple(r["node_ids"]),
+        components=tuple(r["components"]),
+        max_unavailable=r["max_unavailable"],
+        failure_budget=r["failure_budget"],
+        soak_s=r["soak_s"],
+        planned_s=r["planned_s"],
+        strata=tuple(WaveStratum.model_validate(s, strict=False) for s in json.loads(r["strata"])),
+        gate_passed=r["gate_passed"],
+        succeeded=r["succeeded"],
+        failed=r["failed"],
+        released_at=r["released_at"],
+        deadline=r["deadline"],
+        soak_until=r["soak_until"],
+    )
+
+
+def _approval(raw: str | None) -> Approval | None:
+    """The signed record a command carries; a malformed one is an approval that verifies
+    nothing (the worker refuses it by name) rather than a loop that fails on every poll."""
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        doc = {}
+    return Approval(
+        str(doc.get("approver", "")), str(doc.get("plan_hash", "")), str(doc.get("signature", ""))
+    )
+
+
+def _intent(r: asyncpg.Record) -> IntentRow:
+    return IntentRow(
+        intent_id=r["intent_id"],
+        event_id=r["event_id"],
+        rollout_id=r["rollout_id"],
+        intent=IntentSubmitted.model_validate_json(r["payload"]),
+        received_at=r["received_at"],
+        state=r["state"],
+        reasons=tuple(r["reasons"]),
+        attempts=r["attempts"],
+        lease_token=r["lease_token"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresTx:
+    """A ``PlannerTx`` on a connection inside an open transaction."""
+
+    conn: Conn
+    events: EventSink
+
+    async def save_bundle(self, bundle: BundleRow) -> None:
+        await self.conn.execute(
+            "INSERT INTO bundles (stack_hash, bundle_id, bundle_version, bundle_uri, components,"
+            " attested_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
+            " ON CONFLICT (stack_hash) DO UPDATE SET bundle_id = $2, bundle_version = $3,"
+            " bundle_uri = $4, components = $5::jsonb,"
+            " attested_at = $6",
+            bundle.stack_hash,
+            bundle.bundle_id,
+            bundle.bundle_version,
+            bundle.bundle_uri,
+            _json([c.model_dump(mode="json") for c in bundle.components]),
+            bundle.attested_at,
+        )
+
+    async def bundle(self, stack_hash: str) -> BundleRow | None:
+        r = await self.conn.fetchrow("SELECT * FROM bundles WHERE stack_hash = $1", stack_hash)
+        if r is None:
+            return None
+        return BundleRow(
+            r["stack_hash"],
+            r["bundle_id"],
+            r["bundle_version"],
+            r["bundle_uri"],
+            tuple(
+                AttestedComponent.model_validate(c, strict=False)
+                for c in json.loads(r["components"])
+            ),
+            r["attested_at"],
+        )
+
+    async def add_intent(self, intent: IntentRow) -> bool:
+        result: str = await self.conn.execute(
+            "INSERT INTO intents (intent_id, event_id, rollout_id, payload, submitted_by,"
+            " received_at) VALUES ($1, $2, $3, $4::jsonb, $5, $6)"
+            " ON CONFLICT (intent_id) DO NOTHING",
+            intent.intent_id,
+            intent.event_id,
+            intent.rollout_id,
+            intent.intent.model_dump_json(),
+            intent.intent.submitted_by,
+            intent.received_at,
+        )
+        return result.endswith(" 1")
+
+    async def claim_intent(self, lease_s: float, now: datetime) -> IntentRow | None:
+        r = await self.conn.fetchrow(
+            "UPDATE intents SET state = 'planning', attempts = attempts + 1,"
+            " lease_token = lease_token + 1, lease_until = now() + make_interval(secs => $1)"
+            " WHERE intent_id = (SELECT intent_id FROM intents WHERE state = 'pending'"
+            " OR (state = 'planning' AND lease_until < now())"
+            " ORDER BY received_at FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING *",
+            lease_s,
+        )
+        return None if r is None else _intent(r)
+
+    async def still_holds(self, intent: IntentRow) -> bool:
+        token: int | None = await self.conn.fetchval(
+            "SELECT lease_token FROM intents WHERE intent_id = $1 AND state = 'planning'"
+            " FOR UPDATE",
+            intent.intent_id,
+        )
+        return token == intent.lease_token
+
+    async def decide_intent(
+        self, intent_id: uuid.UUID, state: str, reasons: Iterable[str], now: datetime
+    ) -> None:
+        await self.conn.execute(
+            "UPDATE intents SET state = $2, reasons = $3, decided_at = $4, lease_until = NULL"
+            " WHERE intent_id = $1",
+            intent_id,
+            state,
+            list(reasons),
+            now,
+        )
+
+    async def busy_nodes(self, node_ids: Iterable[str]) -> dict[str, str]:
+        rows = await self.conn.fetch(
+            "SELECT n.node_id, n.rollout_id FROM rollout_nodes n JOIN rollouts r USING"
+            " (rollout_id) WHERE n.node_id = ANY($1::text[]) AND r.state = ANY($2::text[])"
+            " AND NOT r.dry_run",
+            list(node_ids),
+            LIVE_STATES,
+        )
+        return {r["node_id"]: r["rollout_id"] for r in rows}
+
+    async def add_rollout(self, rollout: RolloutRow, waves: Iterable[WaveRow]) -> None:
+        await self.conn.execute(
+            "INSERT INTO rollouts (rollout_id, intent_id, stack_hash, change_class, scope, dry_run,"
+            " state, plan_hash, plan, approvals, approvals_needed, reason, created_at,"
+            " updated_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9::jsonb, $10, $11,"
+            " $12, $13, $14)",
+            rollout.rollout_id,
+            rollout.intent_id,
+            rollout.stack_hash,
+            rollout.change_class,
+            _json(rollout.scope),
+            rollout.dry_run,
+            rollout.state.value,
+            rollout.plan_hash,
+            _json(rollout.plan),
+            list(rollout.approvals),
+            rollout.approvals_needed,
+            rollout.reason,
+            rollout.created_at,
+            rollout.updated_at,
+        )
+        waves = list(waves)
+        await self.conn.executemany(
+            "INSERT INTO waves (rollout_id, number, state, node_ids, components, max_unavailable,"
+            " failure_budget, soak_s, planned_s, strata) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
+            " $9, $10::jsonb)",
+            [
+                (
+                    w.rollout_id,
+                    w.number,
+                    w.state.value,
+                    list(w.node_ids),
+                    list(w.components),
+                    w.max_unavailable,
+                    w.failure_budget,
+                    w.soak_s,
+                    w.planned_s,
+                    _json([s.model_dump(mode="json") for s in w.strata]),
+                )
+                for w in waves
+            ],
+        )
+        await self.conn.execute(
+            "INSERT INTO rollout_nodes (rollout_id, node_id, wave)"
+            " SELECT $1, * FROM unnest($2::text[], $3::int[])",
+            rollout.rollout_id,
+            [n for w in waves for n in w.node_ids],
+            [w.number for w in waves for _ in w.node_ids],
+        )
+
+    async def rollout(self, rollout_id: str) -> RolloutRow | None:
+        r = await self.conn.fetchrow(
+            "SELECT * FROM rollouts WHERE rollout_id = $1 FOR UPDATE", rollout_id
+        )
+        return None if r is None else _rollout(r)
+
+    async def save_rollout(self, rollout: RolloutRow) -> None:
+        await self.conn.execute(
+            "UPDATE rollouts SET state = $2, approvals = $3, signatures = $4, reason = $5,"
+            " updated_at = $6 WHERE rollout_id = $1",
+            rollout.rollout_id,
+            rollout.state.value,
+            list(rollout.approvals),
+            list(rollout.signatures),
+            rollout.reason,
+            rollout.updated_at,
+        )
+
+    async def waves(self, rollout_id: str) -> list[WaveRow]:
+        rows = await self.conn.fetch(
+            "SELECT * FROM waves WHERE rollout_id = $1 ORDER BY number", rollout_id
+        )
+        return [_wave(r) for r in rows]
+
+    async def save_wave(self, wave: WaveRow) -> None:
+        await self.conn.execute(
+            "UPDATE waves SET state = $3, gate_passed = $4, succeeded = $5, failed = $6,"
+            " released_at = $7, deadline = $8, soak_until = $9"
+            " WHERE rollout_id = $1 AND number = $2",
+            wave.rollout_id,
+            wave.number,
+            wave.state.value,
+            wave.gate_passed,
+            wave.succeeded,
+            wave.failed,
+            wave.released_at,
+            wave.deadline,
+            wave.soak_until,
+        )
+
+    async def record_step(self, rollout_id: str, node_id: str, step: str, at: datetime) -> None:
+        # Only nodes the rollout holds; a step older than the one recorded changes nothing.
+        await self.conn.execute(
+            "UPDATE rollout_nodes SET step = $3, step_at = $4 WHERE rollout_id = $1"
+            " AND node_id = $2 AND (step_at IS NULL OR step_at <= $4)",
+            rollout_id,
+            node_id,
+            step,
+            at,
+        )
+
+    async def due(self, now: datetime, limit: int) -> list[DueWave]:
+        rows = await self.conn.fetch(
+            "SELECT w.rollout_id, w.number, CASE WHEN w.state = 'soaking' THEN 'soak'"
+            " ELSE 'deadline' END AS why FROM waves w JOIN rollouts r USING (rollout_id)"
+            " WHERE (w.state = 'soaking' AND w.gate_passed AND w.soak_until <= $1"
+            " AND r.state = 'running')"
+            " OR (w.state = 'released' AND w.deadline <= $1 AND r.state IN ('running', 'paused'))"
+            " ORDER BY w.rollout_id, w.number LIMIT $2",
+            now,
+            limit,
+        )
+        return [DueWave(r["rollout_id"], r["number"], r["why"]) for r in rows]
+
+    async def open_commands(self, limit: int) -> list[Command]:
+        rows = await self.conn.fetch(
+            "SELECT id, rollout_id, action, requested_by, reason, approval FROM commands"
+            " WHERE done_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1",
+            limit,
+        )
+        return [
+            Command(
+                r["id"],
+                r["rollout_id"],
+                r["action"],
+                r["requested_by"],
+                r["reason"],
+                _approval(r["approval"]),
+            )
+            for r in rows
+        ]
+
+    async def finish_command(self, command_id: int, outcome: str, now: datetime) -> None:
+        await self.conn.execute(
+            "UPDATE commands SET done_at = $2, outcome = $3 WHERE id = $1",
+            command_id,
+            now,
+            outcome,
+        )
+
+    async def audit(self, entry: AuditEntry) -> None:
+        await self.conn.execute(
+            "INSERT INTO audit (rollout_id, at, actor, action, detail) VALUES ($1, $2, $3, $4, $5)",
+            entry.rollout_id,
+            entry.at,
+            entry.actor,
+            entry.action,
+            entry.detail,
+        )

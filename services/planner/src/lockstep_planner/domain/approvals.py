@@ -1,0 +1,71 @@
+"""Signed approvals bound to a plan (issue 10, deliverable 3: "Approvals are records signed by
+an approver key in a configured approvers trust store; an approval is bound to the rollout's
+plan hash, so a changed plan needs a new approval").
+
+An approval is an Ed25519 signature (RFC 8032) over a fixed, domain-separated message naming
+the rollout and its plan hash, so a signature for one rollout or plan can be used for no other.
+Ed25519 is deterministic: the same approver approving the same plan twice produces the same
+bytes, so a replay is recognised by its signature and counts once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+PREFIX = b"lockstep-approval-v1\n"
+
+
+def approval_message(rollout_id: str, plan_hash: str) -> bytes:
+    """The bytes an approver signs."""
+    return PREFIX + f"rollout {rollout_id}\nplan {plan_hash}\n".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """What ``lockstep rollout approve`` hands the planner."""
+
+    approver: str
+    plan_hash: str
+    signature: str
+    """Base64 of the 64-byte Ed25519 signature."""
+
+
+def refusal(
+    approval: Approval,
+    *,
+    rollout_id: str,
+    plan_hash: str,
+    keys: Mapping[str, Ed25519PublicKey],
+    seen: Iterable[str],
+) -> str | None:
+    """Why ``approval`` does not count for this plan, or None when it does.
+
+    Args:
+        keys: the approvers trust store, approver name -> public key.
+        seen: signatures already counted for this rollout.
+    """
+    key = keys.get(approval.approver)
+    if key is None:
+        return f"approver {approval.approver!r} is not in the approvers trust store"
+    if approval.plan_hash != plan_hash:
+        return (
+            f"the approval is for plan {approval.plan_hash[:16]}, but the rollout's plan is "
+            f"{plan_hash[:16]}: a changed plan needs a new approval"
+        )
+    try:
+        raw = base64.b64decode(approval.signature, validate=True)
+    except (binascii.Error, ValueError):
+        return "the signature is not base64"
+    if approval.signature in set(seen):
+        return f"replayed: this approval by {approval.approver} is already counted"
+    try:
+        key.verify(raw, approval_message(rollout_id, plan_hash))
+    except InvalidSignature:
+        return f"forged or corrupt: the signature does not verify with {approval.approver}'s key"
+    return None

@@ -1,0 +1,142 @@
+"""What the planner's inputs become before planning: attested bundle components and inventory
+fleet pages turned into the planning model (``fleet.Bundle``, ``fleet.Node``), pure.
+
+The bundle's manifest says per image how it is applied (``banks``, ``activation``); the plan's
+layers (seed 000: software, then A/B firmware, then one-way firmware, reversible first) and the
+outage estimates are derived from that here. The durations are estimates for ordering and the
+dry-run only: the updater times each real step, and the healthgate judges, not these numbers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from lockstep_common import canonical
+from lockstep_common.events.v1 import AttestedComponent, FleetNode
+from lockstep_common.vocabulary import Component, DriftKind
+from lockstep_planner.domain.fleet import Bundle, BundleComponent, ComponentKind, Node, PowerSide
+
+# GSP firmware ships inside the driver package and is loaded with it (it must equal the
+# driver), so it moves with the software layer, as the standard class's window expects.
+SOFTWARE = frozenset(
+    {
+        Component.DRIVER,
+        Component.GPU_GSP,
+        Component.CUDA,
+        Component.NCCL,
+        Component.CUDNN,
+        Component.CONTAINER_TOOLKIT,
+        Component.FABRIC_MANAGER,
+        Component.KERNEL,
+    }
+)
+POWER = frozenset({Component.PSU, Component.BBU})
+
+# (stage_s, activate_s) per activation method: a reset or reboot costs a node minutes, an AC
+# cycle the longest (seed 000's update-class table orders them the same way).
+DURATIONS: dict[str, tuple[int, int]] = {
+    "immediate": (120, 30),
+    "in_band": (300, 120),
+    "reset": (600, 300),
+    "reboot": (600, 600),
+    "ac_cycle": (900, 900),
+}
+
+UNEXPLAINED = frozenset({DriftKind.UNEXPECTED, DriftKind.INCOMPATIBLE, DriftKind.GSP_MISMATCH})
+"""Drift the planner will not paper over; ``pending`` (mid-rollout) and ``missing`` are not."""
+
+
+def kind_of(component: AttestedComponent) -> ComponentKind:
+    """The plan layer an image belongs to."""
+    name = Component(component.component)
+    if name in SOFTWARE:
+        return ComponentKind.SOFTWARE
+    if name is Component.NVSWITCH:
+        return ComponentKind.FABRIC_SWITCH
+    if name in POWER:
+        return ComponentKind.PSU_BBU
+    if component.banks == "one_way":
+        return ComponentKind.ONE_WAY_FIRMWARE
+    return ComponentKind.AB_FIRMWARE
+
+
+def bundle_of(stack_hash: str, components: Sequence[AttestedComponent]) -> Bundle:
+    """The planning model of an attested bundle: one component per (component, version), with
+    the hardware profiles it applies to, in manifest order."""
+    profiles: dict[tuple[str, str], set[str]] = defaultdict(set)
+    first: dict[tuple[str, str], AttestedComponent] = {}
+    for c in components:
+        key = (str(c.component), c.version)
+        profiles[key].add(c.profile)
+        first.setdefault(key, c)
+    out = []
+    for key, c in first.items():
+        stage, activate = DURATIONS.get(c.activation, DURATIONS["reboot"])
+        kind = kind_of(c)
+        out.append(
+            BundleComponent(
+                name=key[0],
+                version=c.version,
+                kind=kind,
+                stage_s=stage,
+                activate_s=activate,
+                # A/B devices stage into the idle bank while the node works (seed 000).
+                impactless_staging=c.banks == "ab" and kind is not ComponentKind.SOFTWARE,
+                profiles=frozenset(profiles[key]),
+            )
+        )
+    return Bundle(stack_hash, tuple(out))
+
+
+def stack_of(components: Iterable[AttestedComponent]) -> dict[str, dict[str, str]]:
+    """profile -> component -> version: what a pin of this bundle says."""
+    stack: dict[str, dict[str, str]] = defaultdict(dict)
+    for c in components:
+        stack[c.profile][str(c.component)] = c.version
+    return {p: dict(sorted(v.items())) for p, v in sorted(stack.items())}
+
+
+def why_excluded(node: FleetNode) -> str | None:
+    """Why inventory's view of a node makes it unfit to move, or None."""
+    if node.readable is not True:
+        return "BMC unreadable" if node.readable is False else "never read"
+    kinds = sorted({str(i.kind) for i in node.drift if i.kind in UNEXPLAINED})
+    return f"unexplained drift ({', '.join(kinds)})" if kinds else None
+
+
+def node_of(node: FleetNode, target: Mapping[str, Mapping[str, str]], stack_hash: str) -> Node:
+    """The planning model of one inventory node.
+
+    Its stack is the target's hash when every component the target pins for its profile is
+    observed at that version (already at target: left alone), else the hash of what it runs,
+    so nodes starting from the same versions share a stratum.
+    """
+    wanted = target.get(node.profile, {})
+    observed = {str(k): v for k, v in node.observed.items()}
+    at_target = bool(wanted) and all(observed.get(c) == v for c, v in wanted.items())
+    side = PowerSide.B if node.power_side.upper() == "B" else PowerSide.A
+    return Node(
+        id=node.node_id,
+        profile=node.profile,
+        supplier=node.supplier or "unknown",
+        site=node.site,
+        rack=node.rack or "unknown",
+        pool=node.pool or "default",
+        fabric_domain=node.fabric_domain or None,
+        power_side=side,
+        stack=stack_hash if at_target else canonical.stack_hash({node.profile: observed}),
+        drifted=any(i.kind in UNEXPLAINED for i in node.drift),
+        readable=node.readable is True,
+    )
+
+
+def current_versions(nodes: Iterable[FleetNode]) -> dict[str, str]:
+    """Component -> version where every node in scope that reports it agrees: what a standard
+    change's window is checked against (a component the scope disagrees on is left out, so a
+    change to it is judged as coming from an unknown version)."""
+    seen: dict[str, Counter[str]] = defaultdict(Counter)
+    for node in nodes:
+        for component, version in node.observed.items():
+            seen[str(component)][version] += 1
+    return {c: next(iter(v)) for c, v in sorted(seen.items()) if len(v) == 1}

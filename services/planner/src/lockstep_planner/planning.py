@@ -1,0 +1,254 @@
+"""An intent becomes a rollout, or a refusal naming every reason (issue 10, deliverables 2, 4,
+5 and 9).
+
+Runs in the worker, under the intent's lease, after the fleet was fetched from the inventory
+(``fleet.query``): checks what the domain cannot see (the bundle is attested, no other live
+rollout holds a node), plans with ``domain.plan``, and records the rollout, its waves, the
+audit lines and the events in one transaction. A refusal is recorded on the intent and in the
+audit trail, and announced as ``rollout.halted`` (``halted_by: policy``) under the rollout id
+the intent would have had: no event says "refused" in v1, and a halted-before-start rollout
+is what an operator waiting on the intent must hear about.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from lockstep_common import subjects
+from lockstep_common.events.v1 import (
+    FleetNode,
+    IntentSubmitted,
+    RolloutHalted,
+    RolloutPlanned,
+    WavePlan,
+    WaveStratum,
+)
+from lockstep_common.vocabulary import ChangeClass, clip_text
+from lockstep_planner.domain.classes import Policy
+from lockstep_planner.domain.fleet import Node, Pool
+from lockstep_planner.domain.intake import bundle_of, current_versions, node_of, stack_of
+from lockstep_planner.domain.plan import Plan, PlanRequest, plan
+from lockstep_planner.domain.plan_hash import canonical_plan, plan_hash
+from lockstep_planner.domain.refusal import PlanRefused, some
+from lockstep_planner.domain.rollout import RolloutState, WaveState
+from lockstep_planner.domain.scope import in_scope
+from lockstep_planner.lifecycle import PLANNER, Timing, note, start
+from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Planning:
+    """What planning depends on besides the intent and the fleet."""
+
+    policy: Policy
+    default_max_unavailable: int
+    timing: Timing = field(default_factory=Timing)
+    approvers: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+    """The approvers trust store; empty: no approval verifies (fails closed)."""
+
+
+def stratum_key(node: Node) -> str:
+    """How a stratum is named in ``wave.planned`` (profile/supplier/stack prefix)."""
+    return f"{node.profile}/{node.supplier}/{node.stack[:12]}"
+
+
+def _request(
+    intent: IntentSubmitted, bundle: BundleRow, fleet: Sequence[FleetNode], planning: Planning
+) -> tuple[PlanRequest, dict[str, Node]]:
+    target = stack_of(bundle.components)
+    nodes = tuple(node_of(n, target, bundle.stack_hash) for n in fleet)
+    cap = intent.strategy.max_unavailable or planning.default_max_unavailable
+    pools = {n.pool: Pool(n.pool, cap) for n in nodes}
+    scoped = [f for f, n in zip(fleet, nodes, strict=True) if in_scope(n, intent.scope)]
+    return (
+        PlanRequest(
+            fleet=nodes,
+            pools=pools,
+            bundle=bundle_of(bundle.stack_hash, bundle.components),
+            scope=intent.scope,
+            change_class=ChangeClass(intent.change_class),
+            policy=planning.policy[ChangeClass(intent.change_class)],
+            seed=str(intent.intent_id),
+            strategy=intent.strategy,
+            current_versions=current_versions(scoped),
+        ),
+        {n.id: n for n in nodes},
+    )
+
+
+def _wave_rows(rollout_id: str, made: Plan, nodes: dict[str, Node]) -> list[WaveRow]:
+    controls: dict[str, list[str]] = defaultdict(list)
+    for cover in made.strata:
+        key = f"{cover.stratum.profile}/{cover.stratum.supplier}/{cover.stratum.stack[:12]}"
+        controls[key].extend(cover.controls)
+    moved: set[str] = set()
+    rows = []
+    caps = dict(made.max_unavailable)
+    for wave in made.waves:
+        moved.update(wave.node_ids)
+        by_stratum: dict[str, list[str]] = defaultdict(list)
+        for node_id in wave.node_ids:
+            by_stratum[stratum_key(nodes[node_id])].append(node_id)
+        strata = tuple(
+            WaveStratum(
+                key=key,
+                node_ids=tuple(ids),
+                # Controls still untouched when this wave runs (they move last, if at all).
+                control_ids=tuple(c for c in controls.get(key, ()) if c not in moved),
+            )
+            for key, ids in sorted(by_stratum.items())
+        )
+        components = tuple(dict.fromkeys(c for s in wave.stages for c in s.components))
+        pools = {nodes[i].pool for i in wave.node_ids}
+        soak = wave.stages[-1].soak_s if wave.stages else 0
+        rows.append(
+            WaveRow(
+                rollout_id=rollout_id,
+                number=wave.number,
+                state=WaveState.PENDING,
+                node_ids=wave.node_ids,
+                components=components,
+                max_unavailable=min((caps.get(p, 1) for p in pools), default=1),
+                failure_budget=wave.failure_budget,
+                soak_s=soak,
+                planned_s=max(0, wave.end_s - wave.start_s - soak),
+                strata=strata,
+            )
+        )
+    return rows
+
+
+def _described(made: Plan, rows: list[WaveRow], sites: list[str]) -> dict[str, Any]:
+    """The stored plan: its hashed content plus what ``--dry-run`` and ``status`` show."""
+    return {
+        **canonical_plan(made),
+        "sites": sites,
+        "starts_at": made.starts_at.isoformat(),
+        "makespan_s": made.makespan_s,
+        "lower_bound_s": made.lower_bound_s,
+        "estimates": [
+            {"number": w.number, "start_s": w.start_s, "end_s": w.end_s} for w in made.waves
+        ],
+        "components": {str(r.number): list(r.components) for r in rows},
+    }
+
+
+async def refuse(tx: PlannerTx, row: IntentRow, reasons: Sequence[str], now: datetime) -> None:
+    """Close the intent as refused, naming every reason, and say so."""
+    await tx.decide_intent(row.intent_id, "refused", reasons, now)
+    text = "; ".join(reasons)
+    await note(tx, row.rollout_id, PLANNER, "refused", text, now)
+    tx.events.emit(
+        subjects.rollout_halted(row.rollout_id),
+        RolloutHalted(
+            rollout_id=row.rollout_id,
+            wave=0,
+            reason=clip_text(f"intent {row.intent_id} refused: {text}"),
+            halted_by="policy",
+        ),
+        about=row.rollout_id,
+        correlation_id=str(row.intent_id),
+    )
+    log.info("intent %s refused: %s", row.intent_id, text)
+
+
+async def plan_intent(
+    tx: PlannerTx,
+    row: IntentRow,
+    fleet: Sequence[FleetNode],
+    planning: Planning,
+    now: datetime,
+) -> RolloutRow | None:
+    """Plan one claimed intent inside ``tx``: the rollout, or None when refused."""
+    intent = row.intent
+    bundle = await tx.bundle(intent.stack_hash)
+    if bundle is None:
+        await refuse(tx, row, [f"bundle with stack {intent.stack_hash} is not attested"], now)
+        return None
+    request, nodes = _request(intent, bundle, fleet, planning)
+    reasons: list[str] = []
+    try:
+        made = plan(request, now=now)
+    except PlanRefused as exc:
+        reasons.extend(exc.reasons)
+        made = None
+    if made is not None:
+        moving = [i for w in made.waves for i in w.node_ids]
+        busy = await tx.busy_nodes(moving)
+        if busy:
+            held = sorted(set(busy.values()))
+            reasons.append(f"node(s) already held by live rollout(s) {some(held)}: {some(busy)}")
+    if reasons or made is None:
+        await refuse(tx, row, reasons, now)
+        return None
+    waves = _wave_rows(row.rollout_id, made, nodes)
+    sites = sorted({nodes[i].site for w in made.waves for i in w.node_ids})
+    policy = planning.policy[ChangeClass(intent.change_class)]
+    rollout = RolloutRow(
+        rollout_id=row.rollout_id,
+        intent_id=row.intent_id,
+        stack_hash=intent.stack_hash,
+        change_class=str(intent.change_class),
+        scope=intent.scope.model_dump(mode="json"),
+        dry_run=intent.dry_run,
+        state=RolloutState.PLANNED,
+        plan_hash=plan_hash(made),
+        plan=_described(made, waves, sites),
+        approvals_needed=policy.approvals.count,
+        created_at=now,
+        updated_at=now,
+    )
+    await tx.add_rollout(rollout, [] if intent.dry_run else waves)
+    await tx.decide_intent(row.intent_id, "planned", (), now)
+    tx.events.emit(
+        subjects.rollout_planned(row.rollout_id),
+        RolloutPlanned(
+            rollout_id=row.rollout_id,
+            intent_id=row.intent_id,
+            stack_hash=intent.stack_hash,
+            change_class=intent.change_class,
+            waves=tuple(WavePlan(number=w.number, node_ids=w.node_ids) for w in waves),
+            dry_run=intent.dry_run,
+        ),
+        about=row.rollout_id,
+        correlation_id=str(row.intent_id),
+    )
+    excluded = made.excluded
+    await note(
+        tx,
+        row.rollout_id,
+        PLANNER,
+        "planned",
+        f"plan {rollout.plan_hash}: {len(waves)} wave(s), "
+        f"{sum(len(w.node_ids) for w in waves)} node(s), {len(excluded)} excluded"
+        + (" (" + "; ".join(sorted({e.reason for e in excluded}))[:400] + ")" if excluded else "")
+        + f", estimated {made.makespan_s} s"
+        + (", dry run: nothing released" if intent.dry_run else ""),
+        now,
+    )
+    if intent.dry_run:
+        return rollout
+    if policy.approvals.count:
+        # The change ticket (approval_ref) is recorded with the intent; what counts are signed
+        # approvals of this plan's hash (`lockstep rollout approve`).
+        await note(
+            tx,
+            row.rollout_id,
+            PLANNER,
+            "awaiting approval",
+            f"change class {intent.change_class} needs {policy.approvals.count} signed "
+            f"approval(s) of plan {rollout.plan_hash}"
+            + (" from distinct approvers" if policy.approvals.distinct_approvers else ""),
+            now,
+        )
+        return rollout
+    return await start(tx, rollout, planning.timing, now, f"pre-approved ({intent.change_class})")

@@ -1,0 +1,1 @@
+"""In-memory stand-ins for the planner's store and fleet source, for unit tests."""

@@ -1,0 +1,265 @@
+"""The planner's background loop: plans intents under a fenced lease, fires timers, carries out
+operator commands.
+
+Planning is here rather than in the ``intent.submitted`` handler because it asks the inventory
+for the fleet (25 request/replies for 12,500 nodes) and takes up to seconds of CPU: no
+JetStream message or database transaction is held meanwhile (design.md, reliability rule 3).
+A claim bumps the intent's fencing token; the plan commits only if the token is still ours, so
+a paused worker whose lease lapsed cannot commit a second rollout (and the rollouts table's
+unique intent id would refuse it anyway). Timers (a wave's soak after a passed gate, a released
+wave's deadline) and commands (pause, resume, abort, written by ``lockstep rollout``) are
+level-triggered: whatever is due is found by a query, so a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from lockstep_common.errors import TransientError
+from lockstep_common.service import Resources
+from lockstep_common.vocabulary import ChangeClass
+from lockstep_planner.domain.approvals import refusal as approval_refusal
+from lockstep_planner.domain.class_rules import approval_shortfall
+from lockstep_planner.domain.rollout import InvalidTransition, RolloutState, WaveState
+from lockstep_planner.lifecycle import PLANNER, advance, note, set_state, set_wave, start, stop
+from lockstep_planner.planning import Planning, plan_intent, refuse
+from lockstep_planner.store import (
+    Command,
+    DueWave,
+    FleetSource,
+    PlannerStore,
+    PlannerTx,
+    RolloutRow,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class PlannerWorker:
+    """The loop (a ``lockstep_common.service.Worker``)."""
+
+    def __init__(
+        self,
+        planning: Planning,
+        *,
+        store: Callable[[Resources], PlannerStore],
+        fleet: Callable[[Resources], FleetSource],
+        poll_s: float,
+        lease_s: float,
+        max_attempts: int,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.planning = planning
+        self._store, self._fleet = store, fleet
+        self._poll_s, self._lease_s, self._max_attempts = poll_s, lease_s, max_attempts
+        self._clock = clock
+
+    async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        """Work until stopped."""
+        store, fleet = self._store(resources), self._fleet(resources)
+        while not stopping.is_set():
+            busy = False
+            try:
+                busy = await self.step(store, fleet)
+            except Exception:
+                log.exception("planner worker: loop error; retrying")
+            if not busy:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
+
+    async def step(self, store: PlannerStore, fleet: FleetSource) -> bool:
+        """One pass: commands, timers, then one intent. True when anything was done."""
+        did = await self.commands(store)
+        did = await self.timers(store) or did
+        return await self.intent(store, fleet) or did
+
+    async def intent(self, store: PlannerStore, fleet: FleetSource) -> bool:
+        """Claim one intent and plan it; False when none was waiting."""
+        async with store.transaction() as tx:
+            row = await tx.claim_intent(self._lease_s, self._clock())
+        if row is None:
+            return False
+        if row.attempts > self._max_attempts:
+            async with store.transaction() as tx:
+                if await tx.still_holds(row):
+                    await refuse(
+                        tx,
+                        row,
+                        [f"planning did not complete in {self._max_attempts} attempts"],
+                        self._clock(),
+                    )
+            return True
+        try:
+            nodes = await fleet.nodes(None)  # all of it: a scope may cut a fabric domain
+        except TransientError as exc:
+            log.warning("intent %s: %s; retried when its lease lapses", row.intent_id, exc)
+            return True
+        async with store.transaction() as tx:
+            if not await tx.still_holds(row):
+                log.warning("intent %s was taken over; discarding this plan", row.intent_id)
+                return True
+            # The plan itself runs here, in the transaction: it is pure CPU (under 2 s for
+            # 12,500 nodes, `lockstep bench plan`), and its result must commit with the fence.
+            await plan_intent(tx, row, nodes, self.planning, self._clock())
+        return True
+
+    async def timers(self, store: PlannerStore, limit: int = 32) -> bool:
+        """Pass soaked waves whose gate passed; halt rollouts whose released wave missed its
+        deadline."""
+        now = self._clock()
+        async with store.transaction() as tx:
+            due = await tx.due(now, limit)
+            for item in due:
+                await self._fire(tx, item, now)
+        return bool(due)
+
+    async def _fire(self, tx: PlannerTx, item: DueWave, now: datetime) -> None:
+        rollout = await tx.rollout(item.rollout_id)
+        if rollout is None or rollout.state not in (RolloutState.RUNNING, RolloutState.PAUSED):
+            return
+        if item.why == "deadline":
+            await stop(
+                tx,
+                rollout,
+                RolloutState.HALTED,
+                reason=f"wave {item.number} made no progress within its deadline",
+                by="policy",
+                now=now,
+                wave_state=WaveState.TIMED_OUT,
+                wave_number=item.number,
+            )
+        else:
+            await advance(tx, rollout, self.planning.timing, now)
+
+    async def commands(self, store: PlannerStore, limit: int = 32) -> bool:
+        """Carry out operators' pause, resume and abort, each with an audit line."""
+        now = self._clock()
+        async with store.transaction() as tx:
+            todo = await tx.open_commands(limit)
+            for command in todo:
+                outcome = await self._carry_out(tx, command, now)
+                await tx.finish_command(command.id, outcome, now)
+        return bool(todo)
+
+    async def _approve(
+        self, tx: PlannerTx, rollout: RolloutRow, command: Command, now: datetime
+    ) -> str:
+        """Count a signed approval of the rollout's plan; start it once the class's are in."""
+        approval = command.approval
+        problem: str | None
+        if approval is None:
+            problem = "no signed approval given"
+        elif rollout.state is not RolloutState.PLANNED or rollout.dry_run:
+            problem = f"rollout is {'a dry run' if rollout.dry_run else rollout.state}: only a "
+            problem += "planned rollout waiting for approval can be approved"
+        else:
+            problem = approval_refusal(
+                approval,
+                rollout_id=rollout.rollout_id,
+                plan_hash=rollout.plan_hash,
+                keys=self.planning.approvers,
+                seen=rollout.signatures,
+            )
+        if problem is not None or approval is None:
+            await note(
+                tx, rollout.rollout_id, command.requested_by, "approval refused", str(problem), now
+            )
+            return f"refused: {problem}"
+        approved = dataclasses.replace(
+            rollout,
+            approvals=(*rollout.approvals, approval.approver),
+            signatures=(*rollout.signatures, approval.signature),
+            updated_at=now,
+        )
+        await tx.save_rollout(approved)
+        await note(
+            tx,
+            rollout.rollout_id,
+            approval.approver,
+            "approved",
+            f"plan {rollout.plan_hash}: signature verified against the approvers trust store",
+            now,
+        )
+        change_class = ChangeClass(rollout.change_class)
+        short = approval_shortfall(
+            change_class, self.planning.policy[change_class], approved.approvals
+        )
+        if short is not None:
+            await note(tx, rollout.rollout_id, PLANNER, "awaiting approval", short, now)
+            return f"done; {short}"
+        await start(tx, approved, self.planning.timing, now, ", ".join(approved.approvals))
+        return "done"
+
+    async def _carry_out(self, tx: PlannerTx, command: Command, now: datetime) -> str:
+        rollout = await tx.rollout(command.rollout_id)
+        if rollout is None:
+            return f"refused: no rollout {command.rollout_id}"
+        why = f" ({command.reason})" if command.reason else ""
+        if command.action == "approve":
+            return await self._approve(tx, rollout, command, now)
+        try:
+            if command.action == "pause":
+                await set_state(
+                    tx, rollout, RolloutState.PAUSED, now, f"paused by {command.requested_by}{why}"
+                )
+                await note(
+                    tx,
+                    rollout.rollout_id,
+                    command.requested_by,
+                    "paused",
+                    f"no new wave until resumed{why}",
+                    now,
+                )
+            elif command.action == "resume":
+                running = await set_state(tx, rollout, RolloutState.RUNNING, now, "")
+                # A wave held by an inconclusive gate is accepted by the human who resumes.
+                for wave in await tx.waves(rollout.rollout_id):
+                    if wave.state is WaveState.HELD:
+                        await set_wave(tx, wave, WaveState.PASSED)
+                        await note(
+                            tx,
+                            rollout.rollout_id,
+                            command.requested_by,
+                            "wave accepted",
+                            f"wave {wave.number} held by an inconclusive gate, accepted on "
+                            f"resume{why}",
+                            now,
+                        )
+                await note(
+                    tx,
+                    rollout.rollout_id,
+                    command.requested_by,
+                    "resumed",
+                    why.strip() or "resumed",
+                    now,
+                )
+                await advance(tx, running, self.planning.timing, now)
+            else:
+                await stop(
+                    tx,
+                    rollout,
+                    RolloutState.ABORTED,
+                    reason=f"aborted by {command.requested_by}{why}",
+                    by=command.requested_by,
+                    now=now,
+                )
+        except InvalidTransition as exc:
+            await note(
+                tx,
+                rollout.rollout_id,
+                command.requested_by,
+                f"{command.action} refused",
+                str(exc),
+                now,
+            )
+            return f"refused: {exc}"
+        return "done"

@@ -1,0 +1,169 @@
+"""``lockstep rollout`` against a running planner (real NATS + PostgreSQL): plan, start,
+status, pause, resume, abort, audit, and bad input refused in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from lockstep_cli.main import app as cli_app
+from lockstep_cli.polling import until
+from lockstep_common import subjects
+from lockstep_common.events.v1 import GateInconclusive, WaveCompleted
+from lockstep_common.vocabulary import GateVerdict
+from lockstep_planner.testing.kit import attested
+from tests.integration.planner_service.conftest import Planner
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def cli_env(planner: Planner, monkeypatch: pytest.MonkeyPatch) -> Planner:
+    s = planner.settings
+    for name, value in (
+        ("LOCKSTEP_NATS_URL", s.nats_url),
+        ("LOCKSTEP_DATABASE_URL", s.database_url),
+        ("LOCKSTEP_NAMESPACE", s.namespace),
+        ("LOCKSTEP_PLANNER_DB_SCHEMA", s.db_schema),
+    ):
+        monkeypatch.setenv(name, str(value))
+    bundle = attested()
+    await planner.publish(subjects.bundle_attested(), bundle)
+
+    async def known() -> bool:
+        return bool(await planner.app.require().pool.fetchval("SELECT count(*) FROM bundles"))
+
+    await until(known, what="bundle recorded")
+    return planner
+
+
+async def cli(*args: str) -> tuple[int, str]:
+    result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args))
+    return result.exit_code, result.output
+
+
+async def test_plan_prints_the_whole_plan_and_releases_nothing(cli_env: Planner) -> None:
+    code, out = await cli(
+        "rollout", "plan", "--bundle", "gb200-driver", "--scope", "site=site-a",
+        "--class", "standard",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "dry run, nothing released" in out and "estimated duration" in out
+    assert "strata covered" in out
+    assert await cli_env.emitted("wave.planned.") == []
+
+
+async def test_start_status_pause_resume_abort_and_audit(cli_env: Planner) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver@2026.03", "--scope", "site=site-a",
+        "--class", "standard", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    await cli_env.wait_for("wave.planned.")
+
+    code, out = await cli("rollout", "status", rollout_id, "--json")
+    status = json.loads(out)
+    assert status["state"] == "running" and status["waves"][0]["state"] == "released"
+
+    assert (await cli("rollout", "pause", rollout_id, "--by", "alice"))[0] == 0
+    assert await cli_env.state(rollout_id) == "paused"
+    code, out = await cli("rollout", "pause", rollout_id)
+    assert code == 1 and "cannot go from paused to paused" in out
+    assert (await cli("rollout", "resume", rollout_id, "--by", "bob"))[0] == 0
+    code, out = await cli("rollout", "abort", rollout_id, "--by", "carol", "--reason", "freeze")
+    assert code == 0, out
+    [halted] = await cli_env.wait_for("rollout.halted.")
+    assert halted["halted_by"] == "carol" and "freeze" in halted["reason"]
+
+    code, out = await cli("rollout", "audit", rollout_id, "--json")
+    trail = [(r["actor"], r["action"]) for r in json.loads(out)]
+    assert ("alice", "paused") in trail and ("bob", "resumed") in trail
+    assert ("carol", "aborted") in trail and trail[0][1] == "intent submitted"
+
+
+async def test_bad_input_is_one_line_and_publishes_nothing(
+    cli_env: Planner, tmp_path: Path
+) -> None:
+    bad: list[tuple[list[str], str]] = [
+        (["--bundle", "no-such-bundle"], "no attested bundle no-such-bundle"),
+        (["--bundle", "gb200-driver", "--class", "weekly"], "--class 'weekly'"),
+        (["--bundle", "gb200-driver", "--scope", "rack=1"], "--scope: 'rack': unknown key"),
+    ]
+    strategy = tmp_path / "s.yaml"
+    strategy.write_text("wave_fractions: [0.5, 0.2]\nsoak: 3\n")
+    bad.append((["--bundle", "gb200-driver", "--strategy", str(strategy)], "--strategy"))
+    for args, message in bad:
+        full: dict[str, Any] = {"--scope": "site=site-a", "--class": "standard"}
+        pairs = dict(zip(args[::2], args[1::2], strict=True))
+        full.update(pairs)
+        argv = [x for kv in full.items() for x in kv]
+        code, out = await cli("rollout", "start", *argv)
+        assert code in (1, 2) and message in out, (args, out)
+        assert "Traceback" not in out
+    assert await cli_env.app.require().pool.fetchval("SELECT count(*) FROM intents") == 0
+
+
+async def test_a_refused_intent_names_every_reason(cli_env: Planner) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver", "--scope", "pool=nowhere",
+        "--class", "standard",
+    )  # fmt: skip
+    assert code == 1 and "refused" in out and "scope matches no node" in out
+
+
+async def test_a_routine_rollout_starts_once_a_trusted_approver_signs_its_plan(
+    cli_env: Planner,
+) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver", "--scope", "site=site-a",
+        "--class", "routine", "--approval", "CHG-1042", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    assert await cli_env.state(rollout_id) == "planned"
+    alice, bob = str(cli_env.keys["alice"]), str(cli_env.keys["bob"])
+
+    code, out = await cli("rollout", "approve", rollout_id, "--key", bob, "--as", "alice")
+    assert code == 1 and "forged or corrupt" in out
+    code, out = await cli("rollout", "approve", rollout_id, "--key", alice, "--as", "alice")
+    assert code == 0, out
+    await cli_env.wait_for("wave.planned.")
+    assert await cli_env.state(rollout_id) == "running"
+    code, out = await cli("rollout", "approve", rollout_id, "--key", alice, "--as", "alice")
+    assert code == 1 and "only a planned rollout waiting for approval" in out
+
+
+async def test_an_inconclusive_gate_pauses_until_an_operator_resumes(cli_env: Planner) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver", "--scope", "site=site-a",
+        "--class", "standard", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    [wave0] = await cli_env.wait_for("wave.planned.")
+    await cli_env.publish(
+        subjects.wave_completed(rollout_id),
+        WaveCompleted(rollout_id=rollout_id, wave=0, succeeded=tuple(wave0["node_ids"]), failed=()),
+    )
+    await cli_env.publish(
+        subjects.gate(GateVerdict.INCONCLUSIVE, rollout_id),
+        GateInconclusive(
+            rollout_id=rollout_id, wave=0, verdict=GateVerdict.INCONCLUSIVE, evidence=()
+        ),
+    )
+
+    async def paused() -> bool:
+        return await cli_env.state(rollout_id) == "paused"
+
+    await until(paused, what="rollout paused")
+    code, out = await cli("rollout", "status", rollout_id, "--json")
+    assert json.loads(out)["waves"][0]["state"] == "held"
+    assert (await cli("rollout", "resume", rollout_id, "--by", "bob"))[0] == 0
+    waves = await cli_env.wait_for("wave.planned.", 2)
+    assert [w["wave"] for w in waves] == [0, 1]
