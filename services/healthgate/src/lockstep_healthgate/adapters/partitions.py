@@ -14,6 +14,7 @@ from datetime import UTC, date, datetime, timedelta
 from lockstep_common.db import Conn
 
 PARENT = "health_samples"
+_LOCK = "lockstep-healthgate:partitions"
 _NAME = re.compile(rf"^{PARENT}_p(\d{{8}})$")
 
 
@@ -28,10 +29,16 @@ def day_of(moment: datetime) -> date:
 
 
 async def ensure(conn: Conn, days: Collection[date]) -> list[str]:
-    """Create the partitions of ``days`` that do not exist; returns those created."""
+    """Create the partitions of ``days`` that do not exist; returns those created. Runs in the
+    caller's transaction (the advisory lock is held until it ends)."""
     created = []
     for day in sorted(set(days)):
         name = partition_name(day)
+        if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
+            continue  # the common case: one catalogue lookup
+        # Creators (ingest batches, the keeper, replicas) queue here until the first commits;
+        # IF NOT EXISTS alone still races on the catalogue's unique index.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", _LOCK)
         if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
             continue
         start = datetime(day.year, day.month, day.day, tzinfo=UTC)
@@ -66,7 +73,8 @@ async def maintain(
     """Create today's and the next ``ahead_days`` partitions; drop those whose whole day ended
     more than ``retention_s`` ago. Returns (created, dropped)."""
     today = day_of(now)
-    created = await ensure(conn, [today + timedelta(days=d) for d in range(ahead_days + 1)])
+    async with conn.transaction():
+        created = await ensure(conn, [today + timedelta(days=d) for d in range(ahead_days + 1)])
     horizon = now - timedelta(seconds=retention_s)
     dropped = []
     for day in await existing(conn):
