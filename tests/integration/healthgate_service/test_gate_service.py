@@ -200,6 +200,7 @@ async def test_a_soaked_wave_is_judged_once_across_a_restart(
         ((subject, data),) = await gate_events(app)
         reason = await app.require().pool.fetchval("SELECT reason FROM verdicts")
         assert subject == "gate.passed.r1", reason
+        assert data["verdict"] == "passed" and data["offending_nodes"] == []
         row = await app.require().pool.fetchrow(
             "SELECT kind, window_start, window_end, decision FROM verdicts"
         )
