@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,9 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
+from typer.testing import CliRunner
 
+from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import Envelope, EventData, make_envelope
@@ -110,8 +113,13 @@ async def processed(app: ServiceApp, node: str, heartbeat: int) -> bool:
     )
 
 
+async def _cli(*args: str) -> tuple[int, str]:
+    result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args))
+    return result.exit_code, result.output
+
+
 async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
-    servers: Any, namespace: str, bus: Bus
+    servers: Any, namespace: str, bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = await started(servers, namespace)
     try:
@@ -163,6 +171,21 @@ async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
         await until(lambda: _count(gate_events(app), 2), what="device.failed trips r2")
         subject, data = (await gate_events(app))[1]
         assert subject == "gate.tripped.r2" and data["offending_nodes"] == ["can-4"]
+
+        # `lockstep gate show` reads the persisted verdicts and says why.
+        monkeypatch.setenv("LOCKSTEP_DATABASE_URL", servers.database_url)
+        monkeypatch.setenv("LOCKSTEP_HEALTHGATE_DB_SCHEMA", f"{namespace}_healthgate")
+        code, out = await _cli("gate", "show", "r1")
+        assert code == 0, out
+        assert "tripped" in out and "hard rule" in out and "can-2" in out and "XID 79" in out
+        code, out = await _cli("gate", "show", "r2", "--wave", "0", "--json")
+        assert code == 0, out
+        (shown,) = json.loads(out)
+        assert (shown["verdict"], shown["kind"]) == ("tripped", "hard_rule")
+        assert shown["decision"]["offending_nodes"] == ["can-4"]
+        assert (await _cli("gate", "show", "r3"))[0] == 1  # no verdict yet
+        code, out = await _cli("gate", "show", "r1.*")
+        assert code == 2 and "rollout id" in out
     finally:
         await app.stop()
 

@@ -1,4 +1,5 @@
 """``lockstep gate evaluate``: the healthgate's judge on a recorded sample file, for SREs and tests;
+``lockstep gate show``: why a live gate decided what it did (the persisted verdicts, read-only);
 and ``lockstep bench gate``: how fast and how good that judge is.
 
 ``evaluate`` runs exactly the judge the service runs (``lockstep_healthgate.domain.judge``), as of
@@ -11,20 +12,22 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail
+from lockstep_cli.cli_io import fail, run, settings_of
 
 if TYPE_CHECKING:
     from lockstep_healthgate.domain.decision import GateDecision
+    from lockstep_healthgate.store import VerdictRecord
 
 gate_app = typer.Typer(
-    help="Health gate: replay the judge on recorded samples.", no_args_is_help=True
+    help="Health gate: replay the judge on recorded samples, or show a live gate's verdicts.",
+    no_args_is_help=True,
 )
 console = Console()
 EXIT = {"passed": 0, "tripped": 1, "inconclusive": 3}
@@ -154,6 +157,85 @@ def gate_evaluate(
     else:
         _show(decision)
     raise typer.Exit(EXIT[decision.verdict])
+
+
+async def _verdicts(rollout: str, wave: int | None) -> list[VerdictRecord]:
+    """The healthgate's persisted verdicts, straight from its schema: read-only, never
+    migrating (as ``lockstep dlq`` reads dead letters)."""
+    import asyncpg
+
+    from lockstep_common import db
+    from lockstep_healthgate.adapters.pg_store import read_verdicts
+    from lockstep_healthgate.app import NAME
+    from lockstep_healthgate.settings import Settings
+
+    settings = settings_of(Settings)
+    conn = await db.connect_with_retry(settings.database_url, attempts=3)
+    try:
+        schema = settings.db_schema or NAME  # as ServiceApp names it
+        await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
+        try:
+            return await read_verdicts(conn, rollout, wave)
+        except asyncpg.UndefinedTableError:
+            fail(f"schema {schema} has no gate verdicts table: has the healthgate service run?")
+    finally:
+        await conn.close()
+
+
+def _record_json(v: VerdictRecord) -> dict[str, Any]:
+    return {
+        "rollout_id": v.rollout_id,
+        "wave": v.wave,
+        "verdict": v.decision.verdict.value,
+        "kind": v.kind,
+        "reason": v.decision.reason,
+        "window_start": v.window_start.isoformat(),
+        "window_end": v.window_end.isoformat(),
+        "policy_digest": v.policy_digest,
+        "event_id": str(v.event_id),
+        "decision": v.decision.model_dump(mode="json"),
+    }
+
+
+@gate_app.command("show")
+def gate_show(
+    rollout: Annotated[str, typer.Argument(help="Rollout id.")],
+    wave: Annotated[int | None, typer.Option("--wave", min=0, help="Only this wave.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdicts as JSON.")] = False,
+) -> None:
+    """Why a live gate decided what it did: each wave's verdict, how it was reached (a hard rule
+    at once, or the judge after the soak), the window judged and the per-metric evidence.
+
+    Exit 0 shown, 1 no verdict yet, 2 bad input or an unreachable database.
+    """
+    from lockstep_common.subjects import token
+
+    try:
+        token(rollout, "rollout id")
+    except ValueError as exc:
+        fail(escape(str(exc)))
+    records = run(_verdicts(rollout, wave))
+    if as_json:
+        print(json.dumps([_record_json(v) for v in records]))
+    if not records:
+        where = f" wave {wave}" if wave is not None else ""
+        if not as_json:
+            console.print(f"no gate verdict yet for rollout {rollout}{where}", highlight=False)
+        raise typer.Exit(1)
+    if as_json:
+        return
+    for v in records:
+        how = (
+            "hard rule, before the soak ended" if v.kind == "hard_rule" else "judge, after the soak"
+        )
+        console.rule(f"rollout {escape(v.rollout_id)} wave {v.wave}: {v.decision.verdict} ({how})")
+        console.print(
+            f"window {v.window_start.isoformat()} .. {v.window_end.isoformat()}  "
+            f"policy sha256:{v.policy_digest[:16]}  event {v.event_id}",
+            highlight=False,
+            markup=False,
+        )
+        _show(v.decision)
 
 
 def bench_gate(
