@@ -105,8 +105,7 @@ async def wave_state(app: ServiceApp, rollout: str) -> str | None:
 async def processed(app: ServiceApp, node: str, heartbeat: int) -> bool:
     return bool(
         await app.require().pool.fetchval(
-            "SELECT count(*) FROM health_samples WHERE node_id = $1 AND metric = 'heartbeat'"
-            " AND value = $2",
+            "SELECT count(*) FROM health_samples WHERE node_id = $1 AND heartbeat = $2",
             node,
             float(heartbeat),
         )

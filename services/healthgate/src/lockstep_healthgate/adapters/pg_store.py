@@ -1,8 +1,9 @@
 """The healthgate's state in PostgreSQL (schema from ``migrations/``): ``GateTx`` over one open
 transaction, and ``PgGateStore`` opening them for the worker.
 
-Samples go in by COPY (``copy_records_to_table``): at the design load, 1,250 reports a second of
-about 15 readings each, one COPY per pulled batch is what keeps ingest near the broker's pace.
+Samples go in by COPY (``copy_records_to_table``), one row per report with a column per signal,
+one COPY per pulled batch: at the design load, 1,250 reports a second of about 15 readings each.
+Readers get (node, metric, value, time) rows back by an unpivot in SQL.
 """
 
 from __future__ import annotations
@@ -19,9 +20,60 @@ from lockstep_common.db import Conn
 from lockstep_common.outbox import EventSink, emitting
 from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.domain.decision import GateDecision
+from lockstep_healthgate.domain.hard_rules import (
+    BUSBW,
+    BUSBW_EXPECTED,
+    DCGM_DIAG,
+    DEVICE_FAILED,
+    GSP_INIT,
+    HEARTBEAT,
+    XID_PREFIX,
+)
+from lockstep_healthgate.domain.signals import (
+    ECC_SBE,
+    NVLINK_CRC,
+    PCIE_REPLAY,
+    POWER,
+    ROW_REMAP,
+    SM_CLOCK,
+    TEMPERATURE,
+    THROTTLED,
+    XID_NONFATAL,
+)
 from lockstep_healthgate.domain.waves import Member, Wave, WaveState
 from lockstep_healthgate.store import Claim, Columns, GateTx, SampleRow, VerdictRecord
 
+# The signals stored as columns of health_samples (migrations/0001), in column order; XIDs by
+# code go to xid_codes / xid_counts.
+COLUMNS = (
+    DCGM_DIAG,
+    XID_NONFATAL,
+    BUSBW,
+    BUSBW_EXPECTED,
+    SM_CLOCK,
+    TEMPERATURE,
+    POWER,
+    THROTTLED,
+    ECC_SBE,
+    ROW_REMAP,
+    PCIE_REPLAY,
+    NVLINK_CRC,
+    GSP_INIT,
+    HEARTBEAT,
+    DEVICE_FAILED,
+)
+_COLUMN = {name: i for i, name in enumerate(COLUMNS)}
+# Rows of the window back to (node, metric, value, time): the columns are fixed identifiers
+# from COLUMNS, never input. A NULL is a signal the report did not carry.
+_UNPIVOT = (
+    "SELECT r.node_id, s.metric, s.value, extract(epoch FROM r.observed_at)::float8 AS t"
+    " FROM health_samples r CROSS JOIN LATERAL ("
+    f" SELECT * FROM unnest('{{{','.join(COLUMNS)}}}'::text[],"
+    f" ARRAY[{', '.join(f'r.{c}' for c in COLUMNS)}]) AS u(metric, value)"
+    f" UNION ALL SELECT '{XID_PREFIX}' || c, v FROM unnest(r.xid_codes, r.xid_counts) AS x(c, v)"
+    ") s WHERE r.node_id = ANY($1::text[]) AND r.observed_at >= $2 AND r.observed_at <= $3"
+    " AND s.value IS NOT NULL AND ($4::text[] IS NULL OR s.metric = ANY($4::text[]))"
+)
 _WAVE = "rollout_id, wave, state, planned_at, completed_at, soak_seconds"
 _VERDICT = "rollout_id, wave, kind, decision, window_start, window_end, policy_digest, event_id"
 
@@ -69,13 +121,28 @@ class PgGateTx:
         await partitions.ensure(self.conn, days)
 
     async def add_samples(self, rows: Sequence[SampleRow]) -> int:
-        """COPY the readings in."""
+        """COPY the readings in, one row per (time, node): a report's signals side by side."""
         if not rows:
             return 0
+        records: dict[tuple[datetime, str], list[Any]] = {}
+        width = len(COLUMNS)
+        for r in rows:
+            record = records.get((r.observed_at, r.node_id))
+            if record is None:
+                record = [r.observed_at, r.node_id, *([None] * width), [], []]
+                records[r.observed_at, r.node_id] = record
+            column = _COLUMN.get(r.metric)
+            if column is not None:
+                record[2 + column] = r.value
+            elif r.metric.startswith(XID_PREFIX) and r.metric[len(XID_PREFIX) :].isdigit():
+                record[-2].append(int(r.metric[len(XID_PREFIX) :]))
+                record[-1].append(r.value)
+            else:
+                raise ValueError(f"health_samples has no column for signal {r.metric!r}")
         await self.conn.copy_records_to_table(
             partitions.PARENT,
-            records=[(r.observed_at, r.node_id, r.metric, r.value) for r in rows],
-            columns=("observed_at", "node_id", "metric", "value"),
+            records=[tuple(rec) for rec in records.values()],
+            columns=("observed_at", "node_id", *COLUMNS, "xid_codes", "xid_counts"),
         )
         return len(rows)
 
@@ -88,10 +155,7 @@ class PgGateTx:
     ) -> Columns:
         """Readings of these nodes in the window, as columns."""
         rows = await self.conn.fetch(
-            "SELECT node_id, metric, value, extract(epoch FROM observed_at)::float8 AS t"
-            " FROM health_samples WHERE node_id = ANY($1::text[])"
-            " AND observed_at >= $2 AND observed_at <= $3"
-            " AND ($4::text[] IS NULL OR metric = ANY($4::text[]))",
+            _UNPIVOT,
             sorted(node_ids),
             since,
             until,
