@@ -145,3 +145,38 @@ async def test_a_rollout_that_ended_during_the_soak_is_not_judged() -> None:
         await handlers.on_rollout_ended(tx, env(halted, DONE_AT + timedelta(seconds=30)))
     assert not await worker(Clock(DUE + timedelta(seconds=11))).step(store)
     assert store.events == []
+
+
+async def soaking_wave_with_silence(store: MemoryGateStore, silent: list[str]) -> None:
+    """A wave completed at DONE_AT whose ``silent`` nodes stop reporting at once."""
+    async with store.transaction() as tx:
+        await handlers.on_wave_planned(
+            tx, env(planned_wave("r1", CANARY, CONTROL, soak_seconds=SOAK), T0)
+        )
+    done = WaveCompleted(rollout_id="r1", wave=0, succeeded=tuple(CANARY), failed=())
+    async with store.transaction() as tx:
+        await handlers.on_wave_completed(tx, env(done, DONE_AT))
+    talking = [n for n in CANARY + CONTROL if n not in silent]
+    await ingest(store, rounds(talking, DONE_AT, 7, seed=3), DONE_AT + timedelta(seconds=60))
+
+
+async def test_a_canary_node_silent_during_the_soak_trips_before_the_soak_ends() -> None:
+    store = MemoryGateStore()
+    await soaking_wave_with_silence(store, silent=["can-1"])
+    # 20 s into the soak nobody can be called silent yet (the limit is 3 x 10 s).
+    assert await worker(Clock(DONE_AT + timedelta(seconds=20))).watch(store) == 0
+    assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(store) == 1
+    (tripped,) = store.events
+    assert isinstance(tripped, GateTripped) and tripped.offending_nodes == ("can-1",)
+    assert "heartbeat_missing" in tripped.evidence[0].metric
+    assert store.tables.verdicts["r1", 0].kind == "hard_rule"
+
+
+async def test_silence_on_control_nodes_or_everywhere_does_not_blame_the_rollout() -> None:
+    store = MemoryGateStore()
+    await soaking_wave_with_silence(store, silent=["ctl-3"])
+    assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(store) == 0
+    everyone = MemoryGateStore()
+    await soaking_wave_with_silence(everyone, silent=[*CANARY, *CONTROL])
+    assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(everyone) == 0
+    assert store.events == everyone.events == []

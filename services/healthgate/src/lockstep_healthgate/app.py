@@ -53,6 +53,7 @@ def create_app(settings: Settings) -> ServiceApp:
             grace_s=settings.eval_grace_s,
             lease_s=settings.eval_lease_s,
             max_attempts=settings.eval_max_attempts,
+            watch_s=settings.heartbeat_watch_s,
         ),
     )
     return app

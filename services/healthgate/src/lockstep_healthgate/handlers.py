@@ -38,6 +38,7 @@ from lockstep_healthgate.domain.hard_rules import (
     DCGM_DIAG,
     DEVICE_FAILED,
     GSP_INIT,
+    HEARTBEAT,
     XID_PREFIX,
 )
 from lockstep_healthgate.domain.policy import Policy
@@ -146,6 +147,46 @@ async def check_hard_rules_now(
             soak_start=since.timestamp(),
         )
         decision = instant_decision(table, config.policy, now=now.timestamp())
+        if decision is not None and await commit_verdict(
+            tx, wave, decision, kind=VerdictKind.HARD_RULE, window=(since, now), config=config
+        ):
+            tripped += 1
+    return tripped
+
+
+async def watch_heartbeats(tx: GateTx, config: GateConfig, *, now: datetime) -> int:
+    """The heartbeat rule on every soaking wave, at once rather than at the end of the soak
+    (seed 003: a heartbeat timeout is a fault). Only after ``wave.completed``: while the wave
+    updates, its nodes reboot and silence is expected. Returns how many waves tripped."""
+    tripped = 0
+    limit = config.policy.hard_rules.heartbeat_interval_s
+    limit *= config.policy.hard_rules.heartbeat_missed_intervals
+    for wave in await tx.soaking_waves():
+        if wave.completed_at is None:
+            continue
+        # Two silences' worth is enough to see one, and keeps the read small on big waves.
+        since = max(wave.completed_at, now - timedelta(seconds=2 * limit))
+        if (now - since).total_seconds() <= limit:
+            continue  # too soon after the soak began to call anyone silent
+        nodes = [m.node_id for m in wave.members]
+        cols = await tx.samples(nodes, (HEARTBEAT,), since, now)
+        # A control node that sent nothing is silent too: it counts against the rule (as a
+        # last heartbeat at the window's start), so a telemetry outage that silences canary and
+        # control alike is environmental, not the rollout's doing. Silent canary nodes are the
+        # roster's: "no sample at all in the window".
+        heard = set(cols.node)
+        mute = [m.node_id for m in wave.members if not m.canary and m.node_id not in heard]
+        table = sample_table(
+            wave.members,
+            [*cols.node, *mute],
+            [*cols.metric, *([HEARTBEAT] * len(mute))],
+            [*cols.value, *([0.0] * len(mute))],
+            [*cols.time, *([since.timestamp()] * len(mute))],
+            soak_start=since.timestamp(),
+        )
+        decision = instant_decision(
+            table, config.policy, now=now.timestamp(), roster=wave.canary_strata
+        )
         if decision is not None and await commit_verdict(
             tx, wave, decision, kind=VerdictKind.HARD_RULE, window=(since, now), config=config
         ):

@@ -43,6 +43,9 @@ class Settings(ServiceSettings):
         description="Samples the hard rules read at ingest: enough for consecutive busbw runs.",
     )
     eval_poll_s: Seconds = Field(default=2.0, description="Evaluation worker's idle poll.")
+    heartbeat_watch_s: Seconds = Field(
+        default=10.0, description="How often soaking waves are checked for silent nodes."
+    )
     eval_grace_s: float = Field(
         default=15.0,
         ge=0,

@@ -125,6 +125,10 @@ class GateTx(Protocol):
         rollout if given), in (rollout, wave) order."""
         ...
 
+    async def soaking_waves(self) -> list[Wave]:
+        """Every soaking wave, in (rollout, wave) order (the heartbeat watch's rounds)."""
+        ...
+
     async def open_waves_of(self, rollout_id: str) -> list[Wave]:
         """A rollout's updating or soaking waves, in wave order."""
         ...

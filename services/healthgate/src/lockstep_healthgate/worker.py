@@ -8,6 +8,9 @@ worker thread as of the end of the soak, and commits the verdict with its eviden
 against a paused, superseded worker). The verdict is a function of the stored samples, the
 policy and the window, so a restart, a second replica or a re-run all reach the same one, and
 the wave's single verdict row and event id keep it to one.
+
+Every ``watch_s`` it also runs the heartbeat rule on the soaking waves (``watch_heartbeats``): a
+silent node cannot trip anything at ingest, since silence sends no sample.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -24,7 +29,7 @@ from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.decision import GateDecision
 from lockstep_healthgate.domain.gating import soak_decision
 from lockstep_healthgate.domain.waves import OPEN, Wave, judged_window, sample_table
-from lockstep_healthgate.handlers import GateConfig, commit_verdict
+from lockstep_healthgate.handlers import GateConfig, commit_verdict, watch_heartbeats
 from lockstep_healthgate.store import Claim, GateStore, VerdictKind
 
 log = logging.getLogger(__name__)
@@ -46,25 +51,36 @@ class GateWorker:
         grace_s: float,
         lease_s: float,
         max_attempts: int,
+        watch_s: float = 10.0,
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.config = config
         self._source = source
         self._poll_s, self._grace_s, self._lease_s = poll_s, grace_s, lease_s
         self._max_attempts = max_attempts
+        self._watch_s = watch_s
         self._clock = clock
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and judge until stopped."""
         store = PgGateStore(resources.pool, self._source)
+        watched = -math.inf
         while not stopping.is_set():
             try:
+                if time.monotonic() - watched >= self._watch_s:
+                    watched = time.monotonic()
+                    await self.watch(store)
                 if await self.step(store):
                     continue
             except Exception:
                 log.exception("healthgate worker: evaluation loop error; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
+
+    async def watch(self, store: GateStore) -> int:
+        """One round of the heartbeat rule on the soaking waves; returns the trips."""
+        async with store.transaction() as tx:
+            return await watch_heartbeats(tx, self.config, now=self._clock())
 
     async def step(self, store: GateStore) -> bool:
         """Claim one soaked wave and judge it; False when none was due."""
@@ -107,7 +123,7 @@ class GateWorker:
                     ),
                     self.config.policy,
                     due_at=window.end,
-                    roster=wave.canary,
+                    roster=wave.canary_strata,
                 )
             )
         async with store.transaction() as tx:

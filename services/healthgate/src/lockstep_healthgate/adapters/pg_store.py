@@ -264,6 +264,13 @@ class PgGateTx:
         )
         return await self._waves(rows)
 
+    async def soaking_waves(self) -> list[Wave]:
+        """Every soaking wave."""
+        rows = await self.conn.fetch(
+            f"SELECT {_WAVE} FROM waves WHERE state = 'soaking' ORDER BY rollout_id, wave"
+        )
+        return await self._waves(rows)
+
     async def open_waves_of(self, rollout_id: str) -> list[Wave]:
         """A rollout's open waves."""
         rows = await self.conn.fetch(

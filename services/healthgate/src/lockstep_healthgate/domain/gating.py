@@ -6,7 +6,7 @@ re-derived from its stored samples (``lockstep gate show`` prints what it rests 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from lockstep_healthgate.domain.decision import GateDecision
@@ -18,10 +18,17 @@ from lockstep_healthgate.domain.samples import SampleTable
 INSTANT_NOTE = "decided by a hard rule before the soak ended: the metrics were not judged"
 
 
-def instant_decision(table: SampleTable, policy: Policy, *, now: float) -> GateDecision | None:
+def instant_decision(
+    table: SampleTable,
+    policy: Policy,
+    *,
+    now: float,
+    roster: Collection[str] | Mapping[str, str] = (),
+) -> GateDecision | None:
     """A trip when a canary node breaks a hard rule that the control does not explain; else
-    None (an environmental finding waits for the soak's judge, which asks a human)."""
-    rules, notes = check_hard_rules(table, policy, now=now)
+    None (an environmental finding waits for the soak's judge, which asks a human).
+    ``roster``: canary nodes that must have reported (a silent one breaks the heartbeat rule)."""
+    rules, notes = check_hard_rules(table, policy, now=now, roster=roster)
     if not any(not r.environmental for r in rules):
         return None
     return decide(policy, (), rules, notes=(INSTANT_NOTE, *notes), evaluated_at=now)

@@ -95,6 +95,11 @@ class Wave:
         return tuple(m.node_id for m in self.members if m.canary)
 
     @property
+    def canary_strata(self) -> dict[str, str]:
+        """Canary node -> its stratum (the hard rules' roster)."""
+        return {m.node_id: m.stratum for m in self.members if m.canary}
+
+    @property
     def due_at(self) -> datetime | None:
         """When the soak has elapsed (None before the wave completed)."""
         if self.completed_at is None:

@@ -132,6 +132,10 @@ class MemoryGateTx:
             and any(m.node_id in nodes for m in w.members)
         ]
 
+    async def soaking_waves(self) -> list[Wave]:
+        """Scan."""
+        return [w for _, w in sorted(self.t.waves.items()) if w.state is WaveState.SOAKING]
+
     async def open_waves_of(self, rollout_id: str) -> list[Wave]:
         """Scan."""
         return [
