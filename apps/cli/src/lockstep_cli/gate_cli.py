@@ -68,6 +68,9 @@ def _show(decision: GateDecision) -> None:
             console.print(
                 f"{r.rule} [{r.stratum}]: {r.detail}", highlight=False, markup=False, soft_wrap=True
             )
+    if not decision.metrics:
+        _tail(decision)
+        return
     metrics = Table(title="metrics: canary vs control, one value per node (* critical)")
     metrics.add_column("metric", no_wrap=True)
     for col in (
@@ -105,6 +108,10 @@ def _show(decision: GateDecision) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+    _tail(decision)
+
+
+def _tail(decision: GateDecision) -> None:
     if decision.offending_nodes:
         console.print(
             "offending nodes: " + ", ".join(decision.offending_nodes),

@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from lockstep_healthgate.domain.decision import GateDecision
-from lockstep_healthgate.domain.hard_rules import check_hard_rules
+from lockstep_healthgate.domain.hard_rules import NO_HEARTBEATS, check_hard_rules
 from lockstep_healthgate.domain.judge import decide, evaluate
 from lockstep_healthgate.domain.policy import Policy
 from lockstep_healthgate.domain.samples import SampleTable
@@ -31,7 +31,9 @@ def instant_decision(
     rules, notes = check_hard_rules(table, policy, now=now, roster=roster)
     if not any(not r.environmental for r in rules):
         return None
-    return decide(policy, (), rules, notes=(INSTANT_NOTE, *notes), evaluated_at=now)
+    # At ingest the heartbeats are left out on purpose (the soak's watch has them): not news.
+    kept = tuple(n for n in notes if n != NO_HEARTBEATS)
+    return decide(policy, (), rules, notes=(INSTANT_NOTE, *kept), evaluated_at=now)
 
 
 def soak_decision(

@@ -42,6 +42,7 @@ BUSBW_EXPECTED = "nccl_expected_gbps"
 HEARTBEAT = "heartbeat"
 GSP_INIT = "gsp_init_failed"
 DEVICE_FAILED = "device_failed"
+NO_HEARTBEATS = "heartbeat rule not evaluated: no heartbeat samples"
 
 
 def _when(t: float) -> str:
@@ -193,7 +194,7 @@ def check_hard_rules(
     silent, have_heartbeats = _heartbeats(rows, policy, now) if rows.mask.any() else ({}, False)
     broken[HardRule.HEARTBEAT] = silent
     if not have_heartbeats:
-        notes.append("heartbeat rule not evaluated: no heartbeat samples")
+        notes.append(NO_HEARTBEATS)
     unseen = sorted(set(roster) - set(table.nodes))
     strata = dict(roster) if isinstance(roster, Mapping) else {}
     context = _Context(table, policy, degraded or {}, strata)
