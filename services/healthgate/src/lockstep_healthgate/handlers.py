@@ -68,7 +68,7 @@ class GateConfig:
 
     policy: Policy
     retention_s: float = 3 * 86_400.0
-    lookback_s: float = 300.0
+    lookback_s: float = 60.0
     baseline_s: float = 1800.0
 
     @property

@@ -39,8 +39,10 @@ class Settings(ServiceSettings):
         "each group with.",
     )
     hard_rule_lookback_s: Seconds = Field(
-        default=300.0,
-        description="Samples the hard rules read at ingest: enough for consecutive busbw runs.",
+        default=60.0,
+        description="Samples the hard rules read at ingest: enough for consecutive busbw runs "
+        "(the policy's busbw_consecutive at 10 s), and small, because a fleet-wide busbw drop "
+        "makes every batch read it.",
     )
     eval_poll_s: Seconds = Field(default=2.0, description="Evaluation worker's idle poll.")
     heartbeat_watch_s: Seconds = Field(

@@ -63,17 +63,35 @@ COLUMNS = (
     DEVICE_FAILED,
 )
 _COLUMN = {name: i for i, name in enumerate(COLUMNS)}
-# Rows of the window back to (node, metric, value, time): the columns are fixed identifiers
-# from COLUMNS, never input. A NULL is a signal the report did not carry.
-_UNPIVOT = (
-    "SELECT r.node_id, s.metric, s.value, extract(epoch FROM r.observed_at)::float8 AS t"
-    " FROM health_samples r CROSS JOIN LATERAL ("
-    f" SELECT * FROM unnest('{{{','.join(COLUMNS)}}}'::text[],"
-    f" ARRAY[{', '.join(f'r.{c}' for c in COLUMNS)}]) AS u(metric, value)"
-    f" UNION ALL SELECT '{XID_PREFIX}' || c, v FROM unnest(r.xid_codes, r.xid_counts) AS x(c, v)"
-    ") s WHERE r.node_id = ANY($1::text[]) AND r.observed_at >= $2 AND r.observed_at <= $3"
-    " AND s.value IS NOT NULL AND ($4::text[] IS NULL OR s.metric = ANY($4::text[]))"
-)
+
+
+def unpivot_sql(metrics: Collection[str] | None) -> str:
+    """The query of a window's readings as (node, metric, value, time) rows, reading only the
+    columns of ``metrics`` (None: all). Column names come from ``COLUMNS``, never from input;
+    a NULL is a signal the report did not carry. XIDs are asked for by code as ``$4``."""
+    columns = [c for c in COLUMNS if metrics is None or c in metrics]
+    xids = metrics is None or any(
+        m.startswith(XID_PREFIX) and m[len(XID_PREFIX) :].isdigit() for m in metrics
+    )
+    parts = []
+    if columns:
+        names = ",".join(columns)
+        values = ", ".join(f"r.{c}" for c in columns)
+        parts.append(f"SELECT * FROM unnest('{{{names}}}'::text[], ARRAY[{values}]) AS u(m, v)")
+    if xids:
+        parts.append(
+            f"SELECT '{XID_PREFIX}' || c, v FROM unnest(r.xid_codes, r.xid_counts) AS x(c, v)"
+            " WHERE $4::integer[] IS NULL OR c = ANY($4::integer[])"
+        )
+    lateral = " UNION ALL ".join(parts) or "SELECT NULL::text, NULL::float8 WHERE false"
+    return (
+        "SELECT r.node_id, s.m, s.v, extract(epoch FROM r.observed_at)::float8"
+        f" FROM health_samples r CROSS JOIN LATERAL ({lateral}) AS s(m, v)"
+        " WHERE r.node_id = ANY($1::text[]) AND r.observed_at >= $2 AND r.observed_at <= $3"
+        " AND s.v IS NOT NULL"
+    )
+
+
 _WAVE = "rollout_id, wave, state, planned_at, completed_at, soak_seconds"
 _VERDICT = "rollout_id, wave, kind, decision, window_start, window_end, policy_digest, event_id"
 
@@ -154,13 +172,17 @@ class PgGateTx:
         until: datetime,
     ) -> Columns:
         """Readings of these nodes in the window, as columns."""
-        rows = await self.conn.fetch(
-            _UNPIVOT,
-            sorted(node_ids),
-            since,
-            until,
-            None if metrics is None else sorted(metrics),
-        )
+        codes = None
+        if metrics is not None:
+            codes = sorted(
+                int(m[len(XID_PREFIX) :])
+                for m in metrics
+                if m.startswith(XID_PREFIX) and m[len(XID_PREFIX) :].isdigit()
+            )
+        args: list[Any] = [sorted(node_ids), since, until]
+        if metrics is None or codes:
+            args.append(codes)  # $4: the XID codes asked for (None: every code)
+        rows = await self.conn.fetch(unpivot_sql(metrics), *args)
         return Columns(
             node=[r[0] for r in rows],
             metric=[r[1] for r in rows],
