@@ -78,8 +78,8 @@ class GateConfig:
 
     @property
     def rule_metrics(self) -> tuple[str, ...]:
-        """The signals the hard rules read (heartbeat silence is the soak judge's: a short
-        look-back cannot tell silence from a window that just began)."""
+        """The signals the hard rules read at ingest. Not heartbeats: silence sends no sample,
+        and nodes of an updating wave reboot; ``watch_heartbeats`` covers the soak."""
         xids = tuple(f"{XID_PREFIX}{c}" for c in self.policy.hard_rules.fatal_xids)
         return (DCGM_DIAG, GSP_INIT, DEVICE_FAILED, BUSBW, BUSBW_EXPECTED, *xids)
 
