@@ -13,7 +13,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext
@@ -202,6 +202,7 @@ async def on_health_observed(
     horizon = now - timedelta(seconds=config.retention_s)
     rows: list[SampleRow] = []
     suspects: set[str] = set()
+    days: set[date] = set()
     newest = now
     for env in envs:
         report = env.data
@@ -218,9 +219,10 @@ async def on_health_observed(
         signals = signals_of(report, config.policy.hard_rules.fatal_xids)
         rows.extend(SampleRow(report.observed_at, report.node_id, m, v) for m, v in signals)
         newest = max(newest, report.observed_at)
+        days.add(partitions.day_of(report.observed_at))  # per report, not per reading
         if may_break_hard_rule(signals, config.policy):
             suspects.add(report.node_id)
-    await tx.ensure_partitions({partitions.day_of(r.observed_at) for r in rows})
+    await tx.ensure_partitions(days)
     stored = await tx.add_samples(rows)
     if suspects:
         waves = [w for w in await tx.open_waves(suspects) if set(w.canary) & suspects]
