@@ -180,3 +180,21 @@ async def test_silence_on_control_nodes_or_everywhere_does_not_blame_the_rollout
     await soaking_wave_with_silence(everyone, silent=[*CANARY, *CONTROL])
     assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(everyone) == 0
     assert store.events == everyone.events == []
+
+
+async def test_a_soak_in_which_no_node_reported_is_held_not_blamed_on_the_rollout() -> None:
+    store = MemoryGateStore()
+    async with store.transaction() as tx:
+        await handlers.on_wave_planned(
+            tx, env(planned_wave("r1", CANARY, CONTROL, soak_seconds=SOAK), T0)
+        )
+    await ingest(store, rounds(CANARY + CONTROL, T0 - timedelta(seconds=110), 11, seed=1), T0)
+    done = WaveCompleted(rollout_id="r1", wave=0, succeeded=tuple(CANARY), failed=())
+    async with store.transaction() as tx:
+        await handlers.on_wave_completed(tx, env(done, DONE_AT))
+    # A telemetry outage: nothing from anyone during the soak.
+    assert await worker(Clock(DUE + timedelta(seconds=11))).step(store)
+    (held,) = store.events
+    assert isinstance(held, GateInconclusive), held
+    decision = store.tables.verdicts["r1", 0].decision
+    assert decision.reason.startswith("too little data") and not decision.offending_nodes

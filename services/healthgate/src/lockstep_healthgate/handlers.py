@@ -52,7 +52,7 @@ from lockstep_healthgate.domain.waves import (
     transition,
     verdict_event_id,
 )
-from lockstep_healthgate.store import GateTx, SampleRow, VerdictKind, VerdictRecord
+from lockstep_healthgate.store import Columns, GateTx, SampleRow, VerdictKind, VerdictRecord
 
 log = logging.getLogger(__name__)
 OBSERVED_AFTER_SENT = timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
@@ -154,6 +154,23 @@ async def check_hard_rules_now(
     return tripped
 
 
+def with_silent_controls(wave: Wave, cols: Columns, since: datetime) -> Columns:
+    """``cols`` plus, for each control node with no sample from ``since`` on, a heartbeat at
+    ``since``. A control node that sent nothing is silent too and must count against the
+    heartbeat rule, so a telemetry outage that silences canary and control alike is
+    environmental, not the rollout's doing. (Silent canary nodes are the rules' roster: "no
+    sample at all in the window".)"""
+    start = since.timestamp()
+    heard = {n for n, t in zip(cols.node, cols.time, strict=True) if t >= start}
+    mute = [m.node_id for m in wave.members if not m.canary and m.node_id not in heard]
+    return Columns(
+        node=[*cols.node, *mute],
+        metric=[*cols.metric, *([HEARTBEAT] * len(mute))],
+        value=[*cols.value, *([0.0] * len(mute))],
+        time=[*cols.time, *([start] * len(mute))],
+    )
+
+
 async def watch_heartbeats(tx: GateTx, config: GateConfig, *, now: datetime) -> int:
     """The heartbeat rule on every soaking wave, at once rather than at the end of the soak
     (seed 003: a heartbeat timeout is a fault). Only after ``wave.completed``: while the wave
@@ -170,18 +187,13 @@ async def watch_heartbeats(tx: GateTx, config: GateConfig, *, now: datetime) -> 
             continue  # too soon after the soak began to call anyone silent
         nodes = [m.node_id for m in wave.members]
         cols = await tx.samples(nodes, (HEARTBEAT,), since, now)
-        # A control node that sent nothing is silent too: it counts against the rule (as a
-        # last heartbeat at the window's start), so a telemetry outage that silences canary and
-        # control alike is environmental, not the rollout's doing. Silent canary nodes are the
-        # roster's: "no sample at all in the window".
-        heard = set(cols.node)
-        mute = [m.node_id for m in wave.members if not m.canary and m.node_id not in heard]
+        cols = with_silent_controls(wave, cols, since)
         table = sample_table(
             wave.members,
-            [*cols.node, *mute],
-            [*cols.metric, *([HEARTBEAT] * len(mute))],
-            [*cols.value, *([0.0] * len(mute))],
-            [*cols.time, *([since.timestamp()] * len(mute))],
+            cols.node,
+            cols.metric,
+            cols.value,
+            cols.time,
             soak_start=since.timestamp(),
         )
         decision = instant_decision(

@@ -29,7 +29,12 @@ from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.decision import GateDecision
 from lockstep_healthgate.domain.gating import soak_decision
 from lockstep_healthgate.domain.waves import OPEN, Wave, judged_window, sample_table
-from lockstep_healthgate.handlers import GateConfig, commit_verdict, watch_heartbeats
+from lockstep_healthgate.handlers import (
+    GateConfig,
+    commit_verdict,
+    watch_heartbeats,
+    with_silent_controls,
+)
 from lockstep_healthgate.store import Claim, GateStore, VerdictKind
 
 log = logging.getLogger(__name__)
@@ -110,6 +115,7 @@ class GateWorker:
                 cols = await tx.samples(
                     [m.node_id for m in wave.members], None, window.baseline_start, window.end
                 )
+            cols = with_silent_controls(wave, cols, window.start)
             decision = await asyncio.to_thread(
                 lambda: soak_decision(
                     sample_table(
