@@ -16,6 +16,7 @@ import logging
 import os
 import pwd
 import shutil
+import socket
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -493,3 +494,22 @@ def test_root_refuses_a_link_the_postgres_user_put_where_its_cluster_goes() -> N
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(victim, ignore_errors=True)
+
+
+def test_a_port_taken_between_choosing_it_and_binding_it_is_chosen_again() -> None:
+    """Two stacks starting at the same moment may both find one port free; the one that loses
+    the race chooses another instead of failing (an explicit port is never changed)."""
+    base = _new_dir("lockstep-port-race-")
+    server = PostgresServer(base / "pg", secrets_dir=base / "secrets", durable=False)
+    chosen = server.port
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", chosen))
+        squatter.listen()
+        try:
+            server.start(timeout_s=60)
+            assert server.port != chosen
+            assert server.psql("SELECT 1").returncode == 0
+        finally:
+            server.stop()
+            shutil.rmtree(base, ignore_errors=True)

@@ -18,8 +18,10 @@ import bcrypt
 from lockstep_common.bus_access import Permissions
 from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack import credentials
-from lockstep_devstack.process import free_port, spawn, stop, wait_until
+from lockstep_devstack.process import StartFailed, free_port, spawn, stop, wait_until
 from lockstep_devstack.tls import server_tls
+
+PORT_ATTEMPTS = 3
 
 
 def nats_server_binary() -> str:
@@ -81,6 +83,7 @@ class NatsServer:
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port(4222)
+        self._port_chosen = port is None  # ours to change if another server takes it first
         self.monitor_port = free_port()
         self.sync_always = sync_always
         self.access = dict(access) if access is not None else None
@@ -158,16 +161,28 @@ class NatsServer:
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start and wait until JetStream is ready."""
-        config = self._write_config()
-        argv = [nats_server_binary(), "-c", str(config), "-l", str(self.log_path)]
-        self.proc = spawn(argv, log_path=self.log_path, parent_death_signal=signal.SIGTERM)
-        wait_until(
-            self._healthy,
-            timeout_s=timeout_s,
-            what=f"nats-server on 127.0.0.1:{self.port} (monitor {self.monitor_port})",
-            proc=self.proc,
-            log_path=self.log_path,
-        )
+        for attempt in range(PORT_ATTEMPTS):
+            config = self._write_config()
+            argv = [nats_server_binary(), "-c", str(config), "-l", str(self.log_path)]
+            self.proc = spawn(argv, log_path=self.log_path, parent_death_signal=signal.SIGTERM)
+            try:
+                wait_until(
+                    self._healthy,
+                    timeout_s=timeout_s,
+                    what=f"nats-server on 127.0.0.1:{self.port} (monitor {self.monitor_port})",
+                    proc=self.proc,
+                    log_path=self.log_path,
+                )
+            except StartFailed as exc:
+                if not self._port_chosen or attempt + 1 == PORT_ATTEMPTS:
+                    raise
+                if "in use" not in str(exc).lower():
+                    raise
+                # Free when chosen, taken before ours bound it (another stack starting at the
+                # same moment): choose again.
+                self.port, self.monitor_port = free_port(), free_port()
+            else:
+                return
 
     def _healthy(self) -> bool:
         url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"

@@ -50,7 +50,16 @@ from lockstep_devstack.pgpass import (
     passfile_path,
     scram_verifier,
 )
-from lockstep_devstack.process import free_port, port_open, run_as, spawn, stop, tail, wait_until
+from lockstep_devstack.process import (
+    StartFailed,
+    free_port,
+    port_open,
+    run_as,
+    spawn,
+    stop,
+    tail,
+    wait_until,
+)
 
 SERVICE_USER = "lockstep-pg"
 SUPERUSER = "postgres"
@@ -68,6 +77,13 @@ local   all       all                 scram-sha-256
 host    all       all   127.0.0.1/32  scram-sha-256
 """
 _log = logging.getLogger(__name__)
+
+
+PORT_ATTEMPTS = 3
+
+
+def _port_taken(exc: StartFailed) -> bool:
+    return "in use" in str(exc).lower()
 
 
 class ClusterRefused(RuntimeError):
@@ -214,6 +230,7 @@ class PostgresServer:
         self.data_dir = data_dir
         self.secrets_dir = secrets_dir.resolve()
         self.port = port or free_port(5432)
+        self._port_chosen = port is None  # ours to change if another server takes it first
         self.durable = durable
         self.proc: subprocess.Popen[bytes] | None = None
         self.user = _service_user()
@@ -356,8 +373,22 @@ class PostgresServer:
             with contextlib.suppress(FileNotFoundError):
                 # Not through a link the service user may have put there (it owns data_dir).
                 os.chown(self.log_path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._serve(self.bin_dir, timeout_s)
+                break
+            except StartFailed as exc:
+                if not self._port_chosen or attempt + 1 == PORT_ATTEMPTS or not _port_taken(exc):
+                    raise
+                # The port was free when we chose it and another server (a second stack starting
+                # at the same moment) took it before ours bound it: choose again.
+                self.port = free_port()
+        self._bootstrap()
+
+    def _serve(self, bin_dir: Path, timeout_s: float) -> None:
+        """Spawn ``postgres`` on ``self.port`` and wait until it is ready."""
         argv = [
-            str(self.bin_dir / "postgres"),
+            str(bin_dir / "postgres"),
             "-D",
             str(self.pgdata),
             "-p",
@@ -396,7 +427,6 @@ class PostgresServer:
             proc=self.proc,
             log_path=self.log_path,
         )
-        self._bootstrap()
 
     def psql(
         self, sql: str, *, identity: str = SUPERUSER_IDENTITY, database: str = "postgres"
