@@ -149,6 +149,7 @@ def test_bench_command_prints_json() -> None:
         "2",
         "--environmental-trials",
         "2",
+        "--judge-only",
         "--json",
     )
     assert code == 0, out

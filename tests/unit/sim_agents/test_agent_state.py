@@ -71,6 +71,7 @@ def test_gsp_mismatch_produces_seed_004_evidence() -> None:
     assert health.dcgm_passed is False
     assert health.xid_counts.get("79", 0) > 0
     assert health.nccl_busbw_gbps is None
+    assert health.gsp_init_failed is True  # RmInitAdapter failed: the healthgate's GSP rule
 
 
 def test_gsp_mismatch_recovers_by_reinstall() -> None:
@@ -121,6 +122,9 @@ def test_healthy_node_reports_pass_and_busbw_near_expected() -> None:
         assert h.xid_counts == {}
         assert h.nccl_busbw_gbps is not None
         assert h.nccl_busbw_gbps >= 0.95 * h.nccl_expected_gbps
+        # Every signal the default gate policy judges is there.
+        assert h.gpu_power_w is not None and 800 < h.gpu_power_w < 1050
+        assert not h.gsp_init_failed and h.ecc_sbe_count == h.row_remap_pending == 0
 
 
 def test_degrade_knob_raises_xids_and_drops_busbw_after_onset() -> None:

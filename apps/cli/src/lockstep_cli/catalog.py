@@ -28,6 +28,9 @@ from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
 from lockstep_healthgate import router as healthgate_router
+from lockstep_healthgate.handlers import GateConfig
+from lockstep_healthgate.handlers import Handlers as GateHandlers
+from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
@@ -39,7 +42,7 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
     """Every service's subscriptions, as its ``app.py`` binds them."""
     return {
         "attest": attest_router.subscriptions(),
-        "healthgate": healthgate_router.subscriptions(),
+        "healthgate": healthgate_router.subscriptions(GateHandlers(GateConfig(default_policy()))),
         "inventory": inventory_router.subscriptions(InventoryHandlers(packaged_rules())),
         "planner": planner_router.subscriptions(),
         "updater": updater_router.subscriptions(),

@@ -116,6 +116,11 @@ def inventory_observed(site: str, node_id: str) -> str:
     return f"telemetry.observed.inventory.{token(site, 'site')}.{token(node_id, 'node id')}"
 
 
+def health_observed_all() -> str:
+    """Every node's health reports (a subscription pattern)."""
+    return "telemetry.observed.health.>"
+
+
 def health_observed(site: str, node_id: str) -> str:
     """A health report from one node."""
     return f"telemetry.observed.health.{token(site, 'site')}.{token(node_id, 'node id')}"

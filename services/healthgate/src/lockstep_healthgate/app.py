@@ -2,13 +2,58 @@
 
 from __future__ import annotations
 
+from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp
+from lockstep_healthgate.domain.policy import Policy, PolicyError
+from lockstep_healthgate.handlers import GateConfig, Handlers
+from lockstep_healthgate.maintenance import PartitionKeeper
+from lockstep_healthgate.policy_files import default_policy, load_policy
 from lockstep_healthgate.router import subscriptions
 from lockstep_healthgate.settings import Settings
+from lockstep_healthgate.worker import GateWorker
 
 NAME = "healthgate"
 
 
+def load_gate_policy(settings: Settings) -> Policy:
+    """The policy file from settings, else the packaged one; read at start, so a bad file
+    refuses to start instead of failing every evaluation."""
+    if settings.policy_file is None:
+        return default_policy()
+    try:
+        return load_policy(settings.policy_file)
+    except PolicyError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def create_app(settings: Settings) -> ServiceApp:
-    """Build the service; nothing connects until ``start()``."""
-    return ServiceApp(NAME, settings, subscriptions=subscriptions())
+    """Build the service; nothing connects until ``start()`` (the policy is read here)."""
+    config = GateConfig(
+        policy=load_gate_policy(settings),
+        retention_s=settings.sample_retention_s,
+        lookback_s=settings.hard_rule_lookback_s,
+        baseline_s=settings.baseline_s,
+    )
+    app = ServiceApp(
+        NAME,
+        settings,
+        subscriptions=subscriptions(Handlers(config)),
+        migration_package="lockstep_healthgate.migrations",
+    )
+    app.add_workers(
+        PartitionKeeper(
+            interval_s=settings.maintenance_interval_s,
+            ahead_days=settings.partitions_ahead_days,
+            retention_s=settings.sample_retention_s,
+        ),
+        GateWorker(
+            config,
+            source=app.source,
+            poll_s=settings.eval_poll_s,
+            grace_s=settings.eval_grace_s,
+            lease_s=settings.eval_lease_s,
+            max_attempts=settings.eval_max_attempts,
+            watch_s=settings.heartbeat_watch_s,
+        ),
+    )
+    return app

@@ -72,4 +72,10 @@ def health_event(node_id: str, site: str, sample: HealthSample, now: datetime) -
         throttle_reasons=sample.throttle_reasons,
         max_temperature_c=sample.max_temperature_c,
         heartbeat=sample.heartbeat,
+        gpu_power_w=sample.gpu_power_w,
+        ecc_sbe_count=sample.ecc_sbe_count,
+        row_remap_pending=sample.row_remap_pending,
+        pcie_replay_count=sample.pcie_replay_count,
+        nvlink_crc_error_count=sample.nvlink_crc_error_count,
+        gsp_init_failed=sample.gsp_init_failed,
     )

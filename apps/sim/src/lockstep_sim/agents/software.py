@@ -109,6 +109,9 @@ class Faults:
     """Healthy reports after boot before a degrading image starts to show."""
 
 
+POWER_W_PER_MHZ = 0.52  # ~1,000 W at 1,900 MHz: a GB200 board under a training load
+
+
 @dataclass(frozen=True, slots=True)
 class HealthSample:
     """One health report's worth of measurements."""
@@ -123,6 +126,12 @@ class HealthSample:
     max_temperature_c: float | None
     heartbeat: int
     """Reports since the agent started (a liveness counter)."""
+    gpu_power_w: float | None = None
+    ecc_sbe_count: int = 0
+    row_remap_pending: int = 0
+    pcie_replay_count: int = 0
+    nvlink_crc_error_count: int = 0
+    gsp_init_failed: bool = False
 
 
 def initial_state(driver_version: str, kernel: str = DEFAULT_KERNEL) -> SoftwareState:
@@ -270,7 +279,16 @@ class NodeSoftware:
             # GPUs that failed RmInitAdapter have fallen off the bus: XID 79, DCGM -r 1 fails
             # at the NVML/deployment layer, and no clocks or NCCL numbers can be measured.
             return HealthSample(
-                1, False, {"79": 1}, None, EXPECTED_BUSBW_GBPS, None, (), None, self.reports
+                1,
+                False,
+                {"79": 1},
+                None,
+                EXPECTED_BUSBW_GBPS,
+                None,
+                (),
+                None,
+                self.reports,
+                gsp_init_failed=True,
             )
         step = self._degrade_step()
         ratio = rng.uniform(0.95, 1.0)
@@ -294,4 +312,7 @@ class NodeSoftware:
             throttle_reasons=throttle,
             max_temperature_c=temp,
             heartbeat=self.reports,
+            # Board power follows the clocks at a steady load (no extra draw from the seeded
+            # generator, so every other reading stays as it was).
+            gpu_power_w=round(clock * POWER_W_PER_MHZ, 1),
         )

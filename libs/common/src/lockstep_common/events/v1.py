@@ -474,6 +474,22 @@ class HealthObserved(EventData):
         le=INT64_MAX,
         description="The agent's report counter since it started: a gap or a reset is evidence.",
     )
+    gpu_power_w: float | None = Field(default=None, ge=0, description="Board power (W).")
+    ecc_sbe_count: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="Corrected ECC errors since the last report."
+    )
+    row_remap_pending: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="Pending row remappings (reset needed)."
+    )
+    pcie_replay_count: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="PCIe replays since the last report."
+    )
+    nvlink_crc_error_count: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="NVLink CRC errors since the last report."
+    )
+    gsp_init_failed: bool | None = Field(
+        default=None, description="True when the GSP firmware failed to initialise."
+    )
 
 
 # --- drift ------------------------------------------------------------------------------------

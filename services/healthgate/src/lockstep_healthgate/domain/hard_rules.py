@@ -42,6 +42,7 @@ BUSBW_EXPECTED = "nccl_expected_gbps"
 HEARTBEAT = "heartbeat"
 GSP_INIT = "gsp_init_failed"
 DEVICE_FAILED = "device_failed"
+NO_HEARTBEATS = "heartbeat rule not evaluated: no heartbeat samples"
 
 
 def _when(t: float) -> str:
@@ -173,11 +174,12 @@ def check_hard_rules(
     policy: Policy,
     *,
     now: float,
-    roster: Collection[str] = (),
+    roster: Collection[str] | Mapping[str, str] = (),
     degraded: Mapping[HardRule, Collection[str]] | None = None,
 ) -> tuple[tuple[RuleFinding, ...], tuple[str, ...]]:
     """Findings of the rules broken by canary nodes, and notes on rules that could not be
-    evaluated. ``roster``: the wave's canary nodes; one with no sample at all is silent.
+    evaluated. ``roster``: the wave's canary nodes (or node -> stratum, so a node with no
+    sample at all is compared with the control of its own stratum); one with no sample is silent.
     ``degraded``: per rule, strata where its signal is known to be degraded fleet-wide."""
     upto = table.time <= now
     rows = _Rows(table, upto & ~table.baseline, upto)
@@ -192,9 +194,10 @@ def check_hard_rules(
     silent, have_heartbeats = _heartbeats(rows, policy, now) if rows.mask.any() else ({}, False)
     broken[HardRule.HEARTBEAT] = silent
     if not have_heartbeats:
-        notes.append("heartbeat rule not evaluated: no heartbeat samples")
+        notes.append(NO_HEARTBEATS)
     unseen = sorted(set(roster) - set(table.nodes))
-    context = _Context(table, policy, degraded or {})
+    strata = dict(roster) if isinstance(roster, Mapping) else {}
+    context = _Context(table, policy, degraded or {}, strata)
     findings = [
         f
         for rule in HardRule
@@ -208,6 +211,11 @@ class _Context:
     table: SampleTable
     policy: Policy
     degraded: Mapping[HardRule, Collection[str]]
+    unseen_strata: Mapping[str, str]  # roster node -> its stratum, when the caller knows it
+
+    def stratum_of(self, node: str) -> str:
+        """Where a node with no sample is compared: its own stratum, else the default."""
+        return self.unseen_strata.get(node, DEFAULT_STRATUM)
 
     def findings(
         self, rule: HardRule, broken: dict[int, str], unseen: list[str]
@@ -219,13 +227,17 @@ class _Context:
             in_stratum = t.node_stratum == s
             canary = np.flatnonzero(in_stratum & t.node_canary)
             control = np.flatnonzero(in_stratum & ~t.node_canary)
-            extra = unseen if stratum == DEFAULT_STRATUM else []
+            extra = [n for n in unseen if self.stratum_of(n) == stratum]
             hits = [int(n) for n in canary if int(n) in broken]
             if hits or extra:
                 out.append(self._finding(rule, stratum, hits, len(canary), control, broken, extra))
-        if unseen and DEFAULT_STRATUM not in t.strata:
-            none = np.zeros(0, dtype=np.int64)
-            out.append(self._finding(rule, DEFAULT_STRATUM, [], 0, none, broken, unseen))
+        elsewhere: dict[str, list[str]] = {}
+        for n in unseen:
+            if self.stratum_of(n) not in (t.strata if len(t.nodes) else ()):
+                elsewhere.setdefault(self.stratum_of(n), []).append(n)
+        none = np.zeros(0, dtype=np.int64)
+        for stratum, names in sorted(elsewhere.items()):
+            out.append(self._finding(rule, stratum, [], 0, none, broken, names))
         return out
 
     def _finding(

@@ -1,0 +1,1 @@
+"""PostgreSQL and other I/O behind the healthgate's store."""

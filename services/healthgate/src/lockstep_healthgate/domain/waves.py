@@ -1,0 +1,189 @@
+"""A gated wave: who is canary and who is control, its states, and the windows it is judged over.
+
+A ``wave.planned`` event names the wave's nodes per stratum with each stratum's control group
+(``WaveStratum``); the wave is ``updating`` until ``wave.completed``, then ``soaking`` for
+``soak_seconds``. Its gate is decided once (``decided``): at once by a hard rule, or by the judge
+when the soak has elapsed. A rollout that halts or completes first leaves it ``closed``,
+undecided. The strings are the values of ``healthgate.waves.state`` (migrations).
+
+The judge's window is the soak, ``[completed_at, due_at]``, evaluated as of ``due_at`` so the
+verdict is a function of the stored samples and can be re-derived; the environmental check's
+baseline is the ``baseline_s`` before the wave was planned.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from lockstep_common.errors import PermanentError
+from lockstep_common.events.v1 import WavePlanned
+from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, SampleTable
+
+
+class WaveState(enum.StrEnum):
+    """Where a wave's gate is."""
+
+    UPDATING = "updating"
+    """Planned: the updater is at work; hard rules already apply to its nodes."""
+    SOAKING = "soaking"
+    """Completed: the soak runs; the judge decides when it has elapsed."""
+    DECIDED = "decided"
+    """A verdict is persisted and emitted; nothing changes it."""
+    CLOSED = "closed"
+    """The rollout halted or completed before a verdict: nothing left to gate."""
+
+
+ALLOWED: dict[WaveState, frozenset[WaveState]] = {
+    # A hard rule can trip while the updater is still at work.
+    WaveState.UPDATING: frozenset({WaveState.SOAKING, WaveState.DECIDED, WaveState.CLOSED}),
+    WaveState.SOAKING: frozenset({WaveState.DECIDED, WaveState.CLOSED}),
+    # A verdict is the record: it is neither reopened nor replaced.
+    WaveState.DECIDED: frozenset(),
+    WaveState.CLOSED: frozenset(),
+}
+OPEN = frozenset({WaveState.UPDATING, WaveState.SOAKING})
+
+
+class InvalidTransition(PermanentError):
+    """A wave state change the table does not allow: a bug, never retried."""
+
+    def __init__(self, current: WaveState, target: WaveState) -> None:
+        super().__init__(
+            f"gated wave cannot go from {current.value} to {target.value}",
+            current=current.value,
+            target=target.value,
+        )
+
+
+def transition(current: WaveState, target: WaveState) -> WaveState:
+    """Return ``target`` if the table allows ``current -> target``."""
+    if target not in ALLOWED[current]:
+        raise InvalidTransition(current, target)
+    return target
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One node of a gated wave: canary (updated by it) or control, in one stratum."""
+
+    node_id: str
+    stratum: str
+    canary: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Wave:
+    """A gated wave as stored."""
+
+    rollout_id: str
+    wave: int
+    state: WaveState
+    planned_at: datetime
+    soak_seconds: int
+    members: tuple[Member, ...]
+    completed_at: datetime | None = None
+
+    @property
+    def canary(self) -> tuple[str, ...]:
+        """The nodes the wave updates."""
+        return tuple(m.node_id for m in self.members if m.canary)
+
+    @property
+    def canary_strata(self) -> dict[str, str]:
+        """Canary node -> its stratum (the hard rules' roster)."""
+        return {m.node_id: m.stratum for m in self.members if m.canary}
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When the soak has elapsed (None before the wave completed)."""
+        if self.completed_at is None:
+            return None
+        return self.completed_at + timedelta(seconds=self.soak_seconds)
+
+
+def members_of(planned: WavePlanned) -> tuple[Member, ...]:
+    """Canary and control per stratum; a wave node outside every stratum is a canary of the
+    default stratum (a planner that sends no strata: no control, so never a pass). A node named
+    twice keeps its first role, canary before control."""
+    seen: dict[str, Member] = {}
+    for s in planned.strata:
+        for n in s.node_ids:
+            seen.setdefault(n, Member(n, s.key, True))
+    for n in planned.node_ids:
+        seen.setdefault(n, Member(n, DEFAULT_STRATUM, True))
+    for s in planned.strata:
+        for n in s.control_ids:
+            seen.setdefault(n, Member(n, s.key, False))
+    return tuple(sorted(seen.values(), key=lambda m: m.node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The samples the judge reads: soak ``[start, end]`` and baseline ``[baseline_start, start)``
+    where the baseline ends when the wave was planned."""
+
+    baseline_start: datetime
+    baseline_end: datetime
+    start: datetime
+    end: datetime
+
+
+def judged_window(wave: Wave, baseline_s: float) -> Window:
+    """The window of a completed wave."""
+    if wave.completed_at is None or wave.due_at is None:
+        raise ValueError(f"wave {wave.rollout_id}/{wave.wave} has not completed")
+    return Window(
+        baseline_start=wave.planned_at - timedelta(seconds=baseline_s),
+        baseline_end=wave.planned_at,
+        start=wave.completed_at,
+        end=wave.due_at,
+    )
+
+
+def sample_table(
+    members: Sequence[Member],
+    node: Sequence[str],
+    metric: Sequence[str],
+    value: Sequence[float],
+    time: Sequence[float],
+    *,
+    soak_start: float,
+    baseline_end: float | None = None,
+) -> SampleTable:
+    """The judge's table from stored rows of the members: rows before ``baseline_end`` are
+    baseline, rows from ``soak_start`` on are soak, anything between (the update itself, when
+    nodes are in flux) is left out. Rows of nodes that are not members are left out."""
+    roles = {m.node_id: m for m in members}
+    nodes = sorted({n for n in node if n in roles})
+    code = {n: i for i, n in enumerate(nodes)}
+    metrics = sorted(set(metric))
+    metric_code = {m: i for i, m in enumerate(metrics)}
+    t = np.asarray(time, dtype=np.float64)
+    member = np.array([n in code for n in node], dtype=np.bool_)
+    baseline = t < baseline_end if baseline_end is not None else np.zeros(len(t), dtype=np.bool_)
+    keep = member & ((t >= soak_start) | baseline)
+    idx = np.flatnonzero(keep)
+    rows = idx.tolist()
+    return SampleTable.from_columns(
+        nodes=nodes,
+        canary=[roles[n].canary for n in nodes],
+        node_strata=[roles[n].stratum for n in nodes],
+        metrics=metrics,
+        node=np.array([code[node[i]] for i in rows], dtype=np.int64),
+        metric=np.array([metric_code[metric[i]] for i in rows], dtype=np.int64),
+        value=np.asarray(value, dtype=np.float64)[idx],
+        time=t[idx],
+        baseline=baseline[idx],
+    )
+
+
+def verdict_event_id(rollout_id: str, wave: int) -> uuid.UUID:
+    """The gate event's id: one per wave, so a re-run cannot publish a second verdict (the
+    outbox and JetStream both drop a repeated id)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"lockstep:gate:{rollout_id}:{wave}")

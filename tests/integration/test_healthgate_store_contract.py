@@ -1,0 +1,146 @@
+"""One set of behavioural assertions, run on both healthgate stores: PostgreSQL (the service's,
+samples one row per report, unpivoted on read) and the in-memory one the unit tests use."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from lockstep_common import db
+from lockstep_common.envelope import source_of
+from lockstep_healthgate.adapters import partitions
+from lockstep_healthgate.adapters.pg_store import PgGateStore
+from lockstep_healthgate.domain.signals import signals_of
+from lockstep_healthgate.domain.waves import Member, Wave, WaveState
+from lockstep_healthgate.store import Columns, GateStore, SampleRow
+from lockstep_healthgate.testing.memory_store import MemoryGateStore
+from lockstep_healthgate.testing.reports import Fault, report
+
+pytestmark = pytest.mark.integration
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+
+
+async def migrated_pool(servers: Any, namespace: str) -> asyncpg.Pool:
+    schema = f"{namespace}_healthgate"
+    conn = await asyncpg.connect(servers.database_url)
+    try:
+        gate = db.load_migrations("healthgate", "lockstep_healthgate.migrations")
+        await db.migrate(conn, schema, db.messaging_migrations() + gate)
+    finally:
+        await conn.close()
+    return await db.create_pool(
+        servers.database_url, schema, min_size=1, max_size=2, application_name="contract"
+    )
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def store(
+    request: pytest.FixtureRequest, servers: Any, namespace: str
+) -> AsyncIterator[GateStore]:
+    if request.param == "memory":
+        yield MemoryGateStore()
+        return
+    pool = await migrated_pool(servers, namespace)
+    try:
+        yield PgGateStore(pool, source_of("healthgate"))
+    finally:
+        await pool.close()
+
+
+def _rows(cols: Columns) -> set[tuple[str, str, float | str, float]]:
+    return {
+        (n, m, "nan" if math.isnan(v) else v, t)
+        for n, m, v, t in zip(cols.node, cols.metric, cols.value, cols.time, strict=True)
+    }
+
+
+async def test_samples_read_back_as_stored_whatever_the_metric_filter(store: GateStore) -> None:
+    rng = random.Random(4)
+    reports = [
+        report("n1", T0, 1, rng, fault=Fault(xids={"79": 2, "13": 1})),
+        report("n2", T0 + timedelta(seconds=10), 2, rng),
+    ]
+    rows = [
+        SampleRow(r.observed_at, r.node_id, m, v) for r in reports for m, v in signals_of(r, (79,))
+    ]
+    rows.append(SampleRow(T0 + timedelta(seconds=20), "n1", "device_failed", 1.0))
+    async with store.transaction() as tx:
+        await tx.ensure_partitions({partitions.day_of(T0), partitions.day_of(T0 + timedelta(1))})
+        assert await tx.add_samples(rows) == len(rows)
+    everything = {
+        (r.node_id, r.metric, "nan" if math.isnan(r.value) else r.value, r.observed_at.timestamp())
+        for r in rows
+    }
+    late = T0 + timedelta(minutes=1)
+    async with store.transaction() as tx:
+        assert _rows(await tx.samples(["n1", "n2"], None, T0, late)) == everything
+        only = await tx.samples(["n1"], ("heartbeat", "xid_79", "device_failed"), T0, late)
+        assert _rows(only) == {
+            ("n1", "heartbeat", 1.0, T0.timestamp()),
+            ("n1", "xid_79", 2.0, T0.timestamp()),
+            ("n1", "device_failed", 1.0, (T0 + timedelta(seconds=20)).timestamp()),
+        }
+        beats = await tx.samples(["n1", "n2"], ("heartbeat",), T0 + timedelta(seconds=5), late)
+        assert _rows(beats) == {("n2", "heartbeat", 2.0, (T0 + timedelta(seconds=10)).timestamp())}
+        assert _rows(await tx.samples(["n3"], None, T0, late)) == set()
+
+
+async def test_waves_open_close_and_keep_one_verdict_claim(store: GateStore) -> None:
+    members = (Member("a", "s", True), Member("c", "s", False))
+    wave = Wave("r1", 0, WaveState.UPDATING, T0, 60, members)
+    async with store.transaction() as tx:
+        assert await tx.add_wave(wave)
+        assert not await tx.add_wave(wave)
+        assert [w.wave for w in await tx.open_waves(["c"])] == [0]
+        assert await tx.open_waves(["zzz"]) == []
+        assert await tx.claim_due(T0 + timedelta(hours=1), 0, 60) is None  # not soaking
+        await tx.set_state("r1", 0, WaveState.SOAKING, completed_at=T0)
+        assert [w.rollout_id for w in await tx.soaking_waves()] == ["r1"]
+    async with store.transaction() as tx:
+        assert await tx.claim_due(T0 + timedelta(seconds=30), 0, 60) is None  # soak not over
+        claim = await tx.claim_due(T0 + timedelta(seconds=61), 0, 60)
+        assert claim is not None and (claim.token, claim.attempts) == (1, 1)
+        assert await tx.claim_due(T0 + timedelta(seconds=62), 0, 60) is None  # leased
+        again = await tx.claim_due(T0 + timedelta(seconds=200), 0, 60)  # lease lapsed
+        assert again is not None and again.token == 2
+        assert not await tx.still_holds(claim) and await tx.still_holds(again)
+        got = await tx.wave("r1", 0)
+    assert got is not None and got.members == members and got.completed_at == T0
+
+
+async def test_day_partitions_are_made_ahead_and_dropped_past_the_retention(
+    servers: Any, namespace: str
+) -> None:
+    pool = await migrated_pool(servers, namespace)
+    now = datetime(2026, 5, 10, 12, tzinfo=UTC)
+    try:
+        async with pool.acquire() as conn:
+            async with conn.transaction():
+                await partitions.ensure(conn, [now.date() - timedelta(days=d) for d in (1, 2, 5)])
+            created, dropped = await partitions.maintain(
+                conn, now=now, ahead_days=2, retention_s=2 * 86_400
+            )
+            days = await partitions.existing(conn)
+            # A sample lands in its day's partition.
+            await conn.execute(
+                "INSERT INTO health_samples (observed_at, node_id) VALUES ($1, 'n1')", now
+            )
+            home = await conn.fetchval("SELECT tableoid::regclass::text FROM health_samples")
+    finally:
+        await pool.close()
+    assert created == [
+        "health_samples_p20260510",
+        "health_samples_p20260511",
+        "health_samples_p20260512",
+    ]
+    # Whole days that ended more than 2 days ago go: the 5th (ended the 6th) and the 8th (ended
+    # the 9th at midnight, 36 h ago) does not.
+    assert dropped == ["health_samples_p20260505"]
+    assert [d.day for d in days] == [8, 9, 10, 11, 12]
+    assert home == "health_samples_p20260510"

@@ -1,0 +1,213 @@
+"""The healthgate handlers on the in-memory store: samples in, waves tracked, hard rules now."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from lockstep_common.envelope import Envelope, EventData, make_envelope
+from lockstep_common.errors import InvalidMessage
+from lockstep_common.events.v1 import (
+    DeviceFailed,
+    GateTripped,
+    HealthObserved,
+    RolloutHalted,
+    WaveCompleted,
+)
+from lockstep_common.vocabulary import Component
+from lockstep_healthgate import handlers
+from lockstep_healthgate.domain.waves import WaveState
+from lockstep_healthgate.handlers import GateConfig
+from lockstep_healthgate.policy_files import default_policy
+from lockstep_healthgate.testing.memory_store import MemoryGateStore
+from lockstep_healthgate.testing.reports import Fault
+from lockstep_healthgate.testing.waves import planned_wave, rounds
+
+pytestmark = pytest.mark.unit
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CANARY = [f"can-{i}" for i in range(6)]
+CONTROL = [f"ctl-{i}" for i in range(12)]
+CONFIG = GateConfig(policy=default_policy())
+
+
+def env(data: EventData, at: datetime) -> Envelope[Any]:
+    return make_envelope(data, source="/test", occurred_at=at)
+
+
+async def ingest(store: MemoryGateStore, reports: Sequence[HealthObserved], now: datetime) -> int:
+    async with store.transaction() as tx:
+        return await handlers.on_health_observed(
+            tx, [env(r, r.observed_at) for r in reports], config=CONFIG, now=now
+        )
+
+
+async def plan(store: MemoryGateStore, rollout: str = "r1", at: datetime = T0) -> None:
+    async with store.transaction() as tx:
+        await handlers.on_wave_planned(tx, env(planned_wave(rollout, CANARY, CONTROL), at))
+
+
+async def state_of(store: MemoryGateStore, rollout: str = "r1", wave: int = 0) -> WaveState:
+    async with store.transaction() as tx:
+        w = await tx.wave(rollout, wave)
+    assert w is not None
+    return w.state
+
+
+async def test_reports_become_samples_in_their_day_partition() -> None:
+    store = MemoryGateStore()
+    reports = rounds(["n1", "n2"], T0, 2)
+    stored = await ingest(store, reports, T0 + timedelta(seconds=30))
+    assert stored == len(store.tables.samples) == 4 * 14  # 14 signals per full report
+    assert store.tables.days == {T0.date()}
+    one = {(s.metric, s.value) for s in store.tables.samples if s.node_id == "n1"}
+    assert ("heartbeat", 1.0) in one and ("dcgm_diag_passed", 1.0) in one
+    assert store.events == []  # no wave: nothing to gate
+
+
+async def test_reports_older_than_the_retention_are_not_stored() -> None:
+    store = MemoryGateStore()
+    old = rounds(["n1"], T0, 1)
+    assert await ingest(store, old, T0 + timedelta(seconds=CONFIG.retention_s + 1)) == 0
+
+
+async def test_a_report_observed_after_it_was_sent_is_refused() -> None:
+    store = MemoryGateStore()
+    (r,) = rounds(["n1"], T0 + timedelta(minutes=5), 1)
+    with pytest.raises(InvalidMessage, match="after it was sent"):
+        async with store.transaction() as tx:
+            await handlers.on_health_observed(tx, [env(r, T0)], config=CONFIG, now=T0)
+    assert store.tables.samples == []  # rolled back
+
+
+async def test_a_wave_is_tracked_from_plan_to_soak_to_close() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    assert await state_of(store) is WaveState.UPDATING
+    done = WaveCompleted(rollout_id="r1", wave=0, succeeded=tuple(CANARY), failed=())
+    async with store.transaction() as tx:
+        assert await handlers.on_wave_completed(tx, env(done, T0 + timedelta(minutes=5)))
+        w = await tx.wave("r1", 0)
+    assert w is not None and w.state is WaveState.SOAKING
+    assert w.completed_at == T0 + timedelta(minutes=5)
+    assert w.due_at == T0 + timedelta(minutes=6)
+    assert set(w.canary) == set(CANARY)
+    halted = RolloutHalted(rollout_id="r1", wave=0, reason="operator", halted_by="ops")
+    async with store.transaction() as tx:
+        assert await handlers.on_rollout_ended(tx, env(halted, T0 + timedelta(minutes=7))) == 1
+    assert await state_of(store) is WaveState.CLOSED
+
+
+async def test_a_redelivered_plan_keeps_the_first_and_an_unknown_completion_is_ignored() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    async with store.transaction() as tx:
+        assert not await handlers.on_wave_planned(
+            tx, env(planned_wave("r1", ["other"], []), T0 + timedelta(hours=1))
+        )
+        done = WaveCompleted(rollout_id="r9", wave=0, succeeded=(), failed=())
+        assert not await handlers.on_wave_completed(tx, env(done, T0))
+        w = await tx.wave("r1", 0)
+    assert w is not None and w.planned_at == T0 and set(w.canary) == set(CANARY)
+
+
+async def test_a_dcgm_failure_on_a_canary_trips_at_once_and_only_once() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    start = T0 + timedelta(seconds=10)
+    bad = {"can-2": Fault(dcgm_failed=True)}
+    await ingest(
+        store, rounds(CANARY + CONTROL, start, 3, faults=bad), start + timedelta(seconds=30)
+    )
+    (tripped,) = store.events
+    assert isinstance(tripped, GateTripped)
+    assert tripped.rollout_id == "r1" and tripped.wave == 0
+    assert tripped.offending_nodes == ("can-2",)
+    assert tripped.evidence[0].metric.startswith("dcgm_diag_failed")
+    assert await state_of(store) is WaveState.DECIDED
+    (verdict,) = store.tables.verdicts.values()
+    assert verdict.kind == "hard_rule" and verdict.decision.verdict == "tripped"
+    # The same failure again (a redelivery, or the next report): no second verdict.
+    later = start + timedelta(seconds=40)
+    await ingest(store, rounds(CANARY, later, 1, faults=bad), later + timedelta(seconds=5))
+    assert len(store.events) == 1
+
+
+async def test_a_fault_on_a_control_node_or_outside_the_wave_trips_nothing() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    faults = {"ctl-0": Fault(xids={"79": 1}), "elsewhere": Fault(dcgm_failed=True)}
+    nodes = [*CANARY, *CONTROL, "elsewhere"]
+    await ingest(store, rounds(nodes, T0, 3, faults=faults), T0 + timedelta(seconds=30))
+    assert store.events == []
+    assert await state_of(store) is WaveState.UPDATING
+
+
+async def test_a_fatal_xid_on_a_canary_trips_and_names_the_xid() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    await ingest(
+        store,
+        rounds(CANARY + CONTROL, T0, 2, faults={"can-0": Fault(xids={"79": 1})}),
+        T0 + timedelta(seconds=20),
+    )
+    (tripped,) = store.events
+    assert isinstance(tripped, GateTripped) and tripped.offending_nodes == ("can-0",)
+    assert "XID 79" in tripped.evidence[0].detail
+
+
+async def test_busbw_low_on_the_canary_alone_trips_but_low_everywhere_waits() -> None:
+    low = Fault(busbw_ratio=0.8)
+    store = MemoryGateStore()
+    await plan(store)
+    await ingest(
+        store,
+        rounds(CANARY + CONTROL, T0, 3, faults=dict.fromkeys(CANARY, low)),
+        T0 + timedelta(seconds=30),
+    )
+    (tripped,) = store.events
+    assert isinstance(tripped, GateTripped) and set(tripped.offending_nodes) == set(CANARY)
+
+    fleet_wide = MemoryGateStore()
+    await plan(fleet_wide)
+    everyone = dict.fromkeys(CANARY + CONTROL, low)
+    await ingest(
+        fleet_wide, rounds(CANARY + CONTROL, T0, 3, faults=everyone), T0 + timedelta(seconds=30)
+    )
+    assert fleet_wide.events == []  # environmental: the soak's judge asks a human
+    assert await state_of(fleet_wide) is WaveState.UPDATING
+
+
+async def test_a_failed_device_of_the_wave_trips_it() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    failed = DeviceFailed(
+        rollout_id="r1",
+        node_id="can-3",
+        component=Component.GPU_VBIOS,
+        to_version="96.00.1",
+        step="verify",
+        reason="device unreadable after activation",
+    )
+    at = T0 + timedelta(minutes=2)
+    async with store.transaction() as tx:
+        assert await handlers.on_device_failed(tx, env(failed, at), config=CONFIG, now=at) == 1
+    (tripped,) = store.events
+    assert isinstance(tripped, GateTripped) and tripped.offending_nodes == ("can-3",)
+    (sample,) = store.tables.samples
+    assert (sample.metric, sample.value) == ("device_failed", 1.0)
+    # The same node failing in another rollout is not this wave's evidence.
+    other = failed.model_copy(update={"rollout_id": "r2"})
+    async with store.transaction() as tx:
+        assert await handlers.on_device_failed(tx, env(other, at), config=CONFIG, now=at) == 0
+
+
+async def test_nan_counters_are_stored_as_missing() -> None:
+    store = MemoryGateStore()
+    bare = HealthObserved(node_id="n1", site="s", observed_at=T0, heartbeat=1)
+    await ingest(store, [bare], T0)
+    values = {s.metric: s.value for s in store.tables.samples}
+    assert math.isnan(values["ecc_sbe_count"]) and values["heartbeat"] == 1.0
