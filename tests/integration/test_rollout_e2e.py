@@ -46,6 +46,7 @@ from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_planner.app import create_app as planner_app
 from lockstep_planner.settings import Settings as PlannerSettings
+from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
@@ -363,3 +364,33 @@ async def test_an_attested_bundle_rolls_out_over_the_fleet_wave_by_wave(stack: S
         for n, d in drift.items()
     }
     assert sorted(gpu) == sorted(fleet) and not any(gpu.values()), gpu
+
+
+async def test_a_bad_image_trips_the_canary_gate_and_no_node_outside_the_canary_is_touched(
+    stack: Stack,
+) -> None:
+    # The image degrades the GPUs of whichever node activates it: XID 48 and 79 in the node
+    # agents' health reports, busbw under the 92% rule.
+    stack.rt.simulator.set_faults(FaultPlan(faults=(Fault("degrade_health", components=("gpu",)),)))
+    await stack.start_rollout()
+    (canary,) = await stack.wait("planner", "wave.planned.")
+    (tripped,) = await stack.wait("healthgate", "gate.tripped.")
+    assert tripped["wave"] == 0 and tripped["offending_nodes"]
+    assert set(tripped["offending_nodes"]) <= set(canary["node_ids"])
+    (halted,) = await stack.wait("planner", "rollout.halted.")
+    assert halted["wave"] == 0 and halted["halted_by"] == "gate", halted
+    (done,) = await stack.wait("updater", "wave.completed.")  # in-flight steps end
+    assert done["wave"] == 0
+    assert await stack.emitted("planner", "rollout.completed.") == []
+    assert [w["wave"] for w in await stack.emitted("planner", "wave.planned.")] == [0]
+    for node in tripped["offending_nodes"]:  # the bad image did reach the canary
+        assert len(stack.pushes(node)) == 1, node
+    assert any(e.node_id in canary["node_ids"] for e in stack.rt.scheduler.ledger)
+    outside = [n.id for n in stack.rt.fleet if n.id not in canary["node_ids"]]
+    assert len(outside) == NODES - 5
+    for node in outside:
+        # Not one mutating call: the BMC saw only the sweeps' session logins and logouts, the
+        # scheduler never cordoned or drained it.
+        calls = {e["action"] for e in stack.rt.simulator.bmc(node).ledger}
+        assert calls <= {"session_create", "session_delete"}, (node, calls)
+        assert [e for e in stack.rt.scheduler.ledger if e.node_id == node] == [], node
