@@ -1,14 +1,13 @@
-"""The whole rollout on real NATS + PostgreSQL and the simulator (issue 13): inventory, planner,
-updater and healthgate started in-process together, over one simulated fleet whose node agents
-publish health. An attested bundle moves the GPU VBIOS: intent -> canary ``wave.planned`` ->
-pushes (one accepted per node in the BMC ledgers) -> ``gate.passed`` after the soak -> the next
-wave -> ``rollout.completed`` and ``pin.changed``; a fresh sweep finds every node conforming.
-A bad image instead degrades the canary's health: ``gate.tripped`` -> ``rollout.halted``, and
-no node outside the canary was touched."""
+"""The whole rollout on real NATS + PostgreSQL and the simulator (issue 13): attest, inventory,
+planner, updater and healthgate started in-process together, over one simulated fleet whose
+node agents publish health. A signed release kit moving the GPU VBIOS is attested; a routine
+intent -> canary ``wave.planned`` -> pushes (one accepted per node in the BMC ledgers) ->
+``gate.passed`` after the soak -> the next wave -> ``rollout.completed`` and ``pin.changed``; a
+fresh sweep finds every node conforming. A bad image instead degrades the canary's health:
+``gate.tripped`` -> ``rollout.halted``, and no node outside the canary was touched."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -22,15 +21,13 @@ import pytest
 import yaml
 from nats.aio.client import Client as NatsClient
 
+from lockstep_attest.app import create_app as attest_app
+from lockstep_attest.settings import Settings as AttestSettings
+from lockstep_attest.testing.bundles import make_kit
 from lockstep_cli.polling import until
-from lockstep_common import canonical, subjects
+from lockstep_common import subjects
 from lockstep_common.envelope import EventData, make_envelope
-from lockstep_common.events.v1 import (
-    AttestedComponent,
-    BundleAttested,
-    IntentSubmitted,
-    ScopeSelector,
-)
+from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.natsconn import NatsAccess
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
@@ -165,32 +162,14 @@ class Stack:
             if e["action"] == PUSH and e.get("status") == 202
         ]
 
-    def gpu_image(self) -> AttestedComponent:
-        image = (self.bundle / "images" / "gpu.fwpkg").read_bytes()
-        return AttestedComponent(
-            profile="gb200",
-            component=Component.GPU_VBIOS,
-            version=NEW_GPU_VERSION,
-            image="images/gpu.fwpkg",
-            sha384=hashlib.sha384(image).hexdigest(),
-            size=len(image),
-            banks="ab",
-            activation="reset",
+    async def start_rollout(self) -> dict[str, Any]:
+        """The release kit submitted to the attest service; once ``bundle.attested`` reached the
+        planner and the updater, a routine intent moving the whole fleet to it."""
+        await self.publish(
+            subjects.bundle_submitted(),
+            BundleSubmitted(bundle_uri=self.bundle.as_uri(), submitted_by="ci-job-13"),
         )
-
-    async def start_rollout(self) -> BundleAttested:
-        """An attested bundle moving the GPU VBIOS, then a routine intent for the whole fleet."""
-        gpu = self.gpu_image()
-        stack = {"gb200": {str(Component.GPU_VBIOS): gpu.version}}
-        bundle = BundleAttested(
-            bundle_id="gb200-fw",
-            bundle_version="2026.11",
-            stack_hash=canonical.stack_hash(stack),
-            checks=(),
-            bundle_uri=self.bundle.as_uri(),
-            components=(gpu,),
-        )
-        await self.publish(subjects.bundle_attested(), bundle)
+        (bundle,) = await self.wait("attest", "bundle.attested")
 
         async def known() -> bool:
             for name in ("planner", "updater"):
@@ -204,7 +183,7 @@ class Stack:
             subjects.intent_submitted(),
             IntentSubmitted(
                 intent_id=uuid.uuid4(),
-                stack_hash=bundle.stack_hash,
+                stack_hash=bundle["stack_hash"],
                 scope=ScopeSelector(),
                 change_class=ChangeClass.ROUTINE,
                 approval_ref="CAB-1313",
@@ -233,9 +212,12 @@ async def stack(
 ) -> AsyncIterator[Stack]:
     monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", DEFAULT_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
-    bundle = tmp_path / "bundle"
-    (bundle / "images").mkdir(parents=True)
-    (bundle / "images" / "gpu.fwpkg").write_bytes(package_for(GB200_GPU, NEW_GPU_VERSION))
+    # A signed release kit whose one image is a GPU VBIOS package the simulated GPUs accept.
+    kit = make_kit(
+        tmp_path / "release",
+        gpu_image=(NEW_GPU_VERSION, package_for(GB200_GPU, NEW_GPU_VERSION)),
+        only=(str(Component.GPU_VBIOS),),
+    )
     trust = tmp_path / "trust"
     trust.mkdir()
     rt = FleetRuntime(
@@ -248,6 +230,14 @@ async def stack(
     )
     await rt.start()
     apps: dict[str, ServiceApp] = {
+        "attest": attest_app(
+            AttestSettings(
+                **common(servers, namespace, "attest"),
+                trust_store=kit.trust,
+                bundle_roots=[tmp_path],
+                worker_poll_s=0.05,
+            )
+        ),
         "inventory": inventory_app(
             InventorySettings(**common(servers, namespace, "inventory"), sweep_interval_s=0)
         ),
@@ -302,7 +292,7 @@ async def stack(
         ]
         async with apps["inventory"].require().pool.acquire() as conn:
             await registry.import_nodes(conn, nodes)
-        result = Stack(rt, apps, nodes, nc, Namespace(namespace), bundle)
+        result = Stack(rt, apps, nodes, nc, Namespace(namespace), kit.bundle)
         await result.sweep()  # what the fleet runs now: the planner plans over it
         yield result
     finally:
