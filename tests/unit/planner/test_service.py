@@ -226,6 +226,28 @@ async def test_gate_passed_after_the_soak_releases_the_next_wave() -> None:
     assert rig.wave(rollout_id, 0).state is WaveState.PASSED
 
 
+async def test_every_wave_has_a_control_even_the_one_that_moves_the_controls() -> None:
+    """The healthgate never passes a stratum without a control; the wave that moves the chosen
+    controls is compared with nodes earlier waves moved (found by the end-to-end rollout)."""
+    rig = Rig()
+    await rig.attest()
+    rollout_id = await rig.submit()
+    waves = sorted(
+        (w for (r, _), w in rig.store.tables.waves.items() if r == rollout_id),
+        key=lambda w: w.number,
+    )
+    assert len(waves) > 2
+    earlier: set[str] = set()
+    for wave in waves:
+        for stratum in wave.strata:
+            assert stratum.control_ids, f"wave {wave.number} has no control"
+            assert not set(stratum.control_ids) & set(wave.node_ids)
+        earlier |= set(wave.node_ids)
+    [last] = waves[-1].strata
+    assert set(waves[0].strata[0].control_ids) <= set(waves[-1].node_ids)  # controls move last
+    assert set(last.control_ids) <= earlier - set(waves[-1].node_ids)
+
+
 async def test_a_gate_passed_before_the_wave_completed_waits_for_completion_and_soak() -> None:
     rig = Rig()
     await rig.attest()

@@ -85,12 +85,25 @@ def _request(
     )
 
 
+def control_of(
+    controls: Sequence[str], moved: set[str], gated: Sequence[str], size: int
+) -> tuple[str, ...]:
+    """A wave's control for one stratum: the chosen controls still untouched when it runs (they
+    move last, if at all). When none is left, as in the wave that moves the controls
+    themselves, up to ``size`` nodes of the stratum that earlier waves moved: they already
+    passed their gate on the target stack, so the healthgate still compares like with like
+    over the same window instead of seeing no control at all, which is never a pass."""
+    untouched = tuple(c for c in controls if c not in moved)
+    return untouched or tuple(sorted(gated)[: max(size, len(controls))])
+
+
 def _wave_rows(rollout_id: str, made: Plan, nodes: dict[str, Node]) -> list[WaveRow]:
     controls: dict[str, list[str]] = defaultdict(list)
     for cover in made.strata:
         key = f"{cover.stratum.profile}/{cover.stratum.supplier}/{cover.stratum.stack[:12]}"
         controls[key].extend(cover.controls)
     moved: set[str] = set()
+    gated: dict[str, list[str]] = defaultdict(list)  # stratum -> nodes of earlier waves
     rows = []
     caps = dict(made.max_unavailable)
     for wave in made.waves:
@@ -102,11 +115,12 @@ def _wave_rows(rollout_id: str, made: Plan, nodes: dict[str, Node]) -> list[Wave
             WaveStratum(
                 key=key,
                 node_ids=tuple(ids),
-                # Controls still untouched when this wave runs (they move last, if at all).
-                control_ids=tuple(c for c in controls.get(key, ()) if c not in moved),
+                control_ids=control_of(controls.get(key, ()), moved, gated[key], len(ids)),
             )
             for key, ids in sorted(by_stratum.items())
         )
+        for key, ids in by_stratum.items():
+            gated[key].extend(ids)
         components = tuple(dict.fromkeys(c for s in wave.stages for c in s.components))
         pools = {nodes[i].pool for i in wave.node_ids}
         soak = wave.stages[-1].soak_s if wave.stages else 0

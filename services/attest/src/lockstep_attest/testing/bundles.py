@@ -136,9 +136,14 @@ def make_kit(
     now: datetime | None = None,
     image_bytes: int = 64 << 10,
     bulk: tuple[int, int] = (0, 0),
+    gpu_image: tuple[str, bytes] | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> Kit:
     """A signed, valid bundle: PLDM BMC, VBIOS with RIM + SFR, one-way PSU, plus ``bulk`` =
-    (count, size) extra vendor images in profiles bulk-0.. (for the benchmark)."""
+    (count, size) extra vendor images in profiles bulk-0.. (for the benchmark).
+
+    ``gpu_image`` = (version, image) replaces the random VBIOS (an image the simulator's GPUs
+    accept, for an end-to-end rollout); ``only`` keeps just those gb200 components."""
     now = now or datetime.now(UTC)
     bundle, trust = tmp / "bundle", tmp / "trust"
     for sub in ("images", "rim", "safe"):
@@ -156,7 +161,8 @@ def make_kit(
             )
         ],
     )
-    vbios, psu = os.urandom(image_bytes), os.urandom(image_bytes // 4)
+    vbios_version, vbios = gpu_image or ("97.00.A1.00.02", os.urandom(image_bytes))
+    psu = os.urandom(image_bytes // 4)
     (bundle / "images" / "bmc.pldm").write_bytes(bmc)
     (bundle / "images" / "vbios.bin").write_bytes(vbios)
     (bundle / "images" / "psu.bin").write_bytes(psu)
@@ -194,7 +200,7 @@ def make_kit(
                 },
                 "gpu_vbios": {
                     **entry,
-                    "version": "97.00.A1.00.02",
+                    "version": vbios_version,
                     "image": "images/vbios.bin",
                     "rim": "rim/vbios.swidtag",
                     "safe": ["safe/vbios.jws"],
@@ -211,6 +217,14 @@ def make_kit(
             }
         },
     }
+    if only is not None:
+        gb200 = manifest["profiles"]["gb200"]
+        manifest["profiles"]["gb200"] = {c: e for c, e in gb200.items() if c in only}
+        for c, e in gb200.items():  # every file in a bundle must be named by its manifest
+            if c not in only:
+                for name in (e["image"], e.get("rim"), *e.get("safe", ())):
+                    if name:
+                        (bundle / name).unlink()
     for i in range(bulk[0]):
         write_bulk_image(bundle / "images" / f"bulk-{i}.bin", bulk[1])
         manifest["profiles"][f"bulk-{i}"] = {
