@@ -13,12 +13,13 @@ import asyncpg
 import pytest
 
 from lockstep_attest.adapters.repository import _CLAIMABLE, PostgresStore
-from lockstep_attest.domain.jobs import InvalidTransition, JobState
+from lockstep_attest.domain.jobs import JobState
 from lockstep_attest.store import AttestStore, Job, VerdictRow
 from lockstep_attest.testing.memory_store import MemoryStore
 from lockstep_common import db, subjects
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import BundleRejected, CheckVerdict
+from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import CheckResult
 
 pytestmark = pytest.mark.integration

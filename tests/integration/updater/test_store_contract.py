@@ -13,9 +13,10 @@ import pytest
 from lockstep_common import db
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import AttestedComponent, WavePlanned
+from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import Component
 from lockstep_updater.adapters.repository import PostgresStore
-from lockstep_updater.domain.steps import InvalidTransition, NodeStep
+from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.store import UpdaterStore
 from lockstep_updater.testing.memory_store import MemoryStore
 

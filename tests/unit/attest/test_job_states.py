@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lockstep_attest.domain.jobs import ALLOWED, INITIAL, InvalidTransition, JobState, transition
+from lockstep_attest.domain.jobs import ALLOWED, INITIAL, JobState, transition
 from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import InvalidTransition
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[3]

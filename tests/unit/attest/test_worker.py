@@ -12,7 +12,7 @@ import pytest
 
 from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.adapters.trust_store import load_trust_store
-from lockstep_attest.domain.jobs import InvalidTransition, JobState
+from lockstep_attest.domain.jobs import JobState
 from lockstep_attest.domain.policy import Policy
 from lockstep_attest.domain.trust import TrustStore
 from lockstep_attest.store import Job
@@ -23,6 +23,7 @@ from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import BundleAttested, BundleRejected
+from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import CheckResult
 
 pytestmark = pytest.mark.unit

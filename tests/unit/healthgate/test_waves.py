@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lockstep_common.events.v1 import WavePlanned, WaveStratum
+from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import Component
 from lockstep_healthgate.domain.waves import (
     ALLOWED,
-    InvalidTransition,
     Member,
     Wave,
     WaveState,

@@ -8,11 +8,11 @@ import itertools
 import pytest
 
 from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import InvalidTransition
 from lockstep_planner.domain.fabric import (
     ALLOWED,
     FabricConflict,
     FabricDomain,
-    InvalidTransition,
     Lifecycle,
     RecycleLevel,
     UpdateState,

@@ -8,10 +8,10 @@ from enum import StrEnum
 import pytest
 
 from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import InvalidTransition
 from lockstep_planner.domain.rollout import (
     ROLLOUT_ALLOWED,
     WAVE_ALLOWED,
-    InvalidTransition,
     RolloutState,
     WaveState,
     transition,

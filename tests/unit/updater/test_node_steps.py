@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import InvalidTransition
 from lockstep_updater.domain.steps import (
     ALLOWED,
     INITIAL,
     OUT_OF_SERVICE,
     TERMINAL,
-    InvalidTransition,
     NodeStep,
     transition,
 )

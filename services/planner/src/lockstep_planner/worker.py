@@ -22,10 +22,11 @@ from datetime import UTC, datetime
 
 from lockstep_common.errors import TransientError
 from lockstep_common.service import Resources
+from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import ChangeClass
 from lockstep_planner.domain.approvals import refusal as approval_refusal
 from lockstep_planner.domain.class_rules import approval_shortfall
-from lockstep_planner.domain.rollout import InvalidTransition, RolloutState, WaveState
+from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.lifecycle import PLANNER, advance, note, set_state, set_wave, start, stop
 from lockstep_planner.planning import Planning, plan_intent, refuse
 from lockstep_planner.store import (

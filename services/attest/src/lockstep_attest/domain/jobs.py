@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import Transitions
 
 
 class JobState(enum.StrEnum):
@@ -40,27 +40,6 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
 }
 
 
-class InvalidTransition(PermanentError):
-    """A job state change the table does not allow: a bug, never retried."""
-
-    def __init__(self, current: JobState, target: JobState) -> None:
-        allowed = ", ".join(sorted(s.value for s in ALLOWED[current])) or "nothing"
-        super().__init__(
-            f"attest job cannot go from {current.value} to {target.value} (allowed from "
-            f"{current.value}: {allowed})",
-            current=current.value,
-            target=target.value,
-        )
-        self.current = current
-        self.target = target
-
-
-def transition(current: JobState, target: JobState) -> JobState:
-    """Return ``target`` if the table allows ``current -> target``.
-
-    Raises:
-        InvalidTransition: the move is not in ``ALLOWED``.
-    """
-    if target not in ALLOWED[current]:
-        raise InvalidTransition(current, target)
-    return target
+transition = Transitions("attest job", ALLOWED)
+"""``transition(current, target)``: ``target`` if the table allows the move, else
+:class:`InvalidTransition`."""

@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from lockstep_common.errors import PermanentError
 from lockstep_common.events.v1 import WavePlanned
+from lockstep_common.transitions import Transitions
 from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, SampleTable
 
 
@@ -50,22 +50,9 @@ ALLOWED: dict[WaveState, frozenset[WaveState]] = {
 OPEN = frozenset({WaveState.UPDATING, WaveState.SOAKING})
 
 
-class InvalidTransition(PermanentError):
-    """A wave state change the table does not allow: a bug, never retried."""
-
-    def __init__(self, current: WaveState, target: WaveState) -> None:
-        super().__init__(
-            f"gated wave cannot go from {current.value} to {target.value}",
-            current=current.value,
-            target=target.value,
-        )
-
-
-def transition(current: WaveState, target: WaveState) -> WaveState:
-    """Return ``target`` if the table allows ``current -> target``."""
-    if target not in ALLOWED[current]:
-        raise InvalidTransition(current, target)
-    return target
+transition = Transitions("gated wave", ALLOWED)
+"""``transition(current, target)``: ``target`` if the table allows the move, else
+:class:`InvalidTransition`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import InvalidTransition, Transitions
 
 
 class Lifecycle(enum.StrEnum):
@@ -55,28 +56,9 @@ ALLOWED: dict[Lifecycle, frozenset[Lifecycle]] = {
 }
 
 
-class InvalidTransition(PermanentError):
-    """A lifecycle change the table does not allow: a bug or a stale event, never retried."""
-
-    def __init__(self, current: Lifecycle, target: Lifecycle) -> None:
-        allowed = ", ".join(sorted(s.value for s in ALLOWED[current])) or "nothing"
-        super().__init__(
-            f"fabric domain cannot go from {current.value} to {target.value} (allowed from "
-            f"{current.value}: {allowed})",
-            current=current.value,
-            target=target.value,
-        )
-
-
-def transition(current: Lifecycle, target: Lifecycle) -> Lifecycle:
-    """Return ``target`` if the table allows ``current -> target``.
-
-    Raises:
-        InvalidTransition: the move is not in ``ALLOWED``.
-    """
-    if target not in ALLOWED[current]:
-        raise InvalidTransition(current, target)
-    return target
+transition = Transitions("fabric domain", ALLOWED)
+"""``transition(current, target)``: ``target`` if the table allows the move, else
+:class:`InvalidTransition`."""
 
 
 class FabricConflict(PermanentError):
@@ -159,7 +141,9 @@ def vacate(domain: FabricDomain) -> FabricDomain:
         InvalidTransition: the domain was not occupied (PROVISIONING ends by finishing).
     """
     if domain.lifecycle is not Lifecycle.OCCUPIED:
-        raise InvalidTransition(domain.lifecycle, Lifecycle.AVAILABLE)
+        raise InvalidTransition(
+            transition.machine, domain.lifecycle, Lifecycle.AVAILABLE, ALLOWED[domain.lifecycle]
+        )
     return dataclasses.replace(domain, lifecycle=transition(domain.lifecycle, Lifecycle.AVAILABLE))
 
 
@@ -195,6 +179,8 @@ def finish_update(domain: FabricDomain) -> FabricDomain:
         InvalidTransition: the domain was not provisioning.
     """
     if domain.lifecycle is not Lifecycle.PROVISIONING:
-        raise InvalidTransition(domain.lifecycle, Lifecycle.AVAILABLE)
+        raise InvalidTransition(
+            transition.machine, domain.lifecycle, Lifecycle.AVAILABLE, ALLOWED[domain.lifecycle]
+        )
     lifecycle = transition(domain.lifecycle, Lifecycle.AVAILABLE)
     return dataclasses.replace(domain, current=domain.target, lifecycle=lifecycle)

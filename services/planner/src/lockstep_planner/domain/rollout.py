@@ -11,9 +11,8 @@ can leave).
 from __future__ import annotations
 
 import enum
-from typing import TypeVar
 
-from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import Transitions
 
 
 class RolloutState(enum.StrEnum):
@@ -88,43 +87,9 @@ WAVE_ALLOWED: dict[WaveState, frozenset[WaveState]] = {
     WaveState.CANCELLED: frozenset(),
 }
 
-S = TypeVar("S", RolloutState, WaveState)
+transition = Transitions("rollout", ROLLOUT_ALLOWED)
+"""``transition(current, target)``: ``target`` if ``ROLLOUT_ALLOWED`` allows the move, else
+:class:`InvalidTransition`."""
 
-
-class InvalidTransition(PermanentError):
-    """A rollout or wave state change its table does not allow: never retried."""
-
-    def __init__(
-        self, what: str, current: enum.StrEnum, target: enum.StrEnum, allowed: str
-    ) -> None:
-        super().__init__(
-            f"{what} cannot go from {current.value} to {target.value} (allowed from "
-            f"{current.value}: {allowed or 'nothing'})",
-            current=current.value,
-            target=target.value,
-        )
-
-
-def _guard(what: str, table: dict[S, frozenset[S]], current: S, target: S) -> S:
-    if target not in table[current]:
-        allowed = ", ".join(sorted(s.value for s in table[current]))
-        raise InvalidTransition(what, current, target, allowed)
-    return target
-
-
-def transition(current: RolloutState, target: RolloutState) -> RolloutState:
-    """Return ``target`` if ``ROLLOUT_ALLOWED`` allows ``current -> target``.
-
-    Raises:
-        InvalidTransition: the move is not in the table.
-    """
-    return _guard("rollout", ROLLOUT_ALLOWED, current, target)
-
-
-def wave_transition(current: WaveState, target: WaveState) -> WaveState:
-    """Return ``target`` if ``WAVE_ALLOWED`` allows ``current -> target``.
-
-    Raises:
-        InvalidTransition: the move is not in the table.
-    """
-    return _guard("wave", WAVE_ALLOWED, current, target)
+wave_transition = Transitions("wave", WAVE_ALLOWED)
+"""``wave_transition(current, target)``: the same for ``WAVE_ALLOWED``."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 
-from lockstep_common.errors import PermanentError
+from lockstep_common.transitions import Transitions
 
 
 class NodeStep(enum.StrEnum):
@@ -91,27 +91,6 @@ have been sent. ``cordoning`` is the wait for budget, so it does not count (two 
 would otherwise hold each other's place). Quarantined nodes are the failure budget's concern."""
 
 
-class InvalidTransition(PermanentError):
-    """A step change the table does not allow: a bug, never retried."""
-
-    def __init__(self, current: NodeStep, target: NodeStep) -> None:
-        allowed = ", ".join(sorted(s.value for s in ALLOWED[current])) or "nothing"
-        super().__init__(
-            f"node step cannot go from {current.value} to {target.value} (allowed from "
-            f"{current.value}: {allowed})",
-            current=current.value,
-            target=target.value,
-        )
-        self.current = current
-        self.target = target
-
-
-def transition(current: NodeStep, target: NodeStep) -> NodeStep:
-    """Return ``target`` if the table allows ``current -> target``.
-
-    Raises:
-        InvalidTransition: the move is not in ``ALLOWED``.
-    """
-    if target not in ALLOWED[current]:
-        raise InvalidTransition(current, target)
-    return target
+transition = Transitions("node step", ALLOWED)
+"""``transition(current, target)``: ``target`` if the table allows the move, else
+:class:`InvalidTransition`."""
