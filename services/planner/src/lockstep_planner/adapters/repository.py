@@ -7,11 +7,9 @@ inbox claim and outbox). States are spelled only by ``domain.rollout``'s enums.
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -22,7 +20,8 @@ from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import AttestedComponent, IntentSubmitted, WaveStratum
-from lockstep_common.outbox import EventSink, emitting
+from lockstep_common.outbox import EventSink
+from lockstep_common.stores import PooledStore, in_runtime_transaction
 from lockstep_planner.domain.approvals import Approval
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.store import (
@@ -43,30 +42,18 @@ LIVE_STATES = [
 ]
 
 
-class PostgresStore:
+class PostgresStore(PooledStore["PostgresTx"]):
     """A ``PlannerStore`` on the service's pool (its connections' search_path is the schema)."""
 
     def __init__(self, pool: asyncpg.Pool, source: str) -> None:
-        self._pool = pool
-        self._source = source
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PostgresTx]:
-        """A pooled connection's transaction; its events commit to the outbox with it."""
-        async with self._pool.acquire() as conn, emitting(conn, self._source) as out:
-            yield PostgresTx(conn, out)
+        super().__init__(pool, source, PostgresTx)
 
 
 def joined(
     handler: Callable[[PlannerTx, Envelope[E]], Awaitable[None]],
 ) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
     """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
-
-    @functools.wraps(handler)
-    async def in_runtime_transaction(ctx: HandlerContext, env: Envelope[E]) -> None:
-        await handler(PostgresTx(ctx.conn, ctx), env)
-
-    return in_runtime_transaction
+    return in_runtime_transaction(PostgresTx, handler)
 
 
 def _json(value: Any) -> str:
