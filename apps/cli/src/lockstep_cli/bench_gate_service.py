@@ -26,7 +26,6 @@ import asyncio
 import json
 import math
 import random
-import statistics
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from lockstep_cli.bench_ingest import raw_baseline
+from lockstep_cli.bench_ingest import caught_up, median_of, percentile, publish_all, raw_baseline
 from lockstep_cli.polling import until
 from lockstep_cli.scratch import drop_namespace
 from lockstep_common import subjects
@@ -92,35 +91,6 @@ def _body(data: EventData, subject: str) -> tuple[str, bytes, str]:
     return subject, env.to_json(), str(env.event_id)
 
 
-async def _publish_all(
-    js: JetStreamContext, ns: Namespace, msgs: list[tuple[str, bytes, str]]
-) -> int:
-    """Pipelined publish; the stream sequence of the last message."""
-    futures = [
-        await js.publish_async(ns.wire(subject), body, headers={"Nats-Msg-Id": msg_id})
-        for subject, body, msg_id in msgs
-    ]
-    await js.publish_async_completed()
-    return max(int(f.result().seq) for f in futures)
-
-
-async def _caught_up(js: JetStreamContext, stream: str, durable: str, last_seq: int) -> bool:
-    info = await js.consumer_info(stream, durable)
-    return (
-        info.ack_floor is not None
-        and (info.ack_floor.stream_seq or 0) >= last_seq
-        and not info.num_ack_pending
-    )
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (a real sample, no interpolation); None without samples."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))], 1)
-
-
 @dataclass
 class RunResult:
     """One run's figures."""
@@ -148,7 +118,7 @@ async def _ingest_phase(
         r = report(node, at, i // len(ids), rng, site=SITE)
         samples += len(signals_of(r, fatal))
         msgs.append(_body(r, subjects.health_observed(SITE, node)))
-    last = await _publish_all(js, ns, msgs)
+    last = await publish_all(js, ns, msgs)
     telemetry = ns.stream("TELEMETRY")
     raw = await raw_baseline(
         js,
@@ -161,7 +131,7 @@ async def _ingest_phase(
     await app.start()
     started = time.perf_counter()
     await until(
-        lambda: _caught_up(js, telemetry, ns.durable("healthgate-health"), last),
+        lambda: caught_up(js, telemetry, ns.durable("healthgate-health"), last),
         timeout_s=max(120.0, opts.reports / 50),
         what="the healthgate consumer",
         poll_s=POLL_S,
@@ -186,7 +156,7 @@ async def _trip_phase(
         )
         for i, w in enumerate(waves)
     ]
-    await _publish_all(js, ns, plans)
+    await publish_all(js, ns, plans)
 
     async def planned() -> bool:
         n = await app.require().pool.fetchval("SELECT count(*) FROM waves")
@@ -269,11 +239,6 @@ async def one_run(
         await drop_namespace(nats_url, database_url, namespace)
 
 
-def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return round(statistics.median(present), 3) if present else None
-
-
 async def run_service_bench(
     nats_url: str, database_url: str, opts: ServiceBenchOptions
 ) -> dict[str, Any]:
@@ -286,9 +251,9 @@ async def run_service_bench(
             "raw_reports_per_s": round(r.raw_reports_per_s, 1),
             "samples_per_s": round(r.samples / r.seconds, 1),
             "ingest_ratio": round(r.reports_per_s / r.raw_reports_per_s, 3),
-            "trip_p50_ms": _pct(r.latencies_ms, 0.50),
-            "trip_p99_ms": _pct(r.latencies_ms, 0.99),
-            "trip_max_ms": _pct(r.latencies_ms, 1.0),
+            "trip_p50_ms": percentile(r.latencies_ms, 0.50),
+            "trip_p99_ms": percentile(r.latencies_ms, 0.99),
+            "trip_max_ms": percentile(r.latencies_ms, 1.0),
             "trips": len(r.latencies_ms),
             "expected_trips": r.expected_trips,
         }
@@ -296,7 +261,7 @@ async def run_service_bench(
     ]
 
     def median(key: str) -> float | None:
-        return _median([p[key] for p in per_run])
+        return median_of([p[key] for p in per_run])
 
     return {
         "ingest_ratio": median("ingest_ratio"),

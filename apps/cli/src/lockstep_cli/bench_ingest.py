@@ -147,7 +147,7 @@ def _settings(nats_url: str, database_url: str, namespace: str, batch: int) -> S
     )
 
 
-async def _publish_all(
+async def publish_all(
     js: JetStreamContext, ns: Namespace, msgs: list[tuple[str, bytes, str]]
 ) -> int:
     """Pipelined publish; the stream sequence of the last message."""
@@ -159,7 +159,7 @@ async def _publish_all(
     return max(int(f.result().seq) for f in futures)
 
 
-async def _caught_up(js: JetStreamContext, stream: str, durable: str, last_seq: int) -> bool:
+async def caught_up(js: JetStreamContext, stream: str, durable: str, last_seq: int) -> bool:
     info = await js.consumer_info(stream, durable)
     return (
         info.ack_floor is not None
@@ -198,7 +198,7 @@ async def raw_baseline(
                 await m.ack()
             seen += len(msgs)
         await until(
-            lambda: _caught_up(js, stream, durable, first_seq + count - 1),
+            lambda: caught_up(js, stream, durable, first_seq + count - 1),
             timeout_s=60,
             what="raw acks",
             poll_s=POLL_S,
@@ -272,9 +272,9 @@ async def one_run(nats_url: str, database_url: str, opts: IngestOptions, run: in
             await registry.import_nodes(conn, nodes)
         await _pin(nc, ns, app)
         now = dt.datetime.now(dt.UTC)
-        last = await _publish_all(js, ns, [fleet.body(n, now) for n in fleet.ids])
+        last = await publish_all(js, ns, [fleet.body(n, now) for n in fleet.ids])
         await until(
-            lambda: _caught_up(js, telemetry, durable, last),
+            lambda: caught_up(js, telemetry, durable, last),
             timeout_s=max(60.0, opts.nodes / 100),
             what="the first reports",
             poll_s=POLL_S,
@@ -289,7 +289,7 @@ async def one_run(nats_url: str, database_url: str, opts: IngestOptions, run: in
             if rng.random() < opts.changed:
                 fleet.drifted ^= {node_id}
             msgs.append(fleet.body(node_id, now))
-        last = await _publish_all(js, ns, msgs)
+        last = await publish_all(js, ns, msgs)
         first = last - opts.reports + 1
         raw = await raw_baseline(
             js,
@@ -303,7 +303,7 @@ async def one_run(nats_url: str, database_url: str, opts: IngestOptions, run: in
         await app.start()
         started = time.perf_counter()
         await until(
-            lambda: _caught_up(js, telemetry, durable, last),
+            lambda: caught_up(js, telemetry, durable, last),
             timeout_s=max(120.0, opts.reports / 50),
             what="the inventory consumer",
             poll_s=POLL_S,
@@ -391,7 +391,7 @@ async def _no_pending(js: JetStreamContext, ns: Namespace) -> bool:
     return not info.num_pending and not info.num_ack_pending
 
 
-def _pct(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile (a real sample, no interpolation); None without samples."""
     if not values:
         return None
@@ -399,7 +399,8 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))], 1)
 
 
-def _median(values: list[float | None]) -> float | None:
+def median_of(values: list[float | None]) -> float | None:
+    """The median of the runs that produced a figure (None when none did)."""
     present = [v for v in values if v is not None]
     return round(statistics.median(present), 3) if present else None
 
@@ -413,10 +414,10 @@ async def run_bench(nats_url: str, database_url: str, opts: IngestOptions) -> di
             "reports_per_s": round(r.reports_per_s, 1),
             "raw_reports_per_s": round(r.raw_reports_per_s, 1),
             "ratio": round(r.ratio, 3),
-            "p50_ms": _pct(r.latencies_ms, 0.50),
-            "p95_ms": _pct(r.latencies_ms, 0.95),
-            "p99_ms": _pct(r.latencies_ms, 0.99),
-            "max_ms": _pct(r.latencies_ms, 1.0),
+            "p50_ms": percentile(r.latencies_ms, 0.50),
+            "p95_ms": percentile(r.latencies_ms, 0.95),
+            "p99_ms": percentile(r.latencies_ms, 0.99),
+            "max_ms": percentile(r.latencies_ms, 1.0),
             "detections": len(r.latencies_ms),
             "expected_detections": r.expected_detections,
             **r.checks,
@@ -425,7 +426,7 @@ async def run_bench(nats_url: str, database_url: str, opts: IngestOptions) -> di
     ]
 
     def median(key: str) -> float | None:
-        return _median([p[key] for p in per_run])
+        return median_of([p[key] for p in per_run])
 
     return {
         "nodes": opts.nodes,
