@@ -6,6 +6,7 @@ per mutating call.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -199,7 +200,9 @@ def _start_update(
             ("UpdateFile", "MaxImageSizeBytes"),
         )
     options = parse_options(params)
-    note.update(targets=list(options.targets), stage=options.stage, bytes=len(image))
+    # The image's SHA-384, as attested bundles name theirs: what tests compare pushes against.
+    sha384 = hashlib.sha384(image).hexdigest()
+    note.update(targets=list(options.targets), stage=options.stage, bytes=len(image), sha384=sha384)
     plan = plan_update(bmc.node, image, options)
     note["plan"] = plan
     return task_accepted(bmc.start_update(plan, options))
