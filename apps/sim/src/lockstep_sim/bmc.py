@@ -108,6 +108,13 @@ class Bmc:
         self.tasks.clear()
 
     @property
+    def retry_after(self) -> str:
+        """``Retry-After`` of a running task's monitor: one simulated minute (tasks run for
+        minutes), in whole real seconds; 0 at the fast time scales tests use, where a task ends
+        in milliseconds and a client told to wait a second would idle the whole time."""
+        return str(round(self.time_scale))
+
+    @property
     def offline(self) -> bool:
         return asyncio.get_running_loop().time() < self.offline_until
 
