@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from lockstep_cli.scratch import drop_namespace
 from tests.conftest import Servers
 from tests.integration.chaos.loop_thread import LoopThread
 from tests.integration.chaos.world import World, started_world
-
-from lockstep_cli.scratch import drop_namespace
 
 
 @pytest.fixture(scope="module")

@@ -17,21 +17,16 @@ import dataclasses
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import nats
-import yaml
 from nats.aio.client import Client as NatsClient
-from tests.integration.chaos.invariants import NOT_A_TOUCH, Observation, Program
-from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 
-from lockstep_attest.app import create_app as attest_app
-from lockstep_attest.settings import Settings as AttestSettings
 from lockstep_attest.testing.bundles import make_kit
 from lockstep_cli.polling import until
 from lockstep_common import subjects
@@ -42,84 +37,29 @@ from lockstep_common.natsconn import NatsAccess
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
-from lockstep_healthgate.app import create_app as healthgate_app
-from lockstep_healthgate.settings import Settings as GateSettings
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry
 from lockstep_inventory.adapters.rules_file import packaged_rules
-from lockstep_inventory.app import create_app as inventory_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
-from lockstep_planner.app import create_app as planner_app
-from lockstep_planner.settings import Settings as PlannerSettings
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.fleet import FirmwareComponent
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scheduler.errors import TooManyRequests
-from lockstep_updater.app import create_app as updater_app
 from lockstep_updater.ports import OWNER
-from lockstep_updater.settings import Settings as UpdaterSettings
+from tests.integration.chaos.invariants import NOT_A_TOUCH, PUSHES, Observation, Program
+from tests.integration.chaos.services import (
+    CADENCE_S,
+    MAX_UNAVAILABLE,
+    SERVICES,
+    service_factories,
+)
+from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 
 NODES = 10  # a canary of 5 against 5 controls, then a wave of 5: the healthgate's minimum
-MAX_UNAVAILABLE = 2  # per pool: the fleet's 3 pools hold 2-5 nodes each, so the budget binds
-SOAK_S = 1  # each wave soaks this long (whole seconds): ~10 health reports per node
-CADENCE_S = 0.1
-SERVICES = ("attest", "inventory", "planner", "updater", "healthgate")
 TERMINAL_ROLLOUT = frozenset({"aborted", "completed"})
-# The healthgate's minimums for a small fleet (as in test_rollout_e2e: 5 against 5 nodes is the
-# smallest pair for which Mann-Whitney's exact 98% interval exists).
-GATE_MINIMUM = """
-[minimum]
-canary_nodes = 5
-control_nodes = 5
-samples_per_node = 3
-"""
-
-
-def planner_policy(path: Path) -> Path:
-    """Routine changes pre-approved, a canary of 5, one wave after it, short soaks."""
-    doc = yaml.safe_load(
-        resources.files("lockstep_planner").joinpath("data/change_classes.yaml").read_bytes()
-    )
-    routine = doc["classes"]["routine"]
-    routine.update(
-        canary_min_per_stratum=5,
-        wave_fractions=[1.0],
-        canary_soak_s=SOAK_S,
-        layer_soak_s=0,
-        wave_soak_s=SOAK_S,
-    )
-    routine["approvals"]["count"] = 0
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def gate_policy(path: Path) -> Path:
-    text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
-    head, _, rest = text.partition("[minimum]")
-    path.write_text(head + GATE_MINIMUM + "\n[hard_rules]" + rest.split("\n[hard_rules]", 1)[1])
-    return path
-
-
-def _common(nats_url: str, database_url: str, namespace: str, service: str) -> dict[str, Any]:
-    return {
-        "nats_url": nats_url,
-        "database_url": database_url,
-        "namespace": namespace,
-        "db_schema": f"{namespace}_{service}",
-        "consumer_fetch_timeout_s": 0.2,
-        "consumer_ack_wait_s": 2.0,
-        "consumer_retry_backoff_s": (0.05, 0.1, 0.2, 0.5),
-        "consumer_redelivery_backoff_s": (2.0, 2.0, 3.0, 3.0),
-        "consumer_max_deliver": 20,
-        "relay_poll_s": 0.05,
-        # A kill, not a drain: in-flight work is cancelled almost at once, as by SIGKILL.
-        "shutdown_grace_s": 0.05,
-        "log_json": False,
-        "log_level": "WARNING",
-    }
 
 
 @dataclass
@@ -144,6 +84,7 @@ class World:
     _throttled: set[str | None] = field(default_factory=set)
     timings: dict[str, list[float]] = field(default_factory=dict)
     refusals: dict[str, int] = field(default_factory=dict)
+    coverage: Counter[str] = field(default_factory=Counter)
 
     # -- the stack ---------------------------------------------------------------------------
 
@@ -154,8 +95,6 @@ class World:
             gpu_image=(NEW_GPU_VERSION, package_for(GB200_GPU, NEW_GPU_VERSION)),
             only=(str(Component.GPU_VBIOS),),
         )
-        trust = tmp / "approvers"
-        trust.mkdir()
         rt = FleetRuntime(
             SimOptions(NODES, "gb200", seed=13, time_scale=0.002, host_base="127.93.0.1", port=0),
             scheduler_port=0,
@@ -166,58 +105,9 @@ class World:
         )
         await rt.start()
 
-        def common(service: str) -> dict[str, Any]:
-            return _common(nats_url, database_url, namespace, service)
-
-        factories: dict[str, Callable[[], ServiceApp]] = {
-            "attest": lambda: attest_app(
-                AttestSettings(
-                    **common("attest"),
-                    trust_store=kit.trust,
-                    bundle_roots=[tmp],
-                    worker_poll_s=0.05,
-                )
-            ),
-            "inventory": lambda: inventory_app(
-                InventorySettings(**common("inventory"), sweep_interval_s=0)
-            ),
-            "planner": lambda: planner_app(
-                PlannerSettings(
-                    **common("planner"),
-                    policy_file=planner_policy(tmp / "classes.yaml"),
-                    approvers_dir=trust,
-                    default_max_unavailable=MAX_UNAVAILABLE,
-                    worker_poll_s=0.05,
-                    lease_s=2.0,
-                )
-            ),
-            "updater": lambda: updater_app(
-                UpdaterSettings(
-                    **common("updater"),
-                    bundle_roots=[tmp],
-                    scheduler_url=rt.scheduler_url,
-                    workers=8,
-                    worker_poll_s=0.05,
-                    lease_s=2.0,
-                    retry_s=0.2,
-                    drain_poll_s=0.05,
-                    drain_deadline_s=1.5,
-                    redfish_poll_s=0.02,
-                    verify_settle_s=0.5,
-                    fleet_timeout_s=1.0,
-                )
-            ),
-            "healthgate": lambda: healthgate_app(
-                GateSettings(
-                    **common("healthgate"),
-                    policy_file=gate_policy(tmp / "gate.toml"),
-                    eval_poll_s=0.05,
-                    eval_grace_s=0.2,
-                    eval_lease_s=2.0,
-                    heartbeat_watch_s=0.5,
-                )
-            ),
-        }
+        factories = service_factories(
+            nats_url, database_url, namespace, tmp, trust=kit.trust, scheduler_url=rt.scheduler_url
+        )
         apps: dict[str, ServiceApp | None] = dict.fromkeys(SERVICES)
         nc = await nats.connect(nats_url)
         db = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
@@ -408,9 +298,10 @@ class World:
         )
         return True
 
-    async def replay(self, picks: list[int], *, fresh: bool) -> int:
+    async def replay(self, picks: list[int], *, fresh: bool, earlier: bool = False) -> int:
         """Publish again, in the order ``picks`` names them, events the services already
-        committed for this program's rollout: the same envelope (a redelivery the inboxes must
+        committed for this program's rollout (or, with ``earlier``, for the rollouts of earlier
+        programs: stale events from the past): the same envelope (a redelivery the inboxes must
         drop) or, with ``fresh``, the same data under a new event id (a resent event the
         handlers must find already done). Old events arriving after newer ones: a reorder."""
         program = self.program
@@ -420,8 +311,10 @@ class World:
         for service in ("planner", "updater", "healthgate"):
             rows += await self.db.fetch(
                 f"SELECT subject, payload FROM {self.table(service, 'outbox')} "
-                "WHERE subject LIKE '%' || $1 || '%' AND published_at IS NOT NULL ORDER BY id",
+                "WHERE published_at IS NOT NULL AND subject ~ '[.]r-[0-9a-f]{16}' "
+                "AND (strpos(subject, $1) > 0) <> $2 ORDER BY id",
                 program.rollout_id,
+                earlier,
             )
         if not rows:
             return 0
@@ -653,10 +546,12 @@ class World:
             return await self.observe()
         aborted = not abort
         settled = time.monotonic() + settle_s
+        before = None
 
         async def ended() -> Observation | None:
-            nonlocal aborted
+            nonlocal aborted, before
             seen = await self.observe()
+            before = before or f"rollout {seen.rollout_state} when its steps ended"
             waiting = seen.rollout_state in (None, "planned", "running") and (
                 time.monotonic() < settled
             )
@@ -679,6 +574,15 @@ class World:
         seen.at_rest = True
         outcome = str(seen.rollout_state)
         self.stats[outcome] = self.stats.get(outcome, 0) + 1
+        # What the programs exercised, for the run's summary (and its coverage assertions).
+        self.coverage.update(
+            [
+                str(before),
+                *(f"gate {verdict} on wave {wave}" for verdict, wave, _ in seen.gates),
+                *(f"node {step}" for _, step, _ in seen.work.values()),
+                *(["image pushed"] if any(_pushes_of(seen)) else []),
+            ]
+        )
         await self._restore(program, pinned=outcome == "completed")
         return seen
 
@@ -715,6 +619,10 @@ class World:
             t0 = time.monotonic()
             await self.sweep()
             self.timings.setdefault("sweep", []).append(time.monotonic() - t0)
+
+
+def _pushes_of(seen: Observation) -> list[dict[str, Any]]:
+    return [e for entries in seen.ledgers.values() for e in entries if e["action"] in PUSHES]
 
 
 async def started_world(nats_url: str, database_url: str, namespace: str, tmp: Path) -> World:
