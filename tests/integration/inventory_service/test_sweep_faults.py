@@ -12,12 +12,12 @@ import pytest
 
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.ingest import apply_reports

@@ -10,6 +10,7 @@ from typing import TypeVar
 import pytest
 
 from lockstep_common import canonical
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import Envelope, EventData, make_envelope
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.events.v1 import (
@@ -28,7 +29,6 @@ from lockstep_common.events.v1 import (
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
 from lockstep_inventory import handlers
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.ingest import Outcome
 from lockstep_inventory.testing import MemoryInventoryStore

@@ -48,11 +48,11 @@ def _settings() -> Settings:
 def _known_profiles(settings: Settings) -> frozenset[str]:
     """The hardware profiles the inventory's compatibility rules describe (its rules file, or
     the packaged table): the profiles a fleet file or a stack may name."""
+    from lockstep_common.compatibility.files import load_rules
     from lockstep_common.errors import ConfigurationError
-    from lockstep_inventory.app import load_rules
 
     try:
-        return frozenset(load_rules(settings).profile_architecture)
+        return frozenset(load_rules(settings.rules_file).profile_architecture)
     except ConfigurationError as exc:
         fail(str(exc))
 

@@ -27,11 +27,11 @@ import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from lockstep_common.compatibility.items import drift_item
+from lockstep_common.compatibility.rules import CompatibilityRules, check_compatibility
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
-from lockstep_inventory.domain.items import drift_item
 from lockstep_inventory.domain.members import version_set
-from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
 
 
 def _difference(

@@ -24,6 +24,7 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.events.v1 import DriftDetected, DriftItem, DriftResolved
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory.domain.drift import Emit, decide
@@ -37,7 +38,6 @@ from lockstep_inventory.domain.observation import (
     content_digest,
 )
 from lockstep_inventory.domain.pins import Pin, pin_of
-from lockstep_inventory.domain.rules import CompatibilityRules
 
 Key = tuple[str, ObservationSource]  # (node id, source): one stored report
 Observations = dict[str, dict[ObservationSource, Observation]]  # node -> source -> report
