@@ -220,6 +220,24 @@ def test_a_node_in_an_active_wave_drifts_as_pending() -> None:
     assert [i.kind for i in row.items] == [DriftKind.PENDING]
 
 
+def test_an_unpinned_node_is_stored_as_unknown_without_a_drift_event_per_sweep() -> None:
+    # Before any pin every node is "unknown": no golden stack yet is not drift (issue 14, 5).
+    def unpinned(bmc: str, previous: DriftRow | None) -> tuple[DriftRow, object]:
+        j = judge(NODE, {REDFISH: redfish(1, bmc)}, [], NO_FACTS, previous, now=T0, rules=RULES)
+        return j.row, j.event
+
+    first, event = unpinned("b1", None)
+    assert event is None and [(i.component, i.kind) for i in first.items] == [
+        (C.BMC, DriftKind.UNKNOWN)
+    ]
+    earlier = DriftRow(None, first.items, T0 - dt.timedelta(hours=1), T0)
+    row, event = unpinned("b2", earlier)  # its version moved: still nothing to announce
+    assert event is None and [i.actual for i in row.items] == ["b2"] and row.since == earlier.since
+    # Pinned, the same node's drift is announced again.
+    row, event = verdict("b2", row)
+    assert isinstance(event, DriftDetected) and row.stack_hash == PIN.stack_hash
+
+
 def test_a_sequence_leaping_too_far_ahead_is_refused_and_one_just_within_is_kept() -> None:
     # A forged sequence of 2**62 would make every genuine report look stale for good.
     heads, full = stored_state(("n1", redfish(7)))
