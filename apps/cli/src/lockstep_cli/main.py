@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
-from lockstep_cli.cli_io import choose_stack, fail
+from lockstep_cli.cli_io import choose_stack, fail, stdout_console
 from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_cli.gate_cli import bench_gate, gate_app
@@ -48,7 +47,7 @@ app.add_typer(gate_app, name="gate")
 app.add_typer(node_app, name="node")
 app.add_typer(rollout_app, name="rollout")
 bench.command("gate")(bench_gate)
-console = Console()
+console = stdout_console()
 
 
 def _print_version(wanted: bool) -> None:
