@@ -177,11 +177,28 @@ def fleet_sweep(
     def busy() -> None:
         errors.print("another sweep is running; waiting for it to finish")
 
-    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as progress:
+    committed = [0, 0]  # (nodes committed, nodes to sweep), as the sweep reports them
+
+    def progress(done: int, total: int) -> None:
+        committed[:] = [done, total]
+        if draw is not None:
+            draw(done, total)
+
+    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as draw:
         try:
             summary = run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
         except UnknownNodesError as exc:
             fail(str(exc))
+        except KeyboardInterrupt:
+            # Each chunk of results commits in its own transaction as the sweep goes
+            # (sweeping.py): what was committed stays, the rest was never written.
+            done, total = committed
+            fail(
+                f"interrupted: {done} of {total or 'the'} node(s) read and committed "
+                "(their versions and drift events are kept); the rest were not written, and "
+                "the next sweep reads every node again",
+                130,
+            )
     doc = sweep_json(summary)
     if as_json:
         print(json.dumps(doc))

@@ -99,7 +99,7 @@ def up(
         Interrupted,
         StackSettings,
         running_system,
-        sigterm_as_interrupt,
+        stop_signals_unwind,
         supervise,
     )
     from lockstep_common.db import redact_dsn
@@ -123,7 +123,7 @@ def up(
 
     with (
         stack_state.exclusive(data_dir),
-        sigterm_as_interrupt(),
+        stop_signals_unwind(),
         start_refusals_are_one_line(),
     ):
         try:
@@ -241,11 +241,17 @@ def demo(
 ) -> None:
     """Run the whole system on embedded NATS and PostgreSQL and show an event's journey."""
     from lockstep_cli.demo import run_demo
+    from lockstep_cli.supervisor import Interrupted, stop_signals_unwind
 
     if data_dir is not None:
         usable_data_dir(data_dir)
-    with start_refusals_are_one_line():
-        run_demo(console, data_dir)
+    with stop_signals_unwind(), start_refusals_are_one_line():
+        try:
+            run_demo(console, data_dir)
+        except (KeyboardInterrupt, Interrupted):
+            # running_system stopped the services, NATS and PostgreSQL on the way out.
+            console.print("demo interrupted: every process stopped.")
+            raise typer.Exit(130) from None
 
 
 def usable_data_dir(data_dir: Path) -> None:
@@ -272,6 +278,8 @@ def start_refusals_are_one_line() -> Iterator[None]:
 
     try:
         yield
+    except typer.Exit:
+        raise  # a command's own exit code (click's Exit is a RuntimeError: not a start failure)
     except (ClusterRefused, StartFailed) as exc:
         fail(str(exc))
     except ConfigurationError as exc:  # e.g. a stream limit the server cannot reserve
