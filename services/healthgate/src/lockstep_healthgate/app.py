@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
+from lockstep_healthgate.adapters.gauges import GAUGES
 from lockstep_healthgate.domain.policy import Policy, PolicyError
 from lockstep_healthgate.handlers import GateConfig, Handlers
 from lockstep_healthgate.maintenance import PartitionKeeper
@@ -55,5 +57,6 @@ def create_app(settings: Settings) -> ServiceApp:
             max_attempts=settings.eval_max_attempts,
             watch_s=settings.heartbeat_watch_s,
         ),
+        QueryGauges(app.metrics.registry, GAUGES),
     )
     return app
