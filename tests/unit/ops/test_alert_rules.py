@@ -43,7 +43,10 @@ def test_the_scan_of_the_sources_sees_every_metric_the_registries_hold() -> None
 @pytest.mark.parametrize(
     ("expr", "names"),
     [
-        ('max by (state) (lockstep_planner_waves{state="tripped"}) > 0', {"lockstep_planner_waves"}),
+        (
+            'max by (state) (lockstep_planner_waves{state="tripped"}) > 0',
+            {"lockstep_planner_waves"},
+        ),
         ("time() - a_seconds > 900", {"a_seconds"}),
         ('sum without (kind) (delta(x{kind!="pending"}[1h])) > 10', {"x"}),
         ('up{job=~"lockstep-.*"} == 0 or lockstep_ready == 0', {"up", "lockstep_ready"}),
@@ -81,7 +84,9 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook() -> N
 
 def test_every_runbook_anchor_is_a_heading_of_the_operations_guide() -> None:
     guide = (ROOT / "docs" / "operations.md").read_text()
-    headings = {line.lstrip("#").strip().lower() for line in guide.splitlines() if line.startswith("#")}
+    headings = {
+        line.lstrip("#").strip().lower() for line in guide.splitlines() if line.startswith("#")
+    }
     missing = [r["alert"] for r in alerts() if r["alert"].lower() not in headings]
     assert missing == []
 
