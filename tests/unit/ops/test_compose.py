@@ -20,12 +20,13 @@ NATS = ("nats-1", "nats-2", "nats-3")
 
 def services() -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())  # resolves the << merge keys
-    return doc["services"]
+    found: dict[str, Any] = doc["services"]
+    return found
 
 
 def nats_config(name: str) -> str:
-    mounts = services()[name]["volumes"]
-    source = next(m.split(":")[0] for m in mounts if m.endswith(":/etc/nats/cluster.conf:ro"))
+    mounts: list[str] = services()[name]["volumes"]
+    source: str = next(m.split(":")[0] for m in mounts if m.endswith(":/etc/nats/cluster.conf:ro"))
     return (ROOT / source).read_text()
 
 
