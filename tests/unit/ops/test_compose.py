@@ -26,7 +26,9 @@ def services() -> dict[str, Any]:
 
 def nats_config(name: str) -> str:
     mounts: list[str] = services()[name]["volumes"]
-    source: str = next(m.split(":")[0] for m in mounts if m.endswith(":/etc/nats/cluster.conf:ro"))
+    source: str = next(
+        m.split(":", maxsplit=1)[0] for m in mounts if m.endswith(":/etc/nats/cluster.conf:ro")
+    )
     return (ROOT / source).read_text()
 
 
