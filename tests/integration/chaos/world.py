@@ -30,6 +30,7 @@ from nats.aio.client import Client as NatsClient
 from lockstep_attest.testing.bundles import make_kit
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
@@ -39,7 +40,6 @@ from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
