@@ -147,6 +147,12 @@ class Chaos(RuleBasedStateMachine):
     def scheduler_429(self, count: int, node: str | None) -> None:
         self.loop.call(self.world.throttle_drains, count, node)
 
+    @rule(seconds=st.sampled_from([0.3, 1.0, 3.0]), count=st.integers(1, 2))
+    def slow_scheduler(self, seconds: float, count: int) -> None:
+        # Drains that take effect late, whoever still waits for them: with a kill or a lapsed
+        # lease meanwhile, the drain of a worker that lost its item lands after the fact.
+        self.loop.call(self.world.rt.scheduler.slow_drains, seconds, count)
+
     @rule(
         pool=st.sampled_from(POOLS),
         nodes=st.integers(1, 2),

@@ -353,6 +353,7 @@ class World:
         for node_id in self._throttled:
             sched.throttle_drains(0, node_id)
         self._throttled.clear()
+        sched.slow_drains(0.0, 0)
         sched.tick()
         for scheduled in sched.nodes.values():
             if scheduled.drain is not None:  # the operator repairs quarantined nodes
@@ -529,6 +530,7 @@ class World:
         self.rt.simulator.set_faults(None)
         for node_id in self._throttled:
             self.rt.scheduler.throttle_drains(0, node_id)
+        self.rt.scheduler.slow_drains(0.0, 0)
         t1 = time.monotonic()
         for name in SERVICES:
             await self.restart(name)

@@ -150,6 +150,15 @@ def test_throttle_of_one_node_leaves_the_others_alone() -> None:
         s.throttle_drains(1, "zz")
 
 
+def test_slowed_drains_hand_out_their_delays_once_each() -> None:
+    s = make()
+    s.slow_drains(2.5, count=2)
+    assert [s.next_drain_delay() for _ in range(3)] == [2.5, 2.5, 0.0]
+    s.slow_drains(1.0)
+    s.slow_drains(0.0, 0)  # lifted
+    assert s.next_drain_delay() == 0.0
+
+
 def test_foreign_drain_when_all_drained() -> None:
     s = make()
     for n in list(s.nodes):

@@ -156,6 +156,7 @@ class Scheduler:
         self._job_seq = 0
         self._rng = random.Random(seed)  # noqa: S311 - simulation
         self._throttled: dict[str | None, int] = {}  # node id (None: any) -> drains to refuse
+        self._drain_delays: list[float] = []  # real seconds, one per coming drain request
 
     def now(self) -> float:
         """Simulated seconds since the scheduler started."""
@@ -282,6 +283,15 @@ class Scheduler:
         if node_id is not None:
             self.node(node_id)
         self._throttled[node_id] = count
+
+    def slow_drains(self, seconds: float, count: int = 1) -> None:
+        """Fault knob: the next ``count`` drain requests take effect ``seconds`` (real) after
+        they arrive, as on an API server under load; the HTTP layer waits them out."""
+        self._drain_delays = [seconds] * count
+
+    def next_drain_delay(self) -> float:
+        """The delay of the drain request arriving now (0: none), used up by asking."""
+        return self._drain_delays.pop(0) if self._drain_delays else 0.0
 
     def inject_foreign_drain(
         self, node_id: str | None = None, *, reason: str = "maintenance", by: str = "ops"
