@@ -13,7 +13,8 @@ steps are, in any order:
 - expire every held lease at once (updater items, planner intents, healthgate evaluations), as
   if their holders were paused past them;
 - BMC faults: 5xx, hangs, connection resets, a BMC reboot in the middle of a task;
-- scheduler faults: drains refused with 429, jobs that keep nodes draining, foreign drains;
+- scheduler faults: drains refused with 429, drains that take effect late, jobs that keep
+  nodes draining, foreign drains;
 - health regressions (the image degrades the GPUs it activates on);
 - operator abort (``lockstep rollout abort``'s row in the planner's commands table).
 

@@ -179,6 +179,12 @@ class PostgresTx:
         assert claimed is not None  # noqa: S101 - the row is locked by the SELECT above
         return _claim(claimed)
 
+    async def step_now(self, claim: Claim) -> NodeStep:
+        state = await self.conn.fetchval(
+            "SELECT state FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+        )
+        return NodeStep(state)
+
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
         row = await self.conn.fetchrow(
             "SELECT lease_token, state FROM node_work WHERE id = $1 FOR UPDATE", claim.id

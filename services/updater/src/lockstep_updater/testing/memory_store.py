@@ -202,6 +202,9 @@ class MemoryTx:
         item.claimed_at = self.now
         return self._claim_of(item)
 
+    async def step_now(self, claim: Claim) -> NodeStep:
+        return self.tables.items[claim.id].state
+
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
         item = self.tables.items[claim.id]
         if item.lease_token != claim.token or item.state in TERMINAL:
