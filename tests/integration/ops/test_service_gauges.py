@@ -170,7 +170,14 @@ async def test_healthgate_verdicts_by_verdict_and_kind(connect: Any) -> None:
     )
     gauges = QueryGauges(CollectorRegistry(), HEALTHGATE)
     await gauges.refresh(conn)
-    verdicts, waves = HEALTHGATE
+    verdicts, waves, stragglers = HEALTHGATE
     assert values(gauges, verdicts)[("tripped", "hard_rule")] == 1
     assert values(gauges, verdicts)[("passed", "soak")] == 0
     assert values(gauges, waves) == {("updating",): 0, ("soaking",): 1, ("decided",): 1}
+    assert values(gauges, stragglers) == {}  # no evaluation yet: no profile
+    await conn.execute(
+        "INSERT INTO stragglers (profile, node_ids, finding, evaluated_at) VALUES"
+        " ('gb200', '{n1,n2}', '{}', now()), ('hgx-h100', '{}', '{}', now())"
+    )
+    await gauges.refresh(conn)
+    assert values(gauges, stragglers) == {("gb200",): 2, ("hgx-h100",): 0}

@@ -1,5 +1,5 @@
 """The healthgate's gauges, read from its tables (``lockstep_common.query_gauges``): verdicts
-recorded, by verdict and kind, and waves by state."""
+recorded, by verdict and kind, waves by state, and each profile's stragglers."""
 
 from __future__ import annotations
 
@@ -21,5 +21,12 @@ GAUGES = (
         "SELECT state, count(*) FROM waves WHERE state <> 'closed' GROUP BY state",
         labels=("state",),
         fill=(("updating",), ("soaking",), ("decided",)),
+    ),
+    QueryGauge(
+        "lockstep_healthgate_stragglers",
+        "Nodes of each hardware profile flagged as stragglers (busbw or SM clock outliers against"
+        " their peers, outside rollouts) by the last evaluation",
+        "SELECT profile, cardinality(node_ids) FROM stragglers",
+        labels=("profile",),
     ),
 )
