@@ -39,7 +39,7 @@ class Settings(ServiceSettings):
         default=None, description="SLURM_CONF for scontrol; unset: Slurm's own default."
     )
     slurm_timeout_s: float = Field(
-        default=10.0, gt=0, description="How long one scontrol call may take, seconds."
+        default=30.0, gt=0, description="How long one scontrol call may take, seconds."
     )
     worker_poll_s: float = Field(default=1.0, gt=0, description="Work poll when idle, seconds.")
     workers: int = Field(default=4, ge=1, le=256, description="Nodes worked on at once.")
