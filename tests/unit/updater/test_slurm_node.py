@@ -51,7 +51,7 @@ def test_captured_nodes_read_as_slurm_shows_them(
     node = captured(name)
     assert (node.state, node.flags, node.reason, node.drain_state()) == (
         state,
-        flags,
+        frozenset(flags),
         reason,
         drain,
     )
