@@ -17,7 +17,7 @@ from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.slurm_scheduler import SlurmRefused, SlurmScheduler
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.executor import Executor, ExecutorPolicy
-from lockstep_updater.ports import DrainState, ForeignDrain, SchedulerUnavailable
+from lockstep_updater.ports import DrainState, ForeignDrain, Scheduler, SchedulerUnavailable
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ENV, FAST, World
 from tests.integration.updater.slurm_cluster import SlurmCluster
@@ -49,11 +49,11 @@ class Recording:
         return await self.inner.resume(node_id)
 
 
-def executor(w: World, sched: object, policy: ExecutorPolicy = FAST) -> Executor:
+def executor(w: World, sched: Scheduler, policy: ExecutorPolicy = FAST) -> Executor:
     return Executor(
         w.store,
         w.facts,
-        sched,  # type: ignore[arg-type]  # a Scheduler by shape
+        sched,
         BundleImages([w.bundle.parent]),
         policy,
         environ=ENV,
