@@ -94,16 +94,30 @@ async def test_a_node_slurm_does_not_know_is_refused_for_good(slurm: SlurmCluste
         await scheduler(slurm).drain_state("node-99999")
 
 
-async def test_a_controller_that_does_not_answer_is_not_now(
-    slurm: SlurmCluster, tmp_path: Path
-) -> None:
-    # The same cluster's configuration with the controller's port pointing nowhere.
+def elsewhere(slurm: SlurmCluster, tmp_path: Path, *extra: str) -> str:
+    """The cluster's configuration with the controller's port pointing nowhere."""
     conf = tmp_path / "slurm.conf"
     text = slurm.conf.read_text()
     port = next(line for line in text.splitlines() if line.startswith("SlurmctldPort="))
-    conf.write_text(text.replace(port, "SlurmctldPort=9"))
-    sched = SlurmScheduler(conf=str(conf), environ=slurm.env, timeout_s=1.0)
-    with pytest.raises(SchedulerUnavailable, match="no answer within 1s"):
+    conf.write_text(text.replace(port, "SlurmctldPort=9") + "".join(f"{e}\n" for e in extra))
+    return str(conf)
+
+
+async def test_a_controller_that_cannot_be_reached_is_not_now(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    # scontrol gives up after MessageTimeout and says so: that message is "not now".
+    conf = elsewhere(slurm, tmp_path, "MessageTimeout=2")
+    sched = SlurmScheduler(conf=conf, environ=slurm.env, timeout_s=30)
+    with pytest.raises(SchedulerUnavailable, match="Unable to contact slurm controller"):
+        await sched.drain_state(slurm.nodes[0])
+
+
+async def test_a_scontrol_that_does_not_return_in_time_is_stopped_and_not_now(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    sched = SlurmScheduler(conf=elsewhere(slurm, tmp_path), environ=slurm.env, timeout_s=0.5)
+    with pytest.raises(SchedulerUnavailable, match=r"no answer within 0\.5s"):
         await sched.drain_state(slurm.nodes[0])
 
 
