@@ -155,8 +155,8 @@ def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     absent = missing()
     if absent:
         pytest.skip(
-            f"Slurm is not installed here: {', '.join(absent)} not on PATH "
-            "(apt-get install slurm-wlm munge)"
+            f"Slurm is not installed here: {', '.join(absent)} found neither on PATH nor "
+            "in /usr/sbin (apt-get install slurm-wlm munge)"
         )
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), SLURM_NODES)
     try:

@@ -22,15 +22,33 @@ from pathlib import Path
 
 from lockstep_updater.domain.slurm_node import SlurmNode, parse_node
 
-PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "scancel")
+PROGRAMS = (
+    "munged",
+    "mungekey",
+    "slurmctld",
+    "slurmd",
+    "scontrol",
+    "sinfo",
+    "sbatch",
+    "squeue",
+    "scancel",
+)
 START_S = 60.0  # slurmctld, then each slurmd registering, on a loaded 2-core machine
 KILL_REQUEST = "REQUEST_KILL_JOB"
 """What slurmctld logs (at ``info``) for every job kill request (``scancel``, a ``DOWN``)."""
 
 
+SBIN = "/usr/sbin:/usr/local/sbin"  # where Debian puts the daemons; not on a user's PATH
+
+
+def program(name: str) -> str | None:
+    """Where ``name`` is: on PATH, or in the sbin folders."""
+    return shutil.which(name) or shutil.which(name, path=SBIN)
+
+
 def missing() -> list[str]:
-    """The programs the cluster needs that are not on PATH."""
-    return [p for p in PROGRAMS if shutil.which(p) is None]
+    """The programs the cluster needs that are nowhere to be found."""
+    return [p for p in PROGRAMS if program(p) is None]
 
 
 def _free_ports(count: int) -> list[int]:
@@ -62,7 +80,12 @@ class SlurmCluster:
 
     def run(self, *args: str, check: bool = True) -> str:
         done = subprocess.run(
-            list(args), env=self.env, capture_output=True, text=True, timeout=60, check=False
+            [program(args[0]) or args[0], *args[1:]],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
@@ -147,7 +170,12 @@ class SlurmCluster:
     def _spawn(self, *args: str) -> None:
         log = (self.root / "log" / f"{args[0]}-{len(self.procs)}.out").open("wb")
         self.procs.append(
-            subprocess.Popen(list(args), env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            subprocess.Popen(
+                [program(args[0]) or args[0], *args[1:]],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         )
 
     def _conf(self, sock: Path, ctld: int, ports: list[int]) -> str:
