@@ -62,7 +62,7 @@ class SlurmScheduler:
         *,
         scontrol: str = "scontrol",
         conf: str | None = None,
-        timeout_s: float = 10.0,
+        timeout_s: float = 30.0,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.scontrol = scontrol
