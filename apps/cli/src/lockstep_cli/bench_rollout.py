@@ -59,6 +59,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -416,13 +417,18 @@ async def _measure(
     waves = [
         dict(r)
         for r in await bench.admin.fetch(
-            "SELECT number, node_ids, max_unavailable, soak_s FROM planner.waves"
+            "SELECT number, node_ids, max_unavailable, soak_s, released_at, soak_until"
+            " FROM planner.waves"
             " WHERE rollout_id = $1 ORDER BY number",
             rollout,
         )
     ]
     pool_of = {n.id: n.pool for n in bench.rt.fleet}
     bound, parts = lower_bound(waves, pool_of, opts)
+    finished_at = await bench.value(
+        "SELECT updated_at FROM planner.rollouts WHERE rollout_id = $1", rollout
+    )
+    steps = await _steps(bench.admin, rollout)
     ends = Counter(
         r["state"]
         for r in await bench.admin.fetch(
@@ -446,12 +452,42 @@ async def _measure(
                 "max_unavailable": w["max_unavailable"],
                 "soak_s": w["soak_s"],
                 "bound_s": part,
+                # Released -> every node ended (the updater's part), then -> the next release
+                # (the soak, the gate's verdict and the planner's release).
+                "work_s": _span(w["released_at"], w["soak_until"], -w["soak_s"]),
+                "to_next_s": _span(
+                    w["soak_until"], nxt["released_at"] if nxt else finished_at, 0.0
+                ),
             }
-            for w, part in zip(waves, parts, strict=True)
+            for w, part, nxt in zip(waves, parts, [*waves[1:], None], strict=True)
         ],
+        "step_s": steps,
         "stage_s": round(opts.stage_s, 3),
         "activate_s": round(opts.activate_s, 3),
         "cadence_s": opts.cadence_s,
         "node_ends": dict(ends),
         "rollout_id": rollout,
+    }
+
+
+def _span(start: datetime | None, end: datetime | None, plus: float) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds() + plus, 2)
+
+
+async def _steps(conn: asyncpg.Connection, rollout: str) -> dict[str, dict[str, float]]:
+    """Per updater step: the median time a worker spent in it (``run``) and the median time
+    the node waited for that step to be claimed after its previous step ended (``wait``)."""
+    rows = await conn.fetch(
+        "SELECT step, percentile_cont(0.5) WITHIN GROUP (ORDER BY run) AS run,"
+        " percentile_cont(0.5) WITHIN GROUP (ORDER BY wait) AS wait FROM ("
+        " SELECT step, extract(epoch FROM ended_at - started_at) AS run,"
+        " extract(epoch FROM started_at - lag(ended_at) OVER (PARTITION BY work_id ORDER BY id))"
+        " AS wait FROM updater.node_steps WHERE rollout_id = $1) s GROUP BY step",
+        rollout,
+    )
+    return {
+        r["step"]: {"run": round(r["run"] or 0.0, 3), "wait": round(r["wait"] or 0.0, 3)}
+        for r in rows
     }
