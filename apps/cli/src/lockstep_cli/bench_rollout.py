@@ -111,6 +111,9 @@ class RolloutOptions:
     """Agent reports per second over the whole fleet: sets the cadence, hence the soaks."""
     timeout_s: float = 3600.0
     seed: int = 13
+    data_dir: Path | None = None
+    """Where the servers' state and the services' logs go, kept afterwards (None: a
+    temporary directory, removed)."""
 
     @property
     def cadence_s(self) -> float:
@@ -242,7 +245,8 @@ def run_bench(opts: RolloutOptions, say: Callable[[str], None] = lambda _: None)
     """The whole rollout once; its figures and their raw inputs."""
     from lockstep_attest.testing.bundles import make_kit
 
-    base = Path(tempfile.mkdtemp(prefix="lockstep-bench-rollout-"))
+    base = opts.data_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-rollout-"))
+    base.mkdir(parents=True, exist_ok=True)
     base.chmod(0o755)
     try:
         kit = make_kit(
@@ -258,7 +262,8 @@ def run_bench(opts: RolloutOptions, say: Callable[[str], None] = lambda _: None)
             except (BenchFailed, TimeoutError) as exc:
                 raise BenchFailed(f"{exc} (service logs: {_tails(services)})") from exc
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if opts.data_dir is None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def _tails(services: Sequence[ServiceProcess]) -> str:

@@ -338,6 +338,10 @@ def bench_rollout(
         float, typer.Option(help="Agent reports/s over the fleet (sets cadence and soaks).")
     ] = 250.0,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 3600.0,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Keep the servers' state and service logs here."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """A whole-fleet rollout (attest, intent, canary, gates, waves) through the five service
@@ -351,9 +355,12 @@ def bench_rollout(
                         ("--timeout", timeout)):  # fmt: skip
         if not value > 0:
             fail(f"{name} must be > 0, not {value}")
-    opts = RolloutOptions(nodes, time_scale, report_rate, timeout)
+    if data_dir is not None:
+        usable_data_dir(data_dir)
+    opts = RolloutOptions(nodes, time_scale, report_rate, timeout, data_dir=data_dir)
     try:
-        result = run_bench(opts, say=(lambda _: None) if as_json else console.print)
+        with start_refusals_are_one_line():
+            result = run_bench(opts, say=(lambda _: None) if as_json else console.print)
     except BenchFailed as exc:
         fail(str(exc), code=1)
     if as_json:
