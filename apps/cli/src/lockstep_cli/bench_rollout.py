@@ -118,7 +118,7 @@ class RolloutOptions:
     @property
     def cadence_s(self) -> float:
         """Real seconds between two reports of one node agent."""
-        return max(0.5, self.nodes / self.report_rate)
+        return max(1.0, self.nodes / self.report_rate)
 
     @property
     def soak_s(self) -> int:
@@ -173,9 +173,14 @@ def gate_policy(path: Path, cadence_s: float) -> Path:
         f"[minimum]\ncanary_nodes = {CANARY_PER_STRATUM}\ncontrol_nodes = {CANARY_PER_STRATUM}\n"
         f"samples_per_node = {SAMPLES}\n"
     )
+    # A shared 2-core machine can starve the agents for a few seconds: five missed reports,
+    # not the packaged three, before a node counts as dead (the rule stays on).
+    changed = {
+        "heartbeat_interval_s": f"heartbeat_interval_s = {cadence_s}",
+        "heartbeat_missed_intervals": "heartbeat_missed_intervals = 5",
+    }
     lines = [
-        f"heartbeat_interval_s = {cadence_s}" if line.startswith("heartbeat_interval_s") else line
-        for line in ("[hard_rules]" + rest).splitlines()
+        changed.get(line.split(" ", 1)[0], line) for line in ("[hard_rules]" + rest).splitlines()
     ]
     path.write_text(head + minimum + "\n" + "\n".join(lines) + "\n")
     return path

@@ -23,6 +23,7 @@ from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.idle import IdleClaims
 from lockstep_updater.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class UpdaterWorker:
         self.settings = settings
         self.namespace = namespace
         self.source = source_of(name)
+        self.idle = IdleClaims(settings.worker_poll_s)
         poll = settings.redfish_poll_s
         self.policy = ExecutorPolicy(
             lease_s=settings.lease_s,
@@ -71,11 +73,11 @@ class UpdaterWorker:
             await asyncio.gather(*(self._loop(executor, stopping) for _ in range(s.workers)))
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
+        executor.on_claim = self.idle.found  # every loop shares the executor and the idle gate
         while not stopping.is_set():
             try:
                 if await executor.step():
                     continue
             except Exception:
                 log.exception("updater worker: step error; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self.settings.worker_poll_s)
+            await self.idle.wait(stopping)  # one idle loop polls, the others park
