@@ -71,6 +71,7 @@ from lockstep_cli.bench_update import GPU, VERSION, gpu_package
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, ServiceProcess, running_system
 from lockstep_common import db, subjects
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope, source_of
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.identities import AGENT, CLI
@@ -81,7 +82,6 @@ from lockstep_devstack import Stack
 from lockstep_devstack.process import free_port
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
