@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,10 @@ class Stop(Exception):
         self.reason = reason
 
 
+def _nothing() -> None:
+    pass
+
+
 def sha384_of(data: bytes) -> str:
     return hashlib.sha384(data).hexdigest()
 
@@ -127,6 +131,9 @@ class Executor:
         self.image_server = image_server
         self.credentials = FleetCredentials(environ)
         self.client = RedfishClient(self.credentials, self.policy.transport)
+        # Called as soon as a claim succeeds, before its step runs (the worker wakes idle
+        # claim loops with it: lockstep_updater.idle).
+        self.on_claim: Callable[[], None] = _nothing
 
     async def step(self) -> bool:
         """Claim one item and run its step; False when there was nothing to claim."""
@@ -134,6 +141,7 @@ class Executor:
             claim = await tx.claim(self.policy.lease_s)
         if claim is None:
             return False
+        self.on_claim()
         renewing = asyncio.create_task(self._renew(claim))
         try:
             await self.run(claim)
