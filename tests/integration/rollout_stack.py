@@ -7,8 +7,9 @@ ledgers, the simulated scheduler)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -62,9 +63,10 @@ samples_per_node = 3
 """
 
 
-def planner_policy(path: Path) -> Path:
+def planner_policy(path: Path, **routine_changes: Any) -> Path:
     """The packaged change classes, with a routine change pre-approved, a canary of 5 (the
-    healthgate's minimum per stratum), one wave after it, and short soaks."""
+    healthgate's minimum per stratum), one wave after it, and short soaks; ``routine_changes``
+    change the routine class further (its waves, say)."""
     doc = yaml.safe_load(
         resources.files("lockstep_planner").joinpath("data/change_classes.yaml").read_bytes()
     )
@@ -76,6 +78,7 @@ def planner_policy(path: Path) -> Path:
         layer_soak_s=0,
         wave_soak_s=SOAK_S,
     )
+    routine.update(routine_changes)
     routine["approvals"]["count"] = 0
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -88,6 +91,15 @@ def gate_policy(path: Path) -> Path:
     rest = rest.split("\n[hard_rules]", 1)[1]
     path.write_text(head + GATE_POLICY + "\n[hard_rules]" + rest)
     return path
+
+
+class StampedLedger(list[dict[str, Any]]):
+    """A BMC ledger whose entries also carry ``at_s``, the wall-clock second (``time.time()``)
+    the call was recorded: the simulator's own ``time`` is whole seconds, too coarse to tell
+    whether a push came within 1 s of an abort (reliability.md F6)."""
+
+    def append(self, entry: dict[str, Any]) -> None:
+        super().append({**entry, "at_s": time.time()})
 
 
 @dataclass
@@ -106,6 +118,26 @@ class Stack:
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )
+
+    async def envelopes(self, service: str, prefix: str) -> list[dict[str, Any]]:
+        """Every whole envelope (``time``, ``data`` ...) ``service`` committed on ``prefix``."""
+        rows = (
+            await self.apps[service]
+            .require()
+            .pool.fetch(
+                "SELECT payload FROM outbox WHERE subject LIKE $1 ORDER BY id", prefix + "%"
+            )
+        )
+        return [json.loads(r["payload"]) for r in rows]
+
+    async def restart(self, service: str) -> None:
+        """Stop ``service`` and start a new instance of it with the same settings (a process
+        killed and restarted: whatever it held in memory is gone)."""
+        old = self.apps[service]
+        await old.stop()
+        new = FACTORIES[service](old.settings)
+        self.apps[service] = new
+        await new.start()
 
     async def emitted(self, service: str, prefix: str) -> list[dict[str, Any]]:
         """The data of every event ``service`` committed on subjects starting ``prefix``."""
@@ -151,6 +183,10 @@ class Stack:
             rules=packaged_rules(),
         )
 
+    def all_pushes(self) -> list[dict[str, Any]]:
+        """Every accepted push of the fleet, with its node and ``at_s``."""
+        return [p for n in self.rt.fleet for p in self.pushes(n.id)]
+
     def pushes(self, node_id: str) -> list[dict[str, Any]]:
         """Pushes the node's BMC accepted."""
         return [
@@ -190,6 +226,15 @@ class Stack:
         return bundle
 
 
+FACTORIES: dict[str, Callable[[Any], ServiceApp]] = {
+    "attest": attest_app,
+    "inventory": inventory_app,
+    "planner": planner_app,
+    "updater": updater_app,
+    "healthgate": healthgate_app,
+}
+
+
 def common(servers: Any, namespace: str, service: str) -> dict[str, Any]:
     return {
         "nats_url": servers.nats_url,
@@ -212,9 +257,11 @@ async def running_stack(
     *,
     updater: dict[str, Any] | None = None,
     planner: dict[str, Any] | None = None,
+    routine: dict[str, Any] | None = None,
 ) -> AsyncIterator[Stack]:
     """The five services over a fresh simulated fleet of ``NODES``, swept once; ``updater`` and
-    ``planner`` override those services' settings (a scheduler, a budget, a deadline)."""
+    ``planner`` override those services' settings (a scheduler, a budget, a deadline),
+    ``routine`` the routine change class (``planner_policy``)."""
     monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", DEFAULT_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
     # A signed release kit whose one image is a GPU VBIOS package the simulated GPUs accept.
@@ -234,6 +281,8 @@ async def running_stack(
         create_streams=True,
     )
     await rt.start()
+    for node in rt.fleet:  # every mutating BMC call stamped with its wall-clock time
+        rt.simulator.bmc(node.id).ledger = StampedLedger()
     apps: dict[str, ServiceApp] = {
         "attest": attest_app(
             AttestSettings(
@@ -249,7 +298,7 @@ async def running_stack(
         "planner": planner_app(
             PlannerSettings(
                 **common(servers, namespace, "planner"),
-                policy_file=planner_policy(tmp_path / "classes.yaml"),
+                policy_file=planner_policy(tmp_path / "classes.yaml", **(routine or {})),
                 **{
                     "approvers_dir": trust,
                     "worker_poll_s": 0.05,
@@ -283,12 +332,12 @@ async def running_stack(
             )
         ),
     }
-    started: list[ServiceApp] = []
+    started: list[str] = []
     nc = await nats.connect(servers.nats_url)
     try:
-        for app in apps.values():
+        for name, app in apps.items():
             await app.start()
-            started.append(app)
+            started.append(name)
         nodes = [
             NodeEntry.model_validate(
                 {
@@ -308,7 +357,8 @@ async def running_stack(
         yield result
     finally:
         await nc.close()
-        for app in reversed(started):
+        for name in reversed(started):
+            app = apps[name]  # the one running now: ``Stack.restart`` replaces it
             await app.stop()
         rt.simulator.set_faults(None)
         await rt.stop()
