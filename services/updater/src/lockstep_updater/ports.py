@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from lockstep_common.errors import PermanentError
 from lockstep_common.events.v1 import FleetNode
@@ -51,6 +51,17 @@ class Scheduler(Protocol):
     async def resume(self, node_id: str) -> bool:
         """Give the node back, only if Lockstep drained it; False when there was nothing of
         Lockstep's to undo (a foreign drain stays as it was)."""
+        ...
+
+
+@runtime_checkable
+class ExplainsDrain(Protocol):
+    """A scheduler that can say why a drain has not completed (Kubernetes: a
+    PodDisruptionBudget refusing evictions): the reason a node skipped at the drain deadline
+    ends with."""
+
+    def drain_blocker(self, node_id: str) -> str | None:
+        """Why the node is not drained yet (starting ``pdb:`` for a budget); None: unknown."""
         ...
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -22,9 +23,24 @@ class Settings(ServiceSettings):
         description="Directories attested bundles may be read from (a JSON list). An image "
         "anywhere else is refused: the node fails before anything is sent.",
     )
+    scheduler: Literal["sim", "kubernetes"] = Field(
+        default="sim",
+        description="Which scheduler cordons and drains nodes: the simulator's API at "
+        "scheduler_url, or a Kubernetes API server (kubeconfig; Eviction API).",
+    )
     scheduler_url: str = Field(
         default="http://127.0.0.1:8001",
         description="Base URL of the scheduler API (the simulator's /scheduler/...).",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="kubeconfig file for scheduler=kubernetes; unset: the pod's service account.",
+    )
+    kube_evict_backoff_s: float = Field(
+        default=1.0, gt=0, description="First pause after an eviction a PDB refused (429)."
+    )
+    kube_evict_backoff_max_s: float = Field(
+        default=60.0, gt=0, description="Longest pause between evictions a PDB refuses."
     )
     worker_poll_s: float = Field(default=1.0, gt=0, description="Work poll when idle, seconds.")
     workers: int = Field(default=4, ge=1, le=256, description="Nodes worked on at once.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from lockstep_common.envelope import source_of
 from lockstep_common.service import Resources
@@ -23,9 +24,29 @@ from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.ports import Scheduler
 from lockstep_updater.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def _sim(s: Settings) -> Scheduler:
+    return SimScheduler(s.scheduler_url)
+
+
+def _kubernetes(s: Settings) -> Scheduler:
+    from lockstep_updater.adapters.k8s_scheduler import KubernetesScheduler
+
+    return KubernetesScheduler.from_kubeconfig(
+        s.kubeconfig, backoff_s=s.kube_evict_backoff_s, backoff_max_s=s.kube_evict_backoff_max_s
+    )
+
+
+SCHEDULERS: dict[str, Callable[[Settings], Scheduler]] = {
+    "sim": _sim,
+    "kubernetes": _kubernetes,
+}
+"""``settings.scheduler`` -> the ``Scheduler`` adapter it names."""
 
 
 class UpdaterWorker:
@@ -53,7 +74,7 @@ class UpdaterWorker:
         return Executor(
             PostgresStore(resources.pool, self.source),
             FleetQueryFacts(resources.nc, self.namespace, self.source, timeout_s=s.fleet_timeout_s),
-            SimScheduler(s.scheduler_url),
+            SCHEDULERS[s.scheduler](s),
             BundleImages(s.bundle_roots),
             self.policy,
             image_server=server,
