@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ from lockstep_common.vocabulary import Component
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_updater.ports import OWNER
+from tests.integration.k8s_fake import FakeKubernetes
 from tests.integration.rollout_stack import NODES, Stack, running_stack
 
 pytestmark = pytest.mark.integration
@@ -369,3 +371,93 @@ async def test_f2_out_of_service_stays_within_budget_sampled_every_100ms_under_k
         for node in pools:
             assert len(stack.pushes(node)) == 1, node
         assert lockstep_drains(stack) == []
+
+
+# --- E1 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+async def test_e1_a_pdb_blocking_eviction_skips_the_node_and_the_wave_goes_on(
+    launch: Launch, tmp_path: Path
+) -> None:
+    """E1, a PodDisruptionBudget blocks eviction: the updater drains through its Kubernetes
+    adapter (``scheduler = "kubernetes"``) against a fake API server (no real one can run
+    here). Every training pod's eviction is refused (429) until the canary is released, then
+    for 1 s more; one canary node's for good. Pass: refused evictions are retried with a
+    growing backoff, no pod is ever deleted or evicted with force, DaemonSet pods are left
+    alone; after the 4 s drain deadline the blocked node is skipped (uncordoned, failed with a
+    reason naming ``pdb``, its firmware unchanged) while the other nodes are drained and
+    flashed; the rollout goes on within its budgets (failure budget 1 per wave, at most 2 nodes
+    cordoned per pool at any time) to ``rollout.completed``."""
+    budget = 2
+    fleet_ids = [f"node-{i:05d}" for i in range(NODES)]
+    async with FakeKubernetes(fleet_ids) as fake:
+        for node in fleet_ids:
+            fake.block(node)
+        async with launch(
+            updater={
+                "scheduler": "kubernetes",
+                "kubeconfig": fake.kubeconfig(tmp_path / "kubeconfig"),
+                "drain_deadline_s": 4.0,
+                "kube_evict_backoff_s": 0.2,
+                "kube_evict_backoff_max_s": 1.6,
+            },
+            planner={"default_max_unavailable": budget},
+            routine={"failure_budget": 0.2},
+        ) as stack:
+            assert sorted(n.id for n in stack.rt.fleet) == fleet_ids
+            old = {n: stack.rt.simulator.bmc(n).node.components for n in fleet_ids}
+            before = {
+                n: {c.version for m, c in comps.items() if m.startswith("HGX_FW_GPU_")}
+                for n, comps in old.items()
+            }
+            await stack.start_rollout()
+            (canary,) = await stack.wait("planner", "wave.planned.")
+            blocked = canary["node_ids"][0]
+            for node in fleet_ids:
+                if node != blocked:
+                    fake.block(node, 1.0)
+            done = await quiet(stack, 0)
+            assert done["failed"] == [blocked], done
+            assert sorted(done["succeeded"]) == sorted(set(canary["node_ids"]) - {blocked})
+            (completed,) = await stack.wait("planner", "rollout.completed.")
+            reason = (
+                await stack.apps["updater"]
+                .require()
+                .pool.fetchval(
+                    "SELECT reason FROM node_work WHERE node_id = $1 AND state = 'failed'", blocked
+                )
+            )
+            assert reason is not None and "skipped" in reason and "pdb:" in reason, reason
+
+        assert completed["nodes_failed"] == 1, completed
+        pool = {n.id: n.pool for n in stack.rt.fleet}
+        # The skipped node: given back, failed with the PDB named, nothing activated.
+        assert not fake.nodes[blocked].unschedulable and fake.nodes[blocked].annotations == {}
+        tries = [e for e in fake.evictions if e.node == blocked]
+        assert len(tries) >= 3 and {e.status for e in tries} == {429}, tries
+        # Each pause at least the backoff's: 0.2 s, doubling, capped at 1.6 s.
+        gaps = [b.at - a.at for a, b in itertools.pairwise(tries)]
+        assert all(g >= min(0.2 * 2**i, 1.6) * 0.95 for i, g in enumerate(gaps)), gaps
+        gpu = {
+            c.version
+            for m, c in stack.rt.simulator.bmc(blocked).node.components.items()
+            if m.startswith("HGX_FW_GPU_")
+        }
+        assert gpu == before[blocked]
+        # Never a delete, never a forced eviction, never a DaemonSet pod.
+        assert fake.deletes == []
+        assert all("deleteOptions" not in e.body for e in fake.evictions)
+        assert all(e.namespace == "ml" for e in fake.evictions)
+        # Every other node: refused at first, retried, then evicted and flashed, given back.
+        for node in fleet_ids:
+            assert not fake.nodes[node].unschedulable, node
+            if node == blocked:
+                continue
+            statuses = [e.status for e in fake.evictions if e.node == node]
+            assert statuses and statuses[-1] == 201, (node, statuses)
+            assert len(stack.pushes(node)) == 1, node
+        # The out-of-service budget held at every cordon the fake saw.
+        for at, _, _ in fake.cordons:
+            out = Counter(pool[n] for n in fake.out_of_service(at))
+            assert all(v <= budget for v in out.values()), (at, out)
