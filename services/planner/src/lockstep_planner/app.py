@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from lockstep_common.compatibility.files import load_rules
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import Resources, ServiceApp
@@ -53,6 +54,7 @@ def create_app(settings: Settings) -> ServiceApp:
         settings.default_max_unavailable,
         timing,
         load_approvers_of(settings),
+        rules=load_rules(settings.rules_file),
     )
     source = source_of(NAME)
     app = ServiceApp(
