@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from lockstep_cli.cli_io import (
     StackDirOption,
@@ -18,6 +17,7 @@ from lockstep_cli.cli_io import (
     fail,
     run,
     settings_of,
+    stdout_console,
 )
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ fleet_app = typer.Typer(
     help="The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
     no_args_is_help=True,
 )
-console = Console()
+console = stdout_console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
@@ -155,13 +155,17 @@ def fleet_sweep(
     node: Annotated[
         list[str] | None, typer.Option("--node", help="Sweep only this node (repeatable).")
     ] = None,
+    every_node: Annotated[
+        bool, typer.Option("--all", help="One row per node instead of the summary.")
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Read every registered BMC (or --node ones) once and commit what was read.
 
     State and drift events are committed exactly as the service's own sweep does (the service's
-    relay publishes the events). Unreadable BMCs are listed with the reason and still exit 0.
-    Waits for a sweep already running (one sweeper at a time).
+    relay publishes the events). Prints a summary (unreadable BMCs with the reason, each
+    component's versions with their node counts); --all one row per node, --json everything.
+    Unreadable BMCs still exit 0. Waits for a sweep already running (one sweeper at a time).
     """
     from lockstep_cli.fleet_progress import bar
     from lockstep_cli.fleet_views import print_sweep, sweep_json
@@ -173,16 +177,33 @@ def fleet_sweep(
     def busy() -> None:
         errors.print("another sweep is running; waiting for it to finish")
 
-    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as progress:
+    committed = [0, 0]  # (nodes committed, nodes to sweep), as the sweep reports them
+
+    def progress(done: int, total: int) -> None:
+        committed[:] = [done, total]
+        if draw is not None:
+            draw(done, total)
+
+    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as draw:
         try:
             summary = run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
         except UnknownNodesError as exc:
             fail(str(exc))
+        except KeyboardInterrupt:
+            # Each chunk of results commits in its own transaction as the sweep goes
+            # (sweeping.py): what was committed stays, the rest was never written.
+            done, total = committed
+            fail(
+                f"interrupted: {done} of {total or 'the'} node(s) read and committed "
+                "(their versions and drift events are kept); the rest were not written, and "
+                "the next sweep reads every node again",
+                130,
+            )
     doc = sweep_json(summary)
     if as_json:
         print(json.dumps(doc))
     else:
-        print_sweep(console, doc)
+        print_sweep(console, doc, every_node=every_node)
 
 
 @fleet_app.command("status")
@@ -244,11 +265,17 @@ def fleet_show(
 @fleet_app.command("drift")
 def fleet_drift(
     include_all: Annotated[
-        bool, typer.Option("--all", help="Include nodes with only informational unknown items.")
+        bool,
+        typer.Option(
+            "--all",
+            help="Every drifted node in full, nodes with only informational (unknown) items "
+            "included, instead of the summary.",
+        ),
     ] = False,
     as_json: Json = False,
 ) -> None:
-    """Every drifted node and each drifted component: kind, severity, expected vs actual."""
+    """Drift by kind and severity and the worst nodes; --all (or --json) every drifted node
+    and each drifted component: kind, severity, expected vs actual."""
     from lockstep_cli.fleet_views import drift_json, print_drift
     from lockstep_inventory import admin, queries
 
@@ -262,7 +289,30 @@ def fleet_drift(
     if as_json:
         print(json.dumps(doc))
     else:
-        print_drift(console, doc, settings.namespace)
+        print_drift(console, doc, settings.namespace, every_node=include_all)
+
+
+@fleet_app.command("stragglers")
+def fleet_stragglers(as_json: Json = False) -> None:
+    """Nodes whose busbw or clocks are outliers against their profile's peers, outside any
+    rollout (the healthgate's last evaluation per profile), and the component versions they
+    share that their healthy peers do not. Exit 0 none, 1 some, 2 unreachable or not yet run.
+    """
+    from lockstep_cli.fleet_views import print_stragglers
+    from lockstep_cli.gate_cli import healthgate_tables
+    from lockstep_healthgate.adapters.pg_store import read_stragglers
+
+    async def findings() -> list[dict[str, Any]]:
+        async with healthgate_tables("stragglers") as conn:
+            return await read_stragglers(conn)
+
+    doc = run(findings())
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_stragglers(console, doc)
+    if any(f["stragglers"] for f in doc):
+        raise typer.Exit(1)
 
 
 @fleet_app.command("pin")

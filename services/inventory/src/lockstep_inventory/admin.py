@@ -148,9 +148,8 @@ async def sweep_fleet(
     Raises :class:`UnknownNodesError` before sweeping anything when an id is not registered.
     When another sweep holds the lock, ``on_busy`` is called and the sweep waits for it.
     """
-    rules = load_rules(
-        settings.rules_file
-    )  # the service's rules: a CLI sweep judges drift the same way
+    # The service's rules: a CLI sweep judges drift the same way.
+    rules = load_rules(settings.rules_file)
     async with connection(settings) as conn:
         nodes = await registry.list_nodes(conn)
     if not nodes:
