@@ -15,9 +15,8 @@ from lockstep_updater.adapters.k8s_scheduler import (
     CORDON_REASON,
     CORDONED_BY,
     KubernetesScheduler,
-    SchedulerUnavailable,
 )
-from lockstep_updater.ports import OWNER, DrainState, ForeignDrain
+from lockstep_updater.ports import OWNER, DrainState, ForeignDrain, SchedulerUnavailable
 from tests.integration.k8s_fake import FakeKubernetes
 
 pytestmark = pytest.mark.integration

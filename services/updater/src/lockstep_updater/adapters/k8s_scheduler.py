@@ -35,8 +35,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from lockstep_common.errors import TransientError
-from lockstep_updater.ports import OWNER, DrainState, ForeignDrain
+from lockstep_updater.ports import OWNER, DrainState, ForeignDrain, SchedulerUnavailable
 
 CORDONED_BY = "lockstep.dev/cordoned-by"
 CORDON_REASON = "lockstep.dev/cordon-reason"
@@ -45,10 +44,6 @@ MIRROR = "kubernetes.io/config.mirror"
 ENDED = frozenset({"Succeeded", "Failed"})
 PDB = "pdb"
 T = TypeVar("T")
-
-
-class SchedulerUnavailable(TransientError, OSError):
-    """The API server did not answer usefully; try the step again later."""
 
 
 @dataclass(slots=True)
