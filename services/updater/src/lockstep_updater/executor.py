@@ -76,6 +76,8 @@ FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
 S = NodeStep
 CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING})
 """Steps after which the running firmware may have changed: a failure quarantines the node."""
+KEEPS_CORDON = frozenset({S.DRAINING, *CHANGED, S.QUARANTINED})
+"""Steps in which the node must stay cordoned (uncordoning gives it back, once, itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +353,7 @@ class Executor:
             await self.scheduler.cordon(claim.node_id, f"lockstep rollout {claim.rollout_id}")
         except ForeignDrain as exc:
             raise Stop(S.FAILED, f"left untouched: {exc}") from None
+        await self._keep_cordon_only_if_held(claim)
         state = await self.scheduler.drain_state(claim.node_id)
         if state is DrainState.DRAINED:
             await self._commit(claim, S.ACTIVATING, "", progress)
@@ -371,6 +374,20 @@ class Executor:
             raise Stop(S.UNCORDONING, f"{reason}: {why}" if why else reason)
         else:
             await self._commit(claim, S.DRAINING, "draining", progress, self.policy.drain_poll_s)
+
+    async def _keep_cordon_only_if_held(self, claim: Claim) -> None:
+        """A cordon sent by a worker whose lease lapsed meanwhile may take effect after
+        another claim moved the item on, even after that claim gave the node back: it would
+        stay cordoned by Lockstep with nothing left to release it (found by the chaos test).
+        Under the item's lock (its next move waits), the stale worker gives its cordon back
+        unless the item still keeps the node out of service; then it stops."""
+        async with self.store.transaction() as tx:
+            if await tx.still_holds(claim, self.policy.lease_s):
+                return
+            step = await tx.step_now(claim)
+            if step not in KEEPS_CORDON:
+                await self.scheduler.resume(claim.node_id)
+        raise LostClaim
 
     async def _activating(
         self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float

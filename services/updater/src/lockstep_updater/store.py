@@ -137,6 +137,11 @@ class UpdaterTx(Protocol):
         """Lock the item, check this claim was not taken over (the fence) and extend it."""
         ...
 
+    async def step_now(self, claim: Claim) -> NodeStep:
+        """The item's step now, whoever holds it, locked until the transaction ends (a later
+        move of the item waits for it)."""
+        ...
+
     async def facts(self, claim: Claim, pool: str) -> Facts:
         """What the blast-radius check needs, read now in this transaction."""
         ...

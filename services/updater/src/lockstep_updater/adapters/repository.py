@@ -192,6 +192,12 @@ class PostgresTx:
         assert claimed is not None  # noqa: S101 - the row is locked by the SELECT above
         return _claim(claimed)
 
+    async def step_now(self, claim: Claim) -> NodeStep:
+        state = await self.conn.fetchval(
+            "SELECT state FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+        )
+        return NodeStep(state)
+
     async def claim_orphan(
         self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
     ) -> Claim | None:

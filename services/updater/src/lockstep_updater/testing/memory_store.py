@@ -215,6 +215,9 @@ class MemoryTx:
         item.claimed_at = self.now
         return self._claim_of(item)
 
+    async def step_now(self, claim: Claim) -> NodeStep:
+        return self.tables.items[claim.id].state
+
     async def claim_orphan(
         self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
     ) -> Claim | None:
