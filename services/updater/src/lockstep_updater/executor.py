@@ -61,7 +61,14 @@ from lockstep_updater.domain.guard import Decision, Verdict, decide
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.targets import targets_for
-from lockstep_updater.ports import DrainState, ForeignDrain, Images, NodeFacts, Scheduler
+from lockstep_updater.ports import (
+    DrainState,
+    ExplainsDrain,
+    ForeignDrain,
+    Images,
+    NodeFacts,
+    Scheduler,
+)
 from lockstep_updater.store import Claim, Target, UpdaterStore
 
 log = logging.getLogger(__name__)
@@ -363,8 +370,16 @@ class Executor:
         elif time.time() - float(progress.get("cordoned_at", time.time())) > (
             self.policy.drain_deadline_s
         ):
+            # Skipped (reliability.md E1/E2): given back, and counted failed in the wave's
+            # result, but nothing on the node changed, so no device.failed for the gate to
+            # blame the image for.
             progress["ending"] = S.FAILED.value
-            raise Stop(S.UNCORDONING, f"not drained within {self.policy.drain_deadline_s:g}s")
+            progress["skipped"] = True
+            why = None
+            if isinstance(self.scheduler, ExplainsDrain):
+                why = self.scheduler.drain_blocker(claim.node_id)
+            reason = f"skipped: not drained within {self.policy.drain_deadline_s:g}s"
+            raise Stop(S.UNCORDONING, f"{reason}: {why}" if why else reason)
         else:
             await self._commit(claim, S.DRAINING, "draining", progress, self.policy.drain_poll_s)
 
@@ -680,7 +695,8 @@ class Executor:
             progress["ending"], target = S.CANCELLED.value, S.UNCORDONING
         if target is S.UNCORDONING:
             progress["ending_reason"] = reason
-        if target in {S.FAILED, S.QUARANTINED} or progress.get("ending") == S.FAILED.value:
+        failed = target in {S.FAILED, S.QUARANTINED} or progress.get("ending") == S.FAILED.value
+        if failed and not progress.get("skipped"):
             step = claim.state.value
             for name, plan in progress.get("components", {}).items():
                 if plan.get("done"):

@@ -8,6 +8,7 @@ semantics, so handler and worker logic is unit-tested without a database.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -81,8 +82,19 @@ class UpdaterTx(Protocol):
         """Where events that must commit with this transaction's changes go."""
         ...
 
-    async def record_plan(self, rollout_id: str, stack_hash: str, nodes: frozenset[str]) -> None:
-        """Remember the approved plan's nodes (the first record wins: a plan is not replaced)."""
+    async def record_plan(
+        self,
+        rollout_id: str,
+        stack_hash: str,
+        nodes: frozenset[str],
+        waves: Mapping[str, int] | None = None,
+    ) -> None:
+        """Remember the approved plan's nodes and, in ``waves``, the wave each is approved for
+        (the first record wins: a plan is not replaced)."""
+        ...
+
+    async def plan_waves(self, rollout_id: str) -> dict[str, int]:
+        """Node -> its wave in the approved plan; empty when none was recorded with waves."""
         ...
 
     async def plan_nodes(self, rollout_id: str) -> frozenset[str] | None:
