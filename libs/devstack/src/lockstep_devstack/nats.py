@@ -20,10 +20,9 @@ from lockstep_common.bus_access import Permissions
 from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack import credentials
 from lockstep_devstack.process import StartFailed, free_port, spawn, stop, wait_until
-from lockstep_devstack.tls import server_tls
+from lockstep_devstack.tls import ServerTls, server_tls
 
 PORT_ATTEMPTS = 3
-ROUTE_USER = "lockstep-route"
 
 
 def nats_server_binary() -> str:
@@ -65,31 +64,38 @@ class ClusterRole:
         name: the cluster's name (every member the same).
         port: where this member listens for routes from the others.
         routes: the other members' route ports.
-        password_file: the routes' shared secret; set, a member must authenticate to join
-            (a local process could otherwise join the cluster as a route and read every
-            subject, past the clients' authorization).
+        secure: routes use mutual TLS with the members' shared certificate, each end
+            verifying the other against the CA: a local process could otherwise join the
+            cluster as a route and read every subject, past the clients' authorization. A
+            certificate rather than a route password, because a password would have to be
+            written in clear into each member's route URLs.
     """
 
     name: str
     port: int
     routes: tuple[int, ...]
-    password_file: Path | None = None
+    secure: bool = False
 
-    def config(self) -> str:
-        """The ``cluster`` block of this member's configuration."""
-        secret = None if self.password_file is None else credentials.read(self.password_file)
-        auth = "" if secret is None else f"{ROUTE_USER}:{secret}@"
+    def config(self, tls: ServerTls | None) -> str:
+        """The ``cluster`` block of this member's configuration (``tls``: the members'
+        certificate, when ``secure``)."""
         block: dict[str, object] = {
             "name": self.name,
             "listen": f"127.0.0.1:{self.port}",
-            "routes": [f"nats-route://{auth}127.0.0.1:{p}" for p in self.routes],
-            # Members are listed, not discovered: no member tells clients of the others by
-            # itself, the clients are given every URL.
+            "routes": [f"nats-route://127.0.0.1:{p}" for p in self.routes],
+            # Members are listed, not discovered: clients are given every URL.
             "no_advertise": True,
         }
-        if secret is not None:
-            hashed = bcrypt.hashpw(secret.encode(), bcrypt.gensalt(10, b"2a")).decode()
-            block["authorization"] = {"user": ROUTE_USER, "password": hashed, "timeout": 2}
+        if self.secure:
+            if tls is None:
+                raise ValueError("secure routes need the members' certificate")
+            block["tls"] = {
+                "cert_file": str(tls.cert),
+                "key_file": str(tls.key),
+                "ca_file": str(tls.ca),
+                "verify": True,
+                "timeout": 5,
+            }
         return "cluster: " + json.dumps(block, indent=1) + "\n"
 
 
@@ -184,10 +190,10 @@ class NatsServer:
             f"max_payload: 8MB\n"
             f'jetstream {{\n  store_dir: "{store}"{sync}\n}}\n'
         )
+        tls = server_tls(self.tls_dir) if self.access is not None else None
         if self.cluster is not None:
-            text += self.cluster.config()
-        if self.access is not None:
-            tls = server_tls(self.tls_dir)
+            text += self.cluster.config(tls)
+        if tls is not None and self.access is not None:
             users = [
                 _user(name, self.password_file(name), grants)
                 for name, grants in sorted(self.access.items())

