@@ -28,6 +28,7 @@ from typing import Any
 
 import nats
 import pytest
+import yaml
 
 from lockstep_attest.app import create_app as attest_app
 from lockstep_attest.settings import Settings as AttestSettings
@@ -60,13 +61,26 @@ from tests.integration.test_rollout_e2e import (
     planner_policy,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # How long the killed server stays down at least (A1: 5-30 s); it also stays down until another
 # server leads the stream, which took about 10 s here (Raft's election timeout).
 OUTAGE_S = 5.0
 SETTLE_S = 120.0  # an election, redeliveries and the rest of the rollout on a loaded machine
+# The second wave soaks longer than an outage lasts. The agents' health reports are not events
+# from an outbox: published while the TELEMETRY stream has no leader (when the killed server
+# led it too), they are lost, and a soak no longer than the outage would have no samples and
+# be judged inconclusive (missing data is not a pass), as a real soak of minutes would not.
+WAVE_SOAK_S = 20
 # Streams whose every event comes from a service's outbox here (the agents publish telemetry).
 OUTBOX_STREAMS = ("BUNDLES", "ROLLOUTS", "PINS", "DEVICES", "GATES", "DRIFT")
+
+
+def longer_wave_soak(path: Path) -> Path:
+    """``test_rollout_e2e``'s change classes with the second wave soaking ``WAVE_SOAK_S``."""
+    doc = yaml.safe_load(path.read_text())
+    doc["classes"]["routine"]["wave_soak_s"] = WAVE_SOAK_S
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +185,7 @@ async def stack(
         "planner": planner_app(
             PlannerSettings(
                 **common("planner"),
-                policy_file=planner_policy(tmp_path / "classes.yaml"),
+                policy_file=longer_wave_soak(planner_policy(tmp_path / "classes.yaml")),
                 approvers_dir=trust,
                 worker_poll_s=0.05,
             )
