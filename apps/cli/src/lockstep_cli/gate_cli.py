@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of
+from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
     from lockstep_healthgate.domain.decision import GateDecision
@@ -29,7 +28,7 @@ gate_app = typer.Typer(
     help="Health gate: replay the judge on recorded samples, or show a live gate's verdicts.",
     no_args_is_help=True,
 )
-console = Console()
+console = stdout_console()
 EXIT = {"passed": 0, "tripped": 1, "inconclusive": 3}
 
 
