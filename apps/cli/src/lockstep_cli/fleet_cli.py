@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -290,6 +290,29 @@ def fleet_drift(
         print(json.dumps(doc))
     else:
         print_drift(console, doc, settings.namespace, every_node=include_all)
+
+
+@fleet_app.command("stragglers")
+def fleet_stragglers(as_json: Json = False) -> None:
+    """Nodes whose busbw or clocks are outliers against their profile's peers, outside any
+    rollout (the healthgate's last evaluation per profile), and the component versions they
+    share that their healthy peers do not. Exit 0 none, 1 some, 2 unreachable or not yet run.
+    """
+    from lockstep_cli.fleet_views import print_stragglers
+    from lockstep_cli.gate_cli import healthgate_tables
+    from lockstep_healthgate.adapters.pg_store import read_stragglers
+
+    async def findings() -> list[dict[str, Any]]:
+        async with healthgate_tables("stragglers") as conn:
+            return await read_stragglers(conn)
+
+    doc = run(findings())
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_stragglers(console, doc)
+    if any(f["stragglers"] for f in doc):
+        raise typer.Exit(1)
 
 
 @fleet_app.command("pin")

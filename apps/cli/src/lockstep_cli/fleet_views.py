@@ -313,6 +313,40 @@ def _badness(entry: dict[str, Any]) -> tuple[int, int, str]:
     return (min(ranks), -len(entry["items"]), entry["node"])
 
 
+def print_stragglers(console: Console, findings: list[dict[str, Any]]) -> None:
+    """Per profile: its stragglers worst first, and the versions they share."""
+    if not findings:
+        console.print("no straggler evaluation yet (the healthgate evaluates every 5 minutes)")
+        return
+    for f in findings:
+        when = f"{f['evaluated_at'][:19]}, {f['window_s']}s window"
+        if not f["stragglers"]:
+            console.print(f"[b]{f['profile']}[/]: no straggler among {f['nodes']} node(s) ({when})")
+            continue
+        table = _table(
+            "node", "site", "signal", "median", "peers", "below by (sigma)",
+            title=f"{f['profile']}: {len(f['stragglers'])} straggler(s) of {f['nodes']} ({when})",
+        )  # fmt: skip
+        for n in f["stragglers"][:WORST]:
+            table.add_row(
+                n["node_id"],
+                n["site"],
+                n["metric"],
+                f"{n['value']:g}",
+                f"{n['peer_median']:g}",
+                f"{n['deviations']:.1f}",
+            )
+        console.print(table)
+        if len(f["stragglers"]) > WORST:
+            console.print(f"... and {len(f['stragglers']) - WORST} more (--json: all)")
+        for v in f["shared_versions"]:
+            console.print(
+                f"  they share {v['component']} {v['version']}: {v['stragglers_with']} of "
+                f"{v['stragglers']} stragglers, {v['peers_with']} of {v['peers']} healthy peers "
+                f"(p = {v['p_value']:.2g})"
+            )
+
+
 def admit_json(answer: AdmissionCheckAnswered) -> dict[str, Any]:
     return {
         "stack_hash": answer.stack_hash,

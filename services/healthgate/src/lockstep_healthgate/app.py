@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
+from lockstep_healthgate.adapters.gauges import GAUGES
 from lockstep_healthgate.domain.policy import Policy, PolicyError
 from lockstep_healthgate.handlers import GateConfig, Handlers
 from lockstep_healthgate.maintenance import PartitionKeeper
 from lockstep_healthgate.policy_files import default_policy, load_policy
 from lockstep_healthgate.router import subscriptions
 from lockstep_healthgate.settings import Settings
+from lockstep_healthgate.straggler_watch import StragglerConfig, StragglerWatch
 from lockstep_healthgate.worker import GateWorker
 
 NAME = "healthgate"
@@ -55,5 +58,15 @@ def create_app(settings: Settings) -> ServiceApp:
             max_attempts=settings.eval_max_attempts,
             watch_s=settings.heartbeat_watch_s,
         ),
+        StragglerWatch(
+            StragglerConfig(
+                interval_s=settings.straggler_interval_s,
+                window_s=settings.straggler_window_s,
+                fleet_timeout_s=settings.fleet_timeout_s,
+            ),
+            namespace=app.namespace,
+            source=app.source,
+        ),
+        QueryGauges(app.metrics.registry, GAUGES),
     )
     return app
