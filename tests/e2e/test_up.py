@@ -70,11 +70,11 @@ def alive(pid: int) -> bool:
 class Up:
     """``lockstep up`` in the background, with its output read line by line."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *args: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
         env["COLUMNS"] = "200"
         self.proc = subprocess.Popen(
-            [LOCKSTEP, "up", "--data-dir", str(data_dir)],
+            [LOCKSTEP, "up", "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,

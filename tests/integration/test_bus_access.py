@@ -36,6 +36,7 @@ from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack
+from lockstep_devstack.nats import NatsServer
 from tests.conftest import Servers
 
 NS = Namespace("lockstep")
@@ -200,7 +201,7 @@ async def test_anonymous_wrong_password_and_another_stacks_password_are_refused(
 
 
 async def test_plaintext_is_refused_by_the_server(stack: Stack) -> None:
-    assert stack.nats is not None
+    assert isinstance(stack.nats, NatsServer)
     reader, writer = await asyncio.open_connection("127.0.0.1", stack.nats.port)
     try:
         info = json.loads((await reader.readline()).decode().removeprefix("INFO "))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lockstep_common.envelope import Envelope, EventData, make_envelope
-from lockstep_common.errors import InvalidMessage
+from lockstep_common.errors import Disposition, InvalidMessage, disposition_for
 from lockstep_common.events.v1 import (
     DeviceFailed,
     GateTripped,
@@ -101,17 +101,32 @@ async def test_a_wave_is_tracked_from_plan_to_soak_to_close() -> None:
     assert await state_of(store) is WaveState.CLOSED
 
 
-async def test_a_redelivered_plan_keeps_the_first_and_an_unknown_completion_is_ignored() -> None:
+async def test_a_redelivered_plan_keeps_the_first() -> None:
     store = MemoryGateStore()
     await plan(store)
     async with store.transaction() as tx:
         assert not await handlers.on_wave_planned(
             tx, env(planned_wave("r1", ["other"], []), T0 + timedelta(hours=1))
         )
-        done = WaveCompleted(rollout_id="r9", wave=0, succeeded=(), failed=())
-        assert not await handlers.on_wave_completed(tx, env(done, T0))
         w = await tx.wave("r1", 0)
     assert w is not None and w.planned_at == T0 and set(w.canary) == set(CANARY)
+
+
+async def test_a_completion_before_its_plan_is_retried_and_gated_once_the_plan_is_in() -> None:
+    # Two healthgate processes on one consumer: the completion can commit before the plan.
+    store = MemoryGateStore()
+    done = WaveCompleted(rollout_id="r1", wave=0, succeeded=tuple(CANARY), failed=())
+    with pytest.raises(handlers.WaveNotYetKnown, match=r"r1 wave 0 before its wave\.planned"):
+        async with store.transaction() as tx:
+            await handlers.on_wave_completed(tx, env(done, T0 + timedelta(minutes=5)))
+    assert (
+        disposition_for(handlers.WaveNotYetKnown("x"), delivery=1, max_deliver=5)
+        is Disposition.RETRY
+    )
+    await plan(store)
+    async with store.transaction() as tx:  # the redelivery
+        assert await handlers.on_wave_completed(tx, env(done, T0 + timedelta(minutes=5)))
+    assert await state_of(store) is WaveState.SOAKING
 
 
 async def test_a_dcgm_failure_on_a_canary_trips_at_once_and_only_once() -> None:

@@ -60,6 +60,12 @@ def test_postgres_and_the_five_services_come_from_one_build() -> None:
     assert (ROOT / "Dockerfile").read_text().count("\nFROM ") == 1
 
 
+def test_the_topology_job_creates_r3_streams_with_the_services_replicas() -> None:
+    # One shared variable: streams created with another count than a service checks against
+    # would stop that service at start (TopologyMismatch).
+    assert services()["topology"]["environment"]["LOCKSTEP_STREAM_REPLICAS"] == "3"
+
+
 def test_every_service_has_its_own_nats_identity_and_database_role_by_file() -> None:
     svc = services()
     for name in SERVICE_NAMES:
@@ -72,7 +78,7 @@ def test_every_service_has_its_own_nats_identity_and_database_role_by_file() -> 
             f"postgresql://lockstep_{name}@postgres:5432/lockstep"
             f"?passfile=/run/secrets/{name}-pgpass"
         )
-        assert env[f"LOCKSTEP_{name.upper()}_STREAM_REPLICAS"] == "3"
+        assert env["LOCKSTEP_STREAM_REPLICAS"] == "3"  # shared: the topology job's too
         assert env[f"LOCKSTEP_{name.upper()}_HTTP_HOST"] == "0.0.0.0"  # noqa: S104 - scraped
         assert {"nats-ca.pem", f"{name}-nats-password", f"{name}-pgpass"} <= set(
             svc[name]["secrets"]

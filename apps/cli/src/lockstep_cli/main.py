@@ -85,12 +85,25 @@ def up(
         list[str] | None,
         typer.Option("--service", "-s", help="Run only these services (repeatable)."),
     ] = None,
+    nats_cluster: Annotated[
+        int | None,
+        typer.Option(
+            "--nats-cluster",
+            metavar="N",
+            help="Run N nats-servers (odd, 3 or more) in one cluster on loopback: streams and "
+            "consumers get three replicas, and the updater and healthgate run two processes "
+            "each.",
+        ),
+    ] = None,
 ) -> None:
     """Start NATS, PostgreSQL and the services; Ctrl-C stops everything.
 
     A service that crashes is restarted with backoff (1 s doubling to 60 s); one that exits for
     its configuration (exit codes 2, 3) stays stopped. Uses LOCKSTEP_NATS_URL /
     LOCKSTEP_DATABASE_URL instead of the embedded servers when set.
+
+    With --nats-cluster 3 the stack survives the loss of one nats-server: every client is
+    given all three URLs and fails over, and every stream keeps a copy on each server.
     """
     from lockstep_cli import stack_state
     from lockstep_cli.cli_io import fail, settings_of
@@ -103,6 +116,7 @@ def up(
         supervise,
     )
     from lockstep_common.db import redact_dsn
+    from lockstep_devstack.nats_cluster import STREAM_REPLICAS, check_size
 
     names = service or list(SERVICES)
     unknown = sorted(set(names) - set(SERVICES))
@@ -115,7 +129,27 @@ def up(
         )
     # A bad LOCKSTEP_STREAM_* or other shared setting: one line now. Not from a state file:
     # up is what writes one.
-    settings_of(StackSettings, find_stack=False)
+    replicas = settings_of(StackSettings, find_stack=False).stream_replicas
+    if nats_cluster is not None:
+        try:
+            check_size(nats_cluster)
+        except ValueError as exc:
+            fail(str(exc))
+        if "LOCKSTEP_NATS_URL" in os.environ:
+            fail(
+                "--nats-cluster starts embedded nats-servers, but LOCKSTEP_NATS_URL names an "
+                "external NATS: unset it, or drop --nats-cluster"
+            )
+        if "LOCKSTEP_STREAM_REPLICAS" in os.environ and replicas != STREAM_REPLICAS:
+            fail(
+                f"LOCKSTEP_STREAM_REPLICAS={replicas}: a --nats-cluster stack keeps "
+                f"{STREAM_REPLICAS} replicas of every stream; unset it"
+            )
+    elif replicas > 1 and "LOCKSTEP_NATS_URL" not in os.environ:
+        fail(
+            f"LOCKSTEP_STREAM_REPLICAS={replicas} needs a NATS cluster: add --nats-cluster 3, "
+            "or unset it"
+        )
     usable_data_dir(data_dir)  # after the settings: nothing is made for a refused start
 
     def report(line: str) -> None:
@@ -127,7 +161,9 @@ def up(
         start_refusals_are_one_line(),
     ):
         try:
-            with running_system(data_dir.resolve(), names, report=report) as (stack, services):
+            with running_system(
+                data_dir.resolve(), names, report=report, nats_cluster=nats_cluster or 1
+            ) as (stack, services):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
                 stack_state.save(
                     data_dir,
@@ -142,12 +178,12 @@ def up(
                 table = Table(title="Lockstep is up (Ctrl-C to stop)")
                 table.add_column("part")
                 table.add_column("where")
-                table.add_row("NATS", str(stack.nats_url))
+                table.add_row("NATS", str(stack.nats_url).replace(",", "\n"))
                 # The admin's DSN names its password file, not the password: `lockstep env`
                 # gives it to operators' commands (`lockstep fleet`, `lockstep dlq`).
                 table.add_row("PostgreSQL (admin)", redact_dsn(str(stack.database_url)))
                 for svc in services:
-                    table.add_row(svc.name, f"{svc.metrics_url}  (log {svc.log_path})")
+                    table.add_row(svc.label, f"{svc.metrics_url}  (log {svc.log_path})")
                 console.print(table)
                 console.print(
                     f'other commands: [bold]eval "$(lockstep env --data-dir {data_dir})"[/]'

@@ -4,6 +4,11 @@ Starts the embedded NATS and PostgreSQL (unless ``LOCKSTEP_NATS_URL`` / ``LOCKST
 point elsewhere), then each service as its own process, each with its own metrics port. Stop
 order on Ctrl-C or SIGTERM: services first (they finish in-flight work), then NATS and
 PostgreSQL, so nothing is left running.
+
+Scaled out (``nats_cluster`` of 3 or more): the embedded NATS is a cluster of that many
+servers, streams and consumers are R3, and the updater and the healthgate run two processes
+each (``SCALED_OUT``) on the same schema and durable consumers: their work is claimed row by
+row under fenced leases (``FOR UPDATE SKIP LOCKED``), so either process may die.
 """
 
 from __future__ import annotations
@@ -38,17 +43,33 @@ from lockstep_devstack import Stack
 from lockstep_devstack.process import StartFailed, free_port, reason, spawn, stop, tail
 
 SERVICES = SERVICE_NAMES
+# Processes per service when scaled out. The updater's node work items and the healthgate's
+# soaked waves are claimed with fenced leases, so two processes split the work and either
+# takes over what the other held when it dies; the other services run once.
+SCALED_OUT: Mapping[str, int] = {"updater": 2, "healthgate": 2}
+STREAM_REPLICAS_VAR = "LOCKSTEP_STREAM_REPLICAS"
+
+
+def label_of(name: str, replica: int) -> str:
+    """The service's name, with the replica's number after the first: ``updater-2``."""
+    return name if replica == 1 else f"{name}-{replica}"
 
 
 @dataclass
 class ServiceProcess:
-    """One service child process."""
+    """One service child process (``replica`` counts from 1 among the same service's)."""
 
     name: str
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes]
     extra_env: dict[str, str] | None = None
+    replica: int = 1
+
+    @property
+    def label(self) -> str:
+        """Which process it is (``label_of``)."""
+        return label_of(self.name, self.replica)
 
     @property
     def metrics_url(self) -> str:
@@ -72,9 +93,11 @@ def start_service(
     extra_env: dict[str, str] | None = None,
     *,
     port: int | None = None,
+    replica: int = 1,
 ) -> ServiceProcess:
     """Run ``python -m lockstep_<name>`` against the stack (on ``port``, or a free one), as
-    its own database role (``Stack.database_env``)."""
+    its own database role (``Stack.database_env``); every replica of a service shares its
+    identity, schema and consumers, and has its own port and log."""
     port = port or free_port()
     env = {
         # No inherited PG* variable: libpq and asyncpg prefer PGPASSWORD to the role's passfile.
@@ -85,14 +108,14 @@ def start_service(
         **(extra_env or {}),
     }
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
+    log_path = log_dir / f"{label_of(name, replica)}.log"
     proc = spawn(
         [sys.executable, "-m", f"lockstep_{name}"],
         log_path=log_path,
         parent_death_signal=signal.SIGTERM,
         env=env,
     )
-    return ServiceProcess(name, port, log_path, proc, extra_env)
+    return ServiceProcess(name, port, log_path, proc, extra_env, replica)
 
 
 def supervise(
@@ -109,9 +132,9 @@ def supervise(
     of its configuration (codes 2, 3) is left stopped. ``services`` is updated in place, so
     whoever stops them later stops the restarted processes. Returns when none is left running.
     """
-    policies = {svc.name: RestartPolicy() for svc in services}
+    policies = {svc.label: RestartPolicy() for svc in services}
     for svc in services:
-        policies[svc.name].started(time.monotonic())
+        policies[svc.label].started(time.monotonic())
     due: dict[int, float] = {}  # index in services -> when it may start again
     given_up: set[int] = set()
     while len(given_up) < len(services):
@@ -124,31 +147,36 @@ def supervise(
                     del due[i]
                     try:
                         services[i] = start_service(
-                            svc.name, stack, svc.log_path.parent, svc.extra_env, port=svc.port
+                            svc.name,
+                            stack,
+                            svc.log_path.parent,
+                            svc.extra_env,
+                            port=svc.port,
+                            replica=svc.replica,
                         )
                     except OSError as exc:  # could not even spawn it: try again later
-                        wait = policies[svc.name].delay_after(1, now) or 60.0
+                        wait = policies[svc.label].delay_after(1, now) or 60.0
                         due[i] = now + wait
-                        report(f"service {svc.name} could not start ({exc}); retry in {wait:.0f}s")
+                        report(f"service {svc.label} could not start ({exc}); retry in {wait:.0f}s")
                         continue
-                    policies[svc.name].started(now)
-                    report(f"service {svc.name} restarted (pid {services[i].proc.pid})")
+                    policies[svc.label].started(now)
+                    report(f"service {svc.label} restarted (pid {services[i].proc.pid})")
                 continue
             code = svc.proc.poll()
             if code is None:
                 continue
-            delay = policies[svc.name].delay_after(code, now)
+            delay = policies[svc.label].delay_after(code, now)
             last = tail(svc.log_path, 5)
             if delay is None:
                 given_up.add(i)
                 report(
-                    f"service {svc.name} exited with code {code}, a configuration error that a "
+                    f"service {svc.label} exited with code {code}, a configuration error that a "
                     f"restart cannot fix; it stays stopped:\n{last}"
                 )
             else:
                 due[i] = now + delay
                 report(
-                    f"service {svc.name} exited with code {code}; restart in {delay:.0f}s:\n{last}"
+                    f"service {svc.label} exited with code {code}; restart in {delay:.0f}s:\n{last}"
                 )
         time.sleep(poll_s)
 
@@ -161,13 +189,13 @@ def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 90.0) -> N
         for svc in list(pending):
             if svc.proc.poll() is not None:
                 raise StartFailed(
-                    f"service {svc.name} exited with code {svc.proc.returncode} while starting: "
+                    f"service {svc.label} exited with code {svc.proc.returncode} while starting: "
                     f"{service_reason(svc.log_path)} (log {svc.log_path})"
                 )
             if svc.ready():
                 pending.remove(svc)
         if pending and time.monotonic() > deadline:
-            names = ", ".join(s.name for s in pending)
+            names = ", ".join(s.label for s in pending)
             raise StartFailed(
                 f"not ready after {timeout_s:.0f}s: {names} (log {pending[0].log_path})"
             )
@@ -206,13 +234,19 @@ def running_system(
     extra_env: dict[str, str] | None = None,
     extra_parties: Mapping[str, Party] | None = None,
     report: Callable[[str], None] = lambda _: None,
+    nats_cluster: int = 1,
 ) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
     """The stack plus the named services, stopped in the right order on exit.
 
     The embedded NATS requires TLS and one identity per party, with the permissions
     ``catalog.bus_permissions`` derives from the code (``extra_parties`` adds more, e.g. the
     demo's own producer and consumer). Every service's database role, schema and migrations
-    are set up by the admin first (``schemas.prepare_schemas``)."""
+    are set up by the admin first (``schemas.prepare_schemas``).
+
+    ``nats_cluster`` of 3 or more (odd): that many embedded nats-servers in one cluster, every
+    stream and consumer created with three replicas (``LOCKSTEP_STREAM_REPLICAS=3`` for the
+    provisioning and for every service's self-check), and ``SCALED_OUT`` processes of the
+    updater and the healthgate."""
     namespace = Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep"))
     stack = Stack(
         data_dir,
@@ -220,17 +254,24 @@ def running_system(
         database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
         durable=durable,
         access=matrix(namespace, {**bus_parties(namespace), **(extra_parties or {})}),
+        nats_cluster=nats_cluster,
     )
     services: list[ServiceProcess] = []
     with stack:
+        scaled = {STREAM_REPLICAS_VAR: str(stack.stream_replicas)} if nats_cluster > 1 else {}
+        env = {**(extra_env or {}), **scaled}
         try:
             if stack.nats is not None:  # an external NATS is its operator's to provision
-                apps = [
-                    service_app(n, {**stack.nats_env(n), **(extra_env or {})}) for n in SERVICES
-                ]
-                asyncio.run(provision_topology(stack.nats_client(ADMIN), namespace, apps))
+                apps = [service_app(n, {**stack.nats_env(n), **env}) for n in SERVICES]
+                with _environment(scaled):  # the streams' replicas (StackSettings)
+                    asyncio.run(provision_topology(stack.nats_client(ADMIN), namespace, apps))
             prepare_schemas(stack, SERVICES, report)
-            services.extend(start_service(n, stack, data_dir / "logs", extra_env) for n in names)
+            replicas = SCALED_OUT if nats_cluster > 1 else {}
+            services.extend(
+                start_service(n, stack, data_dir / "logs", env or None, replica=r)
+                for n in names
+                for r in range(1, replicas.get(n, 1) + 1)
+            )
             wait_ready(services)
             yield stack, services
         finally:

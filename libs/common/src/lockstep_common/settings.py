@@ -74,8 +74,15 @@ class ServiceSettings(BaseSettings):
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     log_json: bool = Field(default=True, description="One JSON object per log line.")
 
-    stream_replicas: int = Field(
-        default=1, ge=1, le=5, description="Replicas per stream (R3 in production)."
+    # Shared (LOCKSTEP_STREAM_REPLICAS): every service checks the live streams against it at
+    # start, so one service with another count would refuse to run.
+    stream_replicas: int = _shared(  # type: ignore[assignment]
+        "STREAM_REPLICAS",
+        default=1,
+        ge=1,
+        le=5,
+        description="Replicas per stream and consumer: 1 on a single server, 3 on a cluster "
+        "(R3 survives the loss of one server; `lockstep up --nats-cluster 3` sets it).",
     )
     duplicate_window_s: Seconds = Field(
         default=600.0, description="JetStream duplicate window; must exceed relay_retry_horizon_s."

@@ -11,6 +11,7 @@ import sys
 import sysconfig
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import bcrypt
@@ -19,7 +20,7 @@ from lockstep_common.bus_access import Permissions
 from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack import credentials
 from lockstep_devstack.process import StartFailed, free_port, spawn, stop, wait_until
-from lockstep_devstack.tls import server_tls
+from lockstep_devstack.tls import ServerTls, server_tls
 
 PORT_ATTEMPTS = 3
 
@@ -55,6 +56,49 @@ def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, obje
     return {"user": name, "password": hashed.decode(), "permissions": permissions}
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRole:
+    """This server's place in a cluster of embedded servers on loopback.
+
+    Args:
+        name: the cluster's name (every member the same).
+        port: where this member listens for routes from the others.
+        routes: the other members' route ports.
+        secure: routes use mutual TLS with the members' shared certificate, each end
+            verifying the other against the CA: a local process could otherwise join the
+            cluster as a route and read every subject, past the clients' authorization. A
+            certificate rather than a route password, because a password would have to be
+            written in clear into each member's route URLs.
+    """
+
+    name: str
+    port: int
+    routes: tuple[int, ...]
+    secure: bool = False
+
+    def config(self, tls: ServerTls | None) -> str:
+        """The ``cluster`` block of this member's configuration (``tls``: the members'
+        certificate, when ``secure``)."""
+        block: dict[str, object] = {
+            "name": self.name,
+            "listen": f"127.0.0.1:{self.port}",
+            "routes": [f"nats-route://127.0.0.1:{p}" for p in self.routes],
+            # Members are listed, not discovered: clients are given every URL.
+            "no_advertise": True,
+        }
+        if self.secure:
+            if tls is None:
+                raise ValueError("secure routes need the members' certificate")
+            block["tls"] = {
+                "cert_file": str(tls.cert),
+                "key_file": str(tls.key),
+                "ca_file": str(tls.ca),
+                "verify": True,
+                "timeout": 5,
+            }
+        return "cluster: " + json.dumps(block, indent=1) + "\n"
+
+
 class NatsServer:
     """A nats-server child process with JetStream file storage under ``data_dir``.
 
@@ -70,6 +114,11 @@ class NatsServer:
             about access.
         secrets_dir: where the identities' password files live (default: ``data_dir``'s
             parent, the stack's data directory).
+        tls_dir: where the CA and server certificate live (default ``data_dir/tls``); the
+            members of a cluster share one, so clients trust one CA for all of them.
+        name: the server's name (unique in a cluster; the JetStream API names stream
+            leaders by it).
+        cluster: its place in a cluster (None: a single server).
     """
 
     def __init__(
@@ -80,8 +129,14 @@ class NatsServer:
         sync_always: bool = True,
         access: Mapping[str, Permissions] | None = None,
         secrets_dir: Path | None = None,
+        tls_dir: Path | None = None,
+        name: str = "lockstep-embedded",
+        cluster: ClusterRole | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.tls_dir = tls_dir or data_dir / "tls"
+        self.name = name
+        self.cluster = cluster
         self.port = port or free_port(4222)
         self._port_chosen = port is None  # ours to change if another server takes it first
         self.monitor_port = free_port()
@@ -104,7 +159,7 @@ class NatsServer:
     @property
     def ca_file(self) -> Path:
         """The CA certificate clients verify the server with."""
-        return ca_file(self.data_dir)
+        return self.tls_dir / "ca.pem"
 
     def password_file(self, identity: str) -> Path:
         """The file holding ``identity``'s password."""
@@ -129,14 +184,16 @@ class NatsServer:
         sync = "\n  sync_interval: always" if self.sync_always else ""
         config = self.data_dir / "nats-server.conf"
         text = (
-            f"server_name: lockstep-embedded\n"
+            f"server_name: {self.name}\n"
             f"listen: 127.0.0.1:{self.port}\n"
             f"http: 127.0.0.1:{self.monitor_port}\n"
             f"max_payload: 8MB\n"
             f'jetstream {{\n  store_dir: "{store}"{sync}\n}}\n'
         )
-        if self.access is not None:
-            tls = server_tls(self.data_dir / "tls")
+        tls = server_tls(self.tls_dir) if self.access is not None else None
+        if self.cluster is not None:
+            text += self.cluster.config(tls)
+        if tls is not None and self.access is not None:
             users = [
                 _user(name, self.password_file(name), grants)
                 for name, grants in sorted(self.access.items())
@@ -159,20 +216,32 @@ class NatsServer:
             out.write(text)
         return config
 
+    def spawn(self) -> None:
+        """Start the process without waiting for it (``wait_ready`` waits)."""
+        config = self._write_config()
+        argv = [nats_server_binary(), "-c", str(config), "-l", str(self.log_path)]
+        self.proc = spawn(argv, log_path=self.log_path, parent_death_signal=signal.SIGTERM)
+
+    def wait_ready(self, timeout_s: float, *, whole_jetstream: bool = False) -> None:
+        """Wait until JetStream is enabled (``whole_jetstream``: and this server is current
+        with the cluster's JetStream meta group and every stream it holds, nats-server's full
+        ``/healthz``)."""
+        if self.proc is None:
+            raise RuntimeError(f"nats-server {self.name} is not started")
+        wait_until(
+            lambda: self._healthy(whole_jetstream=whole_jetstream),
+            timeout_s=timeout_s,
+            what=f"nats-server {self.name} on 127.0.0.1:{self.port} (monitor {self.monitor_port})",
+            proc=self.proc,
+            log_path=self.log_path,
+        )
+
     def start(self, timeout_s: float = 30.0) -> None:
         """Start and wait until JetStream is ready."""
         for attempt in range(PORT_ATTEMPTS):
-            config = self._write_config()
-            argv = [nats_server_binary(), "-c", str(config), "-l", str(self.log_path)]
-            self.proc = spawn(argv, log_path=self.log_path, parent_death_signal=signal.SIGTERM)
+            self.spawn()
             try:
-                wait_until(
-                    self._healthy,
-                    timeout_s=timeout_s,
-                    what=f"nats-server on 127.0.0.1:{self.port} (monitor {self.monitor_port})",
-                    proc=self.proc,
-                    log_path=self.log_path,
-                )
+                self.wait_ready(timeout_s)
             except StartFailed as exc:
                 if not self._port_chosen or attempt + 1 == PORT_ATTEMPTS:
                     raise
@@ -184,8 +253,9 @@ class NatsServer:
             else:
                 return
 
-    def _healthy(self) -> bool:
-        url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
+    def _healthy(self, *, whole_jetstream: bool = False) -> bool:
+        query = "" if whole_jetstream else "?js-enabled-only=true"
+        url = f"http://127.0.0.1:{self.monitor_port}/healthz{query}"
         try:
             with urllib.request.urlopen(url, timeout=1) as resp:
                 return bool(resp.status == 200)

@@ -9,6 +9,7 @@ from pathlib import Path
 from lockstep_common.bus_access import Permissions
 from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack.nats import NatsServer
+from lockstep_devstack.nats_cluster import STREAM_REPLICAS, NatsCluster
 from lockstep_devstack.postgres import PostgresServer
 
 
@@ -35,7 +36,8 @@ class Stack:
     database_url: str | None = None
     durable: bool = True
     access: Mapping[str, Permissions] | None = None
-    nats: NatsServer | None = field(default=None, init=False)
+    nats_cluster: int = 1
+    nats: NatsServer | NatsCluster | None = field(default=None, init=False)
     postgres: PostgresServer | None = field(default=None, init=False)
     _provisioned: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
@@ -50,7 +52,17 @@ class Stack:
                 )
                 self.postgres.start()
                 self.database_url = self.postgres.dsn()
-            if self.nats_url is None:
+            if self.nats_url is None and self.nats_cluster > 1:
+                self.nats = NatsCluster(
+                    self.data_dir / "nats",
+                    self.nats_cluster,
+                    sync_always=self.durable,
+                    access=self.access,
+                    secrets_dir=self.data_dir,
+                )
+                self.nats.start()
+                self.nats_url = self.nats.url
+            elif self.nats_url is None:
                 self.nats = NatsServer(
                     self.data_dir / "nats",
                     sync_always=self.durable,
@@ -62,6 +74,12 @@ class Stack:
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def stream_replicas(self) -> int:
+        """How many replicas this stack's streams get: three on an embedded cluster, one on
+        a single server (an external NATS: its operator's ``LOCKSTEP_STREAM_REPLICAS``)."""
+        return STREAM_REPLICAS if isinstance(self.nats, NatsCluster) else 1
 
     def urls(self) -> tuple[str, str]:
         """(NATS URL, PostgreSQL DSN) of the running stack."""

@@ -2,7 +2,10 @@
 
 The CA's key signs one server certificate (127.0.0.1 and localhost as subject alternative
 names, RFC 5280 4.2.1.6) and is then discarded: nothing can sign another certificate under this
-CA. Clients trust only ``ca.pem``. When the server certificate is missing, unreadable or within
+CA. The certificate serves clients and, in an embedded cluster, authenticates each member to the
+others on their routes (mutual TLS: extended key usages serverAuth and clientAuth, RFC 5280
+4.2.1.12), so only a holder of its key can join the cluster. Clients trust only ``ca.pem``.
+When the server certificate is missing, unreadable, without those usages or within
 ``RENEW_BEFORE`` of expiry, a new CA and certificate replace both, so clients started after the
 renewal read the new ``ca.pem``.
 """
@@ -53,6 +56,12 @@ def _still_valid(tls: ServerTls, now: dt.datetime) -> bool:
         cert.verify_directly_issued_by(ca)
     except (OSError, ValueError, TypeError, InvalidSignature):
         return False
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        return False  # made before routes authenticated with it: made again
     same_key = key.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     ) == cert.public_key().public_bytes(
@@ -126,7 +135,12 @@ def server_tls(directory: Path, now: dt.datetime | None = None) -> ServerTls:
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
         )

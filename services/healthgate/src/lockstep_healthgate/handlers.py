@@ -18,7 +18,7 @@ from datetime import UTC, date, datetime, timedelta
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
-from lockstep_common.errors import InvalidMessage
+from lockstep_common.errors import InvalidMessage, TransientError
 from lockstep_common.events.v1 import (
     DeviceFailed,
     HealthObserved,
@@ -60,6 +60,16 @@ OBSERVED_AFTER_SENT = timedelta(seconds=1)  # rounding, not clocks: one sender s
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+class WaveNotYetKnown(TransientError):
+    """A wave's completion arrived before its plan: redelivered until the plan is recorded.
+
+    Two healthgate processes pull from one durable consumer, so the later of two events can
+    commit first (as can a plan whose first delivery was nak'ed). Dropped, the completion
+    would leave the wave ``updating``, never gated, and the planner waiting for its verdict
+    forever; a plan that never comes ends in the dead-letter queue, where an operator sees it.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,16 +282,14 @@ async def on_wave_planned(tx: GateTx, env: Envelope[WavePlanned]) -> bool:
 
 
 async def on_wave_completed(tx: GateTx, env: Envelope[WaveCompleted]) -> bool:
-    """The updater finished the wave: its soak starts now."""
+    """The updater finished the wave: its soak starts now (``WaveNotYetKnown`` before its
+    plan)."""
     data = env.data
     wave = await tx.wave(data.rollout_id, data.wave)
     if wave is None:
-        log.warning(
-            "wave.completed for rollout %s wave %d, which was never planned here: not gated",
-            data.rollout_id,
-            data.wave,
+        raise WaveNotYetKnown(
+            f"wave.completed for rollout {data.rollout_id} wave {data.wave} before its wave.planned"
         )
-        return False
     if wave.state is not WaveState.UPDATING:
         return False  # decided by a hard rule, or the rollout already ended
     await tx.set_state(
