@@ -52,14 +52,14 @@ from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
 from lockstep_updater.settings import Settings as UpdaterSettings
-from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
-from tests.integration.test_rollout_e2e import (
+from tests.integration.rollout_stack import (
     CADENCE_S,
     NODES,
     Stack,
     gate_policy,
     planner_policy,
 )
+from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # How long the killed server stays down at least (A1: 5-30 s); it also stays down until another
