@@ -79,6 +79,27 @@ async def test_a_wave_is_recorded_once_and_its_items_claimed_in_order(
     assert first.components == ("gpu_vbios", "bmc") and first.correlation_id == "c-1"
 
 
+async def test_claims_take_the_longest_ready_item_first(store: UpdaterStore) -> None:
+    # A node that keeps coming back (polling its drain) must not starve the nodes behind it.
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n1", "n2"), None)
+    if isinstance(store, MemoryStore):
+        store.advance(1)  # PostgreSQL's now() moves on between transactions by itself
+    async with store.transaction() as tx:
+        first = await tx.claim(60)
+        assert first is not None and first.node_id == "n1"
+        await tx.advance(first, NodeStep.STAGING)  # ready again at once
+    async with store.transaction() as tx:
+        second = await tx.claim(60)
+        third = await tx.claim(60)
+    assert second is not None and third is not None
+    assert [(c.node_id, c.state) for c in (second, third)] == [
+        ("n2", NodeStep.PREFLIGHT),  # ready since the wave was recorded
+        ("n1", NodeStep.STAGING),
+    ]
+
+
 async def test_a_lapsed_lease_is_taken_over_and_the_old_holder_fenced_out(
     store: UpdaterStore,
 ) -> None:

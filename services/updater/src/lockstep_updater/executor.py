@@ -305,6 +305,9 @@ class Executor:
         try:
             await self.scheduler.cordon(claim.node_id, f"lockstep rollout {claim.rollout_id}")
         except ForeignDrain as exc:
+            # Skipped: counted failed in the wave's result, but the node's running firmware
+            # did not change, so no device.failed for the gate to blame the image for.
+            progress["skipped"] = True
             raise Stop(S.FAILED, f"left untouched: {exc}") from None
         state = await self.scheduler.drain_state(claim.node_id)
         if state is DrainState.DRAINED:
@@ -617,7 +620,8 @@ class Executor:
             progress["ending"], target = S.CANCELLED.value, S.UNCORDONING
         if target is S.UNCORDONING:
             progress["ending_reason"] = reason
-        if target in {S.FAILED, S.QUARANTINED} or progress.get("ending") == S.FAILED.value:
+        failed = target in {S.FAILED, S.QUARANTINED} or progress.get("ending") == S.FAILED.value
+        if failed and not progress.get("skipped"):
             step = claim.state.value
             for name, plan in progress.get("components", {}).items():
                 if plan.get("done"):

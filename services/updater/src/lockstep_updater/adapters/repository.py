@@ -38,7 +38,9 @@ def _list(states: frozenset[NodeStep]) -> str:
 _CLAIMABLE = (
     f"SELECT id, state FROM node_work WHERE state NOT IN ({_list(TERMINAL)})"
     " AND (lease_until IS NULL OR lease_until <= now())"
-    " ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1"
+    # Longest ready first (since its lease ended, its retry pause ended or its step was
+    # committed): a node polling its drain must not starve the nodes behind it.
+    " ORDER BY COALESCE(lease_until, updated_at), id FOR UPDATE SKIP LOCKED LIMIT 1"
 )
 _OUT = _list(OUT_OF_SERVICE)
 _FAILED = _list(frozenset({NodeStep.FAILED, NodeStep.QUARANTINED}))

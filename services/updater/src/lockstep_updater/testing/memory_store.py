@@ -52,6 +52,12 @@ class Item:
     reason: str = ""
     pool: str = ""
     progress: dict[str, Any] = field(default_factory=dict)
+    updated_at: datetime = START
+
+    @property
+    def ready_at(self) -> datetime:
+        """Since when the item may be claimed: claims take the longest ready first."""
+        return self.lease_until or self.updated_at
 
 
 @dataclass(slots=True)
@@ -164,6 +170,7 @@ class MemoryTx:
                 node_id,
                 tuple(c.value for c in wave.components),
                 correlation_id,
+                updated_at=self.now,
             )
         return True
 
@@ -190,7 +197,10 @@ class MemoryTx:
         )
 
     async def claim(self, lease_s: float) -> Claim | None:
-        free = [i for _, i in sorted(self.tables.items.items()) if self._free(i)]
+        free = sorted(
+            (i for i in self.tables.items.values() if self._free(i)),
+            key=lambda i: (i.ready_at, i.id),
+        )
         if not free:
             return None
         item = free[0]
@@ -256,6 +266,7 @@ class MemoryTx:
         if progress is not None:
             item.progress = copy.deepcopy(progress)
         item.lease_until = self.now + timedelta(seconds=retry_in_s) if retry_in_s else None
+        item.updated_at = self.now
         record = StepRecord(
             claim.rollout_id,
             claim.wave,
