@@ -335,6 +335,12 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
     # The bad image: the canary trips the gate, the rollout halts, nothing outside it touched.
     shows("gate.tripped wave 0")
     shows("rollout.halted by gate")
+    flip = re.search(
+        r"A/B flip-back: (\d+) canary nodes activated .*\((\d+) device.rolled_back\); "
+        r"read back on GPU VBIOS 97.00.9A.00.01: (\d+)/(\d+)",
+        out,
+    )
+    assert flip and int(flip[1]) >= 1 and len({flip[1], flip[2], flip[3], flip[4]}) == 1, out
     shows("that received a mutating call: 0; scheduler changes outside the canary: 0")
     shows("demo finished")
     assert seconds < 180, f"the demo took {seconds:.0f}s"

@@ -7,8 +7,9 @@ prints it) and approved with an approver's Ed25519 key (as ``lockstep rollout ap
 the canary is flashed and gated, the wave follows to completion while one fabric domain is
 occupied by a cluster (its nodes wait, drained only when the cluster ends) and one node drained
 by someone else is left alone. Then a second bundle whose GPU image degrades health: the canary
-trips the gate, the rollout halts, the canary's A/B banks are flipped back, and the BMC and
-scheduler ledgers show that no node outside the canary received a single mutating call.
+trips the gate, the rollout halts, the canary's A/B banks are flipped back (the updater's
+flip-back, ``docs/updater.md``), and the BMC and scheduler ledgers show that no node outside the
+canary received a single mutating call.
 
 The planner, updater and healthgate run as the system's own processes; their policies (short
 soaks, a canary of 5 per stratum) and the scheduler's address are set up by :func:`prepare`
@@ -340,6 +341,18 @@ class RolloutStory:
         (halted,) = await self._wait("planner", f"rollout.halted.{rollout}")
         c.print(f"  rollout.halted by {halted['halted_by']}: {halted['reason'][:100]}")
         await self._wait("updater", f"wave.completed.{rollout}")
+        items = await until(lambda: self._flipped_back(rollout), "the flip-backs to end", 60)
+        flipped = sorted(n for n, state in items.items() if state == "done")
+        rolled = await self._wait(
+            "updater", f"device.rolled_back.{rollout}.", len(flipped), prefix=True
+        )
+        back = [n for n in flipped if self._updated(n)]
+        c.print(
+            f"  A/B flip-back: {len(flipped)} canary nodes activated the image and were flipped "
+            f"back to their previous bank ({len(rolled)} device.rolled_back); read back on GPU "
+            f"VBIOS {NEW['gpu']}: {len(back)}/{len(flipped)}; the other "
+            f"{len(items) - len(flipped)} activated nothing: no call"
+        )
         touched = sorted(
             n.id
             for n in self.rt.fleet
@@ -507,6 +520,16 @@ class RolloutStory:
         comps = self.rt.simulator.bmc(node).node.components
         seen = {c.cls.kind: c.version for c in comps.values() if c.cls.kind in NEW}
         return ", ".join(f"{k} {seen[k]}" for k in ("bmc", "nic", "gpu") if k in seen)
+
+    async def _flipped_back(self, rollout: str) -> dict[str, str] | None:
+        """The rollout's flip-back items by node, once every one has ended."""
+        rows = await self.pools["updater"].fetch(
+            "SELECT node_id, state FROM node_work WHERE rollout_id = $1 AND kind = 'rollback'",
+            rollout,
+        )
+        states = {r["node_id"]: r["state"] for r in rows}
+        ended = {"done", "cancelled", "failed", "quarantined"}
+        return states if states and set(states.values()) <= ended else None
 
     async def _all_in(self, rollout: str, nodes: list[str], step: str) -> dict[str, int] | None:
         """The nodes' work items by step, once every one is in ``step``."""
