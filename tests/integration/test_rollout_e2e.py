@@ -26,6 +26,7 @@ from lockstep_attest.settings import Settings as AttestSettings
 from lockstep_attest.testing.bundles import make_kit
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.natsconn import NatsAccess
@@ -36,7 +37,6 @@ from lockstep_healthgate.app import create_app as healthgate_app
 from lockstep_healthgate.settings import Settings as GateSettings
 from lockstep_inventory import admin, queries
 from lockstep_inventory.adapters import registry, state
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.app import create_app as inventory_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings

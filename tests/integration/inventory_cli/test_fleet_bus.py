@@ -198,3 +198,45 @@ async def test_pins_take_effect_in_stream_order_whatever_their_senders_clocks(
     # Dated long ago but arriving later: it takes effect too (arrival order, not its date).
     await current_is(await forge("forged-old", dt.datetime(2001, 1, 1, tzinfo=dt.UTC)))
     await current_is(await pin_genuine())
+
+
+async def test_pin_from_a_known_good_node_pins_what_it_runs_and_the_fleet_conforms(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    node = harness.nodes[0].id
+    code, out = await cli("fleet", "pin", "--scope", f"site={SITE}", "--from-node", node)
+    assert code == 2 and f"node {node}: its BMC was never read" in out  # nothing swept yet
+    await harness.sweep()
+    for args, needle in [
+        (["--from-node", "no-such-node"], "node no-such-node is not registered"),
+        (["--from-node", node, "--stack", str(tmp_path / "x.yaml")], "one of them"),
+        ([], "--stack FILE or --from-node NODE"),
+    ]:
+        code, out = await cli("fleet", "pin", "--scope", f"site={SITE}", *args)
+        assert (code, needle in out) == (2, True), (args, out)
+    info = await harness.nc.jetstream().stream_info(harness.ns.stream("PINS"))
+    assert info.state.messages == 0  # every refusal before anything was published
+
+    saved = tmp_path / "golden.yaml"
+    doc = await cli_json(
+        "fleet", "pin", "--scope", f"site={SITE}", "--from-node", node, "--save", str(saved)
+    )
+    assert yaml.safe_load(saved.read_text()) == {
+        "gb200": {str(c): v for c, v in firmware(harness).items()}
+    }
+    assert doc["stack_hash"] == canonical.stack_hash(yaml.safe_load(saved.read_text()))
+
+    async def applied() -> bool:
+        return doc["stack_hash"] in await pins_stored(harness)
+
+    await until(applied, what="the pin taken from the node")
+    await harness.sweep()
+    code, out = await cli(
+        "fleet",
+        "admit",
+        "--stack-hash",
+        doc["stack_hash"],
+        "--nodes",
+        ",".join(n.id for n in harness.nodes),
+    )
+    assert code == 0, out  # every node runs what the known-good one runs

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NatsClient
 
 from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import DriftDetected, PinChanged, ScopeSelector
 from lockstep_common.service import ServiceApp
@@ -21,7 +22,6 @@ from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.app import create_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import stack_of

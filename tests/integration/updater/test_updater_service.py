@@ -234,7 +234,11 @@ async def test_a_released_wave_is_flashed_verified_and_completed(rig: Rig) -> No
     code, out = await asyncio.to_thread(lockstep, "node", "history", nodes[0], "--json")
     assert code == 0, out
     steps = json.loads(out)
-    assert [(s["step"], s["outcome"]) for s in steps] == [
+    # A step may be retried (a BMC or fleet.query timeout on a loaded machine): a retry is
+    # recorded as the step again with its reason; the moves between steps are fixed.
+    retried = [s for s in steps if s["step"] == s["outcome"]]
+    assert all(s["reason"] for s in retried), retried
+    assert [(s["step"], s["outcome"]) for s in steps if s not in retried] == [
         ("preflight", "staging"),
         ("staging", "cordoning"),
         ("cordoning", "draining"),

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.evaluate import RolloutFacts, admission, evaluate
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import Observation, unreadable

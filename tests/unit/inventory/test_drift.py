@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.drift import Emit, classify, decide
 from lockstep_inventory.domain.observation import SEQUENCE_RESET_AFTER, Observation
 

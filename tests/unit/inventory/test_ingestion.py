@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.events.v1 import DriftDetected, DriftResolved, ScopeSelector
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.ingestion import (
@@ -218,6 +218,24 @@ def test_a_node_in_an_active_wave_drifts_as_pending() -> None:
     row, event = verdict("b2", None, RolloutFacts(active_wave="r1"))
     assert isinstance(event, DriftDetected)
     assert [i.kind for i in row.items] == [DriftKind.PENDING]
+
+
+def test_an_unpinned_node_is_stored_as_unknown_without_a_drift_event_per_sweep() -> None:
+    # Before any pin every node is "unknown": no golden stack yet is not drift (issue 14, 5).
+    def unpinned(bmc: str, previous: DriftRow | None) -> tuple[DriftRow, object]:
+        j = judge(NODE, {REDFISH: redfish(1, bmc)}, [], NO_FACTS, previous, now=T0, rules=RULES)
+        return j.row, j.event
+
+    first, event = unpinned("b1", None)
+    assert event is None and [(i.component, i.kind) for i in first.items] == [
+        (C.BMC, DriftKind.UNKNOWN)
+    ]
+    earlier = DriftRow(None, first.items, T0 - dt.timedelta(hours=1), T0)
+    row, event = unpinned("b2", earlier)  # its version moved: still nothing to announce
+    assert event is None and [i.actual for i in row.items] == ["b2"] and row.since == earlier.since
+    # Pinned, the same node's drift is announced again.
+    row, event = verdict("b2", row)
+    assert isinstance(event, DriftDetected) and row.stack_hash == PIN.stack_hash
 
 
 def test_a_sequence_leaping_too_far_ahead_is_refused_and_one_just_within_is_kept() -> None:

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.events.v1 import DriftItem, ScopeSelector
 from lockstep_common.vocabulary import Component
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.domain.drift import classify
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import Pin, SelectorError, parse_selector, pin_of, stack_of

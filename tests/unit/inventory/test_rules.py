@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from lockstep_common.events.v1 import DriftItem
-from lockstep_common.vocabulary import Component, DriftKind, Severity
-from lockstep_inventory.adapters.rules_file import packaged_rules
-from lockstep_inventory.domain.rules import (
+from lockstep_common.compatibility.files import packaged_rules
+from lockstep_common.compatibility.rules import (
     RulesError,
     check_compatibility,
     parse_rules,
     version_key,
 )
+from lockstep_common.events.v1 import DriftItem
+from lockstep_common.vocabulary import Component, DriftKind, Severity
 
 pytestmark = pytest.mark.unit
 C = Component
@@ -174,7 +174,7 @@ def test_packaged_table_holds_the_standards_rows() -> None:
 
 
 def _table() -> dict[str, Any]:
-    resource = resources.files("lockstep_inventory").joinpath("data/compatibility.json")
+    resource = resources.files("lockstep_common.compatibility").joinpath("data/compatibility.json")
     data: dict[str, Any] = json.loads(resource.read_text(encoding="utf-8"))
     return data
 

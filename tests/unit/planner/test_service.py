@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import (
+    DriftItem,
     GateInconclusive,
     GatePassed,
     GateTripped,
@@ -23,7 +25,7 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
-from lockstep_common.vocabulary import ChangeClass, Component, GateVerdict
+from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, GateVerdict, Severity
 from lockstep_planner.adapters.policy_file import packaged_policy
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.handlers import (
@@ -36,6 +38,8 @@ from lockstep_planner.handlers import (
 from lockstep_planner.lifecycle import Timing
 from lockstep_planner.planning import Planning
 from lockstep_planner.testing.kit import (
+    NEW_DRIVER,
+    OLD_DRIVER,
     attested,
     drifted,
     evidence,
@@ -55,7 +59,7 @@ APPROVERS = {"alice": ALICE.public_key(), "bob": BOB.public_key()}
 
 def worker(store: MemoryStore) -> PlannerWorker:
     return PlannerWorker(
-        Planning(packaged_policy(), 4, TIMING, APPROVERS),
+        Planning(packaged_policy(), 4, TIMING, APPROVERS, rules=packaged_rules()),
         store=lambda _: store,
         fleet=lambda _: MemoryFleet(()),
         poll_s=0.01,
@@ -174,6 +178,44 @@ async def test_a_refusal_names_every_reason_at_once() -> None:
     [halted] = emitted(rig.store, RolloutHalted)
     assert "does not allow one-way components (cpld)" in halted.reason
     assert "scope matches no node" in halted.reason
+
+
+async def test_a_target_breaking_a_compatibility_rule_is_refused_naming_it() -> None:
+    # The bundle moves the driver without its GSP firmware: GSP != driver on every node after.
+    rig = Rig()
+    rig.bundle = attested(image(Component.DRIVER, NEW_DRIVER))
+    await rig.attest()
+    rollout_id = await rig.submit()
+    [halted] = emitted(rig.store, RolloutHalted)
+    assert halted.rollout_id == rollout_id and halted.halted_by == "policy"
+    assert "target stack breaks a compatibility rule on 20 gb200 node(s)" in halted.reason
+    assert f"gpu_gsp {OLD_DRIVER} != driver {NEW_DRIVER}" in halted.reason
+    assert not rig.store.tables.rollouts and not emitted(rig.store, WavePlanned)
+
+
+async def test_a_gsp_mismatch_the_bundle_repairs_is_moved_one_it_does_not_stays_out() -> None:
+    gsp = DriftItem(
+        component=Component.GPU_GSP,
+        expected=OLD_DRIVER,
+        actual="570.26",
+        kind=DriftKind.GSP_MISMATCH,
+        severity=Severity.CRITICAL,
+    )
+    mismatched = {Component.DRIVER: OLD_DRIVER, Component.GPU_GSP: "570.26"}
+    nodes = [fleet_node(i) for i in range(10)]
+    nodes.append(fleet_node(10, observed=mismatched, drift=(gsp,)))
+    rig = Rig(nodes)
+    await rig.attest()  # driver and GSP move together: the mismatch is repaired
+    await rig.submit(change_class=ChangeClass.ROUTINE)
+    moving = {n for w in emitted(rig.store, RolloutPlanned)[0].waves for n in w.node_ids}
+    assert "n010" in moving
+
+    rig = Rig(nodes)
+    rig.bundle = attested(image(Component.BMC, "2.0"))  # leaves the mismatch as it is
+    await rig.attest()
+    rollout_id = await rig.submit(change_class=ChangeClass.ROUTINE)
+    plan = rig.store.tables.rollouts[rollout_id].plan
+    assert {e["node"] for e in plan["excluded"]} == {"n010"}
 
 
 async def test_drifted_and_unreadable_nodes_are_excluded_with_their_reasons() -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from lockstep_cli.cli_io import errors, stdout_console
 
 bundle_app = typer.Typer(help="Build and verify release bundles.", no_args_is_help=True)
 attest_app = typer.Typer(help="Verify single pieces of evidence.", no_args_is_help=True)
@@ -21,8 +22,7 @@ rim_app = typer.Typer(help="Reference Integrity Manifests.", no_args_is_help=Tru
 sfr_app = typer.Typer(help="OCP S.A.F.E. short-form reports.", no_args_is_help=True)
 attest_app.add_typer(rim_app, name="rim")
 attest_app.add_typer(sfr_app, name="sfr")
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)
+console = stdout_console()
 
 
 def _fail(message: object) -> typer.Exit:

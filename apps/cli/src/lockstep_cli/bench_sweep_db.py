@@ -17,11 +17,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from lockstep_common import canonical, db
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.pins import Pin, scope_key, stack_of

@@ -21,6 +21,7 @@ from lockstep_common.bus_access import (
     Permissions,
     matrix,
 )
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
 from lockstep_common.identities import READER
@@ -32,7 +33,6 @@ from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
 from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
-from lockstep_inventory.adapters.rules_file import packaged_rules
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import router as planner_router
 from lockstep_updater import router as updater_router

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,7 +17,24 @@ from rich.console import Console
 if TYPE_CHECKING:
     from lockstep_common.settings import ServiceSettings
 
-errors = Console(stderr=True, soft_wrap=True)
+PIPE_WIDTH = 4096
+"""Columns a table may take when standard output is a pipe or a file: as wide as its content."""
+
+
+def stdout_console(stream: TextIO | None = None) -> Console:
+    """Standard output (or ``stream``) for people and for pipes (issue 14, item 6).
+
+    No highlighting: rich's default colours every run of digits, so node ids and versions came
+    out coloured digit by digit. Piped (``| grep``, ``> file``), nothing is wrapped at 80
+    columns: a line holds one node or one version whole (``COLUMNS`` still wins if set).
+    """
+    out = stream or sys.stdout
+    piped = not out.isatty()
+    width = PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None
+    return Console(file=stream, highlight=False, soft_wrap=piped, width=width)
+
+
+errors = Console(stderr=True, soft_wrap=True, highlight=False)
 T = TypeVar("T")
 S = TypeVar("S", bound="ServiceSettings")
 # A command group's --data-dir and -v, for its command's settings_of: one invocation per

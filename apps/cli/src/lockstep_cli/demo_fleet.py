@@ -23,6 +23,7 @@ from lockstep_cli.demo_rollout import TIME_SCALE, RolloutSetup, RolloutStory
 from lockstep_cli.fleet_bus import pins_for, publish_pins
 from lockstep_cli.polling import until
 from lockstep_common import db
+from lockstep_common.compatibility.files import load_rules
 from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.identities import ADMIN, AGENT, CLI
 from lockstep_common.natsconn import NatsAccess, connect
@@ -30,7 +31,7 @@ from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
-from lockstep_inventory.app import NAME, load_rules
+from lockstep_inventory.app import NAME
 from lockstep_inventory.domain.fleet_file import parse_fleet
 from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.queries import drift_report, fleet_status
@@ -200,7 +201,7 @@ class _Demo:
                 self.settings,
                 by="demo",
                 source=admin.SOURCE,
-                rules=load_rules(self.settings),
+                rules=load_rules(self.settings.rules_file),
                 on_progress=lambda done, total: progress.update(task, completed=done),
             )
         self.console.print(

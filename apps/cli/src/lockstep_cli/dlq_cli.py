@@ -17,7 +17,6 @@ import uuid
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.cli_io import (
@@ -27,12 +26,13 @@ from lockstep_cli.cli_io import (
     fail,
     run,
     settings_of,
+    stdout_console,
 )
 from lockstep_common.identities import ADMIN, CLI
 from lockstep_common.identities import SERVICE_NAMES as SERVICES
 
 dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
-console = Console()
+console = stdout_console()
 ServiceArg = Annotated[str, typer.Argument(help=f"One of {', '.join(SERVICES)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 COLUMNS = "id, failed_at, consumer, stream, stream_seq, subject, error_kind, deliveries, reason"

@@ -50,6 +50,12 @@ class Unavailable(RuntimeError):
     """NATS or the service did not answer in time."""
 
 
+def stack_yaml(stack: Mapping[str, Mapping[Component, str]]) -> str:
+    """A stack as the YAML ``parse_stack`` reads back, every version a quoted string."""
+    doc = {p: {str(c): v for c, v in sorted(s.items())} for p, s in sorted(stack.items())}
+    return yaml.safe_dump(doc, default_style=None, sort_keys=False)
+
+
 def parse_stack(text: str, where: str) -> dict[str, dict[Component, str]]:
     """A stack file (YAML or JSON): ``{profile: {component: version}}``, versions as strings."""
     try:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from lockstep_cli.cli_io import (
     StackDirOption,
@@ -18,16 +17,18 @@ from lockstep_cli.cli_io import (
     fail,
     run,
     settings_of,
+    stdout_console,
 )
 
 if TYPE_CHECKING:
+    from lockstep_common.vocabulary import Component
     from lockstep_inventory.settings import Settings
 
 fleet_app = typer.Typer(
     help="The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
     no_args_is_help=True,
 )
-console = Console()
+console = stdout_console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
@@ -48,11 +49,11 @@ def _settings() -> Settings:
 def _known_profiles(settings: Settings) -> frozenset[str]:
     """The hardware profiles the inventory's compatibility rules describe (its rules file, or
     the packaged table): the profiles a fleet file or a stack may name."""
+    from lockstep_common.compatibility.files import load_rules
     from lockstep_common.errors import ConfigurationError
-    from lockstep_inventory.app import load_rules
 
     try:
-        return frozenset(load_rules(settings).profile_architecture)
+        return frozenset(load_rules(settings.rules_file).profile_architecture)
     except ConfigurationError as exc:
         fail(str(exc))
 
@@ -154,13 +155,17 @@ def fleet_sweep(
     node: Annotated[
         list[str] | None, typer.Option("--node", help="Sweep only this node (repeatable).")
     ] = None,
+    every_node: Annotated[
+        bool, typer.Option("--all", help="One row per node instead of the summary.")
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Read every registered BMC (or --node ones) once and commit what was read.
 
     State and drift events are committed exactly as the service's own sweep does (the service's
-    relay publishes the events). Unreadable BMCs are listed with the reason and still exit 0.
-    Waits for a sweep already running (one sweeper at a time).
+    relay publishes the events). Prints a summary (unreadable BMCs with the reason, each
+    component's versions with their node counts); --all one row per node, --json everything.
+    Unreadable BMCs still exit 0. Waits for a sweep already running (one sweeper at a time).
     """
     from lockstep_cli.fleet_progress import bar
     from lockstep_cli.fleet_views import print_sweep, sweep_json
@@ -172,16 +177,33 @@ def fleet_sweep(
     def busy() -> None:
         errors.print("another sweep is running; waiting for it to finish")
 
-    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as progress:
+    committed = [0, 0]  # (nodes committed, nodes to sweep), as the sweep reports them
+
+    def progress(done: int, total: int) -> None:
+        committed[:] = [done, total]
+        if draw is not None:
+            draw(done, total)
+
+    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as draw:
         try:
             summary = run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
         except UnknownNodesError as exc:
             fail(str(exc))
+        except KeyboardInterrupt:
+            # Each chunk of results commits in its own transaction as the sweep goes
+            # (sweeping.py): what was committed stays, the rest was never written.
+            done, total = committed
+            fail(
+                f"interrupted: {done} of {total or 'the'} node(s) read and committed "
+                "(their versions and drift events are kept); the rest were not written, and "
+                "the next sweep reads every node again",
+                130,
+            )
     doc = sweep_json(summary)
     if as_json:
         print(json.dumps(doc))
     else:
-        print_sweep(console, doc)
+        print_sweep(console, doc, every_node=every_node)
 
 
 @fleet_app.command("status")
@@ -243,11 +265,17 @@ def fleet_show(
 @fleet_app.command("drift")
 def fleet_drift(
     include_all: Annotated[
-        bool, typer.Option("--all", help="Include nodes with only informational unknown items.")
+        bool,
+        typer.Option(
+            "--all",
+            help="Every drifted node in full, nodes with only informational (unknown) items "
+            "included, instead of the summary.",
+        ),
     ] = False,
     as_json: Json = False,
 ) -> None:
-    """Every drifted node and each drifted component: kind, severity, expected vs actual."""
+    """Drift by kind and severity and the worst nodes; --all (or --json) every drifted node
+    and each drifted component: kind, severity, expected vs actual."""
     from lockstep_cli.fleet_views import drift_json, print_drift
     from lockstep_inventory import admin, queries
 
@@ -261,7 +289,30 @@ def fleet_drift(
     if as_json:
         print(json.dumps(doc))
     else:
-        print_drift(console, doc, settings.namespace)
+        print_drift(console, doc, settings.namespace, every_node=include_all)
+
+
+@fleet_app.command("stragglers")
+def fleet_stragglers(as_json: Json = False) -> None:
+    """Nodes whose busbw or clocks are outliers against their profile's peers, outside any
+    rollout (the healthgate's last evaluation per profile), and the component versions they
+    share that their healthy peers do not. Exit 0 none, 1 some, 2 unreachable or not yet run.
+    """
+    from lockstep_cli.fleet_views import print_stragglers
+    from lockstep_cli.gate_cli import healthgate_tables
+    from lockstep_healthgate.adapters.pg_store import read_stragglers
+
+    async def findings() -> list[dict[str, Any]]:
+        async with healthgate_tables("stragglers") as conn:
+            return await read_stragglers(conn)
+
+    doc = run(findings())
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print_stragglers(console, doc)
+    if any(f["stragglers"] for f in doc):
+        raise typer.Exit(1)
 
 
 @fleet_app.command("pin")
@@ -273,7 +324,24 @@ def fleet_pin(
             "at least one site."
         ),
     ],
-    stack: Annotated[Path, typer.Option(help="YAML/JSON file {profile: {component: version}}.")],
+    stack: Annotated[
+        Path | None, typer.Option(help="YAML/JSON file {profile: {component: version}}.")
+    ] = None,
+    from_node: Annotated[
+        str | None,
+        typer.Option(
+            "--from-node",
+            help="Pin what this known-good node runs (its last sweep and agent report) "
+            "instead of a --stack file.",
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Also write the stack pinned to this YAML file (to review it or keep it in git).",
+        ),
+    ] = None,
     rollout_id: Annotated[
         str | None, typer.Option("--rollout-id", help="Rollout that moves the pin.")
     ] = None,
@@ -288,22 +356,39 @@ def fleet_pin(
 ) -> None:
     """Pin a scope to a golden stack: one pin.changed per site, each acknowledged by JetStream.
 
-    Checked first, against the registry and the compatibility rules: every profile the stack
-    names is known, and each site's scope selects at least one registered node (else
-    --allow-empty). Prints the stack hash. Exit 0: every pin acknowledged; 1: a publish failed
-    (the message says which sites were already published); 2: bad input (nothing is published).
+    The stack comes from --stack FILE, or from --from-node NODE: the versions a known-good node
+    reported (refused when its BMC was never read or is unreadable, or it breaks a critical
+    compatibility rule). Checked first, against the registry and the compatibility rules: every
+    profile the stack names is known, and each site's scope selects at least one registered
+    node (else --allow-empty). Prints the stack hash. Exit 0: every pin acknowledged; 1: a
+    publish failed (the message says which sites were already published); 2: bad input (nothing
+    is published).
     """
-    from lockstep_cli.fleet_bus import InputError, Unavailable, parse_stack, pins_for, publish_pins
+    from lockstep_cli.fleet_bus import (
+        InputError,
+        Unavailable,
+        parse_stack,
+        pins_for,
+        publish_pins,
+        stack_yaml,
+    )
     from lockstep_inventory.admin import fleet
     from lockstep_inventory.domain.pins import SelectorError, parse_selector, selects
 
     settings = _settings()
+    if (stack is None) == (from_node is None):
+        fail("give the stack to pin: --stack FILE or --from-node NODE (one of them)")
     try:
-        parsed = parse_stack(stack.read_text(), str(stack))
+        if stack is not None:
+            parsed = parse_stack(stack.read_text(), str(stack))
+        else:
+            parsed = run(_stack_of_node(settings, str(from_node)))
         selector = parse_selector(scope)
         stack_hash, messages = pins_for(settings.namespace, selector, parsed, rollout_id)
+        if save is not None:
+            save.write_text(stack_yaml(parsed))
     except OSError as exc:
-        fail(f"{stack}: {exc.strerror or exc}")
+        fail(f"{exc.filename or stack}: {exc.strerror or exc}")
     except SelectorError as exc:
         fail(f"--scope: {exc}")
     except InputError as exc:
@@ -313,8 +398,8 @@ def fleet_pin(
     unknown = sorted(set(parsed) - known)
     if unknown:
         fail(
-            f"{stack}: profile(s) {', '.join(unknown)} neither in the compatibility rules nor "
-            f"registered (known: {', '.join(sorted(known))})"
+            f"{stack or from_node}: profile(s) {', '.join(unknown)} neither in the compatibility "
+            f"rules nor registered (known: {', '.join(sorted(known))})"
         )
     empty = [
         m.site
@@ -335,6 +420,25 @@ def fleet_pin(
         print(json.dumps({"stack_hash": stack_hash, "sites": sites, "event_ids": ids}))
     else:
         console.print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
+
+
+async def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
+    """The known-good node's stack; its refusal becomes an input error (exit 2)."""
+    import datetime as dt
+
+    from lockstep_cli.fleet_bus import InputError
+    from lockstep_common.compatibility.files import load_rules
+    from lockstep_inventory import admin, queries
+    from lockstep_inventory.domain.golden import NotGolden
+
+    rules = load_rules(settings.rules_file)
+    async with admin.connection(settings) as conn:
+        try:
+            return await queries.golden_stack(
+                conn, node_id, rules=rules, today=dt.datetime.now(dt.UTC).date()
+            )
+        except NotGolden as exc:
+            raise InputError(f"--from-node: {exc}") from None
 
 
 @fleet_app.command("admit")

@@ -10,18 +10,21 @@ samples that produced it. Exit codes: 0 passed, 1 tripped, 3 inconclusive, 2 bad
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of
+from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from lockstep_healthgate.domain.decision import GateDecision
     from lockstep_healthgate.store import VerdictRecord
 
@@ -29,7 +32,7 @@ gate_app = typer.Typer(
     help="Health gate: replay the judge on recorded samples, or show a live gate's verdicts.",
     no_args_is_help=True,
 )
-console = Console()
+console = stdout_console()
 EXIT = {"passed": 0, "tripped": 1, "inconclusive": 3}
 
 
@@ -166,13 +169,14 @@ def gate_evaluate(
     raise typer.Exit(EXIT[decision.verdict])
 
 
-async def _verdicts(rollout: str, wave: int | None) -> list[VerdictRecord]:
-    """The healthgate's persisted verdicts, straight from its schema: read-only, never
-    migrating (as ``lockstep dlq`` reads dead letters)."""
+@asynccontextmanager
+async def healthgate_tables(what: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to the healthgate's schema, straight from its tables: read-only, never
+    migrating (as ``lockstep dlq`` reads dead letters); a schema without the table ``what``
+    needs is one line."""
     import asyncpg
 
     from lockstep_common import db
-    from lockstep_healthgate.adapters.pg_store import read_verdicts
     from lockstep_healthgate.app import NAME
     from lockstep_healthgate.settings import Settings
 
@@ -182,11 +186,19 @@ async def _verdicts(rollout: str, wave: int | None) -> list[VerdictRecord]:
         schema = settings.db_schema or NAME  # as ServiceApp names it
         await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
         try:
-            return await read_verdicts(conn, rollout, wave)
+            yield conn
         except asyncpg.UndefinedTableError:
-            fail(f"schema {schema} has no gate verdicts table: has the healthgate service run?")
+            fail(f"schema {schema} has no {what} table: has the healthgate service run?")
     finally:
         await conn.close()
+
+
+async def _verdicts(rollout: str, wave: int | None) -> list[VerdictRecord]:
+    """The healthgate's persisted verdicts."""
+    from lockstep_healthgate.adapters.pg_store import read_verdicts
+
+    async with healthgate_tables("gate verdicts") as conn:
+        return await read_verdicts(conn, rollout, wave)
 
 
 def _record_json(v: VerdictRecord) -> dict[str, Any]:

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from lockstep_cli.attest_cli import attest_app, bundle_app
-from lockstep_cli.cli_io import choose_stack, fail
+from lockstep_cli.cli_io import choose_stack, fail, stdout_console
 from lockstep_cli.dlq_cli import dlq_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_cli.gate_cli import bench_gate, gate_app
@@ -48,7 +47,7 @@ app.add_typer(gate_app, name="gate")
 app.add_typer(node_app, name="node")
 app.add_typer(rollout_app, name="rollout")
 bench.command("gate")(bench_gate)
-console = Console()
+console = stdout_console()
 
 
 def _print_version(wanted: bool) -> None:
@@ -100,7 +99,7 @@ def up(
         Interrupted,
         StackSettings,
         running_system,
-        sigterm_as_interrupt,
+        stop_signals_unwind,
         supervise,
     )
     from lockstep_common.db import redact_dsn
@@ -124,7 +123,7 @@ def up(
 
     with (
         stack_state.exclusive(data_dir),
-        sigterm_as_interrupt(),
+        stop_signals_unwind(),
         start_refusals_are_one_line(),
     ):
         try:
@@ -243,11 +242,17 @@ def demo(
     """Run the whole system on embedded NATS and PostgreSQL: an event's journey, drift found on a
     simulated fleet, then a canaried rollout and a bad image halted at the canary."""
     from lockstep_cli.demo import run_demo
+    from lockstep_cli.supervisor import Interrupted, stop_signals_unwind
 
     if data_dir is not None:
         usable_data_dir(data_dir)
-    with start_refusals_are_one_line():
-        run_demo(console, data_dir)
+    with stop_signals_unwind(), start_refusals_are_one_line():
+        try:
+            run_demo(console, data_dir)
+        except (KeyboardInterrupt, Interrupted):
+            # running_system stopped the services, NATS and PostgreSQL on the way out.
+            console.print("demo interrupted: every process stopped.")
+            raise typer.Exit(130) from None
 
 
 def usable_data_dir(data_dir: Path) -> None:
@@ -274,6 +279,8 @@ def start_refusals_are_one_line() -> Iterator[None]:
 
     try:
         yield
+    except typer.Exit:
+        raise  # a command's own exit code (click's Exit is a RuntimeError: not a start failure)
     except (ClusterRefused, StartFailed) as exc:
         fail(str(exc))
     except ConfigurationError as exc:  # e.g. a stream limit the server cannot reserve

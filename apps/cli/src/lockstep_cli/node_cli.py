@@ -6,13 +6,12 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of
+from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 node_app = typer.Typer(help="One node: what Lockstep did to it.", no_args_is_help=True)
-console = Console()
+console = stdout_console()
 
 
 @node_app.command("history")

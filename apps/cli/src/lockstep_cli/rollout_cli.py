@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of
+from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
     import asyncpg
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 rollout_app = typer.Typer(
     help="Rollouts: plan, start, follow, pause, resume, abort, audit.", no_args_is_help=True
 )
-console = Console()
+console = stdout_console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 RolloutArg = Annotated[str, typer.Argument(help="Rollout id (r-...).")]
 Wait = Annotated[float, typer.Option("--wait", help="Seconds to wait for the planner.")]

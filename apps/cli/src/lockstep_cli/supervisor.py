@@ -290,14 +290,24 @@ class Interrupted(Exception):
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Make SIGTERM unwind the main thread the way Ctrl-C does."""
+def stop_signals_unwind() -> Iterator[None]:
+    """SIGINT and SIGTERM unwind the main thread the way Ctrl-C does (issue 14, item 9).
 
-    def handler(signum: int, frame: object) -> None:
+    SIGINT gets Python's own handler back (``KeyboardInterrupt``) even when it was ignored: a
+    non-interactive shell starts background jobs (``lockstep up &`` in a script, CI) with
+    SIGINT ignored, and Python leaves an ignored SIGINT ignored (``signal`` module docs), so
+    ``kill -INT`` did nothing and the script hung. SIGTERM raises :class:`Interrupted`.
+    """
+
+    def terminate(signum: int, frame: object) -> None:
         raise Interrupted
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, terminate),
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -33,8 +33,10 @@ Json = dict[str, Any]
 # Builders check their arguments are subject tokens, so "{site}" cannot be passed in: these
 # stand-ins are valid tokens, swapped for AsyncAPI parameters after the call.
 ROLLOUT, SITE, NODE, ORIGINAL = "PARAM-rollout", "PARAM-site", "PARAM-node", "PARAM-subject"
+PROFILE = "PARAM-profile"
 _PARAMETERS = {
     ROLLOUT: ("rollout", "Rollout id (one subject token)."),
+    PROFILE: ("profile", "Hardware profile (one subject token)."),
     SITE: ("site", "Site id (one subject token)."),
     NODE: ("node", "Node id (one subject token)."),
     ORIGINAL: ("subject", "The original's subject without the namespace (several tokens)."),

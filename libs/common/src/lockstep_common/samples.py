@@ -134,6 +134,33 @@ def samples() -> list[EventData]:
             ),
         ),
         v1.DriftResolved(node_id="gb200-r07-n03", site="iad1", stack_hash=_HASH),
+        v1.StragglersFlagged(
+            profile="gb200",
+            evaluated_at=_AT,
+            window_s=1800,
+            nodes=256,
+            stragglers=(
+                v1.Straggler(
+                    node_id="gb200-r07-n03",
+                    site="iad1",
+                    metric="nccl_busbw_gbps",
+                    value=318.0,
+                    peer_median=402.5,
+                    deviations=9.4,
+                ),
+            ),
+            shared_versions=(
+                v1.SharedVersion(
+                    component=Component.NIC,
+                    version="28.39.1002",
+                    stragglers_with=1,
+                    stragglers=1,
+                    peers_with=0,
+                    peers=255,
+                    p_value=0.0039,
+                ),
+            ),
+        ),
         v1.AdmissionCheckRequested(stack_hash=_HASH, node_ids=("gb200-r07-n03",)),
         v1.AdmissionCheckAnswered(
             stack_hash=_HASH,

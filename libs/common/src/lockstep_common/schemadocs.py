@@ -24,6 +24,7 @@ import yaml
 from lockstep_common import subjects
 from lockstep_common.asyncapi import (
     NODE,
+    PROFILE,
     ROLLOUT,
     SITE,
     Route,
@@ -111,6 +112,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     v1.HealthObserved: Channel(lambda: subjects.health_observed(SITE, NODE), ("node-agent",)),
     v1.DriftDetected: Channel(lambda: subjects.drift_detected(SITE, NODE), readers=_DRIFT_READERS),
     v1.DriftResolved: Channel(lambda: subjects.drift_resolved(SITE, NODE), readers=_DRIFT_READERS),
+    v1.StragglersFlagged: Channel(
+        lambda: subjects.drift_stragglers(PROFILE), readers=_DRIFT_READERS
+    ),
     v1.AdmissionCheckRequested: Channel(subjects.admission_check, ("schedulers",)),
     v1.AdmissionCheckAnswered: Channel(
         subjects.admission_check, readers=("schedulers",), reply=True
@@ -123,7 +127,7 @@ CHANNELS: dict[type[EventData], Channel] = {
 def pattern(cls: type[EventData]) -> str:
     """The logical subject pattern of ``cls``: its subject with ``*`` for every parameter
     (``drift.detected.*.*``), as a NATS permission or subscription spells it."""
-    stand_ins = {ROLLOUT, SITE, NODE}
+    stand_ins = {ROLLOUT, SITE, NODE, PROFILE}
     return ".".join("*" if t in stand_ins else t for t in CHANNELS[cls].subject().split("."))
 
 

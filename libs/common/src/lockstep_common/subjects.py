@@ -136,6 +136,11 @@ def drift_resolved(site: str, node_id: str) -> str:
     return f"drift.resolved.{token(site, 'site')}.{token(node_id, 'node id')}"
 
 
+def drift_stragglers(profile: str) -> str:
+    """The stragglers of one hardware profile changed."""
+    return f"drift.stragglers.{token(profile, 'profile')}"
+
+
 def admission_check() -> str:
     """Request/reply: may these nodes run this stack."""
     return "admission.check"

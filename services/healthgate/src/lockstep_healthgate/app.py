@@ -10,6 +10,7 @@ from lockstep_healthgate.maintenance import PartitionKeeper
 from lockstep_healthgate.policy_files import default_policy, load_policy
 from lockstep_healthgate.router import subscriptions
 from lockstep_healthgate.settings import Settings
+from lockstep_healthgate.straggler_watch import StragglerConfig, StragglerWatch
 from lockstep_healthgate.worker import GateWorker
 
 NAME = "healthgate"
@@ -54,6 +55,15 @@ def create_app(settings: Settings) -> ServiceApp:
             lease_s=settings.eval_lease_s,
             max_attempts=settings.eval_max_attempts,
             watch_s=settings.heartbeat_watch_s,
+        ),
+        StragglerWatch(
+            StragglerConfig(
+                interval_s=settings.straggler_interval_s,
+                window_s=settings.straggler_window_s,
+                fleet_timeout_s=settings.fleet_timeout_s,
+            ),
+            namespace=app.namespace,
+            source=app.source,
         ),
     )
     return app

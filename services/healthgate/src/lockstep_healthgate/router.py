@@ -17,12 +17,14 @@ from lockstep_common.events.v1 import (
     DeviceRolledBack,
     DeviceStaged,
     DeviceVerified,
+    FleetQueryRequested,
     GateInconclusive,
     GatePassed,
     GateTripped,
     HealthObserved,
     RolloutCompleted,
     RolloutHalted,
+    StragglersFlagged,
     WaveCompleted,
     WavePlanned,
 )
@@ -30,7 +32,13 @@ from lockstep_healthgate.handlers import Handlers
 
 # The event classes this service publishes: with ``subscriptions()``, the source of the
 # producer and consumer lists in docs/.
-EMITS: tuple[type[EventData], ...] = (GatePassed, GateTripped, GateInconclusive)
+EMITS: tuple[type[EventData], ...] = (
+    GatePassed,
+    GateTripped,
+    GateInconclusive,
+    StragglersFlagged,
+    FleetQueryRequested,
+)
 
 
 def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:

@@ -57,3 +57,12 @@ class Settings(ServiceSettings):
     eval_max_attempts: int = Field(
         default=3, ge=1, le=100, description="Claims of one wave before it is held inconclusive."
     )
+    straggler_interval_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Between straggler evaluations of the whole fleet, seconds (0: never).",
+    )
+    straggler_window_s: Seconds = Field(
+        default=1800.0, description="Each node's medians are taken over this many seconds."
+    )
+    fleet_timeout_s: Seconds = Field(default=10.0, description="Bound of one fleet.query page.")

@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from lockstep_common.outbox import EventSink
 from lockstep_healthgate.domain.decision import GateDecision
@@ -97,6 +97,28 @@ class GateTx(Protocol):
         until: datetime,
     ) -> Columns:
         """Readings of these nodes (and metrics; None: all) with ``since <= time <= until``."""
+        ...
+
+    async def node_medians(
+        self, metrics: Collection[str], since: datetime, until: datetime
+    ) -> dict[str, dict[str, float]]:
+        """node -> metric -> median over ``since <= time < until``, for nodes in no open
+        wave (a node being updated is expected to look different: that is the gate's to judge)."""
+        ...
+
+    async def take_straggler_turn(self) -> None:
+        """Hold the straggler evaluation's lock until this transaction ends: two healthgate
+        processes evaluate one after the other, so a change is announced once."""
+        ...
+
+    async def flagged(self, profile: str) -> frozenset[str] | None:
+        """The stragglers last reported for ``profile`` (None: never reported)."""
+        ...
+
+    async def save_flagged(
+        self, profile: str, node_ids: Collection[str], finding: dict[str, Any], at: datetime
+    ) -> None:
+        """Record the stragglers reported for ``profile`` (replacing the last ones)."""
         ...
 
     async def add_wave(self, wave: Wave) -> bool:

@@ -16,10 +16,11 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from lockstep_common import db
+from lockstep_common.compatibility.files import load_rules
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_inventory.adapters import registry, sweeps
-from lockstep_inventory.app import NAME, load_rules
+from lockstep_inventory.app import NAME
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepBusyError, SweepSummary, run_sweep
@@ -147,7 +148,8 @@ async def sweep_fleet(
     Raises :class:`UnknownNodesError` before sweeping anything when an id is not registered.
     When another sweep holds the lock, ``on_busy`` is called and the sweep waits for it.
     """
-    rules = load_rules(settings)  # the service's rules: a CLI sweep judges drift the same way
+    # The service's rules: a CLI sweep judges drift the same way.
+    rules = load_rules(settings.rules_file)
     async with connection(settings) as conn:
         nodes = await registry.list_nodes(conn)
     if not nodes:

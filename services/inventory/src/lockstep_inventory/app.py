@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from lockstep_common.errors import ConfigurationError
+from lockstep_common.compatibility.files import load_rules
 from lockstep_common.service import ServiceApp
-from lockstep_inventory.adapters.rules_file import packaged_rules, read_rules
 from lockstep_inventory.admission import admission_responder
-from lockstep_inventory.domain.rules import CompatibilityRules, RulesError
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.fleet_query import fleet_query_responder
 from lockstep_inventory.handlers import Handlers
@@ -17,22 +15,9 @@ from lockstep_inventory.sweep_worker import SweepWorker
 NAME = "inventory"
 
 
-def load_rules(settings: Settings) -> CompatibilityRules:
-    """The rules file from settings, else the packaged table; read here, at start, so no
-    transaction reads it lazily; a bad file refuses to start."""
-    if settings.rules_file is None:
-        return packaged_rules()
-    try:
-        return read_rules(settings.rules_file)
-    except OSError as exc:
-        raise ConfigurationError(f"rules_file {settings.rules_file}: {exc.strerror}") from None
-    except RulesError as exc:
-        raise ConfigurationError(f"rules_file {settings.rules_file}: {exc}") from None
-
-
 def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()`` (the rules file is read here)."""
-    rules = load_rules(settings)
+    rules = load_rules(settings.rules_file)
     app = ServiceApp(
         NAME,
         settings,

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from lockstep_common import canonical
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
 from lockstep_common.errors import InvalidMessage
@@ -33,7 +34,6 @@ from lockstep_inventory import ingest
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
 from lockstep_inventory.domain.observation import ImplausibleReport, Observation
 from lockstep_inventory.domain.pins import Pin, scope_key
-from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.store import InventoryStore, NodeStore
 
 log = logging.getLogger(__name__)

@@ -24,13 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lockstep_common import subjects
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.events.v1 import DriftDetected, DriftResolved
 from lockstep_common.outbox import EventSink
 from lockstep_inventory.domain import ingestion
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import Observation
-from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.store import NodeStore
 
 log = logging.getLogger(__name__)

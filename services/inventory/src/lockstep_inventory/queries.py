@@ -11,11 +11,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep_common.compatibility.table import CompatibilityRules
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import DriftItem
-from lockstep_common.vocabulary import DriftKind, ObservationSource
+from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
 from lockstep_inventory.adapters import state, sweeps
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.golden import NotGolden, stack_of_node
 from lockstep_inventory.domain.ingestion import DriftRow
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.domain.pins import pin_of
@@ -192,3 +194,17 @@ async def drift_report(conn: Conn, *, include_informational: bool = False) -> li
             )
         )
     return out
+
+
+async def golden_stack(
+    conn: Conn, node_id: str, *, rules: CompatibilityRules, today: dt.date
+) -> dict[str, dict[Component, str]]:
+    """``{profile: stack}`` of a known-good node (``golden.stack_of_node``); ``NotGolden`` names
+    why the node cannot serve, an unregistered node included."""
+    found = await state.nodes(conn, [node_id])
+    if node_id not in found:
+        raise NotGolden(f"node {node_id} is not registered")
+    node = found[node_id]
+    observations = (await state.observations(conn, [node_id])).get(node_id, {})
+    stack = stack_of_node(node_id, node.profile, observations, rules=rules, today=today)
+    return {node.profile: stack}

@@ -8,9 +8,9 @@ import logging
 
 import asyncpg
 
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.service import Resources
 from lockstep_inventory.adapters import state
-from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.fleet_metrics import GaugeRefresher
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepBusyError, run_sweep

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.outbox import emitting
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory import ingest
@@ -27,7 +28,6 @@ from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import Member
 from lockstep_inventory.domain.observation import Observation, from_redfish_members, unreadable
-from lockstep_inventory.domain.rules import CompatibilityRules
 from lockstep_inventory.settings import Expand, Settings
 from lockstep_redfish.credentials import RegistryCredentials
 from lockstep_redfish.session import BmcTarget

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from lockstep_common.compatibility.files import load_rules
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.service import Resources, ServiceApp
 from lockstep_planner.adapters.approvers import ApproversError, load_approvers
-from lockstep_planner.adapters.fleet_query import NatsFleet
 from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
 from lockstep_planner.adapters.repository import PostgresStore
 from lockstep_planner.domain.classes import Policy, PolicyError
@@ -53,6 +54,7 @@ def create_app(settings: Settings) -> ServiceApp:
         settings.default_max_unavailable,
         timing,
         load_approvers_of(settings),
+        rules=load_rules(settings.rules_file),
     )
     source = source_of(NAME)
     app = ServiceApp(
@@ -62,8 +64,8 @@ def create_app(settings: Settings) -> ServiceApp:
         migration_package="lockstep_planner.migrations",
     )
 
-    def fleet(resources: Resources) -> NatsFleet:
-        return NatsFleet(resources.nc, app.namespace, source, timeout_s=settings.fleet_timeout_s)
+    def fleet(resources: Resources) -> FleetQuery:
+        return FleetQuery(resources.nc, app.namespace, source, timeout_s=settings.fleet_timeout_s)
 
     app.add_workers(
         PlannerWorker(

@@ -22,6 +22,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from lockstep_common import subjects
+from lockstep_common.compatibility.table import CompatibilityRules
 from lockstep_common.events.v1 import (
     FleetNode,
     IntentSubmitted,
@@ -32,6 +33,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import ChangeClass, clip_text
 from lockstep_planner.domain.classes import Policy
+from lockstep_planner.domain.compatibility import check_target
 from lockstep_planner.domain.fleet import Node, Pool
 from lockstep_planner.domain.intake import bundle_of, current_versions, node_of, stack_of
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
@@ -54,6 +56,8 @@ class Planning:
     timing: Timing = field(default_factory=Timing)
     approvers: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
     """The approvers trust store; empty: no approval verifies (fails closed)."""
+    rules: CompatibilityRules = field(kw_only=True)
+    """The compatibility table the inventory judges drift by: a target breaking it is refused."""
 
 
 def stratum_key(node: Node) -> str:
@@ -62,10 +66,21 @@ def stratum_key(node: Node) -> str:
 
 
 def _request(
-    intent: IntentSubmitted, bundle: BundleRow, fleet: Sequence[FleetNode], planning: Planning
-) -> tuple[PlanRequest, dict[str, Node]]:
+    intent: IntentSubmitted,
+    bundle: BundleRow,
+    fleet: Sequence[FleetNode],
+    planning: Planning,
+    now: datetime,
+) -> tuple[PlanRequest, dict[str, Node], tuple[str, ...]]:
+    """The plan request, the planning model of every node, and the compatibility rules the
+    target would break (judged over the readable nodes: those are the ones that could move)."""
     target = stack_of(bundle.components)
-    nodes = tuple(node_of(n, target, bundle.stack_hash) for n in fleet)
+    check = check_target(
+        (n for n in fleet if n.readable is True), target, rules=planning.rules, today=now.date()
+    )
+    nodes = tuple(
+        node_of(n, target, bundle.stack_hash, remedied=n.node_id in check.remedied) for n in fleet
+    )
     cap = intent.strategy.max_unavailable or planning.default_max_unavailable
     pools = {n.pool: Pool(n.pool, cap) for n in nodes}
     scoped = [f for f, n in zip(fleet, nodes, strict=True) if in_scope(n, intent.scope)]
@@ -82,6 +97,7 @@ def _request(
             current_versions=current_versions(scoped),
         ),
         {n.id: n for n in nodes},
+        check.refusals,
     )
 
 
@@ -188,8 +204,8 @@ async def plan_intent(
     if bundle is None:
         await refuse(tx, row, [f"bundle with stack {intent.stack_hash} is not attested"], now)
         return None
-    request, nodes = _request(intent, bundle, fleet, planning)
-    reasons: list[str] = []
+    request, nodes, refusals = _request(intent, bundle, fleet, planning, now)
+    reasons = list(refusals)
     try:
         made = plan(request, now=now)
     except PlanRefused as exc:

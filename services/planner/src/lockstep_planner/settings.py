@@ -21,6 +21,11 @@ class Settings(ServiceSettings):
         default=None,
         description="Change-class policy YAML replacing the packaged one (validated at start).",
     )
+    rules_file: Path | None = Field(
+        default=None,
+        description="Compatibility rules JSON replacing the packaged table; use the inventory's "
+        "file, so a target the planner lets start is one the inventory judges compatible.",
+    )
     approvers_dir: Path | None = Field(
         default=None,
         description="Approvers trust store: <approver>.pem Ed25519 public keys. Without one, no "

@@ -13,12 +13,12 @@ import contextlib
 import logging
 
 from lockstep_common.envelope import source_of
+from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
-from lockstep_updater.adapters.fleet import FleetQueryFacts
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
@@ -52,7 +52,7 @@ class UpdaterWorker:
         s = self.settings
         return Executor(
             PostgresStore(resources.pool, self.source),
-            FleetQueryFacts(resources.nc, self.namespace, self.source, timeout_s=s.fleet_timeout_s),
+            FleetQuery(resources.nc, self.namespace, self.source, timeout_s=s.fleet_timeout_s),
             SimScheduler(s.scheduler_url),
             BundleImages(s.bundle_roots),
             self.policy,

@@ -534,6 +534,54 @@ class DriftResolved(EventData):
 # --- admission (request/reply, core NATS) -----------------------------------------------------
 
 
+class Straggler(Part):
+    """One node whose health is an outlier against its peers of the same profile."""
+
+    node_id: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site of the node.")
+    metric: Name = Field(description="The signal, e.g. nccl_busbw_gbps or sm_clock_mhz.")
+    value: float = Field(description="The node's median over the window.")
+    peer_median: float = Field(description="The median of its profile's nodes.")
+    deviations: float = Field(
+        ge=0, description="How far below the peers, in robust standard deviations (scaled MAD)."
+    )
+
+
+class SharedVersion(Part):
+    """A component version the stragglers share and their healthy peers mostly do not."""
+
+    component: Component = Field(description="Component.")
+    version: Version = Field(description="The version the stragglers share.")
+    stragglers_with: int = Field(ge=0, le=MAX_NODES, description="Stragglers running it.")
+    stragglers: int = Field(ge=1, le=MAX_NODES, description="Stragglers of the profile.")
+    peers_with: int = Field(ge=0, le=MAX_NODES, description="Healthy peers running it.")
+    peers: int = Field(ge=0, le=MAX_NODES, description="Healthy peers of the profile.")
+    p_value: float = Field(
+        ge=0, le=1, description="Fisher's exact test, one-sided: the association by chance."
+    )
+
+
+class StragglersFlagged(EventData):
+    """The stragglers of one hardware profile changed (seed 000's "silent slow node"): nodes
+    whose busbw or clocks are outliers against their peers, outside any rollout, and the
+    component versions they share that their healthy peers do not. An empty ``stragglers``
+    says the profile has none left."""
+
+    event_type: ClassVar[str] = "drift.stragglers"
+    schema_version: ClassVar[int] = 1
+
+    profile: Name = Field(description="Hardware profile whose nodes were compared.")
+    evaluated_at: AwareDatetime = Field(description="When the window ended.")
+    window_s: int = Field(gt=0, le=INT32_MAX, description="Length of the window judged.")
+    nodes: int = Field(ge=0, le=MAX_NODES, description="Nodes of the profile with samples.")
+    stragglers: tuple[Straggler, ...] = Field(
+        max_length=MAX_ITEMS, description="Every straggler, worst first."
+    )
+    shared_versions: tuple[SharedVersion, ...] = Field(
+        default=(), max_length=MAX_SMALL, description="Versions the stragglers share."
+    )
+
+
 class AdmissionCheckRequested(EventData):
     """A scheduler asks whether a job's nodes run the job's stack."""
 
@@ -657,6 +705,7 @@ CATALOGUE: tuple[type[EventData], ...] = (
     HealthObserved,
     DriftDetected,
     DriftResolved,
+    StragglersFlagged,
     AdmissionCheckRequested,
     AdmissionCheckAnswered,
     FleetQueryRequested,

@@ -92,6 +92,7 @@ def unpivot_sql(metrics: Collection[str] | None) -> str:
     )
 
 
+STRAGGLER_LOCK_KEY = 0x4C53_5354  # "LSST": the straggler evaluation's advisory lock
 _WAVE = "rollout_id, wave, state, planned_at, completed_at, soak_seconds"
 _VERDICT = "rollout_id, wave, kind, decision, window_start, window_end, policy_digest, event_id"
 
@@ -108,6 +109,13 @@ def verdict_of(row: Any) -> VerdictRecord:
         policy_digest=row["policy_digest"],
         event_id=row["event_id"],
     )
+
+
+async def read_stragglers(conn: Conn) -> list[dict[str, Any]]:
+    """Each profile's last straggler finding (``drift.stragglers`` data), for readers outside
+    the service (``lockstep fleet stragglers``)."""
+    rows = await conn.fetch("SELECT finding FROM stragglers ORDER BY profile")
+    return [json.loads(r["finding"]) for r in rows]
 
 
 async def read_verdicts(conn: Conn, rollout_id: str, wave: int | None) -> list[VerdictRecord]:
@@ -188,6 +196,56 @@ class PgGateTx:
             metric=[r[1] for r in rows],
             value=[r[2] for r in rows],
             time=[r[3] for r in rows],
+        )
+
+    async def node_medians(
+        self, metrics: Collection[str], since: datetime, until: datetime
+    ) -> dict[str, dict[str, float]]:
+        """Per-node medians (percentile_cont ignores the NULLs of reports without the signal),
+        for nodes in no wave being updated or soaked."""
+        columns = [c for c in COLUMNS if c in metrics]  # names from COLUMNS, never from input
+        if not columns:
+            return {}
+        medians = ", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {c})" for c in columns)
+        busy = ", ".join(f"'{s}'" for s in (WaveState.UPDATING, WaveState.SOAKING))
+        rows = await self.conn.fetch(
+            f"SELECT node_id, {medians} FROM health_samples"
+            " WHERE observed_at >= $1 AND observed_at < $2 AND node_id NOT IN ("
+            "  SELECT m.node_id FROM wave_members m JOIN waves w USING (rollout_id, wave)"
+            f"  WHERE w.state IN ({busy}))"
+            " GROUP BY node_id",
+            since,
+            until,
+        )
+        return {
+            r[0]: {c: float(r[i + 1]) for i, c in enumerate(columns) if r[i + 1] is not None}
+            for r in rows
+        }
+
+    async def take_straggler_turn(self) -> None:
+        """A transaction-scoped advisory lock."""
+        await self.conn.execute("SELECT pg_advisory_xact_lock($1)", STRAGGLER_LOCK_KEY)
+
+    async def flagged(self, profile: str) -> frozenset[str] | None:
+        """The last reported stragglers of the profile."""
+        ids = await self.conn.fetchval(
+            "SELECT node_ids FROM stragglers WHERE profile = $1", profile
+        )
+        return None if ids is None else frozenset(ids)
+
+    async def save_flagged(
+        self, profile: str, node_ids: Collection[str], finding: dict[str, Any], at: datetime
+    ) -> None:
+        """Upsert the profile's row."""
+        await self.conn.execute(
+            "INSERT INTO stragglers (profile, node_ids, finding, evaluated_at)"
+            " VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (profile) DO UPDATE SET"
+            " node_ids = excluded.node_ids, finding = excluded.finding,"
+            " evaluated_at = excluded.evaluated_at",
+            profile,
+            sorted(node_ids),
+            json.dumps(finding),
+            at,
         )
 
     async def add_wave(self, wave: Wave) -> bool:

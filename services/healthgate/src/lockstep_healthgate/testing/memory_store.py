@@ -9,10 +9,13 @@ together when its block ends and vanish if it raises. Committed events are in ``
 from __future__ import annotations
 
 import dataclasses
+import statistics
+from collections import defaultdict
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import Any
 
 from lockstep_common.envelope import Envelope, EventData, source_of
 from lockstep_common.outbox import EventSink
@@ -36,6 +39,8 @@ class _Tables:
     leases: dict[tuple[str, int], _Lease] = field(default_factory=dict)
     verdicts: dict[tuple[str, int], VerdictRecord] = field(default_factory=dict)
     days: set[date] = field(default_factory=set)
+    stragglers: dict[str, frozenset[str]] = field(default_factory=dict)
+    findings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         return _Tables(
@@ -44,6 +49,8 @@ class _Tables:
             {k: dataclasses.replace(v) for k, v in self.leases.items()},
             dict(self.verdicts),
             set(self.days),
+            dict(self.stragglers),
+            dict(self.findings),
         )
 
 
@@ -90,6 +97,39 @@ class MemoryGateTx:
             value=[r.value for r in chosen],
             time=[r.observed_at.timestamp() for r in chosen],
         )
+
+    async def node_medians(
+        self, metrics: Collection[str], since: datetime, until: datetime
+    ) -> dict[str, dict[str, float]]:
+        """Medians of the window's readings, nodes of updating or soaking waves left out."""
+        busy = {
+            n
+            for w in self.t.waves.values()
+            if w.state in (WaveState.UPDATING, WaveState.SOAKING)
+            for n in (m.node_id for m in w.members)
+        }
+        values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in self.t.samples:
+            if r.metric in metrics and since <= r.observed_at < until and r.node_id not in busy:
+                values[r.node_id][r.metric].append(r.value)
+        return {
+            n: {m: statistics.median(v) for m, v in by_metric.items()}
+            for n, by_metric in values.items()
+        }
+
+    async def take_straggler_turn(self) -> None:
+        """One process: nothing to wait for."""
+
+    async def flagged(self, profile: str) -> frozenset[str] | None:
+        """Last reported."""
+        return self.t.stragglers.get(profile)
+
+    async def save_flagged(
+        self, profile: str, node_ids: Collection[str], finding: dict[str, Any], at: datetime
+    ) -> None:
+        """Replace."""
+        self.t.stragglers[profile] = frozenset(node_ids)
+        self.t.findings[profile] = finding
 
     async def add_wave(self, wave: Wave) -> bool:
         """Keep the first."""

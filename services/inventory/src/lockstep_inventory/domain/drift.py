@@ -27,11 +27,11 @@ import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from lockstep_common.compatibility.items import drift_item
+from lockstep_common.compatibility.rules import CompatibilityRules, check_compatibility
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
-from lockstep_inventory.domain.items import drift_item
 from lockstep_inventory.domain.members import version_set
-from lockstep_inventory.domain.rules import CompatibilityRules, check_compatibility
 
 
 def _difference(
@@ -160,9 +160,19 @@ class Emit(enum.StrEnum):
     IGNORED = "ignored"  # stale or duplicate report: no state change at all
 
 
-def decide(previous: Collection[DriftItem], current: Collection[DriftItem]) -> Emit:
+def decide(
+    previous: Collection[DriftItem], current: Collection[DriftItem], *, pinned: bool = True
+) -> Emit:
     """``drift.detected`` when the set changed and is not empty, ``drift.resolved`` when it
-    became empty, otherwise nothing: never one event per sweep."""
+    became empty, otherwise nothing: never one event per sweep.
+
+    A node with no pin (``pinned=False``) has every component ``unknown``: that is the absence of
+    a golden stack, not drift, so only its other items (compatibility) are announced; otherwise a
+    fleet's first sweep before any pin would send one ``drift.detected`` per node (issue 14).
+    """
+    if not pinned:
+        previous = [i for i in previous if i.kind is not DriftKind.UNKNOWN]
+        current = [i for i in current if i.kind is not DriftKind.UNKNOWN]
     if drift_key(previous) == drift_key(current):
         return Emit.NOTHING
     return Emit.DETECTED if current else Emit.RESOLVED

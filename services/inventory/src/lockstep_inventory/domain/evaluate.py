@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.events.v1 import DriftItem, NodeAdmission
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, clip_text
 from lockstep_inventory.domain.drift import classify
@@ -13,7 +14,6 @@ from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import version_set
 from lockstep_inventory.domain.observation import IN_BAND, Observation, merge
 from lockstep_inventory.domain.pins import Pin
-from lockstep_inventory.domain.rules import CompatibilityRules
 
 # Drift kinds that make a node unfit for any job, whatever stack the job asks for.
 UNFIT: frozenset[DriftKind] = frozenset({DriftKind.INCOMPATIBLE, DriftKind.GSP_MISMATCH})

@@ -24,9 +24,10 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.events.v1 import DriftDetected, DriftItem, DriftResolved
 from lockstep_common.vocabulary import ObservationSource
-from lockstep_inventory.domain.drift import Emit, decide
+from lockstep_inventory.domain.drift import Emit, decide, drift_key
 from lockstep_inventory.domain.evaluate import RolloutFacts, evaluate
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import (
@@ -37,7 +38,6 @@ from lockstep_inventory.domain.observation import (
     content_digest,
 )
 from lockstep_inventory.domain.pins import Pin, pin_of
-from lockstep_inventory.domain.rules import CompatibilityRules
 
 Key = tuple[str, ObservationSource]  # (node id, source): one stored report
 Observations = dict[str, dict[ObservationSource, Observation]]  # node -> source -> report
@@ -226,10 +226,13 @@ def judge(
     """
     pin = pin_of(node, pins)
     items = evaluate(node, observations, pin, facts, today=now.date(), rules=rules)
-    emit = decide(previous.items if previous else (), items)
+    emit = decide(previous.items if previous else (), items, pinned=pin is not None)
     stack_hash = pin.stack_hash if pin else None
     if emit is Emit.NOTHING and previous is not None:
-        return Judgement(node.id, DriftRow(stack_hash, previous.items, previous.since, now), None)
+        # Nothing to announce; the stored set still follows what was seen (an unpinned node's
+        # unknown versions change without an event), keeping when the drift began.
+        kept = previous.items if drift_key(previous.items) == drift_key(items) else items
+        return Judgement(node.id, DriftRow(stack_hash, kept, previous.since, now), None)
     row = DriftRow(stack_hash, items, now, now)
     event: DriftDetected | DriftResolved | None = None
     if emit is Emit.DETECTED:

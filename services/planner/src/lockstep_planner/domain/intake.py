@@ -45,6 +45,9 @@ DURATIONS: dict[str, tuple[int, int]] = {
 
 UNEXPLAINED = frozenset({DriftKind.UNEXPECTED, DriftKind.INCOMPATIBLE, DriftKind.GSP_MISMATCH})
 """Drift the planner will not paper over; ``pending`` (mid-rollout) and ``missing`` are not."""
+REMEDIABLE = frozenset({DriftKind.INCOMPATIBLE, DriftKind.GSP_MISMATCH})
+"""Unexplained drift a rollout may repair: moved anyway when the target leaves the node with no
+critical broken rule (``compatibility.check_target``)."""
 
 
 def kind_of(component: AttestedComponent) -> ComponentKind:
@@ -97,15 +100,19 @@ def stack_of(components: Iterable[AttestedComponent]) -> dict[str, dict[str, str
     return {p: dict(sorted(v.items())) for p, v in sorted(stack.items())}
 
 
-def why_excluded(node: FleetNode) -> str | None:
-    """Why inventory's view of a node makes it unfit to move, or None."""
-    if node.readable is not True:
-        return "BMC unreadable" if node.readable is False else "never read"
-    kinds = sorted({str(i.kind) for i in node.drift if i.kind in UNEXPLAINED})
-    return f"unexplained drift ({', '.join(kinds)})" if kinds else None
+def is_drifted(node: FleetNode, *, remedied: bool) -> bool:
+    """Unexplained drift keeps a node out, unless it is only incompatibility the target repairs."""
+    kinds = {i.kind for i in node.drift if i.kind in UNEXPLAINED}
+    return bool(kinds - REMEDIABLE) if remedied else bool(kinds)
 
 
-def node_of(node: FleetNode, target: Mapping[str, Mapping[str, str]], stack_hash: str) -> Node:
+def node_of(
+    node: FleetNode,
+    target: Mapping[str, Mapping[str, str]],
+    stack_hash: str,
+    *,
+    remedied: bool = False,
+) -> Node:
     """The planning model of one inventory node.
 
     Its stack is the target's hash when every component the target pins for its profile is
@@ -126,7 +133,7 @@ def node_of(node: FleetNode, target: Mapping[str, Mapping[str, str]], stack_hash
         fabric_domain=node.fabric_domain or None,
         power_side=side,
         stack=stack_hash if at_target else canonical.stack_hash({node.profile: observed}),
-        drifted=any(i.kind in UNEXPLAINED for i in node.drift),
+        drifted=is_drifted(node, remedied=remedied),
         readable=node.readable is True,
     )
 

@@ -1,11 +1,12 @@
 """Compatibility rules of a node's software tuple (design.md "inventory"; standards.md section 7).
 
-The table is data, validated by strict pydantic models (``rules_table.py``): CUDA major -> driver
+The table is data, validated by strict pydantic models (``table.py``): CUDA major -> driver
 floor (minor-version compatibility), CUDA toolkit release -> minimum driver, data-center driver
 branches (type, end of life, max CUDA major, GPU architectures), GPU architecture per hardware
 profile, and the "equal to the driver" invariants (GSP firmware, seed 004; Fabric Manager). The
-service reads it once at start (``adapters/rules_file.py``: the packaged
-``lockstep_inventory/data/compatibility.json``, or ``RULES_FILE``) and passes it in.
+services read it once at start (``files.load_rules``: the packaged ``data/compatibility.json``,
+or the operator's file) and pass it in: the inventory judges drift by it, the planner a
+rollout's target stack.
 :func:`check_compatibility` is pure: same inputs, same :class:`DriftItem` list, each naming the
 rule it broke. The table is parsed in pydantic's strict JSON mode (ISO dates and enum values as
 JSON strings, nothing coerced from other types).
@@ -18,16 +19,16 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import cache
 
-from lockstep_common.events.v1 import DriftItem
-from lockstep_common.vocabulary import Component, DriftKind, Severity
-from lockstep_inventory.domain.items import drift_item
-from lockstep_inventory.domain.rules_table import (
+from lockstep_common.compatibility.items import drift_item
+from lockstep_common.compatibility.table import (
     Branch,
     BranchType,
     CompatibilityRules,
     RulesError,
     parse_rules,
 )
+from lockstep_common.events.v1 import DriftItem
+from lockstep_common.vocabulary import Component, DriftKind, Severity
 
 __all__ = [
     "Branch",

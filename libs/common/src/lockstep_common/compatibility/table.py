@@ -1,7 +1,7 @@
 """The compatibility table's schema and parser (standards.md section 7).
 
-The table itself is data the service reads at start (``adapters/rules_file.py``: the packaged
-``lockstep_inventory/data/compatibility.json`` or ``RULES_FILE``); this module only validates it.
+The table itself is data a service reads at start (``files.load_rules``: the packaged
+``data/compatibility.json`` or the operator's file); this module only validates it.
 Parsed in pydantic's strict JSON mode: ISO dates and enum values as JSON strings, nothing coerced
 from other types, unknown keys refused; :class:`RulesError` names every offending field.
 """
