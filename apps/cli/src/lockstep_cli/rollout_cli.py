@@ -29,6 +29,7 @@ from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
     import asyncpg
+    from rich.console import Console
 
     from lockstep_common.events.v1 import IntentSubmitted, ScopeSelector, Strategy
     from lockstep_planner.settings import Settings
