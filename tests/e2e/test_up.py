@@ -323,10 +323,10 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
     shows("bundle.attested gb200-golden 2026.12.1")
     shows("strata covered by the canary, with their control groups")
     shows("approved by alice (Ed25519 over the plan hash")
-    canary = re.search(r"canary: (\d+)/(\d+) nodes flashed", out)
-    assert canary and canary[1] == canary[2] and int(canary[1]) >= 5, out
+    canary = re.search(r"canary: (\d+)/(\d+) nodes flashed \(.*\), (\d+) drained and given", out)
+    assert canary and canary[1] == canary[2] == canary[3] and int(canary[1]) >= 5, out
     shows("gate.passed wave 0")
-    shows("nodes of later waves flashed before the gate passed: 0")
+    shows("nodes of later waves flashed before the gate released them: 0")
     # The occupied fabric domain waits (none drained, none activated) until its cluster ends.
     assert re.search(r"wait while llm-pretrain-7 runs .*drained: 0\); activated: 0", out), out
     shows("its drain is still ops-oncall's")

@@ -18,8 +18,10 @@ before the system starts.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -255,16 +257,17 @@ class RolloutStory:
         await self._approve(rollout)
 
         c.rule("the canary, flashed and gated")
-        await self._wait("planner", f"wave.planned.{rollout}")
-        passed = await self._wait("healthgate", f"gate.passed.{rollout}", timeout_s=90)
+        early = await self._before_release(rollout, later)
+        passed = await self._wait("healthgate", f"gate.passed.{rollout}")
         flashed = [n for n in sorted(canary) if self._pushes(n)]
+        resumed = {e.node_id for e in self.rt.scheduler.ledger if e.action == "resume"}
+        back = [n for n in flashed if n in resumed and self.rt.scheduler.node(n).drain is None]
         c.print(
             f"  canary: {len(flashed)}/{len(canary)} nodes flashed "
-            f"({self._versions(flashed[0])}), drained and given back"
+            f"({self._versions(flashed[0])}), {len(back)} drained and given back"
         )
         c.print(f"  gate.passed wave 0: {_evidence(passed[0])}", highlight=False)
-        untouched = [n for n in later if self._pushes(n)]
-        c.print(f"  nodes of later waves flashed before the gate passed: {len(untouched)}")
+        c.print(f"  nodes of later waves flashed before the gate released them: {early}")
 
         c.rule("the wave: one fabric domain occupied, one node drained by someone else")
         others = [n for n in later if n not in occupied and n != foreign]
@@ -520,6 +523,23 @@ class RolloutStory:
         comps = self.rt.simulator.bmc(node).node.components
         seen = {c.cls.kind: c.version for c in comps.values() if c.cls.kind in NEW}
         return ", ".join(f"{k} {seen[k]}" for k in ("bmc", "nic", "gpu") if k in seen)
+
+    async def _before_release(self, rollout: str, later: list[str]) -> int:
+        """How many nodes of the later waves received a push before the planner released
+        wave 1 (after the canary's gate passed). Pushes are read before the release is, so a
+        push counted here certainly came before it."""
+        deadline = time.monotonic() + 90
+        early = 0
+        while time.monotonic() < deadline:
+            pushed = sum(1 for n in later if self._pushes(n))
+            released = await self.pools["planner"].fetchval(
+                "SELECT count(*) FROM outbox WHERE subject = $1", f"wave.planned.{rollout}"
+            )
+            if released >= 2:
+                return early
+            early = max(early, pushed)
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"timed out waiting for {rollout}'s canary gate to release wave 1")
 
     async def _flipped_back(self, rollout: str) -> dict[str, str] | None:
         """The rollout's flip-back items by node, once every one has ended."""
