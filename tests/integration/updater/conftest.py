@@ -4,7 +4,7 @@ store, with the inventory's answers given directly: everything but NATS and Post
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.testing.memory_store import MemoryStore
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+from tests.integration.updater.slurm_cluster import SlurmCluster, missing
 
 STACK = "b" * 64
 ROLLOUT = "r-7"
@@ -142,3 +143,31 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     finally:
         rt.simulator.set_faults(None)
         await rt.stop()
+
+
+SLURM_NODES = ("node-00000", "node-00001", "node-00002")
+"""The Slurm cluster's nodes: named as the simulated fleet's first nodes, so one node id means
+the same machine to the BMC simulator and to Slurm."""
+
+
+@pytest.fixture(scope="session")
+def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    absent = missing()
+    if absent:
+        pytest.skip(
+            f"Slurm is not installed here: {', '.join(absent)} found neither on PATH nor "
+            "in /usr/sbin (apt-get install slurm-wlm munge)"
+        )
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), SLURM_NODES)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The private Slurm cluster, every node idle and no job of an earlier test left."""
+    yield slurm_session
+    slurm_session.reset()

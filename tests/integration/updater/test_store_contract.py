@@ -133,6 +133,32 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_holder_fenced_out(
     )
 
 
+async def test_only_an_item_nobody_holds_in_a_named_step_is_claimed_as_orphaned(
+    store: UpdaterStore,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n1", "n2"), None)
+        first = await tx.claim(60)
+        second = await tx.claim(60)
+    assert first is not None and second is not None
+    async with store.transaction() as tx:
+        for target in (NodeStep.STAGING, NodeStep.CORDONING, NodeStep.DRAINING):
+            await tx.advance(first, target)  # released, nobody claims it again
+        await tx.advance(second, NodeStep.STAGING, retry_in_s=60)  # waiting for its retry
+    draining = frozenset({NodeStep.DRAINING})
+    async with store.transaction() as tx:
+        assert await tx.claim_orphan(3600, 60, draining) is None  # released only just now
+        assert await tx.claim_orphan(0, 60, frozenset({NodeStep.STAGING})) is None  # waiting
+        orphan = await tx.claim_orphan(0, 60, draining)
+        assert await tx.claim_orphan(0, 60, draining) is None  # now held by the reaper
+    assert orphan is not None
+    assert (orphan.node_id, orphan.state, orphan.attempts) == ("n1", NodeStep.DRAINING, 1)
+    async with store.transaction() as tx:
+        assert await tx.still_holds(orphan, 60)
+        assert not await tx.still_holds(first, 60)  # the dead worker is fenced out
+
+
 async def test_a_move_the_table_forbids_is_refused_and_nothing_commits(
     store: UpdaterStore,
 ) -> None:

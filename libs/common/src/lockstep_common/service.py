@@ -33,6 +33,7 @@ from lockstep_common.envelope import EventRegistry, source_of
 from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
+from lockstep_common.query_gauges import RUNTIME_GAUGES, QueryGauges
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings, explain, unknown_variables
 from lockstep_common.subjects import Namespace
@@ -88,7 +89,7 @@ class ServiceApp:
         self.namespace = Namespace(settings.namespace)
         self.metrics = Metrics(name)
         self._migration_package = migration_package
-        self._workers = tuple(workers)
+        self._workers = (*workers, QueryGauges(self.metrics.registry, RUNTIME_GAUGES))
         self._registry = registry
         self._runners: list[ConsumerRunner] = []
         self.relay: OutboxRelay | None = None

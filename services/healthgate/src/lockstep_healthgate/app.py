@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
+from lockstep_healthgate.adapters.gauges import GAUGES
 from lockstep_healthgate.domain.policy import Policy, PolicyError
 from lockstep_healthgate.handlers import GateConfig, Handlers
 from lockstep_healthgate.maintenance import PartitionKeeper
@@ -65,5 +67,6 @@ def create_app(settings: Settings) -> ServiceApp:
             namespace=app.namespace,
             source=app.source,
         ),
+        QueryGauges(app.metrics.registry, GAUGES),
     )
     return app

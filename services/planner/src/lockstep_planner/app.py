@@ -8,8 +8,10 @@ from lockstep_common.compatibility.files import load_rules
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.fleet_query import FleetQuery
+from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import Resources, ServiceApp
 from lockstep_planner.adapters.approvers import ApproversError, load_approvers
+from lockstep_planner.adapters.gauges import GAUGES
 from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
 from lockstep_planner.adapters.repository import PostgresStore
 from lockstep_planner.domain.classes import Policy, PolicyError
@@ -75,6 +77,7 @@ def create_app(settings: Settings) -> ServiceApp:
             poll_s=settings.worker_poll_s,
             lease_s=settings.lease_s,
             max_attempts=settings.max_attempts,
-        )
+        ),
+        QueryGauges(app.metrics.registry, GAUGES),
     )
     return app

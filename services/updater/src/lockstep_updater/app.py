@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
+from lockstep_updater.adapters.gauges import GAUGES
 from lockstep_updater.router import subscriptions
 from lockstep_updater.settings import Settings
 from lockstep_updater.worker import UpdaterWorker
@@ -18,5 +20,7 @@ def create_app(settings: Settings) -> ServiceApp:
         subscriptions=subscriptions(),
         migration_package="lockstep_updater.migrations",
     )
-    app.add_workers(UpdaterWorker(settings, app.namespace, NAME))
+    app.add_workers(
+        UpdaterWorker(settings, app.namespace, NAME), QueryGauges(app.metrics.registry, GAUGES)
+    )
     return app

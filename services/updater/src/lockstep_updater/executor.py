@@ -30,6 +30,7 @@ from typing import Any
 
 from lockstep_common import subjects
 from lockstep_common.envelope import EventData
+from lockstep_common.errors import PermanentError
 from lockstep_common.events.v1 import (
     AttestedComponent,
     DeviceActivated,
@@ -58,6 +59,7 @@ from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.guard import Decision, Verdict, decide
+from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.targets import targets_for
 from lockstep_updater.ports import DrainState, ForeignDrain, Images, NodeFacts, Scheduler
@@ -158,6 +160,41 @@ class Executor:
             count += 1
         return count
 
+    async def reap(self, ttl_s: float) -> int:
+        """End the items of workers that died holding a node cordoned: every item in a
+        draining, activating or uncordoning step that no claim has held for ``ttl_s`` (more
+        than a lease: a live worker renews its lease every third of it). A drain with nothing
+        written yet is given back and the node fails with the reason; a node whose firmware may
+        have changed is quarantined (``domain.orphans``). Items already giving their node back
+        are finished right away. Returns how many items were taken."""
+        count = 0
+        for idle_s, states in ((ttl_s, ORPHANABLE), (0.0, frozenset({S.UNCORDONING}))):
+            while True:
+                async with self.store.transaction() as tx:
+                    claim = await tx.claim_orphan(idle_s, self.policy.lease_s, states)
+                if claim is None:
+                    break
+                count += 1
+                try:
+                    if claim.state is S.UNCORDONING:
+                        await self.run(claim)
+                    else:
+                        await self._orphaned(claim, ttl_s)
+                except LostClaim:
+                    log.warning("%s: orphaned item taken over by another claim", claim.node_id)
+        return count
+
+    async def _orphaned(self, claim: Claim, ttl_s: float) -> None:
+        progress = claim.progress
+        target = orphan_end(claim.state, progress)
+        reason = f"orphaned: no worker held the {claim.state.value} step for {ttl_s:g}s"
+        if target is S.UNCORDONING:
+            progress["ending"] = S.FAILED.value
+            reason += "; Lockstep's drain given back"
+        else:
+            reason += "; the firmware may have changed, kept out of service"
+        await self._end(claim, target, reason, progress)
+
     # -- dispatch --------------------------------------------------------------------------
 
     async def run(self, claim: Claim) -> None:
@@ -191,8 +228,9 @@ class Executor:
             await self._end(claim, self._failure_end(claim), str(exc), progress)
         except (BmcUnavailable, OSError) as exc:
             await self._retry_or_give_up(claim, progress, exc)
-        except (BmcError, ImageDigestMismatch) as exc:
-            # A BMC that refuses, answers malformed, or an image that changed: permanent.
+        except (BmcError, ImageDigestMismatch, PermanentError) as exc:
+            # A BMC that refuses, answers malformed, an image that changed, or a scheduler that
+            # refuses (a node it does not know, no privilege): permanent.
             await self._end(claim, self._failure_end(claim), str(exc), progress)
 
     # -- steps -----------------------------------------------------------------------------

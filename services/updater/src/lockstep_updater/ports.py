@@ -2,21 +2,28 @@
 
 - :class:`NodeFacts`: a node as the inventory knows it now (``fleet.query``), re-read before
   every write (design.md non-negotiable 4: read before write).
-- :class:`Scheduler`: cordon, drain and resume, per pool (the simulator's scheduler API now;
-  Slurm and Kubernetes behind the same four calls later).
+- :class:`Scheduler`: cordon, drain and resume (the simulator's scheduler API and Slurm,
+  ``schedulers.py`` picks one; Kubernetes behind the same calls later).
 - :class:`Images`: the bytes of one image of an attested bundle.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Protocol
 
-from lockstep_common.errors import PermanentError
+from lockstep_common.errors import PermanentError, TransientError
 from lockstep_common.events.v1 import FleetNode
+from lockstep_updater.domain.drains import OWNER, DrainState
 
-OWNER = "lockstep-updater"
-"""Who Lockstep's drains are by: a drain by anyone else is foreign and is never undone."""
+__all__ = [
+    "OWNER",
+    "DrainState",
+    "ForeignDrain",
+    "Images",
+    "NodeFacts",
+    "Scheduler",
+    "SchedulerUnavailable",
+]
 
 
 class NodeFacts(Protocol):
@@ -25,13 +32,9 @@ class NodeFacts(Protocol):
         ...
 
 
-class DrainState(enum.StrEnum):
-    """How far a drain the scheduler was asked for has come."""
-
-    DRAINING = "draining"
-    DRAINED = "drained"
-    NOT_DRAINED = "not_drained"
-    """No drain at all (someone resumed it), or a drain that is not Lockstep's."""
+class SchedulerUnavailable(TransientError, OSError):
+    """The scheduler did not answer usefully; try the step again later (an ``OSError``, so the
+    executor retries the step like any other "not now")."""
 
 
 class ForeignDrain(PermanentError):

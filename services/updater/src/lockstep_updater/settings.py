@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -22,9 +23,23 @@ class Settings(ServiceSettings):
         description="Directories attested bundles may be read from (a JSON list). An image "
         "anywhere else is refused: the node fails before anything is sent.",
     )
+    scheduler: Literal["sim", "slurm"] = Field(
+        default="sim",
+        description="Which scheduler the updater drains nodes with: the simulator's scheduler "
+        "API (scheduler_url) or a Slurm cluster through scontrol (slurm_*).",
+    )
     scheduler_url: str = Field(
         default="http://127.0.0.1:8001",
         description="Base URL of the scheduler API (the simulator's /scheduler/...).",
+    )
+    slurm_scontrol: str = Field(
+        default="scontrol", description="The scontrol program (a path, or a name on PATH)."
+    )
+    slurm_conf: str | None = Field(
+        default=None, description="SLURM_CONF for scontrol; unset: Slurm's own default."
+    )
+    slurm_timeout_s: float = Field(
+        default=30.0, gt=0, description="How long one scontrol call may take, seconds."
     )
     worker_poll_s: float = Field(default=1.0, gt=0, description="Work poll when idle, seconds.")
     workers: int = Field(default=4, ge=1, le=256, description="Nodes worked on at once.")
@@ -35,6 +50,15 @@ class Settings(ServiceSettings):
     drain_poll_s: float = Field(default=5.0, gt=0, description="Between drain checks, seconds.")
     drain_deadline_s: float = Field(
         default=3600.0, gt=0, description="A node not drained by then is restored and skipped."
+    )
+    orphan_ttl_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="A node left cordoned by a worker that died (no live lease for this long) "
+        "is given back and its item failed (> lease_s).",
+    )
+    reap_interval_s: float = Field(
+        default=60.0, gt=0, description="Between searches for such orphaned drains, seconds."
     )
     fleet_timeout_s: float = Field(
         default=5.0, gt=0, description="How long a fleet.query may take, seconds."

@@ -129,6 +129,14 @@ class UpdaterTx(Protocol):
         next fencing token, one more attempt, a lease of ``lease_s``."""
         ...
 
+    async def claim_orphan(
+        self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
+    ) -> Claim | None:
+        """Claim the oldest item in one of ``states`` that nobody has held for ``idle_s``: its
+        holder's lease lapsed (or it was released) at least that long ago and no claim took it
+        since. The next fencing token, a lease of ``lease_s``; attempts are not counted."""
+        ...
+
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
         """Lock the item, check this claim was not taken over (the fence) and extend it."""
         ...

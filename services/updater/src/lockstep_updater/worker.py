@@ -21,8 +21,8 @@ from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.repository import PostgresStore
-from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.schedulers import scheduler_for
 from lockstep_updater.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class UpdaterWorker:
         return Executor(
             PostgresStore(resources.pool, self.source),
             FleetQuery(resources.nc, self.namespace, self.source, timeout_s=s.fleet_timeout_s),
-            SimScheduler(s.scheduler_url),
+            scheduler_for(s),
             BundleImages(s.bundle_roots),
             self.policy,
             image_server=server,
@@ -68,7 +68,19 @@ class UpdaterWorker:
                 server = ImageServer(s.image_server_host, s.image_server_port)
                 await stack.enter_async_context(server)
             executor = self.executor(resources, server)
-            await asyncio.gather(*(self._loop(executor, stopping) for _ in range(s.workers)))
+            loops = [self._loop(executor, stopping) for _ in range(s.workers)]
+            await asyncio.gather(*loops, self._reaper(executor, stopping))
+
+    async def _reaper(self, executor: Executor, stopping: asyncio.Event) -> None:
+        """Every ``reap_interval_s``, give back the drains of workers that died (``reap``): a
+        node is left cordoned without an owner at most ``orphan_ttl_s`` + that interval."""
+        while not stopping.is_set():
+            try:
+                await executor.reap(self.settings.orphan_ttl_s)
+            except Exception:
+                log.exception("updater reaper: error; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=self.settings.reap_interval_s)
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
         while not stopping.is_set():

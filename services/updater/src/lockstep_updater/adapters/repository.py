@@ -206,6 +206,28 @@ class PostgresTx:
         assert claimed is not None  # noqa: S101 - the row is locked by the SELECT above
         return _claim(claimed)
 
+    async def claim_orphan(
+        self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
+    ) -> Claim | None:
+        row = await self.conn.fetchrow(
+            "SELECT id FROM node_work WHERE state = ANY($1::text[])"
+            " AND COALESCE(lease_until, updated_at) <= now() - make_interval(secs => $2)"
+            " ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1",
+            sorted(s.value for s in states - TERMINAL),
+            idle_s,
+        )
+        if row is None:
+            return None
+        claimed = await self.conn.fetchrow(
+            "UPDATE node_work SET lease_token = lease_token + 1, claimed_at = now(),"
+            " updated_at = now(), lease_until = now() + make_interval(secs => $2) WHERE id = $1"
+            f" RETURNING {_CLAIM_COLUMNS}",
+            row["id"],
+            lease_s,
+        )
+        assert claimed is not None  # noqa: S101 - the row is locked by the SELECT above
+        return _claim(claimed)
+
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
         row = await self.conn.fetchrow(
             "SELECT lease_token, state FROM node_work WHERE id = $1 FOR UPDATE", claim.id

@@ -12,12 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from lockstep_common.errors import TransientError
-from lockstep_updater.ports import OWNER, DrainState, ForeignDrain
-
-
-class SchedulerUnavailable(TransientError, OSError):
-    """The scheduler did not answer usefully; try the step again later."""
+from lockstep_updater.ports import OWNER, DrainState, ForeignDrain, SchedulerUnavailable
 
 
 class SimScheduler:

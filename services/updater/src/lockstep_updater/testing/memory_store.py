@@ -49,6 +49,7 @@ class Item:
     lease_token: int = 0
     lease_until: datetime | None = None
     claimed_at: datetime | None = None
+    released_at: datetime | None = None
     reason: str = ""
     pool: str = ""
     progress: dict[str, Any] = field(default_factory=dict)
@@ -245,6 +246,19 @@ class MemoryTx:
         item.claimed_at = self.now
         return self._claim_of(item)
 
+    async def claim_orphan(
+        self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
+    ) -> Claim | None:
+        since = self.now - timedelta(seconds=idle_s)
+        for _, item in sorted(self.tables.items.items()):
+            idle = item.lease_until or item.released_at or item.claimed_at
+            if item.state in states - TERMINAL and idle is not None and idle <= since:
+                item.lease_token += 1
+                item.lease_until = self.now + timedelta(seconds=lease_s)
+                item.claimed_at = self.now
+                return self._claim_of(item)
+        return None
+
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
         item = self.tables.items[claim.id]
         if item.lease_token != claim.token or item.state in TERMINAL:
@@ -300,6 +314,7 @@ class MemoryTx:
             item.progress = copy.deepcopy(progress)
         item.lease_until = self.now + timedelta(seconds=retry_in_s) if retry_in_s else None
         item.updated_at = self.now
+        item.released_at = self.now
         record = StepRecord(
             claim.rollout_id,
             claim.wave,
