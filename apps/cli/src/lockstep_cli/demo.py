@@ -263,7 +263,9 @@ async def _attestation(console: Console, p: Participants, bundle: Path) -> None:
     tampered = bundle.parent / "tampered"
     shutil.copytree(bundle, tampered, dirs_exist_ok=True)
     with (tampered / "images" / "psu.bin").open("r+b") as f:
-        f.write(b"\x00")
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))  # changed for sure (writing 0 may change nothing)
     await p.submit(tampered)
     rejected = await until(
         lambda: _last(js, p.producer, subjects.bundle_rejected()), "rejected", 60
