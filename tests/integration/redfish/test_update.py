@@ -129,6 +129,7 @@ async def test_push_stage_activate_and_verify(make_sim: Factory) -> None:
     (push,) = actions(sim, PUSH)
     assert push["status"] == 202 and push["stage"] is True and push["targets"] == [GPU0, GPU1]
     assert push["bytes"] == len(GPU_IMAGE.data)
+    assert push["sha384"] == hashlib.sha384(GPU_IMAGE.data).hexdigest()
     (activate,) = actions(sim, "UpdateService.Activate", 202)
     assert activate["targets"] == ["HGX_FW_GPU_0", "HGX_FW_GPU_1"]
     assert version(sim, GPU0) == NEW_GPU_VERSION and version(sim, f"{FW}/HGX_FW_GPU_2") == OLD

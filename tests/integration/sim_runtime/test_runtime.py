@@ -70,8 +70,19 @@ async def test_fleet_runtime_end_to_end(servers: Servers, namespace: str) -> Non
         url = f"{runtime.scheduler_url}/scheduler/nodes/{node['id']}"
         drained = await _json(http, "POST", f"{url}/drain", json={"reason": "fw", "by": "t"})
         assert drained["state"] == "drained"
+        # Every BMC ledger entry carries the node's scheduler state at the instant it was taken.
+        login = {"UserName": DEFAULT_USERNAME, "Password": DEFAULT_PASSWORD}
+        async with http.post(f"{node['bmc_url']}/redfish/v1/SessionService/Sessions", json=login):
+            pass
         resumed = await _json(http, "POST", f"{url}/resume", json={"by": "t"})
         assert resumed["state"] == "idle"
+        async with http.post(f"{node['bmc_url']}/redfish/v1/SessionService/Sessions", json=login):
+            pass
+        logins = runtime.simulator.bmc(node["id"]).ledger[-2:]
+        assert [(e["scheduler_state"], e["drained_by"]) for e in logins] == [
+            ("drained", "t"),
+            ("idle", None),
+        ]
 
         expected = {n.id: n.site for n in runtime.fleet}
 

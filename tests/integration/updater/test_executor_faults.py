@@ -169,3 +169,43 @@ async def test_a_bmc_that_never_answers_fails_the_node_after_bounded_retries(
     assert item.reason.startswith(f"gave up after {FAST.max_errors} retries: ")
     assert w.pushes(node) == []
     assert w.rt.scheduler.node(node).drain is None
+
+
+class LateCordon:
+    """The simulator's scheduler, whose first cordon takes effect late: meanwhile the worker's
+    lease lapses and another worker takes the item over, drains, flashes and gives the node
+    back (shrunk from the chaos test: slow_scheduler, then expire_leases)."""
+
+    def __init__(self, inner: Any, world: World) -> None:
+        self.inner, self.world, self.late = inner, world, True
+
+    async def cordon(self, node_id: str, reason: str) -> None:
+        if self.late:
+            self.late = False
+            self.world.store.advance(FAST.lease_s + 1)  # the lease lapses
+            await self.world.settle(self.world.executor())  # another worker ends the node
+        await self.inner.cordon(node_id, reason)  # ... and then the late cordon lands
+
+    async def drain_state(self, node_id: str) -> DrainState:
+        state: DrainState = await self.inner.drain_state(node_id)
+        return state
+
+    async def resume(self, node_id: str) -> bool:
+        result: bool = await self.inner.resume(node_id)
+        return result
+
+
+async def test_a_late_cordon_of_a_worker_that_lost_its_item_is_given_back(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    stale = w.executor()
+    stale.scheduler = LateCordon(stale.scheduler, w)
+    while await stale.step():  # preflight, staging, cordoning, then the draining step
+        if w.store.item(node).state is NodeStep.DONE:
+            break
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE and len(w.pushes(node)) == 1
+    assert w.rt.scheduler.node(node).drain is None  # not left cordoned by Lockstep
+    drains = [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
+    assert drains == ["drain", "resume", "drain", "resume"]

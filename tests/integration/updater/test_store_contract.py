@@ -118,6 +118,7 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_holder_fenced_out(
         await tx.advance(new, NodeStep.STAGING, reason="planned")
     async with store.transaction() as tx:
         assert not await tx.still_holds(new, 60)  # released by the step's end
+        assert await tx.step_now(old) is NodeStep.STAGING  # whoever holds it, or none
         again = await tx.claim(60)
     assert again is not None and again.state is NodeStep.STAGING
     assert again.token == 4  # claims 1 and 2, the release 3, this claim 4: always forward

@@ -10,6 +10,7 @@ from lockstep_sim.scheduler.errors import (
     Conflict,
     DrainedByOther,
     InvalidTransition,
+    TooManyRequests,
     UnknownNode,
     UnknownPool,
 )
@@ -123,6 +124,39 @@ def test_foreign_drain_knob_blocks_lockstep_resume() -> None:
     with pytest.raises(DrainedByOther, match="maintenance"):
         s.resume(node, "lockstep")
     assert make(seed=5).inject_foreign_drain() == node  # deterministic under the seed
+
+
+def test_throttled_drains_are_refused_with_429_and_change_nothing() -> None:
+    s = make()
+    s.throttle_drains(2)
+    for _ in range(2):
+        with pytest.raises(TooManyRequests, match="429") as refused:
+            s.drain("a1", "firmware", "lockstep")
+        assert refused.value.status == 429
+    assert s.node("a1").drain is None and s.ledger == []
+    assert s.drain("a1", "firmware", "lockstep") is NodeState.DRAINED  # the budget is spent
+
+
+def test_throttle_of_one_node_leaves_the_others_alone() -> None:
+    s = make()
+    s.throttle_drains(1, "a1")
+    with pytest.raises(TooManyRequests):
+        s.drain("a1", "firmware", "lockstep")
+    assert s.drain("a2", "firmware", "lockstep") is NodeState.DRAINED
+    s.throttle_drains(5, "a1")
+    s.throttle_drains(0, "a1")  # lifted
+    assert s.drain("a1", "firmware", "lockstep") is NodeState.DRAINED
+    with pytest.raises(UnknownNode):
+        s.throttle_drains(1, "zz")
+
+
+def test_slowed_drains_hand_out_their_delays_once_each() -> None:
+    s = make()
+    s.slow_drains(2.5, count=2)
+    assert [s.next_drain_delay() for _ in range(3)] == [2.5, 2.5, 0.0]
+    s.slow_drains(1.0)
+    s.slow_drains(0.0, 0)  # lifted
+    assert s.next_drain_delay() == 0.0
 
 
 def test_foreign_drain_when_all_drained() -> None:

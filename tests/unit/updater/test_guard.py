@@ -9,7 +9,7 @@ import pytest
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.members import map_member
 from lockstep_sim.profiles import PROFILE_CLASSES
-from lockstep_updater.domain.guard import Facts, Verdict, decide, outside_plan
+from lockstep_updater.domain.guard import Facts, Verdict, decide, outside_plan, outside_wave
 from lockstep_updater.domain.targets import MEMBER_PATTERNS, targets_for
 
 pytestmark = pytest.mark.unit
@@ -39,6 +39,11 @@ def test_a_node_of_the_wave_and_the_plan_within_budget_proceeds() -> None:
         ({"node_id": "node-3"}, Verdict.REFUSE, "node-3 is not in the wave"),
         ({"plan_nodes": None}, Verdict.REFUSE, "no approved plan"),
         ({"plan_nodes": frozenset({"node-2"})}, Verdict.REFUSE, "node-1 is not in the approved"),
+        (
+            {"wave": 1, "approved_wave": 0},
+            Verdict.REFUSE,
+            "node-1 is approved for wave 0, not wave 1",
+        ),
         ({"failures": 2}, Verdict.HALT, "wave failure budget spent: 2 failed > 1"),
         ({"others_out": 2}, Verdict.WAIT, "pool p0 has 2 node(s) out of service"),
     ],
@@ -63,6 +68,12 @@ def test_a_halt_outranks_every_other_reason() -> None:
 
 def test_outside_plan_keeps_the_wave_order() -> None:
     assert outside_plan(("n3", "n1", "n9"), frozenset({"n1"})) == ("n3", "n9")
+
+
+def test_outside_wave_names_the_nodes_the_plan_approved_for_another_wave() -> None:
+    approved = {"n1": 0, "n2": 0, "n3": 1, "n4": 1}
+    assert outside_wave(1, ("n3", "n1", "n4", "n2"), approved) == ("n1", "n2")
+    assert outside_wave(1, ("n3", "n4", "n9"), approved) == ()  # n9: outside_plan's concern
 
 
 FW = "/redfish/v1/UpdateService/FirmwareInventory"

@@ -17,6 +17,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import ChangeClass, Component, GateVerdict
 from lockstep_updater import handlers
+from lockstep_updater.domain.guard import Verdict, decide
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.testing.memory_store import MemoryStore
 
@@ -97,6 +98,31 @@ async def test_a_wave_naming_a_node_outside_the_plan_is_refused_whole_and_halts(
         assert claim is not None
         facts = await tx.facts(claim, "p0")
     assert facts.halted is not None and "outside the approved plan" in facts.halted
+
+
+async def test_a_wave_listing_nodes_of_a_later_approved_wave_is_refused_whole_and_halts() -> None:
+    # reliability.md F3: a corrupted wave 0 naming 5x the approved canary's nodes.
+    store = MemoryStore()
+    later = tuple(f"n{i}" for i in range(2, 6))
+    await deliver(store, plan(("n1",), later))
+    await deliver(store, wave(0, "n1", *later))
+    assert store.items == []
+    (halted,) = store.events.events
+    assert isinstance(halted, RolloutHalted)
+    assert "4 node(s) the approved plan put in another wave (n2, n3, n4, n5)" in halted.reason
+    # Had such a wave been recorded anyway (no halt), the executor's guard refuses at action time.
+    store = MemoryStore()
+    await deliver(store, plan(("n1",), later))
+    async with store.transaction() as tx:
+        await tx.record_wave(wave(0, "n1", "n2"), None)
+    async with store.transaction() as tx:
+        verdicts = []
+        while (claim := await tx.claim(60)) is not None:
+            verdicts.append(decide(await tx.facts(claim, "p0"), takes_out_of_service=False))
+    assert [(d.verdict, d.reason) for d in verdicts] == [
+        (Verdict.PROCEED, ""),
+        (Verdict.REFUSE, "n2 is approved for wave 1, not wave 0"),
+    ]
 
 
 async def test_a_wave_before_its_plan_is_redelivered_later() -> None:

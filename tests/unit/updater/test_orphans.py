@@ -5,11 +5,13 @@ settings."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lockstep_common.subjects import Namespace
+from lockstep_updater.adapters.k8s_scheduler import KubernetesScheduler
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.adapters.slurm_scheduler import SlurmScheduler
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end, written
@@ -52,8 +54,8 @@ def test_nothing_sent_means_nothing_written() -> None:
     assert not written({"components": {"psu": {"banks": "single", "sent": False}}})
 
 
-def test_the_setting_names_the_scheduler_adapter() -> None:
-    assert set(SCHEDULERS) == {"sim", "slurm"}
+def test_the_setting_names_the_scheduler_adapter(tmp_path: Path) -> None:
+    assert set(SCHEDULERS) == {"sim", "slurm", "kubernetes"}
     sim = scheduler_for(Settings(scheduler="sim", scheduler_url="http://127.0.0.1:9"))
     assert isinstance(sim, SimScheduler) and sim.base_url == "http://127.0.0.1:9"
     slurm = scheduler_for(
@@ -61,10 +63,19 @@ def test_the_setting_names_the_scheduler_adapter() -> None:
     )
     assert isinstance(slurm, SlurmScheduler)
     assert (slurm.scontrol, slurm.timeout_s) == ("/opt/slurm/bin/scontrol", 3)
+    kube = tmp_path / "kubeconfig"
+    kube.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    k8s = scheduler_for(Settings(scheduler="kubernetes", kubeconfig=kube, kube_evict_backoff_s=2))
+    assert isinstance(k8s, KubernetesScheduler) and k8s.backoff_s == 2
 
 
 def test_an_unknown_scheduler_kind_is_refused_by_the_settings() -> None:
-    with pytest.raises(ValueError, match="'sim' or 'slurm'"):
+    with pytest.raises(ValueError, match="'sim', 'slurm' or 'kubernetes'"):
         Settings(scheduler="pbs")  # type: ignore[arg-type]
 
 

@@ -64,7 +64,8 @@ MUTATING = frozenset({"update-multipart", "UpdateService.Activate", "SoftwareInv
 ENV = {"BENCHBMC_USERNAME": DEFAULT_USERNAME, "BENCHBMC_PASSWORD": DEFAULT_PASSWORD}
 
 
-def _package() -> bytes:
+def gpu_package() -> bytes:
+    """A PLDM package moving every GB200 GPU's VBIOS to ``VERSION`` (the simulator accepts it)."""
     descriptors = [(0x0000, GPU.pci_vendor), (0x0100, GPU.pci_device)]
     return build_package(
         revision=FormatRevision.V1_0,
@@ -152,7 +153,7 @@ class _HaltOnFirstDrain:
 async def _wave(
     nodes: int, budget: int, workers: int, time_scale: float, *, halt: bool, host: str
 ) -> dict[str, Any]:
-    image = _package()
+    image = gpu_package()
     with tempfile.TemporaryDirectory(prefix="lockstep-bench-update-") as tmp:
         bundle = Path(tmp) / "bundle"
         (bundle / "images").mkdir(parents=True)

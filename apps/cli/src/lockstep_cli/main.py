@@ -338,6 +338,57 @@ def bench_update(
     console.print(table)
 
 
+@bench.command("rollout")
+def bench_rollout(
+    nodes: Annotated[int, typer.Option(help="Simulated gb200 nodes in the fleet (>= 12).")] = 200,
+    time_scale: Annotated[float, typer.Option(help="Real seconds per simulated BMC minute.")] = 0.2,
+    report_rate: Annotated[
+        float, typer.Option(help="Agent reports/s over the fleet (sets cadence and soaks).")
+    ] = 250.0,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 3600.0,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Keep the servers' state and service logs here."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """A whole-fleet rollout (attest, intent, canary, gates, waves) through the five service
+    processes on the simulator: makespan against the lower bound of the planner's waves,
+    budgets, soaks and the simulated durations; service CPU per node and peak memory."""
+    from lockstep_cli.bench_rollout import MIN_NODES, BenchFailed, RolloutOptions, run_bench
+
+    if nodes < MIN_NODES:
+        fail(f"--nodes must be at least {MIN_NODES} (5 canary and 5 control nodes), not {nodes}")
+    for name, value in (("--time-scale", time_scale), ("--report-rate", report_rate),
+                        ("--timeout", timeout)):  # fmt: skip
+        if not value > 0:
+            fail(f"{name} must be > 0, not {value}")
+    if data_dir is not None:
+        usable_data_dir(data_dir)
+    opts = RolloutOptions(nodes, time_scale, report_rate, timeout, data_dir=data_dir)
+    try:
+        with start_refusals_are_one_line():
+            result = run_bench(opts, say=(lambda _: None) if as_json else console.print)
+    except BenchFailed as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench rollout: {nodes:,} nodes, time scale {time_scale:g} s/min")
+    table.add_column("")
+    table.add_column("figure")
+    table.add_row("makespan s / lower bound s", f"{result['seconds']} / {result['lower_bound_s']}")
+    table.add_row("ratio (goal <= 1.15)", f"{result['ratio']:.3f}")
+    table.add_row("service CPU s per node", f"{result['cpu_s_per_node']:.4f}")
+    for name, mb in result["peak_mb"].items():
+        table.add_row(f"peak RSS {name} (MB)", f"{mb:.0f}")
+    console.print(table)
+    console.print(
+        f"waves: {json.dumps(result['waves'])}; node ends: {result['node_ends']}; "
+        f"CPU s per service: {result['cpu_s']}; bench process {result['bench_cpu_s']} s"
+    )
+
+
 @bench.command("bus")
 def bench_bus(
     events: Annotated[int, typer.Option(min=100, help="Events per run.")] = 20_000,

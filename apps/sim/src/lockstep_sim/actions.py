@@ -6,6 +6,7 @@ per mutating call.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -49,10 +50,11 @@ async def read_json(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def task_accepted(task: tasks.Task) -> web.Response:
+def task_accepted(bmc: Bmc, task: tasks.Task) -> web.Response:
     """202 + Location of the task monitor (DSP0266 "Asynchronous operations")."""
+    location = f"{tasks.MONITORS}/{task.id}"
     return json_response(
-        tasks.task_doc(task), 202, Location=f"{tasks.MONITORS}/{task.id}", **{"Retry-After": "1"}
+        tasks.task_doc(task), 202, Location=location, **{"Retry-After": bmc.retry_after}
     )
 
 
@@ -199,10 +201,12 @@ def _start_update(
             ("UpdateFile", "MaxImageSizeBytes"),
         )
     options = parse_options(params)
-    note.update(targets=list(options.targets), stage=options.stage, bytes=len(image))
+    # The image's SHA-384, as attested bundles name theirs: what tests compare pushes against.
+    sha384 = hashlib.sha384(image).hexdigest()
+    note.update(targets=list(options.targets), stage=options.stage, bytes=len(image), sha384=sha384)
     plan = plan_update(bmc.node, image, options)
     note["plan"] = plan
-    return task_accepted(bmc.start_update(plan, options))
+    return task_accepted(bmc, bmc.start_update(plan, options))
 
 
 def _staged(bmc: Bmc, members: list[str]) -> list[str]:
@@ -227,7 +231,7 @@ async def service_activate(
     uris = tuple(t.get("@odata.id", "") if isinstance(t, dict) else "" for t in targets)
     members = _staged(bmc, target_members(bmc.node, uris))
     note["targets"] = members
-    return task_accepted(bmc.start_activate(members))
+    return task_accepted(bmc, bmc.start_activate(members))
 
 
 async def member_activate(
@@ -238,7 +242,7 @@ async def member_activate(
     if m["id"] not in bmc.node.components:
         raise not_found(m.string)
     note["targets"] = _staged(bmc, [m["id"]])
-    return task_accepted(bmc.start_activate([m["id"]]))
+    return task_accepted(bmc, bmc.start_activate([m["id"]]))
 
 
 async def member_switch_bank(
@@ -256,7 +260,7 @@ async def member_switch_bank(
             "SwitchBank",
         )
     note["targets"] = [m["id"]]
-    return task_accepted(bmc.start_switch_bank(m["id"]))
+    return task_accepted(bmc, bmc.start_switch_bank(m["id"]))
 
 
 async def reset(

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,9 @@ class Bmc:
     multipart_push: bool = True  # False: UpdateService offers SimpleUpdate only
     task_counter: int = 0  # task ids are never reused, also after a reboot forgot the tasks
     runners: set[asyncio.Task[None]] = field(default_factory=set)  # jobs, also forgotten ones
+    # Extra ledger details read at the instant a call is recorded: FleetRuntime adds the node's
+    # scheduler state, so a test can tell whether a node was drained when its BMC took a flash.
+    annotate: Callable[[], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.accounts.add(self.username, self.password)
@@ -57,6 +60,7 @@ class Bmc:
                 "time": now_iso(),
                 "action": action,
                 **details,
+                **(self.annotate() if self.annotate is not None else {}),
             }
         )
 
@@ -107,6 +111,13 @@ class Bmc:
         and every Task (jobs already running go on; their monitors answer 404)."""
         self.sessions.by_token.clear()
         self.tasks.clear()
+
+    @property
+    def retry_after(self) -> str:
+        """``Retry-After`` of a running task's monitor: one simulated minute (tasks run for
+        minutes), in whole real seconds; 0 at the fast time scales tests use, where a task ends
+        in milliseconds and a client told to wait a second would idle the whole time."""
+        return str(round(self.time_scale))
 
     @property
     def offline(self) -> bool:

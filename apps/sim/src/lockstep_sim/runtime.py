@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -105,8 +105,18 @@ class FleetRuntime(Started):
                 _degraded, self.simulator.bmc(node_id).node
             )
         self.simulator.drifts.software = self.software
+        for node in self.fleet:
+            self.simulator.bmc(node.id).annotate = functools.partial(self._scheduler_view, node.id)
         self._nc: Client | None = None
         self._scheduler_runner: web.AppRunner | None = None
+
+    def _scheduler_view(self, node_id: str) -> dict[str, Any]:
+        """The node's scheduler state and drain owner, added to every BMC ledger entry: the
+        ledger then shows whether a node was drained when its BMC accepted a flash."""
+        self.scheduler.tick()
+        node = self.scheduler.node(node_id)
+        drained_by = node.drain.by if node.drain is not None else None
+        return {"scheduler_state": node.state.value, "drained_by": drained_by}
 
     @property
     def drifts(self) -> DriftControl:

@@ -206,7 +206,7 @@ def _get(request: web.Request, bmc: Bmc, path: str) -> web.StreamResponse:
         doc = tasks.task_doc(task)
         if task.done:
             return json_response(doc)
-        return json_response(doc, 202, Location=path, **{"Retry-After": "1"})
+        return json_response(doc, 202, Location=path, **{"Retry-After": bmc.retry_after})
     found = find_getter(path)
     assert found is not None  # noqa: S101 - _allowed checked it
     getter, m = found

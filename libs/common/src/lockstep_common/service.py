@@ -293,7 +293,13 @@ class ServiceApp:
                 log.error("task %s ended with an error: %s", task.get_name(), result)
         with contextlib.suppress(Exception):
             await res.nc.drain()
-        await res.pool.close()
+        try:
+            # Bounded: a connection a cancelled task never gave back would hold close() forever
+            # (asyncpg waits for every connection's release; found by the chaos test's kills).
+            await asyncio.wait_for(res.pool.close(), timeout=self.settings.shutdown_grace_s)
+        except TimeoutError:
+            log.warning("%s: closing the database pool timed out; terminating it", self.name)
+            res.pool.terminate()
         await self._http.stop()
         log.info("%s stopped", self.name)
 

@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,14 @@ from lockstep_updater.domain.guard import Decision, Verdict, decide
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.targets import targets_for
-from lockstep_updater.ports import DrainState, ForeignDrain, Images, NodeFacts, Scheduler
+from lockstep_updater.ports import (
+    DrainState,
+    ExplainsDrain,
+    ForeignDrain,
+    Images,
+    NodeFacts,
+    Scheduler,
+)
 from lockstep_updater.store import ROLLBACK, Claim, Target, UpdaterStore
 
 log = logging.getLogger(__name__)
@@ -70,6 +77,8 @@ FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
 S = NodeStep
 CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING})
 """Steps after which the running firmware may have changed: a failure quarantines the node."""
+KEEPS_CORDON = frozenset({S.DRAINING, *CHANGED, S.QUARANTINED})
+"""Steps in which the node must stay cordoned (uncordoning gives it back, once, itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +105,10 @@ class Stop(Exception):
         super().__init__(reason)
         self.target = target
         self.reason = reason
+
+
+def _nothing() -> None:
+    pass
 
 
 def sha384_of(data: bytes) -> str:
@@ -126,6 +139,9 @@ class Executor:
         self.image_server = image_server
         self.credentials = FleetCredentials(environ)
         self.client = RedfishClient(self.credentials, self.policy.transport)
+        # Called as soon as a claim succeeds, before its step runs (the worker wakes idle
+        # claim loops with it: lockstep_updater.idle).
+        self.on_claim: Callable[[], None] = _nothing
 
     async def step(self) -> bool:
         """Claim one item and run its step; False when there was nothing to claim."""
@@ -133,6 +149,7 @@ class Executor:
             claim = await tx.claim(self.policy.lease_s)
         if claim is None:
             return False
+        self.on_claim()
         renewing = asyncio.create_task(self._renew(claim))
         try:
             await self.run(claim)
@@ -398,6 +415,7 @@ class Executor:
             # did not change, so no device.failed for the gate to blame the image for.
             progress["skipped"] = True
             raise Stop(S.FAILED, f"left untouched: {exc}") from None
+        await self._keep_cordon_only_if_held(claim)
         state = await self.scheduler.drain_state(claim.node_id)
         if state is DrainState.DRAINED:
             await self._commit(claim, S.ACTIVATING, "", progress)
@@ -406,10 +424,32 @@ class Executor:
         elif time.time() - float(progress.get("cordoned_at", time.time())) > (
             self.policy.drain_deadline_s
         ):
+            # Skipped (reliability.md E1/E2): given back, and counted failed in the wave's
+            # result, but nothing on the node changed, so no device.failed for the gate to
+            # blame the image for.
             progress["ending"] = S.FAILED.value
-            raise Stop(S.UNCORDONING, f"not drained within {self.policy.drain_deadline_s:g}s")
+            progress["skipped"] = True
+            why = None
+            if isinstance(self.scheduler, ExplainsDrain):
+                why = self.scheduler.drain_blocker(claim.node_id)
+            reason = f"skipped: not drained within {self.policy.drain_deadline_s:g}s"
+            raise Stop(S.UNCORDONING, f"{reason}: {why}" if why else reason)
         else:
             await self._commit(claim, S.DRAINING, "draining", progress, self.policy.drain_poll_s)
+
+    async def _keep_cordon_only_if_held(self, claim: Claim) -> None:
+        """A cordon sent by a worker whose lease lapsed meanwhile may take effect after
+        another claim moved the item on, even after that claim gave the node back: it would
+        stay cordoned by Lockstep with nothing left to release it (found by the chaos test).
+        Under the item's lock (its next move waits), the stale worker gives its cordon back
+        unless the item still keeps the node out of service; then it stops."""
+        async with self.store.transaction() as tx:
+            if await tx.still_holds(claim, self.policy.lease_s):
+                return
+            step = await tx.step_now(claim)
+            if step not in KEEPS_CORDON:
+                await self.scheduler.resume(claim.node_id)
+        raise LostClaim
 
     async def _activating(
         self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float

@@ -20,7 +20,7 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.vocabulary import clip_text
-from lockstep_updater.domain.guard import outside_plan
+from lockstep_updater.domain.guard import outside_plan, outside_wave
 from lockstep_updater.store import UpdaterTx
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ async def rollout_planned(tx: UpdaterTx, env: Envelope[RolloutPlanned]) -> None:
     if data.dry_run:
         return  # nothing of a dry run is ever executed
     nodes = frozenset(n for wave in data.waves for n in wave.node_ids)
-    await tx.record_plan(data.rollout_id, data.stack_hash, nodes)
+    waves = {n: wave.number for wave in data.waves for n in wave.node_ids}
+    await tx.record_plan(data.rollout_id, data.stack_hash, nodes, waves)
 
 
 async def bundle_attested(tx: UpdaterTx, env: Envelope[BundleAttested]) -> None:
@@ -48,17 +49,22 @@ async def bundle_attested(tx: UpdaterTx, env: Envelope[BundleAttested]) -> None:
 
 async def wave_planned(tx: UpdaterTx, env: Envelope[WavePlanned]) -> None:
     """Record the wave and a work item per node, once; refuse the whole wave, touching nothing
-    and halting the rollout, when it names a node outside the approved plan."""
+    and halting the rollout, when it names a node outside the approved plan or one the plan put
+    in another wave (a corrupted plan, reliability.md F3)."""
     data = env.data
     plan = await tx.plan_nodes(data.rollout_id)
     if plan is None:
         raise PlanNotYetKnown(f"wave {data.wave} of {data.rollout_id} before its rollout.planned")
     strangers = outside_plan(data.node_ids, plan)
-    if strangers:
-        shown = ", ".join(strangers[:5]) + (" ..." if len(strangers) > 5 else "")
+    misplaced = outside_wave(data.wave, data.node_ids, await tx.plan_waves(data.rollout_id))
+    if strangers or misplaced:
+        where = (
+            "outside the approved plan" if strangers else "the approved plan put in another wave"
+        )
+        bad = strangers or misplaced
+        shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
         reason = (
-            f"wave {data.wave} names {len(strangers)} node(s) outside the approved plan "
-            f"({shown}): refused, nothing touched"
+            f"wave {data.wave} names {len(bad)} node(s) {where} ({shown}): refused, nothing touched"
         )
         log.error("%s: %s", data.rollout_id, reason)
         await tx.halt(data.rollout_id, reason)

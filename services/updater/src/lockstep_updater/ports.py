@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from lockstep_common.errors import PermanentError, TransientError
 from lockstep_common.events.v1 import FleetNode
@@ -18,6 +18,7 @@ from lockstep_updater.domain.drains import OWNER, DrainState
 __all__ = [
     "OWNER",
     "DrainState",
+    "ExplainsDrain",
     "ForeignDrain",
     "Images",
     "NodeFacts",
@@ -54,6 +55,17 @@ class Scheduler(Protocol):
     async def resume(self, node_id: str) -> bool:
         """Give the node back, only if Lockstep drained it; False when there was nothing of
         Lockstep's to undo (a foreign drain stays as it was)."""
+        ...
+
+
+@runtime_checkable
+class ExplainsDrain(Protocol):
+    """A scheduler that can say why a drain has not completed (Kubernetes: a
+    PodDisruptionBudget refusing evictions): the reason a node skipped at the drain deadline
+    ends with."""
+
+    def drain_blocker(self, node_id: str) -> str | None:
+        """Why the node is not drained yet (starting ``pdb:`` for a budget); None: unknown."""
         ...
 
 

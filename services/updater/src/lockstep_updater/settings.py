@@ -23,14 +23,25 @@ class Settings(ServiceSettings):
         description="Directories attested bundles may be read from (a JSON list). An image "
         "anywhere else is refused: the node fails before anything is sent.",
     )
-    scheduler: Literal["sim", "slurm"] = Field(
+    scheduler: Literal["sim", "slurm", "kubernetes"] = Field(
         default="sim",
         description="Which scheduler the updater drains nodes with: the simulator's scheduler "
-        "API (scheduler_url) or a Slurm cluster through scontrol (slurm_*).",
+        "API (scheduler_url), a Slurm cluster through scontrol (slurm_*), or a Kubernetes API "
+        "server (kubeconfig; the Eviction API).",
     )
     scheduler_url: str = Field(
         default="http://127.0.0.1:8001",
         description="Base URL of the scheduler API (the simulator's /scheduler/...).",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="kubeconfig file for scheduler=kubernetes; unset: the pod's service account.",
+    )
+    kube_evict_backoff_s: float = Field(
+        default=1.0, gt=0, description="First pause after an eviction a PDB refused (429)."
+    )
+    kube_evict_backoff_max_s: float = Field(
+        default=60.0, gt=0, description="Longest pause between evictions a PDB refuses."
     )
     slurm_scontrol: str = Field(
         default="scontrol", description="The scontrol program (a path, or a name on PATH)."

@@ -8,6 +8,7 @@ semantics, so handler and worker logic is unit-tested without a database.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -86,8 +87,19 @@ class UpdaterTx(Protocol):
         """Where events that must commit with this transaction's changes go."""
         ...
 
-    async def record_plan(self, rollout_id: str, stack_hash: str, nodes: frozenset[str]) -> None:
-        """Remember the approved plan's nodes (the first record wins: a plan is not replaced)."""
+    async def record_plan(
+        self,
+        rollout_id: str,
+        stack_hash: str,
+        nodes: frozenset[str],
+        waves: Mapping[str, int] | None = None,
+    ) -> None:
+        """Remember the approved plan's nodes and, in ``waves``, the wave each is approved for
+        (the first record wins: a plan is not replaced)."""
+        ...
+
+    async def plan_waves(self, rollout_id: str) -> dict[str, int]:
+        """Node -> its wave in the approved plan; empty when none was recorded with waves."""
         ...
 
     async def plan_nodes(self, rollout_id: str) -> frozenset[str] | None:
@@ -139,6 +151,11 @@ class UpdaterTx(Protocol):
 
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
         """Lock the item, check this claim was not taken over (the fence) and extend it."""
+        ...
+
+    async def step_now(self, claim: Claim) -> NodeStep:
+        """The item's step now, whoever holds it, locked until the transaction ends (a later
+        move of the item waits for it)."""
         ...
 
     async def facts(self, claim: Claim, pool: str) -> Facts:

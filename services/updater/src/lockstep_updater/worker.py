@@ -22,6 +22,7 @@ from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.idle import IdleClaims
 from lockstep_updater.schedulers import scheduler_for
 from lockstep_updater.settings import Settings
 
@@ -35,6 +36,7 @@ class UpdaterWorker:
         self.settings = settings
         self.namespace = namespace
         self.source = source_of(name)
+        self.idle = IdleClaims(settings.worker_poll_s)
         poll = settings.redfish_poll_s
         self.policy = ExecutorPolicy(
             lease_s=settings.lease_s,
@@ -83,11 +85,11 @@ class UpdaterWorker:
                 await asyncio.wait_for(stopping.wait(), timeout=self.settings.reap_interval_s)
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
+        executor.on_claim = self.idle.found  # every loop shares the executor and the idle gate
         while not stopping.is_set():
             try:
                 if await executor.step():
                     continue
             except Exception:
                 log.exception("updater worker: step error; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self.settings.worker_poll_s)
+            await self.idle.wait(stopping)  # one idle loop polls, the others park

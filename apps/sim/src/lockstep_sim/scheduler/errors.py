@@ -31,5 +31,12 @@ class DrainedByOther(Conflict):
     """The node is drained by another actor: resuming (or re-draining) it is not ours to do."""
 
 
+class TooManyRequests(SchedulerError):
+    """The drain is refused for now, as Kubernetes answers an eviction a PodDisruptionBudget
+    blocks (API-initiated eviction: 429); nothing changed, the caller may retry later."""
+
+    status = 429
+
+
 class InvalidTransition(Exception):
     """A node state change the table does not allow (a bug in the model, not a refusal)."""

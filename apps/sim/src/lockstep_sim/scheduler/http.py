@@ -6,6 +6,7 @@ ending, arrivals) are applied lazily: each request first ticks the model.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -123,11 +124,19 @@ async def get_node(request: web.Request) -> web.Response:
 
 @routes.post("/scheduler/nodes/{id}/drain")
 async def drain_node(request: web.Request) -> web.Response:
-    """Drain a node: body ``{"reason", "by"}``."""
-    sched = _scheduler(request)
+    """Drain a node: body ``{"reason", "by"}``; a slowed drain takes effect only after its
+    delay, whether or not the caller is still there to read the answer."""
+    sched = request.app[SCHEDULER_KEY]
     body = await _body(request)
     node_id = request.match_info["id"]
-    sched.drain(node_id, _text(body, "reason"), _text(body, "by"))
+    reason, by = _text(body, "reason"), _text(body, "by")
+
+    async def drain() -> None:
+        await asyncio.sleep(sched.next_drain_delay())
+        sched.tick()
+        sched.drain(node_id, reason, by)
+
+    await asyncio.shield(asyncio.ensure_future(drain()))  # a caller gone does not stop it
     return web.json_response(node_json(sched.node(node_id)))
 
 

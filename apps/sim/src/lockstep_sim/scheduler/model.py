@@ -18,6 +18,7 @@ from lockstep_sim.scheduler.errors import (
     Conflict,
     DrainedByOther,
     InvalidTransition,
+    TooManyRequests,
     UnknownNode,
     UnknownPool,
 )
@@ -154,6 +155,8 @@ class Scheduler:
         self._arrival_credit = 0.0
         self._job_seq = 0
         self._rng = random.Random(seed)  # noqa: S311 - simulation
+        self._throttled: dict[str | None, int] = {}  # node id (None: any) -> drains to refuse
+        self._drain_delays: list[float] = []  # real seconds, one per coming drain request
 
     def now(self) -> float:
         """Simulated seconds since the scheduler started."""
@@ -271,6 +274,10 @@ class Scheduler:
         drained it: the drain is theirs, and so is the decision to resume.
         """
         node = self.node(node_id)
+        for key in (node_id, None):
+            if self._throttled.get(key, 0) > 0:
+                self._throttled[key] -= 1
+                raise TooManyRequests(f"drain of {node_id!r} refused for now (injected 429)")
         if node.drain is not None:
             if node.drain.by != by:
                 raise DrainedByOther(_drained_by(node, node.drain))
@@ -300,6 +307,23 @@ class Scheduler:
         detail = f"forced over drain by {drain.by!r}" if drain.by != by else ""
         self._record(node, before, "resume", by, detail)
         return node.state
+
+    def throttle_drains(self, count: int, node_id: str | None = None) -> None:
+        """Fault knob: the next ``count`` drain requests (of ``node_id``, or of any node) are
+        refused with 429, as an eviction blocked by a PodDisruptionBudget (reliability.md 7.E1);
+        ``count`` 0 lifts it."""
+        if node_id is not None:
+            self.node(node_id)
+        self._throttled[node_id] = count
+
+    def slow_drains(self, seconds: float, count: int = 1) -> None:
+        """Fault knob: the next ``count`` drain requests take effect ``seconds`` (real) after
+        they arrive, as on an API server under load; the HTTP layer waits them out."""
+        self._drain_delays = [seconds] * count
+
+    def next_drain_delay(self) -> float:
+        """The delay of the drain request arriving now (0: none), used up by asking."""
+        return self._drain_delays.pop(0) if self._drain_delays else 0.0
 
     def inject_foreign_drain(
         self, node_id: str | None = None, *, reason: str = "maintenance", by: str = "ops"

@@ -9,6 +9,7 @@ transaction that records the action, so a halt committed before that read stops 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -42,6 +43,10 @@ class Facts:
     others_out: int
     """Other nodes of the same pool out of service now (cordoned by any rollout)."""
     max_unavailable: int
+    wave: int | None = None
+    """The wave the work item belongs to."""
+    approved_wave: int | None = None
+    """The wave the approved plan put the node in; None: a plan recorded without waves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,11 @@ def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) 
             f"{facts.node_id} is not in the approved plan",
         ),
         (
+            facts.approved_wave is not None and facts.approved_wave != facts.wave,
+            Verdict.REFUSE,
+            f"{facts.node_id} is approved for wave {facts.approved_wave}, not wave {facts.wave}",
+        ),
+        (
             facts.failures > facts.failure_budget,
             Verdict.HALT,
             f"wave failure budget spent: {facts.failures} failed > {facts.failure_budget}",
@@ -102,3 +112,12 @@ def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) 
 def outside_plan(wave_nodes: tuple[str, ...], plan_nodes: frozenset[str]) -> tuple[str, ...]:
     """The wave's nodes the approved plan does not contain, in wave order."""
     return tuple(n for n in wave_nodes if n not in plan_nodes)
+
+
+def outside_wave(
+    wave: int, wave_nodes: tuple[str, ...], plan_waves: Mapping[str, int]
+) -> tuple[str, ...]:
+    """The wave's nodes the approved plan put in another wave, in wave order (reliability.md
+    F3: a corrupted wave listing several times the approved wave's nodes). Nodes the mapping
+    does not hold are ``outside_plan``'s concern."""
+    return tuple(n for n in wave_nodes if plan_waves.get(n, wave) != wave)

@@ -11,7 +11,7 @@ ends and vanish if it raises. Its clock (PostgreSQL's ``now()``) stands still un
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -74,6 +74,7 @@ class Wave:
 @dataclass(slots=True)
 class _Tables:
     plans: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
+    plan_waves: dict[str, dict[str, int]] = field(default_factory=dict)
     bundles: dict[str, tuple[str | None, tuple[AttestedComponent, ...]]] = field(
         default_factory=dict
     )
@@ -134,8 +135,19 @@ class MemoryTx:
     events: RecordedEvents
     now: datetime
 
-    async def record_plan(self, rollout_id: str, stack_hash: str, nodes: frozenset[str]) -> None:
-        self.tables.plans.setdefault(rollout_id, (stack_hash, nodes))
+    async def record_plan(
+        self,
+        rollout_id: str,
+        stack_hash: str,
+        nodes: frozenset[str],
+        waves: Mapping[str, int] | None = None,
+    ) -> None:
+        if rollout_id not in self.tables.plans:
+            self.tables.plans[rollout_id] = (stack_hash, nodes)
+            self.tables.plan_waves[rollout_id] = dict(waves or {})
+
+    async def plan_waves(self, rollout_id: str) -> dict[str, int]:
+        return dict(self.tables.plan_waves.get(rollout_id, {}))
 
     async def plan_nodes(self, rollout_id: str) -> frozenset[str] | None:
         plan = self.tables.plans.get(rollout_id)
@@ -246,6 +258,9 @@ class MemoryTx:
         item.claimed_at = self.now
         return self._claim_of(item)
 
+    async def step_now(self, claim: Claim) -> NodeStep:
+        return self.tables.items[claim.id].state
+
     async def claim_orphan(
         self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
     ) -> Claim | None:
@@ -291,6 +306,8 @@ class MemoryTx:
             pool=pool,
             others_out=others_out,
             max_unavailable=wave.max_unavailable if wave else 0,
+            wave=claim.wave,
+            approved_wave=(await self.plan_waves(claim.rollout_id)).get(claim.node_id),
         )
 
     async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
