@@ -365,7 +365,7 @@ class PostgresTx:
         # rows each time (a 9,375-node wave read 88 million rows that way, lockstep bench rollout).
         if await self.conn.fetchval(
             f"SELECT EXISTS (SELECT 1 FROM node_work WHERE rollout_id = $1 AND wave = $2"
-            f" AND state NOT IN ({_list(TERMINAL)}))",
+            f" AND kind = 'update' AND state NOT IN ({_list(TERMINAL)}))",
             rollout_id,
             wave,
         ):
