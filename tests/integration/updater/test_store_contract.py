@@ -79,6 +79,27 @@ async def test_a_wave_is_recorded_once_and_its_items_claimed_in_order(
     assert first.components == ("gpu_vbios", "bmc") and first.correlation_id == "c-1"
 
 
+async def test_claims_take_the_longest_ready_item_first(store: UpdaterStore) -> None:
+    # A node that keeps coming back (polling its drain) must not starve the nodes behind it.
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n1", "n2"), None)
+    if isinstance(store, MemoryStore):
+        store.advance(1)  # PostgreSQL's now() moves on between transactions by itself
+    async with store.transaction() as tx:
+        first = await tx.claim(60)
+        assert first is not None and first.node_id == "n1"
+        await tx.advance(first, NodeStep.STAGING)  # ready again at once
+    async with store.transaction() as tx:
+        second = await tx.claim(60)
+        third = await tx.claim(60)
+    assert second is not None and third is not None
+    assert [(c.node_id, c.state) for c in (second, third)] == [
+        ("n2", NodeStep.PREFLIGHT),  # ready since the wave was recorded
+        ("n1", NodeStep.STAGING),
+    ]
+
+
 async def test_a_lapsed_lease_is_taken_over_and_the_old_holder_fenced_out(
     store: UpdaterStore,
 ) -> None:
@@ -216,3 +237,30 @@ async def test_the_target_joins_the_plan_and_the_attested_bundle(store: UpdaterS
         "/bundles/b",
         (image,),
     )
+
+
+async def test_rollbacks_are_one_item_per_node_beside_its_update(store: UpdaterStore) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n1", "n2"), "c-1")
+        assert await tx.update_item("r-1", "n1") == (NodeStep.PENDING, {})
+        assert await tx.request_rollbacks("r-1", 0) == 2
+        assert await tx.request_rollbacks("r-1", 0) == 0  # a redelivered verdict adds nothing
+        assert await tx.update_item("r-1", "n3") is None
+    claims = []
+    async with store.transaction() as tx:
+        while (claim := await tx.claim(60)) is not None:
+            claims.append(claim)
+    assert [(c.node_id, c.kind) for c in claims] == [
+        ("n1", "update"),
+        ("n2", "update"),
+        ("n1", "rollback"),
+        ("n2", "rollback"),
+    ]
+    async with store.transaction() as tx:
+        for claim in claims:
+            if claim.kind == "update":
+                await tx.advance(claim, NodeStep.CANCELLED)
+        # The wave is complete with its updates: its flip-backs are not part of its result.
+        result = await tx.complete_wave("r-1", 0)
+    assert result is not None and result.failed == ("n1", "n2")

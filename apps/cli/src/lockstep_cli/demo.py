@@ -1,4 +1,5 @@
-"""``lockstep demo``: the system comes up, and one event travels the whole messaging path.
+"""``lockstep demo``: the system comes up, one event travels the whole messaging path, and the
+fleet and rollout stories follow (``demo_fleet``, ``demo_rollout``).
 
 What it shows, each step observed rather than assumed: a state change and its event commit in
 one transaction (outbox); the relay publishes it with ``Nats-Msg-Id``; a durable consumer
@@ -27,6 +28,7 @@ from rich.table import Table
 
 from lockstep_cli.catalog import stream_names
 from lockstep_cli.demo_fleet import fleet_drift, service_env
+from lockstep_cli.demo_rollout import prepare
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, provision_topology, running_system
 from lockstep_common import subjects
@@ -83,10 +85,12 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
     kit = make_kit(base / "release")
     console.print(f"built and signed a demo bundle: {kit.bundle} (trust store {kit.trust})")
     started = time.monotonic()
+    rollouts = prepare(base)
     env = {
         "LOCKSTEP_ATTEST_TRUST_STORE": str(kit.trust),
         "LOCKSTEP_ATTEST_BUNDLE_ROOTS": json.dumps([str(kit.bundle.parent)]),
         **service_env(),
+        **rollouts.env,
     }
     ns = Namespace(service_env().get("LOCKSTEP_NAMESPACE", "lockstep"))
     with running_system(base, SERVICES, extra_env=env, extra_parties=demo_parties(ns)) as (
@@ -102,9 +106,11 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         console.print(table)
         asyncio.run(_event_path(console, stack, bundle=kit.bundle))
-        asyncio.run(fleet_drift(console, stack))
+        asyncio.run(fleet_drift(console, stack, rollouts, kit))
         console.print("stopping services, then NATS and PostgreSQL ...")
-    console.print("[bold green]demo finished[/]: every process stopped.")
+    console.print(
+        f"[bold green]demo finished[/] in {time.monotonic() - started:.0f}s: every process stopped."
+    )
 
 
 @dataclass
@@ -257,7 +263,9 @@ async def _attestation(console: Console, p: Participants, bundle: Path) -> None:
     tampered = bundle.parent / "tampered"
     shutil.copytree(bundle, tampered, dirs_exist_ok=True)
     with (tampered / "images" / "psu.bin").open("r+b") as f:
-        f.write(b"\x00")
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))  # changed for sure (writing 0 may change nothing)
     await p.submit(tampered)
     rejected = await until(
         lambda: _last(js, p.producer, subjects.bundle_rejected()), "rejected", 60

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from lockstep_cli.demo_rollout import TIME_SCALE, RolloutSetup, RolloutStory
 from lockstep_cli.fleet_bus import pins_for, publish_pins
 from lockstep_cli.polling import until
 from lockstep_common import db
@@ -42,6 +43,7 @@ from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scenarios import DriftKind, default_mix
 
 if TYPE_CHECKING:
+    from lockstep_attest.testing.bundles import Kit
     from lockstep_devstack import Stack
 
 NODES = 256
@@ -59,10 +61,11 @@ def service_env() -> dict[str, str]:
     }
 
 
-async def fleet_drift(console: Console, stack: Stack) -> None:
+async def fleet_drift(console: Console, stack: Stack, rollouts: RolloutSetup, kit: Kit) -> None:
     """Run the fleet part against a running stack and inventory service: node agents connect
     as ``agent``, pins are published as ``cli``, and the drift events are watched as
-    ``admin`` (the identity that may create a consumer to read them)."""
+    ``admin`` (the identity that may create a consumer to read them). Then the rollouts
+    (``demo_rollout``) run on the same fleet."""
     os.environ.update(service_env())
     database_url = stack.database_env(NAME)["LOCKSTEP_DATABASE_URL"]
     settings = Settings(
@@ -71,8 +74,10 @@ async def fleet_drift(console: Console, stack: Stack) -> None:
     ns = Namespace(settings.namespace)
     console.rule(f"a simulated fleet of {NODES} nodes (GB200 and HGX H100)")
     async with FleetRuntime(
-        SimOptions(NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0),
-        scheduler_port=0,
+        SimOptions(
+            NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0, time_scale=TIME_SCALE
+        ),
+        scheduler_port=rollouts.scheduler_port,
         nats=stack.nats_client(AGENT),
         namespace=ns.name,
         cadence_s=1.0,
@@ -93,6 +98,9 @@ async def fleet_drift(console: Console, stack: Stack) -> None:
             demo = _Demo(console, rt, settings, ns, pool, events, stack.nats_client(CLI))
             await demo.run()
             await sub.unsubscribe()
+            await RolloutStory(
+                console, stack, rt, rollouts, kit, inventory=pool, sweep=demo.sweep
+            ).run()
         finally:
             await nc.close()
             await pool.close()
@@ -134,7 +142,7 @@ class _Demo:
             f"(credentials by reference: env:{CREDENTIALS})"
         )
         await until(self._agents_reported, "every agent's first report", 60)
-        await self._sweep("sweep 1: the fleet as deployed")
+        await self.sweep("sweep 1: the fleet as deployed")
         c.print(f"  drift events so far: {len(self._drift('detected'))} (the fleet conforms)")
 
         mix = self.rt.drifts.apply(default_mix(self.rt.fleet, SEED))
@@ -142,7 +150,7 @@ class _Demo:
         for d in mix:
             c.print(f"  {d.node}: [bold]{d.kind}[/] {_describe(d.to_dict())}")
         broken = {d.node for d in mix if d.kind is not DriftKind.UNREACHABLE_BMC}
-        await self._sweep("sweep 2")
+        await self.sweep("sweep 2")
         await until(
             lambda: self._has(broken, "detected"), f"drift.detected for {len(broken)} nodes", 60
         )
@@ -150,7 +158,7 @@ class _Demo:
 
         c.rule("the fixes")
         self.rt.drifts.clear()
-        await self._sweep("sweep 3")
+        await self.sweep("sweep 3")
         await until(
             lambda: self._has(broken, "resolved"), f"drift.resolved for {len(broken)} nodes", 60
         )
@@ -182,7 +190,7 @@ class _Demo:
         await until(self._pins_applied, "the pins to be applied", 30)
         return stack_hash
 
-    async def _sweep(self, title: str) -> None:
+    async def sweep(self, title: str) -> None:
         async with self.pool.acquire() as conn:
             nodes = list((await state.nodes(conn)).values())
         with Progress(console=self.console, transient=True) as progress:

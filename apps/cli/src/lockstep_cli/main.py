@@ -275,7 +275,8 @@ def demo(
         Path | None, typer.Option(help="Keep state here (default: a new temporary directory).")
     ] = None,
 ) -> None:
-    """Run the whole system on embedded NATS and PostgreSQL and show an event's journey."""
+    """Run the whole system on embedded NATS and PostgreSQL: an event's journey, drift found on a
+    simulated fleet, then a canaried rollout and a bad image halted at the canary."""
     from lockstep_cli.demo import run_demo
     from lockstep_cli.supervisor import Interrupted, stop_signals_unwind
 

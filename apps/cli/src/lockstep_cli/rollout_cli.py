@@ -29,6 +29,7 @@ from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
     import asyncpg
+    from rich.console import Console
 
     from lockstep_common.events.v1 import IntentSubmitted, ScopeSelector, Strategy
     from lockstep_planner.settings import Settings
@@ -132,7 +133,7 @@ async def _resolve(settings: Settings, bundle: str) -> str:
     return str(rows[0]["stack_hash"])
 
 
-async def _publish(settings: Settings, data: IntentSubmitted, timeout_s: float) -> None:
+async def publish_intent(settings: Settings, data: IntentSubmitted, timeout_s: float) -> None:
     import nats
 
     from lockstep_common import subjects
@@ -161,7 +162,7 @@ async def _publish(settings: Settings, data: IntentSubmitted, timeout_s: float) 
         await nc.close()
 
 
-async def _decision(settings: Settings, intent_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
+async def await_decision(settings: Settings, intent_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + wait_s
     while True:
         rows = await _fetch(
@@ -214,8 +215,8 @@ def _submit(
         strategy=plan_strategy,
         dry_run=dry_run,
     )
-    run(_publish(settings, data, 5.0))
-    decided = run(_decision(settings, data.intent_id, wait_s))
+    run(publish_intent(settings, data, 5.0))
+    decided = run(await_decision(settings, data.intent_id, wait_s))
     if as_json:
         print(json.dumps(_jsonable({"intent_id": data.intent_id, **decided})))
     elif decided["state"] == "refused":
@@ -223,16 +224,16 @@ def _submit(
         for reason in decided["reasons"]:
             console.print(f"  - {reason}", highlight=False)
     else:
-        _print_plan(decided)
+        print_plan(decided)
     if decided["state"] == "refused":
         raise typer.Exit(1)
 
 
-def _print_plan(decided: dict[str, Any]) -> None:
+def print_plan(decided: dict[str, Any], out: Console = console) -> None:
     plan = decided["plan"]
     rid, state = decided["rollout_id"], decided["rollout_state"]
     head = "dry run, nothing released" if decided["dry_run"] else f"state {state}"
-    console.print(f"rollout [bold]{rid}[/] ({head}); plan hash {decided['plan_hash']}")
+    out.print(f"rollout [bold]{rid}[/] ({head}); plan hash {decided['plan_hash']}")
     table = Table(title="waves")
     for column in ("wave", "nodes", "components", "starts (est.)", "gated by (est.)"):
         table.add_column(column)
@@ -247,7 +248,7 @@ def _print_plan(decided: dict[str, Any]) -> None:
             _duration(est.get("start_s", 0)),
             _duration(est.get("end_s", 0)),
         )
-    console.print(table)
+    out.print(table)
     strata = Table(title="strata covered by the canary, with their control groups")
     for column in ("profile", "supplier", "stack", "canary", "controls"):
         strata.add_column(column, overflow="fold")
@@ -259,13 +260,13 @@ def _print_plan(decided: dict[str, Any]) -> None:
             _some(s["canary"]),
             _some(s["controls"]) or "(none untouched)",
         )
-    console.print(strata)
+    out.print(strata)
     excluded: dict[str, int] = {}
     for e in plan["excluded"]:
         excluded[e["reason"]] = excluded.get(e["reason"], 0) + 1
     for reason, n in sorted(excluded.items()):
-        console.print(f"excluded: {n} node(s): {reason}", highlight=False)
-    console.print(
+        out.print(f"excluded: {n} node(s): {reason}", highlight=False)
+    out.print(
         f"estimated duration {_duration(plan['makespan_s'])} "
         f"(lower bound {_duration(plan['lower_bound_s'])})"
     )
@@ -426,7 +427,7 @@ def rollout_audit(rollout: RolloutArg, as_json: Json = False) -> None:
 # --- pause / resume / abort ---------------------------------------------------------------------
 
 
-async def _command(
+async def run_command(
     settings: Settings,
     rollout_id: str,
     action: str,
@@ -502,7 +503,7 @@ def _control(
     key: Path | None = None,
 ) -> None:
     who = by or getpass.getuser()
-    outcome = run(_command(_settings(), rollout, action, who, reason, wait, key))
+    outcome = run(run_command(_settings(), rollout, action, who, reason, wait, key))
     if outcome.startswith("done"):
         console.print(f"{rollout}: {action} {outcome}")
         return

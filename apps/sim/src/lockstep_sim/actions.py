@@ -245,6 +245,24 @@ async def member_activate(
     return task_accepted(bmc, bmc.start_activate([m["id"]]))
 
 
+async def member_switch_bank(
+    request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``#LockstepSim.SwitchBank`` (OEM): run the image in the other bank again."""
+    await read_json(request)
+    component = bmc.node.components.get(m["id"])
+    if component is None:
+        raise not_found(m.string)
+    if not component.banks or component.inactive_version is None or component.staged:
+        raise bad_request(
+            "ActionNotSupported",
+            f"{m['id']} has no other bank to switch to.",
+            "SwitchBank",
+        )
+    note["targets"] = [m["id"]]
+    return task_accepted(bmc, bmc.start_switch_bank(m["id"]))
+
+
 async def reset(
     request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
@@ -290,6 +308,13 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (
         re.compile(f"{inventory.FIRMWARE}/(?P<id>[^/]+)/Actions/SoftwareInventory.Activate"),
         {"POST": member_activate},
+    ),
+    (
+        re.compile(
+            f"{inventory.FIRMWARE}/(?P<id>[^/]+)/Actions/Oem/"
+            + inventory.SWITCH_BANK.removeprefix("#")
+        ),
+        {"POST": member_switch_bank},
     ),
     (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),
     (re.compile(f"{systems.MANAGER}/Actions/Manager.Reset"), {"POST": reset}),

@@ -120,6 +120,26 @@ async def activate(bmc: Bmc, task: Task, members: list[str]) -> None:
         task.finish("Completed")
 
 
+async def switch_bank(bmc: Bmc, task: Task, member_id: str) -> None:
+    """Back to the image in the other bank (the OEM ``SwitchBank``): the device resets as for
+    an activation, and runs the image it ran before; faults of the image it leaves go with it."""
+    task.state = "Pending"
+    async with bmc.flash_lock:
+        task.state = "Running"
+        component = bmc.node.components[member_id]
+        if component.cls.kind == "bmc":
+            bmc.go_offline(component.cls.activate_minutes * bmc.time_scale)
+        await _progress(bmc, task, component.cls.activate_minutes, 0, 100)
+        old = component.version
+        if component.inactive_version is not None:
+            component.version, component.inactive_version = component.inactive_version, old
+        component.staged = False
+        if component.cls.kind == "gpu":
+            bmc.node.degraded_after_activation = False
+        task.messages.append(message("Success", f"{member_id} runs {component.version}."))
+        task.finish("Completed")
+
+
 def flip(bmc: Bmc, member_id: str) -> None:
     """Switch the active bank to the staged one (A/B flip)."""
     component = bmc.node.components[member_id]

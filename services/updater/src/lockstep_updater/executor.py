@@ -35,6 +35,7 @@ from lockstep_common.events.v1 import (
     AttestedComponent,
     DeviceActivated,
     DeviceFailed,
+    DeviceRolledBack,
     DeviceStaged,
     DeviceVerified,
     FleetNode,
@@ -69,7 +70,7 @@ from lockstep_updater.ports import (
     NodeFacts,
     Scheduler,
 )
-from lockstep_updater.store import Claim, Target, UpdaterStore
+from lockstep_updater.store import ROLLBACK, Claim, Target, UpdaterStore
 
 log = logging.getLogger(__name__)
 FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
@@ -219,7 +220,11 @@ class Executor:
         try:
             node = await self._node(claim)
             if claim.state is S.PREFLIGHT:
-                await self._preflight(claim, node, progress)
+                await (
+                    self._rollback_preflight(claim, progress)
+                    if claim.kind == ROLLBACK
+                    else self._preflight(claim, node, progress)
+                )
             elif claim.state is S.STAGING:
                 await self._staging(claim, node, progress, started)
             elif claim.state is S.CORDONING:
@@ -310,6 +315,48 @@ class Executor:
             return
         await self._commit(claim, S.STAGING, "", progress)
 
+    async def _rollback_preflight(self, claim: Claim, progress: dict[str, Any]) -> None:
+        """A flip back after a tripped gate: once the node's update has ended, which of its
+        A/B images did it activate? None: nothing to undo. Else the previous images, still in
+        the other bank, are the targets of the usual steps from cordoning on (drain, switch
+        banks, wait for the BMC, read back, give the node back)."""
+        async with self.store.transaction() as tx:
+            update = await tx.update_item(claim.rollout_id, claim.node_id)
+        if update is not None and update[0] not in TERMINAL:
+            await self._commit(
+                claim, S.PREFLIGHT, "waiting for the update to end", progress, self.policy.retry_s
+            )
+            return
+        done = {} if update is None else update[1]
+        activated = {
+            name: plan
+            for name, plan in done.get("components", {}).items()
+            if done.get("activate_sent") and plan["banks"] == "ab" and plan.get("staged")
+        }
+        if not activated:
+            await self._commit(
+                claim, S.CANCELLED, "nothing was activated: nothing to flip back", progress
+            )
+            return
+        progress["rollback"] = True
+        progress["components"] = {}
+        for name, plan in activated.items():
+            previous = [v for v in plan["before"].values() if v]
+            if not previous:
+                raise Stop(S.FAILED, f"{name}: the version before the update is unknown")
+            progress["components"][name] = {
+                "version": previous[0],
+                "banks": "ab",
+                "targets": plan["targets"],
+                "before": dict.fromkeys(plan["targets"], plan["version"]),
+                "sent": False,
+                "task": None,
+                "done": False,
+                "staged": True,  # the previous image waits in the other bank
+            }
+        # Through staging (nothing to push: every image is in place) to cordoning.
+        await self._commit(claim, S.STAGING, "flip back: the previous images", progress)
+
     async def _staging(
         self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float
     ) -> None:
@@ -342,7 +389,11 @@ class Executor:
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            decision = decide(await tx.facts(claim, node.pool), takes_out_of_service=True)
+            decision = decide(
+                await tx.facts(claim, node.pool),
+                takes_out_of_service=True,
+                rollback=claim.kind == ROLLBACK,
+            )
             if decision.verdict is Verdict.PROCEED:
                 progress["cordoned_at"] = time.time()
                 await tx.advance(claim, S.DRAINING, progress=progress)
@@ -360,6 +411,9 @@ class Executor:
         try:
             await self.scheduler.cordon(claim.node_id, f"lockstep rollout {claim.rollout_id}")
         except ForeignDrain as exc:
+            # Skipped: counted failed in the wave's result, but the node's running firmware
+            # did not change, so no device.failed for the gate to blame the image for.
+            progress["skipped"] = True
             raise Stop(S.FAILED, f"left untouched: {exc}") from None
         await self._keep_cordon_only_if_held(claim)
         state = await self.scheduler.drain_state(claim.node_id)
@@ -418,7 +472,11 @@ class Executor:
             async with self._session(node) as bmc:
                 update = FirmwareUpdate(bmc, self.policy.update)
                 try:
-                    for ref in await update.activate(paths):
+                    if progress.get("rollback"):
+                        refs = await update.switch_bank(paths)
+                    else:
+                        refs = await update.activate(paths)
+                    for ref in refs:
                         await update.wait(ref)
                 except BmcUnavailable:
                     raise
@@ -427,6 +485,7 @@ class Executor:
         events += [
             (DeviceOutcome.ACTIVATED, self._device(DeviceActivated, claim, n, plans[n], started))
             for n in staged
+            if not progress.get("rollback")  # its outcome is device.rolled_back, once read back
         ]
         # One-way parts have no inactive bank: the write is the activation, so it waits for
         # the drained node (seed 000: PSU/BBU power firmware).
@@ -465,6 +524,19 @@ class Executor:
                 except BmcError as exc:
                     raise Stop(S.QUARANTINED, f"{name}: {exc}") from None
                 plan["done"] = True
+                if progress.get("rollback"):
+                    before = [v for v in plan["before"].values() if v]
+                    rolled = DeviceRolledBack(
+                        rollout_id=claim.rollout_id,
+                        node_id=claim.node_id,
+                        component=Component(name),
+                        from_version=before[0] if before else None,
+                        to_version=plan["version"],
+                        duration_s=round(time.monotonic() - started, 3),
+                        reason=f"gate tripped on wave {claim.wave}",
+                    )
+                    events.append((DeviceOutcome.ROLLED_BACK, rolled))
+                    continue
                 events.append(
                     (
                         DeviceOutcome.VERIFIED,
@@ -651,7 +723,11 @@ class Executor:
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            decision = decide(await tx.facts(claim, node.pool), takes_out_of_service=takes_out)
+            decision = decide(
+                await tx.facts(claim, node.pool),
+                takes_out_of_service=takes_out,
+                rollback=claim.kind == ROLLBACK,
+            )
             if decision.verdict is Verdict.PROCEED and progress_mark is not None:
                 if mark is not None:
                     progress_mark[mark] = True

@@ -88,5 +88,8 @@ async def rollout_halted(tx: UpdaterTx, env: Envelope[RolloutHalted]) -> None:
 
 
 async def gate_tripped(tx: UpdaterTx, env: Envelope[GateTripped]) -> None:
-    """The gate tripped: stop new mutating work at once, before the planner's halt arrives."""
+    """The gate tripped: stop new mutating work at once, before the planner's halt arrives,
+    and flip the wave's nodes that activated the image back to their previous bank (each
+    rollback item ends at once where nothing was activated)."""
     await tx.halt(env.data.rollout_id, f"gate tripped on wave {env.data.wave}")
+    await tx.request_rollbacks(env.data.rollout_id, env.data.wave)

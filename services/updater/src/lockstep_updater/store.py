@@ -19,6 +19,9 @@ from lockstep_common.outbox import EventSink
 from lockstep_updater.domain.guard import Facts
 from lockstep_updater.domain.steps import NodeStep
 
+UPDATE, ROLLBACK = "update", "rollback"
+"""The kinds of work item (``node_work.kind``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -36,6 +39,8 @@ class Claim:
     """What earlier steps recorded (targets, versions before, pushes sent, the pool, whether
     Lockstep cordoned the node): what a re-run of a step needs to be safe."""
     correlation_id: str | None = None
+    kind: str = UPDATE
+    """``update``, or ``rollback``: the flip back to the previous bank after a tripped gate."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,17 @@ class UpdaterTx(Protocol):
 
     async def halt(self, rollout_id: str, reason: str) -> None:
         """Mark the rollout halted (the first reason is kept): no new mutating call starts."""
+        ...
+
+    async def request_rollbacks(self, rollout_id: str, wave: int) -> int:
+        """A ``rollback`` item in ``pending`` for each update item of the wave (once per node);
+        returns how many were added."""
+        ...
+
+    async def update_item(
+        self, rollout_id: str, node_id: str
+    ) -> tuple[NodeStep, dict[str, Any]] | None:
+        """The state and progress of the node's update item in the rollout, if any."""
         ...
 
     async def claim(self, lease_s: float) -> Claim | None:

@@ -209,6 +209,38 @@ class Scheduler:
             self._record(node, before, "job_start", "scheduler", job.job_id)
         return job
 
+    def occupy(self, node_ids: list[str], *, duration_s: float, name: str = "") -> Job:
+        """Fault knob: one job across exactly ``node_ids`` (a cluster occupying a fabric
+        domain, seed 002), whatever their pools; ``Conflict`` when one has no free GPUs."""
+        nodes = [self.node(n) for n in node_ids]
+        busy = [n.node_id for n in nodes if n.state not in (NodeState.IDLE,)]
+        if busy or not nodes:
+            raise Conflict(f"cannot occupy {', '.join(busy) or 'no nodes'}: not idle")
+        self._job_seq += 1
+        now = self.now()
+        job = Job(
+            name or f"job-{self._job_seq}",
+            nodes[0].pool,
+            tuple(node_ids),
+            nodes[0].gpus,
+            now,
+            now + duration_s,
+        )
+        self.jobs[job.job_id] = job
+        for node in nodes:
+            before = node.state
+            node.used_gpus += job.gpus_per_node
+            node.jobs.add(job.job_id)
+            self._record(node, before, "job_start", "scheduler", job.job_id)
+        return job
+
+    def finish_job(self, job_id: str) -> None:
+        """The job ends now (its nodes drain to drained, or go idle)."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise Conflict(f"no running job {job_id!r}")
+        self._end_job(job, "job_end")
+
     def _end_job(self, job: Job, action: str) -> None:
         del self.jobs[job.job_id]
         for node_id in job.node_ids:

@@ -20,11 +20,34 @@ from lockstep_attest.builder import build_bundle
 from lockstep_attest.domain import jws
 from lockstep_attest.testing import rim_fixtures
 from lockstep_common.bundle import Manifest
-from lockstep_common.pldm import ComponentSpec, FormatRevision, RecordSpec, build_package
+from lockstep_common.pldm import (
+    ComponentSpec,
+    FormatRevision,
+    RecordSpec,
+    build_package,
+    parse_package,
+)
 
 KID = "lockstep-release-test"
 SRP_KID = "test-srp"
 PCI_VENDOR_NVIDIA = (0x0000, 0x10DE)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """The release's keys: one trust store verifies every bundle signed with them."""
+
+    signing_key: ec.EllipticCurvePrivateKey
+    srp_key: ec.EllipticCurvePrivateKey
+    rim_chain: rim_fixtures.RimChain
+
+    @classmethod
+    def new(cls) -> Signer:
+        return cls(
+            ec.generate_private_key(ec.SECP384R1()),
+            ec.generate_private_key(ec.SECP521R1()),
+            rim_fixtures.make_chain(),
+        )
 
 
 @dataclass(frozen=True)
@@ -36,6 +59,7 @@ class Kit:
     signing_key_pem: Path
     manifest: Manifest
     srp_key: ec.EllipticCurvePrivateKey
+    signer: Signer | None = None
 
 
 def _pem_private(key: Any) -> bytes:
@@ -121,6 +145,12 @@ def make_trust_store(
     return root
 
 
+def _device_of(package: bytes) -> list[dict[str, Any]]:
+    """The manifest's ``device`` for a package: its first record's descriptors."""
+    record = parse_package(package).device_records[0]
+    return [{"type": d.type, "value_hex": d.data.hex()} for d in record.descriptors]
+
+
 def write_bulk_image(path: Path, size: int) -> None:
     """``size`` bytes that differ per MiB (cheap to make, as costly to hash as random data)."""
     block = os.urandom(1 << 20)
@@ -138,35 +168,48 @@ def make_kit(
     bulk: tuple[int, int] = (0, 0),
     gpu_image: tuple[str, bytes] | None = None,
     only: tuple[str, ...] | None = None,
+    bmc_image: tuple[str, bytes] | None = None,
+    nic_image: tuple[str, bytes] | None = None,
+    signer: Signer | None = None,
+    name: str = "bundle",
+    bundle_version: str = "2026.11.1",
 ) -> Kit:
     """A signed, valid bundle: PLDM BMC, VBIOS with RIM + SFR, one-way PSU, plus ``bulk`` =
     (count, size) extra vendor images in profiles bulk-0.. (for the benchmark).
 
     ``gpu_image`` = (version, image) replaces the random VBIOS (an image the simulator's GPUs
-    accept, for an end-to-end rollout); ``only`` keeps just those gb200 components."""
+    accept, for an end-to-end rollout), ``bmc_image`` the BMC's PLDM package; ``nic_image``
+    adds a NIC firmware image; ``only`` keeps just those gb200 components. Kits made with one
+    ``signer`` (written to ``tmp/name``) share ``tmp/trust``: one attest service verifies them
+    all."""
     now = now or datetime.now(UTC)
-    bundle, trust = tmp / "bundle", tmp / "trust"
+    bundle, trust = tmp / name, tmp / "trust"
     for sub in ("images", "rim", "safe"):
         (bundle / sub).mkdir(parents=True, exist_ok=True)
-    signing_key = ec.generate_private_key(ec.SECP384R1())
-    srp_key = ec.generate_private_key(ec.SECP521R1())
-    bmc = build_package(
-        revision=FormatRevision.V1_3,
-        version="25.06-2",
-        release_time=now,
-        components=[ComponentSpec(image=os.urandom(image_bytes), identifier=1, version="25.06-2")],
-        device_records=[
-            RecordSpec(
-                descriptors=[PCI_VENDOR_NVIDIA], applicable_components=[0], version="25.06-2"
-            )
-        ],
+    signer = signer or Signer.new()
+    signing_key, srp_key = signer.signing_key, signer.srp_key
+    bmc_version, bmc = bmc_image or (
+        "25.06-2",
+        build_package(
+            revision=FormatRevision.V1_3,
+            version="25.06-2",
+            release_time=now,
+            components=[
+                ComponentSpec(image=os.urandom(image_bytes), identifier=1, version="25.06-2")
+            ],
+            device_records=[
+                RecordSpec(
+                    descriptors=[PCI_VENDOR_NVIDIA], applicable_components=[0], version="25.06-2"
+                )
+            ],
+        ),
     )
     vbios_version, vbios = gpu_image or ("97.00.A1.00.02", os.urandom(image_bytes))
     psu = os.urandom(image_bytes // 4)
     (bundle / "images" / "bmc.pldm").write_bytes(bmc)
     (bundle / "images" / "vbios.bin").write_bytes(vbios)
     (bundle / "images" / "psu.bin").write_bytes(psu)
-    chain = rim_fixtures.make_chain()
+    chain = signer.rim_chain
     (bundle / "rim" / "vbios.swidtag").write_bytes(
         rim_fixtures.sign_swid(chain, measurements=[hashlib.sha384(vbios).hexdigest()])
     )
@@ -187,16 +230,16 @@ def make_kit(
     manifest: dict[str, Any] = {
         "schema": "lockstep.bundle/v1",
         "bundle_id": "gb200-golden",
-        "bundle_version": "2026.11.1",
+        "bundle_version": bundle_version,
         "created_at": now.isoformat(),
         "profiles": {
             "gb200": {
                 "bmc": {
                     **entry,
                     "format": "pldm",
-                    "version": "25.06-2",
+                    "version": bmc_version,
                     "image": "images/bmc.pldm",
-                    "device": [{"type": 0, "value_hex": "de10"}],
+                    "device": _device_of(bmc),
                 },
                 "gpu_vbios": {
                     **entry,
@@ -217,14 +260,21 @@ def make_kit(
             }
         },
     }
+    if nic_image is not None:
+        (bundle / "images" / "nic.bin").write_bytes(nic_image[1])
+        manifest["profiles"]["gb200"]["nic"] = {
+            **entry,
+            "version": nic_image[0],
+            "image": "images/nic.bin",
+        }
     if only is not None:
         gb200 = manifest["profiles"]["gb200"]
         manifest["profiles"]["gb200"] = {c: e for c, e in gb200.items() if c in only}
         for c, e in gb200.items():  # every file in a bundle must be named by its manifest
             if c not in only:
-                for name in (e["image"], e.get("rim"), *e.get("safe", ())):
-                    if name:
-                        (bundle / name).unlink()
+                for file in (e["image"], e.get("rim"), *e.get("safe", ())):
+                    if file:
+                        (bundle / file).unlink()
     for i in range(bulk[0]):
         write_bulk_image(bundle / "images" / f"bulk-{i}.bin", bulk[1])
         manifest["profiles"][f"bulk-{i}"] = {
@@ -241,4 +291,4 @@ def make_kit(
         now=now,
     )
     built = build_bundle(bundle, key_pem, KID)
-    return Kit(bundle, trust, key_pem, built, srp_key)
+    return Kit(bundle, trust, key_pem, built, srp_key, signer)

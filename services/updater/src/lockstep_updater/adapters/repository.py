@@ -38,13 +38,15 @@ def _list(states: frozenset[NodeStep]) -> str:
 _CLAIMABLE = (
     f"SELECT id, state FROM node_work WHERE state NOT IN ({_list(TERMINAL)})"
     " AND (lease_until IS NULL OR lease_until <= now())"
-    " ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1"
+    # Longest ready first (since its lease ended, its retry pause ended or its step was
+    # committed): a node polling its drain must not starve the nodes behind it.
+    " ORDER BY COALESCE(lease_until, updated_at), id FOR UPDATE SKIP LOCKED LIMIT 1"
 )
 _OUT = _list(OUT_OF_SERVICE)
 _FAILED = _list(frozenset({NodeStep.FAILED, NodeStep.QUARANTINED}))
 _CLAIM_COLUMNS = (
     "id, rollout_id, wave, node_id, state, lease_token, attempts, components, progress,"
-    " correlation_id"
+    " correlation_id, kind"
 )
 
 
@@ -74,6 +76,7 @@ def _claim(row: asyncpg.Record) -> Claim:
         tuple(row["components"]),
         json.loads(row["progress"]),
         row["correlation_id"],
+        row["kind"],
     )
 
 
@@ -156,7 +159,7 @@ class PostgresTx:
         await self.conn.execute(
             "INSERT INTO node_work (rollout_id, wave, node_id, components, correlation_id)"
             " SELECT $1, $2, n, $4, $5 FROM unnest($3::text[]) WITH ORDINALITY AS u(n, i)"
-            " ORDER BY i ON CONFLICT (rollout_id, node_id) DO NOTHING",
+            " ORDER BY i ON CONFLICT (rollout_id, node_id, kind) DO NOTHING",
             wave.rollout_id,
             wave.wave,
             list(wave.node_ids),
@@ -164,6 +167,30 @@ class PostgresTx:
             correlation_id,
         )
         return True
+
+    async def request_rollbacks(self, rollout_id: str, wave: int) -> int:
+        rows = await self.conn.fetch(
+            "INSERT INTO node_work (rollout_id, wave, node_id, components, correlation_id, kind)"
+            " SELECT rollout_id, wave, node_id, components, correlation_id, 'rollback'"
+            " FROM node_work WHERE rollout_id = $1 AND wave = $2 AND kind = 'update' ORDER BY id"
+            " ON CONFLICT (rollout_id, node_id, kind) DO NOTHING RETURNING id",
+            rollout_id,
+            wave,
+        )
+        return len(rows)
+
+    async def update_item(
+        self, rollout_id: str, node_id: str
+    ) -> tuple[NodeStep, dict[str, Any]] | None:
+        row = await self.conn.fetchrow(
+            "SELECT state, progress FROM node_work WHERE rollout_id = $1 AND node_id = $2"
+            " AND kind = 'update'",
+            rollout_id,
+            node_id,
+        )
+        if row is None:
+            return None
+        return NodeStep(row["state"]), dict(json.loads(row["progress"]))
 
     async def halt(self, rollout_id: str, reason: str) -> None:
         await self.conn.execute(
@@ -250,7 +277,7 @@ class PostgresTx:
         )
         failures = await self.conn.fetchval(
             f"SELECT count(*) FROM node_work WHERE rollout_id = $1 AND wave = $2"
-            f" AND state IN ({_FAILED})",
+            f" AND kind = 'update' AND state IN ({_FAILED})",
             claim.rollout_id,
             claim.wave,
         )
@@ -338,13 +365,14 @@ class PostgresTx:
         # rows each time (a 9,375-node wave read 88 million rows that way, lockstep bench rollout).
         if await self.conn.fetchval(
             f"SELECT EXISTS (SELECT 1 FROM node_work WHERE rollout_id = $1 AND wave = $2"
-            f" AND state NOT IN ({_list(TERMINAL)}))",
+            f" AND kind = 'update' AND state NOT IN ({_list(TERMINAL)}))",
             rollout_id,
             wave,
         ):
             return None
         rows = await self.conn.fetch(
-            "SELECT node_id, state FROM node_work WHERE rollout_id = $1 AND wave = $2 ORDER BY id",
+            "SELECT node_id, state FROM node_work WHERE rollout_id = $1 AND wave = $2"
+            " AND kind = 'update' ORDER BY id",
             rollout_id,
             wave,
         )

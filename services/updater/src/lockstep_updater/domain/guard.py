@@ -55,11 +55,13 @@ class Decision:
     reason: str = ""
 
 
-def decide(facts: Facts, *, takes_out_of_service: bool) -> Decision:
+def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) -> Decision:
     """May the next mutating action on ``facts.node_id`` start?
 
     ``takes_out_of_service``: the action leaves (or keeps) the node out of service, so the
-    pool's budget applies; staging into an inactive bank does not.
+    pool's budget applies; staging into an inactive bank does not. ``rollback``: the action
+    flips a node of the wave back to its previous bank, which a halt (the tripped gate that
+    asked for it) and a spent failure budget do not stop; every other check holds.
     """
     refusals = (
         (facts.halted is not None, Verdict.HALT, f"rollout halted: {facts.halted}"),
@@ -102,7 +104,7 @@ def decide(facts: Facts, *, takes_out_of_service: bool) -> Decision:
     )
     # The first that applies wins: a halt outranks a refusal, a refusal outranks waiting.
     for applies, verdict, reason in refusals:
-        if applies:
+        if applies and not (rollback and verdict is Verdict.HALT):
             return Decision(verdict, reason)
     return Decision(Verdict.PROCEED)
 

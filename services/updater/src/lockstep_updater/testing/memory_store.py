@@ -28,7 +28,7 @@ from lockstep_updater.domain.steps import (
     NodeStep,
     transition,
 )
-from lockstep_updater.store import Claim, StepRecord, Target, WaveResult
+from lockstep_updater.store import ROLLBACK, UPDATE, Claim, StepRecord, Target, WaveResult
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 FAILURES = frozenset({NodeStep.FAILED, NodeStep.QUARANTINED})
@@ -53,6 +53,13 @@ class Item:
     reason: str = ""
     pool: str = ""
     progress: dict[str, Any] = field(default_factory=dict)
+    updated_at: datetime = START
+    kind: str = UPDATE
+
+    @property
+    def ready_at(self) -> datetime:
+        """Since when the item may be claimed: claims take the longest ready first."""
+        return self.lease_until or self.updated_at
 
 
 @dataclass(slots=True)
@@ -165,7 +172,7 @@ class MemoryTx:
         self.tables.waves[key] = Wave(
             wave.node_ids, wave.max_unavailable, wave.failure_budget, correlation_id
         )
-        taken = {(i.rollout_id, i.node_id) for i in self.tables.items.values()}
+        taken = {(i.rollout_id, i.node_id) for i in self.tables.items.values() if i.kind == UPDATE}
         for node_id in wave.node_ids:
             if (wave.rollout_id, node_id) in taken:
                 continue  # a node appears in one wave of a rollout; the first one keeps it
@@ -177,11 +184,43 @@ class MemoryTx:
                 node_id,
                 tuple(c.value for c in wave.components),
                 correlation_id,
+                updated_at=self.now,
             )
         return True
 
     async def halt(self, rollout_id: str, reason: str) -> None:
         self.tables.halted.setdefault(rollout_id, reason)
+
+    async def request_rollbacks(self, rollout_id: str, wave: int) -> int:
+        items = sorted(self.tables.items.values(), key=lambda i: i.id)
+        have = {i.node_id for i in items if i.rollout_id == rollout_id and i.kind == ROLLBACK}
+        added = 0
+        for item in items:
+            if (item.rollout_id, item.wave, item.kind) != (rollout_id, wave, UPDATE):
+                continue
+            if item.node_id in have:
+                continue
+            item_id = max(self.tables.items) + 1
+            self.tables.items[item_id] = Item(
+                item_id,
+                rollout_id,
+                wave,
+                item.node_id,
+                item.components,
+                item.correlation_id,
+                updated_at=self.now,
+                kind=ROLLBACK,
+            )
+            added += 1
+        return added
+
+    async def update_item(
+        self, rollout_id: str, node_id: str
+    ) -> tuple[NodeStep, dict[str, Any]] | None:
+        for item in self.tables.items.values():
+            if (item.rollout_id, item.node_id, item.kind) == (rollout_id, node_id, UPDATE):
+                return item.state, copy.deepcopy(item.progress)
+        return None
 
     def _free(self, item: Item) -> bool:
         return item.state not in TERMINAL and (
@@ -200,10 +239,14 @@ class MemoryTx:
             item.components,
             copy.deepcopy(item.progress),
             item.correlation_id,
+            item.kind,
         )
 
     async def claim(self, lease_s: float) -> Claim | None:
-        free = [i for _, i in sorted(self.tables.items.items()) if self._free(i)]
+        free = sorted(
+            (i for i in self.tables.items.values() if self._free(i)),
+            key=lambda i: (i.ready_at, i.id),
+        )
         if not free:
             return None
         item = free[0]
@@ -245,7 +288,7 @@ class MemoryTx:
         siblings = [
             i
             for i in self.tables.items.values()
-            if i.rollout_id == claim.rollout_id and i.wave == claim.wave
+            if i.rollout_id == claim.rollout_id and i.wave == claim.wave and i.kind == UPDATE
         ]
         others_out = sum(
             1
@@ -287,6 +330,7 @@ class MemoryTx:
         if progress is not None:
             item.progress = copy.deepcopy(progress)
         item.lease_until = self.now + timedelta(seconds=retry_in_s) if retry_in_s else None
+        item.updated_at = self.now
         item.released_at = self.now
         record = StepRecord(
             claim.rollout_id,
@@ -308,7 +352,7 @@ class MemoryTx:
         items = [
             i
             for _, i in sorted(self.tables.items.items())
-            if i.rollout_id == rollout_id and i.wave == wave
+            if i.rollout_id == rollout_id and i.wave == wave and i.kind == UPDATE
         ]
         if any(i.state not in TERMINAL for i in items):
             return None

@@ -1,0 +1,575 @@
+"""The demo's rollout part: the mission, on the simulated fleet the drift story ran on.
+
+What it shows, each step observed rather than assumed (issue 13, deliverable 1): a new bundle
+(BMC, GPU VBIOS and NIC firmware, as PLDM packages the simulated devices accept) is built,
+signed and attested; a routine intent is planned (the plan printed as ``lockstep rollout plan``
+prints it) and approved with an approver's Ed25519 key (as ``lockstep rollout approve`` signs);
+the canary is flashed and gated, the wave follows to completion while one fabric domain is
+occupied by a cluster (its nodes wait, drained only when the cluster ends) and one node drained
+by someone else is left alone. Then a second bundle whose GPU image degrades health: the canary
+trips the gate, the rollout halts, the canary's A/B banks are flipped back (the updater's
+flip-back, ``docs/updater.md``), and the BMC and scheduler ledgers show that no node outside the
+canary received a single mutating call.
+
+The planner, updater and healthgate run as the system's own processes; their policies (short
+soaks, a canary of 5 per stratum) and the scheduler's address are set up by :func:`prepare`
+before the system starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rich.console import Console
+
+from lockstep_attest.testing.bundles import Kit, make_kit
+from lockstep_cli.polling import until
+from lockstep_cli.rollout_cli import await_decision, print_plan, publish_intent, run_command
+from lockstep_common import db, subjects
+from lockstep_common.envelope import make_envelope, source_of
+from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
+from lockstep_common.identities import CLI
+from lockstep_common.natsconn import connect
+from lockstep_common.pldm import ComponentSpec, FormatRevision, RecordSpec, build_package
+from lockstep_common.subjects import Namespace
+from lockstep_common.vocabulary import ChangeClass
+from lockstep_inventory.adapters import state
+from lockstep_inventory.queries import drift_report, fleet_status
+from lockstep_planner.settings import Settings as PlannerSettings
+from lockstep_sim.faults import Fault, FaultPlan
+from lockstep_sim.profiles import GB200
+
+if TYPE_CHECKING:
+    from lockstep_devstack import Stack
+    from lockstep_sim.runtime import FleetRuntime
+
+TIME_SCALE = 0.002  # real seconds per simulated BMC minute: a 15-minute GPU flash takes 30 ms
+SOAK_S = 4  # each wave soaks this long: 4 health reports per node at the agents' cadence
+APPROVER = "alice"
+SCOPE = ScopeSelector(sites=("site-ams1",), profiles=("gb200",))
+PUSH = "update-multipart"  # the BMC ledger's action for a POST to MultipartHttpPushUri
+READS = {"session_create", "session_delete"}  # BMC ledger actions that change no device
+NEW = {"bmc": "GB200Nvl-25.02-1", "gpu": "97.00.9A.00.01", "nic": "32.43.1000"}
+BAD_GPU = "97.00.9B.00.07"
+GATE_MINIMUM = """
+[minimum]
+canary_nodes = 5
+control_nodes = 5
+samples_per_node = 3
+"""
+
+
+@dataclass(frozen=True)
+class RolloutSetup:
+    """What the services need before they start, and what the story needs afterwards."""
+
+    base: Path
+    approver_key: Path
+    scheduler_port: int
+    env: dict[str, str]
+
+
+def prepare(base: Path) -> RolloutSetup:
+    """Policies, the approvers trust store and the scheduler's address, for the services."""
+    policy = base / "policy"
+    approvers = policy / "approvers"
+    approvers.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    private = policy / f"{APPROVER}.key.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    private.chmod(0o600)
+    (approvers / f"{APPROVER}.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    port = _free_port()
+    roots = json.dumps([str(base / "release")])
+    env = {
+        "LOCKSTEP_PLANNER_POLICY_FILE": str(_planner_policy(policy / "classes.yaml")),
+        "LOCKSTEP_PLANNER_APPROVERS_DIR": str(approvers),
+        "LOCKSTEP_PLANNER_WORKER_POLL_S": "0.1",
+        "LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE": "24",
+        "LOCKSTEP_PLANNER_WAVE_DEADLINE_MIN_S": "120",
+        "LOCKSTEP_HEALTHGATE_POLICY_FILE": str(_gate_policy(policy / "gate.toml")),
+        "LOCKSTEP_HEALTHGATE_EVAL_POLL_S": "0.2",
+        "LOCKSTEP_HEALTHGATE_EVAL_GRACE_S": "0.5",
+        "LOCKSTEP_UPDATER_BUNDLE_ROOTS": roots,
+        "LOCKSTEP_UPDATER_SCHEDULER_URL": f"http://127.0.0.1:{port}",
+        "LOCKSTEP_UPDATER_WORKERS": "12",
+        "LOCKSTEP_UPDATER_WORKER_POLL_S": "0.1",
+        "LOCKSTEP_UPDATER_LEASE_S": "10",
+        "LOCKSTEP_UPDATER_RETRY_S": "0.2",
+        "LOCKSTEP_UPDATER_DRAIN_POLL_S": "0.2",
+        "LOCKSTEP_UPDATER_REDFISH_POLL_S": "0.05",
+        "LOCKSTEP_UPDATER_VERIFY_SETTLE_S": "2",
+    }
+    return RolloutSetup(base, private, port, env)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _planner_policy(path: Path) -> Path:
+    """The packaged change classes; routine keeps its one approval, with a canary of 5 per
+    stratum (the healthgate's minimum), one wave after it, short soaks, and a failure budget
+    of 5% (a node left alone ends failed, and must not halt the rollout)."""
+    doc = yaml.safe_load(
+        resources.files("lockstep_planner").joinpath("data/change_classes.yaml").read_bytes()
+    )
+    doc["classes"]["routine"].update(
+        canary_min_per_stratum=5,
+        wave_fractions=[1.0],
+        canary_soak_s=SOAK_S,
+        layer_soak_s=0,
+        wave_soak_s=SOAK_S,
+        failure_budget=0.05,
+    )
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _gate_policy(path: Path) -> Path:
+    """The packaged gate policy with the minimums a demo fleet's strata can meet."""
+    text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
+    head, _, rest = text.partition("[minimum]")
+    path.write_text(head + GATE_MINIMUM + "\n[hard_rules]" + rest.split("\n[hard_rules]", 1)[1])
+    return path
+
+
+def package_for(kind: str, version: str) -> bytes:
+    """A PLDM (DSP0267) package with one record and one image per GB200 device of ``kind``
+    (a tray has two kinds of NIC: every member the updater targets must take the image)."""
+    classes = [c for c in GB200 if c.kind == kind]
+    return build_package(
+        revision=FormatRevision.V1_0,
+        version=version,
+        release_time=datetime.now(UTC),
+        components=[
+            ComponentSpec(image=b"\x5a" * 4096, identifier=c.pldm_component_id, version=version)
+            for c in classes
+        ],
+        device_records=[
+            RecordSpec(
+                descriptors=list(c.descriptors()), applicable_components=[i], version=version
+            )
+            for i, c in enumerate(classes)
+        ],
+    )
+
+
+class RolloutStory:
+    """The rollout part, run against the running system and the drift story's fleet."""
+
+    def __init__(
+        self,
+        console: Console,
+        stack: Stack,
+        rt: FleetRuntime,
+        setup: RolloutSetup,
+        kit: Kit,
+        *,
+        inventory: Any,
+        sweep: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.console, self.stack, self.rt, self.setup, self.kit = console, stack, rt, setup, kit
+        self.inventory, self.sweep = inventory, sweep
+        cli = stack.nats_client(CLI)
+        self.planner = PlannerSettings(
+            nats_url=",".join(cli.servers),
+            nats_user=cli.user,
+            nats_password_file=cli.password_file,
+            nats_ca_file=cli.ca_file,
+            database_url=stack.database_env("planner")["LOCKSTEP_DATABASE_URL"],
+            log_json=False,
+        )
+        self.ns = Namespace(self.planner.namespace)
+        self.pools: dict[str, Any] = {}
+        self.last_counts: dict[str, int] = {}
+
+    async def run(self) -> None:
+        for name in ("planner", "updater", "healthgate"):
+            url = self.stack.database_env(name)["LOCKSTEP_DATABASE_URL"]
+            self.pools[name] = await db.create_pool(
+                url, name, min_size=1, max_size=2, application_name="lockstep-demo"
+            )
+        try:
+            await self._good_rollout()
+            await self._bad_rollout()
+        finally:
+            for pool in self.pools.values():
+                await pool.close()
+
+    # -- the good bundle -------------------------------------------------------------------
+
+    async def _good_rollout(self) -> None:
+        c = self.console
+        c.rule("a new bundle: BMC, GPU VBIOS and NIC firmware")
+        kit = make_kit(
+            self.setup.base / "release",
+            signer=self.kit.signer,
+            name="bundle-2026.12.1",
+            bundle_version="2026.12.1",
+            bmc_image=(NEW["bmc"], package_for("bmc", NEW["bmc"])),
+            gpu_image=(NEW["gpu"], package_for("gpu", NEW["gpu"])),
+            nic_image=(NEW["nic"], package_for("nic", NEW["nic"])),
+            only=("bmc", "gpu_vbios", "nic"),
+        )
+        stack_hash = await self._attest(kit)
+        plan = await self._plan(stack_hash, "CAB-2026-1207")
+        rollout = plan["rollout_id"]
+        waves = plan["plan"]["waves"]
+        canary = set(waves[0]["nodes"])
+        later = [n for w in waves[1:] for n in w["nodes"]]
+        occupied_domain, occupied = self._domain_to_occupy(set(later))
+        foreign = next(n for n in later if n not in occupied)
+        # Meanwhile, on the fleet: a cluster starts on one fabric domain, and an operator
+        # drains one node for a disk swap. Neither is Lockstep's to undo.
+        job = self.rt.scheduler.occupy(occupied, duration_s=1e12, name="llm-pretrain-7")
+        self.rt.scheduler.drain(foreign, "disk replacement INC-4411", "ops-oncall")
+        c.print(
+            f"  meanwhile: cluster job {job.job_id} occupies fabric domain {occupied_domain} "
+            f"(its {len(occupied)} nodes of wave 1); ops-oncall drained {foreign} "
+            "(disk replacement INC-4411)"
+        )
+        await self._approve(rollout)
+
+        c.rule("the canary, flashed and gated")
+        early = await self._before_release(rollout, later)
+        passed = await self._wait("healthgate", f"gate.passed.{rollout}")
+        flashed = [n for n in sorted(canary) if self._pushes(n)]
+        resumed = {e.node_id for e in self.rt.scheduler.ledger if e.action == "resume"}
+        back = [n for n in flashed if n in resumed and self.rt.scheduler.node(n).drain is None]
+        c.print(
+            f"  canary: {len(flashed)}/{len(canary)} nodes flashed "
+            f"({self._versions(flashed[0])}), {len(back)} drained and given back"
+        )
+        c.print(f"  gate.passed wave 0: {_evidence(passed[0])}", highlight=False)
+        c.print(f"  nodes of later waves flashed before the gate released them: {early}")
+
+        c.rule("the wave: one fabric domain occupied, one node drained by someone else")
+        others = [n for n in later if n not in occupied and n != foreign]
+        await until(
+            lambda: self._all_flashed(others), f"{len(others)} nodes of wave 1 flashed", 120
+        )
+        try:
+            waiting = await until(
+                lambda: self._all_in(rollout, occupied, "draining"), "draining", 60
+            )
+        except TimeoutError:
+            raise TimeoutError(
+                f"timed out waiting for the nodes of {occupied_domain} to wait in draining: "
+                f"{self.last_counts}"
+            ) from None
+        c.print(
+            f"  {len(others)} nodes of wave 1 flashed; the {len(occupied)} nodes of "
+            f"{occupied_domain} wait while {job.job_id} runs (images staged, steps: "
+            f"{_counts(waiting)}, drained: "
+            f"{sum(self.rt.scheduler.node(n).state == 'drained' for n in occupied)}); "
+            f"activated: {sum(self._updated(n) for n in occupied)}"
+        )
+        self.rt.scheduler.finish_job(job.job_id)
+        c.print(f"  {job.job_id} ends: {occupied_domain} is free, and its nodes follow")
+        (done,) = await self._wait("planner", f"rollout.completed.{rollout}", timeout_s=120)
+        drain = self.rt.scheduler.node(foreign).drain
+        (item,) = await self.pools["updater"].fetch(
+            "SELECT state, reason FROM node_work WHERE rollout_id = $1 AND node_id = $2",
+            rollout,
+            foreign,
+        )
+        c.print(
+            f"  {foreign}: {item['state']} ({item['reason'][:70]}...); its drain is still "
+            f"{drain.by if drain else 'gone'}'s"
+        )
+        c.print(
+            f"  [bold green]rollout.completed[/] {rollout}: {done['nodes_updated']} nodes "
+            f"updated, {done['nodes_failed']} failed; {occupied[0]} now runs "
+            f"{self._versions(occupied[0])}"
+        )
+        await self._conformance(done["rollout_id"])
+
+    # -- the bad bundle --------------------------------------------------------------------
+
+    async def _bad_rollout(self) -> None:
+        c = self.console
+        c.rule("a second bundle, whose GPU image degrades health")
+        kit = make_kit(
+            self.setup.base / "release",
+            signer=self.kit.signer,
+            name="bundle-2026.12.2",
+            bundle_version="2026.12.2",
+            gpu_image=(BAD_GPU, package_for("gpu", BAD_GPU)),
+            only=("gpu_vbios",),
+        )
+        # The image degrades the GPUs of whichever node activates it: XID 48 and 79 in the
+        # node agents' health reports, NCCL bus bandwidth under the 92% rule.
+        self.rt.simulator.set_faults(
+            FaultPlan(faults=(Fault("degrade_health", components=("gpu",)),))
+        )
+        bmc_before = {n.id: len(self.rt.simulator.bmc(n.id).ledger) for n in self.rt.fleet}
+        scheduler_before = len(self.rt.scheduler.ledger)
+        stack_hash = await self._attest(kit)
+        plan = await self._plan(stack_hash, "CAB-2026-1219", show=False)
+        rollout = plan["rollout_id"]
+        canary = set(plan["plan"]["waves"][0]["nodes"])
+        await self._approve(rollout)
+        (tripped,) = await self._wait("healthgate", f"gate.tripped.{rollout}", timeout_s=90)
+        c.print(
+            f"  [bold red]gate.tripped[/] wave 0: offending nodes "
+            f"{', '.join(tripped['offending_nodes'][:5])}; {_evidence(tripped)}",
+            highlight=False,
+        )
+        (halted,) = await self._wait("planner", f"rollout.halted.{rollout}")
+        c.print(f"  rollout.halted by {halted['halted_by']}: {halted['reason'][:100]}")
+        await self._wait("updater", f"wave.completed.{rollout}")
+        items = await until(lambda: self._flipped_back(rollout), "the flip-backs to end", 60)
+        flipped = sorted(n for n, state in items.items() if state == "done")
+        rolled = await self._wait(
+            "updater", f"device.rolled_back.{rollout}.", len(flipped), prefix=True
+        )
+        back = [n for n in flipped if self._updated(n)]
+        c.print(
+            f"  A/B flip-back: {len(flipped)} canary nodes activated the image and were flipped "
+            f"back to their previous bank ({len(rolled)} device.rolled_back); read back on GPU "
+            f"VBIOS {NEW['gpu']}: {len(back)}/{len(flipped)}; the other "
+            f"{len(items) - len(flipped)} activated nothing: no call"
+        )
+        touched = sorted(
+            n.id
+            for n in self.rt.fleet
+            if n.id not in canary
+            and any(
+                e["action"] not in READS
+                for e in self.rt.simulator.bmc(n.id).ledger[bmc_before[n.id] :]
+            )
+        )
+        drained = sorted({e.node_id for e in self.rt.scheduler.ledger[scheduler_before:]} - canary)
+        c.print(
+            f"  ledger check: BMCs outside the canary ({len(self.rt.fleet) - len(canary)} "
+            f"nodes) that received a mutating call: {len(touched)}; scheduler changes "
+            f"outside the canary: {len(drained)}"
+        )
+        self.rt.simulator.set_faults(None)
+
+    async def _conformance(self, rollout: str) -> None:
+        """The inventory applies the rollout's pin; a sweep reads the fleet against it."""
+        sites = set(SCOPE.sites)
+        pins = await self._wait("planner", "pin.changed.", len(sites), prefix=True, rollout=rollout)
+        pin = pins[0]
+
+        async def applied() -> bool:
+            async with self.inventory.acquire() as conn:
+                return any(p.stack_hash == pin["stack_hash"] for p in await state.pins(conn))
+
+        await until(applied, "the inventory to apply the rollout's pin", 30)
+        await self.sweep("sweep 4: the fleet against the rollout's pin")
+        async with self.inventory.acquire() as conn:
+            status = await fleet_status(conn)
+            drifted = [e.node_id for e in await drift_report(conn)]
+        self.console.print(
+            f"  fleet conformance {status.total.conforming}/{status.total.nodes}; "
+            f"drifted: {', '.join(drifted) or 'none'}"
+        )
+
+    # -- steps -----------------------------------------------------------------------------
+
+    async def _attest(self, kit: Kit) -> str:
+        c = self.console
+        manifest = json.loads((kit.bundle / "manifest.json").read_text())
+        parts = ", ".join(f"{k} {v['version']}" for k, v in manifest["profiles"]["gb200"].items())
+        c.print(f"  built and signed {kit.bundle.name}: {parts}")
+        await self._send(
+            subjects.bundle_submitted(),
+            BundleSubmitted(bundle_uri=kit.bundle.as_uri(), submitted_by="release-ci"),
+        )
+        version = manifest["bundle_version"]
+
+        async def known() -> str | None:
+            row = await self.pools["planner"].fetchrow(
+                "SELECT stack_hash FROM bundles WHERE bundle_version = $1", version
+            )
+            if row is None:
+                return None
+            seen = await self.pools["updater"].fetchval(
+                "SELECT count(*) FROM bundles WHERE stack_hash = $1", row["stack_hash"]
+            )
+            return str(row["stack_hash"]) if seen else None
+
+        stack_hash = await until(known, f"bundle {version} attested", 60)
+        c.print(
+            f"  bundle.attested {manifest['bundle_id']} {version}: stack hash "
+            f"{stack_hash[:16]}..., known to the planner and the updater"
+        )
+        return stack_hash
+
+    async def _plan(self, stack_hash: str, ticket: str, *, show: bool = True) -> dict[str, Any]:
+        data = IntentSubmitted(
+            intent_id=uuid.uuid4(),
+            stack_hash=stack_hash,
+            scope=SCOPE,
+            change_class=ChangeClass.ROUTINE,
+            approval_ref=ticket,
+            submitted_by="alice",
+        )
+        self.console.rule(f"a routine intent ({ticket}): every gb200 node of site-ams1, planned")
+        await publish_intent(self.planner, data, 5.0)
+        decided = await await_decision(self.planner, data.intent_id, 60)
+        if decided["state"] != "planned":
+            raise RuntimeError(f"the planner refused the intent: {decided['reasons']}")
+        if show:
+            print_plan(decided, self.console)
+        else:
+            waves = decided["plan"]["waves"]
+            self.console.print(
+                f"  rollout {decided['rollout_id']}: canary of {len(waves[0]['nodes'])}, "
+                f"then {sum(len(w['nodes']) for w in waves[1:])} nodes"
+            )
+        return decided
+
+    async def _approve(self, rollout: str) -> None:
+        outcome = await run_command(
+            self.planner, rollout, "approve", APPROVER, "", 30.0, self.setup.approver_key
+        )
+        if not outcome.startswith("done"):
+            raise RuntimeError(f"approval of {rollout}: {outcome}")
+        self.console.print(
+            f"  approved by {APPROVER} (Ed25519 over the plan hash, key in the approvers trust "
+            f"store): {outcome}"
+        )
+
+    async def _send(self, subject: str, data: Any) -> None:
+        """Publish as the ``cli`` identity, the way ``lockstep`` commands do."""
+        env = make_envelope(data, source=source_of("cli"))
+        nc = await connect(self.stack.nats_client(CLI), name="lockstep-demo")
+        try:
+            await nc.jetstream().publish(
+                self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
+            )
+        finally:
+            await nc.close()
+
+    async def _wait(
+        self,
+        service: str,
+        subject: str,
+        count: int = 1,
+        timeout_s: float = 60,
+        *,
+        prefix: bool = False,
+        rollout: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The data of the events ``service`` committed on ``subject`` (its outbox; with
+        ``prefix``, on subjects starting with it, of ``rollout`` when given)."""
+
+        async def enough() -> list[dict[str, Any]] | None:
+            rows = await self.pools[service].fetch(
+                "SELECT payload FROM outbox WHERE subject LIKE $1 ORDER BY id",
+                subject + ("%" if prefix else ""),
+            )
+            found = [json.loads(r["payload"])["data"] for r in rows]
+            found = [d for d in found if rollout is None or d.get("rollout_id") == rollout]
+            return found if len(found) >= count else None
+
+        return await until(enough, f"{subject} from {service}", timeout_s, poll_s=0.1)
+
+    def _domain_to_occupy(self, later: set[str]) -> tuple[str, list[str]]:
+        """A fabric domain for the cluster: one whose nodes in scope are all in the later
+        wave if there is one (the smallest), else the one with the fewest canary nodes; the
+        cluster occupies its nodes of the later wave."""
+        domains: dict[str, set[str]] = {}
+        for node in self.rt.fleet:
+            if node.profile in SCOPE.profiles and node.site in SCOPE.sites:
+                domains.setdefault(node.fabric_domain, set()).add(node.id)
+        name, nodes = min(domains.items(), key=lambda d: (len(d[1] - later), len(d[1]), d[0]))
+        return name, sorted(nodes & later)
+
+    def _pushes(self, node: str) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.rt.simulator.bmc(node).ledger
+            if e["action"] == PUSH and e.get("status") == 202
+        ]
+
+    async def _all_flashed(self, nodes: list[str]) -> bool:
+        return all(self._updated(n) and self.rt.scheduler.node(n).drain is None for n in nodes)
+
+    def _updated(self, node: str) -> bool:
+        comps = self.rt.simulator.bmc(node).node.components.values()
+        return {c.version for c in comps if c.cls.kind == "gpu"} == {NEW["gpu"]}
+
+    def _versions(self, node: str) -> str:
+        comps = self.rt.simulator.bmc(node).node.components
+        seen = {c.cls.kind: c.version for c in comps.values() if c.cls.kind in NEW}
+        return ", ".join(f"{k} {seen[k]}" for k in ("bmc", "nic", "gpu") if k in seen)
+
+    async def _before_release(self, rollout: str, later: list[str]) -> int:
+        """How many nodes of the later waves received a push before the planner released
+        wave 1 (after the canary's gate passed). Pushes are read before the release is, so a
+        push counted here certainly came before it."""
+        deadline = time.monotonic() + 90
+        early = 0
+        while time.monotonic() < deadline:
+            pushed = sum(1 for n in later if self._pushes(n))
+            released = await self.pools["planner"].fetchval(
+                "SELECT count(*) FROM outbox WHERE subject = $1", f"wave.planned.{rollout}"
+            )
+            if released >= 2:
+                return early
+            early = max(early, pushed)
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"timed out waiting for {rollout}'s canary gate to release wave 1")
+
+    async def _flipped_back(self, rollout: str) -> dict[str, str] | None:
+        """The rollout's flip-back items by node, once every one has ended."""
+        rows = await self.pools["updater"].fetch(
+            "SELECT node_id, state FROM node_work WHERE rollout_id = $1 AND kind = 'rollback'",
+            rollout,
+        )
+        states = {r["node_id"]: r["state"] for r in rows}
+        ended = {"done", "cancelled", "failed", "quarantined"}
+        return states if states and set(states.values()) <= ended else None
+
+    async def _all_in(self, rollout: str, nodes: list[str], step: str) -> dict[str, int] | None:
+        """The nodes' work items by step, once every one is in ``step``."""
+        rows = await self.pools["updater"].fetch(
+            "SELECT node_id, state FROM node_work WHERE rollout_id = $1", rollout
+        )
+        counts: dict[str, int] = {}
+        for r in rows:
+            if r["node_id"] in nodes:
+                counts[r["state"]] = counts.get(r["state"], 0) + 1
+        self.last_counts = counts
+        return counts if counts.get(step) == len(nodes) else None
+
+
+def _evidence(gate: dict[str, Any]) -> str:
+    """The gate's evidence, one word per metric."""
+    return ", ".join(
+        f"{e['metric']} {'ok' if e['passed'] else 'FAILED'}" for e in gate["evidence"][:8]
+    )
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"
