@@ -15,6 +15,7 @@ Exit codes: 0 done, 1 refused or not found, 2 bad input or an unreachable server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import time
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
@@ -363,22 +366,52 @@ async def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
         await conn.close()
 
 
+ENDED = frozenset({"completed", "aborted"})
+"""Rollout states a watch ends on (halted and paused wait for a human: watching goes on)."""
+WATCH_POLL_S = 1.0
+
+
 @rollout_app.command("status")
-def rollout_status(rollout: RolloutArg, as_json: Json = False) -> None:
+def rollout_status(
+    rollout: RolloutArg,
+    as_json: Json = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="Follow it until it completes or is aborted: redrawn in place on a terminal, "
+            "a line per change otherwise (Ctrl-C stops watching, not the rollout).",
+        ),
+    ] = False,
+) -> None:
     """Where a rollout is: its state, each wave's state and gate, nodes by last device step."""
-    doc = run(_status(_settings(), rollout))
+    settings = _settings()
+    doc = run(_status(settings, rollout))
     if doc is None:
         fail(f"no rollout {rollout}", 1)
-    if as_json:
+    if as_json and not watch:
         print(json.dumps(_jsonable(doc)))
         return
     if "intent" in doc:
+        if as_json:
+            print(json.dumps(_jsonable(doc)))
+            return
         intent = doc["intent"]
         console.print(f"intent {intent['intent_id']} is {intent['state']}; no rollout")
         for reason in intent["reasons"]:
             console.print(f"  - {reason}", highlight=False)
         return
-    console.print(
+    if not watch:
+        console.print(_status_view(doc))
+        return
+    try:
+        run(_watch(settings, rollout, doc, as_json=as_json))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _status_view(doc: dict[str, Any]) -> Group:
+    head = (
         f"rollout [bold]{doc['rollout_id']}[/] {doc['state']} ({doc['change_class']}, stack "
         f"{doc['stack_hash'][:12]}, approvals {len(doc['approvals'])}/{doc['approvals_needed']})"
         + (f": {doc['reason']}" if doc["reason"] else "")
@@ -396,9 +429,45 @@ def rollout_status(rollout: RolloutArg, as_json: Json = False) -> None:
             "passed" if w["gate_passed"] else "-",
             ", ".join(w["components"]),
         )
-    console.print(table)
     steps = ", ".join(f"{k} {v}" for k, v in doc["nodes_by_step"].items())
-    console.print(f"nodes by last step: {steps or '(none)'}")
+    return Group(Text.from_markup(head), table, Text(f"nodes by last step: {steps or '(none)'}"))
+
+
+def _summary(doc: dict[str, Any]) -> str:
+    """One line of what changed: state, each wave's state and counts, nodes by step."""
+    waves = " ".join(
+        f"w{w['number']}:{w['state']}({w['succeeded']}+{w['failed']}/{w['nodes']})"
+        for w in doc["waves"]
+    )
+    steps = ",".join(f"{k}={v}" for k, v in doc["nodes_by_step"].items())
+    return f"{doc['state']} {waves} steps {steps or '-'}"
+
+
+async def _watch(settings: Settings, rollout: str, doc: dict[str, Any], *, as_json: bool) -> None:
+    """Poll the planner's tables until the rollout ends: a view redrawn in place on a terminal,
+    otherwise a line (or, with --json, a document) each time the summary changes."""
+    from rich.live import Live
+
+    last: str | None = None
+    with contextlib.ExitStack() as stack:
+        live = None
+        if not as_json and console.is_terminal:
+            live = stack.enter_context(Live(_status_view(doc), console=console, auto_refresh=False))
+        while True:
+            summary = _summary(doc)
+            if live is not None:
+                live.update(_status_view(doc), refresh=True)
+            elif summary != last:
+                if as_json:
+                    print(json.dumps(_jsonable(doc)), flush=True)
+                else:
+                    stamp = time.strftime("%H:%M:%S")
+                    console.print(f"{stamp} {doc['rollout_id']} {summary}", highlight=False)
+            last = summary
+            if doc["state"] in ENDED:
+                return
+            await asyncio.sleep(WATCH_POLL_S)
+            doc = await _status(settings, rollout) or doc
 
 
 @rollout_app.command("audit")
