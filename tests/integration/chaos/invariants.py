@@ -61,7 +61,9 @@ class Observation:
     """The world as one check sees it."""
 
     work: dict[str, tuple[int, str, str]]
-    """node -> (wave, step, reason) of the updater's work item for this rollout."""
+    """node -> (wave, step, reason) of the updater's update work item for this rollout."""
+    rollbacks: dict[str, tuple[int, str, str]]
+    """node -> (wave, step, reason) of its flip-back work item (a tripped gate's canary)."""
     rollout_state: str | None
     waves: dict[int, tuple[str, ...]]
     """wave -> its nodes, from the planner's ``wave.planned`` events."""
@@ -156,11 +158,14 @@ def never_regress(program: Program, obs: Observation) -> list[str]:
     """5. Terminal states never regress: a node's ended work item, a stopped rollout, and a
     wave's verdict (one per wave, ever)."""
     out = []
-    for node, (_, step, _) in obs.work.items():
-        before = program.seen_steps.get(node)
+    items = [(node, "work item", work) for node, work in obs.work.items()]
+    items += [(node, "flip-back item", work) for node, work in obs.rollbacks.items()]
+    for node, what, (_, step, _) in items:
+        key = f"{node} {what}"  # a node's update and flip-back items are two state machines
+        before = program.seen_steps.get(key)
         if before in TERMINAL_STEPS and step != before:
-            out.append(f"{node}: work item went from {before} back to {step}")
-        program.seen_steps[node] = step
+            out.append(f"{node}: {what} went from {before} back to {step}")
+        program.seen_steps[key] = step
     before_rollout = program.seen_rollout
     if before_rollout in FINAL_ROLLOUT and obs.rollout_state not in FINAL_ROLLOUT[before_rollout]:
         out.append(f"rollout went from {before_rollout} to {obs.rollout_state}")
@@ -172,15 +177,16 @@ def never_regress(program: Program, obs: Observation) -> list[str]:
 
 
 def nothing_cordoned_without_reason(obs: Observation) -> list[str]:
-    """6. At rest, a node Lockstep keeps drained has a work item that ended failed or
-    quarantined, with the reason."""
+    """6. At rest, a node Lockstep keeps drained has a work item (its update or its flip-back)
+    that ended failed or quarantined, with the reason."""
     if not obs.at_rest:
         return []
     out = []
     for node in sorted(obs.cordoned):
-        _, step, reason = obs.work.get(node, (-1, "(no work item)", ""))
-        if step not in ("failed", "quarantined") or not reason:
-            out.append(f"{node}: left drained by Lockstep at rest, work item {step} {reason!r}")
+        ended = [w for w in (obs.work.get(node), obs.rollbacks.get(node)) if w is not None]
+        if not any(step in ("failed", "quarantined") and reason for _, step, reason in ended):
+            shown = "; ".join(f"{step} {reason!r}" for _, step, reason in ended)
+            out.append(f"{node}: left drained by Lockstep at rest, work item {shown or '(none)'}")
     return out
 
 

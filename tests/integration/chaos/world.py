@@ -412,7 +412,7 @@ class World:
         await self._learn_rollout()
         rid = program.rollout_id or "-"
         work = await self.db.fetch(
-            f"SELECT node_id, wave, state, reason FROM {self.table('updater', 'node_work')} "
+            f"SELECT node_id, wave, state, reason, kind FROM {self.table('updater', 'node_work')} "
             "WHERE rollout_id = $1",
             rid,
         )
@@ -437,7 +437,16 @@ class World:
         sched = self.rt.scheduler
         sched.tick()
         return Observation(
-            work={r["node_id"]: (r["wave"], r["state"], r["reason"]) for r in work},
+            work={
+                r["node_id"]: (r["wave"], r["state"], r["reason"])
+                for r in work
+                if r["kind"] == "update"
+            },
+            rollbacks={
+                r["node_id"]: (r["wave"], r["state"], r["reason"])
+                for r in work
+                if r["kind"] == "rollback"
+            },
             rollout_state=rollout_state,
             waves={
                 d["wave"]: tuple(d["node_ids"])
@@ -561,7 +570,7 @@ class World:
                 aborted = await self.abort(by="chaos-teardown")
             done = seen.rollout_state in TERMINAL_ROLLOUT and all(
                 state in ("done", "cancelled", "failed", "quarantined")
-                for _, state, _ in seen.work.values()
+                for _, state, _ in (*seen.work.values(), *seen.rollbacks.values())
             )
             return seen if done else None
 

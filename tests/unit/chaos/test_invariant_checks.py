@@ -44,6 +44,7 @@ def activate(at: float, state: str = "drained", by: str | None = OWNER) -> dict[
 def observation(**changes: Any) -> Observation:
     base: dict[str, Any] = {
         "work": {"n0": (0, "done", ""), "n1": (1, "done", "")},
+        "rollbacks": {},
         "rollout_state": "completed",
         "waves": {0: ("n0",), 1: ("n1",)},
         "gates": [("passed", 0, 10.0), ("passed", 1, 20.0)],
@@ -110,11 +111,30 @@ def test_a_terminal_state_that_changes_is_caught() -> None:
     assert never_regress(program(), two) == ["wave 0: 2 gate verdicts"]
 
 
+def test_a_flip_back_after_a_done_update_is_its_own_state_machine() -> None:
+    # A tripped gate gives a canary node a second work item (kind rollback): its steps after
+    # the update's `done` are not a regression, but its own ending must not regress either.
+    p = program()
+    flipping = observation(rollout_state="halted", rollbacks={"n0": (0, "staging", "")})
+    assert never_regress(p, flipping) == []
+    flipped = observation(rollout_state="halted", rollbacks={"n0": (0, "done", "")})
+    assert never_regress(p, flipped) == []
+    again = observation(rollout_state="halted", rollbacks={"n0": (0, "activating", "")})
+    assert never_regress(p, again) == ["n0: flip-back item went from done back to activating"]
+
+
 def test_a_node_left_cordoned_at_rest_without_a_failed_reason_is_caught() -> None:
     work = {"n0": (0, "done", ""), "n1": (1, "quarantined", "BMC did not come back")}
     seen = observation(work=work, cordoned={"n0": "batch", "n1": "batch"})
     assert nothing_cordoned_without_reason(seen) == [
         "n0: left drained by Lockstep at rest, work item done ''"
+    ]
+    # A flip-back that ended failed with its reason keeps its node drained on purpose.
+    seen.rollbacks = {"n0": (0, "failed", "the BMC refused SwitchBank")}
+    assert nothing_cordoned_without_reason(seen) == []
+    seen.rollbacks = {"n0": (0, "done", "")}
+    assert nothing_cordoned_without_reason(seen) == [
+        "n0: left drained by Lockstep at rest, work item done ''; done ''"
     ]
     seen.at_rest = False  # mid-flight, a cordon is the point
     assert nothing_cordoned_without_reason(seen) == []

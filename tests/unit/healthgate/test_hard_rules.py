@@ -230,3 +230,26 @@ def test_rules_are_found_per_stratum() -> None:
         ("gb200", ("a-1",), 1),
         ("h100", ("b-1",), 2),
     ]
+
+
+def test_a_fleet_wide_drop_seen_first_on_the_canary_waits_for_the_control() -> None:
+    # reliability.md 7.F5: the network degrades everywhere at once, but the canary's reports
+    # happen to arrive first. Judged then, the canary would look worse than a control whose low
+    # readings are still on their way, and an environmental problem would trip the gate.
+    low = 0.6 * 378.0
+    canary = series(Group.CANARY, BUSBW.name, [[378.0] * 4 + [low, low]] * CANARY)
+    control = series(
+        Group.CONTROL, BUSBW.name, [[378.0] * 4 + [low, low]] * CONTROL, start=T0 + STEP / 2
+    )
+    arrived_first = [r for r in control if r.time < T0 + 5 * STEP]  # half a step behind
+    assert rules_of([*canary, *arrived_first], now=T0 + 5 * STEP) == ()
+    [finding] = rules_of([*canary, *control], now=T0 + 6 * STEP)  # the control caught up
+    assert finding.environmental and finding.control_hits == CONTROL
+
+
+def test_a_control_that_stopped_reporting_does_not_hold_a_slow_canary_back() -> None:
+    bar = 0.92 * 378.0
+    canary = series(Group.CANARY, BUSBW.name, [[378.0] * 4 + [bar - 9, bar - 9]] * 1)
+    control = series(Group.CONTROL, BUSBW.name, [[378.0] * 2] * CONTROL)  # silent since 1 STEP
+    [finding] = rules_of([*canary, *control], now=T0 + 6 * STEP)
+    assert finding.rule is HardRule.BUSBW and not finding.environmental

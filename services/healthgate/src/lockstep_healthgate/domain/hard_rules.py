@@ -108,10 +108,47 @@ def _expected_busbw(rows: _Rows, policy: Policy) -> Floats:
     return expected
 
 
+STALE_INTERVALS = 2.0
+"""A control node whose last busbw reading is more than this many reporting intervals older than
+the newest reading (any node's) has stopped reporting, or lags too far: it does not hold the
+comparison back (the heartbeat rule and the judge at the soak's end speak for it)."""
+
+
+def _comparable_until(rows: _Rows) -> float | None:
+    """The time up to which every control node still reporting busbw has reported it.
+
+    Readings arrive node by node: when the network degrades everywhere at once, a canary node
+    can show ``busbw_consecutive`` low readings before the control nodes' low readings have
+    arrived. Judged at that instant the canary looks worse than its control only because its
+    reports came first, and an environmental problem would trip the gate (the F5 scenario,
+    reliability.md 7.F5). So the busbw rule reads canary and control alike only up to the
+    time the control has reported too. None: no control reading to wait for.
+    """
+    t = rows.table
+    every = rows.of(BUSBW)
+    every = every[np.isfinite(t.value[every])]
+    idx = every[~t.node_canary[t.node[every]]]
+    if len(idx) < 2:
+        return None
+    idx = idx[np.lexsort((t.time[idx], t.node[idx]))]
+    node, time = t.node[idx], t.time[idx]
+    starts, counts = segments(node)
+    latest = time[starts + counts - 1]
+    gaps = np.diff(time)[node[1:] == node[:-1]]
+    if not len(gaps):
+        return None
+    newest = float(t.time[every].max())
+    live = latest[latest > newest - STALE_INTERVALS * float(np.median(gaps))]
+    return float(live.min()) if len(live) else None
+
+
 def _busbw(rows: _Rows, policy: Policy) -> dict[int, str]:
     t = rows.table
     idx = rows.of(BUSBW)
     idx = idx[np.isfinite(t.value[idx])]
+    horizon = _comparable_until(rows)
+    if horizon is not None:
+        idx = idx[t.time[idx] <= horizon]
     need = policy.hard_rules.busbw_consecutive
     if len(idx) < need:
         return {}
