@@ -24,7 +24,7 @@ inconclusive gate and a human asked, not a trip.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -114,41 +114,43 @@ the newest reading (any node's) has stopped reporting, or lags too far: it does 
 comparison back (the heartbeat rule and the judge at the soak's end speak for it)."""
 
 
-def _comparable_until(rows: _Rows) -> float | None:
-    """The time up to which every control node still reporting busbw has reported it.
+def _control_readings_since(rows: _Rows) -> Callable[[float], int]:
+    """``since(t)``: the fewest busbw readings any control node still reporting has taken at
+    or after ``t`` (a large number when there is no such control to wait for).
 
     Readings arrive node by node: when the network degrades everywhere at once, a canary node
-    can show ``busbw_consecutive`` low readings before the control nodes' low readings have
-    arrived. Judged at that instant the canary looks worse than its control only because its
-    reports came first, and an environmental problem would trip the gate (the F5 scenario,
-    reliability.md 7.F5). So the busbw rule reads canary and control alike only up to the
-    time the control has reported too. None: no control reading to wait for.
+    can show ``busbw_consecutive`` low readings before the control nodes have taken as many
+    since the drop. Judged at that instant the canary looks worse than its control only because
+    its reports came first, and an environmental problem would trip the gate (reliability.md
+    7.F5, seen in CI). So a canary's breach counts once every control node has taken as many
+    readings since the breach began: then both sides had the same chance to show it.
     """
     t = rows.table
     every = rows.of(BUSBW)
     every = every[np.isfinite(t.value[every])]
     idx = every[~t.node_canary[t.node[every]]]
-    if len(idx) < 2:
-        return None
     idx = idx[np.lexsort((t.time[idx], t.node[idx]))]
     node, time = t.node[idx], t.time[idx]
-    starts, counts = segments(node)
-    latest = time[starts + counts - 1]
     gaps = np.diff(time)[node[1:] == node[:-1]]
     if not len(gaps):
-        return None
+        return lambda since: np.iinfo(np.int64).max
+    starts, counts = segments(node)
+    latest = time[starts + counts - 1]
     newest = float(t.time[every].max())
-    live = latest[latest > newest - STALE_INTERVALS * float(np.median(gaps))]
-    return float(live.min()) if len(live) else None
+    live = [
+        time[s : s + c]
+        for s, c, last in zip(starts, counts, latest, strict=True)
+        if last > newest - STALE_INTERVALS * float(np.median(gaps))
+    ]
+    if not live:
+        return lambda since: np.iinfo(np.int64).max
+    return lambda since: min(len(r) - int(np.searchsorted(r, since)) for r in live)
 
 
 def _busbw(rows: _Rows, policy: Policy) -> dict[int, str]:
     t = rows.table
     idx = rows.of(BUSBW)
     idx = idx[np.isfinite(t.value[idx])]
-    horizon = _comparable_until(rows)
-    if horizon is not None:
-        idx = idx[t.time[idx] <= horizon]
     need = policy.hard_rules.busbw_consecutive
     if len(idx) < need:
         return {}
@@ -166,9 +168,12 @@ def _busbw(rows: _Rows, policy: Policy) -> dict[int, str]:
     starts, _ = segments(node)
     lowest = np.minimum.reduceat(np.where(below, value, np.inf), starts)
     lowest_of = dict(zip(node[starts].tolist(), lowest.tolist(), strict=True))
+    since = _control_readings_since(rows)
     out: dict[int, str] = {}
     for i in first:
         n = int(node[i])
+        if t.node_canary[n] and since(float(time[i])) < need:
+            continue  # the control has not taken as many readings since: judged on a later batch
         if n not in out:
             out[n] = (
                 f"busbw {lowest_of[n]:.1f} below {factor:g} x {bar[n] / factor:.1f} = "
