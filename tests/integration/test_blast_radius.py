@@ -80,6 +80,29 @@ async def quiet(stack: Stack, wave: int) -> dict[str, Any]:
         raise AssertionError(await stack.story()) from exc
 
 
+STUCK = ("failed", "quarantined")
+ENDED = ("done", "cancelled", *STUCK)
+
+
+async def flip_backs_ended(stack: Stack, rollout: str) -> dict[str, tuple[str, str]]:
+    """node -> (state, reason) of the rollout's flip-back items, once every one has ended."""
+    pool = stack.apps["updater"].require().pool
+
+    async def ended() -> dict[str, tuple[str, str]] | None:
+        rows = await pool.fetch(
+            "SELECT node_id, state, reason FROM node_work"
+            " WHERE rollout_id = $1 AND kind = 'rollback'",
+            rollout,
+        )
+        found = {r["node_id"]: (r["state"], r["reason"] or "") for r in rows}
+        return found if found and all(s in ENDED for s, _ in found.values()) else None
+
+    try:
+        return await until(ended, what="the canary's flip-backs to end", timeout_s=60)
+    except TimeoutError as exc:
+        raise AssertionError(await stack.story()) from exc
+
+
 def untouched(stack: Stack, node: str) -> None:
     """Not one mutating call reached the node: its BMC saw only the sweeps' session logins and
     logouts, and the scheduler never cordoned or drained it."""
@@ -108,7 +131,8 @@ async def test_f1_bad_canary_halts_and_nothing_outside_the_canary_is_touched(sta
     """F1, bad firmware in the canary: the image degrades the health of every node that
     activates it. Pass: the gate trips on the canary alone (with evidence naming the offending
     nodes) and the rollout halts (planner state ``halted``); in-flight flashes complete (the
-    canary's wave ends, no node is left cordoned by Lockstep) but no new one starts more than
+    canary's wave ends, its A/B banks are flipped back, and no node is left cordoned by Lockstep
+    but one whose flip-back failed, with its reason) but no new one starts more than
     1 s after the updater recorded the halt; 0 nodes outside the canary receive any mutating
     call."""
     stack.rt.simulator.set_faults(FaultPlan(faults=(Fault("degrade_health", components=("gpu",)),)))
@@ -136,7 +160,15 @@ async def test_f1_bad_canary_halts_and_nothing_outside_the_canary_is_touched(sta
     assert late == [], late
     for node in tripped["offending_nodes"]:  # the bad image did reach the canary, once
         assert len(stack.pushes(node)) == 1, node
-    assert lockstep_drains(stack) == []
+    # The tripped gate flips the canary's A/B banks back (docs/updater.md "Flip-back"): those
+    # items drain their node again; once they end, Lockstep holds no drain but one whose
+    # flip-back failed or was quarantined, with its reason.
+    flip_backs = await flip_backs_ended(stack, rollout)
+    assert flip_backs, "no flip-back after a tripped gate"
+    kept = {n for n, (state, reason) in flip_backs.items() if state in STUCK and reason}
+    assert set(lockstep_drains(stack)) <= kept, (lockstep_drains(stack), flip_backs)
+    rolled_back = {e["node_id"] for e in await stack.emitted("updater", "device.rolled_back.")}
+    assert {n for n, (state, _) in flip_backs.items() if state == "done"} <= rolled_back
     outside = [n.id for n in stack.rt.fleet if n.id not in canary["node_ids"]]
     assert len(outside) == NODES - 5
     for node in outside:
