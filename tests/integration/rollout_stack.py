@@ -235,6 +235,25 @@ FACTORIES: dict[str, Callable[[Any], ServiceApp]] = {
 }
 
 
+async def register_fleet(rt: FleetRuntime, inventory: ServiceApp) -> list[NodeEntry]:
+    """Import the simulated fleet into the inventory, every node of one supplier: one stratum,
+    since the healthgate needs 5 canary and 5 control nodes per stratum, more than 10 nodes
+    over the simulator's 3 suppliers hold."""
+    nodes = [
+        NodeEntry.model_validate(
+            {
+                **n.summary(rt.simulator.port),
+                "credentials": "env:LOCKSTEP_TESTBMC",
+                "supplier": "supplier-a",
+            }
+        )
+        for n in rt.fleet
+    ]
+    async with inventory.require().pool.acquire() as conn:
+        await registry.import_nodes(conn, nodes)
+    return nodes
+
+
 def common(servers: Any, namespace: str, service: str) -> dict[str, Any]:
     return {
         "nats_url": servers.nats_url,
@@ -338,20 +357,7 @@ async def running_stack(
         for name, app in apps.items():
             await app.start()
             started.append(name)
-        nodes = [
-            NodeEntry.model_validate(
-                {
-                    **n.summary(rt.simulator.port),
-                    "credentials": "env:LOCKSTEP_TESTBMC",
-                    # One supplier, so one stratum: the healthgate needs 5 canary and 5 control
-                    # nodes per stratum, more than 10 nodes over the simulator's 3 suppliers hold.
-                    "supplier": "supplier-a",
-                }
-            )
-            for n in rt.fleet
-        ]
-        async with apps["inventory"].require().pool.acquire() as conn:
-            await registry.import_nodes(conn, nodes)
+        nodes = await register_fleet(rt, apps["inventory"])
         result = Stack(rt, apps, nodes, nc, Namespace(namespace), kit.bundle)
         await result.sweep()  # what the fleet runs now: the planner plans over it
         yield result

@@ -42,9 +42,7 @@ from lockstep_common.vocabulary import Component
 from lockstep_devstack.nats_cluster import NatsCluster
 from lockstep_healthgate.app import create_app as healthgate_app
 from lockstep_healthgate.settings import Settings as GateSettings
-from lockstep_inventory.adapters import registry
 from lockstep_inventory.app import create_app as inventory_app
-from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_planner.app import create_app as planner_app
 from lockstep_planner.settings import Settings as PlannerSettings
@@ -58,6 +56,7 @@ from tests.integration.rollout_stack import (
     Stack,
     gate_policy,
     planner_policy,
+    register_fleet,
 )
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 
@@ -202,18 +201,7 @@ async def stack(
         for app in apps.values():
             await app.start()
             started.append(app)
-        nodes = [
-            NodeEntry.model_validate(
-                {
-                    **n.summary(rt.simulator.port),
-                    "credentials": "env:LOCKSTEP_TESTBMC",
-                    "supplier": "supplier-a",
-                }
-            )
-            for n in rt.fleet
-        ]
-        async with apps["inventory"].require().pool.acquire() as conn:
-            await registry.import_nodes(conn, nodes)
+        nodes = await register_fleet(rt, apps["inventory"])
         result = Stack(rt, apps, nodes, nc, Namespace(namespace), kit.bundle)
         await result.sweep()
         yield result
