@@ -37,11 +37,6 @@ def nats_server_binary() -> str:
     return found
 
 
-def ca_file(data_dir: Path) -> Path:
-    """The CA certificate of the embedded NATS whose state is in ``data_dir``."""
-    return data_dir / "tls" / "ca.pem"
-
-
 def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, object]:
     """One ``authorization.users`` entry: a bcrypt hash (never the password) and its grants."""
     hashed = bcrypt.hashpw(credentials.read(password_file).encode(), bcrypt.gensalt(10, b"2a"))
