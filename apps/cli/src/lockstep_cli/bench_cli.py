@@ -327,3 +327,44 @@ def bench_plan(
     from lockstep_cli.bench_plan import command
 
     command(nodes, domains, components, change_class, runs, console if not as_json else None)
+
+
+@bench_app.command("startup")
+def bench_startup(
+    runs: Annotated[
+        int, typer.Option(min=1, help="Runs of each command; medians are reported.")
+    ] = 20,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Ask the stack `lockstep up` runs there (default: LOCKSTEP_NATS_URL, else a "
+            "stack this command starts and stops).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Wall time from exec to exit of `lockstep --help` and `lockstep fleet admit` (a Slurm
+    prolog runs it for every job) against a running stack, vs the interpreter's own start,
+    interleaved in the same run."""
+    from lockstep_cli.bench_startup import BenchFailed, run_bench
+
+    try:
+        result = run_bench(runs, data_dir, say=(lambda _: None) if as_json else console.print)
+    except BenchFailed as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench startup: {runs} runs each (medians), load {result['load_average']}")
+    table.add_column("")
+    table.add_column("seconds")
+    goal = result["goal_s"]
+    table.add_row(f"lockstep --help (goal <= {goal})", f"{result['help_s']:.3f}")
+    admit = result["admit_s"]
+    table.add_row(
+        f"lockstep fleet admit, answered (goal <= {goal})",
+        f"skipped: {result['admit_skipped']}" if admit is None else f"{admit:.3f}",
+    )
+    table.add_row("python -c pass (baseline)", f"{result['baseline_s']:.3f}")
+    console.print(table)
