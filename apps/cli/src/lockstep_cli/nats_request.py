@@ -94,7 +94,11 @@ class _Connection:
     def open(cls, url: str, options: dict[str, Any], deadline: float, *, name: str) -> _Connection:
         parts = urlsplit(url if "://" in url else f"nats://{url}")
         host, port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORT
-        conn = cls(socket.create_connection((host, port), timeout=_left(deadline)))
+        sock = socket.create_connection((host, port), timeout=_left(deadline))
+        # Each protocol line is one small write: without this, Nagle's algorithm holds CONNECT
+        # back until the server's delayed ACK, 40 ms (asyncio, hence nats-py, sets it too).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = cls(sock)
         try:
             conn._handshake(host, parts.scheme == "tls", options, deadline, name)
         except BaseException:
