@@ -1,10 +1,16 @@
-"""Commands start fast: ``lockstep --help`` loads no server, driver or service code, and
-``lockstep fleet admit`` (a Slurm prolog runs it for every job) loads only what it sends.
+"""Commands start fast (issue 14, item 7): ``lockstep --help`` loads no command group, and
+``lockstep fleet admit`` (a Slurm prolog runs it for every job) asks with the standard library
+in the ordinary case (admit_quick.py, nats_request.py), loading no asyncio, nats-py, rich or
+settings code.
 
-Measured on the shared 2-core development machine (load ~2; 5 runs each, `/usr/bin/time`,
-main vs this change, same moment): `--help` 1.42-1.50 s (one 2.47) before, 0.33-0.50 s after;
-`fleet admit` (NATS refused) 1.15-2.95 s before, 0.52-0.76 s after, against 0.31-0.50 s for
-importing typer, rich, nats-py and pydantic-settings alone (the floor with these libraries).
+Measured on the shared 2-core development machine, 25 interleaved runs each against a running
+`lockstep up` (/tmp timing loop; `lockstep bench startup` measures the same), main vs this
+change in the same minutes, load average 10-14 (other agents' test suites): CPU time medians
+`--help` 0.446 s -> 0.149 s, `fleet admit` (answered over TLS as `cli`) 1.033 s -> 0.181 s;
+wall medians 1.62 -> 0.51 s and 3.41 -> 0.60 s (at load 5.9: 0.88 -> 0.22 s and 1.69 -> 0.46 s);
+`python -c pass` 0.01 s CPU. Of admit's wall time on a loaded machine, 0.1-0.2 s was the
+server's bcrypt check of the password (cost 10, now 4) and 40 ms Nagle's algorithm (now
+TCP_NODELAY); what is left is typer (which loads pydantic to coerce options) and the request.
 """
 
 from __future__ import annotations
