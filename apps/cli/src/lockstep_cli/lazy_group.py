@@ -17,6 +17,9 @@ from typing import Any, ClassVar
 
 import typer
 import typer.main
+
+# typer 0.29 vendors click as typer._click: TyperGroup and its contexts are built on it, not
+# on the click package (the lazy-group pattern of click's docs, "Lazily Loading Subcommands").
 from typer._click import Command, Context, HelpFormatter
 from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperGroup

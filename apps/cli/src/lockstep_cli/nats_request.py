@@ -70,6 +70,7 @@ def request(
         Unreachable: no server could be connected to, or the server refused the identity.
         NoResponders: nobody listens on ``subject``.
         NoReply: nothing within ``timeout_s``.
+        Refused: the server refused the subscription or the publish (a permission).
     """
     deadline = time.monotonic() + timeout_s
     options = access.options()  # the password read now, from its file; the CA's context
