@@ -3,14 +3,15 @@
 in the ordinary case (admit_quick.py, nats_request.py), loading no asyncio, nats-py, rich or
 settings code.
 
-Measured on the shared 2-core development machine, 25 interleaved runs each against a running
-`lockstep up` (/tmp timing loop; `lockstep bench startup` measures the same), main vs this
-change in the same minutes, load average 10-14 (other agents' test suites): CPU time medians
-`--help` 0.446 s -> 0.149 s, `fleet admit` (answered over TLS as `cli`) 1.033 s -> 0.181 s;
-wall medians 1.62 -> 0.51 s and 3.41 -> 0.60 s (at load 5.9: 0.88 -> 0.22 s and 1.69 -> 0.46 s);
-`python -c pass` 0.01 s CPU. Of admit's wall time on a loaded machine, 0.1-0.2 s was the
-server's bcrypt check of the password (cost 10, now 4) and 40 ms Nagle's algorithm (now
-TCP_NODELAY); what is left is typer (which loads pydantic to coerce options) and the request.
+Measured on the shared 2-core development machine (load average 7.6 from other agents), 20
+interleaved runs each against a running `lockstep up`, main vs this change in the same minute,
+both with compiled bytecode (`lockstep bench startup` measures the same): wall medians
+`--help` 0.331 s -> 0.219 s, `fleet admit` (answered over TLS as `cli`) 0.782 s -> 0.289 s;
+CPU medians 0.196 -> 0.122 s and 0.459 -> 0.152 s; `python -c pass` 0.020 s. main's admit
+there already had the cheaper bcrypt check: against a stack hashing at cost 10 it was 1.7 s
+wall at load 5.9. Of admit's time on a loaded machine, 0.1-0.2 s was the server's bcrypt check
+of the password (cost 10, now 4) and 40 ms Nagle's algorithm (now TCP_NODELAY); what is left
+is typer (which loads pydantic to coerce options), rich for --help, and the request.
 """
 
 from __future__ import annotations
