@@ -145,6 +145,19 @@ def test_anything_else_goes_to_the_full_path(extra: dict[str, str], tmp_path: Pa
     assert admit_quick.target(env, tmp_path) is None
 
 
+@pytest.mark.parametrize(
+    "other",
+    [
+        "LOCKSTEP_TEST_BACKEND",  # a test harness's
+        "LOCKSTEP_PLANNER_DB_SCHEMA",  # another service's
+        "LOCKSTEP_BMC_PASSWORD",  # a credential reference's (env:LOCKSTEP_BMC)
+    ],
+)
+def test_variables_the_full_path_ignores_keep_the_quick_path(other: str, tmp_path: Path) -> None:
+    env = {"LOCKSTEP_NATS_URL": "nats://127.0.0.1:4222", other: "x"}
+    assert admit_quick.target(env, tmp_path) is not None
+
+
 def test_a_group_readable_password_file_goes_to_the_full_path(tmp_path: Path) -> None:
     pw = secret(tmp_path)
     pw.chmod(0o640)

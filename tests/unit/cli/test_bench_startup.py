@@ -5,6 +5,7 @@ unit test; tests/unit/cli/test_admit_quick.py answers admit from a fake server).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ def test_admit_is_timed_against_the_stack_the_environment_names(
         }
     ).encode()
     with fake_nats(lambda _: (None, answer)) as (url, seen):
+        for name in [n for n in os.environ if n.startswith("LOCKSTEP_")]:
+            monkeypatch.delenv(name)  # the quick path: the fake server speaks no JetStream
         monkeypatch.setenv("LOCKSTEP_NATS_URL", url)
         result = CliRunner().invoke(app, ["bench", "startup", "--runs", "2"])
     assert result.exit_code == 0, result.output

@@ -17,6 +17,7 @@ with the models (tests/unit/cli/test_admit_quick.py).
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 import re
 import uuid
@@ -26,12 +27,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from lockstep_common.identities import CLI
+from lockstep_common.identities import CLI, SERVICE_NAMES
 from lockstep_common.natsconn import NatsAccess
 from lockstep_common.subjects import Namespace, admission_check, token
 
-# The variables the quick path reads or may ignore; any other LOCKSTEP_* one (a misspelt
-# variable included) sends the command down the full path, which validates and reports it.
+# The variables the quick path reads or may ignore. Another under the inventory's or the NATS
+# prefix, or one a character or two from these (a typo), sends the command down the full path,
+# which validates and reports it; other services' variables, a test harness's or credential
+# references (env:PREFIX) are ignored there too, and here.
 VARIABLES = frozenset(
     {
         "LOCKSTEP_NATS_URL",
@@ -52,6 +55,7 @@ REQUESTED = ("lockstep.admission.check.requested", 1)
 ANSWERED = ("lockstep.admission.check.answered", 1)
 SOURCE = "/lockstep/cli"  # envelope.source_of("cli")
 SCHEMES = ("nats", "tls")
+OTHERS = tuple(f"LOCKSTEP_{s.upper()}_" for s in SERVICE_NAMES if s != "inventory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,7 @@ def target(environ: Mapping[str, str], data_dir: Path) -> Target | None:
     With no ``LOCKSTEP_NATS_URL``, the stack running under ``data_dir`` (its state file), as
     ``settings_of`` does; no stack there is the same one line (exit 2).
     """
-    if any(k.startswith("LOCKSTEP_") and k not in VARIABLES for k in environ):
+    if any(_for_the_full_path(k) for k in environ):
         return None
     if "LOCKSTEP_NATS_URL" in environ:
         url = environ["LOCKSTEP_NATS_URL"]
@@ -189,6 +193,16 @@ def _node(raw: Any) -> dict[str, Any]:
     ):
         raise TypeError(f"node entry {raw!r:.80}")
     return {"node_id": node_id, "admitted": admitted, "reasons": reasons}
+
+
+def _for_the_full_path(name: str) -> bool:
+    name = name.upper()
+    if not name.startswith("LOCKSTEP_") or name in VARIABLES or name.startswith(OTHERS):
+        return False
+    if name.startswith(("LOCKSTEP_INVENTORY_", "LOCKSTEP_NATS_")):
+        return True
+    near = [v for v in VARIABLES if abs(len(v) - len(name)) <= 2]
+    return bool(difflib.get_close_matches(name, near, n=1, cutoff=0.85))
 
 
 def _path(value: str | None) -> Path | None:
