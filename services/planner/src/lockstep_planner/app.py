@@ -14,6 +14,7 @@ from lockstep_planner.adapters.approvers import ApproversError, load_approvers
 from lockstep_planner.adapters.gauges import GAUGES
 from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
 from lockstep_planner.adapters.repository import PostgresStore
+from lockstep_planner.adapters.scheduler_jobs import SchedulerJobs
 from lockstep_planner.domain.classes import Policy, PolicyError
 from lockstep_planner.handlers import Handlers
 from lockstep_planner.lifecycle import Timing
@@ -77,6 +78,10 @@ def create_app(settings: Settings) -> ServiceApp:
             poll_s=settings.worker_poll_s,
             lease_s=settings.lease_s,
             max_attempts=settings.max_attempts,
+            occupancy=lambda _: (
+                SchedulerJobs(settings.scheduler_url) if settings.scheduler_url else None
+            ),
+            fabric_sync_s=settings.fabric_sync_s,
         ),
         QueryGauges(app.metrics.registry, GAUGES),
     )

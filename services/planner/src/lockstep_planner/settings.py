@@ -44,6 +44,17 @@ class Settings(ServiceSettings):
     wave_deadline_factor: float = Field(
         default=3.0, ge=1, description="A wave's deadline: this many times its estimated work..."
     )
+    scheduler_url: str = Field(
+        default="",
+        description="Base URL of the scheduler API whose running jobs occupy fabric domains "
+        "(the simulator's /scheduler/jobs). Empty: occupancy is not tracked, and a domain is "
+        "never OCCUPIED (the updater still waits for each node's drain).",
+    )
+    fabric_sync_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often fabric domains are refreshed from the fleet and the scheduler, s.",
+    )
     wave_deadline_min_s: float = Field(
         default=3600.0, gt=0, description="...but never less than this many seconds."
     )
