@@ -181,7 +181,7 @@ async def _target_of(conn: asyncpg.Connection, domain: str, bundle: str) -> str:
 
     ref = BUNDLE_REF.match(bundle)
     if ref is None:
-        raise PinRefused(2, f"--bundle {bundle!r}: not ID[@VERSION]")
+        raise PinRefused(2, f"--bundle {bundle!r}: not a bundle reference (ID or ID@VERSION)")
     row = await conn.fetchrow(
         "SELECT lifecycle, current_hash, target_hash, rollout_id FROM fabric_domains"
         " WHERE domain = $1",
