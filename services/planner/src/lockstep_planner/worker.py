@@ -92,20 +92,19 @@ class PlannerWorker:
         anything was done."""
         did = await self.commands(store)
         now = self._clock()
-        if self._synced is None or (now - self._synced).total_seconds() >= self._fabric_sync_s:
+        due = self._synced is None or (now - self._synced).total_seconds() >= self._fabric_sync_s
+        if occupancy is not None and due:
             did = await self.fabric(store, fleet, occupancy) or did
         did = await self.timers(store) or did
         return await self.intent(store, fleet) or did
 
-    async def fabric(
-        self, store: PlannerStore, fleet: FleetSource, occupancy: Occupancy | None
-    ) -> bool:
+    async def fabric(self, store: PlannerStore, fleet: FleetSource, occupancy: Occupancy) -> bool:
         """Learn the fabric domains from the fleet and their occupancy from the scheduler, and
-        release a waiting wave whose domain became AVAILABLE. True when a wave was released
-        or a domain changed state."""
+        release a waiting wave whose domain became AVAILABLE. True when a wave was released.
+        (Without a scheduler, domains are learned only when an intent is planned.)"""
         try:
             nodes = await fleet.nodes(None)
-            busy = await occupancy.busy_nodes() if occupancy is not None else None
+            busy = await occupancy.busy_nodes()
         except TransientError as exc:
             log.warning("fabric domains not refreshed: %s", exc)
             return False
@@ -144,6 +143,8 @@ class PlannerWorker:
             if not await tx.still_holds(row):
                 log.warning("intent %s was taken over; discarding this plan", row.intent_id)
                 return True
+            # The fleet was just read: the fabric domains learn their nodes from it too.
+            await sync(tx, nodes, None, self._clock())
             # The plan itself runs here, in the transaction: it is pure CPU (under 2 s for
             # 12,500 nodes, `lockstep bench plan`), and its result must commit with the fence.
             await plan_intent(tx, row, nodes, self.planning, self._clock())
