@@ -193,6 +193,8 @@ async def test_an_occupied_domain_is_deferred_and_updated_once_its_job_ends(rig:
     )
     assert len(await planner.emitted("wave.planned.")) == deferred["number"]
 
+    # A restart while the wave waits loses nothing: the next scheduler poll says what runs.
+    await planner.restart()
     rig.scheduler.finish_job(job.job_id)
     waves = await planner.wait_for("wave.planned.", deferred["number"] + 1)
     assert waves[-1]["node_ids"] == deferred["node_ids"]
@@ -220,6 +222,23 @@ async def fabric_domains_on_the_bundle(rig: Rig) -> None:
     assert actions == ["discovered", "occupied", "pinned", "available", "provisioning", "updated"]
     code, out = await cli("fabric", "list")
     assert code == 0 and "gb200-fabric@1.20.3" in out and "NO_UPDATE" in out
+    code, out = await cli("rollout", "audit", "fabric:d1", "--json")
+    assert code == 0 and [a["actor"] for a in json.loads(out)][:2] == ["inventory", "scheduler"]
+
+
+async def test_a_dry_run_shows_the_occupied_domain_deferred_with_the_reason(rig: Rig) -> None:
+    rig.scheduler.occupy(["n009"], duration_s=1e9, name="eval")
+    await lifecycle_is(rig, "d2", "OCCUPIED")
+    await rig.attest(switch_bundle())
+    code, out = await cli(
+        "rollout", "plan", "--bundle", "gb200-fabric", "--scope", "site=site-a",
+        "--class", "routine",
+    )  # fmt: skip
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "excluded: 4 node(s): deferred: fabric domain d2 is OCCUPIED by a job" in flat
+    assert "when free" in flat
+    assert (await rig.domain("d2"))["target"] is None  # a dry run pins nothing
 
 
 async def test_pin_sets_the_target_and_bad_input_is_one_line_and_exit_2(rig: Rig) -> None:
