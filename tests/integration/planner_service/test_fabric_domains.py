@@ -252,7 +252,7 @@ async def test_pin_sets_the_target_and_bad_input_is_one_line_and_exit_2(rig: Rig
         "WILL_UPDATE",
         "bob",
     )
-    assert d0["update_reason"].endswith("waits for a rollout of it")
+    assert d0["update_reason"] == "pinned to gb200-fabric@1.20.3; waits for a rollout of it"
     assert d0["history"][-1]["action"] == "pinned"
     code, out = await cli("fabric", "pin", "d0", "--bundle", "gb200-fabric@1.20.3", "--by", "bob")
     assert (code, out.strip()) == (0, "d0: already pinned to gb200-fabric@1.20.3")

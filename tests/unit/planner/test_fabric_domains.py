@@ -128,7 +128,7 @@ def test_the_scheduler_occupies_and_frees_a_domain_but_never_interrupts_provisio
 def test_a_rollout_claims_a_domain_and_it_lands_on_the_target_when_provisioned() -> None:
     held = claim(FabricDomain("fd1", current="b1", target=None), "b2", "r1")
     assert (held.target, held.rollout, held.update_state) == ("b2", "r1", UpdateState.WILL_UPDATE)
-    assert held.update_reason == "pinned to b2; rollout r1 updates it now it is available"
+    assert held.update_reason == "pinned to b2; rollout r1 updates it when its wave is released"
     assert "waits until no cluster" in occupy(held).update_reason
     done = finish_update(start_update(held))
     assert (done.current, done.target, done.rollout) == ("b2", "b2", None)

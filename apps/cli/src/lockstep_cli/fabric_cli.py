@@ -65,7 +65,12 @@ async def _db(settings: Settings) -> asyncpg.Connection:
 
 
 def _doc(row: Any) -> dict[str, Any]:
-    """A domain as ``--json`` prints it (OCI's field names where it has one)."""
+    """A domain as ``--json`` prints it (OCI's field names where it has one); the reason names
+    bundles as ``ID@VERSION`` where the planner stored their stack hashes."""
+    reason = str(row["update_reason"])
+    for key in ("current", "target"):
+        if row[f"{key}_hash"] and row[key]:
+            reason = reason.replace(row[f"{key}_hash"], row[key])
     return {
         "domain": row["domain"],
         "current": row["current"],
@@ -74,7 +79,7 @@ def _doc(row: Any) -> dict[str, Any]:
         "target_stack_hash": row["target_hash"],
         "lifecycle": row["lifecycle"],
         "update_state": row["update_state"],
-        "update_reason": row["update_reason"],
+        "update_reason": reason,
         "recycle_level": row["recycle_level"],
         "rollout_id": row["rollout_id"],
         "nodes": list(row["node_ids"]),

@@ -103,7 +103,9 @@ class FabricDomain:
             return f"pinned to {self.target}; waits until no cluster occupies the domain"
         if self.rollout is None:
             return f"pinned to {self.target}; waits for a rollout of it"
-        return f"pinned to {self.target}; rollout {self.rollout} updates it now it is available"
+        return (
+            f"pinned to {self.target}; rollout {self.rollout} updates it when its wave is released"
+        )
 
 
 def _refuse_while_provisioning(domain: FabricDomain, what: str) -> None:
