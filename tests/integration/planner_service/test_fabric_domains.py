@@ -21,9 +21,11 @@ from typer.testing import CliRunner
 from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import BundleAttested
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_planner.adapters.scheduler_jobs import SchedulerJobs
 from lockstep_planner.app import create_app
 from lockstep_planner.handlers import rollout_id_of
 from lockstep_planner.testing.kit import NEW_DRIVER, attested, fleet_node, image, intent
@@ -275,3 +277,12 @@ async def test_pin_sets_the_target_and_bad_input_is_one_line_and_exit_2(rig: Rig
         code, out = await cli("fabric", *args)
         assert (code, out.strip()) == (2, f"error: {line}"), args
         assert "Traceback" not in out
+
+
+async def test_a_scheduler_that_does_not_answer_is_transient(rig: Rig) -> None:
+    with pytest.raises(TransientError, match=r"GET http://127\.0\.0\.1:9/scheduler/jobs"):
+        await SchedulerJobs("http://127.0.0.1:9", timeout_s=2).busy_nodes()
+    # The running planner's own scheduler answers with the jobs' nodes.
+    rig.scheduler.occupy(["n001", "n002"], duration_s=1e9)
+    url = rig.planner.settings.scheduler_url
+    assert await SchedulerJobs(url).busy_nodes() == {"n001", "n002"}

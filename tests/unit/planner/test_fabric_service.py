@@ -18,9 +18,13 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_planner.adapters.scheduler_jobs import SchedulerJobs
+from lockstep_planner.adapters.slurm_jobs import SlurmJobs
+from lockstep_planner.app import occupancy_of
 from lockstep_planner.domain.fabric import Lifecycle, UpdateState
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.handlers import on_bundle_attested
+from lockstep_planner.settings import Settings
 from lockstep_planner.store import FABRIC_KEY
 from lockstep_planner.testing.kit import NEW_DRIVER, attested, fleet_node, image, sign
 from lockstep_planner.testing.memory_store import MemoryOccupancy
@@ -294,3 +298,11 @@ async def test_a_software_bundle_leaves_fabric_domains_alone() -> None:
     moved = {n for w in emitted(rig.store, RolloutPlanned)[0].waves for n in w.node_ids}
     assert "n005" in moved  # the updater waits for its drain, as before
     assert rig.domain("d1").rollout is None
+
+
+def test_settings_choose_where_running_jobs_are_read() -> None:
+    assert occupancy_of(Settings()) is None
+    sim = occupancy_of(Settings(scheduler_url="http://127.0.0.1:8001"))
+    assert isinstance(sim, SchedulerJobs) and sim.base_url == "http://127.0.0.1:8001"
+    slurm = occupancy_of(Settings(scheduler="slurm", slurm_conf="/etc/slurm/x.conf"))
+    assert isinstance(slurm, SlurmJobs) and slurm.squeue == "squeue"
