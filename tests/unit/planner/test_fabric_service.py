@@ -306,3 +306,27 @@ def test_settings_choose_where_running_jobs_are_read() -> None:
     assert isinstance(sim, SchedulerJobs) and sim.base_url == "http://127.0.0.1:8001"
     slurm = occupancy_of(Settings(scheduler="slurm", slurm_conf="/etc/slurm/x.conf"))
     assert isinstance(slurm, SlurmJobs) and slurm.squeue == "squeue"
+
+
+async def test_a_domain_already_on_the_bundle_is_recorded_as_no_update() -> None:
+    rig = FabricRig()
+    on_it = {
+        Component.DRIVER: NEW_DRIVER,
+        Component.GPU_GSP: NEW_DRIVER,
+        Component.NVSWITCH: "1.20.3",
+    }
+    rig.fleet.fleet[16:] = [
+        fleet_node(i, fabric_domain="d4", observed=on_it) for i in range(16, 20)
+    ]
+    await rig.sync()
+    rollout_id = await started(rig)
+    plan = rig.store.tables.rollouts[rollout_id].plan
+    assert plan["fabric"]["at_target"] == ["d4"] and "d4" not in plan["fabric"]["domains"]
+    d4 = rig.domain("d4")
+    assert (d4.current, d4.target, d4.rollout, d4.update_state) == (
+        rig.bundle.stack_hash,
+        rig.bundle.stack_hash,
+        None,
+        UpdateState.NO_UPDATE,
+    )
+    assert rig.audit("d4")[-1] == ("planner", "at target")

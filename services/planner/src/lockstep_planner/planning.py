@@ -173,17 +173,15 @@ def _fabric_section(made: Plan, nodes: Mapping[str, Node]) -> dict[str, Any]:
         domain = nodes[node_id].fabric_domain
         if domain is not None:
             moved[domain].append(node_id)
-    at_target = {nodes[e.node_id].fabric_domain for e in made.excluded if e.reason == AT_TARGET} - {
-        None
-    }
-    whole = {
-        d
-        for d in at_target
-        if all(e.reason == AT_TARGET for e in made.excluded if nodes[e.node_id].fabric_domain == d)
-    }
+    reasons: dict[str, set[str]] = defaultdict(set)  # domain -> why its nodes stay put
+    for e in made.excluded:
+        domain = nodes[e.node_id].fabric_domain
+        if domain is not None:
+            reasons[domain].add(e.reason)
+    whole = [d for d, why in reasons.items() if why == {AT_TARGET} and d not in moved]
     return {
         "domains": {d: sorted(ids) for d, ids in sorted(moved.items())},
-        "at_target": sorted(d for d in whole if d is not None),
+        "at_target": sorted(whole),
         "deferred": {},
     }
 

@@ -102,6 +102,7 @@ class PlannerWorker:
         """Learn the fabric domains from the fleet and their occupancy from the scheduler, and
         release a waiting wave whose domain became AVAILABLE. True when a wave was released.
         (Without a scheduler, domains are learned only when an intent is planned.)"""
+        self._synced = self._clock()  # a silent inventory or scheduler is asked next period
         try:
             nodes = await fleet.nodes(None)
             busy = await occupancy.busy_nodes()
@@ -109,7 +110,6 @@ class PlannerWorker:
             log.warning("fabric domains not refreshed: %s", exc)
             return False
         now = self._clock()
-        self._synced = now
         async with store.transaction() as tx:
             freed = await sync(tx, nodes, busy, now)
             for rollout_id in sorted(freed):
