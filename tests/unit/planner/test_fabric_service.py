@@ -175,6 +175,7 @@ async def test_an_occupied_domain_is_deferred_to_its_own_wave_and_updated_once_f
     assert (released.wave, released.node_ids) == (last.number, last.node_ids)
     assert released.strata[0].control_ids, "gated against nodes of its stratum that moved"
     assert rig.domain("d1").lifecycle is Lifecycle.PROVISIONING
+    assert rig.store.tables.rollouts[rollout_id].reason == ""  # no longer waiting
     await rig.pass_wave(rollout_id, last.number)
     assert rig.state(rollout_id) is RolloutState.COMPLETED
     assert emitted(rig.store, RolloutCompleted)[0].nodes_updated == 20
@@ -330,3 +331,22 @@ async def test_a_domain_already_on_the_bundle_is_recorded_as_no_update() -> None
         UpdateState.NO_UPDATE,
     )
     assert rig.audit("d4")[-1] == ("planner", "at target")
+
+
+async def test_a_pin_to_another_bundle_between_plan_and_approval_aborts_before_any_work() -> None:
+    rig = FabricRig()
+    await rig.sync()
+    other = await attest_other(rig)
+    rollout_id = await rig.submit(change_class=ChangeClass.ROUTINE, approval_ref="CHG-7")
+    assert rig.state(rollout_id) is RolloutState.PLANNED
+    rig.store.command(FABRIC_KEY + "d3", "pin", by="bob", bundle=other.stack_hash)
+    await rig.worker.commands(rig.store)
+    await rig.approved(rollout_id)
+    assert rig.state(rollout_id) is RolloutState.ABORTED
+    reason = rig.store.tables.rollouts[rollout_id].reason
+    assert reason.startswith(
+        f"fabric domain conflict: fabric domain d3 is pinned to {other.stack_hash}"
+    )
+    assert not emitted(rig.store, WavePlanned)
+    assert all(rig.domain(d).rollout is None for d in rig.store.tables.fabric)
+    assert rig.domain("d3").target == other.stack_hash

@@ -125,6 +125,9 @@ async def advance(tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datet
             occupied = await before_release(tx, rollout, wave.node_ids, now)
             if occupied:
                 return await _wait_for(tx, rollout, wave, occupied, now)
+            if rollout.reason.startswith(_waits(wave)):
+                rollout = dataclasses.replace(rollout, reason="", updated_at=now)
+                await tx.save_rollout(rollout)
             await release(tx, rollout, wave, timing, now)
             return rollout
         if (
@@ -148,6 +151,10 @@ async def advance(tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datet
     return await complete(tx, rollout, waves, now)
 
 
+def _waits(wave: WaveRow) -> str:
+    return f"wave {wave.number} waits:"
+
+
 async def _wait_for(
     tx: PlannerTx, rollout: RolloutRow, wave: WaveRow, occupied: Sequence[str], now: datetime
 ) -> RolloutRow:
@@ -155,8 +162,8 @@ async def _wait_for(
     until the domain is next unoccupied); the worker's fabric sync releases it once the
     scheduler shows the domain free. Said once in the audit trail and the rollout's reason."""
     why = (
-        f"wave {wave.number} waits: fabric domain(s) {', '.join(occupied)} OCCUPIED by a job; "
-        "released once AVAILABLE"
+        f"{_waits(wave)} fabric domain(s) {', '.join(occupied)} OCCUPIED by a job; released "
+        "once AVAILABLE"
     )
     if rollout.reason == why:
         return rollout
@@ -170,7 +177,7 @@ async def start(
     tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datetime, approvals: str
 ) -> RolloutRow:
     """Approvals are in (or none are needed): pin the fabric domains the rollout moves (a
-    conflict halts it before any work), then release the canary."""
+    conflict aborts it before any work), then release the canary."""
     conflicts = await claim_all(tx, rollout, PLANNER, now)
     if conflicts:
         # PLANNED may only go to RUNNING or ABORTED: nothing ran, so the plan is closed.
