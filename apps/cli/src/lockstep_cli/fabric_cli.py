@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from lockstep_cli.cli_io import fail, run, stdout_console
@@ -146,7 +147,7 @@ def fabric_show(domain: DomainArg, as_json: Json = False) -> None:
     """One fabric domain: its state, its nodes, who changed it, and its recent audit lines."""
     docs = run(_domains(_settings(), domain))
     if not docs:
-        fail(f"no fabric domain {domain}")
+        fail(escape(f"no fabric domain {domain}"))
     doc = docs[0]
     if as_json:
         print(json.dumps(doc))
@@ -186,7 +187,7 @@ async def _target_of(conn: asyncpg.Connection, domain: str, bundle: str) -> str:
 
     ref = BUNDLE_REF.match(bundle)
     if ref is None:
-        raise PinRefused(2, f"--bundle {bundle!r}: not a bundle reference (ID or ID@VERSION)")
+        raise PinRefused(2, f"--bundle {bundle!r}: not a bundle reference (ID[@VERSION])")
     row = await conn.fetchrow(
         "SELECT lifecycle, current_hash, target_hash, rollout_id FROM fabric_domains"
         " WHERE domain = $1",
@@ -266,5 +267,5 @@ def fabric_pin(
     and is carried out by a rollout of that bundle; refused while the domain is PROVISIONING."""
     code, line = run(pin_domain(_settings(), domain, bundle, by or getpass.getuser(), wait))
     if code:
-        fail(line, code)
+        fail(escape(line), code)
     console.print(line, highlight=False)
