@@ -127,7 +127,7 @@ async def test_the_straggler_watch_flags_a_throttled_node_outside_rollouts(
 ) -> None:
     """No rollout: one node's GPUs throttle (``thermal_event`` on that node alone). The
     healthgate's straggler watch, comparing every node with its profile's peers, announces it
-    (``drift.stragglers.gb200``) on its SM clock, and no other node."""
+    (``drift.stragglers.gb200``) on its SM clock or busbw, and no other node."""
     monkeypatch.setenv("LOCKSTEP_HEALTHGATE_STRAGGLER_INTERVAL_S", "1")
     monkeypatch.setenv("LOCKSTEP_HEALTHGATE_STRAGGLER_WINDOW_S", "15")
     async with launch() as stack:
@@ -146,7 +146,6 @@ async def test_the_straggler_watch_flags_a_throttled_node_outside_rollouts(
             raise AssertionError(await stack.story()) from exc
         assert event["profile"] == "gb200" and event["nodes"] == NODES, event
         assert {s["node_id"] for s in event["stragglers"]} == {hot}, event
-        # The clocks (20% down) show first; busbw (10% down) may join once most of the
-        # window's reports are throttled.
+        # Clocks 20% down, busbw 10% down: either is far outside the peers' spread.
         metrics = {s["metric"] for s in event["stragglers"]}
-        assert "sm_clock_mhz" in metrics and metrics <= {"sm_clock_mhz", "nccl_busbw_gbps"}
+        assert metrics and metrics <= {"sm_clock_mhz", "nccl_busbw_gbps"}, event
