@@ -4,8 +4,8 @@ publishing per-profile baselines with per-node offsets, noise, diurnal drift and
 and the health scenarios injected through the simulator's fault plan (``PUT /faults``).
 
 - a good image with benign XIDs in the series passes (no false trip);
-- a bad image (``degrade_health``) trips: see ``test_blast_radius`` F1 and ``test_rollout_e2e``,
-  which run over the same series;
+- a bad image (``degrade_health`` naming the image's version) trips on the canary alone (the
+  blast-radius F1 and ``test_rollout_e2e`` check what follows: the halt, the flip-backs);
 - a fleet-wide network problem (``network_degraded`` on every node) is inconclusive,
   environmental;
 - a thermal event on a control rack (``thermal_event``) does not blame the rollout, nor does
@@ -28,6 +28,7 @@ from lockstep_cli.polling import until
 from lockstep_sim.agents.health_model import BENIGN_XIDS
 from lockstep_sim.faults import Fault, FaultPlan
 from tests.integration.rollout_stack import NODES, Stack, running_stack
+from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 
 pytestmark = pytest.mark.integration
 Launch = Callable[..., AbstractAsyncContextManager[Stack]]
@@ -69,6 +70,22 @@ async def test_a_good_image_over_realistic_series_with_benign_xids_passes(launch
         assert [p["wave"] for p in await stack.emitted("healthgate", "gate.passed.")] == [0, 1]
         assert await stack.emitted("healthgate", "gate.tripped.") == []
         assert await benign_xids_stored(stack) > 0  # the XIDs did reach the gate
+
+
+async def test_a_bad_image_trips_the_gate_on_the_canary(launch: Launch) -> None:
+    """The image's version degrades every GPU that activates it (XID 48/79, DCGM failing,
+    busbw under 92%): the gate trips on the canary's nodes, and the rollout halts."""
+    async with launch() as stack:
+        bad = Fault("degrade_health", components=("gpu",), image=NEW_GPU_VERSION)
+        scenario(stack, bad)
+        await stack.start_rollout()
+        (canary,) = await stack.wait("planner", "wave.planned.")
+        (tripped,) = await stack.wait("healthgate", "gate.tripped.")
+        assert tripped["wave"] == 0, tripped
+        assert tripped["offending_nodes"], tripped
+        assert set(tripped["offending_nodes"]) <= set(canary["node_ids"]), tripped
+        await stack.wait("planner", "rollout.halted.")
+        assert await stack.emitted("healthgate", "gate.passed.") == []
 
 
 async def test_a_fleet_wide_network_problem_is_inconclusive_environmental(

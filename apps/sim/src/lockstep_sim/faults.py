@@ -38,7 +38,9 @@ entry):
   (old version back ``delay_minutes`` after a successful activation); ``bricked``
   (UnavailableOffline/Critical, no Version); ``wrong_version`` (``version``);
   ``degrade_health`` (sets ``Node.degraded_after_activation`` for the node agents): the
-  **bad image** scenario, health drops only on nodes that activated the image.
+  **bad image** scenario, health drops only on nodes that activated the image (with
+  ``image``, only an image of that version: other versions activate cleanly; switching back to
+  the other bank ends it).
 - Health scenarios hold for as long as they are in the plan, on every targeted node (``count``
   and ``probability`` do not apply; ``racks`` targets whole racks as well): ``thermal_event``
   (``clock_factor`` of the SM clock, hottest GPU ``temperature_rise_c`` up, NVML thermal
@@ -112,6 +114,7 @@ class Fault:
     forget_state: bool = False  # bmc_reboot_mid_task: sessions and tasks lost at the reboot
     delay_minutes: float = 1.0  # silent_revert
     version: str | None = None  # wrong_version (default: "<flashed>-unexpected")
+    image: str | None = None  # degrade_health: only when the activated image is this version
     racks: tuple[str, ...] | None = None  # health scenarios: every node of these racks
     clock_factor: float = 0.8  # thermal_event: SM clocks at 80% (illustrative)
     temperature_rise_c: float = 18.0  # thermal_event: hottest GPU ~80 C instead of ~63 C
@@ -170,12 +173,20 @@ class FaultState:
         self.rng = random.Random(plan.seed)  # noqa: S311 - simulation, not cryptography
 
     def fire(
-        self, kinds: frozenset[str], node_id: str, member_id: str = "", kind: str = ""
+        self,
+        kinds: frozenset[str],
+        node_id: str,
+        member_id: str = "",
+        kind: str = "",
+        image: str = "",
     ) -> Fault | None:
-        """The first fault of ``kinds`` that fires now for this node (and component, if any);
-        firing counts against the fault's ``count``."""
+        """The first fault of ``kinds`` that fires now for this node (and component, if any;
+        and activated ``image``, for a fault that names one); firing counts against the
+        fault's ``count``."""
         for index, fault in enumerate(self.plan.faults):
             if fault.kind not in kinds or not self.plan.targets_node(index, node_id):
+                continue
+            if fault.image is not None and fault.image != image:
                 continue
             if member_id and not _targets_component(fault, member_id, kind):
                 continue
@@ -225,13 +236,14 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "resume": (bool,),
     "forget_state": (bool,),
     "version": (str,),
+    "image": (str,),
     "clock_factor": (int, float),
     "temperature_rise_c": (int, float),
     "busbw_factor": (int, float),
 }
 
 
-_OPTIONAL = frozenset({"nodes", "fraction", "components", "count", "version", "racks"})
+_OPTIONAL = frozenset({"nodes", "fraction", "components", "count", "version", "racks", "image"})
 
 
 def _strings(value: Any, name: str) -> tuple[str, ...]:
