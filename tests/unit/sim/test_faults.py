@@ -148,3 +148,18 @@ def test_serve_refuses_a_bad_fault_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(sim_app, ["serve", "--faults", str(bad)], env={"COLUMNS": "200"})
     assert result.exit_code != 0
     assert "faults[0].kind" in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("bad-image", "degrade_health"),
+        ("thermal-rack", "thermal_event"),
+        ("network-fleet-wide", "network_degraded"),
+    ],
+)
+def test_the_example_health_scenarios_load(name: str, kind: str) -> None:
+    """docs/simulator.md's scenario files (``lockstep sim run --faults FILE``)."""
+    root = Path(__file__).resolve().parents[3]
+    plan = load_faults(root / "examples" / "health" / f"{name}.yaml")
+    assert [f.kind for f in plan.faults] == [kind]
