@@ -176,7 +176,7 @@ class AgentFleet:
             for node in self.nodes
         }
         self._buffer: OrderedDict[str, _Report] = OrderedDict()
-        self.buffer_limit = config.buffer_cycles * 2 * len(self.nodes)
+        self.buffer_limit = config.buffer_cycles * 2 * max(1, len(self.nodes))
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
