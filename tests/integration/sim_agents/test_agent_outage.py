@@ -20,6 +20,7 @@ from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import StreamPolicy, ensure_topology
 from lockstep_devstack.nats import NatsServer
+from lockstep_devstack.process import free_port
 from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
 from tests.support import stored_telemetry
 
@@ -30,7 +31,9 @@ NODES = 3
 @pytest.fixture
 def server() -> Iterator[NatsServer]:
     base = Path(tempfile.mkdtemp(prefix="lockstep-agent-outage-"))
-    own = NatsServer(base / "nats", sync_always=False)
+    # A port of its own, kept across the restart: not 4222, which another stack on the machine
+    # may take while this server is down (the client would then reconnect to that one).
+    own = NatsServer(base / "nats", port=free_port(), sync_always=False)
     own.start(timeout_s=30)
     try:
         yield own
