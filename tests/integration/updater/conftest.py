@@ -11,17 +11,16 @@ from typing import Any
 
 import pytest
 
-from lockstep_common.events.v1 import AttestedComponent, FleetNode
+from lockstep_common.events.v1 import AttestedComponent
 from lockstep_common.vocabulary import Component
 from lockstep_redfish import RetryPolicy
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
-from lockstep_updater.adapters.images import BundleImages
-from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.testing.memory_store import MemoryStore
+from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 from tests.integration.updater.slurm_cluster import SlurmCluster, missing
 
@@ -47,45 +46,17 @@ FAST = ExecutorPolicy(
 )
 
 
-class Facts:
-    """The inventory's answers (``NodeFacts``), from the simulated fleet."""
-
-    def __init__(self, rt: FleetRuntime) -> None:
-        self.nodes = {
-            n.id: FleetNode(
-                node_id=n.id,
-                site=n.site,
-                profile="gb200",
-                pool=n.pool,
-                bmc_url=rt.bmc_url(n.id),
-                allow_plain_http=True,
-                credentials="env:SIMBMC",
-            )
-            for n in rt.fleet
-        }
-
-    async def node(self, node_id: str) -> FleetNode | None:
-        return self.nodes.get(node_id)
-
-
 @dataclass
 class World:
     rt: FleetRuntime
     store: MemoryStore
-    facts: Facts
+    facts: SimFacts
     bundle: Path
     gpu: AttestedComponent
     executors: list[Executor] = field(default_factory=list)
 
     def executor(self, store: Any = None) -> Executor:
-        ex = Executor(
-            store or self.store,
-            self.facts,
-            SimScheduler(self.rt.scheduler_url),
-            BundleImages([self.bundle.parent]),
-            FAST,
-            environ=ENV,
-        )
+        ex = sim_executor(self.rt, store or self.store, self.facts, self.bundle, FAST, ENV)
         self.executors.append(ex)
         return ex
 
@@ -139,7 +110,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     async with store.transaction() as tx:
         await tx.record_bundle(STACK, str(bundle), (gpu,))
     try:
-        yield World(rt, store, Facts(rt), bundle, gpu)
+        yield World(rt, store, SimFacts(rt, credentials="SIMBMC"), bundle, gpu)
     finally:
         rt.simulator.set_faults(None)
         await rt.stop()
