@@ -16,7 +16,7 @@ from lockstep_common.vocabulary import Component
 from lockstep_redfish import RetryPolicy
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.testing.memory_store import MemoryStore
@@ -27,7 +27,7 @@ from tests.integration.updater.slurm_cluster import SlurmCluster, missing
 STACK = "b" * 64
 ROLLOUT = "r-7"
 PUSH = "update-multipart"  # the ledger's action name for a POST to MultipartHttpPushUri
-ENV = {"SIMBMC_USERNAME": DEFAULT_USERNAME, "SIMBMC_PASSWORD": DEFAULT_PASSWORD}
+ENV = {"SIMBMC_USERNAME": OPERATOR_USERNAME, "SIMBMC_PASSWORD": DEFAULT_PASSWORD}
 FAST = ExecutorPolicy(
     lease_s=60.0,
     retry_s=1.0,

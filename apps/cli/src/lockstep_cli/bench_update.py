@@ -47,7 +47,7 @@ from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_redfish import RetryPolicy
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.profiles import GB200
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater import handlers
@@ -63,7 +63,7 @@ VERSION = "97.00.9A.00.01"
 STACK = "f" * 64
 SOURCE = source_of("bench")
 MUTATING = frozenset({"update-multipart", "UpdateService.Activate", "SoftwareInventory.Activate"})
-ENV = {"BENCHBMC_USERNAME": DEFAULT_USERNAME, "BENCHBMC_PASSWORD": DEFAULT_PASSWORD}
+ENV = {"BENCHBMC_USERNAME": OPERATOR_USERNAME, "BENCHBMC_PASSWORD": DEFAULT_PASSWORD}
 
 
 def gpu_package(payload_bytes: int = 4096) -> bytes:
