@@ -59,11 +59,12 @@ from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
 from lockstep_updater.adapters.bmc_account import session_roles
 from lockstep_updater.adapters.credentials import FleetCredentials
+from lockstep_updater.adapters.member_devices import member_pci_ids
 from lockstep_updater.domain.guard import Decision, Verdict, decide
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
-from lockstep_updater.domain.targets import targets_for
+from lockstep_updater.domain.targets import applicable_members, targets_for
 from lockstep_updater.ports import (
     DrainState,
     ExplainsDrain,
@@ -284,6 +285,10 @@ class Executor:
                 if not paths:
                     raise Stop(S.FAILED, f"{name}: no FirmwareInventory member holds it")
                 image = self._image(target, entry)
+                # Only the members whose device the package declares (domain.targets).
+                paths = applicable_members(image.data, await member_pci_ids(bmc, paths))
+                if not paths:
+                    raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
                 request = UpdateRequest(paths, entry.version, stage=entry.banks == "ab")
                 try:
                     plan = await update.preflight(image, request)
