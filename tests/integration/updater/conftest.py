@@ -85,22 +85,30 @@ class World:
         raise AssertionError(f"not settled: {[(i.node_id, i.state) for i in self.store.items]}")
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    image = package_for(GB200_GPU, NEW_GPU_VERSION)
-    bundle = tmp_path / "bundle"
-    (bundle / "images").mkdir(parents=True)
-    (bundle / "images" / "gpu.fwpkg").write_bytes(image)
-    gpu = AttestedComponent(
+def attest_image(
+    bundle: Path, name: str, image: bytes, component: Component, version: str
+) -> AttestedComponent:
+    """Write ``image`` into the bundle as ``images/<name>`` and describe it as ``bundle.attested``
+    does (a gb200 A/B image activated by a reset)."""
+    (bundle / "images").mkdir(parents=True, exist_ok=True)
+    (bundle / "images" / name).write_bytes(image)
+    return AttestedComponent(
         profile="gb200",
-        component=Component.GPU_VBIOS,
-        version=NEW_GPU_VERSION,
-        image="images/gpu.fwpkg",
+        component=component,
+        version=version,
+        image=f"images/{name}",
         sha384=hashlib.sha384(image).hexdigest(),
         size=len(image),
         banks="ab",
         activation="reset",
     )
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    bundle = tmp_path / "bundle"
+    image = package_for(GB200_GPU, NEW_GPU_VERSION)
+    gpu = attest_image(bundle, "gpu.fwpkg", image, Component.GPU_VBIOS, NEW_GPU_VERSION)
     rt = FleetRuntime(
         SimOptions(4, "gb200", time_scale=0.002, host_base="127.74.0.1", port=0),
         scheduler_port=0,

@@ -6,25 +6,15 @@ record matches, so the other model is neither pushed to nor activated, and the n
 
 from __future__ import annotations
 
-import hashlib
-import uuid
-
 import pytest
 
-from lockstep_common.envelope import make_envelope, source_of
-from lockstep_common.events.v1 import (
-    AttestedComponent,
-    DeviceVerified,
-    RolloutPlanned,
-    WavePlan,
-    WavePlanned,
-)
-from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_common.events.v1 import DeviceVerified
+from lockstep_common.vocabulary import Component
 from lockstep_sim.profiles import GB200, ComponentClass
-from lockstep_updater import handlers
 from lockstep_updater.domain.steps import NodeStep
 from tests.integration.sim.pldm_fixtures import package_for
-from tests.integration.updater.conftest import World
+from tests.integration.updater.conftest import World, attest_image
+from tests.integration.updater.test_executor_sim import plan_and_release
 
 pytestmark = pytest.mark.integration
 NIC_STACK = "c" * 64
@@ -36,41 +26,11 @@ CONNECTX = next(c for c in NICS if c.ids == ("NIC_0", "NIC_1"))
 
 async def release_nic_update(w: World, model: ComponentClass, version: str) -> str:
     """Attest a bundle whose NIC image is for ``model`` and release a one-node wave of it."""
-    image = package_for(model, version)
-    (w.bundle / "images" / "nic.fwpkg").write_bytes(image)
-    nic = AttestedComponent(
-        profile="gb200",
-        component=Component.NIC,
-        version=version,
-        image="images/nic.fwpkg",
-        sha384=hashlib.sha384(image).hexdigest(),
-        size=len(image),
-        banks="ab",
-        activation="reset",
-    )
-    node = w.rt.fleet[0].id
-    rollout = f"nic-{uuid.uuid4().hex[:6]}"
-    planned = RolloutPlanned(
-        rollout_id=rollout,
-        intent_id=uuid.uuid4(),
-        stack_hash=NIC_STACK,
-        change_class=ChangeClass.STANDARD,
-        waves=(WavePlan(number=0, node_ids=(node,)),),
-    )
-    wave = WavePlanned(
-        rollout_id=rollout,
-        wave=0,
-        node_ids=(node,),
-        components=(Component.NIC,),
-        max_unavailable=1,
-        failure_budget=0,
-        soak_seconds=0,
-    )
-    source = source_of("planner")
+    nic = attest_image(w.bundle, "nic.fwpkg", package_for(model, version), Component.NIC, version)
     async with w.store.transaction() as tx:
         await tx.record_bundle(NIC_STACK, str(w.bundle), (nic,))
-        await handlers.rollout_planned(tx, make_envelope(planned, source=source))
-        await handlers.wave_planned(tx, make_envelope(wave, source=source))
+    node = w.rt.fleet[0].id
+    await plan_and_release(w, (node,), stack=NIC_STACK, components=(Component.NIC,))
     return node
 
 
