@@ -15,8 +15,9 @@
 The state is the in-memory store on a running clock (``lockstep_updater.testing``), so the
 figures are the executor's, the Redfish client's and the simulator's, not PostgreSQL's.
 
-- **push**: image push throughput to every BMC of a third fleet, ``lockstep_redfish`` against
-  a raw ``aiohttp`` multipart client (``bench_push``); ``push_ratio`` (goal >= 0.8).
+- **push**: image push throughput to every BMC of a third fleet (in a child process),
+  ``lockstep_redfish`` against a raw ``aiohttp`` multipart client (``bench_push``);
+  ``push_ratio`` (goal >= 0.8).
 """
 
 from __future__ import annotations
@@ -254,8 +255,7 @@ async def run_bench(nodes: int, budget: int, workers: int, time_scale: float) ->
         VERSION,
         GPU.ids,
         rounds=PUSH_ROUNDS,
-        environ=ENV,
-        credentials="BENCHBMC",
+        account=(OPERATOR_USERNAME, DEFAULT_PASSWORD),
         host="127.93.0.1",
     )
     return {
