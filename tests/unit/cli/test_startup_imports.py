@@ -115,6 +115,7 @@ GROUP_MODULES = {
     "lockstep_cli.bench_cli",
     "lockstep_cli.dlq_cli",
     "lockstep_cli.docs_cli",
+    "lockstep_cli.fabric_cli",
     "lockstep_cli.fleet_cli",
     "lockstep_cli.gate_cli",
     "lockstep_cli.node_cli",

@@ -63,6 +63,11 @@ GROUPS: dict[str, Lazy] = {
         "rollout_app",
         "Rollouts: plan, start, follow, pause, resume, abort, audit.",
     ),
+    "fabric": Lazy(
+        "lockstep_cli.fabric_cli",
+        "fabric_app",
+        "Fabric domains: current and target bundle, update state, lifecycle; pin a target.",
+    ),
     "topology": Lazy(
         "lockstep_cli.topology_cli", "topology_app", "JetStream streams and consumers."
     ),

@@ -15,6 +15,7 @@ from lockstep_sim.accounts import AccountStore
 from lockstep_sim.faults import Fault
 from lockstep_sim.fleet import Node
 from lockstep_sim.injection import FaultControl
+from lockstep_sim.options import OPERATOR_USERNAME
 from lockstep_sim.sessions import SessionStore
 from lockstep_sim.tasks import Task, now_iso
 from lockstep_sim.update_service import UpdateOptions
@@ -46,6 +47,8 @@ class Bmc:
 
     def __post_init__(self) -> None:
         self.accounts.add(self.username, self.password)
+        if self.username != OPERATOR_USERNAME:
+            self.accounts.add(OPERATOR_USERNAME, self.password, "Operator")
 
     @property
     def uuid(self) -> str:
@@ -91,10 +94,11 @@ class Bmc:
         self.runners.add(runner)
         runner.add_done_callback(self.runners.discard)
 
-    def fault(self, kind: str, member_id: str = "") -> Fault | None:
-        """The fault of ``kind`` that fires now on this node (and member), recorded if so."""
+    def fault(self, kind: str, member_id: str = "", image: str = "") -> Fault | None:
+        """The fault of ``kind`` that fires now on this node (and member, and activated
+        image), recorded if so."""
         cls_kind = self.node.components[member_id].cls.kind if member_id else ""
-        fault = self.faults.state.fire(frozenset({kind}), self.node.id, member_id, cls_kind)
+        fault = self.faults.state.fire(frozenset({kind}), self.node.id, member_id, cls_kind, image)
         if fault is not None:
             details = {"component": member_id} if member_id else {}
             self.record("fault", kind="fault", fault=kind, **details)
