@@ -4,7 +4,7 @@ traceback."""
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import os
 import sys
 from collections.abc import Coroutine
@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO, TypeVar
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from lockstep_common.settings import ServiceSettings
+
+    errors: Console  # standard error, made on first use (module __getattr__ below)
 
 PIPE_WIDTH = 4096
 """Columns a table may take when standard output is a pipe or a file: as wide as its content."""
@@ -28,13 +31,30 @@ def stdout_console(stream: TextIO | None = None) -> Console:
     out coloured digit by digit. Piped (``| grep``, ``> file``), nothing is wrapped at 80
     columns: a line holds one node or one version whole (``COLUMNS`` still wins if set).
     """
+    from rich.console import Console
+
     out = stream or sys.stdout
     piped = not out.isatty()
     width = PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None
     return Console(file=stream, highlight=False, soft_wrap=piped, width=width)
 
 
-errors = Console(stderr=True, soft_wrap=True, highlight=False)
+@functools.cache
+def stderr_console() -> Console:
+    """Standard error for messages, made on first use."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def __getattr__(name: str) -> Any:
+    # rich is imported when something is printed with it, not by every command that imports
+    # this module: `fleet admit` answers without it (PEP 562 module __getattr__).
+    if name == "errors":
+        return stderr_console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 T = TypeVar("T")
 S = TypeVar("S", bound="ServiceSettings")
 # A command group's --data-dir and -v, for its command's settings_of: one invocation per
@@ -57,13 +77,20 @@ VerboseOption = Annotated[
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` and exit with ``code``."""
-    errors.print(f"[red]error:[/] {message}", highlight=False)
+    stderr_console().print(f"[red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
 
 
 def choose_stack(data_dir: Path | None, verbose: bool) -> None:
     """Keep a command group's ``--data-dir`` and ``-v`` for ``settings_of``."""
     _choice.update(data_dir=data_dir, verbose=verbose)
+
+
+def chosen_stack() -> tuple[Path, bool]:
+    """The data dir ``settings_of`` would read (``--data-dir``, ``LOCKSTEP_DATA_DIR``, or
+    ``.data``) and whether ``-v`` was given."""
+    data_dir = _choice.get("data_dir") or Path(os.environ.get("LOCKSTEP_DATA_DIR") or ".data")
+    return data_dir, bool(_choice.get("verbose"))
 
 
 def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: bool = True) -> S:
@@ -79,8 +106,8 @@ def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: b
     from lockstep_common.settings import explain, unknown_variables
 
     for warning in unknown_variables(os.environ, settings_class):
-        errors.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    data_dir = _choice.get("data_dir") or Path(os.environ.get("LOCKSTEP_DATA_DIR") or ".data")
+        stderr_console().print(f"[yellow]warning:[/] {warning}", highlight=False)
+    data_dir, _ = chosen_stack()
     defaults, source = (
         stack_state.connection_defaults(data_dir, identity, os.environ)
         if find_stack
@@ -93,7 +120,7 @@ def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: b
     if _choice.get("verbose"):
         from lockstep_common.db import redact_dsn
 
-        errors.print(
+        stderr_console().print(
             f"stack: NATS {settings.nats_url} as {settings.nats_user or 'anonymous'}, "
             f"PostgreSQL {redact_dsn(settings.database_url)}, namespace "
             f"{settings.namespace} (from {source})",
@@ -105,6 +132,8 @@ def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: b
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine; an unreachable server, a refused configuration or a
     database error is one line."""
+    import asyncio
+
     from lockstep_common.errors import ConfigurationError, TransientError, describe
 
     try:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import urllib.request
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,14 +14,16 @@ from lockstep_cli.cli_io import (
     StackDirOption,
     VerboseOption,
     choose_stack,
-    errors,
     fail,
     run,
     settings_of,
+    stderr_console,
     stdout_console,
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from lockstep_common.vocabulary import Component
     from lockstep_inventory.settings import Settings
 
@@ -28,7 +31,15 @@ fleet_app = typer.Typer(
     help="The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
     no_args_is_help=True,
 )
-console = stdout_console()
+
+
+@functools.cache
+def _console() -> Console:
+    """Standard output, made when something is printed with rich: `fleet admit` (a Slurm
+    prolog, once per job) prints its answer without loading rich when not on a terminal."""
+    return stdout_console()
+
+
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
@@ -60,6 +71,8 @@ def _known_profiles(settings: Settings) -> frozenset[str]:
 
 def _read(source: str) -> str:
     if source.startswith(("http://", "https://")):
+        import urllib.request
+
         with urllib.request.urlopen(source, timeout=30) as resp:  # noqa: S310 - an operator's URL
             return str(resp.read().decode())
     return Path(source).read_text()
@@ -113,7 +126,7 @@ def fleet_import(
     if as_json:
         print(json.dumps(summary))
     else:
-        console.print(
+        _console().print(
             f"imported {len(nodes)} node(s): {result.added} added, {result.updated} "
             f"updated, {result.unchanged} unchanged"
         )
@@ -129,7 +142,7 @@ def fleet_list(as_json: Json = False) -> None:
         print(json.dumps([n.model_dump() for n in nodes]))
         return
     for n in nodes:
-        console.print(f"{n.id}  {n.profile:10} {n.site:8} {n.pool:12} {n.bmc_url}")
+        _console().print(f"{n.id}  {n.profile:10} {n.site:8} {n.pool:12} {n.bmc_url}")
 
 
 @fleet_app.command("remove")
@@ -147,7 +160,7 @@ def fleet_remove(
         run(remove(_settings(), nodes))
     except UnknownNodesError as exc:
         fail(str(exc))
-    console.print(f"removed {len(set(nodes))} node(s)")
+    _console().print(f"removed {len(set(nodes))} node(s)")
 
 
 @fleet_app.command("sweep")
@@ -175,7 +188,7 @@ def fleet_sweep(
     settings = _settings()
 
     def busy() -> None:
-        errors.print("another sweep is running; waiting for it to finish")
+        stderr_console().print("another sweep is running; waiting for it to finish")
 
     committed = [0, 0]  # (nodes committed, nodes to sweep), as the sweep reports them
 
@@ -184,7 +197,7 @@ def fleet_sweep(
         if draw is not None:
             draw(done, total)
 
-    with sweep_gc(), bar(console, "sweeping", enabled=not as_json) as draw:
+    with sweep_gc(), bar(_console(), "sweeping", enabled=not as_json) as draw:
         try:
             summary = run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
         except UnknownNodesError as exc:
@@ -203,7 +216,7 @@ def fleet_sweep(
     if as_json:
         print(json.dumps(doc))
     else:
-        print_sweep(console, doc, every_node=every_node)
+        print_sweep(_console(), doc, every_node=every_node)
 
 
 @fleet_app.command("status")
@@ -227,14 +240,14 @@ def fleet_status(
     async def status() -> queries.FleetStatus:
         async with admin.connection(settings) as conn:
             if watch:
-                await follow_sweep(conn, console, show=not as_json)
+                await follow_sweep(conn, _console(), show=not as_json)
             return await queries.fleet_status(conn)
 
     result = run(status())
     if as_json:
         print(json.dumps(result.as_json()))
     else:
-        print_status(console, result)
+        print_status(_console(), result)
 
 
 @fleet_app.command("show")
@@ -259,7 +272,7 @@ def fleet_show(
     if as_json:
         print(json.dumps(doc))
     else:
-        print_show(console, doc)
+        print_show(_console(), doc)
 
 
 @fleet_app.command("drift")
@@ -289,7 +302,7 @@ def fleet_drift(
     if as_json:
         print(json.dumps(doc))
     else:
-        print_drift(console, doc, settings.namespace, every_node=include_all)
+        print_drift(_console(), doc, settings.namespace, every_node=include_all)
 
 
 @fleet_app.command("stragglers")
@@ -310,7 +323,7 @@ def fleet_stragglers(as_json: Json = False) -> None:
     if as_json:
         print(json.dumps(doc))
     else:
-        print_stragglers(console, doc)
+        print_stragglers(_console(), doc)
     if any(f["stragglers"] for f in doc):
         raise typer.Exit(1)
 
@@ -419,7 +432,7 @@ def fleet_pin(
         ids = [str(m.envelope.event_id) for m in messages]
         print(json.dumps({"stack_hash": stack_hash, "sites": sites, "event_ids": ids}))
     else:
-        console.print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
+        _console().print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
 
 
 async def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
@@ -454,11 +467,63 @@ def fleet_admit(
     (hash not 64 lower-case hex, no nodes) or the service refused the request; 3 no answer
     within --timeout (NATS or the inventory service unavailable).
     """
+    ids = [n.strip() for arg in nodes for n in arg.split(",") if n.strip()]
+    doc = _admit_quickly(stack_hash, ids, timeout)
+    if doc is None:  # something out of the ordinary: the full path checks and reports it
+        doc = _admit(stack_hash, ids, timeout)
+    if as_json:
+        print(json.dumps(doc))
+    elif sys.stdout.isatty():
+        from lockstep_cli.fleet_views import print_admit
+
+        print_admit(_console(), doc)
+    else:
+        from lockstep_cli.admit_quick import plain_lines
+
+        print("\n".join(plain_lines(doc)))  # what print_admit writes to a pipe, without rich
+    raise typer.Exit(0 if doc["admitted"] else 1)
+
+
+def _admit_quickly(stack_hash: str, ids: list[str], timeout: float) -> dict[str, Any] | None:
+    """The answer by the quick path (admit_quick.py), or None for the full path."""
+    import datetime as dt
+    import os
+
+    from lockstep_cli import admit_quick, nats_request
+    from lockstep_cli.cli_io import chosen_stack
+
+    data_dir, verbose = chosen_stack()
+    found = None if verbose else admit_quick.target(os.environ, data_dir)
+    body = admit_quick.request_body(stack_hash, ids, now=dt.datetime.now(dt.UTC))
+    if found is None or body is None:
+        return None
+    subject = found.subject
+    try:
+        reply = nats_request.request(found.access, subject, body, timeout, name="lockstep-cli")
+        return admit_quick.answer_doc(reply.data, reply.headers.get("Lockstep-Error"))
+    except admit_quick.ServiceRefused as exc:
+        fail(str(exc))
+    except admit_quick.BadReply as exc:
+        fail(f"unexpected reply on {subject}: {exc}")
+    except nats_request.AccessError as exc:
+        fail(str(exc))
+    except (nats_request.NoReply, nats_request.NoResponders) as exc:
+        fail(
+            f"no answer on {subject} within {timeout:g}s ({type(exc).__name__}): "
+            "is the inventory service running?",
+            3,
+        )
+    except (nats_request.Unreachable, nats_request.Refused, OSError) as exc:
+        where = ",".join(found.access.servers)
+        fail(f"NATS at {where} unreachable: {type(exc).__name__} {exc}", 3)
+
+
+def _admit(stack_hash: str, ids: list[str], timeout: float) -> dict[str, Any]:
+    """The answer by the full path: the inventory's settings, the models, nats-py."""
     from lockstep_cli.fleet_bus import InputError, Unavailable, admission_request, admit
-    from lockstep_cli.fleet_views import admit_json, print_admit
+    from lockstep_cli.fleet_views import admit_json
 
     settings = _settings()
-    ids = [n.strip() for arg in nodes for n in arg.split(",") if n.strip()]
     try:
         request = admission_request(stack_hash, ids)
         answer = run(admit(settings.nats_access(), settings.namespace, request, timeout))
@@ -466,9 +531,4 @@ def fleet_admit(
         fail(str(exc))
     except Unavailable as exc:
         fail(str(exc), 3)
-    doc = admit_json(answer)
-    if as_json:
-        print(json.dumps(doc))
-    else:
-        print_admit(console, doc)
-    raise typer.Exit(0 if doc["admitted"] else 1)
+    return admit_json(answer)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lockstep_common.subjects import Namespace
@@ -356,8 +357,10 @@ def admit_json(answer: AdmissionCheckAnswered) -> dict[str, Any]:
 
 
 def print_admit(console: Console, doc: dict[str, Any]) -> None:
+    # Reasons are the service's text, not markup: "[old]" in one is printed, not swallowed.
     for n in doc["nodes"]:
         if n["admitted"]:
-            console.print(f"{n['node_id']}  [green]admitted[/]")
+            console.print(f"{escape(n['node_id'])}  [green]admitted[/]")
         else:
-            console.print(f"{n['node_id']}  [red]refused[/]: " + "; ".join(n["reasons"]))
+            reasons = escape("; ".join(n["reasons"]))
+            console.print(f"{escape(n['node_id'])}  [red]refused[/]: {reasons}")

@@ -307,7 +307,7 @@ def bench_gate(
 
     from lockstep_cli.bench_gate import BenchOptions, run_bench
     from lockstep_cli.bench_gate_service import ServiceBenchOptions, run_service_bench
-    from lockstep_cli.main import bench_servers
+    from lockstep_cli.stack_start import bench_servers
 
     opts = BenchOptions(
         nodes=nodes,

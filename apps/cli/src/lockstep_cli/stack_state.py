@@ -125,10 +125,10 @@ def nats_access(data_dir: Path, state: StackState, identity: str) -> NatsAccess:
         return NatsAccess.from_url(state.nats_url)
     if identity not in state.identities:
         fail(f"no NATS identity {identity!r}; choose from {', '.join(state.identities)}")
-    # Imported here: lockstep_devstack pulls in the servers' code, which no command that only
-    # reads the state file needs (a Slurm prolog's `fleet admit` starts fast).
+    # Imported here, and the two modules without the servers' code: a Slurm prolog's
+    # `fleet admit` reads the state file and starts fast.
     from lockstep_devstack import credentials
-    from lockstep_devstack.nats import ca_file
+    from lockstep_devstack.layout import ca_file
 
     return NatsAccess.from_url(
         state.nats_url,

@@ -9,8 +9,12 @@ server without seeing each other's events.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
+if TYPE_CHECKING:
+    # Annotations only: the vocabulary's pydantic types are not needed to spell a subject
+    # (`lockstep fleet admit` names its subject without loading pydantic).
+    from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
 
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 

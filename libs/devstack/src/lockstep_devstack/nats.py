@@ -37,14 +37,18 @@ def nats_server_binary() -> str:
     return found
 
 
-def ca_file(data_dir: Path) -> Path:
-    """The CA certificate of the embedded NATS whose state is in ``data_dir``."""
-    return data_dir / "tls" / "ca.pem"
+# nats-server checks the bcrypt hash on every connection: at cost 10 (`nats server passwd`'s
+# default) that is 0.1-0.2 s of each `lockstep fleet admit` on a loaded 2-core machine, most of
+# a Slurm prolog's budget (issue 14, item 7). A work factor slows the guessing of a password a
+# person chose; these are 256-bit random secrets (credentials.secret_file), which no work
+# factor makes harder or easier to guess, so the cheapest cost bcrypt allows (4) is used.
+BCRYPT_COST = 4
 
 
 def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, object]:
     """One ``authorization.users`` entry: a bcrypt hash (never the password) and its grants."""
-    hashed = bcrypt.hashpw(credentials.read(password_file).encode(), bcrypt.gensalt(10, b"2a"))
+    salt = bcrypt.gensalt(BCRYPT_COST, b"2a")
+    hashed = bcrypt.hashpw(credentials.read(password_file).encode(), salt)
     permissions: dict[str, object] = {
         "publish": {"allow": list(grants.publish)},
         "subscribe": {"allow": list(grants.subscribe)},

@@ -1,0 +1,374 @@
+"""``lockstep bench ...``: benchmarks, each against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from lockstep_cli.cli_io import fail, stdout_console
+from lockstep_cli.gate_cli import bench_gate
+from lockstep_cli.stack_start import bench_servers, start_refusals_are_one_line, usable_data_dir
+
+bench_app = typer.Typer(
+    help="Benchmarks: figures and the ratio to a baseline measured in the same run.",
+    no_args_is_help=True,
+)
+bench_app.command("gate")(bench_gate)
+console = stdout_console()
+
+
+@bench_app.command("update")
+def bench_update(
+    nodes: Annotated[int, typer.Option(min=1, max=250, help="Nodes in the wave.")] = 16,
+    budget: Annotated[int, typer.Option(min=1, help="max_unavailable per pool.")] = 2,
+    workers: Annotated[int, typer.Option(min=1, max=256, help="Concurrent claim loops.")] = 8,
+    time_scale: Annotated[
+        float, typer.Option(min=0.0005, help="Real seconds per simulated minute.")
+    ] = 0.05,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """A wave on the simulator: makespan against the bound set by the budget and the seed
+    durations, the time from a committed halt to the last new mutating call, and image push
+    throughput through lockstep_redfish against a raw multipart client."""
+    from lockstep_cli.bench_update import run_bench
+
+    result = asyncio.run(run_bench(nodes, budget, workers, time_scale))
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench update: {nodes} nodes, max_unavailable {budget} per pool")
+    table.add_column("")
+    table.add_column("figure")
+    table.add_row("makespan s / lower bound s", f"{result['makespan_s']} / {result['bound_s']}")
+    table.add_row("makespan_ratio (goal <= 1.15)", f"{result['makespan_ratio']:.2f}")
+    table.add_row("halt_s: halt committed -> last new mutating call (goal <= 1)",
+                  "-" if result["halt_s"] is None else f"{result['halt_s']:.3f}")  # fmt: skip
+    table.add_row("push MB/s: lockstep_redfish / raw aiohttp (medians)",
+                  f"{result['push_library_mb_s']} / {result['push_raw_mb_s']}")  # fmt: skip
+    table.add_row("push_ratio (goal >= 0.8)", f"{result['push_ratio']:.2f}")
+    table.add_row("node ends (wave)", json.dumps(result["states"]))
+    console.print(table)
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    nodes: Annotated[int, typer.Option(help="Simulated gb200 nodes in the fleet (>= 12).")] = 200,
+    time_scale: Annotated[float, typer.Option(help="Real seconds per simulated BMC minute.")] = 0.2,
+    report_rate: Annotated[
+        float, typer.Option(help="Agent reports/s over the fleet (sets cadence and soaks).")
+    ] = 250.0,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 3600.0,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Keep the servers' state and service logs here."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """A whole-fleet rollout (attest, intent, canary, gates, waves) through the five service
+    processes on the simulator: makespan against the lower bound of the planner's waves,
+    budgets, soaks and the simulated durations; service CPU per node and peak memory."""
+    from lockstep_cli.bench_rollout import MIN_NODES, BenchFailed, RolloutOptions, run_bench
+
+    if nodes < MIN_NODES:
+        fail(f"--nodes must be at least {MIN_NODES} (5 canary and 5 control nodes), not {nodes}")
+    for name, value in (("--time-scale", time_scale), ("--report-rate", report_rate),
+                        ("--timeout", timeout)):  # fmt: skip
+        if not value > 0:
+            fail(f"{name} must be > 0, not {value}")
+    if data_dir is not None:
+        usable_data_dir(data_dir)
+    opts = RolloutOptions(nodes, time_scale, report_rate, timeout, data_dir=data_dir)
+    try:
+        with start_refusals_are_one_line():
+            result = run_bench(opts, say=(lambda _: None) if as_json else console.print)
+    except BenchFailed as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench rollout: {nodes:,} nodes, time scale {time_scale:g} s/min")
+    table.add_column("")
+    table.add_column("figure")
+    table.add_row("makespan s / lower bound s", f"{result['seconds']} / {result['lower_bound_s']}")
+    table.add_row("ratio (goal <= 1.15)", f"{result['ratio']:.3f}")
+    table.add_row("service CPU s per node", f"{result['cpu_s_per_node']:.4f}")
+    for name, mb in result["peak_mb"].items():
+        table.add_row(f"peak RSS {name} (MB)", f"{mb:.0f}")
+    console.print(table)
+    console.print(
+        f"waves: {json.dumps(result['waves'])}; node ends: {result['node_ends']}; "
+        f"CPU s per service: {result['cpu_s']}; bench process {result['bench_cpu_s']} s"
+    )
+
+
+@bench_app.command("bus")
+def bench_bus(
+    events: Annotated[int, typer.Option(min=100, help="Events per run.")] = 20_000,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Outbox -> relay -> JetStream -> inbox events/s vs raw nats-py on the same server."""
+    from lockstep_cli.bench_bus import run_bench
+
+    with bench_servers() as urls:
+        result = asyncio.run(run_bench(*urls, events, runs))
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench bus: {events} events x {runs} runs (medians)")
+    for col in ("", "events/s"):
+        table.add_column(col)
+    table.add_row(
+        "lockstep outbox -> relay -> JetStream -> inbox", f"{result['events_per_s']:,.0f}"
+    )
+    table.add_row("raw nats-py publish + pull + ack (baseline)", f"{result['baseline_per_s']:,.0f}")
+    table.add_row("ratio (goal >= 0.3)", f"{result['ratio']:.2f}")
+    console.print(table)
+
+
+@bench_app.command("attest")
+def bench_attest(
+    gib: Annotated[float, typer.Option(min=0.01, help="Total image size in GiB.")] = 2.0,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Bundle verification MB/s vs hashlib SHA-384 over the same bytes, in the same run."""
+    from lockstep_cli.bench_attest import run_bench
+
+    result = run_bench(gib, runs)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"bench attest: {result['bytes'] / (1 << 30):.2f} GiB in "
+        f"{result['images']} images x {runs} runs (medians)"
+    )
+    table.add_column("")
+    table.add_column("MB/s")
+    table.add_row("lockstep bundle verification (every check)", f"{result['mb_per_s']:,.0f}")
+    table.add_row("hashlib sha384, one thread (baseline)", f"{result['baseline_mb_per_s']:,.0f}")
+    table.add_row("ratio (goal >= 0.8)", f"{result['ratio']:.2f}")
+    console.print(table)
+
+
+@bench_app.command("ingest")
+def bench_ingest(
+    nodes: Annotated[int, typer.Option(min=1, help="Registered nodes.")] = 12_500,
+    reports: Annotated[int, typer.Option(min=1, help="Reports timed per run.")] = 50_000,
+    rate: Annotated[float, typer.Option(min=1, help="Reports/s of the latency phase.")] = 1_250.0,
+    duration: Annotated[float, typer.Option(min=0.1, help="Seconds of the latency phase.")] = 8.0,
+    changed: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of reports that change a version.")
+    ] = 0.02,
+    batch: Annotated[int, typer.Option(min=1, max=4096, help="consumer_batch (both).")] = 256,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Node reports/s through inventory vs raw JetStream pull + parse + ack (same run), and
+    report -> drift.detected latency at a fixed rate."""
+    from lockstep_cli.bench_ingest import IngestOptions, run_bench
+
+    opts = IngestOptions(nodes, reports, rate, duration, changed, batch, runs)
+    with bench_servers() as urls:
+        result = asyncio.run(run_bench(*urls, opts))
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench ingest: {nodes} nodes, {reports} reports x {runs} runs (medians)")
+    table.add_column("")
+    table.add_column("figure")
+    table.add_row(
+        "inventory: parse, diff, commit, events (reports/s)", f"{result['reports_per_s']:,.0f}"
+    )
+    table.add_row(
+        "raw nats-py pull + parse + ack (reports/s)", f"{result['raw_reports_per_s']:,.0f}"
+    )
+    table.add_row("ratio (goal >= 0.35)", f"{result['ratio']:.2f}")
+    table.add_row(
+        f"report -> drift.detected at {rate:,.0f}/s: p50 / p95 / p99 ms (goal p99 <= 250)",
+        " / ".join(
+            "-" if result[k] is None else f"{result[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms")
+        ),
+    )
+    console.print(table)
+
+
+@bench_app.command("sim")
+def bench_sim(
+    nodes: Annotated[int, typer.Option(min=1, help="Emulated BMCs.")] = 12_500,
+    latency_ms: Annotated[
+        float, typer.Option(min=0, help="The 'with latency' case (the other has none).")
+    ] = 50.0,
+    requests: Annotated[int, typer.Option(min=1, help="GETs per run.")] = 50_000,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """GETs/s one simulator process serves, without and with latency, vs a plain aiohttp app
+    on the same sockets (same run)."""
+    from lockstep_sim.bench import run_bench
+
+    plain = run_bench(nodes, 0.0, requests, runs=runs)
+    slow = run_bench(nodes, latency_ms, requests, runs=runs)
+    if as_json:
+        print(json.dumps({**plain, "with_latency": slow}))
+        return
+    table = Table(title=f"bench sim: {nodes} BMCs, {runs} runs (medians)")
+    for col in ("", "GETs/s", "baseline/s", "ratio"):
+        table.add_column(col)
+    for name, r in (("no latency", plain), (f"{latency_ms:g} ms latency", slow)):
+        table.add_row(
+            name, f"{r['gets_per_s']:,.0f}", f"{r['baseline_per_s']:,.0f}", f"{r['ratio']:.2f}"
+        )
+    console.print(table)
+    console.print(
+        f"startup {plain['startup_s']:.1f} s, RSS {plain['rss_mb']:.0f} MB; baseline: "
+        "a plain aiohttp app on the same sockets returning a body of the same size"
+    )
+
+
+@bench_app.command("sweep")
+def bench_sweep(
+    nodes: Annotated[int, typer.Option(min=1, help="Emulated BMCs swept per run.")] = 12_500,
+    latency_ms: Annotated[
+        float, typer.Option(min=0, help="Latency the simulator adds to every request.")
+    ] = 200.0,
+    expand: Annotated[
+        bool,
+        typer.Option(
+            "--expand/--no-expand",
+            help="One $expand GET per BMC, or the collection and every member.",
+        ),
+    ] = True,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="BMCs read at once (and requests in flight).")
+    ] = 1024,
+    per_bmc: Annotated[int, typer.Option(min=1, help="Requests in flight per BMC.")] = 2,
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    gc_tuned: Annotated[
+        bool,
+        typer.Option("--gc-tuned/--no-gc-tuned", help="Sweep GC settings (sweeper.sweep_gc)."),
+    ] = True,
+    commit: Annotated[
+        bool,
+        typer.Option(
+            "--commit/--no-commit",
+            help="Time until the last drift event is committed (embedded PostgreSQL, or "
+            "LOCKSTEP_DATABASE_URL), or the sweep alone.",
+        ),
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Full inventory sweep of a simulated fleet, from sweep start to the last drift event
+    committed (1% of nodes are pinned to another BMC version), vs raw aiohttp making the same
+    requests with the same concurrency against the same simulator in the same run."""
+    from lockstep_cli.bench_sweep import run_bench
+
+    with contextlib.ExitStack() as stack:
+        database_url = stack.enter_context(bench_servers())[1] if commit else None
+        result = run_bench(
+            nodes,
+            latency_ms,
+            expand=expand,
+            runs=runs,
+            concurrency=concurrency,
+            per_bmc=per_bmc,
+            gc_tuned=gc_tuned,
+            database_url=database_url,
+        )
+    void = bool(result["errors"] or result["raw_errors"])  # exit 1 with --json too
+    if as_json:
+        print(json.dumps(result))
+        raise typer.Exit(1 if void else 0)
+    mode = "$expand" if expand else "no $expand"
+    table = Table(
+        title=f"bench sweep: {nodes:,} BMCs at {latency_ms:g} ms, {mode}, "
+        f"concurrency {concurrency}, {runs} runs (medians)"
+    )
+    for col in ("", "seconds", "BMCs/s", "client CPU"):
+        table.add_column(col)
+    table.add_row(
+        "lockstep sweep -> last drift event committed" if commit else "lockstep sweep alone",
+        f"{result['seconds']:.2f}",
+        f"{result['bmcs_per_s']:,.0f}",
+        f"{result['client_cpu']:.2f}",
+    )
+    table.add_row(
+        "raw aiohttp, same requests (baseline)",
+        f"{result['raw_seconds']:.2f}",
+        f"{nodes / result['raw_seconds']:,.0f}",
+        f"{result['raw_client_cpu']:.2f}",
+    )
+    table.add_row("ratio raw / lockstep (goal >= 0.7)", f"{result['ratio']:.2f}", "", "")
+    console.print(table)
+    console.print(
+        f"simulator CPU {result['server_cpu']:.2f} (CPU s per s; ~1.0 = the bottleneck); "
+        f"errors {result['errors']} (raw {result['raw_errors']}); "
+        f"per run: {result['seconds_runs']} s vs raw {result['raw_seconds_runs']} s"
+    )
+    if void:
+        raise typer.Exit(1)
+
+
+@bench_app.command("plan")
+def bench_plan(
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes in the generated fleet.")] = 12_500,
+    domains: Annotated[int, typer.Option(min=1, help="Fabric domains (one rack each).")] = 2_000,
+    components: Annotated[int, typer.Option(min=1, max=64, help="Bundle components.")] = 30,
+    change_class: Annotated[
+        str, typer.Option("--class", help="routine, emergency or power_fabric.")
+    ] = "routine",
+    runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Planning time and peak memory for a generated fleet, and the plan's makespan vs a lower
+    bound from the same budgets, windows and durations."""
+    from lockstep_cli.bench_plan import command
+
+    command(nodes, domains, components, change_class, runs, console if not as_json else None)
+
+
+@bench_app.command("startup")
+def bench_startup(
+    runs: Annotated[
+        int, typer.Option(min=1, help="Runs of each command; medians are reported.")
+    ] = 20,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Ask the stack `lockstep up` runs there (default: LOCKSTEP_NATS_URL, else a "
+            "stack this command starts and stops).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Wall time from exec to exit of `lockstep --help` and `lockstep fleet admit` (a Slurm
+    prolog runs it for every job) against a running stack, vs the interpreter's own start,
+    interleaved in the same run."""
+    from lockstep_cli.bench_startup import BenchFailed, run_bench
+
+    try:
+        result = run_bench(runs, data_dir, say=(lambda _: None) if as_json else console.print)
+    except BenchFailed as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench startup: {runs} runs each (medians), load {result['load_average']}")
+    table.add_column("")
+    table.add_column("seconds")
+    goal = result["goal_s"]
+    table.add_row(f"lockstep --help (goal <= {goal})", f"{result['help_s']:.3f}")
+    admit = result["admit_s"]
+    table.add_row(
+        f"lockstep fleet admit, answered (goal <= {goal})",
+        f"skipped: {result['admit_skipped']}" if admit is None else f"{admit:.3f}",
+    )
+    table.add_row("python -c pass (baseline)", f"{result['baseline_s']:.3f}")
+    console.print(table)

@@ -1,0 +1,81 @@
+"""What the commands that start servers (``up``, ``demo``, ``bench rollout``) refuse in one
+line: a data directory they cannot use, a server or service that would not start."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+from lockstep_cli.cli_io import fail
+
+
+def usable_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` if missing; one that cannot be created or written is one line."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--data-dir {data_dir}: {exc.strerror or exc}")
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        fail(f"--data-dir {data_dir}: not writable by this user")
+
+
+@contextlib.contextmanager
+def start_refusals_are_one_line() -> Iterator[None]:
+    """What stops the stack from starting is one line, never a traceback: a data directory
+    whose PostgreSQL cluster cannot be used safely (made by an older version without
+    passwords, or its password files lost), or a server or service that exited while
+    starting (a port in use, a bad setting), named with its reason and its log, exit 2; a
+    configuration the servers refuse, exit 3; a server or service that would not start
+    otherwise (not ready in time), its reason, exit 1."""
+    from lockstep_common.errors import ConfigurationError
+    from lockstep_devstack.postgres import ClusterRefused
+    from lockstep_devstack.process import StartFailed
+
+    try:
+        yield
+    except typer.Exit:
+        raise  # a command's own exit code (click's Exit is a RuntimeError: not a start failure)
+    except (ClusterRefused, StartFailed) as exc:
+        fail(str(exc))
+    except ConfigurationError as exc:  # e.g. a stream limit the server cannot reserve
+        fail(str(exc), code=3)
+    except (RuntimeError, TimeoutError) as exc:  # a server or service that would not start
+        fail(str(exc), code=1)
+
+
+def chosen_services(names: list[str] | None) -> list[str]:
+    """The services ``--service`` names, every one when none: ``up`` and ``topology apply``
+    alike refuse an unknown name in one line naming the choices."""
+    from lockstep_common.identities import SERVICE_NAMES
+
+    chosen = names or list(SERVICE_NAMES)
+    unknown = sorted(set(chosen) - set(SERVICE_NAMES))
+    if unknown:
+        fail(f"unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
+    return chosen
+
+
+@contextlib.contextmanager
+def bench_servers() -> Iterator[tuple[str, str]]:
+    """(NATS URL, database URL) for a benchmark: LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL when
+    set, else embedded servers in a temporary directory removed afterwards."""
+    from lockstep_devstack import Stack
+
+    data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
+    data_dir.chmod(0o755)
+    try:
+        with Stack(
+            data_dir,
+            nats_url=os.environ.get("LOCKSTEP_NATS_URL"),
+            database_url=os.environ.get("LOCKSTEP_DATABASE_URL"),
+            durable=False,
+        ) as servers:
+            yield servers.urls()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
