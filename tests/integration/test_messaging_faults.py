@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 
 # A5: a window of seconds, not the deployment's 10 minutes, so the test can outlive it; the
 # settings require it to exceed the relay's retry horizon, shortened with it.
-WINDOW = {"duplicate_window_s": 2.0, "relay_retry_horizon_s": 1.0}
+WINDOW: dict[str, Any] = {"duplicate_window_s": 2.0, "relay_retry_horizon_s": 1.0}
 
 
 def sample(app: ServiceApp, name: str, **labels: str) -> float:
