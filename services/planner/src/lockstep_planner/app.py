@@ -50,7 +50,9 @@ def load_approvers_of(settings: Settings) -> dict[str, Ed25519PublicKey]:
 
 def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()`` (the policy is read here)."""
-    timing = Timing(settings.wave_deadline_factor, settings.wave_deadline_min_s)
+    timing = Timing(
+        settings.wave_deadline_factor, settings.wave_deadline_min_s, settings.wave_redrive_s
+    )
     planning = Planning(
         load_policy(settings),
         settings.default_max_unavailable,
