@@ -7,6 +7,10 @@ it. The planner is level-triggered: a released wave none of whose nodes moved fo
 interval; the updater takes it, every node converges, each node's BMC accepts exactly one push,
 and the consumers that had the original drop the copy (their inboxes).
 
+The same for the updater's ``wave.completed`` of the canary, lost while the planner, the
+healthgate and the inventory are down: the updater publishes it again (same id) while no later
+wave of the rollout has been released, and the rollout completes.
+
 The whole stack of ``test_rollout_e2e`` on one nats-server and PostgreSQL.
 """
 
@@ -28,7 +32,7 @@ from tests.integration.rollout_stack import FACTORIES, NODES, Stack, running_sta
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-REDRIVE_S = 3.0  # the planner's re-drive interval (300 s by default)
+REDRIVE_S = 3.0  # the planner's and the updater's re-drive interval (300 s by default)
 
 
 async def planned_row(stack: Stack) -> dict[str, Any] | None:
@@ -152,6 +156,80 @@ async def test_a4_a_lost_wave_release_is_redriven_and_the_fleet_converges_with_o
         for service in ("updater", "healthgate", "inventory"):
             assert await inbox_has(stack, service, event_id), service
         # 0 duplicate flashes: the ledger holds one accepted push per node.
+        for node in stack.rt.fleet:
+            assert len(stack.pushes(node.id)) == 1, (node.id, stack.pushes(node.id))
+            assert stack.rt.scheduler.node(node.id).drain is None, node.id
+
+
+async def completed_row(stack: Stack) -> dict[str, Any] | None:
+    """The updater's first ``wave.completed`` once the relay published it."""
+    row = await (
+        stack.apps["updater"]
+        .require()
+        .pool.fetchrow(
+            "SELECT event_id, subject, payload FROM outbox WHERE subject LIKE 'wave.completed.%'"
+            " AND published_at IS NOT NULL ORDER BY id LIMIT 1"
+        )
+    )
+    return dict(row) if row is not None else None
+
+
+async def test_a4_a_lost_wave_completion_is_redriven_by_the_updater_and_the_rollout_completes(
+    servers: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_stack(
+        servers,
+        namespace,
+        tmp_path,
+        monkeypatch,
+        updater={"wave_redrive_s": REDRIVE_S},
+    ) as stack:
+        await stack.start_rollout()
+        await stack.wait("planner", "wave.planned.")  # the canary released
+        # Every consumer of wave.completed stops; their durable consumers keep their place.
+        consumers = ("planner", "healthgate", "inventory")
+        stopped = {name: stack.apps[name] for name in consumers}
+        for app in stopped.values():
+            await app.stop()
+
+        row = await until(
+            lambda: completed_row(stack), what="the canary's completion published", timeout_s=60
+        )
+        event_id = row["event_id"]
+        stream = stack.ns.stream("ROLLOUTS")
+        js = stack.nc.jetstream()
+        stored = await js.get_last_msg(stream, stack.ns.wire(row["subject"]))
+        assert stored.headers is not None and stored.headers["Nats-Msg-Id"] == str(event_id)
+        assert stored.seq is not None
+        assert await js.delete_msg(stream, stored.seq)  # acknowledged, then lost
+        for name, app in stopped.items():
+            restarted = FACTORIES[name](app.settings)
+            stack.apps[name] = restarted
+            await restarted.start()
+
+        async def completed() -> bool:
+            return bool(await stack.emitted("planner", "rollout.completed."))
+
+        try:
+            await until(completed, what="rollout.completed", timeout_s=120)
+        except TimeoutError as exc:
+            raise AssertionError(await stack.story()) from exc
+        (done,) = await stack.emitted("planner", "rollout.completed.")
+        assert done["nodes_updated"] == NODES and done["nodes_failed"] == 0, done
+
+        data = json.loads(row["payload"])["data"]
+        updater = stack.apps["updater"].require().pool
+        wave = await updater.fetchrow(
+            "SELECT completed_event, redrives FROM waves WHERE rollout_id = $1 AND wave = $2",
+            data["rollout_id"],
+            data["wave"],
+        )
+        assert wave is not None and wave["completed_event"] == event_id
+        assert wave["redrives"] >= 1
+        ids = await msg_ids(js, stream, after=stored.seq)
+        assert f"{event_id}/redrive-1" in ids, ids
+        for service in consumers:
+            assert await inbox_has(stack, service, event_id), service
         for node in stack.rt.fleet:
             assert len(stack.pushes(node.id)) == 1, (node.id, stack.pushes(node.id))
             assert stack.rt.scheduler.node(node.id).drain is None, node.id
