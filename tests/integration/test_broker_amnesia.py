@@ -7,8 +7,8 @@ it. The planner is level-triggered: a released wave none of whose nodes moved fo
 interval; the updater takes it, every node converges, each node's BMC accepts exactly one push,
 and the consumers that had the original drop the copy (their inboxes).
 
-The same for the updater's ``wave.completed`` of the canary, lost while the planner, the
-healthgate and the inventory are down: the updater publishes it again (same id) while no later
+The same for the updater's ``wave.completed`` of the canary, lost while the planner and the
+healthgate are down: the updater publishes it again (same id) while no later
 wave of the rollout has been released, and the rollout completes.
 
 The whole stack of ``test_rollout_e2e`` on one nats-server and PostgreSQL.
@@ -27,6 +27,7 @@ from nats.js.errors import NotFoundError
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
+from lockstep_common.service import ServiceApp
 from lockstep_common.vocabulary import ChangeClass
 from tests.integration.rollout_stack import FACTORIES, NODES, Stack, running_stack
 
@@ -66,40 +67,53 @@ async def inbox_has(stack: Stack, service: str, event_id: uuid.UUID) -> bool:
     return bool(await pool.fetchval("SELECT count(*) FROM inbox WHERE event_id = $1", event_id))
 
 
+async def start_rollout_with_updater_stopped(stack: Stack) -> ServiceApp:
+    """``Stack.start_rollout`` with the updater stopped between the bundle and the intent (its
+    durable consumers keep their place: it misses nothing); returns the stopped updater."""
+    await stack.publish(
+        subjects.bundle_submitted(),
+        BundleSubmitted(bundle_uri=stack.bundle.as_uri(), submitted_by="ci-job-13"),
+    )
+    (bundle,) = await stack.wait("attest", "bundle.attested")
+
+    async def known() -> bool:
+        for name in ("planner", "updater"):
+            pool = stack.apps[name].require().pool
+            if not await pool.fetchval("SELECT count(*) FROM bundles"):
+                return False
+        return True
+
+    await until(known, what="the bundle recorded by planner and updater")
+    updater = stack.apps["updater"]
+    await updater.stop()
+    await stack.publish(
+        subjects.intent_submitted(),
+        IntentSubmitted(
+            intent_id=uuid.uuid4(),
+            stack_hash=bundle["stack_hash"],
+            scope=ScopeSelector(),
+            change_class=ChangeClass.ROUTINE,
+            approval_ref="CAB-1313",
+            submitted_by="alice",
+        ),
+    )
+    return updater
+
+
+async def start_again(stack: Stack, stopped: ServiceApp) -> None:
+    """A new instance of a stopped service, with its settings (a restarted process)."""
+    app = FACTORIES[stopped.name](stopped.settings)
+    stack.apps[stopped.name] = app
+    await app.start()
+
+
 async def test_a4_a_lost_wave_release_is_redriven_and_the_fleet_converges_with_one_push_each(
     servers: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running_stack(
         servers, namespace, tmp_path, monkeypatch, planner={"wave_redrive_s": REDRIVE_S}
     ) as stack:
-        # Stack.start_rollout, with the updater stopped between the bundle and the intent.
-        await stack.publish(
-            subjects.bundle_submitted(),
-            BundleSubmitted(bundle_uri=stack.bundle.as_uri(), submitted_by="ci-job-13"),
-        )
-        (bundle,) = await stack.wait("attest", "bundle.attested")
-
-        async def known() -> bool:
-            for name in ("planner", "updater"):
-                pool = stack.apps[name].require().pool
-                if not await pool.fetchval("SELECT count(*) FROM bundles"):
-                    return False
-            return True
-
-        await until(known, what="the bundle recorded by planner and updater")
-        updater = stack.apps["updater"]
-        await updater.stop()  # its durable consumers keep their place; it misses nothing
-        await stack.publish(
-            subjects.intent_submitted(),
-            IntentSubmitted(
-                intent_id=uuid.uuid4(),
-                stack_hash=bundle["stack_hash"],
-                scope=ScopeSelector(),
-                change_class=ChangeClass.ROUTINE,
-                approval_ref="CAB-1313",
-                submitted_by="alice",
-            ),
-        )
+        updater = await start_rollout_with_updater_stopped(stack)
 
         # The release is acknowledged by the broker (the relay marked it), then lost.
         row = await until(lambda: planned_row(stack), what="the canary's release published")
@@ -113,9 +127,7 @@ async def test_a4_a_lost_wave_release_is_redriven_and_the_fleet_converges_with_o
         data = json.loads(row["payload"])["data"]
         rollout_id, wave = data["rollout_id"], data["wave"]
 
-        restarted = FACTORIES["updater"](updater.settings)
-        stack.apps["updater"] = restarted
-        await restarted.start()
+        await start_again(stack, updater)
 
         async def completed() -> bool:
             return bool(await stack.emitted("planner", "rollout.completed."))
@@ -184,13 +196,16 @@ async def test_a4_a_lost_wave_completion_is_redriven_by_the_updater_and_the_roll
         monkeypatch,
         updater={"wave_redrive_s": REDRIVE_S},
     ) as stack:
-        await stack.start_rollout()
-        await stack.wait("planner", "wave.planned.")  # the canary released
-        # Every consumer of wave.completed stops; their durable consumers keep their place.
-        consumers = ("planner", "healthgate", "inventory")
-        stopped = {name: stack.apps[name] for name in consumers}
-        for app in stopped.values():
+        # The planner and the healthgate, which act on wave.completed, stop once the canary's
+        # release is out, before the updater (stopped too) can complete it: nobody takes the
+        # completion before it is lost. The inventory stays: the updater asks it for each
+        # node's BMC as it works.
+        updater = await start_rollout_with_updater_stopped(stack)
+        await until(lambda: planned_row(stack), what="the canary's release published")
+        stopped = [stack.apps["planner"], stack.apps["healthgate"]]
+        for app in stopped:
             await app.stop()
+        await start_again(stack, updater)
 
         row = await until(
             lambda: completed_row(stack), what="the canary's completion published", timeout_s=60
@@ -202,10 +217,8 @@ async def test_a4_a_lost_wave_completion_is_redriven_by_the_updater_and_the_roll
         assert stored.headers is not None and stored.headers["Nats-Msg-Id"] == str(event_id)
         assert stored.seq is not None
         assert await js.delete_msg(stream, stored.seq)  # acknowledged, then lost
-        for name, app in stopped.items():
-            restarted = FACTORIES[name](app.settings)
-            stack.apps[name] = restarted
-            await restarted.start()
+        for app in stopped:
+            await start_again(stack, app)
 
         async def completed() -> bool:
             return bool(await stack.emitted("planner", "rollout.completed."))
@@ -218,8 +231,8 @@ async def test_a4_a_lost_wave_completion_is_redriven_by_the_updater_and_the_roll
         assert done["nodes_updated"] == NODES and done["nodes_failed"] == 0, done
 
         data = json.loads(row["payload"])["data"]
-        updater = stack.apps["updater"].require().pool
-        wave = await updater.fetchrow(
+        pool = stack.apps["updater"].require().pool
+        wave = await pool.fetchrow(
             "SELECT completed_event, redrives FROM waves WHERE rollout_id = $1 AND wave = $2",
             data["rollout_id"],
             data["wave"],
@@ -228,7 +241,7 @@ async def test_a4_a_lost_wave_completion_is_redriven_by_the_updater_and_the_roll
         assert wave["redrives"] >= 1
         ids = await msg_ids(js, stream, after=stored.seq)
         assert f"{event_id}/redrive-1" in ids, ids
-        for service in consumers:
+        for service in ("planner", "healthgate", "inventory"):
             assert await inbox_has(stack, service, event_id), service
         for node in stack.rt.fleet:
             assert len(stack.pushes(node.id)) == 1, (node.id, stack.pushes(node.id))

@@ -133,9 +133,11 @@ async def test_a2_whole_cluster_restart_mid_wave_keeps_consumers_and_loses_no_ev
 
 
 # A3. nats-server has no setting for its Raft election timeout (compiled in: a few seconds,
-# randomised); the pause lasts until another server leads the stream, then a little longer,
-# as a real pause past the timeout would.
-PAUSE_AFTER_ELECTION_S = 2.0
+# randomised); the pause lasts until another server leads the stream and every publish was
+# served elsewhere, past the election timeout as the test plan's 20 s pause is.
+# The pause lasts at least until clients connected to the paused server have moved to another
+# (natsconn.PING_INTERVAL_S x MAX_OUTSTANDING_PINGS after their last answered ping).
+FAILOVER_S = 60.0
 BURST = 300  # client publishes during the pause, each retried under its Nats-Msg-Id
 OUTBOX_BURST = 100  # events committed to a producer's outbox during the pause
 REPUBLISHED = 20  # acknowledged publishes sent again afterwards, as by a client that lost acks
@@ -199,10 +201,11 @@ async def lead(nc: Any, stream: str, name: str) -> None:
 
 
 async def pause_leader(
-    cluster: NatsCluster, nc: Any, stream: str, leader: str, during: Any
-) -> float:
+    cluster: NatsCluster, nc: Any, stream: str, leader: str, during: Any, served: Any
+) -> tuple[float, float]:
     """SIGSTOP ``leader`` while ``during`` runs, until another server leads ``stream`` and
-    ``PAUSE_AFTER_ELECTION_S`` more; SIGCONT. Returns the seconds the election took."""
+    ``served()`` holds, which must come true while it is still paused; SIGCONT. Returns the
+    seconds the election took and those until ``served()``."""
     await asyncio.to_thread(cluster.member(leader).pause)
     paused_at = time.monotonic()
     try:
@@ -213,10 +216,13 @@ async def pause_leader(
 
         await a1.until_true(f"another leader of {stream}", new_leader, 60)
         elected_s = time.monotonic() - paused_at
-        await asyncio.sleep(PAUSE_AFTER_ELECTION_S)  # the pause itself, not a wait
+        # Clients connected to the paused server find it stale (natsconn's pings) and move
+        # to another: the work goes on during the pause, not only after it.
+        await a1.until_true(f"every publish served while {leader} is paused", served, FAILOVER_S)
+        served_s = time.monotonic() - paused_at
     finally:
         await asyncio.to_thread(cluster.member(leader).resume)
-    return elected_s
+    return elected_s, served_s
 
 
 async def test_a3_paused_stream_leader_loses_no_acked_publish_and_duplicates_have_no_effect(
@@ -251,12 +257,17 @@ async def test_a3_paused_stream_leader_loses_no_acked_publish_and_duplicates_hav
 
         envelopes = [make_envelope(submitted(i), source="/t") for i in range(1000, 1000 + BURST)]
         burst = asyncio.gather(*(client.publish(e.to_json(), str(e.event_id)) for e in envelopes))
-        elected_s = await pause_leader(
+
+        async def served() -> bool:
+            return burst.done() and await _relayed(producer)
+
+        elected_s, served_s = await pause_leader(
             cluster,
             nc,
             stream,
             leader,
             emit(producer, SUBJECT, [submitted(i) for i in range(10, 10 + OUTBOX_BURST)]),
+            served,
         )
         await burst
         assert client.gave_up == 0
@@ -280,7 +291,7 @@ async def test_a3_paused_stream_leader_loses_no_acked_publish_and_duplicates_hav
         relay_duplicates = producer.metrics.registry.get_sample_value(
             "lockstep_outbox_duplicates_total"
         )
-        figures = (elected_s, client.duplicates, relay_duplicates)
+        figures = (elected_s, served_s, client.duplicates, relay_duplicates)
         assert info.state.messages == total, figures
         assert await applied(consumer) == total
         pool = consumer.require().pool
