@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 import nats
 import pytest
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import APIError, NoStreamResponseError
 
 from lockstep_cli.polling import until
 from lockstep_common import natsconn
@@ -143,6 +143,9 @@ OUTBOX_BURST = 100  # events committed to a producer's outbox during the pause
 REPUBLISHED = 20  # acknowledged publishes sent again afterwards, as by a client that lost acks
 
 
+IN_PROCESS = 10158  # nats-server JSStreamDuplicateMessageConflict ("... is in process")
+
+
 class Publisher:
     """A client publishing each event until the server acknowledges it, under the event's id
     (a retry after a timeout is the same publish): what it was acknowledged with, and how
@@ -164,6 +167,13 @@ class Publisher:
                 )
             except (TimeoutError, nats.errors.TimeoutError, NoStreamResponseError):
                 continue  # no answer (the leader is paused): the same id again
+            except APIError as exc:
+                # 10158 "duplicate message id is in process": the first try is still being
+                # replicated; 503: the stream has no leader yet. Both: the same id again.
+                if exc.err_code == IN_PROCESS or exc.code == 503:
+                    await asyncio.sleep(0.05)  # a retry's pace, not a wait for a result
+                    continue
+                raise
             if msg_id in self.acked:
                 assert ack.seq == self.acked[msg_id], "one id stored at two sequences"
             self.acked[msg_id] = ack.seq
@@ -222,6 +232,8 @@ async def pause_leader(
         served_s = time.monotonic() - paused_at
     finally:
         await asyncio.to_thread(cluster.member(leader).resume)
+    # Back in the cluster and current with its JetStream (it answers 503 until then).
+    await asyncio.to_thread(cluster.member(leader).wait_ready, 60, whole_jetstream=True)
     return elected_s, served_s
 
 
