@@ -106,7 +106,10 @@ async def test_a2_whole_cluster_restart_mid_wave_keeps_consumers_and_loses_no_ev
 
     stopped_at = time.monotonic()
     await asyncio.to_thread(cluster.stop)  # SIGTERM to all three: a graceful shutdown
-    await asyncio.to_thread(cluster.restart_all)
+    # Started from this (the main) thread, not a worker thread: the servers' parent-death
+    # signal (PR_SET_PDEATHSIG) follows the thread that spawned them, and the event loop's
+    # worker threads end with the test, which would SIGTERM the servers under the next one.
+    cluster.restart_all()
     outage_s = time.monotonic() - stopped_at
 
     async def completed() -> bool:
