@@ -161,6 +161,7 @@ class RunnerConfig:
     max_message_bytes: int = 1 << 20
     max_clock_skew_s: float = 300.0
     redelivery_backoff_s: tuple[float, ...] = field(default=())
+    max_ack_pending: int = 1000
 
 
 @dataclass(slots=True)
@@ -198,6 +199,7 @@ def consumer_spec(sub: Subscription, config: RunnerConfig) -> ConsumerSpec:
         ack_wait_s=config.ack_wait_s,
         max_deliver=config.max_deliver,
         redelivery_backoff_s=config.redelivery_backoff_s,
+        max_ack_pending=config.max_ack_pending,
         description=sub.description,
     )
 

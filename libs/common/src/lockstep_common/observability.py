@@ -49,6 +49,39 @@ class Metrics:
         self.outbox_publish_errors = Counter(
             "lockstep_outbox_publish_errors_total", "Outbox publishes that failed", registry=r
         )
+        # PubAck duplicate=true: the server dropped a copy by its Nats-Msg-Id (a relay retry
+        # after a crash between publish and mark, or a publish retried across a failover).
+        self.outbox_duplicates = Counter(
+            "lockstep_outbox_duplicates_total",
+            "Outbox publishes JetStream acknowledged as duplicates (not stored again)",
+            registry=r,
+        )
+        # MaxAckPending reached means the server silently stops delivering (no error, no
+        # advisory: reliability.md 1.2), so the consumers' counts are read and exported.
+        self.consumer_ack_pending = Gauge(
+            "lockstep_consumer_ack_pending",
+            "Messages delivered to the consumer and not yet acknowledged (JetStream's count)",
+            ["consumer"],
+            registry=r,
+        )
+        self.consumer_max_ack_pending = Gauge(
+            "lockstep_consumer_max_ack_pending",
+            "The consumer's MaxAckPending: at this many, delivery stops",
+            ["consumer"],
+            registry=r,
+        )
+        self.consumer_pending = Gauge(
+            "lockstep_consumer_pending",
+            "Messages of the consumer's subjects not yet delivered to it",
+            ["consumer"],
+            registry=r,
+        )
+        self.consumer_stalled = Gauge(
+            "lockstep_consumer_stalled",
+            "1 while the consumer holds MaxAckPending unacknowledged messages with more waiting",
+            ["consumer"],
+            registry=r,
+        )
         self.ready = Gauge("lockstep_ready", "1 when the service is ready", registry=r)
 
 

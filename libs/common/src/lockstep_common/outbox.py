@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData, make_envelope
+from lockstep_common.envelope import MSG_ID_HEADER, Envelope, EventData, make_envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,30 @@ async def enqueue(conn: Conn, messages: Sequence[OutboxMessage]) -> int:
         [json.dumps(m.headers) if m.headers else None for m in messages],
     )
     return int(result.rsplit(" ", 1)[-1])
+
+
+async def republish(conn: Conn, event_id: uuid.UUID, attempt: str) -> bool:
+    """Publish a committed event again, in the caller's transaction; False when the outbox no
+    longer holds it (purged after ``outbox_retention_s``: emit it anew with its ``event_id``).
+
+    For a level-triggered re-drive: an event the broker acknowledged and then lost (a message
+    the server never fsynced, reliability.md 1.6 and test plan A4) is not in the stream for a
+    consumer that had not taken it yet. The copy keeps the event's id and body, which every
+    consumer's inbox dedupes on, so a consumer that did apply it drops it; it goes out under
+    the ``Nats-Msg-Id`` ``<event id>/<attempt>``, or JetStream's duplicate window would take
+    it for the first publish and not store it.
+    """
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.republish must run inside the transaction that decides it")
+    result: str = await conn.execute(
+        "UPDATE outbox SET published_at = NULL, next_attempt_at = now(), last_error = NULL,"
+        " headers = coalesce(headers, '{}'::jsonb) || jsonb_build_object($2::text, $3::text)"
+        " WHERE event_id = $1",
+        event_id,
+        MSG_ID_HEADER,
+        f"{event_id}/{attempt}",
+    )
+    return result.rsplit(" ", 1)[-1] != "0"
 
 
 class EventSink(ABC):

@@ -155,6 +155,8 @@ class OutboxRelay:
             error = _error_of(fut) if fut in done else "publish acknowledgement timed out"
             if error is None:
                 ok.append(row["id"])
+                if getattr(fut.result(), "duplicate", False):
+                    self._metrics.outbox_duplicates.inc()
             else:
                 ids, attempts = failed.setdefault(error, ([], row["attempts"]))
                 ids.append(row["id"])

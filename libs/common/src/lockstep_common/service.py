@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from lockstep_common import db, deadletter, inbox, natsconn
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription, consumer_spec
+from lockstep_common.consumer_watch import ConsumerWatch, Watched
 from lockstep_common.envelope import EventRegistry, source_of
 from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
@@ -90,6 +91,14 @@ class ServiceApp:
         self.metrics = Metrics(name)
         self._migration_package = migration_package
         self._workers = (*workers, QueryGauges(self.metrics.registry, RUNTIME_GAUGES))
+        if self.subscriptions:  # the MaxAckPending stall detector (consumer_watch.py)
+            watched = [
+                Watched(self.namespace.stream(sub.stream), self.namespace.durable(sub.name))
+                for sub in self.subscriptions
+            ]
+            self._workers += (
+                ConsumerWatch(watched, self.metrics, interval_s=settings.consumer_watch_s),
+            )
         self._registry = registry
         self._runners: list[ConsumerRunner] = []
         self.relay: OutboxRelay | None = None
@@ -148,6 +157,7 @@ class ServiceApp:
             redelivery_backoff_s=s.consumer_redelivery_backoff_s,
             max_message_bytes=s.max_message_bytes,
             max_clock_skew_s=s.max_clock_skew_s,
+            max_ack_pending=s.consumer_max_ack_pending,
         )
 
     def consumer_specs(self) -> list[ConsumerSpec]:

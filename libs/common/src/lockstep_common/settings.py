@@ -136,6 +136,19 @@ class ServiceSettings(BaseSettings):
         "it (consumer_retry_backoff_s).",
     )
 
+    consumer_max_ack_pending: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="JetStream MaxAckPending: deliveries a consumer may hold unacknowledged; at "
+        "the limit the server stops delivering without an error (lockstep_consumer_stalled).",
+    )
+    consumer_watch_s: Seconds = Field(
+        default=15.0,
+        description="How often each consumer's ack-pending count is read from JetStream "
+        "(lockstep_consumer_ack_pending; a stall shows within two of these).",
+    )
+
     relay_batch: int = Field(
         default=512, ge=1, le=10_000, description="Outbox rows per relay pass."
     )

@@ -277,3 +277,14 @@ class NatsServer:
         if self.proc is not None:
             stop(self.proc, signal.SIGKILL)
             self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets but answers nothing (a GC pause, a stalled
+        VM; reliability.md 7, A3) until ``resume``."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)

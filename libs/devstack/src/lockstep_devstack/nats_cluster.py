@@ -149,6 +149,17 @@ class NatsCluster:
         m.spawn()
         m.wait_ready(timeout_s, whole_jetstream=True)
 
+    def restart_all(self, timeout_s: float = 60.0) -> None:
+        """Start every member again on its ports and store (after ``stop``: a whole-cluster
+        restart), together, and wait until each is current with the cluster's JetStream.
+
+        Call it from a thread that outlives the cluster: each member's parent-death signal
+        (``process.spawn``) is sent when the thread that started it ends."""
+        for m in self.members:
+            m.spawn()
+        for m in self.members:
+            m.wait_ready(timeout_s, whole_jetstream=True)
+
     def stop(self) -> None:
         """Stop every member gracefully."""
         for m in self.members:

@@ -66,7 +66,9 @@ def occupancy_of(settings: Settings) -> Occupancy | None:
 
 def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()`` (the policy is read here)."""
-    timing = Timing(settings.wave_deadline_factor, settings.wave_deadline_min_s)
+    timing = Timing(
+        settings.wave_deadline_factor, settings.wave_deadline_min_s, settings.wave_redrive_s
+    )
     planning = Planning(
         load_policy(settings),
         settings.default_max_unavailable,

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lockstep_common import canonical, subjects
+from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import (
     PinChanged,
     RolloutCompleted,
@@ -50,6 +52,8 @@ class Timing:
     deadline_factor: float = 3.0
     """Times the plan's estimate of the wave's work."""
     deadline_min_s: float = 3600.0
+    redrive_s: float = 300.0
+    """A released wave none of whose nodes moved for this long is released again (``redrive``)."""
 
 
 async def note(
@@ -83,10 +87,61 @@ async def release(
 ) -> None:
     """Hand one wave to the updater (``wave.planned``), with a deadline for its work."""
     allowed = max(timing.deadline_min_s, timing.deadline_factor * wave.planned_s)
+    env = _emit_release(tx, rollout, wave)
     await set_wave(
-        tx, wave, WaveState.RELEASED, released_at=now, deadline=now + timedelta(seconds=allowed)
+        tx,
+        wave,
+        WaveState.RELEASED,
+        released_at=now,
+        deadline=now + timedelta(seconds=allowed),
+        release_event=env.event_id,
     )
-    tx.events.emit(
+    await note(
+        tx,
+        rollout.rollout_id,
+        PLANNER,
+        "wave released",
+        f"wave {wave.number}: {len(wave.node_ids)} node(s), components "
+        f"{', '.join(wave.components) or '(none)'}, deadline in {allowed:.0f} s",
+        now,
+    )
+
+
+async def redrive(
+    tx: PlannerTx, rollout: RolloutRow, wave: WaveRow, timing: Timing, now: datetime
+) -> None:
+    """Publish a released wave's ``wave.planned`` again: none of its nodes moved for
+    ``timing.redrive_s``, so the release may never have reached the updater (a message the
+    broker acknowledged and then lost: test plan A4, Jepsen's lazy fsync, reliability.md 1.6).
+    The planner is level-triggered here as metal-toolbox's orchestrator is ("publishes them
+    with a time interval until they are finalized"). The copy is the same event (same id),
+    which every consumer's inbox dedupes on: one that took the release drops it, so a wave
+    that is merely slow loses nothing by it; its deadline still bounds it."""
+    env_id = wave.release_event
+    attempt = f"redrive-{wave.redrives + 1}"
+    if env_id is None or not await tx.republish(env_id, attempt):
+        # Released before release ids were kept, or the outbox row is past its retention:
+        # the same release again, under the id it had when there was one.
+        env_id = _emit_release(tx, rollout, wave, event_id=env_id).event_id
+    await tx.save_wave(
+        dataclasses.replace(wave, release_event=env_id, redriven_at=now, redrives=wave.redrives + 1)
+    )
+    await note(
+        tx,
+        rollout.rollout_id,
+        PLANNER,
+        "wave re-driven",
+        f"wave {wave.number}: no node of it moved for {timing.redrive_s:.0f} s; its release "
+        f"(event {env_id}) published again ({attempt})",
+        now,
+    )
+
+
+def _emit_release(
+    tx: PlannerTx, rollout: RolloutRow, wave: WaveRow, *, event_id: uuid.UUID | None = None
+) -> Envelope[EventData]:
+    """The ``wave.planned`` that hands ``wave`` to the updater."""
+    return tx.events.emit(
         subjects.wave_planned(rollout.rollout_id),
         WavePlanned(
             rollout_id=rollout.rollout_id,
@@ -100,15 +155,7 @@ async def release(
         ),
         about=rollout.rollout_id,
         correlation_id=str(rollout.intent_id),
-    )
-    await note(
-        tx,
-        rollout.rollout_id,
-        PLANNER,
-        "wave released",
-        f"wave {wave.number}: {len(wave.node_ids)} node(s), components "
-        f"{', '.join(wave.components) or '(none)'}, deadline in {allowed:.0f} s",
-        now,
+        event_id=event_id,
     )
 
 

@@ -70,3 +70,9 @@ class Settings(ServiceSettings):
     wave_deadline_min_s: float = Field(
         default=3600.0, gt=0, description="...but never less than this many seconds."
     )
+    wave_redrive_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A released wave none of whose nodes moved for this many seconds has its "
+        "wave.planned published again (same event id: a broker that lost it; test plan A4).",
+    )

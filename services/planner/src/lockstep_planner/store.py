@@ -100,6 +100,10 @@ class WaveRow:
     released_at: datetime | None = None
     deadline: datetime | None = None
     soak_until: datetime | None = None
+    release_event: uuid.UUID | None = None
+    """The id of the ``wave.planned`` that released it (what a re-drive publishes again)."""
+    redriven_at: datetime | None = None
+    redrives: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,8 @@ class DueWave:
     rollout_id: str
     number: int
     why: str = field(default="soak")
-    """``soak``: gate passed and soak over; ``deadline``: released and out of time."""
+    """``soak``: gate passed and soak over; ``deadline``: released and out of time;
+    ``redrive``: released, and no node of it has moved for the re-drive interval."""
 
 
 class PlannerTx(Protocol):
@@ -218,9 +223,15 @@ class PlannerTx(Protocol):
         """Remember the last device step seen for a node of a rollout."""
         ...
 
-    async def due(self, now: datetime, limit: int) -> list[DueWave]:
-        """Waves whose soak ended after a passed gate, or whose deadline passed while released,
-        locked (skipping those another worker holds)."""
+    async def due(self, now: datetime, limit: int, redrive_s: float) -> list[DueWave]:
+        """Waves whose soak ended after a passed gate, whose deadline passed while released,
+        or, released in a running rollout, with no device step of theirs, release or re-drive
+        for ``redrive_s``; locked (skipping those another worker holds)."""
+        ...
+
+    async def republish(self, event_id: uuid.UUID, attempt: str) -> bool:
+        """Publish a committed event again with its id (``lockstep_common.outbox.republish``);
+        False when the outbox no longer holds it."""
         ...
 
     async def open_commands(self, limit: int) -> list[Command]:

@@ -28,7 +28,16 @@ from lockstep_planner.domain.approvals import refusal as approval_refusal
 from lockstep_planner.domain.class_rules import approval_shortfall
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.fabric_domains import after_wave, pin_domain, sync
-from lockstep_planner.lifecycle import PLANNER, advance, note, set_state, set_wave, start, stop
+from lockstep_planner.lifecycle import (
+    PLANNER,
+    advance,
+    note,
+    redrive,
+    set_state,
+    set_wave,
+    start,
+    stop,
+)
 from lockstep_planner.planning import Planning, plan_intent, refuse
 from lockstep_planner.store import (
     FABRIC_KEY,
@@ -152,10 +161,10 @@ class PlannerWorker:
 
     async def timers(self, store: PlannerStore, limit: int = 32) -> bool:
         """Pass soaked waves whose gate passed; halt rollouts whose released wave missed its
-        deadline."""
+        deadline; release again a released wave none of whose nodes moved for a while."""
         now = self._clock()
         async with store.transaction() as tx:
-            due = await tx.due(now, limit)
+            due = await tx.due(now, limit, self.planning.timing.redrive_s)
             for item in due:
                 await self._fire(tx, item, now)
         return bool(due)
@@ -164,7 +173,11 @@ class PlannerWorker:
         rollout = await tx.rollout(item.rollout_id)
         if rollout is None or rollout.state not in (RolloutState.RUNNING, RolloutState.PAUSED):
             return
-        if item.why == "deadline":
+        if item.why == "redrive":
+            wave = next(w for w in await tx.waves(rollout.rollout_id) if w.number == item.number)
+            if rollout.state is RolloutState.RUNNING and wave.state is WaveState.RELEASED:
+                await redrive(tx, rollout, wave, self.planning.timing, now)
+        elif item.why == "deadline":
             await stop(
                 tx,
                 rollout,

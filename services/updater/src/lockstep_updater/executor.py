@@ -204,6 +204,36 @@ class Executor:
                     log.warning("%s: orphaned item taken over by another claim", claim.node_id)
         return count
 
+    async def redrive_completions(self, after_s: float, max_redrives: int) -> int:
+        """Publish again the ``wave.completed`` of each completed wave the planner has not
+        visibly acted on: no later wave of its rollout released, the rollout not halted, and
+        ``after_s`` (doubling with each re-drive, at most ``max_redrives`` of them) gone by.
+
+        Level-triggered, like the planner's re-drive of a release (test plan A4): a completion
+        the broker acknowledged and then lost (lazy fsync, reliability.md 1.6) would otherwise
+        leave the wave unsoaked until its deadline halted the rollout. The copy is the same
+        event, which consumers' inboxes drop where it arrived; the last wave of a rollout has
+        no later wave to end its re-drives, so they are bounded. Returns how many were sent."""
+        count = 0
+        while True:
+            async with self.store.transaction() as tx:
+                due = await tx.unanswered_completions(after_s, max_redrives, limit=32)
+                for completion in due:
+                    sent = await tx.redrive_completion(completion)
+                    log.log(
+                        logging.INFO if sent else logging.WARNING,
+                        "wave.completed of %s wave %d (event %s): %s",
+                        completion.rollout_id,
+                        completion.wave,
+                        completion.event_id,
+                        f"published again (re-drive {completion.redrives + 1})"
+                        if sent
+                        else "no longer in the outbox, not re-driven",
+                    )
+            count += len(due)
+            if len(due) < 32:
+                return count
+
     async def _orphaned(self, claim: Claim, ttl_s: float) -> None:
         progress = claim.progress
         target = orphan_end(claim.state, progress)
@@ -833,7 +863,7 @@ class Executor:
             if target in TERMINAL:
                 result = await tx.complete_wave(claim.rollout_id, claim.wave)
                 if result is not None:
-                    tx.events.emit(
+                    env = tx.events.emit(
                         subjects.wave_completed(result.rollout_id),
                         WaveCompleted(
                             rollout_id=result.rollout_id,
@@ -843,6 +873,8 @@ class Executor:
                         ),
                         correlation_id=result.correlation_id,
                     )
+                    # Kept for a re-drive if the broker loses it (``redrive_completions``).
+                    await tx.completion_sent(result.rollout_id, result.wave, env.event_id)
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
 
 

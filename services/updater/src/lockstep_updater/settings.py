@@ -71,6 +71,16 @@ class Settings(ServiceSettings):
     reap_interval_s: float = Field(
         default=60.0, gt=0, description="Between searches for such orphaned drains, seconds."
     )
+    wave_redrive_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A completed wave whose next wave the planner has not released after this "
+        "many seconds has its wave.completed published again (same event id; a broker that "
+        "lost it, test plan A4), then after twice as long, and so on.",
+    )
+    wave_redrives_max: int = Field(
+        default=5, ge=0, le=20, description="Re-drives of one wave.completed at most."
+    )
     fleet_timeout_s: float = Field(
         default=5.0, gt=0, description="How long a fleet.query may take, seconds."
     )

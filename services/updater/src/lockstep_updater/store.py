@@ -8,6 +8,7 @@ semantics, so handler and worker logic is unit-tested without a database.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -76,6 +77,16 @@ class WaveResult:
     succeeded: tuple[str, ...]
     failed: tuple[str, ...]
     correlation_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A completed wave whose ``wave.completed`` the planner has not visibly acted on."""
+
+    rollout_id: str
+    wave: int
+    event_id: uuid.UUID
+    redrives: int
 
 
 class UpdaterTx(Protocol):
@@ -187,6 +198,24 @@ class UpdaterTx(Protocol):
 
     async def history(self, node_id: str, limit: int) -> list[StepRecord]:
         """The node's steps, oldest first (the last ``limit``)."""
+        ...
+
+    async def completion_sent(self, rollout_id: str, wave: int, event_id: uuid.UUID) -> None:
+        """Remember the id of the ``wave.completed`` just emitted for the wave."""
+        ...
+
+    async def unanswered_completions(
+        self, after_s: float, max_redrives: int, limit: int
+    ) -> list[Completion]:
+        """Completed waves of rollouts not halted with no later wave recorded (the planner has
+        not released the next one), re-driven fewer than ``max_redrives`` times, whose
+        completion or last re-drive is older than ``after_s`` times 2 to the power of its
+        re-drives; locked (skipping those another worker holds)."""
+        ...
+
+    async def redrive_completion(self, completion: Completion) -> bool:
+        """Publish its ``wave.completed`` again with its id (``outbox.republish``) and count
+        the re-drive; False when the outbox no longer holds the event (counted all the same)."""
         ...
 
 

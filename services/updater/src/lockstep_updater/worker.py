@@ -71,7 +71,9 @@ class UpdaterWorker:
                 await stack.enter_async_context(server)
             executor = self.executor(resources, server)
             loops = [self._loop(executor, stopping) for _ in range(s.workers)]
-            await asyncio.gather(*loops, self._reaper(executor, stopping))
+            await asyncio.gather(
+                *loops, self._reaper(executor, stopping), self._redriver(executor, stopping)
+            )
 
     async def _reaper(self, executor: Executor, stopping: asyncio.Event) -> None:
         """Every ``reap_interval_s``, give back the drains of workers that died (``reap``): a
@@ -83,6 +85,18 @@ class UpdaterWorker:
                 log.exception("updater reaper: error; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), timeout=self.settings.reap_interval_s)
+
+    async def _redriver(self, executor: Executor, stopping: asyncio.Event) -> None:
+        """Every half ``wave_redrive_s``, publish again the completions nobody acted on
+        (``Executor.redrive_completions``): one is re-driven within 1.5 intervals."""
+        s = self.settings
+        while not stopping.is_set():
+            try:
+                await executor.redrive_completions(s.wave_redrive_s, s.wave_redrives_max)
+            except Exception:
+                log.exception("updater re-drive: error; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=s.wave_redrive_s / 2)
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
         executor.on_claim = self.idle.found  # every loop shares the executor and the idle gate

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from lockstep_common import outbox
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData
@@ -100,6 +101,9 @@ def _wave(r: asyncpg.Record) -> WaveRow:
         released_at=r["released_at"],
         deadline=r["deadline"],
         soak_until=r["soak_until"],
+        release_event=r["release_event"],
+        redriven_at=r["redriven_at"],
+        redrives=r["redrives"],
     )
 
 
@@ -300,7 +304,8 @@ class PostgresTx:
     async def save_wave(self, wave: WaveRow) -> None:
         await self.conn.execute(
             "UPDATE waves SET state = $3, gate_passed = $4, succeeded = $5, failed = $6,"
-            " released_at = $7, deadline = $8, soak_until = $9"
+            " released_at = $7, deadline = $8, soak_until = $9, release_event = $10,"
+            " redriven_at = $11, redrives = $12"
             " WHERE rollout_id = $1 AND number = $2",
             wave.rollout_id,
             wave.number,
@@ -311,6 +316,9 @@ class PostgresTx:
             wave.released_at,
             wave.deadline,
             wave.soak_until,
+            wave.release_event,
+            wave.redriven_at,
+            wave.redrives,
         )
 
     async def record_step(self, rollout_id: str, node_id: str, step: str, at: datetime) -> None:
@@ -324,18 +332,29 @@ class PostgresTx:
             at,
         )
 
-    async def due(self, now: datetime, limit: int) -> list[DueWave]:
+    async def due(self, now: datetime, limit: int, redrive_s: float) -> list[DueWave]:
+        # Progress of a released wave: its release, its last re-drive, or the newest device
+        # step the planner saw of any node of it (rollout_nodes.step_at).
         rows = await self.conn.fetch(
             "SELECT w.rollout_id, w.number, CASE WHEN w.state = 'soaking' THEN 'soak'"
-            " ELSE 'deadline' END AS why FROM waves w JOIN rollouts r USING (rollout_id)"
+            " WHEN w.deadline <= $1 THEN 'deadline' ELSE 'redrive' END AS why"
+            " FROM waves w JOIN rollouts r USING (rollout_id)"
             " WHERE (w.state = 'soaking' AND w.gate_passed AND w.soak_until <= $1"
             " AND r.state = 'running')"
             " OR (w.state = 'released' AND w.deadline <= $1 AND r.state IN ('running', 'paused'))"
+            " OR (w.state = 'released' AND r.state = 'running'"
+            " AND GREATEST(w.released_at, w.redriven_at, (SELECT max(n.step_at)"
+            " FROM rollout_nodes n WHERE n.rollout_id = w.rollout_id AND n.wave = w.number))"
+            " <= $1 - make_interval(secs => $3))"
             " ORDER BY w.rollout_id, w.number LIMIT $2",
             now,
             limit,
+            redrive_s,
         )
         return [DueWave(r["rollout_id"], r["number"], r["why"]) for r in rows]
+
+    async def republish(self, event_id: uuid.UUID, attempt: str) -> bool:
+        return await outbox.republish(self.conn, event_id, attempt)
 
     async def open_commands(self, limit: int) -> list[Command]:
         rows = await self.conn.fetch(

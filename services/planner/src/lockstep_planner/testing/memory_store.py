@@ -50,6 +50,11 @@ class _Tables:
     nodes: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
     commands: dict[int, tuple[Command, str | None]] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
+    steps: dict[tuple[str, int], datetime] = field(default_factory=dict)
+    """(rollout, wave) -> the newest device step seen of a node of it."""
+    published: set[uuid.UUID] = field(default_factory=set)
+    """Event ids committed to the outbox (a test may drop some, as a retention purge)."""
+    republished: list[tuple[uuid.UUID, str]] = field(default_factory=list)
     fabric: dict[str, FabricRow] = field(default_factory=dict)
 
 
@@ -141,12 +146,20 @@ class MemoryTx:
     async def record_step(self, rollout_id: str, node_id: str, step: str, at: datetime) -> None:
         key = (rollout_id, node_id)
         if key in self.t.nodes:
-            self.t.nodes[key] = (self.t.nodes[key][0], step)
+            wave = self.t.nodes[key][0]
+            self.t.nodes[key] = (wave, step)
+            last = self.t.steps.get((rollout_id, wave))
+            self.t.steps[(rollout_id, wave)] = at if last is None else max(last, at)
 
-    async def due(self, now: datetime, limit: int) -> list[DueWave]:
+    async def due(self, now: datetime, limit: int, redrive_s: float) -> list[DueWave]:
         out = []
         for (rollout_id, number), w in sorted(self.t.waves.items()):
             state = self.t.rollouts[rollout_id].state
+            moved = [
+                t
+                for t in (w.released_at, w.redriven_at, self.t.steps.get((rollout_id, number)))
+                if t
+            ]
             if (
                 w.state == "soaking"
                 and w.gate_passed
@@ -162,7 +175,20 @@ class MemoryTx:
                 and state in (RolloutState.RUNNING, RolloutState.PAUSED)
             ):
                 out.append(DueWave(rollout_id, number, "deadline"))
+            elif (
+                w.state == "released"
+                and state is RolloutState.RUNNING
+                and moved
+                and max(moved) <= now - timedelta(seconds=redrive_s)
+            ):
+                out.append(DueWave(rollout_id, number, "redrive"))
         return out[:limit]
+
+    async def republish(self, event_id: uuid.UUID, attempt: str) -> bool:
+        if event_id not in self.t.published:
+            return False
+        self.t.republished.append((event_id, attempt))
+        return True
 
     async def open_commands(self, limit: int) -> list[Command]:
         return [
@@ -198,6 +224,7 @@ class MemoryStore:
         pending = RecordedEvents(source=self.events.source)
         yield MemoryTx(draft, pending, self.now)
         self.tables = draft
+        self.tables.published.update(env.event_id for _, env in pending.emitted)
         self.events.emitted.extend(pending.emitted)
 
     def command(

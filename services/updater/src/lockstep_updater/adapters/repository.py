@@ -10,12 +10,14 @@ PostgreSQL's clock, the one every claimer shares.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
 
+from lockstep_common import outbox
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData
@@ -24,7 +26,14 @@ from lockstep_common.outbox import EventSink
 from lockstep_common.stores import PooledStore, in_runtime_transaction
 from lockstep_updater.domain.guard import Facts
 from lockstep_updater.domain.steps import OUT_OF_SERVICE, TERMINAL, NodeStep, transition
-from lockstep_updater.store import Claim, StepRecord, Target, UpdaterTx, WaveResult
+from lockstep_updater.store import (
+    Claim,
+    Completion,
+    StepRecord,
+    Target,
+    UpdaterTx,
+    WaveResult,
+)
 
 E = TypeVar("E", bound=EventData)
 
@@ -394,6 +403,46 @@ class PostgresTx:
 
     async def history(self, node_id: str, limit: int) -> list[StepRecord]:
         return await step_history(self.conn, node_id, limit)
+
+    async def completion_sent(self, rollout_id: str, wave: int, event_id: uuid.UUID) -> None:
+        await self.conn.execute(
+            "UPDATE waves SET completed_event = $3 WHERE rollout_id = $1 AND wave = $2",
+            rollout_id,
+            wave,
+            event_id,
+        )
+
+    async def unanswered_completions(
+        self, after_s: float, max_redrives: int, limit: int
+    ) -> list[Completion]:
+        rows = await self.conn.fetch(
+            "SELECT rollout_id, wave, completed_event, redrives FROM waves w"
+            " WHERE completed_event IS NOT NULL AND redrives < $2"
+            " AND GREATEST(completed_at, redriven_at)"
+            " <= now() - make_interval(secs => $1::float8 * 2 ^ redrives)"
+            " AND NOT EXISTS (SELECT 1 FROM waves l WHERE l.rollout_id = w.rollout_id"
+            " AND l.wave > w.wave)"
+            " AND NOT EXISTS (SELECT 1 FROM halts h WHERE h.rollout_id = w.rollout_id)"
+            " ORDER BY completed_at LIMIT $3 FOR UPDATE SKIP LOCKED",
+            after_s,
+            max_redrives,
+            limit,
+        )
+        return [
+            Completion(r["rollout_id"], r["wave"], r["completed_event"], r["redrives"])
+            for r in rows
+        ]
+
+    async def redrive_completion(self, completion: Completion) -> bool:
+        await self.conn.execute(
+            "UPDATE waves SET redriven_at = now(), redrives = redrives + 1"
+            " WHERE rollout_id = $1 AND wave = $2",
+            completion.rollout_id,
+            completion.wave,
+        )
+        return await outbox.republish(
+            self.conn, completion.event_id, f"redrive-{completion.redrives + 1}"
+        )
 
 
 async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:

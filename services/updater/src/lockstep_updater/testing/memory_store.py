@@ -11,6 +11,7 @@ ends and vanish if it raises. Its clock (PostgreSQL's ``now()``) stands still un
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,15 @@ from lockstep_updater.domain.steps import (
     NodeStep,
     transition,
 )
-from lockstep_updater.store import ROLLBACK, UPDATE, Claim, StepRecord, Target, WaveResult
+from lockstep_updater.store import (
+    ROLLBACK,
+    UPDATE,
+    Claim,
+    Completion,
+    StepRecord,
+    Target,
+    WaveResult,
+)
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 FAILURES = frozenset({NodeStep.FAILED, NodeStep.QUARANTINED})
@@ -69,6 +78,10 @@ class Wave:
     failure_budget: int
     correlation_id: str | None
     completed: bool = False
+    completed_at: datetime | None = None
+    completed_event: uuid.UUID | None = None
+    redriven_at: datetime | None = None
+    redrives: int = 0
 
 
 @dataclass(slots=True)
@@ -80,6 +93,8 @@ class _Tables:
     )
     halted: dict[str, str] = field(default_factory=dict)
     waves: dict[tuple[str, int], Wave] = field(default_factory=dict)
+    republished: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+    """Events published again (``outbox.republish``), with their re-drive tag."""
     items: dict[int, Item] = field(default_factory=dict)
     steps: list[tuple[str, StepRecord]] = field(default_factory=list)
 
@@ -357,6 +372,7 @@ class MemoryTx:
         if any(i.state not in TERMINAL for i in items):
             return None
         found.completed = True
+        found.completed_at = self.now
         return WaveResult(
             rollout_id,
             wave,
@@ -367,3 +383,33 @@ class MemoryTx:
 
     async def history(self, node_id: str, limit: int) -> list[StepRecord]:
         return [r for n, r in self.tables.steps if n == node_id][-limit:]
+
+    async def completion_sent(self, rollout_id: str, wave: int, event_id: uuid.UUID) -> None:
+        self.tables.waves[(rollout_id, wave)].completed_event = event_id
+
+    async def unanswered_completions(
+        self, after_s: float, max_redrives: int, limit: int
+    ) -> list[Completion]:
+        out = []
+        for (rollout_id, number), w in sorted(
+            self.tables.waves.items(), key=lambda kv: kv[1].completed_at or self.now
+        ):
+            moved = [t for t in (w.completed_at, w.redriven_at) if t is not None]
+            last = max(moved) if moved else None
+            later = any(r == rollout_id and n > number for r, n in self.tables.waves)
+            if (
+                w.completed_event is not None
+                and last is not None
+                and w.redrives < max_redrives
+                and last <= self.now - timedelta(seconds=after_s * 2**w.redrives)
+                and not later
+                and rollout_id not in self.tables.halted
+            ):
+                out.append(Completion(rollout_id, number, w.completed_event, w.redrives))
+        return out[:limit]
+
+    async def redrive_completion(self, completion: Completion) -> bool:
+        w = self.tables.waves[(completion.rollout_id, completion.wave)]
+        w.redriven_at, w.redrives = self.now, w.redrives + 1
+        self.tables.republished.append((completion.event_id, f"redrive-{w.redrives}"))
+        return True
