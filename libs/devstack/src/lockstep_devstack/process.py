@@ -9,6 +9,7 @@ import pwd
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,8 +48,16 @@ def free_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
     raise OSError("no free port")
 
 
-def _die_with_parent(sig: int) -> Callable[[], None]:
-    """A preexec hook: the child gets ``sig`` when we die, even by SIGKILL (Linux only)."""
+def _die_with_parent(sig: int) -> Callable[[], None] | None:
+    """A preexec hook: the child gets ``sig`` when we die, even by SIGKILL (Linux only).
+
+    None off the main thread: prctl(2) ties the signal to the *thread* that forked the child,
+    so a server started from a worker thread (``asyncio.to_thread``, a thread pool) would be
+    stopped when that thread ends, with the process still running and relying on it (the
+    messaging fault tests lost a restarted NATS server that way). Such a child is stopped
+    explicitly instead."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
 
     def hook() -> None:
         with contextlib.suppress(OSError, AttributeError):
