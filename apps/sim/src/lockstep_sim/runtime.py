@@ -92,6 +92,8 @@ class FleetRuntime(Started):
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
+        # The node agents' in-band channel takes the simulator's account, as its BMCs do.
+        self.agent_account = (options.username, options.password)
         self.agents: list[AgentFleet] = []
         # In-band state of every node: served on the scheduler's port (/agents/...) always,
         # published as telemetry only when NATS is given.
@@ -160,7 +162,7 @@ class FleetRuntime(Started):
 
     async def _start_scheduler(self) -> None:
         app = make_app(self.scheduler)
-        add_agent_routes(app, self.software)
+        add_agent_routes(app, self.software, self.agent_account)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner
