@@ -22,8 +22,6 @@ async def runtime() -> Any:
         yield rt
 
 
-
-
 def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 

@@ -17,7 +17,7 @@ def create_app(settings: Settings) -> ServiceApp:
     app = ServiceApp(
         NAME,
         settings,
-        subscriptions=subscriptions(),
+        subscriptions=subscriptions(settings.gsp_remedy),
         migration_package="lockstep_updater.migrations",
     )
     app.add_workers(
