@@ -141,7 +141,9 @@ def _on_disk(state: AgentState, version: str, sent: Mapping[str, Any]) -> Next |
             return Next(Call.FAILED, f"the DKMS build of {version} failed (forced once)")
         return Next(Call.REBUILD)  # seed 004 step 5: force the build once
     if sent.get("reboot"):
-        return Next(Call.UNKNOWN, f"reboot into {version} recorded as sent, none seen")
+        return Next(
+            Call.UNKNOWN, f"reboot into {version} recorded as sent but none seen; not sent again"
+        )
     return Next(Call.REBOOT)
 
 
