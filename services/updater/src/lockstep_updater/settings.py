@@ -103,7 +103,7 @@ class Settings(ServiceSettings):
         default=RemedyPolicy.AUTOMATIC,
         description="The GSP / driver mismatch runbook on drift.detected: automatic (a node "
         "whose GPUs already failed to initialise is repaired one at a time per pool), approval "
-        "(held until `lockstep remedy approve NODE`), or off.",
+        "(held until `lockstep node approve-remedy NODE`), or off.",
     )
     remedy_max_unavailable: int = Field(
         default=1,

@@ -214,13 +214,7 @@ class PostgresTx:
         return bool(added)
 
     async def approve_remedy(self, node_id: str) -> bool:
-        row = await self.conn.fetchval(
-            "UPDATE node_work SET lease_until = NULL, updated_at = now() WHERE node_id = $1"
-            " AND kind = 'remedy' AND state = 'pending' AND lease_until = 'infinity'"
-            " RETURNING id",
-            node_id,
-        )
-        return row is not None
+        return await release_remedy(self.conn, node_id)
 
     async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
         await self.conn.execute(
@@ -469,6 +463,17 @@ class PostgresTx:
 
     async def history(self, node_id: str, limit: int) -> list[StepRecord]:
         return await step_history(self.conn, node_id, limit)
+
+
+async def release_remedy(conn: Conn, node_id: str) -> bool:
+    """Release the node's remedy held for approval (``lockstep node approve-remedy``)."""
+    row = await conn.fetchval(
+        "UPDATE node_work SET lease_until = NULL, updated_at = now() WHERE node_id = $1"
+        " AND kind = 'remedy' AND state = 'pending' AND lease_until = 'infinity'"
+        " RETURNING id",
+        node_id,
+    )
+    return row is not None
 
 
 async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:

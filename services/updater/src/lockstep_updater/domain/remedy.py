@@ -10,7 +10,7 @@ Policy (``LOCKSTEP_UPDATER_GSP_REMEDY``):
   pool, inside the pool's out-of-service budget, never inside a rollout's wave), with a
   fallback and an escalation that stops on a second failure; it is the kind of single-node
   auto-repair SREs expect to be on (as node auto-repair is on by default in managed Kubernetes).
-- ``approval``: the item is recorded and held until ``lockstep remedy approve NODE``.
+- ``approval``: the item is recorded and held until ``lockstep node approve-remedy NODE``.
 - ``off``: drift is only reported, as before.
 """
 
