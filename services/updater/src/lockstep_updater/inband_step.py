@@ -35,7 +35,12 @@ from lockstep_updater.domain.inband import (
     next_call,
 )
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.ports import AgentRefused, AgentUnavailable, NodeAgent
+from lockstep_updater.ports import (
+    AgentOutcomeUnknown,
+    AgentRefused,
+    AgentUnavailable,
+    NodeAgent,
+)
 from lockstep_updater.store import REMEDY, Claim, Target
 
 S = NodeStep
@@ -200,13 +205,25 @@ class InBandSteps:
                 return
             if not await self._may_send(claim, node, progress, unit, nxt.call.value):
                 return
-            if nxt.call is Call.INSTALL:
-                await agent.install_driver(claim.node_id, version)
-            elif nxt.call is Call.REBUILD:
-                await agent.rebuild_dkms(claim.node_id)
-            else:
-                await agent.reboot(claim.node_id)
+            try:
+                await self._send(agent, claim.node_id, nxt.call, version)
+            except AgentOutcomeUnknown:
+                raise  # maybe taken: the mark stays, the next run reads what the node shows
+            except AgentUnavailable:
+                # The agent answered "not now" (or was never reached): it did not take it.
+                unit["sent"][nxt.call.value] = False
+                await self._save(claim, progress)
+                raise
         raise AgentUnavailable("the in-band unit did not settle; read again")
+
+    @staticmethod
+    async def _send(agent: NodeAgent, node_id: str, call: Call, version: str) -> None:
+        if call is Call.INSTALL:
+            await agent.install_driver(node_id, version)
+        elif call is Call.REBUILD:
+            await agent.rebuild_dkms(node_id)
+        else:
+            await agent.reboot(node_id)
 
     async def _may_send(
         self,

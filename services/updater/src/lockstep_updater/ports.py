@@ -20,6 +20,7 @@ from lockstep_updater.domain.inband import AgentState
 
 __all__ = [
     "OWNER",
+    "AgentOutcomeUnknown",
     "AgentRefused",
     "AgentState",
     "AgentUnavailable",
@@ -85,6 +86,11 @@ class Images(Protocol):
 
 class AgentUnavailable(TransientError, OSError):
     """The node agent did not answer usefully (down, rebooting, 5xx): try the step later."""
+
+
+class AgentOutcomeUnknown(AgentUnavailable):
+    """A call was sent and no answer came (a timeout, a dropped connection): the agent may
+    have taken it, so it is never sent again blindly; the next run reads the node."""
 
 
 class AgentRefused(PermanentError):

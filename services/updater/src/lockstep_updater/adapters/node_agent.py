@@ -6,7 +6,8 @@ Authenticated like a BMC (design.md non-negotiable 8): the account is resolved j
 per call, from a registry reference (``env:PREFIX`` -> ``PREFIX_USERNAME``/``PREFIX_PASSWORD``,
 or ``file:/path``), sent only in the ``Authorization`` header, never logged, stored or put in an
 error. 401/403, 404 and 409 are refusals (``AgentRefused``: not retried); 5xx, 429 and a
-connection that fails are "not now" (``AgentUnavailable``).
+connection that cannot be made are "not now" (``AgentUnavailable``); a call sent without an
+answer (timeout, dropped connection) may have been taken (``AgentOutcomeUnknown``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import aiohttp
 
 from lockstep_redfish.credentials import RegistryCredentials
 from lockstep_updater.domain.inband import AgentState
-from lockstep_updater.ports import AgentRefused, AgentUnavailable
+from lockstep_updater.ports import AgentOutcomeUnknown, AgentRefused, AgentUnavailable
 
 
 class HttpNodeAgent:
@@ -54,8 +55,10 @@ class HttpNodeAgent:
                 http.request(method, url, json=body, headers=headers) as reply,
             ):
                 data = await reply.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise AgentUnavailable(f"{method} {url}: {exc}") from None
+        except (aiohttp.ClientConnectorError, ValueError) as exc:
+            raise AgentUnavailable(f"{method} {url}: {exc}") from None  # never reached it
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AgentOutcomeUnknown(f"{method} {url}: no answer: {exc}") from None
         if reply.status == 429 or reply.status >= 500:
             raise AgentUnavailable(f"{method} {url}: HTTP {reply.status}")
         error = data.get("error") if isinstance(data, dict) else None
