@@ -103,7 +103,8 @@ class Settings(ServiceSettings):
         default=RemedyPolicy.AUTOMATIC,
         description="The GSP / driver mismatch runbook on drift.detected: automatic (a node "
         "whose GPUs already failed to initialise is repaired one at a time per pool), approval "
-        "(held until `lockstep node approve-remedy NODE`), or off.",
+        "(held until `lockstep node approve-remedy NODE`), or off. Off whenever agent_url is "
+        "unset: the runbook needs the agent channel.",
     )
     remedy_max_unavailable: int = Field(
         default=1,
