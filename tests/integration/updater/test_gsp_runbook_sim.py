@@ -24,6 +24,7 @@ from lockstep_common.events.v1 import (
     DeviceVerified,
     DriftDetected,
     DriftItem,
+    DriftResolved,
     RolloutPlanned,
     WavePlan,
     WavePlanned,
@@ -336,6 +337,20 @@ async def test_under_approval_the_runbook_waits_for_it(world: World) -> None:
         assert not await tx.approve_remedy(node)  # approved once
     await w.settle(ex)
     assert w.store.item(node).state is NodeStep.DONE
+
+
+async def test_a_held_remedy_is_withdrawn_when_the_drift_resolves(world: World) -> None:
+    w = world
+    node = w.rt.fleet[2].id
+    await deliver_drift(w, node, RemedyPolicy.APPROVAL)
+    resolved = DriftResolved(node_id=node, site="site-a", stack_hash=None)
+    async with w.store.transaction() as tx:
+        await handlers.drift_resolved(tx, make_envelope(resolved, source=INVENTORY))
+    item = w.store.item(node)
+    assert item.state is NodeStep.CANCELLED and "resolved before approval" in item.reason
+    async with w.store.transaction() as tx:
+        assert not await tx.approve_remedy(node)  # nothing left to approve
+    assert await agent_ledger(w, node) == []
 
 
 async def test_the_runbook_waits_while_its_node_is_in_a_released_wave(world: World) -> None:

@@ -322,3 +322,18 @@ async def test_remedies_are_one_per_node_held_until_approved_and_fenced_from_rol
         assert await tx.record_remedy(
             "n3", "remedy-e", held=False, progress={}, correlation_id=None
         )
+
+
+async def test_a_held_remedy_is_withdrawn_when_its_drift_resolves(store: UpdaterStore) -> None:
+    async with store.transaction() as tx:
+        await tx.record_remedy("n1", "remedy-a", held=True, progress={}, correlation_id=None)
+        await tx.record_remedy("n2", "remedy-b", held=False, progress={}, correlation_id=None)
+        assert await tx.withdraw_remedy("n1", "drift resolved before approval")
+        assert not await tx.withdraw_remedy("n1", "again")
+        assert not await tx.withdraw_remedy("n2", "claimable: not held")
+        running = await tx.claim(60)
+    assert running is not None and running.node_id == "n2"  # n1's is no longer claimable
+    async with store.transaction() as tx:
+        assert await tx.claim(60) is None
+        # Withdrawn is an end like done: a later drift starts a new runbook.
+        assert await tx.record_remedy("n1", "remedy-c", held=True, progress={}, correlation_id=None)

@@ -82,6 +82,9 @@ def test_the_previous_known_good_branch_is_the_other_firmware_directory() -> Non
     assert fallback_for(replace(MISMATCH, firmware_dirs=(NEW,)), NEW) is None
     newest = replace(MISMATCH, firmware_dirs=("535.261.03", OLD, NEW))
     assert fallback_for(newest, NEW) == OLD
+    # Realigning to the pin (OLD) of a node whose broken NEW is loaded: NEW has no firmware
+    # directory, so it is no fallback.
+    assert fallback_for(MISMATCH, OLD) is None
 
 
 def item(

@@ -15,6 +15,7 @@ from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import (
     BundleAttested,
     DriftDetected,
+    DriftResolved,
     GateTripped,
     RolloutHalted,
     RolloutPlanned,
@@ -115,3 +116,10 @@ async def drift_detected(tx: UpdaterTx, env: Envelope[DriftDetected], policy: Re
     )
     if added:
         log.info("%s: %s", data.node_id, decision.reason)
+
+
+async def drift_resolved(tx: UpdaterTx, env: Envelope[DriftResolved]) -> None:
+    """The node conforms again: a GSP runbook item still waiting for approval has nothing
+    left to repair and is withdrawn (``cancelled``); one already running goes on."""
+    if await tx.withdraw_remedy(env.data.node_id, "drift resolved before approval"):
+        log.info("%s: held GSP remedy withdrawn, the drift resolved", env.data.node_id)

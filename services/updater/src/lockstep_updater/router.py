@@ -2,7 +2,7 @@
 
 Consumes ``rollout.planned.*`` (the approved plan's nodes), ``wave.planned.*`` (work items),
 ``rollout.halted.*`` and ``gate.tripped.*`` (stop new mutating work), ``bundle.attested``
-(the images) and ``drift.detected.*.*`` (a GSP mismatch starts the runbook); emits ``device.*``
+(the images) and ``drift.detected|resolved.*.*`` (the GSP runbook); emits ``device.*``
 and ``wave.completed`` from its worker through the outbox, ``rollout.halted`` when it refuses a
 wave, and asks the inventory ``fleet.query``.
 """
@@ -22,6 +22,7 @@ from lockstep_common.events.v1 import (
     DeviceStaged,
     DeviceVerified,
     DriftDetected,
+    DriftResolved,
     FleetQueryRequested,
     GateTripped,
     RolloutHalted,
@@ -83,8 +84,12 @@ def subscriptions(
         Subscription(
             name="updater-drift",
             stream="DRIFT",
-            subjects=("drift.detected.*.*",),
-            handlers=(On(DriftDetected, joined(on_drift)),),
-            description="A GSP / driver mismatch starts the runbook (seed 004)",
+            subjects=("drift.detected.*.*", "drift.resolved.*.*"),
+            handlers=(
+                On(DriftDetected, joined(on_drift)),
+                On(DriftResolved, joined(handlers.drift_resolved)),
+            ),
+            description="A GSP / driver mismatch starts the runbook (seed 004); a resolved "
+            "drift withdraws a remedy still waiting for approval",
         ),
     )

@@ -151,6 +151,12 @@ class UpdaterTx(Protocol):
         """Release the node's held remedy item to the workers; False when none is held."""
         ...
 
+    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+        """End the node's remedy still held for approval as ``cancelled`` (its drift resolved
+        before anyone approved it); False when none is held. A remedy already running goes on:
+        its own reads decide."""
+        ...
+
     async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
         """What a remedy's check needs, read now under the pool's lock (as ``facts``)."""
         ...

@@ -216,6 +216,18 @@ class PostgresTx:
     async def approve_remedy(self, node_id: str) -> bool:
         return await release_remedy(self.conn, node_id)
 
+    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+        state = transition(NodeStep.PENDING, NodeStep.CANCELLED).value
+        row = await self.conn.fetchval(
+            "UPDATE node_work SET state = $2, reason = $3, lease_until = NULL, updated_at = now()"
+            " WHERE node_id = $1 AND kind = 'remedy' AND state = 'pending'"
+            " AND lease_until = 'infinity' RETURNING id",
+            node_id,
+            state,
+            reason,
+        )
+        return row is not None
+
     async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
         await self.conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool

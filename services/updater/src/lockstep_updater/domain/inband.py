@@ -167,11 +167,10 @@ def _after_sent(state: AgentState, version: str, sent: Mapping[str, Any]) -> Nex
 
 
 def fallback_for(state: AgentState, target: str) -> str | None:
-    """The previous known-good branch (seed 004 "Rollback"): the version whose GSP firmware
-    directory the node still holds other than the target's, the newest first; None if none."""
+    """The previous known-good branch (seed 004 "Rollback"): a version whose GSP firmware
+    directory the node still holds, other than the target's (the newest); None if none. A
+    loaded module without its directory is the broken half, never a fallback."""
     others = [v for v in state.firmware_dirs if v != target]
-    if state.loaded_module and state.loaded_module != target and state.gsp_firmware:
-        others.append(state.loaded_module)
     return max(others, key=_version_key) if others else None
 
 

@@ -267,6 +267,19 @@ class MemoryTx:
                 return True
         return False
 
+    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+        for item in self.tables.items.values():
+            if (item.node_id, item.kind, item.state, item.lease_until) == (
+                node_id,
+                REMEDY,
+                NodeStep.PENDING,
+                HELD,
+            ):
+                item.state = transition(item.state, NodeStep.CANCELLED)
+                item.reason, item.lease_until, item.updated_at = reason, None, self.now
+                return True
+        return False
+
     async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
         self.tables.items[claim.id].pool = pool
         others = self.tables.items.values()
