@@ -94,6 +94,8 @@ class FleetRuntime(Started):
         self.seed = options.seed
         # The node agents' in-band channel takes the simulator's account, as its BMCs do.
         self.agent_account = (options.username, options.password)
+        self.agent_ledger: list[dict[str, Any]] = []
+        """Every step the agents' in-band channel accepted or refused, in order."""
         self.agents: list[AgentFleet] = []
         # In-band state of every node: served on the scheduler's port (/agents/...) always,
         # published as telemetry only when NATS is given.
@@ -162,7 +164,7 @@ class FleetRuntime(Started):
 
     async def _start_scheduler(self) -> None:
         app = make_app(self.scheduler)
-        add_agent_routes(app, self.software, self.agent_account)
+        add_agent_routes(app, self.software, self.agent_account, self.agent_ledger)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner

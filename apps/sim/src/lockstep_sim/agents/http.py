@@ -239,11 +239,15 @@ def _faults(body: dict[str, Any]) -> Faults:
 
 
 def add_agent_routes(
-    app: web.Application, nodes: dict[str, NodeSoftware], account: tuple[str, str]
+    app: web.Application,
+    nodes: dict[str, NodeSoftware],
+    account: tuple[str, str],
+    ledger: list[dict[str, Any]] | None = None,
 ) -> None:
     """Serve the agents' command channel from ``app`` (e.g. the scheduler's), to callers that
-    present ``account`` (username, password)."""
+    present ``account`` (username, password); every step goes to ``ledger`` (a new list when
+    None)."""
     app[AGENTS_KEY] = nodes
     app[ACCOUNT_KEY] = account
-    app[LEDGER_KEY] = []
+    app[LEDGER_KEY] = [] if ledger is None else ledger
     app.add_routes(routes)
