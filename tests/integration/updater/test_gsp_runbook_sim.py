@@ -33,10 +33,11 @@ from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severi
 from lockstep_sim.agents.state import Phase
 from lockstep_updater import handlers
 from lockstep_updater.adapters.node_agent import HttpNodeAgent
+from lockstep_updater.domain.inband import AgentState
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.executor import Executor
-from lockstep_updater.ports import OWNER
+from lockstep_updater.ports import OWNER, AgentUnavailable
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
 from tests.integration.updater.test_kill_restart import Killed, KillingStore
@@ -403,3 +404,66 @@ async def _history(w: World, node: str) -> list[Any]:
     async with w.store.transaction() as tx:
         records = await tx.history(node, 100)
     return [r for r in records if r.step != r.outcome]
+
+
+class SilentWhileRebooting:
+    """The agent over HTTP, unreachable for ``silent`` reads after a reboot (the node is down
+    while it boots, as a real one is for minutes)."""
+
+    def __init__(self, agent: HttpNodeAgent, silent: int) -> None:
+        self.agent, self.silent, self.rebooted = agent, silent, False
+
+    async def state(self, node_id: str) -> AgentState:
+        if self.rebooted and self.silent > 0:
+            self.silent -= 1
+            raise AgentUnavailable(f"GET /agents/{node_id}: connection refused")
+        return await self.agent.state(node_id)
+
+    async def install_driver(self, node_id: str, version: str) -> AgentState:
+        return await self.agent.install_driver(node_id, version)
+
+    async def rebuild_dkms(self, node_id: str) -> AgentState:
+        return await self.agent.rebuild_dkms(node_id)
+
+    async def reboot(self, node_id: str) -> AgentState:
+        self.rebooted = True
+        return await self.agent.reboot(node_id)
+
+
+async def test_a_node_silent_while_it_reboots_is_waited_for_not_given_up(world: World) -> None:
+    w = world
+    node = w.rt.fleet[0].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    ex = agent_executor(w)
+    assert isinstance(ex.inband.agent, HttpNodeAgent)
+    # More silent reads than the step may fail in a row: waiting is not failing.
+    ex.inband.agent = SilentWhileRebooting(ex.inband.agent, silent=FAST.max_errors + 5)
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE, item.reason
+    waits = [r for r in await _all_history(w, node) if r.reason.startswith("rebooting:")]
+    assert len(waits) == FAST.max_errors + 5
+    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+
+
+async def test_a_node_that_does_not_come_back_from_its_reboot_is_quarantined(
+    world: World,
+) -> None:
+    w = world
+    node = w.rt.fleet[1].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    ex = agent_executor(w)
+    assert isinstance(ex.inband.agent, HttpNodeAgent)
+    ex.inband.agent = SilentWhileRebooting(ex.inband.agent, silent=10**6)
+    ex.inband.reboot_deadline_s = 0.0  # the store's clock stands still; any wall time is late
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.QUARANTINED and "did not come back" in item.reason
+    assert w.rt.scheduler.node(node).drain is not None  # kept out of service
+
+
+async def _all_history(w: World, node: str) -> list[Any]:
+    async with w.store.transaction() as tx:
+        return await tx.history(node, 1000)

@@ -93,6 +93,7 @@ class ExecutorPolicy:
     drain_deadline_s: float = 3600.0
     max_errors: int = 20  # failed tries of one step in a row before the node ends
     remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
+    reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     transport: RetryPolicy = field(default_factory=RetryPolicy)
 
@@ -154,6 +155,8 @@ class Executor:
             commit=self._commit,
             save=self._save,
             image=self._image,
+            poll_s=self.policy.retry_s,
+            reboot_deadline_s=self.policy.reboot_deadline_s,
         )
 
     async def step(self) -> bool:

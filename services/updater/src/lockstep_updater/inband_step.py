@@ -83,8 +83,14 @@ class InBandSteps:
         commit: Commit,
         save: Callable[[Claim, dict[str, Any]], Awaitable[None]],
         image: Callable[[Target, AttestedComponent], object],
+        poll_s: float = 5.0,
+        reboot_deadline_s: float = 1800.0,
     ) -> None:
         self.agent = agent
+        # A node rebooting (the agent silent, or answering "rebooting") is polled every
+        # ``poll_s`` without counting as a failed try, up to ``reboot_deadline_s``.
+        self.poll_s = poll_s
+        self.reboot_deadline_s = reboot_deadline_s
         self._check = check
         self._commit = commit
         self._save = save
@@ -175,17 +181,22 @@ class InBandSteps:
         started = float(unit.setdefault("started_at", time.time()))
         for _ in range(8):  # a unit is at most install, rebuild twice, reboot per attempt
             version = unit["fallback"] if unit["attempt"] == "fallback" else unit["version"]
-            state = await agent.state(claim.node_id)
+            try:
+                state = await agent.state(claim.node_id)
+            except AgentUnavailable as exc:
+                if not unit["sent"].get("reboot"):
+                    raise
+                await self._rebooting(claim, progress, unit, state=None, why=str(exc))
+                return
             nxt = next_call(state, version, unit["sent"])
             if nxt.call is Call.VERIFIED:
                 await self._verified(claim, progress, unit, state, started)
                 return
             if nxt.call is Call.WAIT:
-                raise AgentUnavailable(nxt.reason)
-            if nxt.call is Call.SECURE_BOOT:
-                await self._quarantine(claim, progress, unit, state, nxt.reason)
+                await self._rebooting(claim, progress, unit, state=state, why=nxt.reason)
                 return
-            if nxt.call is Call.UNKNOWN:
+            if nxt.call in {Call.SECURE_BOOT, Call.UNKNOWN}:
+                # Not this runbook (signing), or a call that may have been taken: a human.
                 await self._quarantine(claim, progress, unit, state, nxt.reason)
                 return
             if nxt.call is Call.FAILED:
@@ -216,6 +227,27 @@ class InBandSteps:
                 raise
         raise AgentUnavailable("the in-band unit did not settle; read again")
 
+    async def _rebooting(
+        self,
+        claim: Claim,
+        progress: dict[str, Any],
+        unit: dict[str, Any],
+        *,
+        state: AgentState | None,
+        why: str,
+    ) -> None:
+        """The node is rebooting: read again after ``poll_s`` (not a failed try), until the
+        reboot deadline; then it did not come back, and stays out of service."""
+        since = float(unit.get("reboot_sent_at") or time.time())
+        if time.time() - since <= self.reboot_deadline_s:
+            await self._commit(claim, S.IN_BAND, f"rebooting: {why}", progress, self.poll_s)
+            return
+        reason = f"the node did not come back within {self.reboot_deadline_s:g}s: {why}"
+        if state is None:
+            await self._commit(claim, S.QUARANTINED, reason, progress)
+            return
+        await self._quarantine(claim, progress, unit, state, reason)
+
     @staticmethod
     async def _send(agent: NodeAgent, node_id: str, call: Call, version: str) -> None:
         if call is Call.INSTALL:
@@ -237,6 +269,8 @@ class InBandSteps:
         before the unit's first call gives the node back unchanged; once the package is on
         the node the unit finishes (an in-flight device step finishes, issue 12 item 3)."""
         unit["sent"][call] = True
+        if call == Call.REBOOT.value:
+            unit["reboot_sent_at"] = time.time()
         decision = await self._check(claim, node, progress_mark=progress, mark="in_band_sent")
         if decision.verdict is Verdict.PROCEED:
             return True
