@@ -1,14 +1,17 @@
-"""The GSP / driver runbook (seed 004) in the updater service, on real NATS and PostgreSQL,
-the inventory answering fleet.query and the simulator's node agents (authenticated in-band
-channel) and scheduler: a ``drift.detected`` of kind gsp_mismatch realigns the node end to end;
-Secure Boot rejection quarantines it; an updater restarted mid-runbook does not reinstall (the
-agent's ledger)."""
+"""The GSP / driver runbook (seed 004) and the in-band step in the updater service, on real NATS
+and PostgreSQL, the inventory answering fleet.query and the simulator's node agents
+(authenticated in-band channel), BMCs and scheduler: a ``drift.detected`` of kind gsp_mismatch
+realigns the node end to end; Secure Boot rejection quarantines it; an updater restarted
+mid-runbook does not reinstall (the agent's ledger); a rollout's driver, CUDA and NCCL are
+installed through the agent after its firmware."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -17,13 +20,22 @@ import pytest
 
 from lockstep_cli.polling import until
 from lockstep_common import subjects
-from lockstep_common.events.v1 import DriftDetected, DriftItem
-from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_common.events.v1 import (
+    AttestedComponent,
+    BundleAttested,
+    DriftDetected,
+    DriftItem,
+    RolloutPlanned,
+    WavePlan,
+    WavePlanned,
+)
+from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.agents.state import Phase
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME
 from lockstep_updater.ports import OWNER
-from tests.integration.updater.test_updater_service import Rig, lockstep, rig
+from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
+from tests.integration.updater.test_updater_service import STACK, Rig, lockstep, rig
 
 pytestmark = pytest.mark.integration
 __all__ = ["rig"]  # the fixture, shared with the updater service's tests
@@ -196,3 +208,86 @@ async def test_an_updater_restarted_mid_runbook_does_not_reinstall(
     await until(given_back, what="the node given back", timeout_s=60)
     assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # installed once
     assert software.state.loaded_module == NEW and r.rt.scheduler.node(node).drain is None
+
+
+async def test_a_rollouts_driver_cuda_and_nccl_are_installed_through_the_agent(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[3].id
+    gpu = (r.bundle / "images" / "gpu.fwpkg").read_bytes()
+    package = b"nvidia-open " + NEW.encode()
+    (r.bundle / "images" / "driver.run").write_bytes(package)
+
+    def part(component: Component, version: str, image: str, data: bytes, banks: str) -> Any:
+        return AttestedComponent(
+            profile="gb200",
+            component=component,
+            version=version,
+            image=image,
+            sha384=hashlib.sha384(data).hexdigest(),
+            size=len(data),
+            banks=banks,
+            activation="reset" if banks == "ab" else "in_band",
+        )
+
+    in_band = (
+        part(Component.DRIVER, NEW, "images/driver.run", package, "one_way"),
+        # CUDA user space and the NCCL pairing ride in the driver package: the versions it
+        # brings (the simulator's 580 release: CUDA 13.0, NCCL 2.27.7).
+        part(Component.CUDA, "13.0", "images/driver.run", package, "one_way"),
+        part(Component.NCCL, "2.27.7", "images/driver.run", package, "one_way"),
+    )
+    await r.publish(
+        subjects.bundle_attested(),
+        BundleAttested(
+            bundle_id="gb200-fw",
+            bundle_version="2026.11",
+            stack_hash=STACK,
+            checks=(),
+            bundle_uri=str(r.bundle),
+            components=(
+                part(Component.GPU_VBIOS, NEW_GPU_VERSION, "images/gpu.fwpkg", gpu, "ab"),
+                *in_band,
+            ),
+        ),
+    )
+    await r.publish(
+        subjects.rollout_planned("r-driver"),
+        RolloutPlanned(
+            rollout_id="r-driver",
+            intent_id=uuid.uuid4(),
+            stack_hash=STACK,
+            change_class=ChangeClass.STANDARD,
+            waves=(WavePlan(number=0, node_ids=(node,)),),
+        ),
+    )
+    app = await start(r)
+    await r.publish(
+        subjects.wave_planned("r-driver"),
+        WavePlanned(
+            rollout_id="r-driver",
+            wave=0,
+            node_ids=(node,),
+            components=(Component.GPU_VBIOS, Component.DRIVER, Component.CUDA, Component.NCCL),
+            max_unavailable=1,
+            failure_budget=0,
+            soak_seconds=0,
+        ),
+    )
+
+    async def completed() -> list[dict[str, Any]]:
+        return await r.emitted(app, "wave.completed.")
+
+    (done,) = await until(completed, what="wave.completed", timeout_s=60)
+    assert done["succeeded"] == [node], await item(r, node)
+    verified = {v["component"]: v["to_version"] for v in await r.emitted(app, "device.verified.")}
+    assert verified == {
+        "gpu_vbios": NEW_GPU_VERSION,
+        "driver": NEW,
+        "cuda": "13.0",
+        "nccl": "2.27.7",
+    }
+    assert len(r.pushes(node)) == 1  # the firmware through the BMC, once
+    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # one package, once
+    software = r.rt.software[node]
+    assert (software.state.loaded_module, software.state.gsp_firmware) == (NEW, NEW)
+    assert r.rt.scheduler.node(node).drain is None
