@@ -143,6 +143,35 @@ async def test_a_gsp_mismatch_reported_as_drift_is_realigned_end_to_end(rig: Rig
         ("in_band", "uncordoning"),
         ("uncordoning", "done"),
     ]
+    # Nothing waits for approval under the automatic policy: one clear line, exit 2.
+    code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", node)
+    assert code == 2 and f"no GSP remedy waits for approval on {node}" in out
+    code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", "bad node")
+    assert code == 2 and "cannot be a NATS subject token" in out and "Traceback" not in out
+
+
+async def test_under_approval_the_cli_releases_the_runbook(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[1].id
+    software = break_gsp(r, node)
+    app = await start(r, gsp_remedy="approval")
+    await report_drift(r, node)
+
+    async def held() -> bool:
+        return (await item(r, node)).get("state") == "pending"
+
+    await until(held, what="the runbook held for approval", timeout_s=60)
+    assert await agent_ledger(r, node) == []
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
+    code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", node)
+    assert code == 0 and "GSP remedy approved" in out, out
+
+    async def verified() -> list[dict[str, Any]]:
+        return await r.emitted(app, "device.verified.")
+
+    await until(verified, what="device.verified after the approval", timeout_s=60)
+    assert software.state.loaded_module == NEW and software.diag_passes()
 
 
 async def test_secure_boot_rejection_quarantines_with_the_reason(rig: Rig) -> None:
