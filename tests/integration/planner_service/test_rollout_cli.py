@@ -147,15 +147,17 @@ async def test_an_inconclusive_gate_pauses_until_an_operator_resumes(cli_env: Pl
     assert code == 0, out
     rollout_id = json.loads(out)["rollout_id"]
     [wave0] = await cli_env.wait_for("wave.planned.")
-    await cli_env.publish(
-        subjects.wave_completed(rollout_id),
-        WaveCompleted(rollout_id=rollout_id, wave=0, succeeded=tuple(wave0["node_ids"]), failed=()),
-    )
+    # The verdict first: it travels on another stream than wave.completed and may overtake it
+    # (seen in CI); the planner retries it until the wave's soak has begun.
     await cli_env.publish(
         subjects.gate(GateVerdict.INCONCLUSIVE, rollout_id),
         GateInconclusive(
             rollout_id=rollout_id, wave=0, verdict=GateVerdict.INCONCLUSIVE, evidence=()
         ),
+    )
+    await cli_env.publish(
+        subjects.wave_completed(rollout_id),
+        WaveCompleted(rollout_id=rollout_id, wave=0, succeeded=tuple(wave0["node_ids"]), failed=()),
     )
 
     async def paused() -> bool:

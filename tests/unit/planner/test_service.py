@@ -29,6 +29,7 @@ from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, GateVe
 from lockstep_planner.adapters.policy_file import packaged_policy
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.handlers import (
+    VerdictBeforeCompletion,
     on_bundle_attested,
     on_gate,
     on_intent_submitted,
@@ -339,6 +340,24 @@ async def test_gate_inconclusive_pauses_until_a_human_resumes() -> None:
     assert [w.wave for w in emitted(rig.store, WavePlanned)] == [0, 1]
     actions = [(a.actor, a.action) for a in rig.store.audit_of(rollout_id)]
     assert ("bob", "wave accepted") in actions and ("bob", "resumed") in actions
+
+
+async def test_an_inconclusive_verdict_overtaking_the_wave_completion_waits_for_it() -> None:
+    """Gate verdicts and wave.completed travel on different streams: an inconclusive verdict
+    seen first is retried, so the wave is held (and resume accepts it) once its soak began."""
+    rig = Rig()
+    await rig.attest()
+    rollout_id = await rig.submit()
+    with pytest.raises(VerdictBeforeCompletion):
+        await rig.gate(GateInconclusive, rollout_id, 0)
+    assert rig.state(rollout_id) is RolloutState.RUNNING
+    await rig.complete_wave(rollout_id, 0)
+    await rig.gate(GateInconclusive, rollout_id, 0)  # the redelivery
+    assert rig.state(rollout_id) is RolloutState.PAUSED
+    assert rig.wave(rollout_id, 0).state is WaveState.HELD
+    rig.store.command(rollout_id, "resume", by="bob", reason="checked the canary by hand")
+    assert await rig.worker.commands(rig.store)
+    assert [w.wave for w in emitted(rig.store, WavePlanned)] == [0, 1]
 
 
 async def test_the_last_wave_passing_completes_the_rollout_and_moves_the_pin() -> None:

@@ -14,6 +14,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from lockstep_common.envelope import Envelope
+from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import (
     BundleAttested,
     DeviceActivated,
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 
 DeviceEvent = DeviceStaged | DeviceActivated | DeviceVerified | DeviceFailed | DeviceRolledBack
 GateEvent = GatePassed | GateTripped | GateInconclusive
+
+
+class VerdictBeforeCompletion(TransientError):
+    """A verdict that needs the wave's soak to have begun arrived first: retry it later."""
 
 
 def rollout_id_of(intent_id: uuid.UUID) -> str:
@@ -206,6 +211,16 @@ async def on_gate(
         )
         return
     if isinstance(data, GateInconclusive):
+        if wave.state is WaveState.RELEASED:
+            # The gate and the updater publish on different streams, so a verdict can overtake
+            # the wave.completed it follows. Pausing now would leave the wave to start its soak
+            # under a paused rollout, where `resume` finds nothing held to accept and the wave
+            # waits for a verdict already spent: let the verdict come back after the completion.
+            raise VerdictBeforeCompletion(
+                "gate.inconclusive before the wave's wave.completed: retried",
+                rollout_id=rollout.rollout_id,
+                wave=wave.number,
+            )
         if wave.state is WaveState.SOAKING:
             await set_wave(tx, wave, WaveState.HELD)
         if rollout.state is RolloutState.RUNNING:
