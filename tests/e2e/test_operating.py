@@ -99,7 +99,9 @@ def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) ->
     )
     try:
         creds = workdir / "bmc.json"
-        creds.write_text(json.dumps({"default": {"username": "admin", "password": "lockstep-sim"}}))
+        creds.write_text(
+            json.dumps({"default": {"username": "operator", "password": "lockstep-sim"}})
+        )
         creds.chmod(0o600)
         fleet_url = f"http://127.78.0.1:{port}/fleet.json"
         for _ in range(100):  # the simulator answers within a second

@@ -43,7 +43,7 @@ from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_planner.app import create_app as planner_app
 from lockstep_planner.settings import Settings as PlannerSettings
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
 from lockstep_updater.settings import Settings as UpdaterSettings
@@ -281,7 +281,7 @@ async def running_stack(
     """The five services over a fresh simulated fleet of ``NODES``, swept once; ``updater`` and
     ``planner`` override those services' settings (a scheduler, a budget, a deadline),
     ``routine`` the routine change class (``planner_policy``)."""
-    monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", DEFAULT_USERNAME)
+    monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
     # A signed release kit whose one image is a GPU VBIOS package the simulated GPUs accept.
     kit = make_kit(

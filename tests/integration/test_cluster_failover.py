@@ -46,7 +46,7 @@ from lockstep_inventory.app import create_app as inventory_app
 from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_planner.app import create_app as planner_app
 from lockstep_planner.settings import Settings as PlannerSettings
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
 from lockstep_updater.settings import Settings as UpdaterSettings
@@ -121,7 +121,7 @@ async def stack(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Stack]:
-    monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", DEFAULT_USERNAME)
+    monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
     kit = make_kit(
         tmp_path / "release",

@@ -45,7 +45,7 @@ from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.fleet import FirmwareComponent
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scheduler.errors import TooManyRequests
 from lockstep_updater.ports import OWNER
@@ -640,7 +640,7 @@ async def started_world(nats_url: str, database_url: str, namespace: str, tmp: P
     """The world with the test BMC credentials in the environment the updater reads."""
     import os
 
-    os.environ["LOCKSTEP_TESTBMC_USERNAME"] = DEFAULT_USERNAME
+    os.environ["LOCKSTEP_TESTBMC_USERNAME"] = OPERATOR_USERNAME
     os.environ["LOCKSTEP_TESTBMC_PASSWORD"] = DEFAULT_PASSWORD
     return await World.start(nats_url, database_url, namespace, tmp)
 

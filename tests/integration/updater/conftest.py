@@ -11,24 +11,23 @@ from typing import Any
 
 import pytest
 
-from lockstep_common.events.v1 import AttestedComponent, FleetNode
+from lockstep_common.events.v1 import AttestedComponent
 from lockstep_common.vocabulary import Component
 from lockstep_redfish import RetryPolicy
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
-from lockstep_updater.adapters.images import BundleImages
-from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.testing.memory_store import MemoryStore
+from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 from tests.integration.updater.slurm_cluster import SlurmCluster, missing
 
 STACK = "b" * 64
 ROLLOUT = "r-7"
 PUSH = "update-multipart"  # the ledger's action name for a POST to MultipartHttpPushUri
-ENV = {"SIMBMC_USERNAME": DEFAULT_USERNAME, "SIMBMC_PASSWORD": DEFAULT_PASSWORD}
+ENV = {"SIMBMC_USERNAME": OPERATOR_USERNAME, "SIMBMC_PASSWORD": DEFAULT_PASSWORD}
 FAST = ExecutorPolicy(
     lease_s=60.0,
     retry_s=1.0,
@@ -47,45 +46,17 @@ FAST = ExecutorPolicy(
 )
 
 
-class Facts:
-    """The inventory's answers (``NodeFacts``), from the simulated fleet."""
-
-    def __init__(self, rt: FleetRuntime) -> None:
-        self.nodes = {
-            n.id: FleetNode(
-                node_id=n.id,
-                site=n.site,
-                profile="gb200",
-                pool=n.pool,
-                bmc_url=rt.bmc_url(n.id),
-                allow_plain_http=True,
-                credentials="env:SIMBMC",
-            )
-            for n in rt.fleet
-        }
-
-    async def node(self, node_id: str) -> FleetNode | None:
-        return self.nodes.get(node_id)
-
-
 @dataclass
 class World:
     rt: FleetRuntime
     store: MemoryStore
-    facts: Facts
+    facts: SimFacts
     bundle: Path
     gpu: AttestedComponent
     executors: list[Executor] = field(default_factory=list)
 
     def executor(self, store: Any = None) -> Executor:
-        ex = Executor(
-            store or self.store,
-            self.facts,
-            SimScheduler(self.rt.scheduler_url),
-            BundleImages([self.bundle.parent]),
-            FAST,
-            environ=ENV,
-        )
+        ex = sim_executor(self.rt, store or self.store, self.facts, self.bundle, FAST, ENV)
         self.executors.append(ex)
         return ex
 
@@ -114,22 +85,30 @@ class World:
         raise AssertionError(f"not settled: {[(i.node_id, i.state) for i in self.store.items]}")
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    image = package_for(GB200_GPU, NEW_GPU_VERSION)
-    bundle = tmp_path / "bundle"
-    (bundle / "images").mkdir(parents=True)
-    (bundle / "images" / "gpu.fwpkg").write_bytes(image)
-    gpu = AttestedComponent(
+def attest_image(
+    bundle: Path, name: str, image: bytes, component: Component, version: str
+) -> AttestedComponent:
+    """Write ``image`` into the bundle as ``images/<name>`` and describe it as ``bundle.attested``
+    does (a gb200 A/B image activated by a reset)."""
+    (bundle / "images").mkdir(parents=True, exist_ok=True)
+    (bundle / "images" / name).write_bytes(image)
+    return AttestedComponent(
         profile="gb200",
-        component=Component.GPU_VBIOS,
-        version=NEW_GPU_VERSION,
-        image="images/gpu.fwpkg",
+        component=component,
+        version=version,
+        image=f"images/{name}",
         sha384=hashlib.sha384(image).hexdigest(),
         size=len(image),
         banks="ab",
         activation="reset",
     )
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    bundle = tmp_path / "bundle"
+    image = package_for(GB200_GPU, NEW_GPU_VERSION)
+    gpu = attest_image(bundle, "gpu.fwpkg", image, Component.GPU_VBIOS, NEW_GPU_VERSION)
     rt = FleetRuntime(
         SimOptions(4, "gb200", time_scale=0.002, host_base="127.74.0.1", port=0),
         scheduler_port=0,
@@ -139,7 +118,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     async with store.transaction() as tx:
         await tx.record_bundle(STACK, str(bundle), (gpu,))
     try:
-        yield World(rt, store, Facts(rt), bundle, gpu)
+        yield World(rt, store, SimFacts(rt, credentials="SIMBMC"), bundle, gpu)
     finally:
         rt.simulator.set_faults(None)
         await rt.stop()

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 
 import pytest
 
+from lockstep_cli.bench_update import PUSH_ROUNDS
 from tests.integration.updater.test_updater_service import lockstep
 
 pytestmark = pytest.mark.integration
 
 
-async def test_bench_update_reports_makespan_against_its_bound_and_halt_latency() -> None:
+async def test_bench_update_reports_makespan_halt_latency_and_push_throughput() -> None:
     code, out = await asyncio.to_thread(
         lockstep, "bench", "update", "--nodes", "3", "--budget", "1", "--workers", "3",
         "--time-scale", "0.002", "--json",
@@ -27,4 +29,11 @@ async def test_bench_update_reports_makespan_against_its_bound_and_halt_latency(
         result["makespan_s"] / result["bound_s"], abs=0.01
     )
     assert 0 <= result["halt_s"] <= 1.0
-    assert result["push_ratio"] is None  # not measured yet, and said so
+    library, raw = result["push_rounds"]["library"], result["push_rounds"]["raw"]
+    assert len(library) == len(raw) == PUSH_ROUNDS and min(library + raw) > 0
+    assert result["push_library_mb_s"] == statistics.median(library)
+    assert result["push_raw_mb_s"] == statistics.median(raw)
+    assert result["push_ratio"] == pytest.approx(
+        result["push_library_mb_s"] / result["push_raw_mb_s"], abs=0.01
+    )
+    assert result["push_image_bytes"] > 4 * 1024 * 1024  # a PLDM package around a 4 MiB image

@@ -33,11 +33,18 @@ pytestmark = pytest.mark.integration
 PLANNER = source_of("planner")
 
 
-async def plan_and_release(w: World, nodes: tuple[str, ...], *, max_unavailable: int = 1) -> None:
+async def plan_and_release(
+    w: World,
+    nodes: tuple[str, ...],
+    *,
+    max_unavailable: int = 1,
+    stack: str = STACK,
+    components: tuple[Component, ...] = (Component.GPU_VBIOS,),
+) -> None:
     planned = RolloutPlanned(
         rollout_id=ROLLOUT,
         intent_id=uuid.uuid4(),
-        stack_hash=STACK,
+        stack_hash=stack,
         change_class=ChangeClass.STANDARD,
         waves=(WavePlan(number=0, node_ids=nodes),),
     )
@@ -45,7 +52,7 @@ async def plan_and_release(w: World, nodes: tuple[str, ...], *, max_unavailable:
         rollout_id=ROLLOUT,
         wave=0,
         node_ids=nodes,
-        components=(Component.GPU_VBIOS,),
+        components=components,
         max_unavailable=max_unavailable,
         failure_budget=0,
         soak_seconds=0,

@@ -32,7 +32,7 @@ from lockstep_common.events.v1 import (
 from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.agents.state import Phase
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME
 from lockstep_updater.ports import OWNER
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.test_updater_service import STACK, Rig, lockstep, rig
@@ -55,7 +55,7 @@ def break_gsp(r: Rig, node: str) -> NodeSoftware:
 
 
 async def start(r: Rig, **extra: Any) -> Any:
-    r.monkeypatch.setenv("LOCKSTEP_AGENT_USERNAME", DEFAULT_USERNAME)
+    r.monkeypatch.setenv("LOCKSTEP_AGENT_USERNAME", OPERATOR_USERNAME)
     r.monkeypatch.setenv("LOCKSTEP_AGENT_PASSWORD", DEFAULT_PASSWORD)
     return await r.start_updater(agent_url=r.rt.scheduler_url, **extra)
 
@@ -83,7 +83,7 @@ async def report_drift(r: Rig, node: str) -> None:
 
 
 async def agent_ledger(r: Rig, node: str) -> list[str]:
-    account = base64.b64encode(f"{DEFAULT_USERNAME}:{DEFAULT_PASSWORD}".encode()).decode()
+    account = base64.b64encode(f"{OPERATOR_USERNAME}:{DEFAULT_PASSWORD}".encode()).decode()
     async with (
         aiohttp.ClientSession(headers={"Authorization": f"Basic {account}"}) as http,
         http.get(f"{r.rt.scheduler_url}/agents/ledger") as reply,

@@ -38,7 +38,7 @@ from lockstep_inventory.adapters import registry
 from lockstep_inventory.app import create_app as inventory_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
 from lockstep_updater.settings import Settings as UpdaterSettings
@@ -170,7 +170,7 @@ class Rig:
 async def rig(
     servers: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Rig]:
-    monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", DEFAULT_USERNAME)
+    monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
     bundle = tmp_path / "bundle"
     (bundle / "images").mkdir(parents=True)

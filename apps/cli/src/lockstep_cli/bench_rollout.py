@@ -85,7 +85,7 @@ from lockstep_inventory.adapters import registry
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 
 CREDENTIALS = "LOCKSTEP_BENCHROLL_BMC"
@@ -191,7 +191,10 @@ def service_env(opts: RolloutOptions, base: Path, bundle_root: Path, trust: Path
     approvers = base / "approvers"
     approvers.mkdir(exist_ok=True)
     poll = str(opts.poll_s)
-    env = {f"{CREDENTIALS}_USERNAME": DEFAULT_USERNAME, f"{CREDENTIALS}_PASSWORD": DEFAULT_PASSWORD}
+    env = {
+        f"{CREDENTIALS}_USERNAME": OPERATOR_USERNAME,
+        f"{CREDENTIALS}_PASSWORD": DEFAULT_PASSWORD,
+    }
     for name in SERVICES:
         prefix = f"LOCKSTEP_{name.upper()}_"
         env[prefix + "RELAY_POLL_S"] = "0.05"
@@ -321,7 +324,7 @@ class _Bench:
                 await registry.import_nodes(conn, nodes)
             os.environ.update(
                 {
-                    f"{CREDENTIALS}_USERNAME": DEFAULT_USERNAME,
+                    f"{CREDENTIALS}_USERNAME": OPERATOR_USERNAME,
                     f"{CREDENTIALS}_PASSWORD": DEFAULT_PASSWORD,
                 }
             )

@@ -13,8 +13,11 @@
   recorded afterwards (0 when none started after it; goal <= 1 s).
 
 The state is the in-memory store on a running clock (``lockstep_updater.testing``), so the
-figures are the executor's, the Redfish client's and the simulator's, not PostgreSQL's. Not
-measured yet: push throughput against a raw multipart client (``push_ratio``).
+figures are the executor's, the Redfish client's and the simulator's, not PostgreSQL's.
+
+- **push**: image push throughput to every BMC of a third fleet (in a child process),
+  ``lockstep_redfish`` against a raw ``aiohttp`` multipart client (``bench_push``);
+  ``push_ratio`` (goal >= 0.8).
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lockstep_cli.bench_push import run_push
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import (
     AttestedComponent,
-    FleetNode,
     RolloutHalted,
     RolloutPlanned,
     WavePlan,
@@ -45,34 +48,37 @@ from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_redfish import RetryPolicy
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.profiles import GB200
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater import handlers
-from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.domain.steps import TERMINAL
-from lockstep_updater.executor import Executor, ExecutorPolicy
+from lockstep_updater.executor import ExecutorPolicy
 from lockstep_updater.ports import DrainState, Scheduler
 from lockstep_updater.testing.memory_store import MemoryStore
+from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 
 GPU = next(c for c in GB200 if c.kind == "gpu")
 VERSION = "97.00.9A.00.01"
 STACK = "f" * 64
 SOURCE = source_of("bench")
 MUTATING = frozenset({"update-multipart", "UpdateService.Activate", "SoftwareInventory.Activate"})
-ENV = {"BENCHBMC_USERNAME": DEFAULT_USERNAME, "BENCHBMC_PASSWORD": DEFAULT_PASSWORD}
+ENV = {"BENCHBMC_USERNAME": OPERATOR_USERNAME, "BENCHBMC_PASSWORD": DEFAULT_PASSWORD}
 
 
-def gpu_package() -> bytes:
-    """A PLDM package moving every GB200 GPU's VBIOS to ``VERSION`` (the simulator accepts it)."""
+def gpu_package(payload_bytes: int = 4096) -> bytes:
+    """A PLDM package moving every GB200 GPU's VBIOS to ``VERSION`` (the simulator accepts it),
+    its component image ``payload_bytes`` long."""
     descriptors = [(0x0000, GPU.pci_vendor), (0x0100, GPU.pci_device)]
     return build_package(
         revision=FormatRevision.V1_0,
         version=f"bench-{VERSION}",
         release_time=datetime(2026, 11, 1, tzinfo=UTC),
         components=[
-            ComponentSpec(image=b"\x5a" * 4096, identifier=GPU.pldm_component_id, version=VERSION)
+            ComponentSpec(
+                image=b"\x5a" * payload_bytes, identifier=GPU.pldm_component_id, version=VERSION
+            )
         ],
         device_records=[
             RecordSpec(descriptors=descriptors, applicable_components=[0], version=VERSION)
@@ -106,25 +112,6 @@ class _Stamped(list[dict[str, Any]]):
     def append(self, entry: dict[str, Any]) -> None:
         entry[STAMP] = time.time()
         super().append(entry)
-
-
-class _Facts:
-    def __init__(self, rt: FleetRuntime) -> None:
-        self.nodes = {
-            n.id: FleetNode(
-                node_id=n.id,
-                site=n.site,
-                profile="gb200",
-                pool=n.pool,
-                bmc_url=rt.bmc_url(n.id),
-                allow_plain_http=True,
-                credentials="env:BENCHBMC",
-            )
-            for n in rt.fleet
-        }
-
-    async def node(self, node_id: str) -> FleetNode | None:
-        return self.nodes.get(node_id)
 
 
 class _HaltOnFirstDrain:
@@ -217,14 +204,8 @@ async def _drive(
     policy = _policy(time_scale)
     scheduler: Scheduler = SimScheduler(rt.scheduler_url)
     halter = _HaltOnFirstDrain(scheduler, store, rollout) if halt else None
-    executor = Executor(
-        store,
-        _Facts(rt),
-        halter or scheduler,
-        BundleImages([bundle.parent]),
-        policy,
-        environ=ENV,
-    )
+    facts = SimFacts(rt, credentials="BENCHBMC")
+    executor = sim_executor(rt, store, facts, bundle, policy, ENV, scheduler=halter or scheduler)
 
     def finished() -> bool:
         return all(i.state in TERMINAL for i in store.items)
@@ -260,10 +241,23 @@ async def _drive(
     return result
 
 
+PUSH_IMAGE_BYTES = 4 * 1024 * 1024  # a GPU VBIOS package is megabytes (seed 000)
+PUSH_ROUNDS = 7
+
+
 async def run_bench(nodes: int, budget: int, workers: int, time_scale: float) -> dict[str, Any]:
-    """Both runs; the figures and their raw inputs."""
+    """The three runs; the figures and their raw inputs."""
     wave = await _wave(nodes, budget, workers, time_scale, halt=False, host="127.91.0.1")
     halted = await _wave(nodes, budget, workers, time_scale, halt=True, host="127.92.0.1")
+    push = await run_push(
+        nodes,
+        gpu_package(PUSH_IMAGE_BYTES),
+        VERSION,
+        GPU.ids,
+        rounds=PUSH_ROUNDS,
+        account=(OPERATOR_USERNAME, DEFAULT_PASSWORD),
+        host="127.93.0.1",
+    )
     return {
         "nodes": nodes,
         "max_unavailable": budget,
@@ -275,5 +269,5 @@ async def run_bench(nodes: int, budget: int, workers: int, time_scale: float) ->
         "states": wave["states"],
         "halt_s": halted.get("halt_s"),
         "halted_states": halted["states"],
-        "push_ratio": None,
+        **push,
     }

@@ -38,7 +38,7 @@ from lockstep_inventory.queries import drift_report, fleet_status
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_sim.agents.reports import components as in_band_components
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scenarios import DriftKind, default_mix
 
@@ -55,7 +55,7 @@ def service_env() -> dict[str, str]:
     """What the inventory service needs for the demo: the BMC credentials (by reference in the
     registry, values only in the environment) and no periodic sweep (the demo sweeps)."""
     return {
-        f"{CREDENTIALS}_USERNAME": DEFAULT_USERNAME,
+        f"{CREDENTIALS}_USERNAME": OPERATOR_USERNAME,
         f"{CREDENTIALS}_PASSWORD": DEFAULT_PASSWORD,
         "LOCKSTEP_INVENTORY_SWEEP_INTERVAL_S": "0",
     }

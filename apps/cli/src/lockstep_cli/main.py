@@ -356,7 +356,8 @@ def bench_update(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """A wave on the simulator: makespan against the bound set by the budget and the seed
-    durations, and the time from a committed halt to the last new mutating call."""
+    durations, the time from a committed halt to the last new mutating call, and image push
+    throughput through lockstep_redfish against a raw multipart client."""
     from lockstep_cli.bench_update import run_bench
 
     result = asyncio.run(run_bench(nodes, budget, workers, time_scale))
@@ -370,6 +371,9 @@ def bench_update(
     table.add_row("makespan_ratio (goal <= 1.15)", f"{result['makespan_ratio']:.2f}")
     table.add_row("halt_s: halt committed -> last new mutating call (goal <= 1)",
                   "-" if result["halt_s"] is None else f"{result['halt_s']:.3f}")  # fmt: skip
+    table.add_row("push MB/s: lockstep_redfish / raw aiohttp (medians)",
+                  f"{result['push_library_mb_s']} / {result['push_raw_mb_s']}")  # fmt: skip
+    table.add_row("push_ratio (goal >= 0.8)", f"{result['push_ratio']:.2f}")
     table.add_row("node ends (wave)", json.dumps(result["states"]))
     console.print(table)
 

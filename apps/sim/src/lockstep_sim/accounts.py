@@ -1,5 +1,7 @@
-"""AccountService (AccountService v1_15_0), ManagerAccount v1_12_0 and Role v1_3_2; one
-Administrator account whose credentials the simulator is started with."""
+"""AccountService (AccountService v1_15_0), ManagerAccount v1_12_0 and Role v1_3_2; the
+Administrator account whose credentials the simulator is started with, and an Operator account
+(same password) with what a firmware update needs: Login and ConfigureComponents (DSP8011
+privilege registry: UpdateService actions need ConfigureComponents)."""
 
 from __future__ import annotations
 

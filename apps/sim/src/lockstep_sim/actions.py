@@ -66,9 +66,10 @@ async def create_session(
     if not isinstance(user, str) or not isinstance(password, str):
         raise bad_request("PropertyMissing", "UserName and Password are required.", "UserName")
     note["username"] = user
-    if bmc.accounts.check(user, password) is None:
+    account = bmc.accounts.check(user, password)
+    if account is None:
         raise RedfishError(401, "NoValidSession", "Invalid username or password.")
-    session = bmc.sessions.create(user)
+    session = bmc.sessions.create(user, account.role)
     note["session"] = session.id
     location = f"{sessions.SESSIONS}/{session.id}"
     return json_response(

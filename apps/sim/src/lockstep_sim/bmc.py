@@ -15,6 +15,7 @@ from lockstep_sim.accounts import AccountStore
 from lockstep_sim.faults import Fault
 from lockstep_sim.fleet import Node
 from lockstep_sim.injection import FaultControl
+from lockstep_sim.options import OPERATOR_USERNAME
 from lockstep_sim.sessions import SessionStore
 from lockstep_sim.tasks import Task, now_iso
 from lockstep_sim.update_service import UpdateOptions
@@ -46,6 +47,8 @@ class Bmc:
 
     def __post_init__(self) -> None:
         self.accounts.add(self.username, self.password)
+        if self.username != OPERATOR_USERNAME:
+            self.accounts.add(OPERATOR_USERNAME, self.password, "Operator")
 
     @property
     def uuid(self) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from lockstep_sim.fleet import FirmwareComponent
 from lockstep_sim.odata import ROOT, collection, ref, status
+from lockstep_sim.pcie import device_path, is_pcie
 from lockstep_sim.systems import CHASSIS
 
 FIRMWARE = f"{ROOT}/UpdateService/FirmwareInventory"
@@ -26,6 +27,8 @@ def firmware_collection_doc(member_ids: list[str]) -> dict[str, Any]:
 def member_doc(component: FirmwareComponent) -> dict[str, Any]:
     cls = component.cls
     path = f"{FIRMWARE}/{component.id}"
+    # The device the member's firmware runs on, where the emulator has one (lockstep_sim.pcie).
+    related = [ref(CHASSIS), *([ref(device_path(component.id))] if is_pcie(component) else [])]
     doc: dict[str, Any] = {
         "@odata.id": path,
         "@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
@@ -37,8 +40,8 @@ def member_doc(component: FirmwareComponent) -> dict[str, Any]:
         "LowestSupportedVersion": cls.lowest_supported,
         "VersionScheme": cls.version_scheme,
         "Status": status(health=component.health),
-        "RelatedItem": [ref(CHASSIS)],
-        "RelatedItem@odata.count": 1,
+        "RelatedItem": related,
+        "RelatedItem@odata.count": len(related),
         "Active": True,
         "Staged": component.staged,
         "ResetRequiredOnUpdate": cls.kind in {"bmc", "uefi", "bios", "cpld"},

@@ -6,9 +6,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from lockstep_sim import accounts, inventory, service_root, sessions, systems, tasks
+from lockstep_sim import accounts, inventory, pcie, service_root, sessions, systems, tasks
 from lockstep_sim.bmc import Bmc
 from lockstep_sim.errors import not_found
+from lockstep_sim.fleet import FirmwareComponent
 from lockstep_sim.odata import ROOT
 from lockstep_sim.update_service import update_service_doc
 
@@ -50,6 +51,13 @@ def _member(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
     return inventory.member_doc(component)
 
 
+def _pcie(bmc: Bmc, m: re.Match[str]) -> FirmwareComponent:
+    component = bmc.node.components.get(m["id"])
+    if component is None or not pcie.is_pcie(component):
+        raise not_found(m.string)
+    return component
+
+
 def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
     bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
     return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso())
@@ -74,6 +82,21 @@ _TABLE: list[tuple[str, Getter]] = [
     ),
     (f"{ROOT}/Chassis", lambda _b, _m: systems.chassis_collection_doc()),
     (systems.CHASSIS, lambda b, _m: systems.chassis_doc(b.node.id, b.node.rack)),
+    (
+        pcie.PCIE,
+        lambda b, _m: pcie.pcie_collection_doc(
+            [m for m, c in b.node.components.items() if pcie.is_pcie(c)]
+        ),
+    ),
+    (f"{pcie.PCIE}/(?P<id>[^/]+)", lambda b, m: pcie.pcie_device_doc(_pcie(b, m))),
+    (
+        f"{pcie.PCIE}/(?P<id>[^/]+)/PCIeFunctions",
+        lambda b, m: pcie.functions_doc(_pcie(b, m).id),
+    ),
+    (
+        f"{pcie.PCIE}/(?P<id>[^/]+)/PCIeFunctions/0",
+        lambda b, m: pcie.function_doc(_pcie(b, m)),
+    ),
     (f"{ROOT}/Managers", lambda _b, _m: systems.managers_doc()),
     (systems.MANAGER, _manager),
     (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),

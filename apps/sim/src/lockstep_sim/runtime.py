@@ -24,7 +24,7 @@ from lockstep_sim.agents.http import add_agent_routes
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.drifts import DriftControl
 from lockstep_sim.fleet import Node
-from lockstep_sim.options import SimOptions
+from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
 from lockstep_sim.simulator import Simulator
@@ -92,8 +92,11 @@ class FleetRuntime(Started):
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
-        # The node agents' in-band channel takes the simulator's account, as its BMCs do.
-        self.agent_account = (options.username, options.password)
+        # The node agents' in-band channel takes the simulator's accounts, as its BMCs do.
+        self.agent_accounts = (
+            (options.username, options.password),
+            (OPERATOR_USERNAME, options.password),
+        )
         self.agent_ledger: list[dict[str, Any]] = []
         """Every step the agents' in-band channel accepted or refused, in order."""
         self.agents: list[AgentFleet] = []
@@ -164,7 +167,7 @@ class FleetRuntime(Started):
 
     async def _start_scheduler(self) -> None:
         app = make_app(self.scheduler)
-        add_agent_routes(app, self.software, self.agent_account, self.agent_ledger)
+        add_agent_routes(app, self.software, self.agent_accounts, self.agent_ledger)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner

@@ -19,6 +19,7 @@ class Session:
     id: str
     token: str
     username: str
+    role: str = "Administrator"
 
 
 @dataclass(slots=True)
@@ -28,9 +29,9 @@ class SessionStore:
     by_token: dict[str, Session] = field(default_factory=dict)
     counter: int = 0
 
-    def create(self, username: str) -> Session:
+    def create(self, username: str, role: str = "Administrator") -> Session:
         self.counter += 1
-        session = Session(id=str(self.counter), token=secrets.token_hex(16), username=username)
+        session = Session(str(self.counter), secrets.token_hex(16), username, role)
         self.by_token[session.token] = session
         return session
 
@@ -89,4 +90,6 @@ def session_doc(session: Session) -> dict[str, Any]:
         "Id": session.id,
         "Name": "User Session",
         "UserName": session.username,
+        # Session v1_7_0 Roles: what a client reads to learn its own privileges after login.
+        "Roles": [session.role],
     }

@@ -57,6 +57,7 @@ def chassis_doc(node_id: str, rack: str) -> dict[str, Any]:
         "Manufacturer": "NVIDIA",
         "Location": {"PartLocation": {"ServiceLabel": rack}},
         "Status": status(),
+        "PCIeDevices": ref(f"{CHASSIS}/PCIeDevices"),
         "Links": {"ComputerSystems": [ref(SYSTEM)], "ManagedBy": [ref(MANAGER)]},
     }
 

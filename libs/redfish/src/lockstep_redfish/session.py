@@ -152,6 +152,12 @@ class BmcSession:
         """The absolute URL of ``path`` (``/redfish/v1/...``) on this BMC."""
         return self.base + path
 
+    @property
+    def uri(self) -> str | None:
+        """The open session's path on the BMC (its ``Session`` resource), None before login or
+        when the BMC named none."""
+        return None if self._uri is None else self._uri.removeprefix(self.base)
+
     async def __aenter__(self) -> Self:
         try:
             await self.open()

@@ -204,7 +204,9 @@ class FirmwareUpdate:
         url = self.bmc.url(path)
         for send in range(self.policy.sends):
             if check is not None:
-                check()
+                # Off the event loop: hashing a large image takes milliseconds per push, which
+                # would stall every other BMC's push in flight (hashlib releases the GIL).
+                await asyncio.to_thread(check)
             try:
                 reply = await self.bmc.request(
                     "POST",

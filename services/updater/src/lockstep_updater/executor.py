@@ -57,11 +57,14 @@ from lockstep_redfish.preflight import UpdateRequest
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
+from lockstep_updater.adapters.bmc_account import session_roles
 from lockstep_updater.adapters.credentials import FleetCredentials
+from lockstep_updater.adapters.member_devices import member_pci_ids
 from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
+from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
-from lockstep_updater.domain.targets import targets_for
+from lockstep_updater.domain.targets import applicable_members, targets_for
 from lockstep_updater.inband_step import InBandSteps, in_band_names
 from lockstep_updater.ports import (
     DrainState,
@@ -302,6 +305,11 @@ class Executor:
             entries = {name: self._entry(target, node, name) for name in agent_side}
             await self.inband.plan_rollout(claim, target, node, entries, progress)
         async with self._session(node) as bmc:
+            # Least privilege (reliability.md 7 H5): an Administrator-class account is refused
+            # before anything is read for the update, so nothing is ever written with it.
+            refusal = account_refusal(*await session_roles(bmc))
+            if refusal is not None:
+                raise Stop(S.FAILED, f"refused: {refusal}; nothing written")
             update = FirmwareUpdate(bmc, self.policy.update)
             members = await update.collection(FIRMWARE_INVENTORY)
             for name in claim.components:
@@ -312,6 +320,10 @@ class Executor:
                 if not paths:
                     raise Stop(S.FAILED, f"{name}: no FirmwareInventory member holds it")
                 image = self._image(target, entry)
+                # Only the members whose device the package declares (domain.targets).
+                paths = applicable_members(image.data, await member_pci_ids(bmc, paths))
+                if not paths:
+                    raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
                 request = UpdateRequest(paths, entry.version, stage=entry.banks == "ab")
                 try:
                     plan = await update.preflight(image, request)

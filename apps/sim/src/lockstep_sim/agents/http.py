@@ -9,8 +9,8 @@
                                          "secure_boot_rejects_module"}
     GET  /agents/ledger                 every step taken, in order
 
-Every request must carry the agent account's credentials (``Authorization: Basic``, the
-simulator's account as for its BMCs): a node agent that installs drivers is not an open port.
+Every request must carry one of the simulator's accounts (``Authorization: Basic``, as for its
+BMCs; Lockstep uses the Operator one): a node agent that installs drivers is not an open port.
 A request without them is answered 401 and changes nothing.
 
 Steps follow the transition table in ``state.py``; a refused step answers 409 naming the phase,
@@ -112,12 +112,12 @@ def _answers(handler: Handler) -> Handler:
 
 
 def _authenticate(request: web.Request) -> None:
-    user, password = request.app[ACCOUNT_KEY]
     given = basic_credentials(request.headers.get("Authorization", ""))
-    # Both compared, in constant time, whatever the first comparison says.
-    ok = given is not None and (
-        hmac.compare_digest(given[0], user) & hmac.compare_digest(given[1], password)
-    )
+    ok = False
+    for user, password in request.app[ACCOUNT_KEY]:
+        # Both compared, in constant time, for every account, whatever matched before.
+        if given is not None:
+            ok |= hmac.compare_digest(given[0], user) & hmac.compare_digest(given[1], password)
     if not ok:
         raise _bad("the agent channel requires the agent account's credentials", 401)
 
@@ -241,13 +241,13 @@ def _faults(body: dict[str, Any]) -> Faults:
 def add_agent_routes(
     app: web.Application,
     nodes: dict[str, NodeSoftware],
-    account: tuple[str, str],
+    accounts: tuple[tuple[str, str], ...],
     ledger: list[dict[str, Any]] | None = None,
 ) -> None:
     """Serve the agents' command channel from ``app`` (e.g. the scheduler's), to callers that
-    present ``account`` (username, password); every step goes to ``ledger`` (a new list when
-    None)."""
+    present one of ``accounts`` (username, password); every step goes to ``ledger`` (a new
+    list when None)."""
     app[AGENTS_KEY] = nodes
-    app[ACCOUNT_KEY] = account
+    app[ACCOUNT_KEY] = accounts
     app[LEDGER_KEY] = [] if ledger is None else ledger
     app.add_routes(routes)
