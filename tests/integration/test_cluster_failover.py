@@ -65,10 +65,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # server leads the stream, which took about 10 s here (Raft's election timeout).
 OUTAGE_S = 5.0
 SETTLE_S = 120.0  # an election, redeliveries and the rest of the rollout on a loaded machine
-# The second wave soaks longer than an outage lasts. The agents' health reports are not events
-# from an outbox: published while the TELEMETRY stream has no leader (when the killed server
-# led it too), they are lost, and a soak no longer than the outage would have no samples and
-# be judged inconclusive (missing data is not a pass), as a real soak of minutes would not.
+# The second wave soaks longer than an outage lasts. The agents buffer their health reports
+# while the TELEMETRY stream has no leader (when the killed server led it too) and deliver them
+# once one is elected (docs/simulator.md), but late: the gate judges a wave at the end of its
+# soak (plus ``eval_grace_s``), so a soak no longer than the election would be judged on too few
+# samples, inconclusive (missing data is not a pass), as a real soak of minutes would not.
 WAVE_SOAK_S = 20
 # Streams whose every event comes from a service's outbox here (the agents publish telemetry).
 OUTBOX_STREAMS = ("BUNDLES", "ROLLOUTS", "PINS", "DEVICES", "GATES", "DRIFT")

@@ -13,6 +13,7 @@ from lockstep_common.vocabulary import ChangeClass
 from lockstep_planner.domain.classes import UnfitNodes
 from lockstep_planner.domain.fleet import ComponentKind, Node, Pool, PowerSide
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
+from lockstep_planner.domain.plan_hash import plan_hash
 from lockstep_planner.domain.refusal import PlanRefused
 
 from .fleets import NOW, TARGET, component, nightly, node, policy, request
@@ -327,3 +328,24 @@ def test_an_unfit_node_with_the_exclude_policy_does_not_block_the_rest() -> None
     nodes = [*fleet(4), node(9, drifted=True)]
     req = request(nodes, class_policy=policy(ChangeClass.ROUTINE, unfit_nodes=UnfitNodes.EXCLUDE))
     assert "n9" not in {n for w in planned(req).waves for n in w.node_ids}
+
+
+def test_an_occupied_domain_joins_no_wave_and_is_named_as_deferred_with_the_reason() -> None:
+    nodes = [node(i, fabric_domain=f"d{i // 3}", rack=f"r{i // 3}") for i in range(9)]
+    switch = component("nvswitch", ComponentKind.FABRIC_SWITCH)
+    busy = {"d1": "fabric domain d1 is OCCUPIED by a job"}
+    result = planned(request(nodes, [switch], deferred_domains=busy))
+    assert {i for w in result.waves for i in w.node_ids} == {"n0", "n1", "n2", "n6", "n7", "n8"}
+    assert {e.node_id: e.reason for e in result.excluded} == dict.fromkeys(
+        ("n3", "n4", "n5"), "deferred: fabric domain d1 is OCCUPIED by a job"
+    )
+    # The deferral is part of what the plan hash covers: a plan made while d1 was free differs.
+    assert plan_hash(result) != plan_hash(planned(request(nodes, [switch])))
+    # Without switch firmware an occupied domain is no reason to wait: its drains are.
+    assert {
+        i for w in planned(request(nodes, deferred_domains=busy)).waves for i in w.node_ids
+    } == {n.id for n in nodes}
+    # Every domain occupied: nothing can move, and the refusal says why.
+    everything = {f"d{i}": f"fabric domain d{i} is OCCUPIED by a job" for i in range(3)}
+    [reason] = refused(request(nodes, [switch], deferred_domains=everything))
+    assert reason.startswith("no node in scope can move: deferred: fabric domain d0 is OCCUPIED")

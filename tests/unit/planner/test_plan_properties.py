@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lockstep_planner.domain.fleet import LAYER_ORDER, ComponentKind, PowerSide
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
@@ -221,3 +222,23 @@ def test_same_request_and_seed_give_the_same_plan_whatever_the_fleet_order(
     assert again == result
     assert plan_hash(reordered) == plan_hash(result)
     assert reordered.waves == result.waves
+
+
+@given(cases(), st.randoms(use_true_random=False))
+@PROPERTY
+def test_no_wave_includes_a_node_of_an_occupied_domain_when_switch_firmware_moves(
+    request: PlanRequest, rng: random.Random
+) -> None:
+    domains = sorted({n.fabric_domain for n in request.fleet if n.fabric_domain})
+    occupied = {d: f"fabric domain {d} is OCCUPIED" for d in domains if rng.random() < 0.3}
+    result = planned(replace(request, deferred_domains=occupied))
+    if result is None:
+        return
+    by_id = {n.id: n for n in request.fleet}
+    moving = [by_id[i] for w in result.waves for i in w.node_ids]
+    if request.bundle.moves_fabric:
+        assert not any(n.fabric_domain in occupied for n in moving)
+        deferred = {e.node_id for e in result.excluded if e.reason.startswith("deferred: ")}
+        assert all(by_id[i].fabric_domain in occupied for i in deferred)
+    else:
+        assert not any(e.reason.startswith("deferred: ") for e in result.excluded)

@@ -79,6 +79,16 @@ def test_node_list_component_and_count() -> None:
     assert state.fire(frozenset({"bricked"}), "node-00000", "HGX_FW_GPU_2", "gpu") is None
 
 
+def test_a_bad_image_degrades_only_where_that_version_is_activated() -> None:
+    state = FaultState()
+    bad = Fault("degrade_health", components=("gpu",), image="97.00.C5.00.01")
+    state.replace(FaultPlan((bad,)))
+    kinds = frozenset({"degrade_health"})
+    assert state.fire(kinds, "node-00001", "HGX_FW_GPU_0", "gpu", "97.00.A1.00.07") is None
+    assert state.fire(kinds, "node-00001", "HGX_FW_GPU_0", "gpu", "97.00.C5.00.01") == bad
+    assert parse_plan([bad.to_dict()]).faults == (bad,)
+
+
 def test_probability_is_seeded() -> None:
     def firings(seed: int) -> list[bool]:
         state = FaultState()
@@ -138,3 +148,18 @@ def test_serve_refuses_a_bad_fault_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(sim_app, ["serve", "--faults", str(bad)], env={"COLUMNS": "200"})
     assert result.exit_code != 0
     assert "faults[0].kind" in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("bad-image", "degrade_health"),
+        ("thermal-rack", "thermal_event"),
+        ("network-fleet-wide", "network_degraded"),
+    ],
+)
+def test_the_example_health_scenarios_load(name: str, kind: str) -> None:
+    """docs/simulator.md's scenario files (``lockstep sim run --faults FILE``)."""
+    root = Path(__file__).resolve().parents[3]
+    plan = load_faults(root / "examples" / "health" / f"{name}.yaml")
+    assert [f.kind for f in plan.faults] == [kind]

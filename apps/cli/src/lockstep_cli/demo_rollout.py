@@ -116,6 +116,9 @@ def prepare(base: Path) -> RolloutSetup:
         "LOCKSTEP_PLANNER_WORKER_POLL_S": "0.1",
         "LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE": "24",
         "LOCKSTEP_PLANNER_WAVE_DEADLINE_MIN_S": "120",
+        # The planner asks the same scheduler which jobs occupy which fabric domains.
+        "LOCKSTEP_PLANNER_SCHEDULER_URL": f"http://127.0.0.1:{port}",
+        "LOCKSTEP_PLANNER_FABRIC_SYNC_S": "2",
         "LOCKSTEP_HEALTHGATE_POLICY_FILE": str(_gate_policy(policy / "gate.toml")),
         "LOCKSTEP_HEALTHGATE_EVAL_POLL_S": "0.2",
         "LOCKSTEP_HEALTHGATE_EVAL_GRACE_S": "0.5",

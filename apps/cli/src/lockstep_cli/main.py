@@ -18,6 +18,7 @@ from rich.table import Table
 from lockstep_cli.attest_cli import attest_app, bundle_app
 from lockstep_cli.cli_io import choose_stack, fail, stdout_console
 from lockstep_cli.dlq_cli import dlq_app
+from lockstep_cli.fabric_cli import fabric_app
 from lockstep_cli.fleet_cli import fleet_app
 from lockstep_cli.gate_cli import bench_gate, gate_app
 from lockstep_cli.node_cli import node_app
@@ -46,6 +47,7 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(gate_app, name="gate")
 app.add_typer(node_app, name="node")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(fabric_app, name="fabric")
 bench.command("gate")(bench_gate)
 console = stdout_console()
 

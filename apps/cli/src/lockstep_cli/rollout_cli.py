@@ -251,6 +251,10 @@ def print_plan(decided: dict[str, Any], out: Console = console) -> None:
             _duration(est.get("start_s", 0)),
             _duration(est.get("end_s", 0)),
         )
+    fabric = plan.get("fabric") or {}
+    for number, wait in sorted(fabric.get("deferred", {}).items(), key=lambda d: int(d[0])):
+        nodes = fabric["domains"][wait["domain"]]
+        table.add_row(number, str(len(nodes)), f"deferred: {wait['reason']}", "when free", "-")
     out.print(table)
     strata = Table(title="strata covered by the canary, with their control groups")
     for column in ("profile", "supplier", "stack", "canary", "controls"):
@@ -337,7 +341,8 @@ async def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
     try:
         row = await conn.fetchrow(
             "SELECT rollout_id, intent_id, stack_hash, change_class, dry_run, state, plan_hash,"
-            " approvals, approvals_needed, reason, created_at, updated_at FROM rollouts"
+            " approvals, approvals_needed, reason, created_at, updated_at,"
+            " coalesce(plan->'fabric'->'deferred', '{}')::text AS deferred FROM rollouts"
             " WHERE rollout_id = $1",
             rollout_id,
         )
@@ -359,6 +364,8 @@ async def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
         )
         return {
             **dict(row),
+            # wave number -> the occupied fabric domain it waits for, and why
+            "deferred": json.loads(row["deferred"]),
             "waves": [dict(w) for w in waves],
             "nodes_by_step": {s["step"]: s["nodes"] for s in steps},
         }
@@ -420,9 +427,12 @@ def _status_view(doc: dict[str, Any]) -> Group:
     for column in ("wave", "state", "nodes", "succeeded", "failed", "gate", "components"):
         table.add_column(column)
     for w in doc["waves"]:
+        wait = doc["deferred"].get(str(w["number"]))
         table.add_row(
             str(w["number"]),
-            w["state"],
+            f"{w['state']} (deferred: {wait['domain']})"
+            if wait and w["state"] == "pending"
+            else w["state"],
             str(w["nodes"]),
             str(w["succeeded"]),
             str(w["failed"]),

@@ -94,10 +94,11 @@ class Bmc:
         self.runners.add(runner)
         runner.add_done_callback(self.runners.discard)
 
-    def fault(self, kind: str, member_id: str = "") -> Fault | None:
-        """The fault of ``kind`` that fires now on this node (and member), recorded if so."""
+    def fault(self, kind: str, member_id: str = "", image: str = "") -> Fault | None:
+        """The fault of ``kind`` that fires now on this node (and member, and activated
+        image), recorded if so."""
         cls_kind = self.node.components[member_id].cls.kind if member_id else ""
-        fault = self.faults.state.fire(frozenset({kind}), self.node.id, member_id, cls_kind)
+        fault = self.faults.state.fire(frozenset({kind}), self.node.id, member_id, cls_kind, image)
         if fault is not None:
             details = {"component": member_id} if member_id else {}
             self.record("fault", kind="fault", fault=kind, **details)

@@ -61,7 +61,9 @@ SHARED = (
         "faults",
         Path | None,
         typer.Option(
-            None, "--faults", help="Fault plan file (JSON or YAML); see lockstep_sim.faults."
+            None,
+            "--faults",
+            help="Fault plan (JSON or YAML): BMC faults, health scenarios (docs/simulator.md).",
         ),
     ),
 )

@@ -37,7 +37,15 @@ entry):
   ``failed_flash`` (``Exception`` + Update.ApplyFailed, version unchanged); ``silent_revert``
   (old version back ``delay_minutes`` after a successful activation); ``bricked``
   (UnavailableOffline/Critical, no Version); ``wrong_version`` (``version``);
-  ``degrade_health`` (sets ``Node.degraded_after_activation`` for the node agents).
+  ``degrade_health`` (sets ``Node.degraded_after_activation`` for the node agents): the
+  **bad image** scenario, health drops only on nodes that activated the image (with
+  ``image``, only an image of that version: other versions activate cleanly; switching back to
+  the other bank ends it).
+- Health scenarios hold for as long as they are in the plan, on every targeted node (``count``
+  and ``probability`` do not apply; ``racks`` targets whole racks as well): ``thermal_event``
+  (``clock_factor`` of the SM clock, hottest GPU ``temperature_rise_c`` up, NVML thermal
+  throttle reasons set, busbw down by half the clock loss) and ``network_degraded``
+  (``busbw_factor`` of busbw: a fleet-wide fabric problem when it targets every node).
 """
 
 from __future__ import annotations
@@ -65,7 +73,9 @@ TASK_KINDS = frozenset(
         "degrade_health",
     }
 )
-KINDS = REQUEST_KINDS | TASK_KINDS
+# Faults that bend the node agents' health series while they are in the plan.
+HEALTH_KINDS = frozenset({"thermal_event", "network_degraded"})
+KINDS = REQUEST_KINDS | TASK_KINDS | HEALTH_KINDS
 HTTP_5XX = frozenset({500, 502, 503})
 
 
@@ -76,6 +86,14 @@ class FaultPlanError(ValueError):
         super().__init__(f"{field_name}: {problem}")
         self.field = field_name
         self.problem = problem
+
+
+# Fields that only mean something for one health scenario (left out of other kinds' JSON).
+_SCENARIO_FIELDS = {
+    "clock_factor": ("thermal_event",),
+    "temperature_rise_c": ("thermal_event",),
+    "busbw_factor": ("network_degraded",),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +114,21 @@ class Fault:
     forget_state: bool = False  # bmc_reboot_mid_task: sessions and tasks lost at the reboot
     delay_minutes: float = 1.0  # silent_revert
     version: str | None = None  # wrong_version (default: "<flashed>-unexpected")
+    image: str | None = None  # degrade_health: only when the activated image is this version
+    racks: tuple[str, ...] | None = None  # health scenarios: every node of these racks
+    clock_factor: float = 0.8  # thermal_event: SM clocks at 80% (illustrative)
+    temperature_rise_c: float = 18.0  # thermal_event: hottest GPU ~80 C instead of ~63 C
+    busbw_factor: float = 0.6  # network_degraded: busbw at 60% (reliability.md 7.F5)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fault as plan JSON (unset optional fields left out)."""
+        """The fault as plan JSON (unset optional fields, and other kinds' scenario fields,
+        left out)."""
         items = asdict(self).items()
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in items if v is not None}
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in items
+            if v is not None and self.kind in _SCENARIO_FIELDS.get(k, (self.kind,))
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +139,15 @@ class FaultPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "faults": [f.to_dict() for f in self.faults]}
 
-    def targets_node(self, index: int, node_id: str) -> bool:
-        """Whether fault ``index`` applies to ``node_id`` (deterministic for a given seed)."""
+    def targets_node(self, index: int, node_id: str, rack: str = "") -> bool:
+        """Whether fault ``index`` applies to ``node_id`` (in ``rack``; deterministic for a
+        given seed)."""
         fault = self.faults[index]
-        if fault.nodes is None and fault.fraction is None:
+        if fault.nodes is None and fault.fraction is None and fault.racks is None:
             return True
         if fault.nodes is not None and node_id in fault.nodes:
+            return True
+        if fault.racks is not None and rack in fault.racks:
             return True
         if fault.fraction is None:
             return False
@@ -142,12 +173,20 @@ class FaultState:
         self.rng = random.Random(plan.seed)  # noqa: S311 - simulation, not cryptography
 
     def fire(
-        self, kinds: frozenset[str], node_id: str, member_id: str = "", kind: str = ""
+        self,
+        kinds: frozenset[str],
+        node_id: str,
+        member_id: str = "",
+        kind: str = "",
+        image: str = "",
     ) -> Fault | None:
-        """The first fault of ``kinds`` that fires now for this node (and component, if any);
-        firing counts against the fault's ``count``."""
+        """The first fault of ``kinds`` that fires now for this node (and component, if any;
+        and activated ``image``, for a fault that names one); firing counts against the
+        fault's ``count``."""
         for index, fault in enumerate(self.plan.faults):
             if fault.kind not in kinds or not self.plan.targets_node(index, node_id):
+                continue
+            if fault.image is not None and fault.image != image:
                 continue
             if member_id and not _targets_component(fault, member_id, kind):
                 continue
@@ -197,10 +236,14 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "resume": (bool,),
     "forget_state": (bool,),
     "version": (str,),
+    "image": (str,),
+    "clock_factor": (int, float),
+    "temperature_rise_c": (int, float),
+    "busbw_factor": (int, float),
 }
 
 
-_OPTIONAL = frozenset({"nodes", "fraction", "components", "count", "version"})
+_OPTIONAL = frozenset({"nodes", "fraction", "components", "count", "version", "racks", "image"})
 
 
 def _strings(value: Any, name: str) -> tuple[str, ...]:
@@ -220,7 +263,7 @@ def parse_fault(raw: Any, where: str) -> Fault:
         name = f"{where}.{key}"
         if key == "kind" or (key in _OPTIONAL and value is None):
             continue
-        if key in {"nodes", "components"}:
+        if key in {"nodes", "components", "racks"}:
             values[key] = _strings(value, name)
         elif key in _TYPES:
             bad_bool = isinstance(value, bool) and bool not in _TYPES[key]
@@ -235,7 +278,7 @@ def parse_fault(raw: Any, where: str) -> Fault:
 
 
 def _check_ranges(fault: Fault, where: str) -> None:
-    for name in ("fraction", "probability"):
+    for name in ("fraction", "probability", "clock_factor", "busbw_factor"):
         value = getattr(fault, name)
         if value is not None and not 0.0 <= value <= 1.0:
             raise FaultPlanError(f"{where}.{name}", "must be between 0 and 1")
@@ -247,6 +290,8 @@ def _check_ranges(fault: Fault, where: str) -> None:
         value = getattr(fault, name)
         if value is not None and value < 0:
             raise FaultPlanError(f"{where}.{name}", "must not be negative")
+    if fault.temperature_rise_c < 0:
+        raise FaultPlanError(f"{where}.temperature_rise_c", "must not be negative")
     if fault.max_seconds <= 0:
         raise FaultPlanError(f"{where}.max_seconds", "must be positive")
 

@@ -155,7 +155,7 @@ def activated(bmc: Bmc, member_id: str, old: str) -> None:
     component = bmc.node.components[member_id]
     if bmc.fault("bricked", member_id) is not None:
         component.bricked = True
-    if bmc.fault("degrade_health", member_id) is not None:
+    if bmc.fault("degrade_health", member_id, image=component.version) is not None:
         # Read by the node agents (lockstep_sim.agents) to report degraded in-band health.
         bmc.node.degraded_after_activation = True
     revert = bmc.fault("silent_revert", member_id)

@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from lockstep_sim.agents.health_model import Conditions
 from lockstep_sim.agents.http import add_agent_routes
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.drifts import DriftControl
 from lockstep_sim.fleet import Node
+from lockstep_sim.health_scenarios import conditions_for
+from lockstep_sim.injection import FaultControl
 from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
@@ -42,6 +45,10 @@ SCHEDULER_HOST = "127.0.0.1"
 
 def _degraded(node: Node) -> bool:
     return node.degraded_after_activation
+
+
+def _conditions(faults: FaultControl, node: Node) -> Conditions:
+    return conditions_for(faults.plan, node.id, node.rack)
 
 
 def fleet_pools(fleet: list[Node]) -> dict[str, list[str]]:
@@ -102,15 +109,23 @@ class FleetRuntime(Started):
         self.agents: list[AgentFleet] = []
         # In-band state of every node: served on the scheduler's port (/agents/...) always,
         # published as telemetry only when NATS is given.
+        profiles = {node.id: node.profile for node in self.fleet}
+        # The health series runs on the simulator's clock: a report every cadence_s real
+        # seconds is cadence_s * 60 / time_scale simulated ones (its diurnal drift follows it).
+        simulated_cadence_s = cadence_s * 60.0 / options.time_scale
         self.software = {
-            node_id: NodeSoftware(node_id, options.seed)
+            node_id: NodeSoftware(
+                node_id, options.seed, profile=profiles[node_id], cadence_s=simulated_cadence_s
+            )
             for node_ids in fleet_sites(self.fleet).values()
             for node_id in node_ids
         }
         for node_id, software in self.software.items():
-            software.firmware_degraded = functools.partial(
-                _degraded, self.simulator.bmc(node_id).node
-            )
+            node = self.simulator.bmc(node_id).node
+            software.firmware_degraded = functools.partial(_degraded, node)
+            # Health scenarios (thermal event, network problem) live in the simulator's fault
+            # plan: PUT /faults starts and ends them for the agents too.
+            software.conditions = functools.partial(_conditions, self.simulator.faults, node)
         self.simulator.drifts.software = self.software
         for node in self.fleet:
             self.simulator.bmc(node.id).annotate = functools.partial(self._scheduler_view, node.id)

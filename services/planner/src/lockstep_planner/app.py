@@ -14,12 +14,15 @@ from lockstep_planner.adapters.approvers import ApproversError, load_approvers
 from lockstep_planner.adapters.gauges import GAUGES
 from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
 from lockstep_planner.adapters.repository import PostgresStore
+from lockstep_planner.adapters.scheduler_jobs import SchedulerJobs
+from lockstep_planner.adapters.slurm_jobs import SlurmJobs
 from lockstep_planner.domain.classes import Policy, PolicyError
 from lockstep_planner.handlers import Handlers
 from lockstep_planner.lifecycle import Timing
 from lockstep_planner.planning import Planning
 from lockstep_planner.router import subscriptions
 from lockstep_planner.settings import Settings
+from lockstep_planner.store import Occupancy
 from lockstep_planner.worker import PlannerWorker
 
 NAME = "planner"
@@ -46,6 +49,19 @@ def load_approvers_of(settings: Settings) -> dict[str, Ed25519PublicKey]:
         return load_approvers(settings.approvers_dir)
     except ApproversError as exc:
         raise ConfigurationError(f"approvers_dir: {exc}") from None
+
+
+def occupancy_of(settings: Settings) -> Occupancy | None:
+    """Where running jobs are read (a fabric domain is OCCUPIED while one runs on it); None:
+    not tracked."""
+    if settings.scheduler == "slurm":
+        return SlurmJobs(
+            squeue=settings.slurm_squeue,
+            scontrol=settings.slurm_scontrol,
+            conf=settings.slurm_conf,
+            timeout_s=settings.slurm_timeout_s,
+        )
+    return SchedulerJobs(settings.scheduler_url) if settings.scheduler_url else None
 
 
 def create_app(settings: Settings) -> ServiceApp:
@@ -77,6 +93,8 @@ def create_app(settings: Settings) -> ServiceApp:
             poll_s=settings.worker_poll_s,
             lease_s=settings.lease_s,
             max_attempts=settings.max_attempts,
+            occupancy=lambda _: occupancy_of(settings),
+            fabric_sync_s=settings.fabric_sync_s,
         ),
         QueryGauges(app.metrics.registry, GAUGES),
     )

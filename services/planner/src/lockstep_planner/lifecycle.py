@@ -33,6 +33,7 @@ from lockstep_planner.domain.rollout import (
     transition,
     wave_transition,
 )
+from lockstep_planner.fabric_domains import after_wave, before_release, claim_all, let_go
 from lockstep_planner.store import AuditEntry, PlannerTx, RolloutRow, WaveRow
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,12 @@ async def advance(tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datet
         if wave.state is WaveState.PASSED:
             continue
         if wave.state is WaveState.PENDING:
+            occupied = await before_release(tx, rollout, wave.node_ids, now)
+            if occupied:
+                return await _wait_for(tx, rollout, wave, occupied, now)
+            if rollout.reason.startswith(_waits(wave)):
+                rollout = dataclasses.replace(rollout, reason="", updated_at=now)
+                await tx.save_rollout(rollout)
             await release(tx, rollout, wave, timing, now)
             return rollout
         if (
@@ -138,15 +145,50 @@ async def advance(tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datet
                 f"wave {wave.number}: gate passed and soak over",
                 now,
             )
+            await after_wave(tx, rollout, wave.node_ids, now)
             continue
         return rollout  # the current wave is still working, soaking or waiting for its gate
     return await complete(tx, rollout, waves, now)
 
 
+def _waits(wave: WaveRow) -> str:
+    return f"wave {wave.number} waits:"
+
+
+async def _wait_for(
+    tx: PlannerTx, rollout: RolloutRow, wave: WaveRow, occupied: Sequence[str], now: datetime
+) -> RolloutRow:
+    """A wave whose fabric domain a job occupies is not released (seed 002: the update waits
+    until the domain is next unoccupied); the worker's fabric sync releases it once the
+    scheduler shows the domain free. Said once in the audit trail and the rollout's reason."""
+    why = (
+        f"{_waits(wave)} fabric domain(s) {', '.join(occupied)} OCCUPIED by a job; released "
+        "once AVAILABLE"
+    )
+    if rollout.reason == why:
+        return rollout
+    waiting = dataclasses.replace(rollout, reason=why, updated_at=now)
+    await tx.save_rollout(waiting)
+    await note(tx, rollout.rollout_id, PLANNER, "wave deferred", why, now)
+    return waiting
+
+
 async def start(
     tx: PlannerTx, rollout: RolloutRow, timing: Timing, now: datetime, approvals: str
 ) -> RolloutRow:
-    """Approvals are in (or none are needed): release the canary."""
+    """Approvals are in (or none are needed): pin the fabric domains the rollout moves (a
+    conflict aborts it before any work), then release the canary."""
+    conflicts = await claim_all(tx, rollout, PLANNER, now)
+    if conflicts:
+        # PLANNED may only go to RUNNING or ABORTED: nothing ran, so the plan is closed.
+        return await stop(
+            tx,
+            rollout,
+            RolloutState.ABORTED,
+            reason="fabric domain conflict: " + "; ".join(conflicts),
+            by="policy",
+            now=now,
+        )
     running = await set_state(tx, rollout, RolloutState.RUNNING, now)
     await note(tx, rollout.rollout_id, PLANNER, "started", f"approvals: {approvals}", now)
     return await advance(tx, running, timing, now)
@@ -222,6 +264,7 @@ async def stop(
     ``wave_number``'s wave takes ``wave_state`` (tripped, timed out); in-flight device steps of
     a released wave finish (issue 10: "new work stops; in-flight device steps finish")."""
     stopped = await set_state(tx, rollout, state, now, reason)
+    await let_go(tx, rollout, reason, now)
     current = 0
     for wave in await tx.waves(rollout.rollout_id):
         if wave.number == wave_number and wave_state in WAVE_ALLOWED[wave.state]:

@@ -13,6 +13,7 @@ is what an operator waiting on the intent must hear about.
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,15 +33,17 @@ from lockstep_common.events.v1 import (
     WaveStratum,
 )
 from lockstep_common.vocabulary import ChangeClass, clip_text
-from lockstep_planner.domain.classes import Policy
+from lockstep_planner.domain.classes import ClassPolicy, Policy
 from lockstep_planner.domain.compatibility import check_target
+from lockstep_planner.domain.fabric import FabricConflict, Lifecycle, claim
 from lockstep_planner.domain.fleet import Node, Pool
 from lockstep_planner.domain.intake import bundle_of, current_versions, node_of, stack_of
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
 from lockstep_planner.domain.plan_hash import canonical_plan, plan_hash
 from lockstep_planner.domain.refusal import PlanRefused, some
 from lockstep_planner.domain.rollout import RolloutState, WaveState
-from lockstep_planner.domain.scope import in_scope
+from lockstep_planner.domain.scope import AT_TARGET, DEFERRED, in_scope
+from lockstep_planner.fabric_domains import fresh
 from lockstep_planner.lifecycle import PLANNER, Timing, note, start
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
 
@@ -71,6 +74,7 @@ def _request(
     fleet: Sequence[FleetNode],
     planning: Planning,
     now: datetime,
+    deferred: Mapping[str, str],
 ) -> tuple[PlanRequest, dict[str, Node], tuple[str, ...]]:
     """The plan request, the planning model of every node, and the compatibility rules the
     target would break (judged over the readable nodes: those are the ones that could move)."""
@@ -95,6 +99,7 @@ def _request(
             seed=str(intent.intent_id),
             strategy=intent.strategy,
             current_versions=current_versions(scoped),
+            deferred_domains=deferred,
         ),
         {n.id: n for n in nodes},
         check.refusals,
@@ -157,6 +162,86 @@ def _wave_rows(rollout_id: str, made: Plan, nodes: dict[str, Node]) -> list[Wave
     return rows
 
 
+def _fabric_section(made: Plan, nodes: Mapping[str, Node]) -> dict[str, Any]:
+    """For a bundle moving switch firmware: the domains the rollout moves (deferred ones
+    included) with their nodes, and the domains already on the bundle (see
+    ``fabric_domains.fabric_plan``). ``deferred`` is filled in by :func:`_deferred_waves`."""
+    moved: dict[str, list[str]] = defaultdict(list)
+    for node_id in [i for w in made.waves for i in w.node_ids] + [
+        e.node_id for e in made.excluded if e.reason.startswith(DEFERRED)
+    ]:
+        domain = nodes[node_id].fabric_domain
+        if domain is not None:
+            moved[domain].append(node_id)
+    reasons: dict[str, set[str]] = defaultdict(set)  # domain -> why its nodes stay put
+    for e in made.excluded:
+        domain = nodes[e.node_id].fabric_domain
+        if domain is not None:
+            reasons[domain].add(e.reason)
+    whole = [d for d, why in reasons.items() if why == {AT_TARGET} and d not in moved]
+    return {
+        "domains": {d: sorted(ids) for d, ids in sorted(moved.items())},
+        "at_target": sorted(whole),
+        "deferred": {},
+    }
+
+
+def _deferred_waves(
+    rollout_id: str,
+    made: Plan,
+    nodes: Mapping[str, Node],
+    earlier: Sequence[WaveRow],
+    fabric: dict[str, Any],
+    policy: ClassPolicy,
+) -> list[WaveRow]:
+    """One wave per occupied fabric domain, after every planned wave: it is released once the
+    domain is AVAILABLE (``lifecycle.advance``), after the canary and the other waves passed
+    their gates on the same stack, and is gated like them against nodes of its stratum that
+    already moved."""
+    by_domain: dict[str, list[str]] = defaultdict(list)
+    why: dict[str, str] = {}
+    for e in made.excluded:
+        domain = nodes[e.node_id].fabric_domain
+        if e.reason.startswith(DEFERRED) and domain is not None:
+            by_domain[domain].append(e.node_id)
+            why[domain] = e.reason[len(DEFERRED) :]
+    components = tuple(dict.fromkeys(c for w in earlier for c in w.components))
+    caps = dict(made.max_unavailable)
+    gated: dict[str, list[str]] = defaultdict(list)
+    for wave in earlier:
+        for node_id in wave.node_ids:
+            gated[stratum_key(nodes[node_id])].append(node_id)
+    rows = []
+    for number, (domain, ids) in enumerate(sorted(by_domain.items()), start=len(earlier)):
+        by_stratum: dict[str, list[str]] = defaultdict(list)
+        for node_id in sorted(ids):
+            by_stratum[stratum_key(nodes[node_id])].append(node_id)
+        pools = {nodes[i].pool for i in ids}
+        rows.append(
+            WaveRow(
+                rollout_id=rollout_id,
+                number=number,
+                state=WaveState.PENDING,
+                node_ids=tuple(sorted(ids)),
+                components=components,
+                max_unavailable=min((caps.get(p, 1) for p in pools), default=1),
+                failure_budget=math.floor(round(policy.failure_budget * len(ids), 6)),
+                soak_s=policy.wave_soak_s,
+                planned_s=max((w.planned_s for w in earlier), default=0),
+                strata=tuple(
+                    WaveStratum(
+                        key=key,
+                        node_ids=tuple(members),
+                        control_ids=control_of((), set(), sorted(gated[key]), len(members)),
+                    )
+                    for key, members in sorted(by_stratum.items())
+                ),
+            )
+        )
+        fabric["deferred"][str(number)] = {"domain": domain, "reason": why[domain]}
+    return rows
+
+
 def _described(made: Plan, rows: list[WaveRow], sites: list[str]) -> dict[str, Any]:
     """The stored plan: its hashed content plus what ``--dry-run`` and ``status`` show."""
     return {
@@ -204,13 +289,34 @@ async def plan_intent(
     if bundle is None:
         await refuse(tx, row, [f"bundle with stack {intent.stack_hash} is not attested"], now)
         return None
-    request, nodes, refusals = _request(intent, bundle, fleet, planning, now)
+    moves_fabric = bundle_of(bundle.stack_hash, bundle.components).moves_fabric
+    domains = await tx.fabric_domains(
+        {n.fabric_domain for n in fleet if n.fabric_domain} if moves_fabric else ()
+    )
+    occupied = {
+        d: f"fabric domain {d} is OCCUPIED by a job; its nodes follow in a wave of their own "
+        "once it is AVAILABLE"
+        for d, r in domains.items()
+        if r.domain.lifecycle is Lifecycle.OCCUPIED
+    }
+    request, nodes, refusals = _request(intent, bundle, fleet, planning, now, occupied)
     reasons = list(refusals)
     try:
         made = plan(request, now=now)
     except PlanRefused as exc:
         reasons.extend(exc.reasons)
         made = None
+    fabric: dict[str, Any] = {}
+    if made is not None and moves_fabric:
+        fabric = _fabric_section(made, nodes)
+        for domain_id in sorted(fabric["domains"]):
+            found = domains.get(domain_id)
+            try:
+                claim(
+                    found.domain if found else fresh(domain_id), intent.stack_hash, row.rollout_id
+                )
+            except FabricConflict as exc:
+                reasons.append(str(exc))
     if made is not None:
         moving = [i for w in made.waves for i in w.node_ids]
         busy = await tx.busy_nodes(moving)
@@ -220,9 +326,10 @@ async def plan_intent(
     if reasons or made is None:
         await refuse(tx, row, reasons, now)
         return None
-    waves = _wave_rows(row.rollout_id, made, nodes)
-    sites = sorted({nodes[i].site for w in made.waves for i in w.node_ids})
     policy = planning.policy[ChangeClass(intent.change_class)]
+    waves = _wave_rows(row.rollout_id, made, nodes)
+    waves += _deferred_waves(row.rollout_id, made, nodes, waves, fabric, policy)
+    sites = sorted({nodes[i].site for w in waves for i in w.node_ids})
     rollout = RolloutRow(
         rollout_id=row.rollout_id,
         intent_id=row.intent_id,
@@ -232,7 +339,7 @@ async def plan_intent(
         dry_run=intent.dry_run,
         state=RolloutState.PLANNED,
         plan_hash=plan_hash(made),
-        plan=_described(made, waves, sites),
+        plan={**_described(made, waves, sites), "fabric": fabric},
         approvals_needed=policy.approvals.count,
         created_at=now,
         updated_at=now,
@@ -261,6 +368,11 @@ async def plan_intent(
         f"plan {rollout.plan_hash}: {len(waves)} wave(s), "
         f"{sum(len(w.node_ids) for w in waves)} node(s), {len(excluded)} excluded"
         + (" (" + "; ".join(sorted({e.reason for e in excluded}))[:400] + ")" if excluded else "")
+        + (
+            f", {len(fabric['deferred'])} occupied fabric domain(s) deferred to their own wave(s)"
+            if fabric.get("deferred")
+            else ""
+        )
         + f", estimated {made.makespan_s} s"
         + (", dry run: nothing released" if intent.dry_run else ""),
         now,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -43,6 +44,28 @@ class Settings(ServiceSettings):
     fleet_timeout_s: Seconds = Field(default=10.0, description="Bound of one fleet.query page.")
     wave_deadline_factor: float = Field(
         default=3.0, ge=1, description="A wave's deadline: this many times its estimated work..."
+    )
+    scheduler: Literal["sim", "slurm"] = Field(
+        default="sim",
+        description="Where the running jobs that occupy fabric domains are read: the "
+        "simulator's scheduler API (scheduler_url) or a Slurm cluster (squeue and scontrol).",
+    )
+    scheduler_url: str = Field(
+        default="",
+        description="Base URL of the scheduler API for scheduler=sim (/scheduler/jobs). Empty: "
+        "occupancy is not tracked, and a domain is never OCCUPIED (the updater still waits for "
+        "each node's drain).",
+    )
+    slurm_squeue: str = Field(default="squeue", description="squeue for scheduler=slurm.")
+    slurm_scontrol: str = Field(default="scontrol", description="scontrol for scheduler=slurm.")
+    slurm_conf: str | None = Field(default=None, description="SLURM_CONF for scheduler=slurm.")
+    slurm_timeout_s: float = Field(
+        default=30.0, gt=0, description="Bound of one squeue or scontrol call, seconds."
+    )
+    fabric_sync_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often fabric domains are refreshed from the fleet and the scheduler, s.",
     )
     wave_deadline_min_s: float = Field(
         default=3600.0, gt=0, description="...but never less than this many seconds."

@@ -26,6 +26,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.outbox import EventSink
 from lockstep_planner.domain.approvals import Approval
+from lockstep_planner.domain.fabric import FabricDomain
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 
 
@@ -112,6 +113,24 @@ class Command:
     reason: str = ""
     approval: Approval | None = None
     """For ``approve``: the signed record."""
+    bundle: str = ""
+    """For ``pin``: the stack hash of the bundle to pin (``rollout_id`` is then
+    :data:`FABRIC_KEY` + the domain)."""
+
+
+FABRIC_KEY = "fabric:"
+"""Prefix of the key a fabric domain's commands and audit lines are filed under (the audit
+trail's ``rollout_id`` column): ``fabric:<domain>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class FabricRow:
+    """One fabric domain as the planner keeps it: its state, its nodes, who changed it last."""
+
+    domain: FabricDomain
+    node_ids: tuple[str, ...]
+    changed_by: str
+    changed_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +235,33 @@ class PlannerTx(Protocol):
         """Append to the audit trail."""
         ...
 
+    async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
+        """Domain -> its row (of ``ids``, or all), locked until the transaction ends."""
+        ...
+
+    async def save_fabric(self, row: FabricRow) -> None:
+        """Insert or replace a fabric domain's row."""
+        ...
+
 
 class PlannerStore(Protocol):
     """Opens units of work on the planner's state."""
 
     def transaction(self) -> AbstractAsyncContextManager[PlannerTx]:
         """A transaction that commits when the block ends normally and vanishes if it raises."""
+        ...
+
+
+class Occupancy(Protocol):
+    """Where the planner learns which nodes run a job: the scheduler (a fabric domain is
+    OCCUPIED while a job runs on any of its nodes)."""
+
+    async def busy_nodes(self) -> frozenset[str]:
+        """Every node a running job is placed on.
+
+        Raises:
+            TransientError: the scheduler did not answer; lifecycles stay as they were.
+        """
         ...
 
 

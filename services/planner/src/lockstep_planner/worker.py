@@ -27,12 +27,15 @@ from lockstep_common.vocabulary import ChangeClass
 from lockstep_planner.domain.approvals import refusal as approval_refusal
 from lockstep_planner.domain.class_rules import approval_shortfall
 from lockstep_planner.domain.rollout import RolloutState, WaveState
+from lockstep_planner.fabric_domains import after_wave, pin_domain, sync
 from lockstep_planner.lifecycle import PLANNER, advance, note, set_state, set_wave, start, stop
 from lockstep_planner.planning import Planning, plan_intent, refuse
 from lockstep_planner.store import (
+    FABRIC_KEY,
     Command,
     DueWave,
     FleetSource,
+    Occupancy,
     PlannerStore,
     PlannerTx,
     RolloutRow,
@@ -57,31 +60,63 @@ class PlannerWorker:
         poll_s: float,
         lease_s: float,
         max_attempts: int,
+        occupancy: Callable[[Resources], Occupancy | None] = lambda _: None,
+        fabric_sync_s: float = 30.0,
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.planning = planning
-        self._store, self._fleet = store, fleet
+        self._store, self._fleet, self._occupancy = store, fleet, occupancy
         self._poll_s, self._lease_s, self._max_attempts = poll_s, lease_s, max_attempts
+        self._fabric_sync_s = fabric_sync_s
+        self._synced: datetime | None = None
         self._clock = clock
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Work until stopped."""
         store, fleet = self._store(resources), self._fleet(resources)
+        occupancy = self._occupancy(resources)
         while not stopping.is_set():
             busy = False
             try:
-                busy = await self.step(store, fleet)
+                busy = await self.step(store, fleet, occupancy)
             except Exception:
                 log.exception("planner worker: loop error; retrying")
             if not busy:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
 
-    async def step(self, store: PlannerStore, fleet: FleetSource) -> bool:
-        """One pass: commands, timers, then one intent. True when anything was done."""
+    async def step(
+        self, store: PlannerStore, fleet: FleetSource, occupancy: Occupancy | None = None
+    ) -> bool:
+        """One pass: commands, fabric domains when due, timers, then one intent. True when
+        anything was done."""
         did = await self.commands(store)
+        now = self._clock()
+        due = self._synced is None or (now - self._synced).total_seconds() >= self._fabric_sync_s
+        if occupancy is not None and due:
+            did = await self.fabric(store, fleet, occupancy) or did
         did = await self.timers(store) or did
         return await self.intent(store, fleet) or did
+
+    async def fabric(self, store: PlannerStore, fleet: FleetSource, occupancy: Occupancy) -> bool:
+        """Learn the fabric domains from the fleet and their occupancy from the scheduler, and
+        release a waiting wave whose domain became AVAILABLE. True when a wave was released.
+        (Without a scheduler, domains are learned only when an intent is planned.)"""
+        self._synced = self._clock()  # a silent inventory or scheduler is asked next period
+        try:
+            nodes = await fleet.nodes(None)
+            busy = await occupancy.busy_nodes()
+        except TransientError as exc:
+            log.warning("fabric domains not refreshed: %s", exc)
+            return False
+        now = self._clock()
+        async with store.transaction() as tx:
+            freed = await sync(tx, nodes, busy, now)
+            for rollout_id in sorted(freed):
+                rollout = await tx.rollout(rollout_id)
+                if rollout is not None:
+                    await advance(tx, rollout, self.planning.timing, now)
+        return bool(freed)
 
     async def intent(self, store: PlannerStore, fleet: FleetSource) -> bool:
         """Claim one intent and plan it; False when none was waiting."""
@@ -108,6 +143,8 @@ class PlannerWorker:
             if not await tx.still_holds(row):
                 log.warning("intent %s was taken over; discarding this plan", row.intent_id)
                 return True
+            # The fleet was just read: the fabric domains learn their nodes from it too.
+            await sync(tx, nodes, None, self._clock())
             # The plan itself runs here, in the transaction: it is pure CPU (under 2 s for
             # 12,500 nodes, `lockstep bench plan`), and its result must commit with the fence.
             await plan_intent(tx, row, nodes, self.planning, self._clock())
@@ -201,6 +238,14 @@ class PlannerWorker:
         return "done"
 
     async def _carry_out(self, tx: PlannerTx, command: Command, now: datetime) -> str:
+        if command.action == "pin":
+            return await pin_domain(
+                tx,
+                command.rollout_id.removeprefix(FABRIC_KEY),
+                command.bundle,
+                command.requested_by,
+                now,
+            )
         rollout = await tx.rollout(command.rollout_id)
         if rollout is None:
             return f"refused: no rollout {command.rollout_id}"
@@ -226,6 +271,7 @@ class PlannerWorker:
                 for wave in await tx.waves(rollout.rollout_id):
                     if wave.state is WaveState.HELD:
                         await set_wave(tx, wave, WaveState.PASSED)
+                        await after_wave(tx, rollout, wave.node_ids, now)
                         await note(
                             tx,
                             rollout.rollout_id,

@@ -1,10 +1,18 @@
 """``AgentFleet``: N simulated node agents publishing inventory and health to JetStream.
 
-Each report cycle publishes, for every node, one ``telemetry.observed.inventory.<site>.<node>``
-and one ``telemetry.observed.health.<site>.<node>`` event straight to JetStream, with the event
-id as ``Nats-Msg-Id`` so a re-publish is dropped by the stream's duplicate window. Publishes are
-pipelined with nats-py ``publish_async`` and bounded by a semaphore, so 12,500 nodes at a 10 s
-cadence need ~2,500 msg/s, which one process sustains with room to spare (see the report).
+Each report cycle measures, for every node, one ``telemetry.observed.inventory.<site>.<node>``
+and one ``telemetry.observed.health.<site>.<node>`` event into a bounded local buffer, then
+publishes the buffer to JetStream, with the event id as ``Nats-Msg-Id``. A report leaves the
+buffer only once JetStream acknowledged it; while NATS (or the TELEMETRY stream's leader) is
+unavailable the reports wait and are retried with a jittered, doubling backoff, so an outage
+delays them instead of losing them. A retry of a report that was in fact stored is dropped by
+the stream's duplicate window (``StreamPolicy.duplicate_window_s``, 10 minutes by default;
+after a longer outage a retry may be stored twice: telemetry tolerates that). When the buffer
+is full the oldest report is dropped and counted (``FleetStats.dropped``): telemetry is worth
+less the older it gets, and an agent must not grow without bound.
+
+Publishes are pipelined with nats-py ``publish_async`` and bounded by a semaphore, so 12,500
+nodes at a 10 s cadence need ~2,500 msg/s, which one process sustains with room to spare.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,6 +59,8 @@ class FleetConfig:
         backoff_max_s: longest pause after repeated NATS errors.
         stop_grace_s: how long stop() waits for the in-flight acks of the cycle.
         node_prefix: prefix of generated node ids.
+        buffer_cycles: how many cycles' reports the local buffer holds while NATS is away
+            (30 cycles: 5 minutes at a 10 s cadence); beyond it the oldest are dropped.
     """
 
     site: str = "site-a"
@@ -64,9 +75,10 @@ class FleetConfig:
     backoff_max_s: float = 10.0
     stop_grace_s: float = 1.0
     node_prefix: str = "node"
+    buffer_cycles: int = 30
 
     def __post_init__(self) -> None:
-        positive = ("cadence_s", "time_scale", "max_in_flight", "ack_timeout_s")
+        positive = ("cadence_s", "time_scale", "max_in_flight", "ack_timeout_s", "buffer_cycles")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"FleetConfig.{name} must be > 0, got {getattr(self, name)!r}")
@@ -83,15 +95,21 @@ class FleetStats:
     """Counters since the fleet started (read them; do not write)."""
 
     cycles: int = 0
-    """Completed cycles in which every node's two messages were acknowledged."""
+    """Publishes of the buffer in which every report was acknowledged."""
     reports: int = 0
-    """Node reports (inventory + health pair) acknowledged."""
+    """Health reports acknowledged (each node sends one with its inventory every cycle)."""
     acked: int = 0
     duplicates: int = 0
+    """Acknowledged as already stored (a retry the duplicate window dropped)."""
     errors: int = 0
     """Publishes that raised or were not acknowledged."""
     failed_cycles: int = 0
-    """Cycles cut short or left unacknowledged by a NATS error (each one is backed off)."""
+    """Publishes of the buffer cut short or left unacknowledged by a NATS error (each one is
+    backed off; the reports stay buffered)."""
+    retried: int = 0
+    """Publishes of a report sent before and not acknowledged then."""
+    dropped: int = 0
+    """Reports dropped unsent, oldest first, because the buffer was full."""
     overruns: int = 0
     """Cycles that took longer than the period (the fleet is not keeping up)."""
     last_cycle_s: float = 0.0
@@ -101,6 +119,17 @@ class FleetStats:
     def reports_per_s(self) -> float:
         """Reports acknowledged per second of publishing time."""
         return self.reports / self.busy_s if self.busy_s else 0.0
+
+
+@dataclass(slots=True)
+class _Report:
+    """One message in the buffer, sent as is (same payload, same Msg-Id) on every retry."""
+
+    subject: str
+    payload: bytes
+    msg_id: str
+    health: bool
+    attempts: int = 0
 
 
 @dataclass(slots=True)
@@ -146,6 +175,8 @@ class AgentFleet:
             )
             for node in self.nodes
         }
+        self._buffer: OrderedDict[str, _Report] = OrderedDict()
+        self.buffer_limit = config.buffer_cycles * 2 * max(1, len(self.nodes))
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -165,58 +196,80 @@ class AgentFleet:
                 await self._task
             self._task = None
 
+    @property
+    def buffered(self) -> int:
+        """Reports waiting for an acknowledgement."""
+        return len(self._buffer)
+
     async def _run(self) -> None:
         backoff = self.config.backoff_initial_s
-        next_at = time.monotonic()
+        next_sample = time.monotonic()
+        retry_at = 0.0
         while not self._stopping.is_set():
-            ok = await self.publish_cycle()
+            if time.monotonic() >= next_sample:
+                self.sample_cycle()
+                next_sample += self.config.period_s
+            if self._buffer and time.monotonic() >= retry_at:
+                if await self.publish_buffer():
+                    backoff = self.config.backoff_initial_s
+                else:
+                    # Back off on NATS errors with jitter instead of retrying in a tight loop;
+                    # reports go on being measured (and buffered) at the cadence meanwhile.
+                    retry_at = time.monotonic() + backoff * self._rng.uniform(0.5, 1.0)
+                    backoff = min(backoff * 2, self.config.backoff_max_s)
             if self._stopping.is_set():
                 return
-            if ok:
-                backoff = self.config.backoff_initial_s
-                next_at += self.config.period_s
-                if next_at < time.monotonic():
-                    self.stats.overruns += 1
-                    next_at = time.monotonic()
-                delay = next_at - time.monotonic()
-            else:
-                # Back off on NATS errors with jitter instead of retrying in a tight loop.
-                delay = backoff * self._rng.uniform(0.5, 1.0)
-                backoff = min(backoff * 2, self.config.backoff_max_s)
-                next_at = time.monotonic() + delay
+            if next_sample < time.monotonic():
+                self.stats.overruns += 1
+                next_sample = time.monotonic()
+            wake = next_sample if not self._buffer else min(next_sample, retry_at)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=max(delay, 0.0))
+                await asyncio.wait_for(
+                    self._stopping.wait(), timeout=max(wake - time.monotonic(), 0.0)
+                )
 
     async def publish_cycle(self) -> bool:
-        """Publish one report of every node and wait for the acks.
+        """Measure one report of every node and publish the buffer (``sample_cycle`` then
+        ``publish_buffer``)."""
+        self.sample_cycle()
+        return await self.publish_buffer()
+
+    def sample_cycle(self) -> None:
+        """Measure one inventory and one health report of every node into the buffer."""
+        site = self.config.site
+        for node_id, node in self.nodes.items():
+            now = datetime.now(UTC)
+            seq = self.sequences[node_id] = self.sequences[node_id] + 1
+            inv_subject, health_subject = self._subjects[node_id]
+            inventory = inventory_event(node_id, site, node.state, seq, now)
+            self._enqueue(inv_subject, inventory, node_id, health=False)
+            health = health_event(node_id, site, node.sample_health(), now)
+            self._enqueue(health_subject, health, node_id, health=True)
+
+    def _enqueue(self, subject: str, data: EventData, node_id: str, *, health: bool) -> None:
+        env = make_envelope(data, source=AGENT_SOURCE, subject=node_id)
+        while len(self._buffer) >= self.buffer_limit:
+            self._buffer.popitem(last=False)  # the oldest report is worth the least
+            self.stats.dropped += 1
+        msg_id = str(env.event_id)
+        self._buffer[msg_id] = _Report(subject, env.to_json(), msg_id, health)
+
+    async def publish_buffer(self) -> bool:
+        """Publish every buffered report, oldest first, and wait for the acks.
 
         Returns:
-            True when every message was acknowledged, False after a NATS error or ack timeout
-            (the rest of the cycle is skipped: the next one carries fresh reports anyway).
+            True when every report was acknowledged (the buffer is empty), False after a NATS
+            error or ack timeout: the publish stops at the first error and the unacknowledged
+            reports stay buffered for the next try.
         """
         started = time.monotonic()
         cycle = _Cycle()
         ok = True
-        site = self.config.site
-        for node_id, node in self.nodes.items():
+        for report in list(self._buffer.values()):
             if self._stopping.is_set():
                 break
-            now = datetime.now(UTC)
-            seq = self.sequences[node_id] = self.sequences[node_id] + 1
-            inv_subject, health_subject = self._subjects[node_id]
             try:
-                await self._publish(
-                    cycle,
-                    inv_subject,
-                    inventory_event(node_id, site, node.state, seq, now),
-                    node_id,
-                )
-                await self._publish(
-                    cycle,
-                    health_subject,
-                    health_event(node_id, site, node.sample_health(), now),
-                    node_id,
-                )
+                await self._publish(cycle, report)
             except _NATS_ERRORS as exc:
                 log.warning("publish failed, backing off: %s", exc)
                 self.stats.errors += 1
@@ -230,20 +283,22 @@ class AgentFleet:
             self.stats.failed_cycles += 1
         elif not self._stopping.is_set():
             self.stats.cycles += 1
-        return ok
+        return ok and not self._buffer
 
-    async def _publish(self, cycle: _Cycle, subject: str, data: EventData, node_id: str) -> None:
-        env = make_envelope(data, source=AGENT_SOURCE, subject=node_id)
+    async def _publish(self, cycle: _Cycle, report: _Report) -> None:
         await self._acquire_slot()
         try:
             fut = await self._js.publish_async(
-                subject, env.to_json(), headers={MSG_ID_HEADER: str(env.event_id)}
+                report.subject, report.payload, headers={MSG_ID_HEADER: report.msg_id}
             )
         except BaseException:
             self._slots.release()
             raise
+        if report.attempts:
+            self.stats.retried += 1
+        report.attempts += 1
         cycle.pending.add(fut)
-        fut.add_done_callback(lambda f: self._done(cycle, f))
+        fut.add_done_callback(lambda f: self._done(cycle, f, report))
 
     async def _acquire_slot(self) -> None:
         """Take an in-flight slot; raise TimeoutError if acks stop coming back.
@@ -262,17 +317,18 @@ class AgentFleet:
                 await asyncio.wait_for(self._slots.acquire(), timeout=0.1)
                 return
 
-    def _done(self, cycle: _Cycle, fut: asyncio.Future[PubAck]) -> None:
+    def _done(self, cycle: _Cycle, fut: asyncio.Future[PubAck], report: _Report) -> None:
         self._slots.release()
         cycle.pending.discard(fut)
         if fut.cancelled() or fut.exception() is not None:
             cycle.failed += 1
             return
+        self._buffer.pop(report.msg_id, None)
         cycle.acked += 1
         self.stats.acked += 1
         if fut.result().duplicate:
             self.stats.duplicates += 1
-        if cycle.acked % 2 == 0:
+        if report.health:
             self.stats.reports += 1
 
     async def _settle(self, cycle: _Cycle) -> bool:

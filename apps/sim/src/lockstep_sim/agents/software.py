@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from lockstep_sim.agents import health_model
+from lockstep_sim.agents.health_model import NORMAL, Conditions
 from lockstep_sim.agents.state import Phase, transition
 
 
@@ -63,9 +65,9 @@ CATALOG: dict[str, DriverRelease] = {
 }
 NCCL_VERSION = "2.27.7"
 DEFAULT_KERNEL = "6.8.0-87-generic"
-EXPECTED_BUSBW_GBPS = 450.0
-"""8-GPU NVLink all_reduce busbw the health gate compares against."""
-BUSBW_DEGRADED_RATIO = 0.92
+EXPECTED_BUSBW_GBPS = health_model.BASELINES[health_model.DEFAULT_PROFILE].expected_busbw_gbps
+"""The default (GB200) profile's all_reduce busbw the health gate compares against."""
+BUSBW_DEGRADED_RATIO = health_model.BUSBW_GATE_RATIO
 """Below this fraction of expected busbw the health gate should trip."""
 
 
@@ -115,7 +117,7 @@ class Faults:
     (seed 004 "Not this runbook": a signing problem, not a GSP mismatch)."""
 
 
-POWER_W_PER_MHZ = 0.52  # ~1,000 W at 1,900 MHz: a GB200 board under a training load
+POWER_W_PER_MHZ = health_model.BASELINES["gb200"].power_w_per_mhz
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +169,20 @@ class NodeSoftware:
         seed: fleet seed; the same (seed, node_id) always yields the same reports.
         driver_version: installed driver at start (a key of ``CATALOG``).
         faults: fault knobs, mutable while the simulation runs.
+        profile: hardware profile (a key of ``health_model.BASELINES``): its health baseline.
+        cadence_s: simulated seconds between two reports: the health series' clock (the
+            diurnal drift reads ``reports * cadence_s``, never the wall clock, so a seed fixes
+            the series).
     """
 
     node_id: str
     seed: int = 0
     driver_version: str = "580.65.06"
     faults: Faults = field(default_factory=Faults)
+    profile: str = health_model.DEFAULT_PROFILE
+    cadence_s: float = 10.0
+    benign_xid_rate: float = health_model.BENIGN_XID_RATE
+    diurnal_period_s: float = health_model.DIURNAL_PERIOD_S
     phase: Phase = Phase.READY
     state: SoftwareState = field(init=False)
     reports: int = 0
@@ -181,10 +191,17 @@ class NodeSoftware:
     """Set by the fleet runtime: True once the BMC activated an image that degrades health
     (the simulator's ``degrade_health`` fault), so firmware and in-band health stay coherent."""
     firmware_degraded_reports: int = 0
+    conditions: Callable[[], Conditions] = field(default=lambda: NORMAL, repr=False)
+    """Set by the fleet runtime: what the simulator's health scenarios (a thermal event, a
+    network problem: ``faults.HEALTH_KINDS``) do to this node right now."""
     _rng: random.Random = field(init=False, repr=False)
+    _offsets: health_model.NodeOffsets = field(init=False, repr=False)
+    _baseline: health_model.ProfileBaseline = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.state = initial_state(self.driver_version)
+        self._baseline = health_model.BASELINES[self.profile]
+        self._offsets = health_model.node_offsets(self.seed, self.node_id)
         # String seeds hash with SHA-512, so this is stable across runs and processes.
         self._rng = random.Random(f"{self.seed}:{self.node_id}")  # noqa: S311 - simulation
 
@@ -306,8 +323,16 @@ class NodeSoftware:
         """Advance one report and measure health."""
         self.reports += 1
         self.reports_since_boot += 1
-        rng = self._rng
-        temp = round(rng.uniform(52.0, 74.0), 1)
+        expected = self._baseline.expected_busbw_gbps
+        reading = health_model.read(
+            self._rng,
+            self._baseline,
+            self._offsets,
+            sim_seconds=self.reports * self.cadence_s,
+            conditions=self.conditions(),
+            benign_xid_rate=self.benign_xid_rate,
+            diurnal_period_s=self.diurnal_period_s,
+        )
         if self.phase in {Phase.GSP_MISMATCH, Phase.MODULE_REJECTED}:
             # GPUs that failed RmInitAdapter have fallen off the bus: XID 79, DCGM -r 1 fails
             # at the NVML/deployment layer, and no clocks or NCCL numbers can be measured.
@@ -316,7 +341,7 @@ class NodeSoftware:
                 False,
                 {"79": 1},
                 None,
-                EXPECTED_BUSBW_GBPS,
+                expected,
                 None,
                 (),
                 None,
@@ -324,28 +349,22 @@ class NodeSoftware:
                 gsp_init_failed=self.phase is Phase.GSP_MISMATCH,
             )
         step = self._degrade_step()
-        ratio = rng.uniform(0.95, 1.0)
-        xids: dict[str, int] = {}
+        ratio = reading.busbw_ratio
+        xids = dict(reading.benign_xids)
         if step:
             # A degrading image: XID 48 (double-bit ECC) then 79 (fell off the bus) rise with
             # every report, and busbw sinks under the 92% gate threshold.
-            xids = {"48": step, "79": (step + 1) // 2}
-            ratio = max(0.3, BUSBW_DEGRADED_RATIO - 0.03 * step)
-        throttle: tuple[str, ...] = ()
-        if rng.random() < 0.05:
-            throttle = ("sw_power_cap",)
-        clock = round(rng.uniform(1755.0, 1980.0) * (0.9 if throttle else 1.0), 1)
+            xids |= {"48": step, "79": (step + 1) // 2}
+            ratio = min(ratio, max(0.3, BUSBW_DEGRADED_RATIO - 0.03 * step))
         return HealthSample(
             dcgm_level=1,
             dcgm_passed=not step,
             xid_counts=xids,
-            nccl_busbw_gbps=round(EXPECTED_BUSBW_GBPS * ratio, 2),
-            nccl_expected_gbps=EXPECTED_BUSBW_GBPS,
-            sm_clock_mhz=clock,
-            throttle_reasons=throttle,
-            max_temperature_c=temp,
+            nccl_busbw_gbps=round(expected * ratio, 2),
+            nccl_expected_gbps=expected,
+            sm_clock_mhz=reading.sm_clock_mhz,
+            throttle_reasons=reading.throttle_reasons,
+            max_temperature_c=reading.temperature_c,
             heartbeat=self.reports,
-            # Board power follows the clocks at a steady load (no extra draw from the seeded
-            # generator, so every other reading stays as it was).
-            gpu_power_w=round(clock * POWER_W_PER_MHZ, 1),
+            gpu_power_w=reading.power_w,
         )

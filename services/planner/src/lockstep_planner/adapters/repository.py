@@ -23,12 +23,14 @@ from lockstep_common.events.v1 import AttestedComponent, IntentSubmitted, WaveSt
 from lockstep_common.outbox import EventSink
 from lockstep_common.stores import PooledStore, in_runtime_transaction
 from lockstep_planner.domain.approvals import Approval
+from lockstep_planner.domain.fabric import FabricDomain, Lifecycle, RecycleLevel
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.store import (
     AuditEntry,
     BundleRow,
     Command,
     DueWave,
+    FabricRow,
     IntentRow,
     PlannerTx,
     RolloutRow,
@@ -337,7 +339,7 @@ class PostgresTx:
 
     async def open_commands(self, limit: int) -> list[Command]:
         rows = await self.conn.fetch(
-            "SELECT id, rollout_id, action, requested_by, reason, approval FROM commands"
+            "SELECT id, rollout_id, action, requested_by, reason, approval, bundle FROM commands"
             " WHERE done_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1",
             limit,
         )
@@ -349,6 +351,7 @@ class PostgresTx:
                 r["requested_by"],
                 r["reason"],
                 _approval(r["approval"]),
+                r["bundle"],
             )
             for r in rows
         ]
@@ -370,3 +373,48 @@ class PostgresTx:
             entry.action,
             entry.detail,
         )
+
+    async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
+        if ids is None:
+            rows = await self.conn.fetch("SELECT * FROM fabric_domains ORDER BY domain FOR UPDATE")
+        else:
+            rows = await self.conn.fetch(
+                "SELECT * FROM fabric_domains WHERE domain = ANY($1::text[])"
+                " ORDER BY domain FOR UPDATE",
+                sorted(set(ids)),
+            )
+        return {r["domain"]: _fabric(r) for r in rows}
+
+    async def save_fabric(self, row: FabricRow) -> None:
+        d = row.domain
+        await self.conn.execute(
+            "INSERT INTO fabric_domains (domain, current_hash, target_hash, lifecycle,"
+            " recycle_level, update_state, update_reason, rollout_id, node_ids, changed_by,"
+            " changed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            " ON CONFLICT (domain) DO UPDATE SET current_hash = $2, target_hash = $3,"
+            " lifecycle = $4, recycle_level = $5, update_state = $6, update_reason = $7,"
+            " rollout_id = $8, node_ids = $9, changed_by = $10, changed_at = $11",
+            d.id,
+            d.current,
+            d.target,
+            d.lifecycle.value,
+            d.recycle.value,
+            d.update_state.value,
+            d.update_reason,
+            d.rollout,
+            list(row.node_ids),
+            row.changed_by,
+            row.changed_at,
+        )
+
+
+def _fabric(r: asyncpg.Record) -> FabricRow:
+    domain = FabricDomain(
+        r["domain"],
+        current=r["current_hash"],
+        target=r["target_hash"],
+        lifecycle=Lifecycle(r["lifecycle"]),
+        recycle=RecycleLevel(r["recycle_level"]),
+        rollout=r["rollout_id"],
+    )
+    return FabricRow(domain, tuple(r["node_ids"]), r["changed_by"], r["changed_at"])

@@ -75,6 +75,10 @@ class FabricDomain:
     target: str | None
     lifecycle: Lifecycle = Lifecycle.AVAILABLE
     recycle: RecycleLevel = RecycleLevel.FULL_RECYCLE
+    rollout: str | None = None
+    """The rollout carrying the update out; None: pinned by an operator and waiting for a
+    rollout of its target (Lockstep moves firmware only through gated rollouts, never on a pin
+    alone, where OCI starts on its own 15 to 30 minutes after the pin)."""
 
     @property
     def update_state(self) -> UpdateState:
@@ -97,7 +101,11 @@ class FabricDomain:
             return f"updating to {self.target}"
         if self.lifecycle is Lifecycle.OCCUPIED:
             return f"pinned to {self.target}; waits until no cluster occupies the domain"
-        return f"pinned to {self.target}; starts now that the domain is available"
+        if self.rollout is None:
+            return f"pinned to {self.target}; waits for a rollout of it"
+        return (
+            f"pinned to {self.target}; rollout {self.rollout} updates it when its wave is released"
+        )
 
 
 def _refuse_while_provisioning(domain: FabricDomain, what: str) -> None:
@@ -116,7 +124,54 @@ def pin(domain: FabricDomain, bundle: str) -> FabricDomain:
         FabricConflict: the domain is PROVISIONING.
     """
     _refuse_while_provisioning(domain, f"pin {bundle}")
+    _refuse_while_held(domain, f"pin {bundle}")
     return dataclasses.replace(domain, target=bundle)
+
+
+def _refuse_while_held(domain: FabricDomain, what: str, rollout: str | None = None) -> None:
+    if domain.rollout is not None and domain.rollout != rollout:
+        raise FabricConflict(
+            f"fabric domain {domain.id} is held by rollout {domain.rollout}: cannot {what} "
+            "until it completes or is aborted",
+            domain=domain.id,
+            rollout=domain.rollout,
+        )
+
+
+def claim(domain: FabricDomain, bundle: str, rollout: str) -> FabricDomain:
+    """A rollout of ``bundle`` takes the domain: its target becomes ``bundle`` and the rollout
+    carries the update out once the domain is unoccupied. An operator's pin to another bundle
+    takes precedence (seed 002: "Your selection takes precedence over any ... process for
+    determining the target firmware bundle"), so it refuses the claim rather than being
+    overwritten.
+
+    Raises:
+        FabricConflict: the domain is PROVISIONING, held by another rollout, or pinned to
+            another bundle.
+    """
+    _refuse_while_provisioning(domain, f"move it to {bundle}")
+    _refuse_while_held(domain, f"move it to {bundle}", rollout)
+    if domain.target is not None and domain.target not in (bundle, domain.current):
+        raise FabricConflict(
+            f"fabric domain {domain.id} is pinned to {domain.target}: pin it to {bundle} "
+            "(lockstep fabric pin) or leave it out of the scope",
+            domain=domain.id,
+        )
+    return dataclasses.replace(domain, target=bundle, rollout=rollout)
+
+
+def observed_at(domain: FabricDomain, bundle: str) -> FabricDomain:
+    """Every node of the domain already runs ``bundle``: that is its current bundle (and its
+    target, when none was pinned), so with nothing else pinned it is NO_UPDATE."""
+    if domain.lifecycle is Lifecycle.PROVISIONING:
+        return domain
+    return dataclasses.replace(domain, current=bundle, target=domain.target or bundle)
+
+
+def release_claim(domain: FabricDomain) -> FabricDomain:
+    """The rollout holding a domain that never started provisioning ended (aborted, halted):
+    the target stays pinned, and a later rollout of it, or an operator's pin, may take it."""
+    return dataclasses.replace(domain, rollout=None)
 
 
 def set_recycle(domain: FabricDomain, level: RecycleLevel) -> FabricDomain:
@@ -145,6 +200,20 @@ def vacate(domain: FabricDomain) -> FabricDomain:
             transition.machine, domain.lifecycle, Lifecycle.AVAILABLE, ALLOWED[domain.lifecycle]
         )
     return dataclasses.replace(domain, lifecycle=transition(domain.lifecycle, Lifecycle.AVAILABLE))
+
+
+def observe(domain: FabricDomain, *, occupied: bool) -> FabricDomain:
+    """What the scheduler says: a job on any node of the domain occupies it.
+
+    A PROVISIONING domain stays PROVISIONING whatever runs on it (the updater drains its nodes
+    and waits for their jobs to end; OCI's provisioning "can't be interrupted")."""
+    if domain.lifecycle is Lifecycle.PROVISIONING:
+        return domain
+    if occupied and domain.lifecycle is Lifecycle.AVAILABLE:
+        return occupy(domain)
+    if not occupied and domain.lifecycle is Lifecycle.OCCUPIED:
+        return vacate(domain)
+    return domain
 
 
 def can_start_update(domain: FabricDomain) -> bool:
@@ -183,4 +252,20 @@ def finish_update(domain: FabricDomain) -> FabricDomain:
             transition.machine, domain.lifecycle, Lifecycle.AVAILABLE, ALLOWED[domain.lifecycle]
         )
     lifecycle = transition(domain.lifecycle, Lifecycle.AVAILABLE)
-    return dataclasses.replace(domain, current=domain.target, lifecycle=lifecycle)
+    return dataclasses.replace(domain, current=domain.target, lifecycle=lifecycle, rollout=None)
+
+
+def abandon_update(domain: FabricDomain) -> FabricDomain:
+    """The rollout provisioning the domain halted or was aborted: its in-flight device steps
+    finish, but which bundle the domain ends on is unknown (``current`` stays None) until a
+    rollout moves it again; the target stays pinned, so the domain still shows WILL_UPDATE.
+
+    Raises:
+        InvalidTransition: the domain was not provisioning.
+    """
+    if domain.lifecycle is not Lifecycle.PROVISIONING:
+        raise InvalidTransition(
+            transition.machine, domain.lifecycle, Lifecycle.AVAILABLE, ALLOWED[domain.lifecycle]
+        )
+    lifecycle = transition(domain.lifecycle, Lifecycle.AVAILABLE)
+    return dataclasses.replace(domain, lifecycle=lifecycle, rollout=None)

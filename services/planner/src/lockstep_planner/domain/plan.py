@@ -44,6 +44,8 @@ class PlanRequest:
     current_versions: Mapping[str, str] | None = None
     """Component -> version pinned now; a standard change's window is checked against it."""
     tested_revert: bool = False
+    deferred_domains: Mapping[str, str] = field(default_factory=dict)
+    """Fabric domain -> why its nodes wait (a job occupies it); they join no wave here."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,7 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
         change_class=request.change_class,
         unfit_nodes=policy.unfit_nodes,
         reasons=reasons,
+        deferred=request.deferred_domains if request.bundle.moves_fabric else None,
     )
     fractions = _fractions(policy, strategy, reasons)
     unknown = {n.pool for n in moving} - set(request.pools)

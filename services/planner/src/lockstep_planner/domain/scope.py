@@ -7,11 +7,15 @@ is unknown or unexplained would hide the drift under the rollout. When the bundl
 switch firmware, fabric domains are taken whole (seed 002): a domain with an excluded member is
 excluded with it, members already at target move with the rest, and a domain that the scope
 cuts in two is refused, since its switch flash would take the nodes outside the scope down too.
+A domain the caller names as deferred (a job occupies it: seed 002, the update "waits until the
+domain is next unoccupied") stays out of every wave; its exclusion reason starts with
+:data:`DEFERRED`, and the caller picks it up once it is free.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockstep_common.events.v1 import ScopeSelector
@@ -21,6 +25,8 @@ from lockstep_planner.domain.fleet import Bundle, Node
 from lockstep_planner.domain.refusal import some
 
 AT_TARGET = "already at the target stack"
+DEFERRED = "deferred: "
+"""Prefix of the exclusion reason of a node whose fabric domain is deferred."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +64,12 @@ def select(
     change_class: ChangeClass,
     unfit_nodes: UnfitNodes,
     reasons: list[str],
+    deferred: Mapping[str, str] | None = None,
 ) -> tuple[list[Node], list[Exclusion]]:
-    """The nodes that move and the exclusions, in node-id order; refusals go to ``reasons``."""
+    """The nodes that move and the exclusions, in node-id order; refusals go to ``reasons``.
+
+    ``deferred``: fabric domain -> why it waits (only when the bundle moves switch firmware)."""
+    deferred = deferred or {}
     unknown = set(scope.nodes) - {n.id for n in fleet}
     if unknown:
         reasons.append(f"scope names unknown node(s): {some(unknown)}")
@@ -81,15 +91,9 @@ def select(
     moving: list[Node] = []
     excluded: list[Exclusion] = []
     for key, members in sorted(groups.items()):
-        bad = [n for n in members if n.id in unfit]
-        if bad and len(members) > 1:
-            named = ", ".join(f"{n.id} ({unfit[n.id]})" for n in bad[:3])
-            reason = f"{key.replace(':', ' ')} moves whole and has an excluded node: {named}"
-            excluded.extend(Exclusion(n.id, unfit.get(n.id, reason)) for n in members)
-        elif bad:
-            excluded.append(Exclusion(bad[0].id, unfit[bad[0].id]))
-        elif all(n.stack == bundle.stack for n in members):
-            excluded.extend(Exclusion(n.id, AT_TARGET) for n in members)
+        left = _left_alone(key, members, unfit, bundle, deferred)
+        if left:
+            excluded.extend(left)
         else:
             moving.extend(members)
     if not moving and not reasons:
@@ -97,6 +101,29 @@ def select(
             "no node in scope can move: " + "; ".join(sorted({e.reason for e in excluded}))
         )
     return sorted(moving, key=lambda n: n.id), sorted(excluded, key=lambda e: e.node_id)
+
+
+def _left_alone(
+    key: str,
+    members: list[Node],
+    unfit: Mapping[str, str],
+    bundle: Bundle,
+    deferred: Mapping[str, str],
+) -> list[Exclusion]:
+    """Why a group that moves as one (a node, or a whole fabric domain) stays put; [] if not."""
+    bad = [n for n in members if n.id in unfit]
+    if bad and len(members) > 1:
+        named = ", ".join(f"{n.id} ({unfit[n.id]})" for n in bad[:3])
+        reason = f"{key.replace(':', ' ')} moves whole and has an excluded node: {named}"
+        return [Exclusion(n.id, unfit.get(n.id, reason)) for n in members]
+    if bad:
+        return [Exclusion(bad[0].id, unfit[bad[0].id])]
+    if all(n.stack == bundle.stack for n in members):
+        return [Exclusion(n.id, AT_TARGET) for n in members]
+    domain = key.removeprefix("domain:")
+    if key.startswith("domain:") and domain in deferred:
+        return [Exclusion(n.id, DEFERRED + deferred[domain]) for n in members]
+    return []
 
 
 def _cut_domains(fleet: tuple[Node, ...], chosen: list[Node]) -> list[str]:

@@ -28,6 +28,7 @@ from lockstep_planner.store import (
     BundleRow,
     Command,
     DueWave,
+    FabricRow,
     IntentRow,
     RolloutRow,
     WaveRow,
@@ -49,6 +50,7 @@ class _Tables:
     nodes: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
     commands: dict[int, tuple[Command, str | None]] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
+    fabric: dict[str, FabricRow] = field(default_factory=dict)
 
 
 class MemoryTx:
@@ -174,6 +176,13 @@ class MemoryTx:
     async def audit(self, entry: AuditEntry) -> None:
         self.t.audit.append(entry)
 
+    async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
+        wanted = None if ids is None else set(ids)
+        return {d: row for d, row in sorted(self.t.fabric.items()) if wanted is None or d in wanted}
+
+    async def save_fabric(self, row: FabricRow) -> None:
+        self.t.fabric[row.domain.id] = row
+
 
 class MemoryStore:
     """The planner's store in a few dicts; ``events`` holds what committed transactions emitted."""
@@ -198,14 +207,29 @@ class MemoryStore:
         by: str = "alice",
         reason: str = "",
         approval: Approval | None = None,
+        bundle: str = "",
     ) -> None:
-        """What `lockstep rollout approve|pause|resume|abort` writes."""
+        """What `lockstep rollout approve|pause|resume|abort` and `lockstep fabric pin` write."""
         number = len(self.tables.commands) + 1
-        command = Command(number, rollout_id, action, by, reason, approval)
+        command = Command(number, rollout_id, action, by, reason, approval, bundle)
         self.tables.commands[number] = (command, None)
 
     def audit_of(self, rollout_id: str) -> list[AuditEntry]:
         return [a for a in self.tables.audit if a.rollout_id == rollout_id]
+
+
+class MemoryOccupancy:
+    """An ``Occupancy`` over a set the test changes; ``down`` makes it fail like a silent
+    scheduler."""
+
+    def __init__(self, busy: Iterable[str] = ()) -> None:
+        self.busy = set(busy)
+        self.down = False
+
+    async def busy_nodes(self) -> frozenset[str]:
+        if self.down:
+            raise TransientError("scheduler did not answer")
+        return frozenset(self.busy)
 
 
 class MemoryFleet:
