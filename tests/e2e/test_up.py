@@ -342,6 +342,15 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
     )
     assert flip and int(flip[1]) >= 1 and len({flip[1], flip[2], flip[3], flip[4]}) == 1, out
     shows("that received a mutating call: 0; scheduler changes outside the canary: 0")
+    # One GSP mismatch remediated by the runbook (seed 004): held, approved, realigned.
+    shows("drift.detected gsp_mismatch -> runbook remedy-")
+    shows("lockstep node approve-remedy node-")
+    gsp = re.search(
+        r"reinstalled as one unit \(agent ledger: install-driver, reboot\); module (\S+), "
+        r"GSP firmware (\S+), dcgmi diag -r 1 passes; given back: True",
+        out,
+    )
+    assert gsp and gsp[1] == gsp[2], out
     shows("demo finished")
     assert seconds < 180, f"the demo took {seconds:.0f}s"
     # reliability.md 7 H3: no secret of the stack, and not the BMCs' password (the demo's

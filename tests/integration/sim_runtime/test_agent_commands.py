@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import aiohttp
 import pytest
 
-from lockstep_sim.options import SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 
 pytestmark = pytest.mark.integration
@@ -21,9 +22,22 @@ async def runtime() -> Any:
         yield rt
 
 
-async def call(rt: FleetRuntime, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+ACCOUNT = basic(DEFAULT_USERNAME, DEFAULT_PASSWORD)
+
+
+async def call(
+    rt: FleetRuntime,
+    method: str,
+    path: str,
+    body: Any = None,
+    auth: dict[str, str] | None = ACCOUNT,
+) -> tuple[int, Any]:
     async with (
-        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(headers=auth) as http,
         http.request(method, f"{rt.scheduler_url}{path}", json=body) as resp,
     ):
         return resp.status, await resp.json()
@@ -102,3 +116,33 @@ async def test_a_health_degrading_firmware_shows_in_the_agents_health(
     assert second.xid_counts["48"] == 2, "XIDs keep rising while the image runs"
     assert second.nccl_busbw_gbps is not None
     assert second.nccl_busbw_gbps < 0.92 * second.nccl_expected_gbps
+
+
+async def test_the_channel_refuses_callers_without_the_agent_account(
+    runtime: FleetRuntime,
+) -> None:
+    node = sorted(runtime.software)[0]
+    wrong = basic(DEFAULT_USERNAME, "guess")
+    for auth in (None, wrong):
+        status, err = await call(runtime, "POST", f"/agents/{node}/reboot", auth=auth)
+        assert status == 401 and "credentials" in err["error"]
+        status, _ = await call(runtime, "GET", f"/agents/{node}", auth=auth)
+        assert status == 401
+    _, ledger = await call(runtime, "GET", "/agents/ledger")
+    assert ledger == []  # nothing was done, nothing recorded
+    assert runtime.software[node].phase.value == "ready"
+
+
+async def test_secure_boot_rejects_the_unsigned_module_at_the_next_boot(
+    runtime: FleetRuntime,
+) -> None:
+    node = sorted(runtime.software)[1]
+    status, _ = await call(
+        runtime, "PUT", f"/agents/{node}/faults", {"secure_boot_rejects_module": True}
+    )
+    assert status == 200
+    await call(runtime, "POST", f"/agents/{node}/install-driver", {"version": "580.95.05"})
+    status, state = await call(runtime, "POST", f"/agents/{node}/reboot")
+    assert status == 200 and state["phase"] == "module_rejected"
+    assert state["module_rejected"] and state["loaded_module"] is None
+    assert not state["diag_passed"]

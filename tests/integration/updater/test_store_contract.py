@@ -264,3 +264,76 @@ async def test_rollbacks_are_one_item_per_node_beside_its_update(store: UpdaterS
         # The wave is complete with its updates: its flip-backs are not part of its result.
         result = await tx.complete_wave("r-1", 0)
     assert result is not None and result.failed == ("n1", "n2")
+
+
+async def test_remedies_are_one_per_node_held_until_approved_and_fenced_from_rollouts(
+    store: UpdaterStore,
+) -> None:
+
+    async with store.transaction() as tx:
+        assert await tx.record_remedy(
+            "n1", "remedy-a", held=True, progress={"pin": "580.95.05"}, correlation_id="c"
+        )
+        # A repeated drift event while one is open adds nothing.
+        assert not await tx.record_remedy(
+            "n1", "remedy-b", held=False, progress={}, correlation_id=None
+        )
+        assert await tx.claim(60) is None  # held for approval
+        assert await tx.approve_remedy("n1")
+        assert not await tx.approve_remedy("n1")
+    async with store.transaction() as tx:
+        remedy = await tx.claim(60)
+    assert remedy is not None
+    assert (remedy.kind, remedy.rollout_id, remedy.wave) == ("remedy", "remedy-a", 0)
+    assert remedy.progress == {"pin": "580.95.05"} and remedy.state is NodeStep.PREFLIGHT
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n2", "n1"), None)
+        other = await tx.claim(60)
+        assert other is not None and other.node_id == "n2"
+        await tx.facts(other, "p0")
+        for step in (NodeStep.STAGING, NodeStep.CORDONING, NodeStep.DRAINING):
+            await tx.advance(other, step)
+        facts = await tx.remedy_facts(remedy, "p0")
+    # n1 is in a released wave of r-1; n2 of the pool is out of service for it.
+    assert (facts.in_rollout, facts.others_out, facts.remedies_out) == ("r-1", 1, 0)
+    async with store.transaction() as tx:
+        for step in (NodeStep.CORDONING, NodeStep.DRAINING):
+            await tx.advance(remedy, step)
+        # Released items (n2's, the remedy's) are claimable again beside n1's update.
+        claims = [await tx.claim(60) for _ in range(3)]
+        mine = next(c for c in claims if c is not None and (c.node_id, c.kind) == ("n1", "update"))
+        busy = await tx.facts(mine, "p0")
+    assert busy.busy_with == "GSP remedy remedy-a" and busy.others_out == 2
+    async with store.transaction() as tx:
+        await tx.advance(remedy, NodeStep.IN_BAND)
+        await tx.advance(remedy, NodeStep.QUARANTINED, reason="both branches failed")
+        # Gave up: a human decides; the drift seen again starts nothing.
+        assert not await tx.record_remedy(
+            "n1", "remedy-c", held=False, progress={}, correlation_id=None
+        )
+        assert await tx.record_remedy(
+            "n3", "remedy-d", held=False, progress={}, correlation_id=None
+        )
+        done = await tx.claim(60)
+        assert done is not None and done.node_id == "n3"
+        await tx.advance(done, NodeStep.DONE, reason="aligned already")
+        # Repaired once and broken again later: a new runbook.
+        assert await tx.record_remedy(
+            "n3", "remedy-e", held=False, progress={}, correlation_id=None
+        )
+
+
+async def test_a_held_remedy_is_withdrawn_when_its_drift_resolves(store: UpdaterStore) -> None:
+    async with store.transaction() as tx:
+        await tx.record_remedy("n1", "remedy-a", held=True, progress={}, correlation_id=None)
+        await tx.record_remedy("n2", "remedy-b", held=False, progress={}, correlation_id=None)
+        assert await tx.withdraw_remedy("n1", "drift resolved before approval")
+        assert not await tx.withdraw_remedy("n1", "again")
+        assert not await tx.withdraw_remedy("n2", "claimable: not held")
+        running = await tx.claim(60)
+    assert running is not None and running.node_id == "n2"  # n1's is no longer claimable
+    async with store.transaction() as tx:
+        assert await tx.claim(60) is None
+        # Withdrawn is an end like done: a later drift starts a new runbook.
+        assert await tx.record_remedy("n1", "remedy-c", held=True, progress={}, correlation_id=None)

@@ -69,7 +69,14 @@ class Rig:
     updaters: list[ServiceApp]
     monkeypatch: pytest.MonkeyPatch
 
-    async def start_updater(self) -> ServiceApp:
+    async def start_updater(self, **extra: Any) -> ServiceApp:
+        """An updater on the rig; ``extra`` settings override the fast defaults."""
+        settings: dict[str, Any] = {
+            "worker_poll_s": 0.05,
+            "lease_s": 3.0,
+            "retry_s": 0.1,
+            **extra,
+        }
         app = updater_app(
             UpdaterSettings(
                 nats_url=self.servers.nats_url,
@@ -78,9 +85,6 @@ class Rig:
                 db_schema=f"{self.namespace}_updater",
                 bundle_roots=[self.bundle.parent],
                 scheduler_url=self.rt.scheduler_url,
-                worker_poll_s=0.05,
-                lease_s=3.0,
-                retry_s=0.1,
                 drain_poll_s=0.05,
                 redfish_poll_s=0.02,
                 verify_settle_s=2.0,
@@ -88,6 +92,7 @@ class Rig:
                 relay_poll_s=0.1,
                 shutdown_grace_s=5,
                 log_json=False,
+                **settings,
             )
         )
         await app.start()

@@ -9,7 +9,10 @@ occupied by a cluster (its nodes wait, drained only when the cluster ends) and o
 by someone else is left alone. Then a second bundle whose GPU image degrades health: the canary
 trips the gate, the rollout halts, the canary's A/B banks are flipped back (the updater's
 flip-back, ``docs/updater.md``), and the BMC and scheduler ledgers show that no node outside the
-canary received a single mutating call.
+canary received a single mutating call. Last, one GSP / driver mismatch (seed 004) is remediated
+by the updater's runbook: detected by the inventory from the node agent's report, held for
+approval, approved, then drained, the pinned driver reinstalled as one unit through the agent,
+rebooted, verified and given back.
 
 The planner, updater and healthgate run as the system's own processes; their policies (short
 soaks, a canary of 5 per stratum) and the scheduler's address are set up by :func:`prepare`
@@ -51,6 +54,8 @@ from lockstep_inventory.queries import drift_report, fleet_status
 from lockstep_planner.settings import Settings as PlannerSettings
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.profiles import GB200
+from lockstep_sim.scenarios import Drift, DriftKind
+from lockstep_updater.adapters.repository import release_remedy
 
 if TYPE_CHECKING:
     from lockstep_devstack import Stack
@@ -64,6 +69,7 @@ PUSH = "update-multipart"  # the BMC ledger's action for a POST to MultipartHttp
 READS = {"session_create", "session_delete"}  # BMC ledger actions that change no device
 NEW = {"bmc": "GB200Nvl-25.02-1", "gpu": "97.00.9A.00.01", "nic": "32.43.1000"}
 BAD_GPU = "97.00.9B.00.07"
+AGENT_CREDENTIALS = "LOCKSTEP_DEMO_BMC"  # demo_fleet.CREDENTIALS: the simulator's one account
 GATE_MINIMUM = """
 [minimum]
 canary_nodes = 5
@@ -125,6 +131,12 @@ def prepare(base: Path) -> RolloutSetup:
         "LOCKSTEP_UPDATER_DRAIN_POLL_S": "0.2",
         "LOCKSTEP_UPDATER_REDFISH_POLL_S": "0.05",
         "LOCKSTEP_UPDATER_VERIFY_SETTLE_S": "2",
+        # The node agents' in-band channel is served on the scheduler's port, with the
+        # simulator's account (the BMCs' credentials, by reference). The GSP runbook waits for
+        # approval here: the drift story's mismatch is fixed by hand before anyone approves.
+        "LOCKSTEP_UPDATER_AGENT_URL": f"http://127.0.0.1:{port}",
+        "LOCKSTEP_UPDATER_AGENT_CREDENTIALS": f"env:{AGENT_CREDENTIALS}",
+        "LOCKSTEP_UPDATER_GSP_REMEDY": "approval",
     }
     return RolloutSetup(base, private, port, env)
 
@@ -221,6 +233,7 @@ class RolloutStory:
         try:
             await self._good_rollout()
             await self._bad_rollout()
+            await self._gsp_runbook()
         finally:
             for pool in self.pools.values():
                 await pool.close()
@@ -375,6 +388,57 @@ class RolloutStory:
             f"outside the canary: {len(drained)}"
         )
         self.rt.simulator.set_faults(None)
+
+    # -- the GSP runbook -------------------------------------------------------------------
+
+    async def _gsp_runbook(self) -> None:
+        c = self.console
+        c.rule("a GSP / driver mismatch, remediated by the runbook (seed 004)")
+        node = next(
+            n.id for n in reversed(self.rt.fleet) if self.rt.scheduler.node(n.id).drain is None
+        )
+        (drift,) = self.rt.drifts.apply([Drift(DriftKind.GSP_MISMATCH, node)])
+        c.print(
+            f"  {node}: an interrupted upgrade to {drift.driver} left no "
+            f"/lib/firmware/nvidia/{drift.driver}/; the module loads, RmInitAdapter fails"
+        )
+        remedy = await until(lambda: self._held_remedy(node), "the runbook, held for approval", 60)
+        c.print(
+            f"  drift.detected gsp_mismatch -> runbook {remedy} recorded, waiting for approval "
+            "(LOCKSTEP_UPDATER_GSP_REMEDY=approval)"
+        )
+        async with self.pools["updater"].acquire() as conn:
+            await release_remedy(conn, node)
+        c.print(f"  lockstep node approve-remedy {node}")
+        (verified,) = await self._wait("updater", f"device.verified.{remedy}.{node}")
+        await until(lambda: self._remedy_ended(remedy), "the node given back", 60)
+        steps = [
+            e["step"]
+            for e in self.rt.agent_ledger
+            if e["node"] == node and e["outcome"] != "refused"
+        ]
+        s = self.rt.software[node].state
+        c.print(
+            f"  {node}: drained, driver {verified['to_version']} reinstalled as one unit "
+            f"(agent ledger: {', '.join(steps)}); module {s.loaded_module}, GSP firmware "
+            f"{s.gsp_firmware}, dcgmi diag -r 1 "
+            f"{'passes' if self.rt.software[node].diag_passes() else 'fails'}; given back: "
+            f"{self.rt.scheduler.node(node).drain is None}"
+        )
+
+    async def _held_remedy(self, node: str) -> str | None:
+        value: str | None = await self.pools["updater"].fetchval(
+            "SELECT rollout_id FROM node_work WHERE node_id = $1 AND kind = 'remedy'"
+            " AND state = 'pending' AND lease_until = 'infinity'",
+            node,
+        )
+        return value
+
+    async def _remedy_ended(self, remedy: str) -> str | None:
+        state: str | None = await self.pools["updater"].fetchval(
+            "SELECT state FROM node_work WHERE rollout_id = $1 AND state = 'done'", remedy
+        )
+        return state
 
     async def _conformance(self, rollout: str) -> None:
         """The inventory applies the rollout's pin; a sweep reads the fleet against it."""

@@ -66,3 +66,23 @@ def node_history(
             s.started_at.isoformat(timespec="seconds"), f"{took:.1f}", s.outcome, s.reason,
         )  # fmt: skip
     console.print(table)
+
+
+@node_app.command("approve-remedy")
+def node_approve_remedy(
+    node_id: Annotated[str, typer.Argument(help="Node id, e.g. node-00042.")],
+) -> None:
+    """Let the GSP / driver runbook (seed 004) run on a node whose remedy waits for approval
+    (LOCKSTEP_UPDATER_GSP_REMEDY=approval): the updater drains it, reinstalls the pinned driver
+    branch as one unit, rebuilds DKMS, reboots, verifies and gives it back."""
+    from lockstep_common.subjects import token
+    from lockstep_updater.admin import approve_remedy
+    from lockstep_updater.settings import Settings
+
+    try:
+        token(node_id, "node id")
+    except ValueError as exc:
+        fail(str(exc))
+    if not run(approve_remedy(settings_of(Settings), node_id)):
+        fail(f"no GSP remedy waits for approval on {node_id}")
+    console.print(f"{node_id}: GSP remedy approved; the updater takes it from here")

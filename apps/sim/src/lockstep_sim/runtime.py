@@ -27,7 +27,7 @@ from lockstep_sim.drifts import DriftControl
 from lockstep_sim.fleet import Node
 from lockstep_sim.health_scenarios import conditions_for
 from lockstep_sim.injection import FaultControl
-from lockstep_sim.options import SimOptions
+from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
 from lockstep_sim.simulator import Simulator
@@ -99,6 +99,13 @@ class FleetRuntime(Started):
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
+        # The node agents' in-band channel takes the simulator's accounts, as its BMCs do.
+        self.agent_accounts = (
+            (options.username, options.password),
+            (OPERATOR_USERNAME, options.password),
+        )
+        self.agent_ledger: list[dict[str, Any]] = []
+        """Every step the agents' in-band channel accepted or refused, in order."""
         self.agents: list[AgentFleet] = []
         # In-band state of every node: served on the scheduler's port (/agents/...) always,
         # published as telemetry only when NATS is given.
@@ -175,7 +182,7 @@ class FleetRuntime(Started):
 
     async def _start_scheduler(self) -> None:
         app = make_app(self.scheduler)
-        add_agent_routes(app, self.software)
+        add_agent_routes(app, self.software, self.agent_accounts, self.agent_ledger)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner

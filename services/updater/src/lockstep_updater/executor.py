@@ -60,25 +60,27 @@ from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
 from lockstep_updater.adapters.bmc_account import session_roles
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.adapters.member_devices import member_pci_ids
-from lockstep_updater.domain.guard import Decision, Verdict, decide
+from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.targets import applicable_members, targets_for
+from lockstep_updater.inband_step import InBandSteps, in_band_names
 from lockstep_updater.ports import (
     DrainState,
     ExplainsDrain,
     ForeignDrain,
     Images,
+    NodeAgent,
     NodeFacts,
     Scheduler,
 )
-from lockstep_updater.store import ROLLBACK, Claim, Target, UpdaterStore
+from lockstep_updater.store import REMEDY, ROLLBACK, Claim, Target, UpdaterStore, UpdaterTx
 
 log = logging.getLogger(__name__)
 FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
 S = NodeStep
-CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING})
+CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING, S.IN_BAND})
 """Steps after which the running firmware may have changed: a failure quarantines the node."""
 KEEPS_CORDON = frozenset({S.DRAINING, *CHANGED, S.QUARANTINED})
 """Steps in which the node must stay cordoned (uncordoning gives it back, once, itself)."""
@@ -93,6 +95,8 @@ class ExecutorPolicy:
     drain_poll_s: float = 5.0
     drain_deadline_s: float = 3600.0
     max_errors: int = 20  # failed tries of one step in a row before the node ends
+    remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
+    reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     transport: RetryPolicy = field(default_factory=RetryPolicy)
 
@@ -131,6 +135,7 @@ class Executor:
         *,
         environ: dict[str, str] | None = None,
         image_server: ImageServer | None = None,
+        agent: NodeAgent | None = None,
     ) -> None:
         self.store = store
         self.facts = facts
@@ -145,6 +150,17 @@ class Executor:
         # Called as soon as a claim succeeds, before its step runs (the worker wakes idle
         # claim loops with it: lockstep_updater.idle).
         self.on_claim: Callable[[], None] = _nothing
+        # The node agent's in-band channel (driver package unit, the GSP runbook); None: a
+        # node with in-band work fails with that reason.
+        self.inband = InBandSteps(
+            agent,
+            check=self._check_in_band,
+            commit=self._commit,
+            save=self._save,
+            image=self._image,
+            poll_s=self.policy.retry_s,
+            reboot_deadline_s=self.policy.reboot_deadline_s,
+        )
 
     async def step(self) -> bool:
         """Claim one item and run its step; False when there was nothing to claim."""
@@ -253,23 +269,17 @@ class Executor:
         try:
             node = await self._node(claim)
             if claim.state is S.PREFLIGHT:
-                await (
-                    self._rollback_preflight(claim, progress)
-                    if claim.kind == ROLLBACK
-                    else self._preflight(claim, node, progress)
-                )
-            elif claim.state is S.STAGING:
-                await self._staging(claim, node, progress, started)
+                await self._preflight_of(claim, node, progress)
+            elif claim.state in (S.STAGING, S.ACTIVATING, S.VERIFYING):
+                await self._timed_step(claim, node, progress, started)
             elif claim.state is S.CORDONING:
                 await self._cordoning(claim, node, progress)
             elif claim.state is S.DRAINING:
                 await self._draining(claim, node, progress)
-            elif claim.state is S.ACTIVATING:
-                await self._activating(claim, node, progress, started)
             elif claim.state is S.AWAITING_BMC:
                 await self._awaiting_bmc(claim, node, progress)
-            elif claim.state is S.VERIFYING:
-                await self._verifying(claim, node, progress, started)
+            elif claim.state is S.IN_BAND:
+                await self.inband.run(claim, node, progress)
             elif claim.state is S.UNCORDONING:
                 await self._uncordoning(claim, progress)
         except Stop as stop:
@@ -282,6 +292,25 @@ class Executor:
             # A BMC that refuses, answers malformed, an image that changed, or a scheduler that
             # refuses (a node it does not know, no privilege): permanent.
             await self._end(claim, self._failure_end(claim), str(exc), progress)
+
+    async def _preflight_of(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
+        if claim.kind == REMEDY:
+            await self.inband.remedy_preflight(claim, node, progress)
+        elif claim.kind == ROLLBACK:
+            await self._rollback_preflight(claim, progress)
+        else:
+            await self._preflight(claim, node, progress)
+
+    async def _timed_step(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float
+    ) -> None:
+        """The steps whose device events carry the step's duration."""
+        if claim.state is S.STAGING:
+            await self._staging(claim, node, progress, started)
+        elif claim.state is S.ACTIVATING:
+            await self._activating(claim, node, progress, started)
+        else:
+            await self._verifying(claim, node, progress, started)
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -301,6 +330,10 @@ class Executor:
             return
         progress["pool"] = node.pool
         plans: dict[str, Any] = {}
+        agent_side = in_band_names(claim.components)
+        if agent_side:
+            entries = {name: self._entry(target, node, name) for name in agent_side}
+            await self.inband.plan_rollout(claim, target, node, entries, progress)
         async with self._session(node) as bmc:
             # Least privilege (reliability.md 7 H5): an Administrator-class account is refused
             # before anything is read for the update, so nothing is ever written with it.
@@ -310,6 +343,8 @@ class Executor:
             update = FirmwareUpdate(bmc, self.policy.update)
             members = await update.collection(FIRMWARE_INVENTORY)
             for name in claim.components:
+                if name in agent_side:
+                    continue
                 entry = self._entry(target, node, name)
                 paths = targets_for(Component(name), members)
                 if not paths:
@@ -336,7 +371,7 @@ class Executor:
                     "done": not plan.pending,
                 }
         progress["components"] = plans
-        if all(p["done"] for p in plans.values()):
+        if all(p["done"] for p in plans.values()) and "in_band" not in progress:
             events = [
                 (
                     DeviceOutcome.VERIFIED,
@@ -417,7 +452,7 @@ class Executor:
             events.append(
                 (DeviceOutcome.STAGED, self._device(DeviceStaged, claim, name, plan, started))
             )
-        if all(p["done"] for p in progress["components"].values()):
+        if all(p["done"] for p in progress["components"].values()) and not progress.get("in_band"):
             # Someone else brought every target to the version meanwhile: no drain needed.
             await self._commit(
                 claim, S.DONE, "at the target: nothing written", progress, events=events
@@ -431,11 +466,7 @@ class Executor:
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            decision = decide(
-                await tx.facts(claim, node.pool),
-                takes_out_of_service=True,
-                rollback=claim.kind == ROLLBACK,
-            )
+            decision = await self._decide(tx, claim, node, takes_out=True)
             if decision.verdict is Verdict.PROCEED:
                 progress["cordoned_at"] = time.time()
                 await tx.advance(claim, S.DRAINING, progress=progress)
@@ -450,8 +481,9 @@ class Executor:
         if decision.verdict is not Verdict.PROCEED:
             progress["ending"] = _ending(decision)
             raise Stop(S.UNCORDONING, decision.reason)
+        purpose = "gsp/driver mismatch" if claim.kind == REMEDY else "rollout"
         try:
-            await self.scheduler.cordon(claim.node_id, f"lockstep rollout {claim.rollout_id}")
+            await self.scheduler.cordon(claim.node_id, f"lockstep {purpose} {claim.rollout_id}")
         except ForeignDrain as exc:
             # Skipped: counted failed in the wave's result, but the node's running firmware
             # did not change, so no device.failed for the gate to blame the image for.
@@ -460,7 +492,9 @@ class Executor:
         await self._keep_cordon_only_if_held(claim)
         state = await self.scheduler.drain_state(claim.node_id)
         if state is DrainState.DRAINED:
-            await self._commit(claim, S.ACTIVATING, "", progress)
+            await self._commit(
+                claim, S.IN_BAND if claim.kind == REMEDY else S.ACTIVATING, "", progress
+            )
         elif state is DrainState.NOT_DRAINED:
             raise Stop(S.FAILED, "the node was resumed by someone else while draining")
         elif time.time() - float(progress.get("cordoned_at", time.time())) > (
@@ -586,7 +620,8 @@ class Executor:
                     )
                 )
         progress["ending"] = S.DONE.value
-        await self._commit(claim, S.UNCORDONING, "", progress, events=events)
+        after = S.IN_BAND if progress.get("in_band") else S.UNCORDONING
+        await self._commit(claim, after, "", progress, events=events)
 
     async def _uncordoning(self, claim: Claim, progress: dict[str, Any]) -> None:
         resumed = await self.scheduler.resume(claim.node_id)
@@ -765,16 +800,37 @@ class Executor:
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            decision = decide(
-                await tx.facts(claim, node.pool),
-                takes_out_of_service=takes_out,
-                rollback=claim.kind == ROLLBACK,
-            )
+            decision = await self._decide(tx, claim, node, takes_out=takes_out)
             if decision.verdict is Verdict.PROCEED and progress_mark is not None:
                 if mark is not None:
                     progress_mark[mark] = True
                 await tx.save_progress(claim, progress_mark)
         return decision
+
+    async def _check_in_band(
+        self, claim: Claim, node: FleetNode, *, progress_mark: dict[str, Any], mark: str
+    ) -> Decision:
+        """The check before an in-band call: the node is drained already (no budget asked)."""
+        return await self._check(
+            claim, node, takes_out=False, progress_mark=progress_mark, mark=mark
+        )
+
+    async def _decide(
+        self, tx: UpdaterTx, claim: Claim, node: FleetNode, *, takes_out: bool
+    ) -> Decision:
+        """The blast-radius check for the item's kind: a rollout's own rules, or for a GSP
+        remedy (no rollout) the node's other work and its pool (``decide_remedy``)."""
+        if claim.kind == REMEDY:
+            return decide_remedy(
+                await tx.remedy_facts(claim, node.pool),
+                budget=self.policy.remedy_max_unavailable,
+                takes_out_of_service=takes_out,
+            )
+        return decide(
+            await tx.facts(claim, node.pool),
+            takes_out_of_service=takes_out,
+            rollback=claim.kind == ROLLBACK,
+        )
 
     async def _save(self, claim: Claim, progress: dict[str, Any]) -> None:
         async with self.store.transaction() as tx:

@@ -14,6 +14,8 @@ from lockstep_common.envelope import Envelope
 from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import (
     BundleAttested,
+    DriftDetected,
+    DriftResolved,
     GateTripped,
     RolloutHalted,
     RolloutPlanned,
@@ -21,6 +23,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import clip_text
 from lockstep_updater.domain.guard import outside_plan, outside_wave
+from lockstep_updater.domain.remedy import Intake, RemedyPolicy, intake, remedy_id
 from lockstep_updater.store import UpdaterTx
 
 log = logging.getLogger(__name__)
@@ -93,3 +96,30 @@ async def gate_tripped(tx: UpdaterTx, env: Envelope[GateTripped]) -> None:
     rollback item ends at once where nothing was activated)."""
     await tx.halt(env.data.rollout_id, f"gate tripped on wave {env.data.wave}")
     await tx.request_rollbacks(env.data.rollout_id, env.data.wave)
+
+
+async def drift_detected(tx: UpdaterTx, env: Envelope[DriftDetected], policy: RemedyPolicy) -> None:
+    """A node's drift includes a GSP / driver mismatch: under ``policy``, record one GSP
+    runbook item for it (held for approval, or claimable now). A repeated or redelivered
+    event adds nothing while the node has one open (or one that gave up: a human decides);
+    a node the inventory does not know fails at the runbook's preflight, nothing touched."""
+    data = env.data
+    decision = intake(policy, data.items)
+    if decision.intake is Intake.IGNORE:
+        return
+    added = await tx.record_remedy(
+        data.node_id,
+        remedy_id(env.event_id.hex),
+        held=decision.intake is Intake.HOLD,
+        progress={"pin": decision.pin} if decision.pin else {},
+        correlation_id=env.correlation_id or str(env.event_id),
+    )
+    if added:
+        log.info("%s: %s", data.node_id, decision.reason)
+
+
+async def drift_resolved(tx: UpdaterTx, env: Envelope[DriftResolved]) -> None:
+    """The node conforms again: a GSP runbook item still waiting for approval has nothing
+    left to repair and is withdrawn (``cancelled``); one already running goes on."""
+    if await tx.withdraw_remedy(env.data.node_id, "drift resolved before approval"):
+        log.info("%s: held GSP remedy withdrawn, the drift resolved", env.data.node_id)

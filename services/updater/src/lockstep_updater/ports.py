@@ -5,6 +5,8 @@
 - :class:`Scheduler`: cordon, drain and resume (the simulator's scheduler API and Slurm,
   ``schedulers.py`` picks one; Kubernetes behind the same calls later).
 - :class:`Images`: the bytes of one image of an attested bundle.
+- :class:`NodeAgent`: the node agent's in-band channel (driver package, DKMS, reboot), read
+  before every call (``domain.inband``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,19 @@ from typing import Protocol, runtime_checkable
 from lockstep_common.errors import PermanentError, TransientError
 from lockstep_common.events.v1 import FleetNode
 from lockstep_updater.domain.drains import OWNER, DrainState
+from lockstep_updater.domain.inband import AgentState
 
 __all__ = [
     "OWNER",
+    "AgentOutcomeUnknown",
+    "AgentRefused",
+    "AgentState",
+    "AgentUnavailable",
     "DrainState",
     "ExplainsDrain",
     "ForeignDrain",
     "Images",
+    "NodeAgent",
     "NodeFacts",
     "Scheduler",
     "SchedulerUnavailable",
@@ -73,4 +81,39 @@ class Images(Protocol):
     def read(self, bundle_uri: str, image: str) -> bytes:
         """The bytes of ``image`` (a path inside the bundle); ``OSError`` / ``ValueError``
         when it cannot be read from there."""
+        ...
+
+
+class AgentUnavailable(TransientError, OSError):
+    """The node agent did not answer usefully (down, rebooting, 5xx): try the step later."""
+
+
+class AgentOutcomeUnknown(AgentUnavailable):
+    """A call was sent and no answer came (a timeout, a dropped connection): the agent may
+    have taken it, so it is never sent again blindly; the next run reads the node."""
+
+
+class AgentRefused(PermanentError):
+    """The node agent refused the call (its credentials, a step its phase does not allow, a
+    node it does not serve): not retried."""
+
+
+class NodeAgent(Protocol):
+    """The node agent's in-band channel; every call answers the node's state after it."""
+
+    async def state(self, node_id: str) -> AgentState:
+        """What the agent reads on the node now."""
+        ...
+
+    async def install_driver(self, node_id: str, version: str) -> AgentState:
+        """Install the driver package of ``version`` as one unit (its GSP firmware, CUDA user
+        space, fabric manager); the package's install builds DKMS."""
+        ...
+
+    async def rebuild_dkms(self, node_id: str) -> AgentState:
+        """Build the module against the kernel that boots next."""
+        ...
+
+    async def reboot(self, node_id: str) -> AgentState:
+        """Reboot the node (its module loads, or fails to)."""
         ...

@@ -1,12 +1,15 @@
 """The updater service's subscriptions: its whole topology at a glance.
 
 Consumes ``rollout.planned.*`` (the approved plan's nodes), ``wave.planned.*`` (work items),
-``rollout.halted.*`` and ``gate.tripped.*`` (stop new mutating work) and ``bundle.attested``
-(the images); emits ``device.*`` and ``wave.completed`` from its worker through the outbox,
-``rollout.halted`` when it refuses a wave, and asks the inventory ``fleet.query``.
+``rollout.halted.*`` and ``gate.tripped.*`` (stop new mutating work), ``bundle.attested``
+(the images) and ``drift.detected|resolved.*.*`` (the GSP runbook); emits ``device.*``
+and ``wave.completed`` from its worker through the outbox, ``rollout.halted`` when it refuses a
+wave, and asks the inventory ``fleet.query``.
 """
 
 from __future__ import annotations
+
+import functools
 
 from lockstep_common import subjects
 from lockstep_common.consumer import On, Subscription
@@ -18,6 +21,8 @@ from lockstep_common.events.v1 import (
     DeviceRolledBack,
     DeviceStaged,
     DeviceVerified,
+    DriftDetected,
+    DriftResolved,
     FleetQueryRequested,
     GateTripped,
     RolloutHalted,
@@ -27,6 +32,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_updater import handlers
 from lockstep_updater.adapters.repository import joined
+from lockstep_updater.domain.remedy import RemedyPolicy
 
 # The event classes this service publishes: with ``subscriptions()``, the source of the
 # producer and consumer lists in docs/ and of the NATS permission matrix (fleet.query is a
@@ -43,8 +49,11 @@ EMITS: tuple[type[EventData], ...] = (
 )
 
 
-def subscriptions() -> tuple[Subscription, ...]:
-    """Subject -> handler bindings of this service."""
+def subscriptions(
+    gsp_remedy: RemedyPolicy = RemedyPolicy.AUTOMATIC,
+) -> tuple[Subscription, ...]:
+    """Subject -> handler bindings of this service (``gsp_remedy``: the runbook's policy)."""
+    on_drift = functools.partial(handlers.drift_detected, policy=gsp_remedy)
     return (
         Subscription(
             name="updater-rollouts",
@@ -71,5 +80,16 @@ def subscriptions() -> tuple[Subscription, ...]:
             subjects=(subjects.bundle_attested(),),
             handlers=(On(BundleAttested, joined(handlers.bundle_attested)),),
             description="Attested images to push",
+        ),
+        Subscription(
+            name="updater-drift",
+            stream="DRIFT",
+            subjects=("drift.detected.*.*", "drift.resolved.*.*"),
+            handlers=(
+                On(DriftDetected, joined(on_drift)),
+                On(DriftResolved, joined(handlers.drift_resolved)),
+            ),
+            description="A GSP / driver mismatch starts the runbook (seed 004); a resolved "
+            "drift withdraws a remedy still waiting for approval",
         ),
     )

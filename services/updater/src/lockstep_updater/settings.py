@@ -9,6 +9,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import ServiceSettings
+from lockstep_updater.domain.remedy import RemedyPolicy
 
 
 class Settings(ServiceSettings):
@@ -96,3 +97,28 @@ class Settings(ServiceSettings):
         "unset: their nodes fail at the push, nothing is offered.",
     )
     image_server_port: int = Field(default=0, ge=0, le=65535, description="Its port (0: free).")
+    agent_url: str | None = Field(
+        default=None,
+        description="Base URL of the node agents' in-band channel (the simulator's /agents/... "
+        "on its scheduler port); unset: in-band work (driver, CUDA, NCCL, fabric manager, the "
+        "GSP runbook) fails with that reason.",
+    )
+    agent_credentials: str = Field(
+        default="env:LOCKSTEP_AGENT",
+        pattern=r"^(env:|file:/)",
+        description="Where the agent account is (env:PREFIX for PREFIX_USERNAME and "
+        "PREFIX_PASSWORD, or file:/path), resolved per call, never logged or stored.",
+    )
+    gsp_remedy: RemedyPolicy = Field(
+        default=RemedyPolicy.AUTOMATIC,
+        description="The GSP / driver mismatch runbook on drift.detected: automatic (a node "
+        "whose GPUs already failed to initialise is repaired one at a time per pool), approval "
+        "(held until `lockstep node approve-remedy NODE`), or off. Off whenever agent_url is "
+        "unset: the runbook needs the agent channel.",
+    )
+    remedy_max_unavailable: int = Field(
+        default=1,
+        ge=1,
+        description="A GSP remedy takes its node out of service only while fewer of the pool's "
+        "nodes than this are out (every rollout's included).",
+    )

@@ -17,11 +17,13 @@ from typing import Any, Protocol
 
 from lockstep_common.events.v1 import AttestedComponent, WavePlanned
 from lockstep_common.outbox import EventSink
-from lockstep_updater.domain.guard import Facts
+from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import NodeStep
 
-UPDATE, ROLLBACK = "update", "rollback"
-"""The kinds of work item (``node_work.kind``)."""
+UPDATE, ROLLBACK, REMEDY = "update", "rollback", "remedy"
+"""The kinds of work item (``node_work.kind``): a rollout's update of a node, its flip-back
+after a tripped gate, and the GSP / driver runbook started by ``drift.detected`` (no rollout:
+its ``rollout_id`` is the remedy's own id, ``domain.remedy.remedy_id``; wave 0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,35 @@ class UpdaterTx(Protocol):
     async def request_rollbacks(self, rollout_id: str, wave: int) -> int:
         """A ``rollback`` item in ``pending`` for each update item of the wave (once per node);
         returns how many were added."""
+        ...
+
+    async def record_remedy(
+        self,
+        node_id: str,
+        remedy_id: str,
+        *,
+        held: bool,
+        progress: dict[str, Any],
+        correlation_id: str | None,
+    ) -> bool:
+        """Record a GSP runbook item for the node in ``pending`` (held until approved when
+        ``held``), unless the node has one that is open or ended failed or quarantined (a
+        repeated drift event adds nothing; a node the runbook gave up on waits for a human).
+        Returns whether one was added."""
+        ...
+
+    async def approve_remedy(self, node_id: str) -> bool:
+        """Release the node's held remedy item to the workers; False when none is held."""
+        ...
+
+    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+        """End the node's remedy still held for approval as ``cancelled`` (its drift resolved
+        before anyone approved it); False when none is held. A remedy already running goes on:
+        its own reads decide."""
+        ...
+
+    async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
+        """What a remedy's check needs, read now under the pool's lock (as ``facts``)."""
         ...
 
     async def update_item(

@@ -20,6 +20,7 @@ from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.images import BundleImages
+from lockstep_updater.adapters.node_agent import HttpNodeAgent
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.idle import IdleClaims
@@ -43,6 +44,7 @@ class UpdaterWorker:
             retry_s=settings.retry_s,
             drain_poll_s=settings.drain_poll_s,
             drain_deadline_s=settings.drain_deadline_s,
+            remedy_max_unavailable=settings.remedy_max_unavailable,
             update=UpdatePolicy(
                 tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
                 settle_s=settings.verify_settle_s,
@@ -59,6 +61,7 @@ class UpdaterWorker:
             BundleImages(s.bundle_roots),
             self.policy,
             image_server=server,
+            agent=None if s.agent_url is None else HttpNodeAgent(s.agent_url, s.agent_credentials),
         )
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:

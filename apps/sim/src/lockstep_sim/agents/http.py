@@ -5,8 +5,13 @@
     POST /agents/{node}/rebuild-dkms
     POST /agents/{node}/reboot
     PUT  /agents/{node}/faults          {"dkms_fails_on_new_kernel", "missing_firmware_dir",
-                                         "degrading_versions", "degrade_onset_reports"}
+                                         "degrading_versions", "degrade_onset_reports",
+                                         "secure_boot_rejects_module"}
     GET  /agents/ledger                 every step taken, in order
+
+Every request must carry one of the simulator's accounts (``Authorization: Basic``, as for its
+BMCs; Lockstep uses the Operator one): a node agent that installs drivers is not an open port.
+A request without them is answered 401 and changes nothing.
 
 Steps follow the transition table in ``state.py``; a refused step answers 409 naming the phase,
 an unknown driver release 400. Every accepted or refused step is recorded in the ledger.
@@ -15,6 +20,7 @@ an unknown driver release 400. Every accepted or refused step is recorded in the
 from __future__ import annotations
 
 import functools
+import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -24,9 +30,11 @@ from aiohttp import web
 
 from lockstep_sim.agents.software import CATALOG, Faults, NodeSoftware
 from lockstep_sim.agents.state import InvalidTransition
+from lockstep_sim.sessions import basic_credentials
 
 AGENTS_KEY = web.AppKey("lockstep_sim_agents", dict)
 LEDGER_KEY = web.AppKey("lockstep_sim_agents_ledger", list)
+ACCOUNT_KEY = web.AppKey("lockstep_sim_agents_account", tuple)
 
 
 def describe(node: NodeSoftware) -> dict[str, Any]:
@@ -47,6 +55,8 @@ def describe(node: NodeSoftware) -> dict[str, Any]:
         "cuda": s.cuda,
         "nccl": s.nccl,
         "fabric_manager": s.fabric_manager,
+        "module_rejected": s.module_rejected,
+        "diag_passed": node.diag_passes(),
         "faults": {
             **asdict(node.faults),
             "degrading_versions": sorted(node.faults.degrading_versions),
@@ -93,11 +103,23 @@ def _answers(handler: Handler) -> Handler:
     @functools.wraps(handler)
     async def wrapped(request: web.Request) -> web.Response:
         try:
+            _authenticate(request)
             return await handler(request)
         except Refused as exc:
             return web.json_response({"error": str(exc)}, status=exc.status)
 
     return wrapped
+
+
+def _authenticate(request: web.Request) -> None:
+    given = basic_credentials(request.headers.get("Authorization", ""))
+    ok = False
+    for user, password in request.app[ACCOUNT_KEY]:
+        # Both compared, in constant time, for every account, whatever matched before.
+        if given is not None:
+            ok |= hmac.compare_digest(given[0], user) & hmac.compare_digest(given[1], password)
+    if not ok:
+        raise _bad("the agent channel requires the agent account's credentials", 401)
 
 
 def _record(
@@ -212,11 +234,20 @@ def _faults(body: dict[str, Any]) -> Faults:
         missing_firmware_dir=flag("missing_firmware_dir"),
         degrading_versions=frozenset(versions),
         degrade_onset_reports=onset,
+        secure_boot_rejects_module=flag("secure_boot_rejects_module"),
     )
 
 
-def add_agent_routes(app: web.Application, nodes: dict[str, NodeSoftware]) -> None:
-    """Serve the agents' command channel from ``app`` (e.g. the scheduler's)."""
+def add_agent_routes(
+    app: web.Application,
+    nodes: dict[str, NodeSoftware],
+    accounts: tuple[tuple[str, str], ...],
+    ledger: list[dict[str, Any]] | None = None,
+) -> None:
+    """Serve the agents' command channel from ``app`` (e.g. the scheduler's), to callers that
+    present one of ``accounts`` (username, password); every step goes to ``ledger`` (a new
+    list when None)."""
     app[AGENTS_KEY] = nodes
-    app[LEDGER_KEY] = []
+    app[ACCOUNT_KEY] = accounts
+    app[LEDGER_KEY] = [] if ledger is None else ledger
     app.add_routes(routes)

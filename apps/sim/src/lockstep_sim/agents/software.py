@@ -91,6 +91,9 @@ class SoftwareState:
     nccl_cuda_major: int
     fabric_manager: str | None
     """nvidia-fabricmanager version; it must equal the driver version to start."""
+    module_rejected: bool = False
+    """The kernel refused to load the module at the last boot: Secure Boot and an unsigned
+    module (``dmesg``: "module verification failed")."""
 
     def gsp_aligned(self) -> bool:
         """True when a firmware dir exists for the loaded module (seed 004 pre-check 2)."""
@@ -109,6 +112,9 @@ class Faults:
     """Driver versions that boot fine and then degrade health (XID 79/48 up, busbw down)."""
     degrade_onset_reports: int = 3
     """Healthy reports after boot before a degrading image starts to show."""
+    secure_boot_rejects_module: bool = False
+    """Secure Boot is on and the DKMS-built module is unsigned: the next boot loads no module
+    (seed 004 "Not this runbook": a signing problem, not a GSP mismatch)."""
 
 
 POWER_W_PER_MHZ = health_model.BASELINES["gb200"].power_w_per_mhz
@@ -258,7 +264,17 @@ class NodeSoftware:
         self.reports_since_boot = 0
         new = self.state.driver.version
         kernel = self.state.pending_kernel or self.state.kernel
-        if new in self.state.firmware_dirs:
+        if self.faults.secure_boot_rejects_module:
+            self.state = replace(
+                self.state,
+                loaded_module=None,
+                gsp_firmware=None,
+                kernel=kernel,
+                pending_kernel=None,
+                module_rejected=True,
+            )
+            self._go(Phase.MODULE_REJECTED)
+        elif new in self.state.firmware_dirs:
             self.state = replace(
                 self.state,
                 loaded_module=new,
@@ -266,14 +282,31 @@ class NodeSoftware:
                 kernel=kernel,
                 pending_kernel=None,
                 fabric_manager=new,
+                module_rejected=False,
             )
             self._go(Phase.READY)
         else:
             # Seed 004: the module loads but RmFetchGspRmImages finds no firmware image, so
             # RmInitAdapter fails; GSP keeps reporting the old version where readable at all.
-            self.state = replace(self.state, loaded_module=new, kernel=kernel, pending_kernel=None)
+            self.state = replace(
+                self.state,
+                loaded_module=new,
+                kernel=kernel,
+                pending_kernel=None,
+                module_rejected=False,
+            )
             self._go(Phase.GSP_MISMATCH)
         return self.phase
+
+    def diag_passes(self) -> bool:
+        """``dcgmi diag -r 1`` (seed 004 "Verification"): NVML and CUDA load, every GPU is
+        enumerated; False on a broken phase or an image that degrades health."""
+        return self.phase is Phase.READY and self.state.gsp_aligned() and not self._degrading()
+
+    def _degrading(self) -> bool:
+        return self.state.loaded_module in self.faults.degrading_versions and (
+            self.reports_since_boot > self.faults.degrade_onset_reports
+        )
 
     def _degrade_step(self) -> int:
         """How many reports a degrading image has been showing (0: not degrading)."""
@@ -300,7 +333,7 @@ class NodeSoftware:
             benign_xid_rate=self.benign_xid_rate,
             diurnal_period_s=self.diurnal_period_s,
         )
-        if self.phase is Phase.GSP_MISMATCH:
+        if self.phase in {Phase.GSP_MISMATCH, Phase.MODULE_REJECTED}:
             # GPUs that failed RmInitAdapter have fallen off the bus: XID 79, DCGM -r 1 fails
             # at the NVML/deployment layer, and no clocks or NCCL numbers can be measured.
             return HealthSample(
@@ -313,7 +346,7 @@ class NodeSoftware:
                 (),
                 None,
                 self.reports,
-                gsp_init_failed=True,
+                gsp_init_failed=self.phase is Phase.GSP_MISMATCH,
             )
         step = self._degrade_step()
         ratio = reading.busbw_ratio

@@ -27,6 +27,10 @@ class Phase(enum.StrEnum):
     """Between reboot and the module's load result."""
     GSP_MISMATCH = "gsp_mismatch"
     """The new module loaded but no ``/lib/firmware/nvidia/<version>`` dir exists for it."""
+    MODULE_REJECTED = "module_rejected"
+    """Secure Boot refused the unsigned DKMS-built module (seed 004: "Loading of unsigned
+    module ... module verification failed"): no nvidia module is loaded. A signing problem,
+    not a branch mismatch: re-sign or enroll a MOK; reinstalling the driver does not help."""
 
 
 ALLOWED: dict[Phase, frozenset[Phase]] = {
@@ -37,10 +41,13 @@ ALLOWED: dict[Phase, frozenset[Phase]] = {
     # No reboot from a failed build: the node would come up with no nvidia module at all.
     Phase.DKMS_FAILED: frozenset({Phase.DKMS_BUILT, Phase.DKMS_FAILED, Phase.DRIVER_INSTALLED}),
     Phase.DKMS_BUILT: frozenset({Phase.REBOOTING}),
-    Phase.REBOOTING: frozenset({Phase.READY, Phase.GSP_MISMATCH}),
+    Phase.REBOOTING: frozenset({Phase.READY, Phase.GSP_MISMATCH, Phase.MODULE_REJECTED}),
     # Seed 004's recovery is "reinstall the driver as a single unit", then DKMS and reboot;
     # rebooting alone is allowed but comes back mismatched again.
     Phase.GSP_MISMATCH: frozenset({Phase.DRIVER_INSTALLED, Phase.REBOOTING}),
+    # Once the key is enrolled (outside this model) a reboot loads the module; a reinstall is
+    # allowed as from any broken phase, and comes back rejected again while the key is missing.
+    Phase.MODULE_REJECTED: frozenset({Phase.DRIVER_INSTALLED, Phase.REBOOTING}),
 }
 
 

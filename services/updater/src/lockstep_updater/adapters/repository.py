@@ -24,7 +24,7 @@ from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import AttestedComponent, WavePlanned
 from lockstep_common.outbox import EventSink
 from lockstep_common.stores import PooledStore, in_runtime_transaction
-from lockstep_updater.domain.guard import Facts
+from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import OUT_OF_SERVICE, TERMINAL, NodeStep, transition
 from lockstep_updater.store import (
     Claim,
@@ -188,6 +188,80 @@ class PostgresTx:
         )
         return len(rows)
 
+    async def record_remedy(
+        self,
+        node_id: str,
+        remedy_id: str,
+        *,
+        held: bool,
+        progress: dict[str, Any],
+        correlation_id: str | None,
+    ) -> bool:
+        # One decision per node at a time: two updaters reading the same drift twice (two
+        # events) cannot both find "none open" and both add one.
+        await self.conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('updater-remedy:' || $1))", node_id
+        )
+        if await self.conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM node_work WHERE node_id = $1 AND kind = 'remedy'"
+            f" AND state NOT IN ({_list(frozenset({NodeStep.DONE, NodeStep.CANCELLED}))}))",
+            node_id,
+        ):
+            return False
+        added = await self.conn.fetchval(
+            "INSERT INTO node_work (rollout_id, wave, node_id, components, correlation_id, kind,"
+            " progress, lease_until) VALUES ($1, 0, $2, $3, $4, 'remedy', $5,"
+            " CASE WHEN $6 THEN 'infinity'::timestamptz END)"
+            " ON CONFLICT (rollout_id, node_id, kind) DO NOTHING RETURNING true",
+            remedy_id,
+            node_id,
+            ["driver"],
+            correlation_id,
+            json.dumps(progress),
+            held,
+        )
+        return bool(added)
+
+    async def approve_remedy(self, node_id: str) -> bool:
+        return await release_remedy(self.conn, node_id)
+
+    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+        state = transition(NodeStep.PENDING, NodeStep.CANCELLED).value
+        row = await self.conn.fetchval(
+            "UPDATE node_work SET state = $2, reason = $3, lease_until = NULL, updated_at = now()"
+            " WHERE node_id = $1 AND kind = 'remedy' AND state = 'pending'"
+            " AND lease_until = 'infinity' RETURNING id",
+            node_id,
+            state,
+            reason,
+        )
+        return row is not None
+
+    async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
+        await self.conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool
+        )
+        await self.conn.execute("UPDATE node_work SET pool = $2 WHERE id = $1", claim.id, pool)
+        in_rollout = await self.conn.fetchval(
+            f"SELECT rollout_id FROM node_work WHERE node_id = $1 AND kind <> 'remedy'"
+            f" AND state NOT IN ({_list(TERMINAL)}) ORDER BY id LIMIT 1",
+            claim.node_id,
+        )
+        out = await self.conn.fetchrow(
+            f"SELECT count(*) AS others, count(*) FILTER (WHERE kind = 'remedy') AS remedies"
+            f" FROM node_work WHERE pool = $1 AND id <> $2 AND state IN ({_OUT})",
+            pool,
+            claim.id,
+        )
+        assert out is not None  # noqa: S101 - an aggregate always returns a row
+        return RemedyFacts(
+            node_id=claim.node_id,
+            pool=pool,
+            in_rollout=in_rollout,
+            others_out=out["others"],
+            remedies_out=out["remedies"],
+        )
+
     async def update_item(
         self, rollout_id: str, node_id: str
     ) -> tuple[NodeStep, dict[str, Any]] | None:
@@ -295,8 +369,15 @@ class PostgresTx:
             pool,
             claim.id,
         )
+        busy = await self.conn.fetchval(
+            f"SELECT rollout_id FROM node_work WHERE node_id = $1 AND id <> $2"
+            f" AND kind = 'remedy' AND state IN ({_OUT}) LIMIT 1",
+            claim.node_id,
+            claim.id,
+        )
         return Facts(
             node_id=claim.node_id,
+            busy_with=None if busy is None else f"GSP remedy {busy}",
             halted=halted,
             wave_released=wave is not None,
             wave_nodes=frozenset(wave["node_ids"]) if wave else frozenset(),
@@ -443,6 +524,17 @@ class PostgresTx:
         return await outbox.republish(
             self.conn, completion.event_id, f"redrive-{completion.redrives + 1}"
         )
+
+
+async def release_remedy(conn: Conn, node_id: str) -> bool:
+    """Release the node's remedy held for approval (``lockstep node approve-remedy``)."""
+    row = await conn.fetchval(
+        "UPDATE node_work SET lease_until = NULL, updated_at = now() WHERE node_id = $1"
+        " AND kind = 'remedy' AND state = 'pending' AND lease_until = 'infinity'"
+        " RETURNING id",
+        node_id,
+    )
+    return row is not None
 
 
 async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:

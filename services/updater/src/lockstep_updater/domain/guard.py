@@ -47,6 +47,8 @@ class Facts:
     """The wave the work item belongs to."""
     approved_wave: int | None = None
     """The wave the approved plan put the node in; None: a plan recorded without waves."""
+    busy_with: str | None = None
+    """Another open work item out of service on the node (a GSP runbook's remedy item)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,11 @@ def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) 
             f"wave failure budget spent: {facts.failures} failed > {facts.failure_budget}",
         ),
         (
+            takes_out_of_service and facts.busy_with is not None,
+            Verdict.WAIT,
+            f"{facts.node_id} is out of service for {facts.busy_with}",
+        ),
+        (
             takes_out_of_service and facts.others_out + 1 > facts.max_unavailable,
             Verdict.WAIT,
             f"pool {facts.pool or '(none)'} has {facts.others_out} node(s) out of service, "
@@ -106,6 +113,48 @@ def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) 
     for applies, verdict, reason in refusals:
         if applies and not (rollback and verdict is Verdict.HALT):
             return Decision(verdict, reason)
+    return Decision(Verdict.PROCEED)
+
+
+@dataclass(frozen=True, slots=True)
+class RemedyFacts:
+    """What the check of a GSP runbook item (kind ``remedy``) needs: it belongs to no rollout,
+    so only the node's other work and its pool bound it."""
+
+    node_id: str
+    pool: str
+    in_rollout: str | None
+    """A rollout with an open work item on the node (its wave was released), None if none."""
+    others_out: int
+    """Other nodes of the pool out of service now (any rollout's, any remedy's)."""
+    remedies_out: int
+    """Other remedy items of the pool out of service now."""
+
+
+def decide_remedy(facts: RemedyFacts, *, budget: int, takes_out_of_service: bool) -> Decision:
+    """May the next mutating action of a remedy on ``facts.node_id`` start?
+
+    Never on a node inside a released rollout wave (the rollout's own steps come first, and may
+    repair it: the planner moves a node whose GSP mismatch the bundle repairs). Taking the node
+    out of service: one remedy at a time per pool (seed 004: "one node at a time"), and the
+    pool's nodes out of service, every rollout's included, stay within ``budget``. A node
+    drained by someone else is the scheduler's answer (``ForeignDrain``): left untouched.
+    """
+    if facts.in_rollout is not None:
+        return Decision(
+            Verdict.WAIT, f"{facts.node_id} is in a released wave of rollout {facts.in_rollout}"
+        )
+    if takes_out_of_service and facts.remedies_out > 0:
+        return Decision(
+            Verdict.WAIT,
+            f"pool {facts.pool or '(none)'} has a GSP remedy out of service: one at a time",
+        )
+    if takes_out_of_service and facts.others_out + 1 > budget:
+        return Decision(
+            Verdict.WAIT,
+            f"pool {facts.pool or '(none)'} has {facts.others_out} node(s) out of service, "
+            f"remedy budget {budget}",
+        )
     return Decision(Verdict.PROCEED)
 
 

@@ -10,7 +10,8 @@ that it is about to send before it sends, and a re-run that finds that record ne
 
 The order follows the OCP flow with impactless staging (standards.md sections 1-2): stage the
 images while the node still works, then cordon, drain, activate inside the window, wait for the
-BMC, verify by reading the versions back, and put the node back in service. A node already at
+BMC, verify by reading the versions back, run the in-band steps through the node agent, and put
+the node back in service. A node already at
 the target finishes from ``preflight`` without a write. Failures before the node is taken out of
 service end ``failed`` (nothing running changed); failures after it end ``quarantined`` (the node
 stays out of service, with the reason). A halted rollout ends items that have not yet disturbed
@@ -46,6 +47,10 @@ class NodeStep(enum.StrEnum):
     """Wait for the BMC to answer again after the activation reset."""
     VERIFYING = "verifying"
     """Read every target back: success is the version read, never a task state."""
+    IN_BAND = "in_band"
+    """Through the node agent: the driver package (driver, GSP firmware, CUDA, NCCL, fabric
+    manager as one unit), DKMS, reboot, then the module and GSP firmware read back and the
+    diagnostic run; the GSP runbook (seed 004) is this step on its own."""
     UNCORDONING = "uncordoning"
     """Give the node back to the scheduler (only a drain Lockstep made)."""
     DONE = "done"
@@ -65,7 +70,8 @@ ALLOWED: dict[NodeStep, frozenset[NodeStep]] = {
     S.PENDING: frozenset({S.PREFLIGHT, S.CANCELLED, S.FAILED}),
     # Every working state may move to itself: the holder's lease lapsed and another claim
     # re-runs the step with a new fencing token.
-    S.PREFLIGHT: frozenset({S.PREFLIGHT, S.STAGING, S.DONE, S.CANCELLED, S.FAILED}),
+    # Straight to cordoning: a GSP runbook item (kind ``remedy``) has nothing to stage.
+    S.PREFLIGHT: frozenset({S.PREFLIGHT, S.STAGING, S.CORDONING, S.DONE, S.CANCELLED, S.FAILED}),
     # Every target found at the version while staging (written by someone else): no drain.
     S.STAGING: frozenset({S.STAGING, S.CORDONING, S.DONE, S.CANCELLED, S.FAILED}),
     # A foreign drain or a refused cordon: the node was never ours to take; nothing to undo.
@@ -73,10 +79,16 @@ ALLOWED: dict[NodeStep, frozenset[NodeStep]] = {
     S.CORDONING: frozenset({S.CORDONING, S.DRAINING, S.CANCELLED, S.FAILED}),
     # Drain deadline passed, a foreign drain found, or the rollout halted: uncordoning gives
     # back only a drain of Lockstep's own, so the node ends as it was.
-    S.DRAINING: frozenset({S.DRAINING, S.ACTIVATING, S.UNCORDONING}),
+    # A remedy item has no firmware to activate: drained, it goes to its in-band steps.
+    S.DRAINING: frozenset({S.DRAINING, S.ACTIVATING, S.IN_BAND, S.UNCORDONING}),
     S.ACTIVATING: frozenset({S.ACTIVATING, S.AWAITING_BMC, S.UNCORDONING, S.QUARANTINED}),
     S.AWAITING_BMC: frozenset({S.AWAITING_BMC, S.VERIFYING, S.QUARANTINED}),
-    S.VERIFYING: frozenset({S.VERIFYING, S.UNCORDONING, S.QUARANTINED}),
+    # In-band components (driver, CUDA, NCCL, fabric manager) after the firmware verified
+    # (issue 12 item 2); none: straight to uncordoning.
+    S.VERIFYING: frozenset({S.VERIFYING, S.IN_BAND, S.UNCORDONING, S.QUARANTINED}),
+    # Verified (or back on the previous known-good branch): given back. Neither branch comes
+    # up clean, or Secure Boot rejects the module: quarantined (seed 004 "Escalate").
+    S.IN_BAND: frozenset({S.IN_BAND, S.UNCORDONING, S.QUARANTINED}),
     S.UNCORDONING: frozenset({S.UNCORDONING, S.DONE, S.CANCELLED, S.FAILED}),
     S.DONE: frozenset(),
     S.CANCELLED: frozenset(),
@@ -85,7 +97,9 @@ ALLOWED: dict[NodeStep, frozenset[NodeStep]] = {
 }
 
 TERMINAL = frozenset(s for s, nexts in ALLOWED.items() if not nexts)
-OUT_OF_SERVICE = frozenset({S.DRAINING, S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING, S.UNCORDONING})
+OUT_OF_SERVICE = frozenset(
+    {S.DRAINING, S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING, S.IN_BAND, S.UNCORDONING}
+)
 """States in which the node counts against its pool's out-of-service budget: the cordon may
 have been sent. ``cordoning`` is the wait for budget, so it does not count (two waiting nodes
 would otherwise hold each other's place). Quarantined nodes are the failure budget's concern."""

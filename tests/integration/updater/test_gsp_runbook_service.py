@@ -1,0 +1,322 @@
+"""The GSP / driver runbook (seed 004) and the in-band step in the updater service, on real NATS
+and PostgreSQL, the inventory answering fleet.query and the simulator's node agents
+(authenticated in-band channel), BMCs and scheduler: a ``drift.detected`` of kind gsp_mismatch
+realigns the node end to end; Secure Boot rejection quarantines it; an updater restarted
+mid-runbook does not reinstall (the agent's ledger); a rollout's driver, CUDA and NCCL are
+installed through the agent after its firmware."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lockstep_cli.polling import until
+from lockstep_common import subjects
+from lockstep_common.events.v1 import (
+    AttestedComponent,
+    BundleAttested,
+    DriftDetected,
+    DriftItem,
+    RolloutPlanned,
+    WavePlan,
+    WavePlanned,
+)
+from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
+from lockstep_sim.agents.software import NodeSoftware
+from lockstep_sim.agents.state import Phase
+from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME
+from lockstep_updater.ports import OWNER
+from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
+from tests.integration.updater.test_updater_service import STACK, Rig, lockstep, rig
+
+pytestmark = pytest.mark.integration
+__all__ = ["rig"]  # the fixture, shared with the updater service's tests
+OLD, NEW = "580.65.06", "580.95.05"
+
+
+def break_gsp(r: Rig, node: str) -> NodeSoftware:
+    """Seed 004's trigger: an interrupted upgrade to NEW left no /lib/firmware/nvidia/NEW/."""
+    software = r.rt.software[node]
+    knobs = software.faults
+    software.faults = replace(knobs, missing_firmware_dir=True)
+    software.install_driver(NEW)
+    software.reboot()
+    software.faults = knobs
+    assert software.phase is Phase.GSP_MISMATCH
+    return software
+
+
+async def start(r: Rig, **extra: Any) -> Any:
+    r.monkeypatch.setenv("LOCKSTEP_AGENT_USERNAME", OPERATOR_USERNAME)
+    r.monkeypatch.setenv("LOCKSTEP_AGENT_PASSWORD", DEFAULT_PASSWORD)
+    return await r.start_updater(agent_url=r.rt.scheduler_url, **extra)
+
+
+async def report_drift(r: Rig, node: str) -> None:
+    site = next(n.site for n in r.rt.fleet if n.id == node)
+    await r.publish(
+        subjects.drift_detected(site, node),
+        DriftDetected(
+            node_id=node,
+            site=site,
+            stack_hash=None,
+            items=(
+                DriftItem(
+                    component=Component.GPU_GSP,
+                    expected=NEW,
+                    actual=None,
+                    kind=DriftKind.GSP_MISMATCH,
+                    severity=Severity.CRITICAL,
+                    detail=f"no /lib/firmware/nvidia/{NEW}/ for the loaded module",
+                ),
+            ),
+        ),
+    )
+
+
+async def agent_ledger(r: Rig, node: str) -> list[str]:
+    account = base64.b64encode(f"{OPERATOR_USERNAME}:{DEFAULT_PASSWORD}".encode()).decode()
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Basic {account}"}) as http,
+        http.get(f"{r.rt.scheduler_url}/agents/ledger") as reply,
+    ):
+        entries = await reply.json()
+    return [e["step"] for e in entries if e["node"] == node and e["outcome"] != "refused"]
+
+
+async def item(r: Rig, node: str) -> dict[str, Any]:
+    row = await r.inventory.require().pool.fetchrow(
+        f'SELECT kind, state, reason, progress FROM "{r.namespace}_updater".node_work'
+        " WHERE node_id = $1 ORDER BY id DESC LIMIT 1",
+        node,
+    )
+    return {} if row is None else {**dict(row), "progress": json.loads(row["progress"])}
+
+
+async def test_a_gsp_mismatch_reported_as_drift_is_realigned_end_to_end(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[0].id
+    software = break_gsp(r, node)
+    app = await start(r)
+    await report_drift(r, node)
+    await report_drift(r, node)  # the inventory saying it twice adds nothing
+
+    async def verified() -> list[dict[str, Any]]:
+        return await r.emitted(app, "device.verified.")
+
+    (event,) = await until(verified, what="device.verified of the driver", timeout_s=60)
+    assert (event["node_id"], event["component"], event["to_version"]) == (node, "driver", NEW)
+    assert event["rollout_id"].startswith("remedy-")
+
+    async def given_back() -> bool:
+        return (await item(r, node)).get("state") == "done"
+
+    await until(given_back, what="the node given back", timeout_s=60)
+    assert (await item(r, node))["kind"] == "remedy"
+    assert (software.state.loaded_module, software.state.gsp_firmware) == (NEW, NEW)
+    assert software.diag_passes()
+    assert await agent_ledger(r, node) == ["install-driver", "reboot"]
+    owned = [e.action for e in r.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
+    assert owned == ["drain", "resume"] and r.rt.scheduler.node(node).drain is None
+    count = await r.inventory.require().pool.fetchval(
+        f'SELECT count(*) FROM "{r.namespace}_updater".node_work'
+    )
+    assert count == 1
+    # lockstep node history: the runbook's steps, each with its fencing token.
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
+    code, out = await asyncio.to_thread(lockstep, "node", "history", node, "--json")
+    assert code == 0, out
+    moves = [(s["step"], s["outcome"]) for s in json.loads(out) if s["step"] != s["outcome"]]
+    assert moves == [
+        ("preflight", "cordoning"),
+        ("cordoning", "draining"),
+        ("draining", "in_band"),
+        ("in_band", "uncordoning"),
+        ("uncordoning", "done"),
+    ]
+    # Nothing waits for approval under the automatic policy: one clear line, exit 2.
+    code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", node)
+    assert code == 2 and f"no GSP remedy waits for approval on {node}" in out
+    code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", "bad node")
+    assert code == 2 and "cannot be a NATS subject token" in out and "Traceback" not in out
+
+
+async def test_under_approval_the_cli_releases_the_runbook(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[1].id
+    software = break_gsp(r, node)
+    app = await start(r, gsp_remedy="approval")
+    await report_drift(r, node)
+
+    async def held() -> bool:
+        return (await item(r, node)).get("state") == "pending"
+
+    await until(held, what="the runbook held for approval", timeout_s=60)
+    assert await agent_ledger(r, node) == []
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
+    code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", node)
+    assert code == 0 and "GSP remedy approved" in out, out
+
+    async def verified() -> list[dict[str, Any]]:
+        return await r.emitted(app, "device.verified.")
+
+    await until(verified, what="device.verified after the approval", timeout_s=60)
+    assert software.state.loaded_module == NEW and software.diag_passes()
+
+
+async def test_secure_boot_rejection_quarantines_with_the_reason(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[1].id
+    software = break_gsp(r, node)
+    software.faults = replace(software.faults, secure_boot_rejects_module=True)
+    app = await start(r)
+    await report_drift(r, node)
+
+    async def failed() -> list[dict[str, Any]]:
+        return await r.emitted(app, "device.failed.")
+
+    (event,) = await until(failed, what="device.failed", timeout_s=60)
+    assert event["step"] == "in_band" and "Secure Boot rejected" in event["reason"]
+    quarantined = await item(r, node)
+    assert quarantined["state"] == "quarantined" and "not retried" in quarantined["reason"]
+    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # no second branch
+    drain = r.rt.scheduler.node(node).drain
+    assert drain is not None and drain.by == OWNER  # kept out of service, with the reason
+
+
+async def test_an_updater_restarted_mid_runbook_does_not_reinstall(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = rig
+    node = r.rt.fleet[2].id
+    software = break_gsp(r, node)
+    reboot = NodeSoftware.reboot
+    down = asyncio.Event()
+    down.set()
+
+    def flaky_reboot(self: NodeSoftware) -> Phase:
+        if self.node_id == node and down.is_set():
+            raise RuntimeError("agent busy")  # answered 500: the updater retries the step
+        return reboot(self)
+
+    monkeypatch.setattr(NodeSoftware, "reboot", flaky_reboot)
+    first = await start(r, retry_s=0.5)
+    await report_drift(r, node)
+
+    async def installed_and_waiting() -> bool:
+        now = await item(r, node)
+        return now.get("state") == "in_band" and "install-driver" in await agent_ledger(r, node)
+
+    await until(
+        installed_and_waiting, what="the driver installed, the reboot pending", timeout_s=60
+    )
+    await first.stop()  # mid-runbook: installed, not rebooted
+    r.updaters.remove(first)
+    assert (await item(r, node))["state"] == "in_band"
+    down.clear()
+    second = await start(r)
+
+    async def verified() -> list[dict[str, Any]]:
+        return await r.emitted(second, "device.verified.")
+
+    await until(verified, what="device.verified after the restart", timeout_s=60)
+
+    async def given_back() -> bool:
+        return (await item(r, node)).get("state") == "done"
+
+    await until(given_back, what="the node given back", timeout_s=60)
+    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # installed once
+    assert software.state.loaded_module == NEW and r.rt.scheduler.node(node).drain is None
+
+
+async def test_a_rollouts_driver_cuda_and_nccl_are_installed_through_the_agent(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[3].id
+    gpu = (r.bundle / "images" / "gpu.fwpkg").read_bytes()
+    package = b"nvidia-open " + NEW.encode()
+    (r.bundle / "images" / "driver.run").write_bytes(package)
+
+    def part(component: Component, version: str, image: str, data: bytes, banks: str) -> Any:
+        return AttestedComponent(
+            profile="gb200",
+            component=component,
+            version=version,
+            image=image,
+            sha384=hashlib.sha384(data).hexdigest(),
+            size=len(data),
+            banks=banks,
+            activation="reset" if banks == "ab" else "in_band",
+        )
+
+    in_band = (
+        part(Component.DRIVER, NEW, "images/driver.run", package, "one_way"),
+        # CUDA user space and the NCCL pairing ride in the driver package: the versions it
+        # brings (the simulator's 580 release: CUDA 13.0, NCCL 2.27.7).
+        part(Component.CUDA, "13.0", "images/driver.run", package, "one_way"),
+        part(Component.NCCL, "2.27.7", "images/driver.run", package, "one_way"),
+    )
+    await r.publish(
+        subjects.bundle_attested(),
+        BundleAttested(
+            bundle_id="gb200-fw",
+            bundle_version="2026.11",
+            stack_hash=STACK,
+            checks=(),
+            bundle_uri=str(r.bundle),
+            components=(
+                part(Component.GPU_VBIOS, NEW_GPU_VERSION, "images/gpu.fwpkg", gpu, "ab"),
+                *in_band,
+            ),
+        ),
+    )
+    await r.publish(
+        subjects.rollout_planned("r-driver"),
+        RolloutPlanned(
+            rollout_id="r-driver",
+            intent_id=uuid.uuid4(),
+            stack_hash=STACK,
+            change_class=ChangeClass.STANDARD,
+            waves=(WavePlan(number=0, node_ids=(node,)),),
+        ),
+    )
+    app = await start(r)
+    await r.publish(
+        subjects.wave_planned("r-driver"),
+        WavePlanned(
+            rollout_id="r-driver",
+            wave=0,
+            node_ids=(node,),
+            components=(Component.GPU_VBIOS, Component.DRIVER, Component.CUDA, Component.NCCL),
+            max_unavailable=1,
+            failure_budget=0,
+            soak_seconds=0,
+        ),
+    )
+
+    async def completed() -> list[dict[str, Any]]:
+        return await r.emitted(app, "wave.completed.")
+
+    (done,) = await until(completed, what="wave.completed", timeout_s=60)
+    assert done["succeeded"] == [node], await item(r, node)
+    verified = {v["component"]: v["to_version"] for v in await r.emitted(app, "device.verified.")}
+    assert verified == {
+        "gpu_vbios": NEW_GPU_VERSION,
+        "driver": NEW,
+        "cuda": "13.0",
+        "nccl": "2.27.7",
+    }
+    assert len(r.pushes(node)) == 1  # the firmware through the BMC, once
+    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # one package, once
+    software = r.rt.software[node]
+    assert (software.state.loaded_module, software.state.gsp_firmware) == (NEW, NEW)
+    assert r.rt.scheduler.node(node).drain is None

@@ -1,0 +1,469 @@
+"""The GSP / driver runbook (seed 004) and the in-band step against the simulator's node agents
+(their authenticated HTTP channel), its BMCs and scheduler, on the in-memory store: a GSP
+mismatch is realigned end to end, Secure Boot rejection quarantines without a retry, an updater
+killed at any write mid-runbook resumes without reinstalling twice (the agent's ledger), a
+driver component of a rollout bundle is installed through the agent after the firmware, and
+hostile drift events (unknown node, duplicates) change nothing."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lockstep_common.envelope import make_envelope, source_of
+from lockstep_common.events.v1 import (
+    AttestedComponent,
+    DeviceFailed,
+    DeviceRolledBack,
+    DeviceVerified,
+    DriftDetected,
+    DriftItem,
+    DriftResolved,
+    RolloutPlanned,
+    WavePlan,
+    WavePlanned,
+)
+from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
+from lockstep_sim.agents.state import Phase
+from lockstep_updater import handlers
+from lockstep_updater.adapters.node_agent import HttpNodeAgent
+from lockstep_updater.domain.inband import AgentState
+from lockstep_updater.domain.remedy import RemedyPolicy
+from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.executor import Executor
+from lockstep_updater.ports import OWNER, AgentUnavailable
+from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
+from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
+from tests.integration.updater.test_kill_restart import Killed, KillingStore
+
+pytestmark = pytest.mark.integration
+INVENTORY = source_of("inventory")
+OLD, NEW = "580.65.06", "580.95.05"
+
+
+def agent_executor(w: World, store: Any = None, *, credentials: str = "env:SIMBMC") -> Executor:
+    ex = w.executor(store)
+    ex.inband.agent = HttpNodeAgent(w.rt.scheduler_url, credentials, environ=ENV)
+    return ex
+
+
+def break_gsp(w: World, node: str) -> None:
+    """Seed 004's trigger, as the simulator's gsp_mismatch drift makes it: an interrupted
+    upgrade to NEW leaves no /lib/firmware/nvidia/NEW/, and the reboot loads NEW anyway."""
+    software = w.rt.software[node]
+    knobs = software.faults
+    software.faults = replace(knobs, missing_firmware_dir=True)
+    software.install_driver(NEW)
+    software.reboot()
+    software.faults = knobs
+    assert software.phase is Phase.GSP_MISMATCH
+
+
+def drift(node: str) -> DriftDetected:
+    return DriftDetected(
+        node_id=node,
+        site="site-a",
+        stack_hash=None,
+        items=(
+            DriftItem(
+                component=Component.GPU_GSP,
+                expected=NEW,
+                actual=None,
+                kind=DriftKind.GSP_MISMATCH,
+                severity=Severity.CRITICAL,
+                detail=f"no /lib/firmware/nvidia/{NEW}/ for the loaded module",
+            ),
+        ),
+    )
+
+
+async def deliver_drift(w: World, node: str, policy: RemedyPolicy = RemedyPolicy.AUTOMATIC) -> None:
+    async with w.store.transaction() as tx:
+        await handlers.drift_detected(tx, make_envelope(drift(node), source=INVENTORY), policy)
+
+
+async def agent_ledger(w: World, node: str) -> list[str]:
+    """The steps the node's agent accepted, in order (``GET /agents/ledger``)."""
+    account = f"{ENV['SIMBMC_USERNAME']}:{ENV['SIMBMC_PASSWORD']}".encode()
+    auth = "Basic " + base64.b64encode(account).decode()
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": auth}) as http,
+        http.get(f"{w.rt.scheduler_url}/agents/ledger") as reply,
+    ):
+        entries = await reply.json()
+    return [e["step"] for e in entries if e["node"] == node and e["outcome"] != "refused"]
+
+
+def owned(w: World, node: str) -> list[str]:
+    return [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
+
+
+async def test_a_gsp_mismatch_is_realigned_by_the_runbook_end_to_end(world: World) -> None:
+    w = world
+    node = w.rt.fleet[0].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    await w.settle(agent_executor(w))
+    item = w.store.item(node)
+    assert (item.kind, item.state) == ("remedy", NodeStep.DONE), item.reason
+    state = w.rt.software[node].state
+    assert (state.loaded_module, state.gsp_firmware) == (NEW, NEW)
+    assert NEW in state.firmware_dirs and w.rt.software[node].diag_passes()
+    # One unit: one install (its DKMS build included), one reboot; the node given back.
+    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    assert owned(w, node) == ["drain", "resume"] and w.rt.scheduler.node(node).drain is None
+    history = [(r.step, r.outcome) for r in await _history(w, node)]
+    assert history == [
+        ("preflight", "cordoning"),
+        ("cordoning", "draining"),
+        ("draining", "in_band"),
+        ("in_band", "uncordoning"),
+        ("uncordoning", "done"),
+    ]
+    (verified,) = [e for e in w.store.events.events if isinstance(e, DeviceVerified)]
+    assert (verified.component, verified.to_version) == (Component.DRIVER, NEW)
+    assert verified.rollout_id == item.rollout_id and item.rollout_id.startswith("remedy-")
+    assert [i.node_id for i in w.store.items] == [node]  # no other node touched
+
+
+async def test_secure_boot_rejection_quarantines_and_is_not_retried(world: World) -> None:
+    w = world
+    node = w.rt.fleet[1].id
+    break_gsp(w, node)
+    software = w.rt.software[node]
+    software.faults = replace(software.faults, secure_boot_rejects_module=True)
+    await deliver_drift(w, node)
+    await w.settle(agent_executor(w))
+    item = w.store.item(node)
+    assert item.state is NodeStep.QUARANTINED
+    assert "Secure Boot rejected" in item.reason and "not retried" in item.reason
+    # No fallback branch, no second attempt: one install, one reboot, and the node kept out.
+    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    assert w.rt.scheduler.node(node).drain is not None
+    (failed,) = [e for e in w.store.events.events if isinstance(e, DeviceFailed)]
+    assert failed.step == "in_band" and "Secure Boot" in failed.reason
+    await deliver_drift(w, node)  # the drift is still there: a human decides, not a loop
+    assert len(w.store.items) == 1
+
+
+async def test_a_unit_that_does_not_come_up_clean_goes_back_to_the_known_good_branch(
+    world: World,
+) -> None:
+    w = world
+    node = w.rt.fleet[2].id
+    break_gsp(w, node)
+    software = w.rt.software[node]
+    # The target's package keeps shipping no firmware dir: the repair cannot align NEW.
+    software.faults = replace(software.faults, missing_firmware_dir=True)
+    await deliver_drift(w, node)
+    await w.settle(agent_executor(w))
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE, item.reason
+    assert f"back on the previous known-good branch {OLD}" in item.reason
+    assert (software.state.loaded_module, software.state.gsp_firmware) == (OLD, OLD)
+    assert await agent_ledger(w, node) == ["install-driver", "reboot", "install-driver", "reboot"]
+    (back,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+    assert (back.from_version, back.to_version) == (NEW, OLD)
+    assert w.rt.scheduler.node(node).drain is None
+
+
+WRITES_OF_A_RUNBOOK = 7
+"""cordoning, drained, install announced, reboot announced, verified, given back, plus the
+preflight's move: every state write of a clean run."""
+
+
+@pytest.mark.parametrize("committed", [False, True])
+@pytest.mark.parametrize("at", range(1, WRITES_OF_A_RUNBOOK + 1))
+async def test_killed_at_any_write_mid_runbook_resumes_without_reinstalling(
+    world: World, at: int, committed: bool
+) -> None:
+    w = world
+    node = w.rt.fleet[3].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    dying = agent_executor(w, KillingStore(w.store, at, committed=committed))
+    with pytest.raises(Killed):
+        await w.settle(dying)
+    w.store.advance(FAST.lease_s + 1)  # the dead holder's lease lapses
+    await w.settle(agent_executor(w))  # the restarted updater
+    item = w.store.item(node)
+    steps = await agent_ledger(w, node)
+    assert steps.count("install-driver") <= 1, steps  # never reinstalled
+    assert steps.count("reboot") <= 1, steps
+    if item.state is NodeStep.DONE:
+        assert steps == ["install-driver", "reboot"]
+        assert w.rt.software[node].state.loaded_module == NEW
+        assert w.rt.scheduler.node(node).drain is None
+    else:
+        # Killed between "install (or reboot) is being sent" and sending it: the agent shows
+        # none, so the restarted updater never sends it again; the node stays out, with why.
+        assert item.state is NodeStep.QUARANTINED and "not sent again" in item.reason
+
+
+async def test_the_kill_points_cover_every_write_of_a_runbook(world: World) -> None:
+    w = world
+    node = w.rt.fleet[3].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    counting = KillingStore(w.store, at=0)
+    await w.settle(agent_executor(w, counting))
+    assert counting.writes == WRITES_OF_A_RUNBOOK
+
+
+async def test_a_driver_component_of_a_rollout_is_installed_through_the_agent(
+    world: World,
+) -> None:
+    w = world
+    node = w.rt.fleet[0].id
+    package = b"nvidia driver package " + NEW.encode()
+    (w.bundle / "images" / "driver.run").write_bytes(package)
+    driver = AttestedComponent(
+        profile="gb200",
+        component=Component.DRIVER,
+        version=NEW,
+        image="images/driver.run",
+        sha384=hashlib.sha384(package).hexdigest(),
+        size=len(package),
+        banks="one_way",
+        activation="in_band",
+    )
+    async with w.store.transaction() as tx:
+        await tx.record_bundle(STACK, str(w.bundle), (w.gpu, driver))
+    await _release(w, node, (Component.GPU_VBIOS, Component.DRIVER))
+    await w.settle(agent_executor(w))
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE, item.reason
+    assert w.gpu_versions(node) == {NEW_GPU_VERSION} and len(w.pushes(node)) == 1
+    assert w.rt.software[node].state.loaded_module == NEW
+    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    # Firmware first, verified by reading it back; then the driver unit; then given back.
+    moves = [(r.step, r.outcome) for r in await _history(w, node)]
+    assert moves[-3:] == [
+        ("verifying", "in_band"),
+        ("in_band", "uncordoning"),
+        ("uncordoning", "done"),
+    ]
+    verified = {
+        e.component: e.to_version for e in w.store.events.events if isinstance(e, DeviceVerified)
+    }
+    assert verified == {Component.GPU_VBIOS: NEW_GPU_VERSION, Component.DRIVER: NEW}
+
+
+async def test_a_rollout_node_already_on_the_driver_needs_no_in_band_write(world: World) -> None:
+    w = world
+    node = w.rt.fleet[1].id
+    package = b"nvidia driver package " + OLD.encode()
+    (w.bundle / "images" / "driver.run").write_bytes(package)
+    driver = AttestedComponent(
+        profile="gb200",
+        component=Component.DRIVER,
+        version=OLD,  # what every simulated node runs from the start
+        image="images/driver.run",
+        sha384=hashlib.sha384(package).hexdigest(),
+        size=len(package),
+        banks="one_way",
+        activation="in_band",
+    )
+    async with w.store.transaction() as tx:
+        await tx.record_bundle(STACK, str(w.bundle), (driver,))
+    await _release(w, node, (Component.DRIVER,))
+    await w.settle(agent_executor(w))
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE and "nothing written" in item.reason
+    assert await agent_ledger(w, node) == [] and owned(w, node) == []
+
+
+async def test_the_agent_channel_refuses_wrong_credentials_and_nothing_is_installed(
+    world: World,
+) -> None:
+    w = world
+    node = w.rt.fleet[2].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    ex = w.executor()
+    ex.inband.agent = HttpNodeAgent(
+        w.rt.scheduler_url,
+        "env:WRONG",
+        environ={"WRONG_USERNAME": "admin", "WRONG_PASSWORD": "guess"},
+    )
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED and "refused the credentials (401)" in item.reason
+    assert "guess" not in item.reason
+    assert await agent_ledger(w, node) == [] and owned(w, node) == []
+
+
+async def test_hostile_drift_events_change_nothing(world: World) -> None:
+    w = world
+    node = w.rt.fleet[0].id
+    break_gsp(w, node)
+    # Duplicates (a redelivery, or the inventory saying it again): one item.
+    for _ in range(3):
+        await deliver_drift(w, node)
+    # A node nobody knows: recorded, then failed at preflight without a call anywhere.
+    await deliver_drift(w, "node-unknown")
+    # Other drift kinds, or the policy off: nothing.
+    other = drift(w.rt.fleet[1].id).model_copy(
+        update={"items": (drift(node).items[0].model_copy(update={"kind": DriftKind.UNEXPECTED}),)}
+    )
+    async with w.store.transaction() as tx:
+        await handlers.drift_detected(
+            tx, make_envelope(other, source=INVENTORY), RemedyPolicy.AUTOMATIC
+        )
+    await deliver_drift(w, w.rt.fleet[2].id, RemedyPolicy.OFF)
+    assert sorted(i.node_id for i in w.store.items) == sorted([node, "node-unknown"])
+    await w.settle(agent_executor(w))
+    unknown = w.store.item("node-unknown")
+    assert unknown.state is NodeStep.FAILED and "does not know this node" in unknown.reason
+    assert await agent_ledger(w, "node-unknown") == []
+    assert w.store.item(node).state is NodeStep.DONE
+
+
+async def test_under_approval_the_runbook_waits_for_it(world: World) -> None:
+    w = world
+    node = w.rt.fleet[1].id
+    break_gsp(w, node)
+    await deliver_drift(w, node, RemedyPolicy.APPROVAL)
+    ex = agent_executor(w)
+    assert not await ex.step()  # held: nothing claimable
+    assert await agent_ledger(w, node) == []
+    async with w.store.transaction() as tx:
+        assert await tx.approve_remedy(node)
+        assert not await tx.approve_remedy(node)  # approved once
+    await w.settle(ex)
+    assert w.store.item(node).state is NodeStep.DONE
+
+
+async def test_a_held_remedy_is_withdrawn_when_the_drift_resolves(world: World) -> None:
+    w = world
+    node = w.rt.fleet[2].id
+    await deliver_drift(w, node, RemedyPolicy.APPROVAL)
+    resolved = DriftResolved(node_id=node, site="site-a", stack_hash=None)
+    async with w.store.transaction() as tx:
+        await handlers.drift_resolved(tx, make_envelope(resolved, source=INVENTORY))
+    item = w.store.item(node)
+    assert item.state is NodeStep.CANCELLED and "resolved before approval" in item.reason
+    async with w.store.transaction() as tx:
+        assert not await tx.approve_remedy(node)  # nothing left to approve
+    assert await agent_ledger(w, node) == []
+
+
+async def test_the_runbook_waits_while_its_node_is_in_a_released_wave(world: World) -> None:
+    w = world
+    node = w.rt.fleet[3].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)  # the remedy is first in line ...
+    await _release(w, node, (Component.GPU_VBIOS,))  # ... but the node's wave is released
+    ex = agent_executor(w)
+    # Run until the rollout's item is done; the remedy meanwhile never drains the node.
+    for _ in range(400):
+        update = next(i for i in w.store.items if i.kind == "update")
+        remedy = next(i for i in w.store.items if i.kind == "remedy")
+        if update.state is NodeStep.DONE:
+            break
+        assert remedy.state in {NodeStep.PENDING, NodeStep.PREFLIGHT, NodeStep.CORDONING}
+        if not await ex.step():
+            w.store.advance(FAST.retry_s)
+    assert f"in a released wave of rollout {ROLLOUT}" in remedy.reason
+    assert owned(w, node) == ["drain", "resume"]  # the rollout's drain only, so far
+    await w.settle(ex)
+    assert w.store.item(node).state is NodeStep.DONE  # then realigned
+    assert owned(w, node) == ["drain", "resume", "drain", "resume"]
+
+
+async def _release(w: World, node: str, components: tuple[Component, ...]) -> None:
+    planned = RolloutPlanned(
+        rollout_id=ROLLOUT,
+        intent_id=uuid.uuid4(),
+        stack_hash=STACK,
+        change_class=ChangeClass.STANDARD,
+        waves=(WavePlan(number=0, node_ids=(node,)),),
+    )
+    wave = WavePlanned(
+        rollout_id=ROLLOUT,
+        wave=0,
+        node_ids=(node,),
+        components=components,
+        max_unavailable=1,
+        failure_budget=0,
+        soak_seconds=0,
+    )
+    planner = source_of("planner")
+    async with w.store.transaction() as tx:
+        await handlers.rollout_planned(tx, make_envelope(planned, source=planner))
+        await handlers.wave_planned(tx, make_envelope(wave, source=planner, correlation_id="c1"))
+
+
+async def _history(w: World, node: str) -> list[Any]:
+    async with w.store.transaction() as tx:
+        records = await tx.history(node, 100)
+    return [r for r in records if r.step != r.outcome]
+
+
+class SilentWhileRebooting:
+    """The agent over HTTP, unreachable for ``silent`` reads after a reboot (the node is down
+    while it boots, as a real one is for minutes)."""
+
+    def __init__(self, agent: HttpNodeAgent, silent: int) -> None:
+        self.agent, self.silent, self.rebooted = agent, silent, False
+
+    async def state(self, node_id: str) -> AgentState:
+        if self.rebooted and self.silent > 0:
+            self.silent -= 1
+            raise AgentUnavailable(f"GET /agents/{node_id}: connection refused")
+        return await self.agent.state(node_id)
+
+    async def install_driver(self, node_id: str, version: str) -> AgentState:
+        return await self.agent.install_driver(node_id, version)
+
+    async def rebuild_dkms(self, node_id: str) -> AgentState:
+        return await self.agent.rebuild_dkms(node_id)
+
+    async def reboot(self, node_id: str) -> AgentState:
+        self.rebooted = True
+        return await self.agent.reboot(node_id)
+
+
+async def test_a_node_silent_while_it_reboots_is_waited_for_not_given_up(world: World) -> None:
+    w = world
+    node = w.rt.fleet[0].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    ex = agent_executor(w)
+    assert isinstance(ex.inband.agent, HttpNodeAgent)
+    # More silent reads than the step may fail in a row: waiting is not failing.
+    ex.inband.agent = SilentWhileRebooting(ex.inband.agent, silent=FAST.max_errors + 5)
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE, item.reason
+    waits = [r for r in await _all_history(w, node) if r.reason.startswith("rebooting:")]
+    assert len(waits) == FAST.max_errors + 5
+    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+
+
+async def test_a_node_that_does_not_come_back_from_its_reboot_is_quarantined(
+    world: World,
+) -> None:
+    w = world
+    node = w.rt.fleet[1].id
+    break_gsp(w, node)
+    await deliver_drift(w, node)
+    ex = agent_executor(w)
+    assert isinstance(ex.inband.agent, HttpNodeAgent)
+    ex.inband.agent = SilentWhileRebooting(ex.inband.agent, silent=10**6)
+    ex.inband.reboot_deadline_s = 0.0  # the store's clock stands still; any wall time is late
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.QUARANTINED and "did not come back" in item.reason
+    assert w.rt.scheduler.node(node).drain is not None  # kept out of service
+
+
+async def _all_history(w: World, node: str) -> list[Any]:
+    async with w.store.transaction() as tx:
+        return await tx.history(node, 1000)
