@@ -174,10 +174,20 @@ def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path
     assert len(tree) >= 7, f"expected NATS, PostgreSQL and 5 services under lockstep up: {tree}"
     dsn = database_url(text)
     assert dsn.endswith(f"passfile={data_dir}/secrets/admin/pgpass")
-    assert asyncio.run(database_logins(dsn)) == {
+    roles = {
         (f"lockstep-{name}", f"lockstep_{name}")
         for name in ("inventory", "planner", "updater", "healthgate", "attest")
-    }, "each service connects as its own role"
+    }
+    # Ready means each service answered /readyz; a pool may open its connection a moment
+    # after (CI once caught the healthgate's missing from a single snapshot): wait for it.
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + 30
+    while True:
+        seen = asyncio.run(database_logins(dsn))
+        if seen == roles or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # a poll interval, not the synchronisation: the condition is checked
+    assert seen == roles, f"each service connects as its own role: {seen}"
     assert up.interrupt() == 0, "".join(up.output)
     leftovers = {pid for pid in tree if alive(pid)}
     assert not leftovers, f"processes left behind: {leftovers}"
