@@ -105,14 +105,17 @@ def test_readings_before_the_soak_or_after_now_do_not_count() -> None:
 
 
 def bus(node: int, values: list[float]) -> list[Sample]:
+    """Busbw readings of one canary node from a step after the others' last report on: the
+    control has stopped reporting by then (silent for the heartbeat rule's 3 intervals), so it
+    does not hold the canary's readings back."""
     return [
-        one(f"canary-{node:03d}", Group.CANARY, BUSBW.name, v, T0 + (SOAK + i) * STEP)
+        one(f"canary-{node:03d}", Group.CANARY, BUSBW.name, v, T0 + (SOAK + 1 + i) * STEP)
         for i, v in enumerate(values)
     ]
 
 
 def test_busbw_under_the_bar_for_consecutive_samples_trips() -> None:
-    now = T0 + (SOAK + 3) * STEP
+    now = T0 + (SOAK + 4) * STEP
     bar = 0.92 * 378.0
     assert rules_of([*healthy(heartbeats=False), *bus(2, [bar - 1, 378.0, bar - 1])], now) == ()
     [finding] = rules_of([*healthy(heartbeats=False), *bus(2, [378.0, bar - 1, bar - 5])], now)
@@ -123,7 +126,7 @@ def test_busbw_under_the_bar_for_consecutive_samples_trips() -> None:
 def test_busbw_bar_is_the_nodes_own_expected_value_first() -> None:
     rows = [*healthy(heartbeats=False), *bus(2, [340.0, 340.0])]  # 90% of 378, 97% of 350
     own = one("canary-002", Group.CANARY, "nccl_expected_gbps", 350.0, T0)
-    now = T0 + (SOAK + 2) * STEP
+    now = T0 + (SOAK + 3) * STEP
     assert [f.rule for f in rules_of(rows, now)] == [HardRule.BUSBW]
     assert rules_of([*rows, own], now) == ()
 
@@ -244,6 +247,21 @@ def test_a_fleet_wide_drop_seen_first_on_the_canary_waits_for_the_control() -> N
     arrived_first = [r for r in control if r.time < T0 + 5 * STEP]  # half a step behind
     assert rules_of([*canary, *arrived_first], now=T0 + 5 * STEP) == ()
     [finding] = rules_of([*canary, *control], now=T0 + 6 * STEP)  # the control caught up
+    assert finding.environmental and finding.control_hits == CONTROL
+
+
+def test_a_control_whose_telemetry_lags_within_the_heartbeat_limit_still_holds_it_back() -> None:
+    # The controls' reports arrive late (a site's link, publish retries, ingest batches):
+    # 2.5 intervals behind the canary they are late, not silent (the heartbeat rule allows 3),
+    # so a fleet-wide drop seen first on the canary waits for them instead of tripping.
+    low = 0.6 * 378.0
+    canary = series(Group.CANARY, BUSBW.name, [[378.0] * 4 + [low, low]] * CANARY)
+    control = series(
+        Group.CONTROL, BUSBW.name, [[378.0] * 4 + [low, low]] * CONTROL, start=T0 + STEP / 2
+    )
+    lagging = [r for r in control if r.time < T0 + 3 * STEP]
+    assert rules_of([*canary, *lagging], now=T0 + 6 * STEP) == ()
+    [finding] = rules_of([*canary, *control], now=T0 + 6 * STEP)  # the site caught up
     assert finding.environmental and finding.control_hits == CONTROL
 
 
