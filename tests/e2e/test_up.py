@@ -288,7 +288,8 @@ def _shows_the_driver_step(out: str) -> None:
     the firmware, and every updated node's agent reporting the new branch to the inventory."""
     assert "driver 595.58.03 (in band: driver, GSP firmware, fabric manager, CUDA 13.2" in out
     step = re.search(r"driver step: (\d+)/(\d+) updated nodes took the driver package once", out)
-    assert step and step[1] == step[2] and int(step[1]) >= 200, out
+    done = re.search(r"rollout.completed r-\w+: (\d+) nodes updated", out)
+    assert step and done and step[1] == step[2] == done[1], out
     reports = re.search(r"agents report driver 595.58.03 \(R595, was R580\) on (\d+)/(\d+)", out)
     assert reports and reports[1] == reports[2] == step[1], out
 
@@ -330,7 +331,11 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
     # The rollout: a signed bundle of BMC, GPU VBIOS, NIC firmware and a driver package
     # (driver/CUDA/NCCL, in band) attested, planned,
     # approved with the approver's key, the canary flashed and gated before any other node.
-    shows("built and signed bundle-2026.12.1: bmc GB200Nvl-25.02-1, gpu_vbios 97.00.9A.00.01")
+    shows(
+        "built and signed bundle-2026.12.1: bmc GB200Nvl-25.02-1, cuda 13.2, driver 595.58.03, "
+        "fabric_manager 595.58.03, gpu_gsp 595.58.03, gpu_vbios 97.00.9A.00.01, nccl 2.27.7, "
+        "nic 32.43.1000"
+    )
     shows("bundle.attested gb200-golden 2026.12.1")
     shows("strata covered by the canary, with their control groups")
     shows("approved by alice (Ed25519 over the plan hash")
