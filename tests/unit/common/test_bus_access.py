@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
+from lockstep_common import natsconn
 from lockstep_common.bus_access import Party, matrix
 from lockstep_common.identities import ADMIN, AGENT, CLI, READER
 from lockstep_common.natsconn import AccessError, NatsAccess, read_secret
@@ -97,3 +101,24 @@ def test_settings_refuse_a_user_without_password_file_and_a_readable_secret(
         Settings()
     secret.chmod(0o600)
     assert Settings().nats_access().user == "inventory"
+
+
+async def test_asynchronous_nats_errors_are_one_debug_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A command's own call reports its failure; nats-py's default error callback would print
+    a traceback for it (and for the TLS close race after the last reply) on the CLI's stderr."""
+    import nats
+
+    seen: dict[str, Any] = {}
+
+    async def fake_connect(**options: Any) -> None:
+        seen.update(options)
+
+    monkeypatch.setattr(nats, "connect", fake_connect)
+    await natsconn.connect(natsconn.NatsAccess(("nats://127.0.0.1:4222",)), name="t")
+    caplog.set_level(logging.DEBUG, logger="lockstep_common.natsconn")
+    await seen["error_cb"](ssl.SSLError("APPLICATION_DATA_AFTER_CLOSE_NOTIFY"))
+    [record] = caplog.records
+    assert record.levelno == logging.DEBUG and record.exc_info is None
+    assert "SSLError" in record.getMessage()

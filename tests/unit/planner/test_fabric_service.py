@@ -6,6 +6,7 @@ when it passes, pins are refused while PROVISIONING, and every change is audited
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -286,6 +287,33 @@ async def test_a_halted_rollout_lets_its_domains_go_with_the_bundle_unknown() ->
             assert rig.audit(name)[-1] == ("planner", "update abandoned")
         else:
             assert rig.audit(name)[-1] == ("planner", "released")
+
+
+async def test_a_domain_with_a_failed_node_is_not_marked_updated_when_its_wave_passes() -> None:
+    """A wave may end with failures inside its budget and still pass: the domains whose nodes
+    all moved run the bundle; one holding a failed node stays WILL_UPDATE, bundle unknown."""
+    rig = FabricRig()
+    await rig.sync()
+    rollout_id = await started(rig)
+    await rig.pass_wave(rollout_id, 0)
+    await rig.pass_wave(rollout_id, 1)
+    last = rig.wave(rollout_id, 2)
+    rig.store.tables.waves[(rollout_id, 2)] = dataclasses.replace(last, failure_budget=1)
+    failed = last.node_ids[0]
+    broken = f"d{int(failed[1:]) // 4}"
+    await rig.complete_wave(rollout_id, 2, failed=(failed,))
+    rig.later(last.soak_s)
+    await rig.gate(GatePassed, rollout_id, 2)
+    assert rig.state(rollout_id) is RolloutState.COMPLETED
+    domain = rig.domain(broken)
+    assert (domain.current, domain.lifecycle, domain.rollout) == (None, Lifecycle.AVAILABLE, None)
+    assert domain.update_state is UpdateState.WILL_UPDATE
+    assert rig.audit(broken)[-1] == ("planner", "update incomplete")
+    moved = {f"d{int(n[1:]) // 4}" for n in last.node_ids} - {broken}
+    assert moved, "the wave holds other domains"
+    for name in moved:  # the wave's other domains moved whole
+        assert rig.domain(name).current == rig.bundle.stack_hash
+        assert rig.domain(name).update_state is UpdateState.NO_UPDATE
 
 
 async def test_a_software_bundle_leaves_fabric_domains_alone() -> None:

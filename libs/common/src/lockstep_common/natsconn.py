@@ -33,6 +33,15 @@ class _QuietTlsEof(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_QuietTlsEof())
+log = logging.getLogger(__name__)
+
+
+async def log_briefly(exc: Exception) -> None:
+    """The default ``error_cb``: one debug line. nats-py's own logs every asynchronous error
+    with its traceback: a permissions violation the failing call reports itself, or the TLS
+    close race (``APPLICATION_DATA_AFTER_CLOSE_NOTIFY``) after a command's last reply, which
+    printed tracebacks on the CLI's stderr. Services pass their own (a warning line)."""
+    log.debug("nats: %s: %s", type(exc).__name__, exc)
 
 
 class AccessError(ValueError):
@@ -142,4 +151,5 @@ async def connect(access: NatsAccess, *, name: str, **options: Any) -> NatsClien
 
     options.setdefault("ping_interval", PING_INTERVAL_S)
     options.setdefault("max_outstanding_pings", MAX_OUTSTANDING_PINGS)
+    options.setdefault("error_cb", log_briefly)
     return await nats.connect(name=name, **access.options(), **options)

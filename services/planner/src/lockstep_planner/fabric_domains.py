@@ -222,6 +222,32 @@ async def before_release(
     return []
 
 
+async def wave_failures(
+    tx: PlannerTx, rollout: RolloutRow, wave: int, failed: Sequence[str], now: datetime
+) -> None:
+    """Nodes of a wave failed within its failure budget: the rollout goes on, but a domain
+    holding a failed node does not run the bundle as a whole (seed 002: a domain's ``current``
+    is what all of it runs), so its update ends with the bundle unknown, its target still
+    pinned (WILL_UPDATE) for a later rollout, instead of being marked updated when the wave
+    passes."""
+    for row in (await tx.fabric_domains(domains_in(rollout, failed))).values():
+        if row.domain.rollout != rollout.rollout_id:
+            continue
+        if row.domain.lifecycle is not Lifecycle.PROVISIONING:
+            continue
+        mine = sorted(set(failed).intersection(row.node_ids))
+        await save(
+            tx,
+            row,
+            abandon_update(row.domain),
+            by=PLANNER,
+            now=now,
+            action="update incomplete",
+            detail=f"rollout {rollout.rollout_id} wave {wave}: "
+            f"{', '.join(mine[:10]) or 'its nodes'} failed",
+        )
+
+
 async def after_wave(
     tx: PlannerTx, rollout: RolloutRow, node_ids: Sequence[str], now: datetime
 ) -> None:

@@ -29,6 +29,7 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
 )
 from lockstep_planner.domain.rollout import RolloutState, WaveState, wave_transition
+from lockstep_planner.fabric_domains import wave_failures
 from lockstep_planner.lifecycle import LIVE, Timing, advance, note, set_state, set_wave, stop
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
 
@@ -139,6 +140,8 @@ async def on_wave_completed(
         f"soak {wave.soak_s} s",
         now,
     )
+    if data.failed:
+        await wave_failures(tx, rollout, wave.number, data.failed, now)
     if len(data.failed) > wave.failure_budget and rollout.state in LIVE:
         await stop(
             tx,
