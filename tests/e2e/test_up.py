@@ -293,6 +293,17 @@ def test_up_serves_only_authenticated_tls_clients_and_env_says_how_to_reach_it(
     assert "Traceback" not in gone.stderr
 
 
+def _shows_the_driver_step(out: str) -> None:
+    """The driver step: the package installed once per updated node through its agent, after
+    the firmware, and every updated node's agent reporting the new branch to the inventory."""
+    assert "driver 595.58.03 (in band: driver, GSP firmware, fabric manager, CUDA 13.2" in out
+    step = re.search(r"driver step: (\d+)/(\d+) updated nodes took the driver package once", out)
+    done = re.search(r"rollout.completed r-\w+: (\d+) nodes updated", out)
+    assert step and done and step[1] == step[2] == done[1], out
+    reports = re.search(r"agents report driver 595.58.03 \(R595, was R580\) on (\d+)/(\d+)", out)
+    assert reports and reports[1] == reports[2] == step[1], out
+
+
 def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     env["COLUMNS"] = "200"
@@ -327,9 +338,14 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
     shows("sweep 2: 256 BMCs")
     assert out.count("drift.resolved node-") == 4, out
     shows("fleet conformance 256/256 (100.0%)")
-    # The rollout: a signed bundle of BMC, GPU VBIOS and NIC firmware attested, planned,
+    # The rollout: a signed bundle of BMC, GPU VBIOS, NIC firmware and a driver package
+    # (driver/CUDA/NCCL, in band) attested, planned,
     # approved with the approver's key, the canary flashed and gated before any other node.
-    shows("built and signed bundle-2026.12.1: bmc GB200Nvl-25.02-1, gpu_vbios 97.00.9A.00.01")
+    shows(
+        "built and signed bundle-2026.12.1: bmc GB200Nvl-25.02-1, cuda 13.2, driver 595.58.03, "
+        "fabric_manager 595.58.03, gpu_gsp 595.58.03, gpu_vbios 97.00.9A.00.01, nccl 2.27.7, "
+        "nic 32.43.1000"
+    )
     shows("bundle.attested gb200-golden 2026.12.1")
     shows("strata covered by the canary, with their control groups")
     shows("approved by alice (Ed25519 over the plan hash")
@@ -341,6 +357,7 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
     assert re.search(r"wait while llm-pretrain-7 runs .*drained: 0\); activated: 0", out), out
     shows("its drain is still ops-oncall's")
     assert re.search(r"rollout.completed r-\w+: \d+ nodes updated, 1 failed", out), out
+    _shows_the_driver_step(out)
     shows("fleet conformance 255/256; drifted: node-")
     # The bad image: the canary trips the gate, the rollout halts, nothing outside it touched.
     shows("gate.tripped wave 0")

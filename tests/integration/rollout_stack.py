@@ -23,7 +23,7 @@ from nats.aio.client import Client as NatsClient
 
 from lockstep_attest.app import create_app as attest_app
 from lockstep_attest.settings import Settings as AttestSettings
-from lockstep_attest.testing.bundles import make_kit
+from lockstep_attest.testing.bundles import DriverPackage, make_kit
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.compatibility.files import packaged_rules
@@ -277,17 +277,23 @@ async def running_stack(
     updater: dict[str, Any] | None = None,
     planner: dict[str, Any] | None = None,
     routine: dict[str, Any] | None = None,
+    driver: DriverPackage | None = None,
 ) -> AsyncIterator[Stack]:
     """The five services over a fresh simulated fleet of ``NODES``, swept once; ``updater`` and
     ``planner`` override those services' settings (a scheduler, a budget, a deadline),
-    ``routine`` the routine change class (``planner_policy``)."""
+    ``routine`` the routine change class (``planner_policy``); ``driver`` adds that driver
+    package's in-band step to the bundle, and the agents' channel to the updater."""
     monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
+    monkeypatch.setenv("LOCKSTEP_TESTBMC_AGENT_USERNAME", OPERATOR_USERNAME)
+    monkeypatch.setenv("LOCKSTEP_TESTBMC_AGENT_PASSWORD", DEFAULT_PASSWORD)
     # A signed release kit whose one image is a GPU VBIOS package the simulated GPUs accept.
+    in_band = ("driver", "gpu_gsp", "fabric_manager", "cuda", "nccl") if driver else ()
     kit = make_kit(
         tmp_path / "release",
         gpu_image=(NEW_GPU_VERSION, package_for(GB200_GPU, NEW_GPU_VERSION)),
-        only=(str(Component.GPU_VBIOS),),
+        only=(str(Component.GPU_VBIOS), *in_band),
+        driver=driver,
     )
     trust = tmp_path / "trust"
     trust.mkdir()
@@ -337,6 +343,14 @@ async def running_stack(
                     "drain_poll_s": 0.05,
                     "redfish_poll_s": 0.02,
                     "verify_settle_s": 2.0,
+                    **(
+                        {
+                            "agent_url": rt.scheduler_url,
+                            "agent_credentials": "env:LOCKSTEP_TESTBMC_AGENT",
+                        }
+                        if driver
+                        else {}
+                    ),
                     **(updater or {}),
                 }
             )

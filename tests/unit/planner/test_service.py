@@ -144,7 +144,9 @@ async def test_an_intent_becomes_a_rollout_and_its_canary_is_released_with_contr
     assert planned.rollout_id == rollout_id and not planned.dry_run
     assert sorted(n for w in planned.waves for n in w.node_ids) == [f"n{i:03d}" for i in range(20)]
     [wave0] = emitted(rig.store, WavePlanned)
-    assert wave0.wave == 0 and wave0.components == (Component.DRIVER, Component.GPU_GSP)
+    # The bundle pins driver and GSP firmware; the updater is handed the driver, whose package
+    # brings the GSP firmware and whose in-band unit verifies it.
+    assert wave0.wave == 0 and wave0.components == (Component.DRIVER,)
     [stratum] = wave0.strata
     assert stratum.node_ids == wave0.node_ids and stratum.control_ids, "controls are published"
     assert not set(stratum.control_ids) & set(wave0.node_ids)

@@ -1,18 +1,20 @@
 """The demo's rollout part: the mission, on the simulated fleet the drift story ran on.
 
 What it shows, each step observed rather than assumed (issue 13, deliverable 1): a new bundle
-(BMC, GPU VBIOS and NIC firmware, as PLDM packages the simulated devices accept) is built,
-signed and attested; a routine intent is planned (the plan printed as ``lockstep rollout plan``
-prints it) and approved with an approver's Ed25519 key (as ``lockstep rollout approve`` signs);
-the canary is flashed and gated, the wave follows to completion while one fabric domain is
-occupied by a cluster (its nodes wait, drained only when the cluster ends) and one node drained
-by someone else is left alone. Then a second bundle whose GPU image degrades health: the canary
-trips the gate, the rollout halts, the canary's A/B banks are flipped back (the updater's
-flip-back, ``docs/updater.md``), and the BMC and scheduler ledgers show that no node outside the
-canary received a single mutating call. Last, one GSP / driver mismatch (seed 004) is remediated
-by the updater's runbook: detected by the inventory from the node agent's report, held for
-approval, approved, then drained, the pinned driver reinstalled as one unit through the agent,
-rebooted, verified and given back.
+(BMC, GPU VBIOS and NIC firmware, as PLDM packages the simulated devices accept, and a driver
+package: driver, GSP firmware, fabric manager, CUDA and NCCL, one in-band unit) is built, signed
+and attested; a routine intent is planned (the plan printed as ``lockstep rollout plan`` prints
+it) and approved with an approver's Ed25519 key (as ``lockstep rollout approve`` signs); the
+canary is flashed and gated, the wave follows to completion while one fabric domain is occupied
+by a cluster (its nodes wait, drained only when the cluster ends) and one node drained by
+someone else is left alone; every updated node took the driver package through its node agent
+after its firmware, and its agent reports the new driver branch. Then a second bundle whose GPU
+image degrades health: the canary trips the gate, the rollout halts, the canary's A/B banks are
+flipped back (the updater's flip-back, ``docs/updater.md``), and the BMC and scheduler ledgers
+show that no node outside the canary received a single mutating call. Last, one GSP / driver
+mismatch (seed 004) is remediated by the updater's runbook: detected by the inventory from the
+node agent's report, held for approval, approved, then drained, the pinned driver reinstalled as
+one unit through the agent, rebooted, verified and given back.
 
 The planner, updater and healthgate run as the system's own processes; their policies (short
 soaks, a canary of 5 per stratum) and the scheduler's address are set up by :func:`prepare`
@@ -38,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from rich.console import Console
 
-from lockstep_attest.testing.bundles import Kit, make_kit
+from lockstep_attest.testing.bundles import DriverPackage, Kit, make_kit
 from lockstep_cli.polling import until
 from lockstep_cli.rollout_cli import await_decision, print_plan, publish_intent, run_command
 from lockstep_common import db, subjects
@@ -48,7 +50,7 @@ from lockstep_common.identities import CLI
 from lockstep_common.natsconn import connect
 from lockstep_common.pldm import ComponentSpec, FormatRevision, RecordSpec, build_package
 from lockstep_common.subjects import Namespace
-from lockstep_common.vocabulary import ChangeClass
+from lockstep_common.vocabulary import ChangeClass, Component, ObservationSource
 from lockstep_inventory.adapters import state
 from lockstep_inventory.queries import drift_report, fleet_status
 from lockstep_planner.settings import Settings as PlannerSettings
@@ -69,6 +71,11 @@ PUSH = "update-multipart"  # the BMC ledger's action for a POST to MultipartHttp
 READS = {"session_create", "session_delete"}  # BMC ledger actions that change no device
 NEW = {"bmc": "GB200Nvl-25.02-1", "gpu": "97.00.9A.00.01", "nic": "32.43.1000"}
 BAD_GPU = "97.00.9B.00.07"
+# The driver step: R580 LTSB -> R595 production, the CUDA 13.2 user space it brings (the
+# simulator's catalog, standards.md section 7); GSP firmware and fabric manager ship inside it.
+DRIVER = DriverPackage("595.58.03", cuda="13.2", nccl="2.27.7", package=b"nvidia-open 595.58.03")
+DRIVER_BRANCH = "R595"
+IN_BAND = ("driver", "gpu_gsp", "fabric_manager", "cuda", "nccl")
 AGENT_CREDENTIALS = "LOCKSTEP_DEMO_BMC"  # demo_fleet.CREDENTIALS: the simulator's one account
 GATE_MINIMUM = """
 [minimum]
@@ -242,7 +249,7 @@ class RolloutStory:
 
     async def _good_rollout(self) -> None:
         c = self.console
-        c.rule("a new bundle: BMC, GPU VBIOS and NIC firmware")
+        c.rule("a new bundle: BMC, GPU VBIOS and NIC firmware, and a driver/CUDA/NCCL step")
         kit = make_kit(
             self.setup.base / "release",
             signer=self.kit.signer,
@@ -251,9 +258,16 @@ class RolloutStory:
             bmc_image=(NEW["bmc"], package_for("bmc", NEW["bmc"])),
             gpu_image=(NEW["gpu"], package_for("gpu", NEW["gpu"])),
             nic_image=(NEW["nic"], package_for("nic", NEW["nic"])),
-            only=("bmc", "gpu_vbios", "nic"),
+            driver=DRIVER,
+            only=("bmc", "gpu_vbios", "nic", *IN_BAND),
         )
         stack_hash = await self._attest(kit)
+        c.print(
+            f"  its driver step: driver {DRIVER.version} (in band: driver, GSP firmware, fabric "
+            f"manager, CUDA {DRIVER.cuda}, NCCL {DRIVER.nccl} from one package, installed "
+            "through the node agents after the firmware; one_way: undone by reinstalling the "
+            "previous package, no bank to flip back)"
+        )
         plan = await self._plan(stack_hash, "CAB-2026-1207")
         rollout = plan["rollout_id"]
         waves = plan["plan"]["waves"]
@@ -324,6 +338,7 @@ class RolloutStory:
             f"updated, {done['nodes_failed']} failed; {occupied[0]} now runs "
             f"{self._versions(occupied[0])}"
         )
+        await self._driver_step(rollout, foreign)
         await self._conformance(done["rollout_id"])
 
     # -- the bad bundle --------------------------------------------------------------------
@@ -397,6 +412,7 @@ class RolloutStory:
         node = next(
             n.id for n in reversed(self.rt.fleet) if self.rt.scheduler.node(n.id).drain is None
         )
+        before = len(self.rt.agent_ledger)  # the rollout's driver step is in it already
         (drift,) = self.rt.drifts.apply([Drift(DriftKind.GSP_MISMATCH, node)])
         c.print(
             f"  {node}: an interrupted upgrade to {drift.driver} left no "
@@ -414,7 +430,7 @@ class RolloutStory:
         await until(lambda: self._remedy_ended(remedy), "the node given back", 60)
         steps = [
             e["step"]
-            for e in self.rt.agent_ledger
+            for e in self.rt.agent_ledger[before:]
             if e["node"] == node and e["outcome"] != "refused"
         ]
         s = self.rt.software[node].state
@@ -439,6 +455,48 @@ class RolloutStory:
             "SELECT state FROM node_work WHERE rollout_id = $1 AND state = 'done'", remedy
         )
         return state
+
+    async def _driver_step(self, rollout: str, foreign: str) -> None:
+        """The in-band step, as the agents saw it: one driver package per updated node, after
+        its firmware, and the new branch in the agents' reports to the inventory."""
+        rows = await self.pools["updater"].fetch(
+            "SELECT node_id FROM node_work WHERE rollout_id = $1 AND kind = 'update'"
+            " AND state = 'done'",
+            rollout,
+        )
+        updated = sorted(r["node_id"] for r in rows)
+        steps: dict[str, list[str]] = {}
+        for e in self.rt.agent_ledger:
+            if e["outcome"] != "refused":
+                steps.setdefault(e["node"], []).append(e["step"])
+        once = sum(steps.get(n) == ["install-driver", "reboot"] for n in updated)
+
+        async def reported() -> int | None:
+            async with self.inventory.acquire() as conn:
+                seen = await state.observations(conn, updated)
+            agents = [seen.get(n, {}).get(ObservationSource.AGENT) for n in updated]
+            count = sum(
+                o is not None
+                and o.components.get(Component.DRIVER) == DRIVER.version
+                and o.members.get("driver_branch") == DRIVER_BRANCH
+                for o in agents
+            )
+            return count if count == len(updated) else None
+
+        count = await until(reported, f"the agents reporting driver {DRIVER.version}", 60)
+        s = self.rt.software[updated[0]].state
+        c = self.console
+        c.print(
+            f"  driver step: {once}/{len(updated)} updated nodes took the driver package once "
+            f"through their node agent, after their firmware (agent ledger: install-driver, "
+            f"reboot); {updated[0]}: module {s.loaded_module}, GSP firmware {s.gsp_firmware}, "
+            f"CUDA {s.cuda}, NCCL {s.nccl}"
+        )
+        c.print(
+            f"  agents report driver {DRIVER.version} ({DRIVER_BRANCH}, was R580) on "
+            f"{count}/{len(updated)} updated nodes; {foreign} (left alone) still runs "
+            f"{self.rt.software[foreign].state.driver.version}"
+        )
 
     async def _conformance(self, rollout: str) -> None:
         """The inventory applies the rollout's pin; a sweep reads the fleet against it."""

@@ -80,6 +80,7 @@ def judge(
         lambda: checks.image_inventory(bundle),
         lambda: checks.image_digests(bundle),
         lambda: checks.pldm_packages(bundle),
+        lambda: checks.in_band_packages(bundle),
         lambda: checks.rims(bundle, trust, policy, rim_at),
         lambda: checks.safe_reports(bundle, trust, policy),
         lambda: checks.sbom(bundle),

@@ -37,7 +37,13 @@ from lockstep_planner.domain.classes import ClassPolicy, Policy
 from lockstep_planner.domain.compatibility import check_target
 from lockstep_planner.domain.fabric import FabricConflict, Lifecycle, claim
 from lockstep_planner.domain.fleet import Node, Pool
-from lockstep_planner.domain.intake import bundle_of, current_versions, node_of, stack_of
+from lockstep_planner.domain.intake import (
+    bundle_of,
+    current_versions,
+    installable,
+    node_of,
+    stack_of,
+)
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
 from lockstep_planner.domain.plan_hash import canonical_plan, plan_hash
 from lockstep_planner.domain.refusal import PlanRefused, some
@@ -142,7 +148,7 @@ def _wave_rows(rollout_id: str, made: Plan, nodes: dict[str, Node]) -> list[Wave
         )
         for key, ids in by_stratum.items():
             gated[key].extend(ids)
-        components = tuple(dict.fromkeys(c for s in wave.stages for c in s.components))
+        components = installable(c for s in wave.stages for c in s.components)
         pools = {nodes[i].pool for i in wave.node_ids}
         soak = wave.stages[-1].soak_s if wave.stages else 0
         rows.append(

@@ -17,9 +17,18 @@ from lockstep_attest.domain.findings import Finding
 from lockstep_attest.domain.policy import Policy
 from lockstep_attest.domain.trust import TrustStore
 from lockstep_attest.domain.versions import older
-from lockstep_common.bundle import ComponentEntry, ImageFormat, Manifest
+from lockstep_common.bundle import Banks, ComponentEntry, ImageFormat, Manifest
+from lockstep_common.vocabulary import Component
 
 COSE_SHA384 = -43
+IN_BAND_PARTS = frozenset(
+    {Component.GPU_GSP, Component.CUDA, Component.NCCL, Component.FABRIC_MANAGER}
+)
+"""What ships inside the driver package and is installed with it by the node agent (seed 004:
+"GSP firmware ships inside the driver package"); the updater has no other way to install it."""
+SAME_AS_DRIVER = frozenset({Component.GPU_GSP, Component.FABRIC_MANAGER})
+"""Versioned as the driver itself (compatibility rules gsp_equals_driver,
+fabric_manager_equals_driver)."""
 
 
 def _entries(m: Manifest) -> Iterator[tuple[str, ComponentEntry]]:
@@ -102,6 +111,56 @@ def _pldm_verdict(name: str, entry: ComponentEntry, facts: ImageFacts) -> tuple[
             return True, f"{name}: record {record.index} matches; version {entry.version}"
     found = sorted({r.component_image_set_version.text for r in records})
     return False, f"{name}: package version(s) {found} != manifest {entry.version}"
+
+
+def in_band_packages(b: LoadedBundle) -> list[Finding]:
+    """A driver package and what ships inside it are installed in band, as one unit, from one
+    image: every in-band entry is the driver or one of its parts, ``one_way`` (a driver change is
+    undone by installing the previous package, not by a bank flip), and each part names the
+    driver's image (a separate image would never be installed) at the version the package
+    brings. Bundles without in-band components have no finding here."""
+    if b.manifest is None:
+        return []
+    out = []
+    for profile, comps in sorted(b.manifest.profiles.items()):
+        in_band = {c: e for c, e in comps.items() if _is_in_band(c, e)}
+        driver = in_band.get(Component.DRIVER)
+        for comp, entry in sorted(in_band.items()):
+            passed, why = _in_band_verdict(comp, entry, driver)
+            out.append(Finding("in_band", passed, f"{profile}/{comp.value}: {why}"))
+    return out
+
+
+def _is_in_band(comp: Component, entry: ComponentEntry) -> bool:
+    return entry.activation == "in_band" or comp is Component.DRIVER or comp in IN_BAND_PARTS
+
+
+def _in_band_verdict(
+    comp: Component, entry: ComponentEntry, driver: ComponentEntry | None
+) -> tuple[bool, str]:
+    if comp is not Component.DRIVER and comp not in IN_BAND_PARTS:
+        return False, "activation in_band, but only a driver package and its parts install in band"
+    if entry.activation != "in_band" or entry.banks is not Banks.ONE_WAY:
+        return False, (
+            f"banks {entry.banks.value}, activation {entry.activation}; an in-band package is "
+            "one_way, activation in_band (installed by the node agent; no bank to flip back to)"
+        )
+    if comp is Component.DRIVER:
+        return True, f"{entry.version} from {entry.image}, installed in band as one unit"
+    return _part_verdict(comp, entry, driver)
+
+
+def _part_verdict(
+    comp: Component, entry: ComponentEntry, driver: ComponentEntry | None
+) -> tuple[bool, str]:
+    """A part of the driver package: its image, and for GSP / fabric manager its version."""
+    if driver is None:
+        return False, "ships inside the driver package, and the profile names no driver"
+    if entry.image != driver.image:
+        return False, f"{entry.image} is not the driver's package {driver.image}"
+    if comp in SAME_AS_DRIVER and entry.version != driver.version:
+        return False, f"{entry.version} != driver {driver.version} (shipped in its package)"
+    return True, f"{entry.version}, inside the driver package {driver.image}"
 
 
 def rims(b: LoadedBundle, trust: TrustStore, policy: Policy, at: datetime) -> list[Finding]:

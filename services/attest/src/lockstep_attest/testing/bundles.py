@@ -151,6 +151,31 @@ def _device_of(package: bytes) -> list[dict[str, Any]]:
     return [{"type": d.type, "value_hex": d.data.hex()} for d in record.descriptors]
 
 
+@dataclass(frozen=True)
+class DriverPackage:
+    """A driver package for the in-band step: the CUDA user space and NCCL it brings."""
+
+    version: str
+    cuda: str
+    nccl: str
+    package: bytes
+
+
+def driver_entries(driver: DriverPackage, image: str) -> dict[str, dict[str, Any]]:
+    """The manifest entries of one driver package: the driver, and what ships inside it (GSP
+    firmware and fabric manager at the driver's own version, CUDA user space, NCCL), every one
+    naming the same image (docs/bundles.md "In-band components"). ``one_way``: no bank to flip
+    back to; ``in_band``: installed by the node agent, not the BMC."""
+    entry = {"format": "vendor", "banks": "one_way", "activation": "in_band", "image": image}
+    return {
+        "driver": {**entry, "version": driver.version},
+        "gpu_gsp": {**entry, "version": driver.version},
+        "fabric_manager": {**entry, "version": driver.version},
+        "cuda": {**entry, "version": driver.cuda},
+        "nccl": {**entry, "version": driver.nccl},
+    }
+
+
 def write_bulk_image(path: Path, size: int) -> None:
     """``size`` bytes that differ per MiB (cheap to make, as costly to hash as random data)."""
     block = os.urandom(1 << 20)
@@ -173,13 +198,15 @@ def make_kit(
     signer: Signer | None = None,
     name: str = "bundle",
     bundle_version: str = "2026.11.1",
+    driver: DriverPackage | None = None,
 ) -> Kit:
     """A signed, valid bundle: PLDM BMC, VBIOS with RIM + SFR, one-way PSU, plus ``bulk`` =
     (count, size) extra vendor images in profiles bulk-0.. (for the benchmark).
 
     ``gpu_image`` = (version, image) replaces the random VBIOS (an image the simulator's GPUs
     accept, for an end-to-end rollout), ``bmc_image`` the BMC's PLDM package; ``nic_image``
-    adds a NIC firmware image; ``only`` keeps just those gb200 components. Kits made with one
+    adds a NIC firmware image; ``driver`` adds the in-band step (:func:`driver_entries`);
+    ``only`` keeps just those gb200 components. Kits made with one
     ``signer`` (written to ``tmp/name``) share ``tmp/trust``: one attest service verifies them
     all."""
     now = now or datetime.now(UTC)
@@ -267,14 +294,18 @@ def make_kit(
             "version": nic_image[0],
             "image": "images/nic.bin",
         }
+    if driver is not None:
+        (bundle / "images" / "driver.run").write_bytes(driver.package)
+        manifest["profiles"]["gb200"].update(driver_entries(driver, "images/driver.run"))
     if only is not None:
         gb200 = manifest["profiles"]["gb200"]
-        manifest["profiles"]["gb200"] = {c: e for c, e in gb200.items() if c in only}
-        for c, e in gb200.items():  # every file in a bundle must be named by its manifest
-            if c not in only:
-                for file in (e["image"], e.get("rim"), *e.get("safe", ())):
-                    if file:
-                        (bundle / file).unlink()
+        kept = {c: e for c, e in gb200.items() if c in only}
+        manifest["profiles"]["gb200"] = kept
+        named = {f for e in kept.values() for f in (e["image"], e.get("rim"), *e.get("safe", ()))}
+        for e in gb200.values():  # every file in a bundle must be named by its manifest
+            for file in (e["image"], e.get("rim"), *e.get("safe", ())):
+                if file and file not in named:
+                    (bundle / file).unlink(missing_ok=True)  # in-band entries share one
     for i in range(bulk[0]):
         write_bulk_image(bundle / "images" / f"bulk-{i}.bin", bulk[1])
         manifest["profiles"][f"bulk-{i}"] = {

@@ -32,6 +32,10 @@ SOFTWARE = frozenset(
     }
 )
 POWER = frozenset({Component.PSU, Component.BBU})
+INSIDE_DRIVER = frozenset({Component.GPU_GSP})
+"""Pinned with the driver (the compatibility rules need it equal to the driver), but not handed
+to the updater on its own: its firmware ships inside the driver package (seed 004) and the
+driver's in-band unit verifies it (the loaded module and the GSP firmware of the same version)."""
 
 # (stage_s, activate_s) per activation method: a reset or reboot costs a node minutes, an AC
 # cycle the longest (seed 000's update-class table orders them the same way).
@@ -90,6 +94,15 @@ def bundle_of(stack_hash: str, components: Sequence[AttestedComponent]) -> Bundl
             )
         )
     return Bundle(stack_hash, tuple(out))
+
+
+def installable(components: Iterable[str]) -> tuple[str, ...]:
+    """A wave's components as the updater is handed them (``wave.planned``), in order: those
+    inside the driver package are left out when the driver is there to bring them."""
+    names = tuple(dict.fromkeys(components))
+    if Component.DRIVER.value not in names:
+        return names
+    return tuple(c for c in names if Component(c) not in INSIDE_DRIVER)
 
 
 def stack_of(components: Iterable[AttestedComponent]) -> dict[str, dict[str, str]]:
