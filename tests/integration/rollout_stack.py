@@ -198,6 +198,13 @@ class Stack:
     async def start_rollout(self) -> dict[str, Any]:
         """The release kit submitted to the attest service; once ``bundle.attested`` reached the
         planner and the updater, a routine intent moving the whole fleet to it."""
+        bundle = await self.attest_bundle()
+        await self.submit_intent(bundle)
+        return bundle
+
+    async def attest_bundle(self) -> dict[str, Any]:
+        """The release kit submitted to attest; its ``bundle.attested`` once the planner and the
+        updater have recorded it."""
         await self.publish(
             subjects.bundle_submitted(),
             BundleSubmitted(bundle_uri=self.bundle.as_uri(), submitted_by="ci-job-13"),
@@ -212,6 +219,10 @@ class Stack:
             return True
 
         await until(known, what="the bundle recorded by planner and updater")
+        return bundle
+
+    async def submit_intent(self, bundle: dict[str, Any]) -> None:
+        """A routine intent moving the whole fleet to ``bundle``."""
         await self.publish(
             subjects.intent_submitted(),
             IntentSubmitted(
@@ -223,7 +234,6 @@ class Stack:
                 submitted_by="alice",
             ),
         )
-        return bundle
 
 
 FACTORIES: dict[str, Callable[[Any], ServiceApp]] = {

@@ -25,10 +25,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from lockstep_cli.polling import until
-from lockstep_common import subjects
-from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.service import ServiceApp
-from lockstep_common.vocabulary import ChangeClass
 from tests.integration.rollout_stack import FACTORIES, NODES, Stack, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -70,33 +67,10 @@ async def inbox_has(stack: Stack, service: str, event_id: uuid.UUID) -> bool:
 async def start_rollout_with_updater_stopped(stack: Stack) -> ServiceApp:
     """``Stack.start_rollout`` with the updater stopped between the bundle and the intent (its
     durable consumers keep their place: it misses nothing); returns the stopped updater."""
-    await stack.publish(
-        subjects.bundle_submitted(),
-        BundleSubmitted(bundle_uri=stack.bundle.as_uri(), submitted_by="ci-job-13"),
-    )
-    (bundle,) = await stack.wait("attest", "bundle.attested")
-
-    async def known() -> bool:
-        for name in ("planner", "updater"):
-            pool = stack.apps[name].require().pool
-            if not await pool.fetchval("SELECT count(*) FROM bundles"):
-                return False
-        return True
-
-    await until(known, what="the bundle recorded by planner and updater")
+    bundle = await stack.attest_bundle()
     updater = stack.apps["updater"]
     await updater.stop()
-    await stack.publish(
-        subjects.intent_submitted(),
-        IntentSubmitted(
-            intent_id=uuid.uuid4(),
-            stack_hash=bundle["stack_hash"],
-            scope=ScopeSelector(),
-            change_class=ChangeClass.ROUTINE,
-            approval_ref="CAB-1313",
-            submitted_by="alice",
-        ),
-    )
+    await stack.submit_intent(bundle)
     return updater
 
 

@@ -10,12 +10,11 @@ transient: the planner keeps the lifecycles it had and asks again on its next pa
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lockstep_common.commands import NoAnswer, run_bounded
 from lockstep_common.errors import TransientError
 
 MAX_OUTPUT = 8 << 20  # 12,500 node names, a line each, with room to spare
@@ -42,27 +41,16 @@ class SlurmJobs:
     async def _run(self, program: str, args: Sequence[str]) -> str:
         what = f"{Path(program).name} {' '.join(args[:2])}"
         try:
-            proc = await asyncio.create_subprocess_exec(
-                program,
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
+            done = await run_bounded(
+                program, args, env=self._env, timeout_s=self.timeout_s, max_output=MAX_OUTPUT
             )
+        except NoAnswer as exc:
+            raise TransientError(f"{what}: {exc}") from None
         except OSError as exc:
             raise TransientError(f"{what}: cannot run: {exc}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise TransientError(f"{what}: no answer within {self.timeout_s:g}s") from None
-        if proc.returncode != 0:
-            message = " ".join(err[:4096].decode(errors="replace").split())
-            raise TransientError(f"{what}: {message or f'exit {proc.returncode}'}")
-        return out[:MAX_OUTPUT].decode(errors="replace")
+        if done.returncode != 0:
+            raise TransientError(f"{what}: {done.error or f'exit {done.returncode}'}")
+        return done.out
 
     async def busy_nodes(self) -> frozenset[str]:
         lists = await self._run(

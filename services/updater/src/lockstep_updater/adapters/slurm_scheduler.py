@@ -21,11 +21,10 @@ Slurm refuses (no privilege), is permanent (:class:`SlurmRefused`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 
+from lockstep_common.commands import NoAnswer, run_bounded
 from lockstep_common.errors import PermanentError
 from lockstep_updater.domain.slurm_node import (
     SlurmNode,
@@ -72,34 +71,22 @@ class SlurmScheduler:
             self._env["SLURM_CONF"] = conf
 
     async def _run(self, args: Sequence[str]) -> str:
+        command = f"scontrol {' '.join(args[:2])}"
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self.scontrol,
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
+            done = await run_bounded(
+                self.scontrol, args, env=self._env, timeout_s=self.timeout_s, max_output=MAX_OUTPUT
             )
+        except NoAnswer as exc:
+            raise SchedulerUnavailable(f"{command}: {exc}") from None
         except OSError as exc:
             raise SchedulerUnavailable(f"{self.scontrol}: cannot run: {exc}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise SchedulerUnavailable(
-                f"scontrol {' '.join(args[:2])}: no answer within {self.timeout_s:g}s"
-            ) from None
-        text = out[:MAX_OUTPUT].decode(errors="replace")
-        if proc.returncode != 0:
-            message = " ".join(err[:4096].decode(errors="replace").split()) or text.strip()
-            what = f"scontrol {' '.join(args[:2])}: {message or f'exit {proc.returncode}'}"
+        if done.returncode != 0:
+            message = done.error or done.out.strip()
+            what = f"{command}: {message or f'exit {done.returncode}'}"
             if any(hint in message.lower() for hint in TRANSIENT_HINTS):
                 raise SchedulerUnavailable(what)
             raise SlurmRefused(what)
-        return text
+        return done.out
 
     async def node(self, node_id: str) -> SlurmNode:
         """The node as the controller knows it now."""
