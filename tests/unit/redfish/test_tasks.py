@@ -16,6 +16,7 @@ from lockstep_redfish.tasks import (
     TaskOutcome,
     TaskPolicy,
     TaskRef,
+    follow_task,
     path_on_bmc,
     task_ref,
     wait_for_task,
@@ -62,6 +63,33 @@ async def test_a_task_still_running_at_the_deadline_fails_and_is_left_alone() ->
     )
     assert clock.slept == [30, 30, 30, 10]  # the last wait ends at the deadline
     assert [r[0] for r in bmc.requests] == ["GET"] * 5  # never a DELETE
+
+
+async def test_a_task_followed_in_turns_gives_the_caller_back_while_it_runs() -> None:
+    # The updater follows a quarter-hour staging task in turns, so that its worker serves
+    # other nodes meanwhile: None after the hold, the outcome once the task ends.
+    bmc = ScriptedBmc(
+        reply(202, task("Running", 10)),
+        reply(202, task("Running", 20)),
+        reply(202, task("Running", 30)),
+        reply(200, task("Completed", 100)),
+    )
+    clock = FakeClock()
+    turn = await follow_task(bmc, REF, POLICY, hold_s=8, clock=clock, sleep=clock.sleep)
+    assert turn is None and clock.slept == [5, 5]  # polled at 0, 5, 10: past the hold
+    outcome = await follow_task(
+        bmc, REF, POLICY, hold_s=8, waited_s=10, clock=clock, sleep=clock.sleep
+    )
+    assert outcome is not None and outcome.state == "Completed"
+    assert outcome.waited_s == 10  # the earlier turn's 10 s count, the poll was at once
+
+
+async def test_the_deadline_of_a_task_followed_in_turns_counts_from_the_first_turn() -> None:
+    bmc = ScriptedBmc(*[reply(202, task("Running", 50))] * 5)
+    clock = FakeClock()
+    with pytest.raises(TaskDeadlineExceeded, match="after the 100s deadline"):
+        await follow_task(bmc, REF, POLICY, hold_s=60, waited_s=95, clock=clock, sleep=clock.sleep)
+    assert clock.slept == [5]  # 95 s were spent in earlier turns: 5 s of deadline were left
 
 
 async def test_a_dark_bmc_is_waited_for_then_the_task_completes() -> None:

@@ -6,8 +6,9 @@ status once it is done (standards.md 1.2). Real BMCs bend this: some give the Ta
 as the monitor (200 with ``TaskState`` throughout), some answer 204 + ``Location``
 (sushy-tools), and a BMC that reboots mid-task forgets its tasks (404) and its sessions (401).
 
-:func:`wait_for_task` polls, never faster than ``Retry-After`` asks (capped by
-``TaskPolicy.max_poll_s``), until the task ends or ``TaskPolicy.deadline_s`` passes:
+:func:`wait_for_task` polls (:func:`follow_task` in turns), never faster than ``Retry-After``
+asks (capped by ``TaskPolicy.max_poll_s``), until the task ends or ``TaskPolicy.deadline_s``
+passes:
 
 - ``Completed`` -> a :class:`TaskOutcome`; so is a monitor that answers 404/410 after the task
   was accepted (``forgotten``: the BMC rebooted or expired the task), since the inventory, not
@@ -253,11 +254,33 @@ async def wait_for_task(
     sleep: Sleep = asyncio.sleep,
 ) -> TaskOutcome:
     """Poll ``ref`` until its task ends; see the module docstring for every ending."""
+    outcome = await follow_task(bmc, ref, policy, clock=clock, sleep=sleep)
+    assert outcome is not None  # noqa: S101 - without a hold, only an ending returns
+    return outcome
+
+
+async def follow_task(
+    bmc: Requester,
+    ref: TaskRef,
+    policy: TaskPolicy,
+    *,
+    hold_s: float | None = None,
+    waited_s: float = 0.0,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
+) -> TaskOutcome | None:
+    """As :func:`wait_for_task`, for a caller that follows a long task in turns (the updater
+    gives its worker back while a BMC stages an image for a quarter of an hour): None when
+    the task still runs after ``hold_s``. ``waited_s`` is how long earlier turns followed it,
+    so the deadline counts from the first turn; an outcome's ``waited_s`` includes them. A
+    BMC's silence is judged within one turn (``unreachable_s``) and by the deadline."""
     watch = _Watch(bmc, ref, policy, clock)
+    watch.started -= waited_s
     path = ref.monitor or ref.task
     if path is None:
         return watch.outcome(forgotten=True)  # accepted without a monitor: readback decides
     deadline = watch.started + policy.deadline_s
+    turn_ends = None if hold_s is None else clock() + hold_s
     relogged = False  # one new login per 401; a 401 right after it is a refusal
     while True:
         hint: float | None = None
@@ -281,4 +304,6 @@ async def wait_for_task(
         now = clock()
         if now >= deadline:
             raise watch.late()
+        if turn_ends is not None and now >= turn_ends:
+            return None  # still running: the caller comes back for it
         await sleep(min(policy.delay(hint), deadline - now))

@@ -53,7 +53,7 @@ from lockstep_redfish.errors import (
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.models import UpdatableSoftware
-from lockstep_redfish.preflight import UpdateRequest
+from lockstep_redfish.preflight import Method, UpdateRequest
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
@@ -94,6 +94,13 @@ class ExecutorPolicy:
     retry_s: float = 5.0  # before a step that could not finish is tried again
     drain_poll_s: float = 5.0
     drain_deadline_s: float = 3600.0
+    # A node waiting for its pool's budget is woken when a place frees (``UpdaterTx.advance``
+    # with ``parked``); this re-check is only the level-triggered net behind that wake.
+    budget_recheck_s: float = 60.0
+    # How long a worker follows a pushed image's task before it gives the node back to the
+    # queue (re-claimed after ``retry_s``): a GPU stages for a quarter of an hour (seed 000),
+    # and a worker held that long caps how many nodes of a wave stage at once.
+    task_hold_s: float = 60.0
     max_errors: int = 20  # failed tries of one step in a row before the node ends
     remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
     reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
@@ -112,6 +119,10 @@ class Stop(Exception):
         super().__init__(reason)
         self.target = target
         self.reason = reason
+
+
+class StillRunning(Exception):
+    """A pushed image's task still runs after ``task_hold_s``: the step is run again later."""
 
 
 def _nothing() -> None:
@@ -284,6 +295,8 @@ class Executor:
                 await self._uncordoning(claim, progress)
         except Stop as stop:
             await self._end(claim, stop.target, stop.reason, progress)
+        except StillRunning as running:
+            await self._commit(claim, claim.state, str(running), progress, self.policy.retry_s)
         except CredentialError as exc:
             await self._end(claim, self._failure_end(claim), str(exc), progress)
         except (BmcUnavailable, OSError) as exc:
@@ -472,7 +485,14 @@ class Executor:
                 await tx.advance(claim, S.DRAINING, progress=progress)
                 return
         if decision.verdict is Verdict.WAIT:
-            await self._commit(claim, S.CORDONING, decision.reason, progress, self.policy.retry_s)
+            await self._commit(
+                claim,
+                S.CORDONING,
+                decision.reason,
+                progress,
+                self.policy.budget_recheck_s,
+                parked=True,
+            )
             return
         self._stop_unless_proceed(claim, decision)
 
@@ -647,7 +667,7 @@ class Executor:
         async with self._session(node) as bmc:
             update = FirmwareUpdate(bmc, self.policy.update)
             if plan["sent"]:
-                await self._after_unknown_push(update, name, plan, request)
+                await self._after_unknown_push(update, claim, name, plan, request)
                 return
             entry = self._entry(target, node, name)
             image = self._image(target, entry)  # fetched and re-hashed right before the push
@@ -678,26 +698,47 @@ class Executor:
                 raise
             except BmcError as exc:
                 raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
-            plan["task"] = {"monitor": ref.monitor, "task": ref.task}
+            plan["task"] = {"monitor": ref.monitor, "task": ref.task, "since": time.time()}
             await self._save(claim, progress)
-            try:
+            if checked.method is Method.MULTIPART:
+                # The image went with the request: the task can be followed in turns.
+                await self._follow(update, claim, name, plan)
+                return
+            try:  # the BMC pulls the image while its task runs: it stays offered until then
                 await self._wait(update, claim, name, ref)
             finally:
                 if self.image_server is not None:
                     self.image_server.withdraw(image)
 
+    async def _follow(
+        self, update: FirmwareUpdate, claim: Claim, name: str, plan: dict[str, Any]
+    ) -> None:
+        """One turn of following the push's recorded task; :class:`StillRunning` while it
+        runs after ``task_hold_s`` (the deadline counts from the push: ``since``)."""
+        task = plan["task"]
+        ref = TaskRef(task["monitor"], task["task"])
+        waited = max(0.0, time.time() - float(task.get("since", time.time())))
+        try:
+            outcome = await update.follow(ref, hold_s=self.policy.task_hold_s, waited_s=waited)
+        except BmcUnavailable:
+            raise  # TaskUnreachable: accepted; the next run follows the recorded task
+        except BmcError as exc:
+            raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
+        if outcome is None:
+            raise StillRunning(f"{name}: the BMC's task is still running")
+
     async def _after_unknown_push(
-        self, update: FirmwareUpdate, name: str, plan: dict[str, Any], request: UpdateRequest
+        self,
+        update: FirmwareUpdate,
+        claim: Claim,
+        name: str,
+        plan: dict[str, Any],
+        request: UpdateRequest,
     ) -> None:
         """A push recorded as sent by an earlier run: follow its task, or read the members;
         never send it again."""
         if plan.get("task"):
-            try:
-                await update.wait(TaskRef(plan["task"]["monitor"], plan["task"]["task"]))
-            except BmcUnavailable:
-                raise
-            except BmcError as exc:
-                raise Stop(S.FAILED, f"{name}: {exc}") from None
+            await self._follow(update, claim, name, plan)
         # Without a recorded task, the members tell: the image shows as staged (or running)
         # once the BMC's task ends, so they are read until then (at most ``settle_s``).
         started = update.clock()
@@ -900,6 +941,7 @@ class Executor:
         progress: dict[str, Any],
         retry_in_s: float = 0.0,
         *,
+        parked: bool = False,
         events: Sequence[tuple[DeviceOutcome, EventData]] = (),
     ) -> None:
         if target is not claim.state:
@@ -908,7 +950,12 @@ class Executor:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
             await tx.advance(
-                claim, target, reason=clip_text(reason), progress=progress, retry_in_s=retry_in_s
+                claim,
+                target,
+                reason=clip_text(reason),
+                progress=progress,
+                retry_in_s=retry_in_s,
+                parked=parked,
             )
             for outcome, data in events:
                 tx.events.emit(

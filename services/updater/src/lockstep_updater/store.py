@@ -216,10 +216,16 @@ class UpdaterTx(Protocol):
         reason: str = "",
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
+        parked: bool = False,
     ) -> None:
         """Move the item to ``target`` (``domain.steps.transition``), record the step in its
         history and release the lease (claimable again after ``retry_in_s``): the fencing token
-        moves on, so this claim no longer holds the item."""
+        moves on, so this claim no longer holds the item.
+
+        ``parked``: the item waits for a place in its pool's out-of-service budget; it becomes
+        claimable as soon as an item of its pool leaves service (an advance out of
+        ``OUT_OF_SERVICE`` wakes every parked item of that pool, in the same transaction), or
+        after ``retry_in_s`` at the latest."""
         ...
 
     async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:

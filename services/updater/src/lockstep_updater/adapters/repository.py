@@ -291,7 +291,7 @@ class PostgresTx:
         if state is NodeStep.PENDING:
             state = transition(state, NodeStep.PREFLIGHT)
         claimed = await self.conn.fetchrow(
-            "UPDATE node_work SET state = $2, attempts = attempts + 1,"
+            "UPDATE node_work SET state = $2, attempts = attempts + 1, parked = false,"
             " lease_token = lease_token + 1, claimed_at = now(), updated_at = now(),"
             " lease_until = now() + make_interval(secs => $3) WHERE id = $1"
             f" RETURNING {_CLAIM_COLUMNS}",
@@ -406,9 +406,10 @@ class PostgresTx:
         reason: str = "",
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
+        parked: bool = False,
     ) -> None:
         row = await self.conn.fetchrow(
-            "SELECT state, claimed_at FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+            "SELECT state, claimed_at, pool FROM node_work WHERE id = $1 FOR UPDATE", claim.id
         )
         assert row is not None  # noqa: S101 - the item exists while it is claimed
         before = NodeStep(row["state"])
@@ -417,7 +418,7 @@ class PostgresTx:
             # The token moves on at the release too: the claim that ended the step holds
             # nothing any more (its still_holds is False), so it cannot act after it.
             "UPDATE node_work SET state = $2, reason = $3, lease_token = lease_token + 1,"
-            " progress = COALESCE($4::jsonb, progress), updated_at = now(),"
+            " progress = COALESCE($4::jsonb, progress), updated_at = now(), parked = $6,"
             " lease_until = CASE WHEN $5 > 0 THEN now() + make_interval(secs => $5) END"
             " WHERE id = $1",
             claim.id,
@@ -425,7 +426,20 @@ class PostgresTx:
             reason,
             None if progress is None else json.dumps(progress),
             retry_in_s,
+            parked,
         )
+        if before in OUT_OF_SERVICE and state not in OUT_OF_SERVICE and row["pool"]:
+            # A place in the pool's budget freed: the nodes parked for one are claimable now.
+            # Under the pool's lock (as ``facts``), so that two wakes never lock the parked
+            # rows in different orders.
+            await self.conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", row["pool"]
+            )
+            await self.conn.execute(
+                "UPDATE node_work SET parked = false, lease_until = now()"
+                " WHERE pool = $1 AND parked",
+                row["pool"],
+            )
         await self.conn.execute(
             "INSERT INTO node_steps (work_id, node_id, rollout_id, wave, step, attempt, token,"
             " started_at, outcome, reason) VALUES ($1, $2, $3, $4, $5, $6, $7,"
