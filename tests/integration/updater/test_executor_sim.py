@@ -176,7 +176,11 @@ async def test_a_node_waiting_for_budget_starts_as_soon_as_the_place_frees(world
     assert waits and all("max_unavailable" in r.reason for r in waits)
 
 
-async def test_a_staging_task_is_followed_in_turns_and_the_image_pushed_once(
+def ledger_actions(w: World, node: str, action: str) -> list[dict[str, object]]:
+    return [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == action]
+
+
+async def test_device_tasks_are_followed_in_turns_and_each_write_sent_once(
     world: World,
 ) -> None:
     # A worker gives a staging node back to the queue while the BMC's task runs (a GPU stages
@@ -196,8 +200,12 @@ async def test_a_staging_task_is_followed_in_turns_and_the_image_pushed_once(
     for node in nodes:
         assert len(w.pushes(node)) == 1 and w.gpu_versions(node) == {NEW_GPU_VERSION}
         async with w.store.transaction() as tx:
-            turns = [r for r in await tx.history(node, 100) if r.outcome == "staging"]
-        assert any("still running" in r.reason for r in turns)
+            history = await tx.history(node, 200)
+        for step in ("staging", "activating"):  # both tasks were given back while running
+            turns = [r for r in history if r.step == r.outcome == step]
+            assert any("task is still running" in r.reason for r in turns), step
+        activations = ledger_actions(w, node, "UpdateService.Activate")
+        assert len(activations) == 1  # followed in turns, never sent again
 
 
 async def test_a_halt_stops_new_pushes_and_cordons(world: World) -> None:

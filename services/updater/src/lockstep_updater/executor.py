@@ -121,8 +121,10 @@ class Stop(Exception):
         self.reason = reason
 
 
-class StillRunning(Exception):
-    """A pushed image's task still runs after ``task_hold_s``: the step is run again later."""
+class NotYet(Exception):
+    """The step waits on a device (a BMC's task still running after ``task_hold_s``, a BMC
+    not answering yet after a reset): it is run again after ``retry_s``, by whoever claims
+    the item then."""
 
 
 def _nothing() -> None:
@@ -295,8 +297,9 @@ class Executor:
                 await self._uncordoning(claim, progress)
         except Stop as stop:
             await self._end(claim, stop.target, stop.reason, progress)
-        except StillRunning as running:
-            await self._commit(claim, claim.state, str(running), progress, self.policy.retry_s)
+        except NotYet as waiting:
+            progress.pop("dark_since", None)  # the BMC answered
+            await self._commit(claim, claim.state, str(waiting), progress, self.policy.retry_s)
         except CredentialError as exc:
             await self._end(claim, self._failure_end(claim), str(exc), progress)
         except (BmcUnavailable, OSError) as exc:
@@ -572,12 +575,16 @@ class Executor:
                         refs = await update.switch_bank(paths)
                     else:
                         refs = await update.activate(paths)
-                    for ref in refs:
-                        await update.wait(ref)
                 except BmcUnavailable:
                     raise
                 except BmcError as exc:
                     raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+                # Followed in turns, as a staging task: recorded before the first poll.
+                progress["activations"] = [[r.monitor, r.task] for r in refs]
+                progress["activated_at"] = time.time()
+                await self._save(claim, progress)
+        if progress.get("activations"):
+            await self._follow_activations(claim, node, progress)
         events += [
             (DeviceOutcome.ACTIVATED, self._device(DeviceActivated, claim, n, plans[n], started))
             for n in staged
@@ -596,11 +603,11 @@ class Executor:
         await self._commit(claim, S.AWAITING_BMC, "", progress, events=events)
 
     async def _awaiting_bmc(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
-        try:
-            async with self._session(node) as bmc:
-                await FirmwareUpdate(bmc, self.policy.update).wait_reachable()
-        except BmcUnavailable as exc:
-            raise Stop(S.QUARANTINED, f"BMC did not come back: {exc}") from None
+        """A BMC may reset after an activation and refuse even a login for minutes
+        (reliability.md 7.D2): it is tried once per turn; a BMC that does not answer is waited
+        for up to ``reachable_s`` (``_retry_or_give_up``), then the node is quarantined."""
+        async with self._session(node) as bmc:
+            await bmc.get("/redfish/v1/")
         await self._commit(claim, S.VERIFYING, "", progress)
 
     async def _verifying(
@@ -725,7 +732,32 @@ class Executor:
         except BmcError as exc:
             raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
         if outcome is None:
-            raise StillRunning(f"{name}: the BMC's task is still running")
+            raise NotYet(f"{name}: the BMC's task is still running")
+
+    async def _follow_activations(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any]
+    ) -> None:
+        """One turn of following the activation's recorded tasks; each that ended is struck
+        off; :class:`NotYet` while one still runs (the deadline counts from the activation)."""
+        since = float(progress.get("activated_at", time.time()))
+        async with self._session(node) as bmc:
+            update = FirmwareUpdate(bmc, self.policy.update)
+            while progress["activations"]:
+                monitor, task = progress["activations"][0]
+                waited = max(0.0, time.time() - since)
+                try:
+                    outcome = await update.follow(
+                        TaskRef(monitor, task), hold_s=self.policy.task_hold_s, waited_s=waited
+                    )
+                except BmcUnavailable:
+                    raise
+                except BmcError as exc:
+                    raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+                if outcome is None:
+                    raise NotYet("activate: the BMC's task is still running")
+                progress["activations"].pop(0)
+                if progress["activations"]:  # the last is committed with the step's end
+                    await self._save(claim, progress)
 
     async def _after_unknown_push(
         self,
@@ -771,6 +803,18 @@ class Executor:
         """Nothing was decided: run the step again after a pause, up to ``max_errors`` times
         in a row; then the node ends with the last error as its reason. Giving a node back
         (uncordoning) is never given up: a node must not stay cordoned by Lockstep."""
+        if isinstance(exc, BmcUnavailable) and _waits_on_device(claim.state, progress):
+            # Something was accepted and the BMC may be resetting: it is given time, not tries
+            # (a login refused every retry_s would spend max_errors in well under a minute).
+            since = float(progress.setdefault("dark_since", time.time()))
+            limit = self.policy.update.reachable_s
+            if time.time() - since >= limit:
+                reason = f"the BMC did not come back within {limit:g}s: {exc}"
+                await self._end(claim, self._failure_end(claim), reason, progress)
+                return
+            reason = f"waiting for the BMC: {exc}"
+            await self._commit(claim, claim.state, reason, progress, self.policy.retry_s)
+            return
         errors = progress.setdefault("errors", {})
         count = errors[claim.state.value] = int(errors.get(claim.state.value, 0)) + 1
         if count > self.policy.max_errors and claim.state is not S.UNCORDONING:
@@ -946,6 +990,7 @@ class Executor:
     ) -> None:
         if target is not claim.state:
             progress.pop("errors", None)  # the step succeeded: its retry count starts over
+            progress.pop("dark_since", None)
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
@@ -979,6 +1024,19 @@ class Executor:
                     # Kept for a re-drive if the broker loses it (``redrive_completions``).
                     await tx.completion_sent(result.rollout_id, result.wave, env.event_id)
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
+
+
+def _waits_on_device(state: NodeStep, progress: dict[str, Any]) -> bool:
+    """The step follows something a BMC accepted (a push, an activation) or waits for a BMC
+    to come back after one: a BMC that does not answer is then waited for, not retried."""
+    if state is S.AWAITING_BMC:
+        return True
+    if state is S.ACTIVATING and progress.get("activate_sent"):
+        return True
+    plans = progress.get("components", {}).values()
+    return state in (S.STAGING, S.ACTIVATING) and any(
+        p.get("sent") and not p.get("done") for p in plans
+    )
 
 
 def _ending(decision: Decision) -> str:
