@@ -88,6 +88,12 @@ class Settings(ServiceSettings):
     redfish_poll_s: float = Field(
         default=5.0, gt=0, description="Between task polls and read-backs on a BMC, seconds."
     )
+    task_hold_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a worker follows a BMC's task (staging, activation) before it "
+        "gives the node back to the queue and serves others; re-claimed after retry_s.",
+    )
     verify_settle_s: float = Field(
         default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."
     )
