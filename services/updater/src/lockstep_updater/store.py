@@ -20,10 +20,15 @@ from lockstep_common.outbox import EventSink
 from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import NodeStep
 
-UPDATE, ROLLBACK, REMEDY = "update", "rollback", "remedy"
+UPDATE, ROLLBACK, REMEDY, RELEASE = "update", "rollback", "remedy", "release"
 """The kinds of work item (``node_work.kind``): a rollout's update of a node, its flip-back
-after a tripped gate, and the GSP / driver runbook started by ``drift.detected`` (no rollout:
-its ``rollout_id`` is the remedy's own id, ``domain.remedy.remedy_id``; wave 0)."""
+after a tripped gate, the GSP / driver runbook started by ``drift.detected`` (no rollout:
+its ``rollout_id`` is the remedy's own id, ``domain.remedy.remedy_id``; wave 0), and an
+operator's release of a quarantined node (``lockstep node release``; its own id, wave 0)."""
+
+
+class NotQuarantined(Exception):
+    """A release was asked for a node whose latest work item did not end quarantined."""
 
 
 @dataclass(frozen=True, slots=True)

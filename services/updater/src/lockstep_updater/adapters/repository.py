@@ -27,8 +27,10 @@ from lockstep_common.stores import PooledStore, in_runtime_transaction
 from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import OUT_OF_SERVICE, TERMINAL, NodeStep, transition
 from lockstep_updater.store import (
+    RELEASE,
     Claim,
     Completion,
+    NotQuarantined,
     StepRecord,
     Target,
     UpdaterTx,
@@ -52,6 +54,7 @@ _CLAIMABLE = (
     " ORDER BY COALESCE(lease_until, updated_at), id FOR UPDATE SKIP LOCKED LIMIT 1"
 )
 _OUT = _list(OUT_OF_SERVICE)
+_TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 _FAILED = _list(frozenset({NodeStep.FAILED, NodeStep.QUARANTINED}))
 _CLAIM_COLUMNS = (
     "id, rollout_id, wave, node_id, state, lease_token, attempts, components, progress,"
@@ -549,6 +552,42 @@ async def release_remedy(conn: Conn, node_id: str) -> bool:
         node_id,
     )
     return row is not None
+
+
+async def release_quarantined(conn: Conn, node_id: str, reason: str) -> str:
+    """Record an operator's release of a quarantined node (``lockstep node release``): a
+    ``release`` item in the uncordoning step, which the updater runs like any other (it gives
+    back Lockstep's drain only, then ends done with ``reason``). Returns the item's id;
+    :class:`NotQuarantined` when the node's latest item did not end quarantined."""
+    async with conn.transaction():
+        # One decision per node at a time (as a remedy's): two releases cannot both pass.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('updater-remedy:' || $1))", node_id
+        )
+        latest = await conn.fetchrow(
+            "SELECT state, kind FROM node_work WHERE node_id = $1 ORDER BY id DESC LIMIT 1",
+            node_id,
+        )
+        if latest is None:
+            raise NotQuarantined(f"the updater has no work recorded for {node_id}")
+        if latest["kind"] == RELEASE and latest["state"] not in _TERMINAL_NAMES:
+            raise NotQuarantined(f"a release of {node_id} is already under way")
+        if latest["state"] != NodeStep.QUARANTINED.value:
+            raise NotQuarantined(
+                f"{node_id} is not quarantined (its latest work item, kind {latest['kind']}, "
+                f"is {latest['state']})"
+            )
+        release_id = f"release-{uuid.uuid4().hex[:12]}"
+        progress = {"ending": NodeStep.DONE.value, "ending_reason": reason}
+        await conn.execute(
+            "INSERT INTO node_work (rollout_id, wave, node_id, components, kind, state,"
+            " progress) VALUES ($1, 0, $2, '{}', 'release', $3, $4)",
+            release_id,
+            node_id,
+            NodeStep.UNCORDONING.value,
+            json.dumps(progress),
+        )
+    return release_id
 
 
 async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:
