@@ -212,7 +212,7 @@ def service_env(opts: RolloutOptions, base: Path, bundle_root: Path, trust: Path
         "LOCKSTEP_PLANNER_WORKER_POLL_S": "0.05",
         "LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE": str(opts.budget(3)),
         "LOCKSTEP_UPDATER_BUNDLE_ROOTS": roots,
-        "LOCKSTEP_UPDATER_WORKERS": str(min(256, opts.nodes)),
+        "LOCKSTEP_UPDATER_WORKERS": str(min(4096, opts.nodes)),
         "LOCKSTEP_UPDATER_WORKER_POLL_S": poll,
         "LOCKSTEP_UPDATER_RETRY_S": poll,
         "LOCKSTEP_UPDATER_DRAIN_POLL_S": poll,
