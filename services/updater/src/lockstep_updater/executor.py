@@ -720,7 +720,7 @@ class Executor:
     async def _follow(
         self, update: FirmwareUpdate, claim: Claim, name: str, plan: dict[str, Any]
     ) -> None:
-        """One turn of following the push's recorded task; :class:`StillRunning` while it
+        """One turn of following the push's recorded task; :class:`NotYet` while it
         runs after ``task_hold_s`` (the deadline counts from the push: ``since``)."""
         task = plan["task"]
         ref = TaskRef(task["monitor"], task["task"])
