@@ -16,9 +16,10 @@ from lockstep_common import db
 from lockstep_common.envelope import source_of
 from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.adapters.pg_store import PgGateStore
+from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.signals import signals_of
 from lockstep_healthgate.domain.waves import Member, Wave, WaveState
-from lockstep_healthgate.store import Columns, GateStore, SampleRow
+from lockstep_healthgate.store import GateStore, SampleRow
 from lockstep_healthgate.testing.memory_store import MemoryGateStore
 from lockstep_healthgate.testing.reports import Fault, report
 

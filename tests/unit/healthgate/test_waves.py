@@ -10,6 +10,7 @@ import pytest
 from lockstep_common.events.v1 import WavePlanned, WaveStratum
 from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import Component
+from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.waves import (
     ALLOWED,
     Member,
@@ -95,10 +96,12 @@ def test_the_table_keeps_members_and_splits_baseline_from_soak() -> None:
     members = (Member("a", "s", True), Member("c", "s", False))
     table = sample_table(
         members,
-        node=["a", "c", "x", "a", "a"],
-        metric=["m", "m", "m", "m", "m"],
-        value=[1.0, 2.0, 3.0, 4.0, 5.0],
-        time=[100.0, 100.0, 100.0, 50.0, 75.0],
+        Columns.of(
+            node=["a", "c", "x", "a", "a"],
+            metric=["m", "m", "m", "m", "m"],
+            value=[1.0, 2.0, 3.0, 4.0, 5.0],
+            time=[100.0, 100.0, 100.0, 50.0, 75.0],
+        ),
         soak_start=90.0,
         baseline_end=60.0,
     )

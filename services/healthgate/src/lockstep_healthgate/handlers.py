@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+import numpy as np
+
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
@@ -42,6 +44,7 @@ from lockstep_healthgate.domain.hard_rules import (
     XID_PREFIX,
 )
 from lockstep_healthgate.domain.policy import Policy
+from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.signals import may_break_hard_rule, signals_of
 from lockstep_healthgate.domain.waves import (
     OPEN,
@@ -52,7 +55,7 @@ from lockstep_healthgate.domain.waves import (
     transition,
     verdict_event_id,
 )
-from lockstep_healthgate.store import Columns, GateTx, SampleRow, VerdictKind, VerdictRecord
+from lockstep_healthgate.store import GateTx, SampleRow, VerdictKind, VerdictRecord
 
 log = logging.getLogger(__name__)
 OBSERVED_AFTER_SENT = timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
@@ -148,14 +151,7 @@ async def check_hard_rules_now(
         since = max(wave.planned_at, now - timedelta(seconds=config.lookback_s))
         nodes = [m.node_id for m in wave.members]
         cols = await tx.samples(nodes, config.rule_metrics, since, now)
-        table = sample_table(
-            wave.members,
-            cols.node,
-            cols.metric,
-            cols.value,
-            cols.time,
-            soak_start=since.timestamp(),
-        )
+        table = sample_table(wave.members, cols, soak_start=since.timestamp())
         decision = instant_decision(table, config.policy, now=now.timestamp())
         if decision is not None and await commit_verdict(
             tx, wave, decision, kind=VerdictKind.HARD_RULE, window=(since, now), config=config
@@ -171,14 +167,9 @@ def with_silent_controls(wave: Wave, cols: Columns, since: datetime) -> Columns:
     environmental, not the rollout's doing. (Silent canary nodes are the rules' roster: "no
     sample at all in the window".)"""
     start = since.timestamp()
-    heard = {n for n, t in zip(cols.node, cols.time, strict=True) if t >= start}
+    heard = {cols.nodes[i] for i in np.unique(cols.node_code[cols.time >= start]).tolist()}
     mute = [m.node_id for m in wave.members if not m.canary and m.node_id not in heard]
-    return Columns(
-        node=[*cols.node, *mute],
-        metric=[*cols.metric, *([HEARTBEAT] * len(mute))],
-        value=[*cols.value, *([0.0] * len(mute))],
-        time=[*cols.time, *([start] * len(mute))],
-    )
+    return cols.plus(mute, HEARTBEAT, 0.0, start)
 
 
 async def watch_heartbeats(tx: GateTx, config: GateConfig, *, now: datetime) -> int:
@@ -198,14 +189,7 @@ async def watch_heartbeats(tx: GateTx, config: GateConfig, *, now: datetime) -> 
         nodes = [m.node_id for m in wave.members]
         cols = await tx.samples(nodes, (HEARTBEAT,), since, now)
         cols = with_silent_controls(wave, cols, since)
-        table = sample_table(
-            wave.members,
-            cols.node,
-            cols.metric,
-            cols.value,
-            cols.time,
-            soak_start=since.timestamp(),
-        )
+        table = sample_table(wave.members, cols, soak_start=since.timestamp())
         decision = instant_decision(
             table, config.policy, now=now.timestamp(), roster=wave.canary_strata
         )

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from lockstep_common.outbox import EventSink
 from lockstep_healthgate.domain.decision import GateDecision
+from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.waves import Wave, WaveState
 
 
@@ -28,17 +29,6 @@ class SampleRow:
     node_id: str
     metric: str
     value: float
-
-
-@dataclass(frozen=True, slots=True)
-class Columns:
-    """Stored readings as columns (time in seconds since the epoch), what the judge's table is
-    built from."""
-
-    node: list[str]
-    metric: list[str]
-    value: list[float]
-    time: list[float]
 
 
 class VerdictKind:
@@ -96,7 +86,8 @@ class GateTx(Protocol):
         since: datetime,
         until: datetime,
     ) -> Columns:
-        """Readings of these nodes (and metrics; None: all) with ``since <= time <= until``."""
+        """Readings of these nodes (and metrics; None: all) with ``since <= time <= until``, as
+        compact columns (a whole wave's baseline and soak can be millions of readings)."""
         ...
 
     async def node_medians(

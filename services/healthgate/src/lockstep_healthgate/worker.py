@@ -120,10 +120,7 @@ class GateWorker:
                 lambda: soak_decision(
                     sample_table(
                         wave.members,
-                        cols.node,
-                        cols.metric,
-                        cols.value,
-                        cols.time,
+                        cols,
                         soak_start=window.start.timestamp(),
                         baseline_end=window.baseline_end.timestamp(),
                     ),

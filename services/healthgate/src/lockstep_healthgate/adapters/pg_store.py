@@ -29,6 +29,7 @@ from lockstep_healthgate.domain.hard_rules import (
     HEARTBEAT,
     XID_PREFIX,
 )
+from lockstep_healthgate.domain.readings import Columns, ColumnsBuilder
 from lockstep_healthgate.domain.signals import (
     ECC_SBE,
     NVLINK_CRC,
@@ -41,7 +42,7 @@ from lockstep_healthgate.domain.signals import (
     XID_NONFATAL,
 )
 from lockstep_healthgate.domain.waves import Member, Wave, WaveState
-from lockstep_healthgate.store import Claim, Columns, GateTx, SampleRow, VerdictRecord
+from lockstep_healthgate.store import Claim, GateTx, SampleRow, VerdictRecord
 
 # The signals stored as columns of health_samples (migrations/0001), in column order; XIDs by
 # code go to xid_codes / xid_counts.
@@ -92,6 +93,7 @@ def unpivot_sql(metrics: Collection[str] | None) -> str:
     )
 
 
+READ_CHUNK = 20_000  # readings held as Python rows at once by ``samples``
 STRAGGLER_LOCK_KEY = 0x4C53_5354  # "LSST": the straggler evaluation's advisory lock
 _WAVE = "rollout_id, wave, state, planned_at, completed_at, soak_seconds"
 _VERDICT = "rollout_id, wave, kind, decision, window_start, window_end, policy_digest, event_id"
@@ -190,13 +192,16 @@ class PgGateTx:
         args: list[Any] = [sorted(node_ids), since, until]
         if metrics is None or codes:
             args.append(codes)  # $4: the XID codes asked for (None: every code)
-        rows = await self.conn.fetch(unpivot_sql(metrics), *args)
-        return Columns(
-            node=[r[0] for r in rows],
-            metric=[r[1] for r in rows],
-            value=[r[2] for r in rows],
-            time=[r[3] for r in rows],
-        )
+        # A cursor read in chunks, each coded into arrays at once: a whole-fleet wave's
+        # baseline and soak are millions of readings, which as one list of records held the
+        # service's peak memory at hundreds of MB (issue 13, item 6).
+        builder = ColumnsBuilder()
+        cursor = await self.conn.cursor(unpivot_sql(metrics), *args)
+        while chunk := await cursor.fetch(READ_CHUNK):
+            builder.extend((r[0], r[1], r[2], r[3]) for r in chunk)
+            if len(chunk) < READ_CHUNK:
+                break
+        return builder.build()
 
     async def node_medians(
         self, metrics: Collection[str], since: datetime, until: datetime

@@ -23,6 +23,7 @@ import numpy as np
 
 from lockstep_common.events.v1 import WavePlanned
 from lockstep_common.transitions import Transitions
+from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, SampleTable
 
 
@@ -135,36 +136,38 @@ def judged_window(wave: Wave, baseline_s: float) -> Window:
 
 def sample_table(
     members: Sequence[Member],
-    node: Sequence[str],
-    metric: Sequence[str],
-    value: Sequence[float],
-    time: Sequence[float],
+    cols: Columns,
     *,
     soak_start: float,
     baseline_end: float | None = None,
 ) -> SampleTable:
     """The judge's table from stored rows of the members: rows before ``baseline_end`` are
     baseline, rows from ``soak_start`` on are soak, anything between (the update itself, when
-    nodes are in flux) is left out. Rows of nodes that are not members are left out."""
+    nodes are in flux) is left out. Rows of nodes that are not members are left out. Works on
+    the codes of ``cols``: no Python object per row (see ``domain.readings``)."""
     roles = {m.node_id: m for m in members}
-    nodes = sorted({n for n in node if n in roles})
+    seen_nodes = np.unique(cols.node_code).tolist()
+    seen_metrics = np.unique(cols.metric_code).tolist()
+    nodes = sorted(cols.nodes[i] for i in seen_nodes if cols.nodes[i] in roles)
     code = {n: i for i, n in enumerate(nodes)}
-    metrics = sorted(set(metric))
+    metrics = sorted(cols.metrics[i] for i in seen_metrics)
     metric_code = {m: i for i, m in enumerate(metrics)}
-    t = np.asarray(time, dtype=np.float64)
-    member = np.array([n in code for n in node], dtype=np.bool_)
+    # read code -> table code (-1: not a member)
+    node_map = np.array([code.get(n, -1) for n in cols.nodes] or [-1], dtype=np.int64)
+    metric_map = np.array([metric_code.get(m, -1) for m in cols.metrics] or [-1], dtype=np.int64)
+    t = cols.time
+    table_node = node_map[cols.node_code]
     baseline = t < baseline_end if baseline_end is not None else np.zeros(len(t), dtype=np.bool_)
-    keep = member & ((t >= soak_start) | baseline)
+    keep = (table_node >= 0) & ((t >= soak_start) | baseline)
     idx = np.flatnonzero(keep)
-    rows = idx.tolist()
     return SampleTable.from_columns(
         nodes=nodes,
         canary=[roles[n].canary for n in nodes],
         node_strata=[roles[n].stratum for n in nodes],
         metrics=metrics,
-        node=np.array([code[node[i]] for i in rows], dtype=np.int64),
-        metric=np.array([metric_code[metric[i]] for i in rows], dtype=np.int64),
-        value=np.asarray(value, dtype=np.float64)[idx],
+        node=table_node[idx],
+        metric=metric_map[cols.metric_code[idx]],
+        value=cols.value[idx],
         time=t[idx],
         baseline=baseline[idx],
     )

@@ -20,8 +20,9 @@ from typing import Any
 from lockstep_common.envelope import Envelope, EventData, source_of
 from lockstep_common.outbox import EventSink
 from lockstep_common.testing import RecordedEvents
+from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.waves import OPEN, Wave, WaveState
-from lockstep_healthgate.store import Claim, Columns, GateTx, SampleRow, VerdictRecord
+from lockstep_healthgate.store import Claim, GateTx, SampleRow, VerdictRecord
 
 
 @dataclass(slots=True)
@@ -91,7 +92,7 @@ class MemoryGateTx:
             and (metrics is None or r.metric in metrics)
             and since <= r.observed_at <= until
         ]
-        return Columns(
+        return Columns.of(
             node=[r.node_id for r in chosen],
             metric=[r.metric for r in chosen],
             value=[r.value for r in chosen],
