@@ -92,6 +92,36 @@ async def test_samples_read_back_as_stored_whatever_the_metric_filter(store: Gat
         assert _rows(await tx.samples(["n3"], None, T0, late)) == set()
 
 
+async def test_skipped_readings_leave_their_rows_out_and_their_names_in(store: GateStore) -> None:
+    rng = random.Random(5)
+    n1 = report("n1", T0, 1, rng, fault=Fault(xids={"79": 1}))
+    n2 = report("n2", T0 + timedelta(seconds=10), 2, rng)
+    n1_late = report("n1", T0 + timedelta(seconds=20), 3, rng)
+    rows = [
+        SampleRow(r.observed_at, r.node_id, m, v)
+        for r in (n1, n2, n1_late)
+        for m, v in signals_of(r, (79,))
+    ]
+    async with store.transaction() as tx:
+        await tx.ensure_partitions({partitions.day_of(T0), partitions.day_of(T0 + timedelta(1))})
+        await tx.add_samples(rows)
+    late = T0 + timedelta(minutes=1)
+    async with store.transaction() as tx:
+        everything = await tx.samples(["n1", "n2"], None, T0, late)
+        # n1's first report (with its XID) and n2's fall in the skipped span; the one at its
+        # end is kept (the span is half-open, as the judge's soak starts at completion).
+        cols = await tx.samples(["n1", "n2"], None, T0, late, skip=(T0, T0 + timedelta(seconds=20)))
+        nothing = await tx.samples(
+            ["n1", "n2"], None, T0, late, skip=(T0, late + timedelta(hours=1))
+        )
+    assert _rows(cols) == {r for r in _rows(everything) if r[3] == n1_late.observed_at.timestamp()}
+    assert set(cols.nodes) == set(everything.nodes) == {"n1", "n2"}
+    assert set(cols.metrics) == set(everything.metrics)
+    assert "xid_79" in cols.metrics
+    assert nothing.rows == 0
+    assert set(nothing.nodes) == {"n1", "n2"}
+
+
 async def test_waves_open_close_and_keep_one_verdict_claim(store: GateStore) -> None:
     members = (Member("a", "s", True), Member("c", "s", False))
     wave = Wave("r1", 0, WaveState.UPDATING, T0, 60, members)

@@ -85,9 +85,14 @@ class GateTx(Protocol):
         metrics: Collection[str] | None,
         since: datetime,
         until: datetime,
+        *,
+        skip: tuple[datetime, datetime] | None = None,
     ) -> Columns:
         """Readings of these nodes (and metrics; None: all) with ``since <= time <= until``, as
-        compact columns (a whole wave's baseline and soak can be millions of readings)."""
+        compact columns (a whole wave's baseline and soak can be millions of readings). Readings
+        with ``skip[0] <= time < skip[1]`` are left out, but their nodes and metrics are still
+        in the columns' names: the judge's table has every node and metric seen in its window
+        (``waves.sample_table``) and none of the rows of the update itself."""
         ...
 
     async def node_medians(

@@ -112,22 +112,30 @@ class GateWorker:
             )
         else:
             async with store.transaction() as tx:
+                # The update itself (plan to completion) is no part of the table: its rows
+                # stay in the database, which on a whole-fleet wave is most of the window.
                 cols = await tx.samples(
-                    [m.node_id for m in wave.members], None, window.baseline_start, window.end
+                    [m.node_id for m in wave.members],
+                    None,
+                    window.baseline_start,
+                    window.end,
+                    skip=(window.baseline_end, window.start),
                 )
-            cols = with_silent_controls(wave, cols, window.start)
+            table = await asyncio.to_thread(
+                lambda: sample_table(
+                    wave.members,
+                    with_silent_controls(wave, cols, window.start),
+                    soak_start=window.start.timestamp(),
+                    baseline_end=window.baseline_end.timestamp(),
+                )
+            )
+            del cols  # the table holds what the judge reads: not both while it runs
             decision = await asyncio.to_thread(
-                lambda: soak_decision(
-                    sample_table(
-                        wave.members,
-                        cols,
-                        soak_start=window.start.timestamp(),
-                        baseline_end=window.baseline_end.timestamp(),
-                    ),
-                    self.config.policy,
-                    due_at=window.end,
-                    roster=wave.canary_strata,
-                )
+                soak_decision,
+                table,
+                self.config.policy,
+                due_at=window.end,
+                roster=wave.canary_strata,
             )
         async with store.transaction() as tx:
             if not await tx.still_holds(claim):

@@ -66,10 +66,11 @@ COLUMNS = (
 _COLUMN = {name: i for i, name in enumerate(COLUMNS)}
 
 
-def unpivot_sql(metrics: Collection[str] | None) -> str:
+def unpivot_sql(metrics: Collection[str] | None, *, skip: bool = False) -> str:
     """The query of a window's readings as (node, metric, value, time) rows, reading only the
     columns of ``metrics`` (None: all). Column names come from ``COLUMNS``, never from input;
-    a NULL is a signal the report did not carry. XIDs are asked for by code as ``$4``."""
+    a NULL is a signal the report did not carry. XIDs are asked for by code as ``$4``; with
+    ``skip``, reports in ``[$5, $6)`` (``[$4, $5)`` without XIDs) are left out."""
     columns = [c for c in COLUMNS if metrics is None or c in metrics]
     xids = metrics is None or any(
         m.startswith(XID_PREFIX) and m[len(XID_PREFIX) :].isdigit() for m in metrics
@@ -84,12 +85,16 @@ def unpivot_sql(metrics: Collection[str] | None) -> str:
             f"SELECT '{XID_PREFIX}' || c, v FROM unnest(r.xid_codes, r.xid_counts) AS x(c, v)"
             " WHERE $4::integer[] IS NULL OR c = ANY($4::integer[])"
         )
+    gap = ""
+    if skip:
+        first = 5 if xids else 4
+        gap = f" AND (r.observed_at < ${first} OR r.observed_at >= ${first + 1})"
     lateral = " UNION ALL ".join(parts) or "SELECT NULL::text, NULL::float8 WHERE false"
     return (
         "SELECT r.node_id, s.m, s.v, extract(epoch FROM r.observed_at)::float8"
         f" FROM health_samples r CROSS JOIN LATERAL ({lateral}) AS s(m, v)"
         " WHERE r.node_id = ANY($1::text[]) AND r.observed_at >= $2 AND r.observed_at <= $3"
-        " AND s.v IS NOT NULL"
+        f" AND s.v IS NOT NULL{gap}"
     )
 
 
@@ -180,8 +185,11 @@ class PgGateTx:
         metrics: Collection[str] | None,
         since: datetime,
         until: datetime,
+        *,
+        skip: tuple[datetime, datetime] | None = None,
     ) -> Columns:
-        """Readings of these nodes in the window, as columns."""
+        """Readings of these nodes in the window, as columns; the names of those in ``skip``
+        come from one ``DISTINCT`` read, their rows stay in the database."""
         codes = None
         if metrics is not None:
             codes = sorted(
@@ -192,11 +200,23 @@ class PgGateTx:
         args: list[Any] = [sorted(node_ids), since, until]
         if metrics is None or codes:
             args.append(codes)  # $4: the XID codes asked for (None: every code)
+        builder = ColumnsBuilder()
+        if skip is not None and max(since, skip[0]) < min(until, skip[1]):
+            seen = await self.conn.fetch(
+                f"SELECT DISTINCT u.node_id, u.m FROM ({unpivot_sql(metrics)}) AS u",
+                *args[:1],
+                max(since, skip[0]),
+                min(until, skip[1]),
+                *args[3:],
+            )
+            builder = ColumnsBuilder(sorted({r[0] for r in seen}), sorted({r[1] for r in seen}))
+            args += [skip[0], skip[1]]
+        else:
+            skip = None
         # A cursor read in chunks, each coded into arrays at once: a whole-fleet wave's
         # baseline and soak are millions of readings, which as one list of records held the
         # service's peak memory at hundreds of MB (issue 13, item 6).
-        builder = ColumnsBuilder()
-        cursor = await self.conn.cursor(unpivot_sql(metrics), *args)
+        cursor = await self.conn.cursor(unpivot_sql(metrics, skip=skip is not None), *args)
         while chunk := await cursor.fetch(READ_CHUNK):
             builder.extend((r[0], r[1], r[2], r[3]) for r in chunk)
             if len(chunk) < READ_CHUNK:

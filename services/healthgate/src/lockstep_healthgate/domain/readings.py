@@ -24,7 +24,8 @@ Floats = npt.NDArray[np.float64]
 @dataclass(frozen=True, slots=True, eq=False)
 class Columns:
     """Readings as parallel arrays (time in seconds since the epoch); a row's node and metric
-    are codes into ``nodes`` and ``metrics`` (names in the order they were first read)."""
+    are codes into ``nodes`` and ``metrics``: every node and metric seen in the window read,
+    including those of readings a store was asked to skip (their rows are not here)."""
 
     nodes: tuple[str, ...]
     metrics: tuple[str, ...]

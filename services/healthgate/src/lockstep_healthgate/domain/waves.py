@@ -143,14 +143,13 @@ def sample_table(
 ) -> SampleTable:
     """The judge's table from stored rows of the members: rows before ``baseline_end`` are
     baseline, rows from ``soak_start`` on are soak, anything between (the update itself, when
-    nodes are in flux) is left out. Rows of nodes that are not members are left out. Works on
-    the codes of ``cols``: no Python object per row (see ``domain.readings``)."""
+    nodes are in flux) is left out. Rows of nodes that are not members are left out. Its nodes
+    and metrics are every member and metric named in ``cols``, rows or not. Works on the codes
+    of ``cols``: no Python object per row (see ``domain.readings``)."""
     roles = {m.node_id: m for m in members}
-    seen_nodes = np.unique(cols.node_code).tolist()
-    seen_metrics = np.unique(cols.metric_code).tolist()
-    nodes = sorted(cols.nodes[i] for i in seen_nodes if cols.nodes[i] in roles)
+    nodes = sorted(n for n in cols.nodes if n in roles)
     code = {n: i for i, n in enumerate(nodes)}
-    metrics = sorted(cols.metrics[i] for i in seen_metrics)
+    metrics = sorted(cols.metrics)
     metric_code = {m: i for i, m in enumerate(metrics)}
     # read code -> table code (-1: not a member)
     node_map = np.array([code.get(n, -1) for n in cols.nodes] or [-1], dtype=np.int64)

@@ -20,7 +20,7 @@ from typing import Any
 from lockstep_common.envelope import Envelope, EventData, source_of
 from lockstep_common.outbox import EventSink
 from lockstep_common.testing import RecordedEvents
-from lockstep_healthgate.domain.readings import Columns
+from lockstep_healthgate.domain.readings import Columns, ColumnsBuilder
 from lockstep_healthgate.domain.waves import OPEN, Wave, WaveState
 from lockstep_healthgate.store import Claim, GateTx, SampleRow, VerdictRecord
 
@@ -82,6 +82,8 @@ class MemoryGateTx:
         metrics: Collection[str] | None,
         since: datetime,
         until: datetime,
+        *,
+        skip: tuple[datetime, datetime] | None = None,
     ) -> Columns:
         """Filter."""
         nodes = set(node_ids)
@@ -92,12 +94,16 @@ class MemoryGateTx:
             and (metrics is None or r.metric in metrics)
             and since <= r.observed_at <= until
         ]
-        return Columns.of(
-            node=[r.node_id for r in chosen],
-            metric=[r.metric for r in chosen],
-            value=[r.value for r in chosen],
-            time=[r.observed_at.timestamp() for r in chosen],
+        skipped = [r for r in chosen if skip is not None and skip[0] <= r.observed_at < skip[1]]
+        builder = ColumnsBuilder(
+            sorted({r.node_id for r in skipped}), sorted({r.metric for r in skipped})
         )
+        builder.extend(
+            (r.node_id, r.metric, r.value, r.observed_at.timestamp())
+            for r in chosen
+            if not (skip is not None and skip[0] <= r.observed_at < skip[1])
+        )
+        return builder.build()
 
     async def node_medians(
         self, metrics: Collection[str], since: datetime, until: datetime
