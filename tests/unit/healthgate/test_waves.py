@@ -10,7 +10,7 @@ import pytest
 from lockstep_common.events.v1 import WavePlanned, WaveStratum
 from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import Component
-from lockstep_healthgate.domain.readings import Columns
+from lockstep_healthgate.domain.readings import Columns, ColumnsBuilder
 from lockstep_healthgate.domain.waves import (
     ALLOWED,
     Member,
@@ -113,6 +113,47 @@ def test_the_table_keeps_members_and_splits_baseline_from_soak() -> None:
         (2.0, False),
         (4.0, True),
     ]
+
+
+def test_skipping_the_update_leaves_the_judges_table_unchanged() -> None:
+    members = (Member("a", "s", True), Member("b", "s", True), Member("c", "s", False))
+    rows = [  # b reports only while being updated; metric q only then too
+        ("a", "m", 4.0, 50.0),
+        ("b", "q", 9.0, 70.0),
+        ("a", "m", 5.0, 75.0),
+        ("c", "m", 2.0, 90.0),
+        ("a", "m", 1.0, 100.0),
+        ("x", "m", 3.0, 100.0),
+    ]
+    full = Columns.of(
+        node=[r[0] for r in rows],
+        metric=[r[1] for r in rows],
+        value=[r[2] for r in rows],
+        time=[r[3] for r in rows],
+    )
+    builder = ColumnsBuilder(["b", "a"], ["q", "m"])  # what a store names from [60, 90)
+    builder.extend(r for r in rows if not 60.0 <= r[3] < 90.0)
+    skipped = builder.build()
+    assert skipped.rows == 4
+    tables = [sample_table(members, c, soak_start=90.0, baseline_end=60.0) for c in (full, skipped)]
+    assert tables[0].nodes == tables[1].nodes == ("a", "b", "c")
+    assert tables[0].metrics == tables[1].metrics == ("m", "q")
+    for name in ("node_canary", "node_stratum", "node", "metric", "value", "time", "baseline"):
+        assert getattr(tables[0], name).tolist() == getattr(tables[1], name).tolist(), name
+
+
+def test_columns_read_in_chunks_are_the_rows_in_order() -> None:
+    builder = ColumnsBuilder()
+    builder.extend([("n1", "m", 1.0, 10.0), ("n2", "m", 2.0, 10.0)])
+    builder.extend([])
+    builder.extend([("n1", "k", 3.0, 20.0)])
+    cols = builder.build().plus(["n3"], "heartbeat", 0.0, 30.0)
+    assert cols.node == ["n1", "n2", "n1", "n3"]
+    assert cols.metric == ["m", "m", "k", "heartbeat"]
+    assert cols.value.tolist() == [1.0, 2.0, 3.0, 0.0]
+    assert cols.time.tolist() == [10.0, 10.0, 20.0, 30.0]
+    assert cols.node_code.dtype.itemsize == 4  # codes, not names: 24 bytes a reading
+    assert ColumnsBuilder().build().rows == 0
 
 
 def test_a_wave_has_one_gate_event_id() -> None:
