@@ -48,7 +48,9 @@ def _list(states: frozenset[NodeStep]) -> str:
 # partial index node_work_open (as attest's jobs_open, adapters/repository.py there).
 _CLAIMABLE = (
     f"SELECT id, state FROM node_work WHERE state NOT IN ({_list(TERMINAL)})"
-    " AND (lease_until IS NULL OR lease_until <= now())"
+    # Free: no lease, or its end passed (updated_at is never in the future); written as the
+    # ready time so that the index in claim order (migration 0008) serves it.
+    " AND COALESCE(lease_until, updated_at) <= now()"
     # Longest ready first (since its lease ended, its retry pause ended or its step was
     # committed): a node polling its drain must not starve the nodes behind it.
     " ORDER BY COALESCE(lease_until, updated_at), id FOR UPDATE SKIP LOCKED LIMIT 1"
