@@ -47,11 +47,25 @@ def test_a_mutable_image_is_frozen_once_so_what_is_hashed_is_what_is_sent() -> N
 
 def test_an_image_is_checked_against_its_digest() -> None:
     data = b"firmware"
-    image = FirmwareImage(data, hashlib.sha256(data).hexdigest(), "fw.bin")
+    image = FirmwareImage(data, hashlib.sha384(data).hexdigest(), "fw.bin")
     image.check()
     image.check(memoryview(b"xx" + data)[2:])
+    with pytest.raises(ImageDigestMismatch, match=r"fw\.bin: SHA-384 .* is not the expected"):
+        image.check(b"firmwarE")
+    assert "firmware" not in repr(image) and "8 bytes, sha384=" in repr(image)
+    with pytest.raises(ValueError, match="SHA-384 digest must be 96 lower-case hex"):
+        FirmwareImage(data, hashlib.sha384(data).hexdigest().upper())
+    with pytest.raises(ValueError, match="SHA-384 digest must be 96 lower-case hex"):
+        FirmwareImage(data, hashlib.sha256(data).hexdigest())  # another algorithm's digest
+
+
+def test_a_sha256_digest_is_checked_as_sha256_when_named() -> None:
+    data = b"firmware"
+    image = FirmwareImage(data, hashlib.sha256(data).hexdigest(), "fw.bin", algorithm="sha256")
+    image.check()
     with pytest.raises(ImageDigestMismatch, match=r"fw\.bin: SHA-256 .* is not the expected"):
         image.check(b"firmwarE")
-    assert "firmware" not in repr(image) and "8 bytes" in repr(image)
-    with pytest.raises(ValueError, match="64 lower-case hex"):
-        FirmwareImage(data, hashlib.sha256(data).hexdigest().upper())
+    with pytest.raises(ValueError, match="SHA-256 digest must be 64 lower-case hex"):
+        FirmwareImage(data, hashlib.sha384(data).hexdigest(), algorithm="sha256")
+    with pytest.raises(ValueError, match="digest algorithm must be one of sha256, sha384"):
+        FirmwareImage(data, "0" * 32, algorithm="md5")  # type: ignore[arg-type]

@@ -173,7 +173,8 @@ async def run_push(
     host: str,
 ) -> dict[str, Any]:
     """The push figures: medians of ``rounds`` rounds per client, with every round's MB/s."""
-    image = FirmwareImage(image_bytes, hashlib.sha256(image_bytes).hexdigest(), "gpu.fwpkg")
+    # As the executor builds it: the manifest's SHA-384, re-hashed before every push.
+    image = FirmwareImage(image_bytes, hashlib.sha384(image_bytes).hexdigest(), "gpu.fwpkg")
     request = UpdateRequest(tuple(f"{FIRMWARE}/{m}" for m in members), version, stage=True)
     with _child_fleet(nodes, host) as bmcs:
         figures = await _rounds(bmcs, image, request, account, rounds)

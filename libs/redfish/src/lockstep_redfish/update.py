@@ -242,7 +242,8 @@ class FirmwareUpdate:
 
     async def preflight(self, image: FirmwareImage, request: UpdateRequest) -> Preflight:
         """Hash the image, read the service and the targets, decide (``preflight``)."""
-        image.check()  # fail closed before anything is read or sent
+        # Fail closed before anything is read or sent; off the event loop, as in _send.
+        await asyncio.to_thread(image.check)
         service = await self.update_service()
         members = await self.members(request.targets)
         items = {path: observed.item for path, observed in members.items()}
