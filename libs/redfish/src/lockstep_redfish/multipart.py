@@ -6,8 +6,9 @@ Two parts, as DMTF ``redfish_utilities``, NVIDIA ``libredfish`` and ``open-nvfwu
 pieces sent one after the other: the parts' headers, the image, and the closing boundary. The
 image piece is the image's own ``bytes`` object, not a copy: bytes are immutable, so the
 object hashed right before each send is the object on the wire, byte for byte, and the same
-body can be sent again after a refusal. Not copying matters: joining a 4 MiB image into one
-body per push cost more than sending it (``lockstep bench update``, docs/updater.md).
+body can be sent again after a refusal. Not copying matters: a body joined per push (which
+aiohttp then joined again with the request headers) took the client's event loop longer than
+sending it (``lockstep bench update``, docs/updater.md).
 """
 
 from __future__ import annotations
