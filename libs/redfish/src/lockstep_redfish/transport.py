@@ -45,26 +45,20 @@ class _Pieces(Payload):
     def __init__(self, pieces: tuple[bytes, ...]) -> None:
         super().__init__(pieces)
         self._pieces = pieces
-        self._total = sum(map(len, pieces))
-        self._size = self._total
+        self._size = sum(map(len, pieces))  # aiohttp sends it as the Content-Length
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return b"".join(self._pieces).decode(encoding, errors)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
-        await self.write_with_length(writer, None)
+        for piece in self._pieces:
+            await writer.write(piece)
 
     async def write_with_length(
         self, writer: AbstractStreamWriter, content_length: int | None
     ) -> None:
-        left = self._total if content_length is None else min(content_length, self._total)
-        for piece in self._pieces:
-            if left <= 0:
-                return
-            # A slice only when the declared length ends inside a piece (never, from
-            # ``request``: aiohttp sets Content-Length to the size); memoryview: no copy.
-            await writer.write(piece if len(piece) <= left else memoryview(piece)[:left])
-            left -= len(piece)
+        # aiohttp's writer itself drops what would run past the Content-Length it sent.
+        await self.write(writer)
 
 
 @dataclass(frozen=True, slots=True)
