@@ -4,6 +4,7 @@ push, a work item outside the approved plan, and a halt while a node drains."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -19,8 +20,9 @@ from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_updater import handlers
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER, DrainState
+from lockstep_updater.testing.sim_fleet import sim_executor
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
-from tests.integration.updater.conftest import FAST, ROLLOUT, World
+from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, World
 from tests.integration.updater.test_executor_sim import PLANNER, nodes_of, plan_and_release
 
 pytestmark = pytest.mark.integration
@@ -209,3 +211,46 @@ async def test_a_late_cordon_of_a_worker_that_lost_its_item_is_given_back(world:
     assert w.rt.scheduler.node(node).drain is None  # not left cordoned by Lockstep
     drains = [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
     assert drains == ["drain", "resume", "drain", "resume"]
+
+
+async def _run_until(w: World, executor: Any, node: str, state: NodeStep) -> None:
+    for _ in range(3000):
+        if w.store.item(node).state is state:
+            return
+        if not await executor.step():
+            w.store.advance(FAST.retry_s)
+    raise AssertionError(f"{node} never reached {state}")
+
+
+async def test_a_bmc_resetting_after_activation_is_waited_for_then_verified(
+    world: World,
+) -> None:
+    # A real BMC resets after the activation's task ended and refuses even a login for minutes
+    # (reliability.md 7.D2): the node waits for it, in turns, then verifies.
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    ex = w.executor()
+    await _run_until(w, ex, node, NodeStep.AWAITING_BMC)
+    w.rt.simulator.bmc(node).go_offline(0.5)
+    await w.settle(ex)
+    assert w.store.item(node).state is NodeStep.DONE
+    assert len(w.pushes(node)) == 1 and w.gpu_versions(node) == {NEW_GPU_VERSION}
+    async with w.store.transaction() as tx:
+        waits = [r for r in await tx.history(node, 500) if r.step == r.outcome == "awaiting_bmc"]
+    assert waits and all(r.reason.startswith("waiting for the BMC: ") for r in waits)
+
+
+async def test_a_bmc_dark_past_the_reachable_bound_quarantines_its_node(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    policy = dataclasses.replace(FAST, update=dataclasses.replace(FAST.update, reachable_s=0.2))
+    ex = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    await _run_until(w, ex, node, NodeStep.AWAITING_BMC)
+    w.rt.simulator.bmc(node).go_offline(60)
+    await w.settle(ex)
+    item = w.store.item(node)
+    assert item.state is NodeStep.QUARANTINED
+    assert item.reason.startswith("the BMC did not come back within 0.2s: ")
+    assert w.rt.scheduler.node(node).drain is not None  # kept out of service

@@ -5,6 +5,7 @@ scheduler's drains made and undone by Lockstep only."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import aiohttp
@@ -26,8 +27,9 @@ from lockstep_redfish.image_server import ImageServer
 from lockstep_updater import handlers
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER
+from lockstep_updater.testing.sim_fleet import sim_executor
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
-from tests.integration.updater.conftest import ROLLOUT, STACK, World
+from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
 
 pytestmark = pytest.mark.integration
 PLANNER = source_of("planner")
@@ -151,6 +153,59 @@ async def test_the_pool_budget_holds_one_node_out_at_a_time(world: World) -> Non
             w.store.advance(1.0)
     assert all(i.state is NodeStep.DONE for i in w.store.items)
     assert out_at_once == 1
+
+
+async def test_a_node_waiting_for_budget_starts_as_soon_as_the_place_frees(world: World) -> None:
+    # The store's clock never moves here: a node parked for its pool's budget is not polled
+    # (its re-check is a minute away), it is woken by the step that gives the other node back.
+    w = world
+    pool = w.rt.fleet[0].pool
+    nodes = tuple(n.id for n in w.rt.fleet if n.pool == pool)[:2]
+    await plan_and_release(w, nodes, max_unavailable=1)
+    first, second = w.executor(), w.executor()
+    while any(await asyncio.gather(first.step(), second.step())):
+        pass
+    assert [i.state for i in w.store.items] == [NodeStep.DONE, NodeStep.DONE]
+    async with w.store.transaction() as tx:
+        waits = [
+            r
+            for n in nodes
+            for r in await tx.history(n, 50)
+            if (r.step, r.outcome) == ("cordoning", "cordoning")
+        ]
+    assert waits and all("max_unavailable" in r.reason for r in waits)
+
+
+def ledger_actions(w: World, node: str, action: str) -> list[dict[str, object]]:
+    return [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == action]
+
+
+async def test_device_tasks_are_followed_in_turns_and_each_write_sent_once(
+    world: World,
+) -> None:
+    # A worker gives a staging node back to the queue while the BMC's task runs (a GPU stages
+    # for a quarter of an hour), and whoever claims it next follows the recorded task.
+    w = world
+    nodes = nodes_of(w, 2)
+    await plan_and_release(w, nodes, max_unavailable=2)
+    policy = dataclasses.replace(FAST, task_hold_s=0.001)
+    first = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    second = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    for turn in range(3000):
+        if all(i.state is NodeStep.DONE for i in w.store.items):
+            break
+        if not await (first, second)[turn % 2].step():
+            w.store.advance(FAST.retry_s)
+    assert [i.state for i in w.store.items] == [NodeStep.DONE, NodeStep.DONE]
+    for node in nodes:
+        assert len(w.pushes(node)) == 1 and w.gpu_versions(node) == {NEW_GPU_VERSION}
+        async with w.store.transaction() as tx:
+            history = await tx.history(node, 200)
+        for step in ("staging", "activating"):  # both tasks were given back while running
+            turns = [r for r in history if r.step == r.outcome == step]
+            assert any("task is still running" in r.reason for r in turns), step
+        activations = ledger_actions(w, node, "UpdateService.Activate")
+        assert len(activations) == 1  # followed in turns, never sent again
 
 
 async def test_a_halt_stops_new_pushes_and_cordons(world: World) -> None:

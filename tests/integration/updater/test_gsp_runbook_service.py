@@ -33,6 +33,7 @@ from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severi
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.agents.state import Phase
 from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME
+from lockstep_updater.adapters.gauges import GAUGES
 from lockstep_updater.ports import OWNER
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.test_updater_service import STACK, Rig, lockstep, rig
@@ -192,6 +193,53 @@ async def test_secure_boot_rejection_quarantines_with_the_reason(rig: Rig) -> No
     assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # no second branch
     drain = r.rt.scheduler.node(node).drain
     assert drain is not None and drain.by == OWNER  # kept out of service, with the reason
+
+
+async def quarantined_gauge(r: Rig) -> float:
+    (gauge,) = [g for g in GAUGES if g.name == "lockstep_updater_quarantined_nodes"]
+    async with r.inventory.require().pool.acquire() as conn, conn.transaction():
+        await conn.execute(f'SET LOCAL search_path TO "{r.namespace}_updater"')
+        return float(await conn.fetchval(gauge.sql))
+
+
+async def test_a_quarantined_node_is_counted_until_an_operator_releases_it(rig: Rig) -> None:
+    r = rig
+    node = r.rt.fleet[1].id
+    software = break_gsp(r, node)
+    software.faults = replace(software.faults, secure_boot_rejects_module=True)
+    await start(r)
+    await report_drift(r, node)
+
+    async def quarantined() -> bool:
+        return (await item(r, node)).get("state") == "quarantined"
+
+    await until(quarantined, what="the node quarantined", timeout_s=60)
+    assert await quarantined_gauge(r) == 1  # LockstepNodesQuarantined reads this
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
+    # Bad input: one line, exit 2, nothing recorded.
+    code, out = await asyncio.to_thread(lockstep, "node", "release", node, "--reason", "  ")
+    assert code == 2 and "--reason must say why" in out and "Traceback" not in out
+    other = r.rt.fleet[0].id
+    code, out = await asyncio.to_thread(lockstep, "node", "release", other, "--reason", "x")
+    assert code == 2 and f"the updater has no work recorded for {other}" in out
+    assert (await item(r, node))["state"] == "quarantined"
+
+    why = "GPU reseated, dcgmi diag -r 3 passed"
+    code, out = await asyncio.to_thread(lockstep, "node", "release", node, "--reason", why)
+    assert code == 0 and f"{node}: release release-" in out, out
+
+    async def given_back() -> bool:
+        latest = await item(r, node)
+        return latest["kind"] == "release" and latest["state"] == "done"
+
+    await until(given_back, what="the release done", timeout_s=60)
+    assert r.rt.scheduler.node(node).drain is None  # Lockstep's drain given back
+    assert await quarantined_gauge(r) == 0
+    latest = await item(r, node)
+    assert latest["reason"].startswith("released by ") and latest["reason"].endswith(why)
+    code, out = await asyncio.to_thread(lockstep, "node", "release", node, "--reason", why)
+    assert code == 2 and "is not quarantined (its latest work item, kind release, is done)" in out
 
 
 async def test_an_updater_restarted_mid_runbook_does_not_reinstall(

@@ -70,9 +70,9 @@ async def count_writes(world: World) -> int:
     return counting.writes
 
 
-CLEAN_RUN_WRITES = 11
+CLEAN_RUN_WRITES = 12
 """preflight, push announced, task recorded, staged, budget taken, drained, activation
-announced, activated, BMC back, verified, given back."""
+announced, activation's task recorded, activated, BMC back, verified, given back."""
 
 
 async def test_the_kill_points_cover_every_write_of_a_clean_run(world: World) -> None:

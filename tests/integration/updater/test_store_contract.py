@@ -337,3 +337,35 @@ async def test_a_held_remedy_is_withdrawn_when_its_drift_resolves(store: Updater
         assert await tx.claim(60) is None
         # Withdrawn is an end like done: a later drift starts a new runbook.
         assert await tx.record_remedy("n1", "remedy-c", held=True, progress={}, correlation_id=None)
+
+
+async def test_a_node_parked_for_budget_is_woken_when_its_pool_frees_a_place(
+    store: UpdaterStore,
+) -> None:
+    # A node waiting for a place in its pool's out-of-service budget does not poll: the step
+    # that gives a node of its pool back makes it claimable in the same transaction.
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2", "n3", "n4"}))
+        await tx.record_wave(wave(0, "n1", "n2", "n3", "n4"), None)
+        out, parked, paused, elsewhere = [await tx.claim(60) for _ in range(4)]
+    assert out and parked and paused and elsewhere
+    async with store.transaction() as tx:
+        for claim, pool in ((out, "p0"), (parked, "p0"), (paused, "p0"), (elsewhere, "p1")):
+            await tx.facts(claim, pool)
+            for step in (NodeStep.STAGING, NodeStep.CORDONING):
+                await tx.advance(claim, step)
+        await tx.advance(out, NodeStep.DRAINING)
+        await tx.advance(parked, NodeStep.CORDONING, retry_in_s=3600, parked=True)
+        await tx.advance(paused, NodeStep.CORDONING, retry_in_s=3600)  # a plain retry pause
+        await tx.advance(elsewhere, NodeStep.CORDONING, retry_in_s=3600, parked=True)
+        # Still out of service (paused, as a step that polls its task): nothing freed.
+        await tx.advance(out, NodeStep.ACTIVATING, retry_in_s=3600)
+    async with store.transaction() as tx:
+        assert await tx.claim(60) is None
+        await tx.advance(out, NodeStep.UNCORDONING, retry_in_s=3600)
+        assert await tx.claim(60) is None  # giving the node back still holds its place
+        await tx.advance(out, NodeStep.DONE)
+    async with store.transaction() as tx:
+        woken = await tx.claim(60)
+        assert await tx.claim(60) is None  # not the paused one, not another pool's
+    assert woken is not None and (woken.node_id, woken.state) == ("n2", NodeStep.CORDONING)

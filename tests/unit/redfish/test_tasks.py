@@ -16,6 +16,7 @@ from lockstep_redfish.tasks import (
     TaskOutcome,
     TaskPolicy,
     TaskRef,
+    follow_task,
     path_on_bmc,
     task_ref,
     wait_for_task,
@@ -36,10 +37,11 @@ async def _wait(bmc: ScriptedBmc, clock: FakeClock, policy: TaskPolicy = POLICY)
 
 async def test_polls_as_retry_after_asks_within_the_bounds_until_completed() -> None:
     bmc = ScriptedBmc(
+        # The progress stands still here: only Retry-After and the bounds pace the polls.
         reply(202, task("Running", 10), Retry_After="12"),
-        reply(202, task("Running", 50), Retry_After="0"),  # never faster than min_poll_s
-        reply(202, task("Running", 90), Retry_After="600"),  # never slower than max_poll_s
-        reply(202, task("Running", 95)),  # no header: poll_s
+        reply(202, task("Running", 10), Retry_After="0"),  # never faster than min_poll_s
+        reply(202, task("Running", 10), Retry_After="600"),  # never slower than max_poll_s
+        reply(202, task("Running", 10)),  # no header: poll_s
         reply(200, task("Completed", 100, ("Update.1.3.0.UpdateSuccessful", "Done."))),
     )
     clock = FakeClock()
@@ -49,6 +51,34 @@ async def test_polls_as_retry_after_asks_within_the_bounds_until_completed() -> 
     assert outcome.messages == ("Update.1.3.0.UpdateSuccessful: Done.",)
     assert outcome.waited_s == 48 and not outcome.forgotten
     assert {r[2]["retries"] for r in bmc.requests} == {0}  # the poll loop is the retry
+
+
+async def test_a_long_task_is_read_less_often_until_its_pace_says_it_is_near_the_end() -> None:
+    # PercentComplete moving at a steady pace: the next read comes after a third of the time
+    # that pace says is left, never sooner than poll_s, never later than max_poll_s.
+    bmc = ScriptedBmc(
+        reply(202, task("Running", 0)),  # t=0: no pace yet
+        reply(202, task("Running", 10)),  # t=5: 90% left at 2%/s, 45 s: a third is 15 s
+        reply(202, task("Running", 40)),  # t=20: 30 s left: 10 s
+        reply(202, task("Running", 60)),  # t=30: 20 s left: 6.7 s
+        reply(202, task("Running", 95)),  # t=36.7: 1.9 s left: poll_s, 5 s
+        reply(200, task("Completed", 100)),
+    )
+    clock = FakeClock()
+    outcome = await _wait(bmc, clock)
+    assert outcome.state == "Completed" and outcome.polls == 6
+    assert [round(s, 2) for s in clock.slept] == [5, 15, 10, 6.67, 5]
+
+
+async def test_a_slow_pace_never_waits_longer_than_max_poll_s() -> None:
+    bmc = ScriptedBmc(
+        reply(202, task("Running", 0)),
+        reply(202, task("Running", 1)),  # 495 s left at this pace: capped at 30 s
+        reply(200, task("Completed", 100)),
+    )
+    clock = FakeClock()
+    await _wait(bmc, clock)
+    assert clock.slept == [5, 30]
 
 
 async def test_a_task_still_running_at_the_deadline_fails_and_is_left_alone() -> None:
@@ -62,6 +92,33 @@ async def test_a_task_still_running_at_the_deadline_fails_and_is_left_alone() ->
     )
     assert clock.slept == [30, 30, 30, 10]  # the last wait ends at the deadline
     assert [r[0] for r in bmc.requests] == ["GET"] * 5  # never a DELETE
+
+
+async def test_a_task_followed_in_turns_gives_the_caller_back_while_it_runs() -> None:
+    # The updater follows a quarter-hour staging task in turns, so that its worker serves
+    # other nodes meanwhile: None after the hold, the outcome once the task ends.
+    bmc = ScriptedBmc(
+        reply(202, task("Running", 10)),
+        reply(202, task("Running", 10)),
+        reply(202, task("Running", 10)),
+        reply(200, task("Completed", 100)),
+    )
+    clock = FakeClock()
+    turn = await follow_task(bmc, REF, POLICY, hold_s=8, clock=clock, sleep=clock.sleep)
+    assert turn is None and clock.slept == [5, 5]  # polled at 0, 5, 10: past the hold
+    outcome = await follow_task(
+        bmc, REF, POLICY, hold_s=8, waited_s=10, clock=clock, sleep=clock.sleep
+    )
+    assert outcome is not None and outcome.state == "Completed"
+    assert outcome.waited_s == 10  # the earlier turn's 10 s count, the poll was at once
+
+
+async def test_the_deadline_of_a_task_followed_in_turns_counts_from_the_first_turn() -> None:
+    bmc = ScriptedBmc(*[reply(202, task("Running", 50))] * 5)
+    clock = FakeClock()
+    with pytest.raises(TaskDeadlineExceeded, match="after the 100s deadline"):
+        await follow_task(bmc, REF, POLICY, hold_s=60, waited_s=95, clock=clock, sleep=clock.sleep)
+    assert clock.slept == [5]  # 95 s were spent in earlier turns: 5 s of deadline were left
 
 
 async def test_a_dark_bmc_is_waited_for_then_the_task_completes() -> None:

@@ -92,6 +92,8 @@ def _policy(time_scale: float) -> ExecutorPolicy:
         lease_s=600.0,
         retry_s=poll,
         drain_poll_s=poll,
+        budget_recheck_s=time_scale,  # the service's minute, simulated
+        task_hold_s=time_scale,
         update=UpdatePolicy(
             tasks=TaskPolicy(poll_s=poll, min_poll_s=poll, max_poll_s=poll * 4),
             resend=RetryPolicy(backoff_s=poll, max_retry_after_s=1.0),

@@ -12,6 +12,7 @@ from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 node_app = typer.Typer(help="One node: what Lockstep did to it.", no_args_is_help=True)
 console = stdout_console()
+MAX_REASON = 500
 
 
 @node_app.command("history")
@@ -86,3 +87,38 @@ def node_approve_remedy(
     if not run(approve_remedy(settings_of(Settings), node_id)):
         fail(f"no GSP remedy waits for approval on {node_id}")
     console.print(f"{node_id}: GSP remedy approved; the updater takes it from here")
+
+
+@node_app.command("release")
+def node_release(
+    node_id: Annotated[str, typer.Argument(help="Node id, e.g. node-00042.")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why it may serve again (kept in its history).")
+    ],
+) -> None:
+    """Give a quarantined node back to its scheduler once it has been repaired or checked:
+    the updater resumes Lockstep's drain of it (a drain someone else made stays) and records
+    who released it and why (`lockstep node history`)."""
+    import getpass
+
+    from lockstep_common.subjects import token
+    from lockstep_updater.admin import release
+    from lockstep_updater.settings import Settings
+    from lockstep_updater.store import NotQuarantined
+
+    try:
+        token(node_id, "node id")
+    except ValueError as exc:
+        fail(str(exc))
+    why = " ".join(reason.split())
+    if not why:
+        fail("--reason must say why the node may serve again")
+    if len(why) > MAX_REASON:
+        fail(f"--reason is {len(why)} characters; at most {MAX_REASON}")
+    try:
+        release_id = run(
+            release(settings_of(Settings), node_id, f"released by {getpass.getuser()}: {why}")
+        )
+    except NotQuarantined as exc:
+        fail(str(exc))
+    console.print(f"{node_id}: release {release_id} recorded; the updater gives its drain back")

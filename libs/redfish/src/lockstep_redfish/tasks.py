@@ -6,8 +6,10 @@ status once it is done (standards.md 1.2). Real BMCs bend this: some give the Ta
 as the monitor (200 with ``TaskState`` throughout), some answer 204 + ``Location``
 (sushy-tools), and a BMC that reboots mid-task forgets its tasks (404) and its sessions (401).
 
-:func:`wait_for_task` polls, never faster than ``Retry-After`` asks (capped by
-``TaskPolicy.max_poll_s``), until the task ends or ``TaskPolicy.deadline_s`` passes:
+:func:`wait_for_task` polls (:func:`follow_task` in turns), never faster than ``Retry-After``
+asks (capped by ``TaskPolicy.max_poll_s``), and on a long task whose ``PercentComplete``
+moves (DSP0268 ``Task``) at most every third of the time its pace says is left, until the
+task ends or ``TaskPolicy.deadline_s`` passes:
 
 - ``Completed`` -> a :class:`TaskOutcome`; so is a monitor that answers 404/410 after the task
   was accepted (``forgotten``: the BMC rebooted or expired the task), since the inventory, not
@@ -86,9 +88,14 @@ class TaskPolicy:
         if self.max_poll_s < self.min_poll_s:
             raise ValueError("max_poll_s must be >= min_poll_s")
 
-    def delay(self, retry_after: float | None) -> float:
-        """Seconds until the next poll: ``Retry-After`` when given, within the bounds."""
+    def delay(self, retry_after: float | None, remaining_s: float | None = None) -> float:
+        """Seconds until the next poll: ``Retry-After`` when given, within the bounds; on a
+        task whose progress says it has ``remaining_s`` to go, a third of that when longer
+        (so a quarter-hour staging is read a dozen times, not every poll, and more often as
+        it nears its end)."""
         wanted = self.poll_s if retry_after is None else retry_after
+        if remaining_s is not None:
+            wanted = max(wanted, remaining_s / 3)
         return min(max(wanted, self.min_poll_s), self.max_poll_s)
 
 
@@ -156,6 +163,7 @@ class _Watch:
         self.started = clock()
         self.polls = 0
         self.task: Task | None = None
+        self.progress_from: tuple[float, int] | None = None  # first (time, percent) read
         self.dark_since: float | None = None
         self.longest_dark = 0.0
         self.url = bmc.url(ref.monitor or ref.task or "")
@@ -171,6 +179,21 @@ class _Watch:
             longest_unreachable_s=self.longest_dark,
             forgotten=forgotten,
         )
+
+    def remaining_s(self) -> float | None:
+        """How long the running task has to go at the pace its ``PercentComplete`` moved
+        since it was first read; None before it moved (or without one)."""
+        percent = self.task.PercentComplete if self.task else None
+        if percent is None:
+            return None
+        now = self.clock()
+        if self.progress_from is None:
+            self.progress_from = (now, percent)
+            return None
+        since, first = self.progress_from
+        if not first < percent < 100 or now <= since:
+            return None
+        return (100 - percent) * (now - since) / (percent - first)
 
     def dark(self, problem: str) -> None:
         now = self.clock()
@@ -253,14 +276,37 @@ async def wait_for_task(
     sleep: Sleep = asyncio.sleep,
 ) -> TaskOutcome:
     """Poll ``ref`` until its task ends; see the module docstring for every ending."""
+    outcome = await follow_task(bmc, ref, policy, clock=clock, sleep=sleep)
+    assert outcome is not None  # noqa: S101 - without a hold, only an ending returns
+    return outcome
+
+
+async def follow_task(
+    bmc: Requester,
+    ref: TaskRef,
+    policy: TaskPolicy,
+    *,
+    hold_s: float | None = None,
+    waited_s: float = 0.0,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
+) -> TaskOutcome | None:
+    """As :func:`wait_for_task`, for a caller that follows a long task in turns (the updater
+    gives its worker back while a BMC stages an image for a quarter of an hour): None when
+    the task still runs after ``hold_s``. ``waited_s`` is how long earlier turns followed it,
+    so the deadline counts from the first turn; an outcome's ``waited_s`` includes them. A
+    BMC's silence is judged within one turn (``unreachable_s``) and by the deadline."""
     watch = _Watch(bmc, ref, policy, clock)
+    watch.started -= waited_s
     path = ref.monitor or ref.task
     if path is None:
         return watch.outcome(forgotten=True)  # accepted without a monitor: readback decides
     deadline = watch.started + policy.deadline_s
+    turn_ends = None if hold_s is None else clock() + hold_s
     relogged = False  # one new login per 401; a 401 right after it is a refusal
     while True:
         hint: float | None = None
+        remaining: float | None = None
         watch.polls += 1
         try:
             reply = await bmc.request("GET", path, retries=0)
@@ -275,10 +321,13 @@ async def wait_for_task(
             done = await _answer(watch, reply)
             if done is not None:
                 return done
+            remaining = watch.remaining_s()
         except BmcUnavailable as exc:
             hint = exc.retry_after
             watch.dark(str(exc))
         now = clock()
         if now >= deadline:
             raise watch.late()
-        await sleep(min(policy.delay(hint), deadline - now))
+        if turn_ends is not None and now >= turn_ends:
+            return None  # still running: the caller comes back for it
+        await sleep(min(policy.delay(hint, remaining), deadline - now))

@@ -71,6 +71,7 @@ from lockstep_redfish.tasks import (
     TaskOutcome,
     TaskPolicy,
     TaskRef,
+    follow_task,
     task_ref,
     wait_for_task,
 )
@@ -292,6 +293,19 @@ class FirmwareUpdate:
     async def wait(self, ref: TaskRef) -> TaskOutcome:
         return await wait_for_task(
             self.bmc, ref, self.policy.tasks, clock=self.clock, sleep=self.sleep
+        )
+
+    async def follow(self, ref: TaskRef, *, hold_s: float, waited_s: float) -> TaskOutcome | None:
+        """One turn of following ``ref`` (``tasks.follow_task``): its outcome, or None while
+        it still runs after ``hold_s``."""
+        return await follow_task(
+            self.bmc,
+            ref,
+            self.policy.tasks,
+            hold_s=hold_s,
+            waited_s=waited_s,
+            clock=self.clock,
+            sleep=self.sleep,
         )
 
     async def activate(self, targets: tuple[str, ...], *, each: bool = False) -> list[TaskRef]:

@@ -1,12 +1,13 @@
-"""The updater's records for the ``lockstep`` CLI: ``lockstep node history`` (read-only) and
-``lockstep node approve-remedy`` (releases a held GSP runbook item, the one write). One
-connection, no migration."""
+"""The updater's records for the ``lockstep`` CLI: ``lockstep node history`` (read-only),
+``lockstep node approve-remedy`` (releases a held GSP runbook item) and ``lockstep node
+release`` (gives a quarantined node back, through the updater). One connection, no
+migration."""
 
 from __future__ import annotations
 
 from lockstep_common import db
 from lockstep_common.errors import ConfigurationError
-from lockstep_updater.adapters.repository import release_remedy, step_history
+from lockstep_updater.adapters.repository import release_quarantined, release_remedy, step_history
 from lockstep_updater.app import NAME
 from lockstep_updater.settings import Settings
 from lockstep_updater.store import StepRecord
@@ -48,5 +49,20 @@ async def approve_remedy(settings: Settings, node_id: str) -> bool:
     conn = await _connect(settings)
     try:
         return await release_remedy(conn, node_id)
+    finally:
+        await conn.close()
+
+
+async def release(settings: Settings, node_id: str, reason: str) -> str:
+    """Have the updater give back a quarantined node's drain (``release_quarantined``);
+    returns the release's id.
+
+    Raises:
+        ConfigurationError: the database has no updater schema (the service never ran there).
+        NotQuarantined: the node's latest work item did not end quarantined.
+    """
+    conn = await _connect(settings)
+    try:
+        return await release_quarantined(conn, node_id, reason)
     finally:
         await conn.close()

@@ -53,7 +53,7 @@ from lockstep_redfish.errors import (
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.models import UpdatableSoftware
-from lockstep_redfish.preflight import UpdateRequest
+from lockstep_redfish.preflight import Method, UpdateRequest
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
@@ -94,6 +94,13 @@ class ExecutorPolicy:
     retry_s: float = 5.0  # before a step that could not finish is tried again
     drain_poll_s: float = 5.0
     drain_deadline_s: float = 3600.0
+    # A node waiting for its pool's budget is woken when a place frees (``UpdaterTx.advance``
+    # with ``parked``); this re-check is only the level-triggered net behind that wake.
+    budget_recheck_s: float = 60.0
+    # How long a worker follows a pushed image's task before it gives the node back to the
+    # queue (re-claimed after ``retry_s``): a GPU stages for a quarter of an hour (seed 000),
+    # and a worker held that long caps how many nodes of a wave stage at once.
+    task_hold_s: float = 60.0
     max_errors: int = 20  # failed tries of one step in a row before the node ends
     remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
     reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
@@ -112,6 +119,12 @@ class Stop(Exception):
         super().__init__(reason)
         self.target = target
         self.reason = reason
+
+
+class NotYet(Exception):
+    """The step waits on a device (a BMC's task still running after ``task_hold_s``, a BMC
+    not answering yet after a reset): it is run again after ``retry_s``, by whoever claims
+    the item then."""
 
 
 def _nothing() -> None:
@@ -284,6 +297,9 @@ class Executor:
                 await self._uncordoning(claim, progress)
         except Stop as stop:
             await self._end(claim, stop.target, stop.reason, progress)
+        except NotYet as waiting:
+            progress.pop("dark_since", None)  # the BMC answered
+            await self._commit(claim, claim.state, str(waiting), progress, self.policy.retry_s)
         except CredentialError as exc:
             await self._end(claim, self._failure_end(claim), str(exc), progress)
         except (BmcUnavailable, OSError) as exc:
@@ -472,7 +488,14 @@ class Executor:
                 await tx.advance(claim, S.DRAINING, progress=progress)
                 return
         if decision.verdict is Verdict.WAIT:
-            await self._commit(claim, S.CORDONING, decision.reason, progress, self.policy.retry_s)
+            await self._commit(
+                claim,
+                S.CORDONING,
+                decision.reason,
+                progress,
+                self.policy.budget_recheck_s,
+                parked=True,
+            )
             return
         self._stop_unless_proceed(claim, decision)
 
@@ -552,12 +575,16 @@ class Executor:
                         refs = await update.switch_bank(paths)
                     else:
                         refs = await update.activate(paths)
-                    for ref in refs:
-                        await update.wait(ref)
                 except BmcUnavailable:
                     raise
                 except BmcError as exc:
                     raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+                # Followed in turns, as a staging task: recorded before the first poll.
+                progress["activations"] = [[r.monitor, r.task] for r in refs]
+                progress["activated_at"] = time.time()
+                await self._save(claim, progress)
+        if progress.get("activations"):
+            await self._follow_activations(claim, node, progress)
         events += [
             (DeviceOutcome.ACTIVATED, self._device(DeviceActivated, claim, n, plans[n], started))
             for n in staged
@@ -576,11 +603,11 @@ class Executor:
         await self._commit(claim, S.AWAITING_BMC, "", progress, events=events)
 
     async def _awaiting_bmc(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
-        try:
-            async with self._session(node) as bmc:
-                await FirmwareUpdate(bmc, self.policy.update).wait_reachable()
-        except BmcUnavailable as exc:
-            raise Stop(S.QUARANTINED, f"BMC did not come back: {exc}") from None
+        """A BMC may reset after an activation and refuse even a login for minutes
+        (reliability.md 7.D2): it is tried once per turn; a BMC that does not answer is waited
+        for up to ``reachable_s`` (``_retry_or_give_up``), then the node is quarantined."""
+        async with self._session(node) as bmc:
+            await bmc.get("/redfish/v1/")
         await self._commit(claim, S.VERIFYING, "", progress)
 
     async def _verifying(
@@ -647,7 +674,7 @@ class Executor:
         async with self._session(node) as bmc:
             update = FirmwareUpdate(bmc, self.policy.update)
             if plan["sent"]:
-                await self._after_unknown_push(update, name, plan, request)
+                await self._after_unknown_push(update, claim, name, plan, request)
                 return
             entry = self._entry(target, node, name)
             image = self._image(target, entry)  # fetched and re-hashed right before the push
@@ -678,26 +705,72 @@ class Executor:
                 raise
             except BmcError as exc:
                 raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
-            plan["task"] = {"monitor": ref.monitor, "task": ref.task}
+            plan["task"] = {"monitor": ref.monitor, "task": ref.task, "since": time.time()}
             await self._save(claim, progress)
-            try:
+            if checked.method is Method.MULTIPART:
+                # The image went with the request: the task can be followed in turns.
+                await self._follow(update, claim, name, plan)
+                return
+            try:  # the BMC pulls the image while its task runs: it stays offered until then
                 await self._wait(update, claim, name, ref)
             finally:
                 if self.image_server is not None:
                     self.image_server.withdraw(image)
 
+    async def _follow(
+        self, update: FirmwareUpdate, claim: Claim, name: str, plan: dict[str, Any]
+    ) -> None:
+        """One turn of following the push's recorded task; :class:`NotYet` while it
+        runs after ``task_hold_s`` (the deadline counts from the push: ``since``)."""
+        task = plan["task"]
+        ref = TaskRef(task["monitor"], task["task"])
+        waited = max(0.0, time.time() - float(task.get("since", time.time())))
+        try:
+            outcome = await update.follow(ref, hold_s=self.policy.task_hold_s, waited_s=waited)
+        except BmcUnavailable:
+            raise  # TaskUnreachable: accepted; the next run follows the recorded task
+        except BmcError as exc:
+            raise Stop(self._failure_end(claim), f"{name}: {exc}") from None
+        if outcome is None:
+            raise NotYet(f"{name}: the BMC's task is still running")
+
+    async def _follow_activations(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any]
+    ) -> None:
+        """One turn of following the activation's recorded tasks; each that ended is struck
+        off; :class:`NotYet` while one still runs (the deadline counts from the activation)."""
+        since = float(progress.get("activated_at", time.time()))
+        async with self._session(node) as bmc:
+            update = FirmwareUpdate(bmc, self.policy.update)
+            while progress["activations"]:
+                monitor, task = progress["activations"][0]
+                waited = max(0.0, time.time() - since)
+                try:
+                    outcome = await update.follow(
+                        TaskRef(monitor, task), hold_s=self.policy.task_hold_s, waited_s=waited
+                    )
+                except BmcUnavailable:
+                    raise
+                except BmcError as exc:
+                    raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+                if outcome is None:
+                    raise NotYet("activate: the BMC's task is still running")
+                progress["activations"].pop(0)
+                if progress["activations"]:  # the last is committed with the step's end
+                    await self._save(claim, progress)
+
     async def _after_unknown_push(
-        self, update: FirmwareUpdate, name: str, plan: dict[str, Any], request: UpdateRequest
+        self,
+        update: FirmwareUpdate,
+        claim: Claim,
+        name: str,
+        plan: dict[str, Any],
+        request: UpdateRequest,
     ) -> None:
         """A push recorded as sent by an earlier run: follow its task, or read the members;
         never send it again."""
         if plan.get("task"):
-            try:
-                await update.wait(TaskRef(plan["task"]["monitor"], plan["task"]["task"]))
-            except BmcUnavailable:
-                raise
-            except BmcError as exc:
-                raise Stop(S.FAILED, f"{name}: {exc}") from None
+            await self._follow(update, claim, name, plan)
         # Without a recorded task, the members tell: the image shows as staged (or running)
         # once the BMC's task ends, so they are read until then (at most ``settle_s``).
         started = update.clock()
@@ -730,6 +803,18 @@ class Executor:
         """Nothing was decided: run the step again after a pause, up to ``max_errors`` times
         in a row; then the node ends with the last error as its reason. Giving a node back
         (uncordoning) is never given up: a node must not stay cordoned by Lockstep."""
+        if isinstance(exc, BmcUnavailable) and _waits_on_device(claim.state, progress):
+            # Something was accepted and the BMC may be resetting: it is given time, not tries
+            # (a login refused every retry_s would spend max_errors in well under a minute).
+            since = float(progress.setdefault("dark_since", time.time()))
+            limit = self.policy.update.reachable_s
+            if time.time() - since >= limit:
+                reason = f"the BMC did not come back within {limit:g}s: {exc}"
+                await self._end(claim, self._failure_end(claim), reason, progress)
+                return
+            reason = f"waiting for the BMC: {exc}"
+            await self._commit(claim, claim.state, reason, progress, self.policy.retry_s)
+            return
         errors = progress.setdefault("errors", {})
         count = errors[claim.state.value] = int(errors.get(claim.state.value, 0)) + 1
         if count > self.policy.max_errors and claim.state is not S.UNCORDONING:
@@ -901,15 +986,22 @@ class Executor:
         progress: dict[str, Any],
         retry_in_s: float = 0.0,
         *,
+        parked: bool = False,
         events: Sequence[tuple[DeviceOutcome, EventData]] = (),
     ) -> None:
         if target is not claim.state:
             progress.pop("errors", None)  # the step succeeded: its retry count starts over
+            progress.pop("dark_since", None)
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
             await tx.advance(
-                claim, target, reason=clip_text(reason), progress=progress, retry_in_s=retry_in_s
+                claim,
+                target,
+                reason=clip_text(reason),
+                progress=progress,
+                retry_in_s=retry_in_s,
+                parked=parked,
             )
             for outcome, data in events:
                 tx.events.emit(
@@ -933,6 +1025,19 @@ class Executor:
                     # Kept for a re-drive if the broker loses it (``redrive_completions``).
                     await tx.completion_sent(result.rollout_id, result.wave, env.event_id)
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
+
+
+def _waits_on_device(state: NodeStep, progress: dict[str, Any]) -> bool:
+    """The step follows something a BMC accepted (a push, an activation) or waits for a BMC
+    to come back after one: a BMC that does not answer is then waited for, not retried."""
+    if state is S.AWAITING_BMC:
+        return True
+    if state is S.ACTIVATING and progress.get("activate_sent"):
+        return True
+    plans = progress.get("components", {}).values()
+    return state in (S.STAGING, S.ACTIVATING) and any(
+        p.get("sent") and not p.get("done") for p in plans
+    )
 
 
 def _ending(decision: Decision) -> str:

@@ -54,7 +54,13 @@ class Settings(ServiceSettings):
         default=30.0, gt=0, description="How long one scontrol call may take, seconds."
     )
     worker_poll_s: float = Field(default=1.0, gt=0, description="Work poll when idle, seconds.")
-    workers: int = Field(default=4, ge=1, le=256, description="Nodes worked on at once.")
+    workers: int = Field(
+        default=4,
+        ge=1,
+        le=4096,
+        description="Nodes worked on at once (a worker waiting on a BMC's task costs a poll "
+        "every few seconds: cover the nodes a wave stages at once, over the replicas).",
+    )
     lease_s: float = Field(
         default=900.0, gt=0, description="A claimed item's lease, seconds (> a task deadline)."
     )
@@ -87,6 +93,12 @@ class Settings(ServiceSettings):
     )
     redfish_poll_s: float = Field(
         default=5.0, gt=0, description="Between task polls and read-backs on a BMC, seconds."
+    )
+    task_hold_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a worker follows a BMC's task (staging, activation) before it "
+        "gives the node back to the queue and serves others; re-claimed after retry_s.",
     )
     verify_settle_s: float = Field(
         default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."

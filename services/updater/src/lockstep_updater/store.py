@@ -20,10 +20,15 @@ from lockstep_common.outbox import EventSink
 from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import NodeStep
 
-UPDATE, ROLLBACK, REMEDY = "update", "rollback", "remedy"
+UPDATE, ROLLBACK, REMEDY, RELEASE = "update", "rollback", "remedy", "release"
 """The kinds of work item (``node_work.kind``): a rollout's update of a node, its flip-back
-after a tripped gate, and the GSP / driver runbook started by ``drift.detected`` (no rollout:
-its ``rollout_id`` is the remedy's own id, ``domain.remedy.remedy_id``; wave 0)."""
+after a tripped gate, the GSP / driver runbook started by ``drift.detected`` (no rollout:
+its ``rollout_id`` is the remedy's own id, ``domain.remedy.remedy_id``; wave 0), and an
+operator's release of a quarantined node (``lockstep node release``; its own id, wave 0)."""
+
+
+class NotQuarantined(Exception):
+    """A release was asked for a node whose latest work item did not end quarantined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,10 +221,16 @@ class UpdaterTx(Protocol):
         reason: str = "",
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
+        parked: bool = False,
     ) -> None:
         """Move the item to ``target`` (``domain.steps.transition``), record the step in its
         history and release the lease (claimable again after ``retry_in_s``): the fencing token
-        moves on, so this claim no longer holds the item."""
+        moves on, so this claim no longer holds the item.
+
+        ``parked``: the item waits for a place in its pool's out-of-service budget; it becomes
+        claimable as soon as an item of its pool leaves service (an advance out of
+        ``OUT_OF_SERVICE`` wakes every parked item of that pool, in the same transaction), or
+        after ``retry_in_s`` at the latest."""
         ...
 
     async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:

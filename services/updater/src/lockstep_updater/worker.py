@@ -45,6 +45,7 @@ class UpdaterWorker:
             drain_poll_s=settings.drain_poll_s,
             drain_deadline_s=settings.drain_deadline_s,
             remedy_max_unavailable=settings.remedy_max_unavailable,
+            task_hold_s=settings.task_hold_s,
             update=UpdatePolicy(
                 tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
                 settle_s=settings.verify_settle_s,

@@ -97,12 +97,15 @@ def bundle_of(stack_hash: str, components: Sequence[AttestedComponent]) -> Bundl
 
 
 def installable(components: Iterable[str]) -> tuple[str, ...]:
-    """A wave's components as the updater is handed them (``wave.planned``), in order: those
-    inside the driver package are left out when the driver is there to bring them."""
+    """A wave's components as the updater is handed them (``wave.planned``), in the order it
+    works: firmware first (through the BMC), then the software layer (through the node agent,
+    once the firmware verified); those inside the driver package are left out when the driver
+    is there to bring them."""
     names = tuple(dict.fromkeys(components))
-    if Component.DRIVER.value not in names:
-        return names
-    return tuple(c for c in names if Component(c) not in INSIDE_DRIVER)
+    if Component.DRIVER.value in names:
+        names = tuple(c for c in names if Component(c) not in INSIDE_DRIVER)
+    firmware = tuple(c for c in names if Component(c) not in SOFTWARE)
+    return firmware + tuple(c for c in names if Component(c) in SOFTWARE)
 
 
 def stack_of(components: Iterable[AttestedComponent]) -> dict[str, dict[str, str]]:

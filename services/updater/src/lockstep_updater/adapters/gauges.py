@@ -1,6 +1,6 @@
 """The updater's gauges, read from its tables (``lockstep_common.query_gauges``): nodes per
 step, how long the longest-waiting node has been in each step, and pushes sent, over the
-waves in progress (released and not yet completed)."""
+waves in progress (released and not yet completed); and the nodes left quarantined."""
 
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ GAUGES = (
         " FROM node_work w JOIN waves v USING (rollout_id, wave)"
         f" WHERE w.state IN ({_RUNNING}) GROUP BY w.state",
         labels=("step",),
+    ),
+    QueryGauge(
+        "lockstep_updater_quarantined_nodes",
+        "Nodes whose latest work item ended quarantined: kept out of service until repaired"
+        " and released (lockstep node release)",
+        # Any rollout's or remedy's, finished waves too: a quarantine outlives its wave.
+        "SELECT count(*) FROM node_work w WHERE w.state = 'quarantined' AND NOT EXISTS ("
+        "SELECT 1 FROM node_work l WHERE l.node_id = w.node_id AND l.id > w.id)",
     ),
     QueryGauge(
         "lockstep_updater_pushes_sent",

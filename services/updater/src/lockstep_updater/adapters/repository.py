@@ -27,8 +27,10 @@ from lockstep_common.stores import PooledStore, in_runtime_transaction
 from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import OUT_OF_SERVICE, TERMINAL, NodeStep, transition
 from lockstep_updater.store import (
+    RELEASE,
     Claim,
     Completion,
+    NotQuarantined,
     StepRecord,
     Target,
     UpdaterTx,
@@ -52,6 +54,7 @@ _CLAIMABLE = (
     " ORDER BY COALESCE(lease_until, updated_at), id FOR UPDATE SKIP LOCKED LIMIT 1"
 )
 _OUT = _list(OUT_OF_SERVICE)
+_TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 _FAILED = _list(frozenset({NodeStep.FAILED, NodeStep.QUARANTINED}))
 _CLAIM_COLUMNS = (
     "id, rollout_id, wave, node_id, state, lease_token, attempts, components, progress,"
@@ -291,7 +294,7 @@ class PostgresTx:
         if state is NodeStep.PENDING:
             state = transition(state, NodeStep.PREFLIGHT)
         claimed = await self.conn.fetchrow(
-            "UPDATE node_work SET state = $2, attempts = attempts + 1,"
+            "UPDATE node_work SET state = $2, attempts = attempts + 1, parked = false,"
             " lease_token = lease_token + 1, claimed_at = now(), updated_at = now(),"
             " lease_until = now() + make_interval(secs => $3) WHERE id = $1"
             f" RETURNING {_CLAIM_COLUMNS}",
@@ -406,9 +409,10 @@ class PostgresTx:
         reason: str = "",
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
+        parked: bool = False,
     ) -> None:
         row = await self.conn.fetchrow(
-            "SELECT state, claimed_at FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+            "SELECT state, claimed_at, pool FROM node_work WHERE id = $1 FOR UPDATE", claim.id
         )
         assert row is not None  # noqa: S101 - the item exists while it is claimed
         before = NodeStep(row["state"])
@@ -417,7 +421,7 @@ class PostgresTx:
             # The token moves on at the release too: the claim that ended the step holds
             # nothing any more (its still_holds is False), so it cannot act after it.
             "UPDATE node_work SET state = $2, reason = $3, lease_token = lease_token + 1,"
-            " progress = COALESCE($4::jsonb, progress), updated_at = now(),"
+            " progress = COALESCE($4::jsonb, progress), updated_at = now(), parked = $6,"
             " lease_until = CASE WHEN $5 > 0 THEN now() + make_interval(secs => $5) END"
             " WHERE id = $1",
             claim.id,
@@ -425,7 +429,20 @@ class PostgresTx:
             reason,
             None if progress is None else json.dumps(progress),
             retry_in_s,
+            parked,
         )
+        if before in OUT_OF_SERVICE and state not in OUT_OF_SERVICE and row["pool"]:
+            # A place in the pool's budget freed: the nodes parked for one are claimable now.
+            # Under the pool's lock (as ``facts``), so that two wakes never lock the parked
+            # rows in different orders.
+            await self.conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", row["pool"]
+            )
+            await self.conn.execute(
+                "UPDATE node_work SET parked = false, lease_until = now()"
+                " WHERE pool = $1 AND parked",
+                row["pool"],
+            )
         await self.conn.execute(
             "INSERT INTO node_steps (work_id, node_id, rollout_id, wave, step, attempt, token,"
             " started_at, outcome, reason) VALUES ($1, $2, $3, $4, $5, $6, $7,"
@@ -535,6 +552,42 @@ async def release_remedy(conn: Conn, node_id: str) -> bool:
         node_id,
     )
     return row is not None
+
+
+async def release_quarantined(conn: Conn, node_id: str, reason: str) -> str:
+    """Record an operator's release of a quarantined node (``lockstep node release``): a
+    ``release`` item in the uncordoning step, which the updater runs like any other (it gives
+    back Lockstep's drain only, then ends done with ``reason``). Returns the item's id;
+    :class:`NotQuarantined` when the node's latest item did not end quarantined."""
+    async with conn.transaction():
+        # One decision per node at a time (as a remedy's): two releases cannot both pass.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('updater-remedy:' || $1))", node_id
+        )
+        latest = await conn.fetchrow(
+            "SELECT state, kind FROM node_work WHERE node_id = $1 ORDER BY id DESC LIMIT 1",
+            node_id,
+        )
+        if latest is None:
+            raise NotQuarantined(f"the updater has no work recorded for {node_id}")
+        if latest["kind"] == RELEASE and latest["state"] not in _TERMINAL_NAMES:
+            raise NotQuarantined(f"a release of {node_id} is already under way")
+        if latest["state"] != NodeStep.QUARANTINED.value:
+            raise NotQuarantined(
+                f"{node_id} is not quarantined (its latest work item, kind {latest['kind']}, "
+                f"is {latest['state']})"
+            )
+        release_id = f"release-{uuid.uuid4().hex[:12]}"
+        progress = {"ending": NodeStep.DONE.value, "ending_reason": reason}
+        await conn.execute(
+            "INSERT INTO node_work (rollout_id, wave, node_id, components, kind, state,"
+            " progress) VALUES ($1, 0, $2, '{}', 'release', $3, $4)",
+            release_id,
+            node_id,
+            NodeStep.UNCORDONING.value,
+            json.dumps(progress),
+        )
+    return release_id
 
 
 async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]:
