@@ -231,7 +231,7 @@ async def test_a_quarantined_node_is_counted_until_an_operator_releases_it(rig: 
 
     async def given_back() -> bool:
         latest = await item(r, node)
-        return latest["kind"] == "release" and latest["state"] == "done"
+        return bool(latest["kind"] == "release" and latest["state"] == "done")
 
     await until(given_back, what="the release done", timeout_s=60)
     assert r.rt.scheduler.node(node).drain is None  # Lockstep's drain given back

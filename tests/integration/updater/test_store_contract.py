@@ -189,7 +189,7 @@ async def test_facts_count_the_pool_halts_and_failures(store: UpdaterStore) -> N
         await tx.advance(b, NodeStep.FAILED, reason="bad image")
         facts = await tx.facts(c, "p0")
     assert (facts.others_out, facts.failures, facts.halted) == (1, 1, None)
-    assert facts.wave_nodes == facts.plan_nodes == frozenset({"n1", "n2", "n3"})
+    assert facts.in_wave is facts.in_plan is True
     assert (facts.max_unavailable, facts.failure_budget, facts.wave_released) == (1, 0, True)
     async with store.transaction() as tx:
         await tx.halt("r-1", "ops: abort")
@@ -369,3 +369,27 @@ async def test_a_node_parked_for_budget_is_woken_when_its_pool_frees_a_place(
         woken = await tx.claim(60)
         assert await tx.claim(60) is None  # not the paused one, not another pool's
     assert woken is not None and (woken.node_id, woken.state) == ("n2", NodeStep.CORDONING)
+
+
+async def test_facts_say_whether_the_node_is_in_the_wave_and_the_approved_plan(
+    store: UpdaterStore,
+) -> None:
+    # A corrupted wave.planned names n3, outside the plan, and n2, which the plan put in wave
+    # 1: membership is answered per node (a plan may name 12,500), and the guard refuses both.
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}), {"n1": 0, "n2": 1})
+        await tx.record_wave(wave(0, "n1", "n2", "n3"), None)
+        await tx.record_wave(wave(0, "n4", rollout="r-2"), None)  # no plan seen for r-2
+        claims = [await tx.claim(60) for _ in range(4)]
+    found = {}
+    async with store.transaction() as tx:
+        for claim in claims:
+            assert claim is not None
+            facts = await tx.facts(claim, "p0")
+            found[claim.node_id] = (facts.in_wave, facts.in_plan, facts.approved_wave)
+    assert found == {
+        "n1": (True, True, 0),
+        "n2": (True, True, 1),
+        "n3": (True, False, None),
+        "n4": (True, None, None),
+    }

@@ -17,8 +17,8 @@ OK = Facts(
     node_id="node-1",
     halted=None,
     wave_released=True,
-    wave_nodes=frozenset({"node-1", "node-2"}),
-    plan_nodes=frozenset({"node-1", "node-2", "node-3"}),
+    in_wave=True,
+    in_plan=True,
     failures=0,
     failure_budget=1,
     pool="p0",
@@ -36,9 +36,9 @@ def test_a_node_of_the_wave_and_the_plan_within_budget_proceeds() -> None:
     [
         ({"halted": "gate: xid 79"}, Verdict.HALT, "rollout halted: gate: xid 79"),
         ({"wave_released": False}, Verdict.REFUSE, "the wave was not released"),
-        ({"node_id": "node-3"}, Verdict.REFUSE, "node-3 is not in the wave"),
-        ({"plan_nodes": None}, Verdict.REFUSE, "no approved plan"),
-        ({"plan_nodes": frozenset({"node-2"})}, Verdict.REFUSE, "node-1 is not in the approved"),
+        ({"node_id": "node-3", "in_wave": False}, Verdict.REFUSE, "node-3 is not in the wave"),
+        ({"in_plan": None}, Verdict.REFUSE, "no approved plan"),
+        ({"in_plan": False}, Verdict.REFUSE, "node-1 is not in the approved"),
         (
             {"wave": 1, "approved_wave": 0},
             Verdict.REFUSE,

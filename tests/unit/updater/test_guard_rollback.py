@@ -25,8 +25,8 @@ def test_a_halt_or_a_spent_failure_budget_does_not_stop_a_flip_back(
 @pytest.mark.parametrize(
     ("change", "verdict", "reason"),
     [
-        ({"node_id": "node-3"}, Verdict.REFUSE, "node-3 is not in the wave"),
-        ({"plan_nodes": frozenset({"node-2"})}, Verdict.REFUSE, "not in the approved plan"),
+        ({"node_id": "node-3", "in_wave": False}, Verdict.REFUSE, "node-3 is not in the wave"),
+        ({"in_plan": False}, Verdict.REFUSE, "not in the approved plan"),
         ({"wave_released": False}, Verdict.REFUSE, "the wave was not released"),
         ({"others_out": 2}, Verdict.WAIT, "max_unavailable 2"),
     ],

@@ -48,7 +48,9 @@ def _list(states: frozenset[NodeStep]) -> str:
 # partial index node_work_open (as attest's jobs_open, adapters/repository.py there).
 _CLAIMABLE = (
     f"SELECT id, state FROM node_work WHERE state NOT IN ({_list(TERMINAL)})"
-    " AND (lease_until IS NULL OR lease_until <= now())"
+    # Free: no lease, or its end passed (updated_at is never in the future); written as the
+    # ready time so that the index in claim order (migration 0008) serves it.
+    " AND COALESCE(lease_until, updated_at) <= now()"
     # Longest ready first (since its lease ended, its retry pause ended or its step was
     # committed): a node polling its drain must not starve the nodes behind it.
     " ORDER BY COALESCE(lease_until, updated_at), id FOR UPDATE SKIP LOCKED LIMIT 1"
@@ -352,11 +354,20 @@ class PostgresTx:
             "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool
         )
         await self.conn.execute("UPDATE node_work SET pool = $2 WHERE id = $1", claim.id, pool)
+        # Membership is asked of the server, not read as lists: a wave and a plan may name
+        # 12,500 nodes, and this runs before every action.
         wave = await self.conn.fetchrow(
-            "SELECT node_ids, max_unavailable, failure_budget FROM waves"
+            "SELECT $3 = ANY(node_ids) AS in_wave, max_unavailable, failure_budget FROM waves"
             " WHERE rollout_id = $1 AND wave = $2",
             claim.rollout_id,
             claim.wave,
+            claim.node_id,
+        )
+        plan = await self.conn.fetchrow(
+            "SELECT $2 = ANY(node_ids) AS in_plan, (node_waves ->> $2)::int AS approved_wave"
+            " FROM plans WHERE rollout_id = $1",
+            claim.rollout_id,
+            claim.node_id,
         )
         halted = await self.conn.fetchval(
             "SELECT reason FROM halts WHERE rollout_id = $1", claim.rollout_id
@@ -383,15 +394,15 @@ class PostgresTx:
             busy_with=None if busy is None else f"GSP remedy {busy}",
             halted=halted,
             wave_released=wave is not None,
-            wave_nodes=frozenset(wave["node_ids"]) if wave else frozenset(),
-            plan_nodes=await self.plan_nodes(claim.rollout_id),
+            in_wave=bool(wave and wave["in_wave"]),
+            in_plan=None if plan is None else bool(plan["in_plan"]),
             failures=failures,
             failure_budget=wave["failure_budget"] if wave else 0,
             pool=pool,
             others_out=others_out,
             max_unavailable=wave["max_unavailable"] if wave else 0,
             wave=claim.wave,
-            approved_wave=(await self.plan_waves(claim.rollout_id)).get(claim.node_id),
+            approved_wave=None if plan is None else plan["approved_wave"],
         )
 
     async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:

@@ -33,9 +33,11 @@ class Facts:
     halted: str | None
     """Why the rollout halted (``rollout.halted``, ``gate.tripped``, an abort), None if not."""
     wave_released: bool
-    wave_nodes: frozenset[str]
-    plan_nodes: frozenset[str] | None
-    """Every node of the approved plan (``rollout.planned``); None: no plan seen."""
+    in_wave: bool
+    """The node is one of the released wave's nodes."""
+    in_plan: bool | None
+    """The node is one of the approved plan's (``rollout.planned``); None: no plan seen.
+    Membership, not the lists: a 12,500-node plan is not read at every action."""
     failures: int
     """Nodes of this wave that ended failed or quarantined."""
     failure_budget: int
@@ -73,17 +75,17 @@ def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) 
             "the wave was not released (no wave.planned recorded)",
         ),
         (
-            facts.node_id not in facts.wave_nodes,
+            not facts.in_wave,
             Verdict.REFUSE,
             f"{facts.node_id} is not in the wave",
         ),
         (
-            facts.plan_nodes is None,
+            facts.in_plan is None,
             Verdict.REFUSE,
             "no approved plan (rollout.planned) for the rollout",
         ),
         (
-            facts.plan_nodes is not None and facts.node_id not in facts.plan_nodes,
+            facts.in_plan is False,
             Verdict.REFUSE,
             f"{facts.node_id} is not in the approved plan",
         ),

@@ -389,6 +389,7 @@ class MemoryTx:
 
     async def facts(self, claim: Claim, pool: str) -> Facts:
         wave = self.tables.waves.get((claim.rollout_id, claim.wave))
+        plan = await self.plan_nodes(claim.rollout_id)
         item = self.tables.items[claim.id]
         item.pool = pool
         siblings = [
@@ -417,8 +418,8 @@ class MemoryTx:
             busy_with=None if busy is None else f"GSP remedy {busy}",
             halted=self.tables.halted.get(claim.rollout_id),
             wave_released=wave is not None,
-            wave_nodes=frozenset(wave.node_ids) if wave else frozenset(),
-            plan_nodes=await self.plan_nodes(claim.rollout_id),
+            in_wave=wave is not None and claim.node_id in wave.node_ids,
+            in_plan=None if plan is None else claim.node_id in plan,
             failures=sum(1 for i in siblings if i.state in FAILURES),
             failure_budget=wave.failure_budget if wave else 0,
             pool=pool,
