@@ -58,6 +58,23 @@ _CLAIMABLE = (
 _OUT = _list(OUT_OF_SERVICE)
 _TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 _FAILED = _list(frozenset({NodeStep.FAILED, NodeStep.QUARANTINED}))
+# The guard's facts (domain.guard.Facts) of item $5, node $3 of wave $2 of rollout $1, pool $4.
+_FACTS = (
+    "SELECT w.in_wave, w.max_unavailable, w.failure_budget,"
+    " p.rollout_id IS NOT NULL AS has_plan, p.in_plan, p.approved_wave,"
+    " (SELECT reason FROM halts WHERE rollout_id = $1) AS halted,"
+    " (SELECT count(*) FROM node_work WHERE rollout_id = $1 AND wave = $2"
+    f"  AND kind = 'update' AND state IN ({_FAILED})) AS failures,"
+    " (SELECT count(*) FROM node_work WHERE pool = $4 AND id <> $5"
+    f"  AND state IN ({_OUT})) AS others_out,"
+    " (SELECT rollout_id FROM node_work WHERE node_id = $3 AND id <> $5 AND kind = 'remedy'"
+    f"  AND state IN ({_OUT}) LIMIT 1) AS busy"
+    " FROM (SELECT 1) AS one"
+    " LEFT JOIN LATERAL (SELECT $3 = ANY(node_ids) AS in_wave, max_unavailable,"
+    "  failure_budget FROM waves WHERE rollout_id = $1 AND wave = $2) AS w ON true"
+    " LEFT JOIN LATERAL (SELECT rollout_id, $3 = ANY(node_ids) AS in_plan,"
+    "  (node_waves ->> $3)::int AS approved_wave FROM plans WHERE rollout_id = $1) AS p ON true"
+)
 _CLAIM_COLUMNS = (
     "id, rollout_id, wave, node_id, state, lease_token, attempts, components, progress,"
     " correlation_id, kind"
@@ -336,17 +353,16 @@ class PostgresTx:
         return _claim(claimed)
 
     async def still_holds(self, claim: Claim, lease_s: float) -> bool:
-        row = await self.conn.fetchrow(
-            "SELECT lease_token, state FROM node_work WHERE id = $1 FOR UPDATE", claim.id
-        )
-        if row is None or row["lease_token"] != claim.token or NodeStep(row["state"]) in TERMINAL:
-            return False
-        await self.conn.execute(
-            "UPDATE node_work SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+        # One statement: the row is locked (and the lease renewed) only if the claim holds it.
+        held = await self.conn.fetchval(
+            "UPDATE node_work SET lease_until = now() + make_interval(secs => $3)"
+            f" WHERE id = $1 AND lease_token = $2 AND state NOT IN ({_list(TERMINAL)})"
+            " RETURNING true",
             claim.id,
+            claim.token,
             lease_s,
         )
-        return True
+        return bool(held)
 
     async def facts(self, claim: Claim, pool: str) -> Facts:
         # One pool at a time: the budget read and the move that spends it commit together.
@@ -354,55 +370,28 @@ class PostgresTx:
             "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool
         )
         await self.conn.execute("UPDATE node_work SET pool = $2 WHERE id = $1", claim.id, pool)
-        # Membership is asked of the server, not read as lists: a wave and a plan may name
-        # 12,500 nodes, and this runs before every action.
-        wave = await self.conn.fetchrow(
-            "SELECT $3 = ANY(node_ids) AS in_wave, max_unavailable, failure_budget FROM waves"
-            " WHERE rollout_id = $1 AND wave = $2",
-            claim.rollout_id,
-            claim.wave,
-            claim.node_id,
+        # One round trip for the rest, and membership asked of the server, not read as lists:
+        # a wave and a plan may name 12,500 nodes, and this runs before every action.
+        row = await self.conn.fetchrow(
+            _FACTS, claim.rollout_id, claim.wave, claim.node_id, pool, claim.id
         )
-        plan = await self.conn.fetchrow(
-            "SELECT $2 = ANY(node_ids) AS in_plan, (node_waves ->> $2)::int AS approved_wave"
-            " FROM plans WHERE rollout_id = $1",
-            claim.rollout_id,
-            claim.node_id,
-        )
-        halted = await self.conn.fetchval(
-            "SELECT reason FROM halts WHERE rollout_id = $1", claim.rollout_id
-        )
-        failures = await self.conn.fetchval(
-            f"SELECT count(*) FROM node_work WHERE rollout_id = $1 AND wave = $2"
-            f" AND kind = 'update' AND state IN ({_FAILED})",
-            claim.rollout_id,
-            claim.wave,
-        )
-        others_out = await self.conn.fetchval(
-            f"SELECT count(*) FROM node_work WHERE pool = $1 AND id <> $2 AND state IN ({_OUT})",
-            pool,
-            claim.id,
-        )
-        busy = await self.conn.fetchval(
-            f"SELECT rollout_id FROM node_work WHERE node_id = $1 AND id <> $2"
-            f" AND kind = 'remedy' AND state IN ({_OUT}) LIMIT 1",
-            claim.node_id,
-            claim.id,
-        )
+        assert row is not None  # noqa: S101 - a SELECT without FROM always returns a row
+        has_wave, has_plan = row["max_unavailable"] is not None, row["has_plan"]
+        busy = row["busy"]
         return Facts(
             node_id=claim.node_id,
             busy_with=None if busy is None else f"GSP remedy {busy}",
-            halted=halted,
-            wave_released=wave is not None,
-            in_wave=bool(wave and wave["in_wave"]),
-            in_plan=None if plan is None else bool(plan["in_plan"]),
-            failures=failures,
-            failure_budget=wave["failure_budget"] if wave else 0,
+            halted=row["halted"],
+            wave_released=has_wave,
+            in_wave=bool(row["in_wave"]),
+            in_plan=bool(row["in_plan"]) if has_plan else None,
+            failures=row["failures"],
+            failure_budget=row["failure_budget"] if has_wave else 0,
             pool=pool,
-            others_out=others_out,
-            max_unavailable=wave["max_unavailable"] if wave else 0,
+            others_out=row["others_out"],
+            max_unavailable=row["max_unavailable"] if has_wave else 0,
             wave=claim.wave,
-            approved_wave=None if plan is None else plan["approved_wave"],
+            approved_wave=row["approved_wave"] if has_plan else None,
         )
 
     async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
