@@ -88,6 +88,13 @@ async def test_updater_time_in_step_ignores_retries_of_the_same_step(connect: An
         "INSERT INTO node_work (rollout_id, wave, node_id, components, state) VALUES"
         " ('r1', 0, 'n2', '{gpu}', 'preflight')"
     )
+    # n3: quarantined in an older rollout, then released (its latest item); n4: quarantined.
+    await conn.execute(
+        "INSERT INTO node_work (rollout_id, wave, node_id, components, state, kind) VALUES"
+        " ('r0', 0, 'n3', '{gpu}', 'quarantined', 'update'),"
+        " ('release-1', 0, 'n3', '{}', 'done', 'release'),"
+        " ('r0', 0, 'n4', '{gpu}', 'quarantined', 'update')"
+    )
     step = (
         "INSERT INTO node_steps (work_id, node_id, rollout_id, wave, step, attempt, token,"
         " started_at, ended_at, outcome, reason) VALUES ($1, 'n1', 'r1', 0, $2, 1, 1,"
@@ -98,7 +105,7 @@ async def test_updater_time_in_step_ignores_retries_of_the_same_step(connect: An
     await conn.execute(step, work, "draining", 1, "draining")  # a retry: still the same step
     gauges = QueryGauges(CollectorRegistry(), UPDATER)
     await gauges.refresh(conn)
-    nodes, ages, pushes = UPDATER
+    nodes, ages, quarantined, pushes = UPDATER
     assert values(gauges, nodes)[("draining",)] == 1
     assert values(gauges, nodes)[("preflight",)] == 1
     assert values(gauges, nodes)[("done",)] == 0
@@ -107,11 +114,13 @@ async def test_updater_time_in_step_ignores_retries_of_the_same_step(connect: An
     assert 1800 <= age[("draining",)] < 1860
     assert 7200 <= age[("preflight",)] < 7260  # no step ended yet: since the wave's release
     assert values(gauges, pushes) == {(): 1.0}
+    assert values(gauges, quarantined) == {(): 1.0}  # n4; n3 was released
 
     await conn.execute("UPDATE waves SET completed_at = now()")
     await gauges.refresh(conn)
     assert values(gauges, nodes)[("draining",)] == 0  # only waves in progress count
     assert values(gauges, pushes) == {(): 0.0}
+    assert values(gauges, quarantined) == {(): 1.0}  # a quarantine outlives its wave
 
 
 async def test_planner_idle_time_of_a_running_rollout(connect: Any) -> None:

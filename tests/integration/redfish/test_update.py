@@ -61,7 +61,7 @@ class Credentials:
 
 
 def image_of(data: bytes, name: str = "gpu.fwpkg") -> FirmwareImage:
-    return FirmwareImage(data, hashlib.sha256(data).hexdigest(), name)
+    return FirmwareImage(data, hashlib.sha384(data).hexdigest(), name)
 
 
 GPU_IMAGE = image_of(package_for(GB200_GPU, NEW_GPU_VERSION))
@@ -316,7 +316,7 @@ async def test_a_completed_task_with_the_wrong_version_read_back_fails(
 
 async def test_a_digest_mismatch_fails_closed_and_sends_nothing(make_sim: Factory) -> None:
     sim = await make_sim()
-    tampered = FirmwareImage(GPU_IMAGE.data[:-1] + b"\x00", GPU_IMAGE.sha256, "gpu.fwpkg")
+    tampered = FirmwareImage(GPU_IMAGE.data[:-1] + b"\x00", GPU_IMAGE.digest, "gpu.fwpkg")
     async with session(sim) as bmc:
         update = FirmwareUpdate(bmc, FAST)
         with pytest.raises(ImageDigestMismatch, match="nothing was sent"):

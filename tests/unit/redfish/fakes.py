@@ -7,7 +7,7 @@ from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from lockstep_redfish.transport import Reply
+from lockstep_redfish.transport import Body, Reply
 
 BASE = "https://bmc.example"
 
@@ -41,7 +41,7 @@ class ScriptedBmc:
         path: str,
         *,
         json_body: dict[str, Any] | None = None,
-        data: bytes | None = None,
+        data: Body | None = None,
         headers: dict[str, str] | None = None,
         retries: int | None = None,
         timeout_s: float | None = None,

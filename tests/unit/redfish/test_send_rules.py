@@ -10,6 +10,7 @@ import pytest
 from lockstep_redfish.errors import (
     BmcRefused,
     BmcUnavailable,
+    ImageDigestMismatch,
     NotVerified,
     PushOutcomeUnknown,
     UpdateRefused,
@@ -27,7 +28,7 @@ PUSH = "/redfish/v1/UpdateService/update-multipart"
 GPU0 = "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0"
 OLD, NEW = "97.00.6C.00.03", "97.00.9A.00.01"
 DATA = b"PLDM package bytes"
-IMAGE = FirmwareImage(DATA, hashlib.sha256(DATA).hexdigest(), "gpu.fwpkg")
+IMAGE = FirmwareImage(DATA, hashlib.sha384(DATA).hexdigest(), "gpu.fwpkg")
 REQUEST = UpdateRequest((GPU0,), NEW)
 PLAN = Preflight(Method.MULTIPART, PUSH, (GPU0,), {GPU0: OLD})
 POLICY = UpdatePolicy(resend=RetryPolicy(backoff_s=1.0), settle_s=30, read_poll_s=10)
@@ -145,3 +146,12 @@ async def test_activate_refuses_what_is_not_staged() -> None:
     update = FirmwareUpdate(ScriptedBmc(member(OLD, staged=False)), POLICY)
     with pytest.raises(UpdateRefused, match=f"nothing staged to activate on {GPU0}"):
         await update.activate((GPU0,))
+
+
+async def test_bytes_that_no_longer_match_the_attested_digest_are_not_sent() -> None:
+    tampered = FirmwareImage(DATA[:-1] + b"\x00", IMAGE.digest, "gpu.fwpkg")
+    bmc = ScriptedBmc(ACCEPTED)
+    update = FirmwareUpdate(bmc, POLICY, clock=FakeClock(), sleep=FakeClock().sleep)
+    with pytest.raises(ImageDigestMismatch, match=r"gpu\.fwpkg: SHA-384 .* nothing was sent"):
+        await update.push(tampered, REQUEST, PLAN)
+    assert bmc.requests == []

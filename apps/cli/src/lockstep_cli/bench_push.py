@@ -4,14 +4,15 @@ against a raw multipart client, on the same simulator in the same run.
 The simulated BMCs run in a child process, as in ``bench_sweep`` (perf.md section 5), so that
 the BMCs' work (reading the multipart body, hashing and planning the image) is not charged to
 the client being measured: real BMCs are other machines. Each round pushes one image to every
-BMC at once, once through ``FirmwareUpdate.push`` (the executor's call: the multipart body
-built once, the image re-hashed right before it is sent, the reply parsed into a task) and
-once through ``aiohttp`` directly (one ``FormData`` POST with the session token, the reply
-read); which goes first alternates between rounds, so neither always meets a warmer server.
-Sessions are opened and the preflight is made once per BMC before the rounds: both sides time
-only the push. Throughput is the image bytes delivered over the round's wall time;
-``push_ratio`` is the median of the library's rounds over the median of the raw client's (goal
->= 0.8).
+BMC at once, once through ``FirmwareUpdate.push`` (the executor's call: the image carries the
+manifest's SHA-384, as the executor builds it, and is re-hashed right before it is sent; the
+multipart body goes out as headers, the image's own bytes, closing boundary; the reply is
+parsed into a task) and once through ``aiohttp`` directly (one ``FormData`` POST with the
+session token, the reply read); which goes first alternates between rounds, so neither always
+meets a warmer server. Sessions are opened and the preflight is made once per BMC before the
+rounds: both sides time only the push. Throughput is the image bytes delivered over the
+round's wall time; ``push_ratio`` is the median of the library's rounds over the median of the
+raw client's (goal >= 0.8).
 
 The child is started with multiprocessing's ``spawn``: a script calling ``run_push`` needs the
 usual ``if __name__ == "__main__":`` guard.
@@ -173,7 +174,8 @@ async def run_push(
     host: str,
 ) -> dict[str, Any]:
     """The push figures: medians of ``rounds`` rounds per client, with every round's MB/s."""
-    image = FirmwareImage(image_bytes, hashlib.sha256(image_bytes).hexdigest(), "gpu.fwpkg")
+    # As the executor builds it: the manifest's SHA-384, re-hashed before every push.
+    image = FirmwareImage(image_bytes, hashlib.sha384(image_bytes).hexdigest(), "gpu.fwpkg")
     request = UpdateRequest(tuple(f"{FIRMWARE}/{m}" for m in members), version, stage=True)
     with _child_fleet(nodes, host) as bmcs:
         figures = await _rounds(bmcs, image, request, account, rounds)

@@ -1,44 +1,59 @@
-"""A firmware image as the write side receives it: the bytes and the SHA-256 they must have.
+"""A firmware image as the write side receives it: the bytes and the digest they must have.
 
-The caller (the updater) fetches the bytes from an attested bundle and passes the digest
-from its manifest; :meth:`FirmwareImage.check` runs right before every send, and a mismatch
-fails closed, before anything is sent (design.md non-negotiable 7).
+The caller (the updater) fetches the bytes from an attested bundle and passes the digest its
+manifest attests, in the manifest's own algorithm (SHA-384, docs/updater.md), so that the
+check is against the attested digest itself, not one derived from the bytes later;
+:meth:`FirmwareImage.check` runs right before every send, and a mismatch fails closed, before
+anything is sent (design.md non-negotiable 7). SHA-256 is accepted too, for images whose
+publisher gives only that.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from lockstep_redfish.errors import ImageDigestMismatch
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+DigestAlgorithm = Literal["sha256", "sha384"]
+_DIGESTS = {"sha256": (64, "SHA-256"), "sha384": (96, "SHA-384")}  # hex digits, name in messages
+_HEX = re.compile(r"[0-9a-f]*")
 
 
 @dataclass(frozen=True, slots=True, repr=False)
 class FirmwareImage:
-    """``data`` with its expected ``sha256`` (64 lower-case hex digits) and a ``filename``
-    for the multipart ``UpdateFile`` part."""
+    """``data`` with the ``digest`` it must have (lower-case hex of ``algorithm``, by default
+    SHA-384: the bundle manifest's) and a ``filename`` for the multipart ``UpdateFile`` part."""
 
     data: bytes
-    sha256: str
+    digest: str
     filename: str = "image.fwpkg"
+    algorithm: DigestAlgorithm = field(default="sha384", kw_only=True)
 
     def __post_init__(self) -> None:
-        if not _SHA256.fullmatch(self.sha256):
-            raise ValueError("sha256 must be 64 lower-case hex digits")
+        known = _DIGESTS.get(self.algorithm)
+        if known is None:
+            raise ValueError(f"digest algorithm must be one of {', '.join(_DIGESTS)}")
+        digits, label = known
+        if len(self.digest) != digits or not _HEX.fullmatch(self.digest):
+            raise ValueError(f"a {label} digest must be {digits} lower-case hex digits")
 
     def __repr__(self) -> str:  # never the bytes
-        return f"FirmwareImage({self.filename!r}, {len(self.data)} bytes, sha256={self.sha256})"
+        return (
+            f"FirmwareImage({self.filename!r}, {len(self.data)} bytes, "
+            f"{self.algorithm}={self.digest})"
+        )
 
     def check(self, data: bytes | memoryview | None = None) -> None:
         """Hash ``data`` (default: this image's bytes) now; :class:`ImageDigestMismatch`
-        unless it is ``sha256``."""
-        actual = hashlib.sha256(self.data if data is None else data).hexdigest()
-        if actual != self.sha256:
+        unless it is ``digest``."""
+        actual = hashlib.new(self.algorithm, self.data if data is None else data).hexdigest()
+        if actual != self.digest:
+            label = _DIGESTS[self.algorithm][1]
             raise ImageDigestMismatch(
-                f"image {self.filename}: SHA-256 {actual} is not the expected {self.sha256}; "
+                f"image {self.filename}: {label} {actual} is not the expected {self.digest}; "
                 "nothing was sent",
                 filename=self.filename,
             )

@@ -37,7 +37,7 @@ class ImageServer:
         self.fetches: dict[str, int] = {}
         self.urls: dict[str, str] = {}  # path -> URL as offered
         self._images: dict[str, FirmwareImage] = {}  # path -> image, while offered
-        self._paths: dict[str, str] = {}  # sha256 -> path, while offered
+        self._paths: dict[str, str] = {}  # digest -> path, while offered
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> Self:
@@ -83,12 +83,12 @@ class ImageServer:
         if self._runner is None:
             raise RuntimeError("the image server is not started")
         image.check()
-        path = self._paths.get(image.sha256)
+        path = self._paths.get(image.digest)
         if path is None:
             name = _UNSAFE.sub("_", image.filename) or "image"
             path = f"/images/{secrets.token_hex(16)}/{name}"
             host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
-            self._paths[image.sha256] = path
+            self._paths[image.digest] = path
             self._images[path] = image
             self.urls[path] = f"http://{host}:{self.port}{path}"
             self.fetches.setdefault(self.urls[path], 0)
@@ -96,7 +96,7 @@ class ImageServer:
 
     def withdraw(self, image: FirmwareImage) -> None:
         """Stop serving ``image`` (a BMC fetching it later gets 404)."""
-        path = self._paths.pop(image.sha256, None)
+        path = self._paths.pop(image.digest, None)
         if path is not None:
             del self._images[path]
 

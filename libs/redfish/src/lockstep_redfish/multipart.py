@@ -2,9 +2,13 @@
 
 Two parts, as DMTF ``redfish_utilities``, NVIDIA ``libredfish`` and ``open-nvfwupd`` send them
 (standards.md 1.1): ``UpdateParameters`` (``application/json``) and ``UpdateFile``
-(``application/octet-stream``, with a filename). The body is built once as bytes (RFC 7578),
-so the same bytes can be sent again after a refusal, and the image inside it can be hashed
-right before each send: the bytes hashed are the bytes on the wire.
+(``application/octet-stream``, with a filename). The body is built once (RFC 7578) as three
+pieces sent one after the other: the parts' headers, the image, and the closing boundary. The
+image piece is the image's own ``bytes`` object, not a copy: bytes are immutable, so the
+object hashed right before each send is the object on the wire, byte for byte, and the same
+body can be sent again after a refusal. Not copying matters: a body joined per push (which
+aiohttp then joined again with the request headers) took the client's event loop longer than
+sending it (``lockstep bench update``, docs/updater.md).
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 @dataclass(frozen=True, slots=True)
 class MultipartBody:
-    data: bytes
-    content_type: str
-    image_start: int  # data[image_start:image_end] is the image, byte for byte
-    image_end: int
+    """The body as sent: ``head``, then ``image`` (the very object given, never a copy), then
+    ``tail``; ``content_type`` carries the boundary."""
 
-    def image(self) -> memoryview:
-        return memoryview(self.data)[self.image_start : self.image_end]
+    head: bytes
+    image: bytes
+    tail: bytes
+    content_type: str
+
+    @property
+    def pieces(self) -> tuple[bytes, bytes, bytes]:
+        """What goes on the wire, in order (``transport.request`` sends them as one body)."""
+        return (self.head, self.image, self.tail)
 
 
 def _boundary(image: bytes) -> str:
@@ -41,6 +50,7 @@ def _boundary(image: bytes) -> str:
 def multipart_body(parameters: dict[str, Any], image: bytes, filename: str) -> MultipartBody:
     """``UpdateParameters`` (JSON) then ``UpdateFile`` (``image`` named ``filename``, reduced to
     ``[A-Za-z0-9._-]`` so that it cannot break the header)."""
+    image = bytes(image)  # the same object when it is bytes; a mutable buffer is copied once
     boundary = _boundary(image)
     name = _UNSAFE.sub("_", filename) or "image"
     head = (
@@ -53,9 +63,4 @@ def multipart_body(parameters: dict[str, Any], image: bytes, filename: str) -> M
         "Content-Type: application/octet-stream\r\n\r\n"
     ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
-    return MultipartBody(
-        data=head + image + tail,
-        content_type=f"multipart/form-data; boundary={boundary}",
-        image_start=len(head),
-        image_end=len(head) + len(image),
-    )
+    return MultipartBody(head, image, tail, f"multipart/form-data; boundary={boundary}")

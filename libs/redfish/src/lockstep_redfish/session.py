@@ -32,7 +32,7 @@ import aiohttp
 from lockstep_redfish.credentials import CredentialSource
 from lockstep_redfish.errors import BmcError, BmcRefused, PlainHttpRefused, status_error
 from lockstep_redfish.models import SessionReply, parse
-from lockstep_redfish.transport import Reply, RetryPolicy, request
+from lockstep_redfish.transport import Body, Reply, RetryPolicy, request
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -209,7 +209,7 @@ class BmcSession:
         path: str,
         *,
         json_body: dict[str, Any] | None = None,
-        data: bytes | None = None,
+        data: Body | None = None,
         headers: dict[str, str] | None = None,
         retries: int | None = None,
         timeout_s: float | None = None,

@@ -40,7 +40,7 @@ from lockstep_redfish.errors import (
     TaskUnreachable,
 )
 from lockstep_redfish.models import Task, error_text, parse
-from lockstep_redfish.transport import Reply, retry_after_seconds
+from lockstep_redfish.transport import Body, Reply, retry_after_seconds
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -61,7 +61,7 @@ class Requester(Protocol):
         path: str,
         *,
         json_body: dict[str, Any] | None = None,
-        data: bytes | None = None,
+        data: Body | None = None,
         headers: dict[str, str] | None = None,
         retries: int | None = None,
         timeout_s: float | None = None,

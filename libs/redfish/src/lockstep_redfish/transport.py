@@ -24,12 +24,41 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.payload import Payload
 from multidict import CIMultiDictProxy
 
 from lockstep_redfish.errors import RETRYABLE, BmcUnavailable, BmcUntrusted, RedfishReplyError
 
 log = logging.getLogger(__name__)
 _JITTER = random.Random()  # noqa: S311 - backoff jitter, not cryptography
+
+Body = bytes | tuple[bytes, ...]
+"""A request body: bytes, or pieces sent one after the other as one body (one
+``Content-Length``), each object as it is: a multipart push sends the image's own bytes
+between its headers and its closing boundary instead of a copy joined into one body."""
+
+
+class _Pieces(Payload):
+    """``Body`` pieces as an aiohttp payload: written in order, never joined."""
+
+    def __init__(self, pieces: tuple[bytes, ...]) -> None:
+        super().__init__(pieces)
+        self._pieces = pieces
+        self._size = sum(map(len, pieces))  # aiohttp sends it as the Content-Length
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self._pieces).decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for piece in self._pieces:
+            await writer.write(piece)
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        # aiohttp's writer itself drops what would run past the Content-Length it sent.
+        await self.write(writer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +118,7 @@ async def request(
     ssl: bool,
     headers: dict[str, str] | None = None,
     json_body: dict[str, Any] | None = None,
-    data: bytes | None = None,
+    data: Body | None = None,
     retries: int | None = None,
     timeout_s: float | None = None,
     slots: asyncio.Semaphore | None = None,
@@ -103,7 +132,8 @@ async def request(
     small pool and ``slots`` is the only global bound. Without ``slots`` nothing is shared.
 
     ``timeout_s`` overrides ``policy.timeout_s`` for each attempt (a push of a large image).
-    ``data`` is a prepared body (its ``Content-Type`` in ``headers``), e.g. a multipart push.
+    ``data`` is a prepared body (its ``Content-Type`` in ``headers``), e.g. a multipart push,
+    or its pieces (:data:`Body`).
     The error's ``status`` and ``retry_after`` are the last attempt's (None: no answer) and its
     ``sent`` is False only when no attempt got as far as an open connection, so the BMC saw
     nothing: what makes a non-idempotent request (a firmware push) safe to send again.
@@ -129,7 +159,7 @@ async def request(
                     url,
                     headers=headers,
                     json=json_body,
-                    data=data,
+                    data=_Pieces(data) if isinstance(data, tuple) else data,
                     ssl=ssl,
                     allow_redirects=False,
                 ) as response,

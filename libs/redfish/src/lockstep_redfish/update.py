@@ -75,7 +75,7 @@ from lockstep_redfish.tasks import (
     task_ref,
     wait_for_task,
 )
-from lockstep_redfish.transport import Reply, RetryPolicy
+from lockstep_redfish.transport import Body, Reply, RetryPolicy
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -195,7 +195,7 @@ class FirmwareUpdate:
         *,
         what: str,
         json_body: dict[str, Any] | None = None,
-        data: bytes | None = None,
+        data: Body | None = None,
         headers: dict[str, str] | None = None,
         check: Callable[[], None] | None = None,
         timeout_s: float | None = None,
@@ -243,7 +243,8 @@ class FirmwareUpdate:
 
     async def preflight(self, image: FirmwareImage, request: UpdateRequest) -> Preflight:
         """Hash the image, read the service and the targets, decide (``preflight``)."""
-        image.check()  # fail closed before anything is read or sent
+        # Fail closed before anything is read or sent; off the event loop, as in _send.
+        await asyncio.to_thread(image.check)
         service = await self.update_service()
         members = await self.members(request.targets)
         items = {path: observed.item for path, observed in members.items()}
@@ -272,9 +273,9 @@ class FirmwareUpdate:
             reply = await self._send(
                 plan.uri,
                 what=f"push of {image.filename}",
-                data=body.data,
+                data=body.pieces,  # body.image is the object hashed and the object sent
                 headers={"Content-Type": body.content_type},
-                check=lambda: image.check(body.image()),
+                check=lambda: image.check(body.image),
                 timeout_s=self.policy.push_timeout_s,
             )
         else:

@@ -859,7 +859,8 @@ class Executor:
                 f"the attested {entry.sha384} ({entry.size} bytes); nothing was sent",
             )
         name = entry.image.rsplit("/", 1)[-1]
-        return FirmwareImage(data, hashlib.sha256(data).hexdigest(), name)
+        # The attested digest itself: the re-hash before each push is against the manifest.
+        return FirmwareImage(data, entry.sha384, name)
 
     def _failure_end(self, claim: Claim) -> NodeStep:
         return S.QUARANTINED if claim.state in CHANGED else S.FAILED
