@@ -68,6 +68,10 @@ class World:
             if e["action"] == PUSH and e.get("status") == 202
         ]
 
+    def actions(self, node_id: str, action: str) -> list[dict[str, Any]]:
+        """Entries of ``action`` in the node's BMC ledger (accepted or not)."""
+        return [e for e in self.rt.simulator.bmc(node_id).ledger if e["action"] == action]
+
     def gpu_versions(self, node_id: str) -> set[str]:
         comps = self.rt.simulator.bmc(node_id).node.components
         return {c.version for m, c in comps.items() if m.startswith("HGX_FW_GPU_")}

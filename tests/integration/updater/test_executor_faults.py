@@ -28,10 +28,6 @@ from tests.integration.updater.test_executor_sim import PLANNER, nodes_of, plan_
 pytestmark = pytest.mark.integration
 
 
-def ledger(w: World, node: str, action: str) -> list[dict[str, Any]]:
-    return [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == action]
-
-
 async def test_another_version_read_back_quarantines_the_node_out_of_service(
     world: World,
 ) -> None:
@@ -152,7 +148,7 @@ async def test_a_halt_while_draining_activates_nothing_and_gives_the_node_back(
     item = w.store.item(node)
     assert item.state is NodeStep.CANCELLED
     assert "rollout halted: gate: xid 79" in item.reason
-    assert ledger(w, node, "UpdateService.Activate") == []
+    assert w.actions(node, "UpdateService.Activate") == []
     assert w.rt.scheduler.node(node).drain is None
     assert len(w.pushes(node)) == 1  # staged into the inactive bank: harmless, not running
 

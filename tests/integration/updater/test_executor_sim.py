@@ -176,10 +176,6 @@ async def test_a_node_waiting_for_budget_starts_as_soon_as_the_place_frees(world
     assert waits and all("max_unavailable" in r.reason for r in waits)
 
 
-def ledger_actions(w: World, node: str, action: str) -> list[dict[str, object]]:
-    return [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == action]
-
-
 async def test_device_tasks_are_followed_in_turns_and_each_write_sent_once(
     world: World,
 ) -> None:
@@ -204,7 +200,7 @@ async def test_device_tasks_are_followed_in_turns_and_each_write_sent_once(
         for step in ("staging", "activating"):  # both tasks were given back while running
             turns = [r for r in history if r.step == r.outcome == step]
             assert any("task is still running" in r.reason for r in turns), step
-        activations = ledger_actions(w, node, "UpdateService.Activate")
+        activations = w.actions(node, "UpdateService.Activate")
         assert len(activations) == 1  # followed in turns, never sent again
 
 
