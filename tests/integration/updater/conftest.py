@@ -55,8 +55,12 @@ class World:
     gpu: AttestedComponent
     executors: list[Executor] = field(default_factory=list)
 
-    def executor(self, store: Any = None) -> Executor:
+    def executor(self, store: Any = None, *, one_step_a_claim: bool = False) -> Executor:
+        """An executor on the world; ``one_step_a_claim``: each claim runs one step and lets
+        the item go (as a stopping worker does), for tests that stop the node at a step."""
         ex = sim_executor(self.rt, store or self.store, self.facts, self.bundle, FAST, ENV)
+        if one_step_a_claim:
+            ex.chains = lambda: False
         self.executors.append(ex)
         return ex
 

@@ -226,7 +226,7 @@ async def test_a_bmc_resetting_after_activation_is_waited_for_then_verified(
     w = world
     (node,) = nodes_of(w, 1)
     await plan_and_release(w, (node,))
-    ex = w.executor()
+    ex = w.executor(one_step_a_claim=True)
     await _run_until(w, ex, node, NodeStep.AWAITING_BMC)
     w.rt.simulator.bmc(node).go_offline(0.5)
     await w.settle(ex)
@@ -243,6 +243,7 @@ async def test_a_bmc_dark_past_the_reachable_bound_quarantines_its_node(world: W
     await plan_and_release(w, (node,))
     policy = dataclasses.replace(FAST, update=dataclasses.replace(FAST.update, reachable_s=0.2))
     ex = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    ex.chains = lambda: False  # stop at the step, as a stopping worker does
     await _run_until(w, ex, node, NodeStep.AWAITING_BMC)
     w.rt.simulator.bmc(node).go_offline(60)
     await w.settle(ex)

@@ -25,6 +25,7 @@ from lockstep_common.events.v1 import (
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_redfish.image_server import ImageServer
 from lockstep_updater import handlers
+from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER
 from lockstep_updater.testing.sim_fleet import sim_executor
@@ -142,17 +143,61 @@ async def test_the_pool_budget_holds_one_node_out_at_a_time(world: World) -> Non
     pool = w.rt.fleet[0].pool
     nodes = tuple(n.id for n in w.rt.fleet if n.pool == pool)[:2]
     await plan_and_release(w, nodes, max_unavailable=1)
-    out_at_once = 0
-    ex = w.executor()
+    out_at_each_cordon: list[int] = []
+
+    class Watched(SimScheduler):
+        async def cordon(self, node_id: str, reason: str) -> None:
+            await super().cordon(node_id, reason)
+            drained = [n for n in nodes if w.rt.scheduler.node(n).drain is not None]
+            out_at_each_cordon.append(len(drained))
+
+    # Two workers race for the pool's one place, each running its node's steps back to back.
+    workers = [
+        sim_executor(w.rt, w.store, w.facts, w.bundle, FAST, ENV, scheduler=Watched(url))
+        for url in (w.rt.scheduler_url, w.rt.scheduler_url)
+    ]
     for _ in range(3000):
         if all(i.state is NodeStep.DONE for i in w.store.items):
             break
-        drained = [n for n in nodes if w.rt.scheduler.node(n).drain is not None]
-        out_at_once = max(out_at_once, len(drained))
-        if not await ex.step():
+        if not any(await asyncio.gather(*(ex.step() for ex in workers))):
             w.store.advance(1.0)
     assert all(i.state is NodeStep.DONE for i in w.store.items)
-    assert out_at_once == 1
+    assert out_at_each_cordon == [1, 1]
+
+
+async def test_a_nodes_ready_steps_run_back_to_back_in_one_claim(world: World) -> None:
+    # A step that moves its node on runs the next one itself: at fleet scale a node otherwise
+    # queues behind every other node for each of its eight steps. It stops at the first wait
+    # (the drain) and lets the item go; the next claim runs the rest.
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    ex = w.executor()
+    assert await ex.step()
+    assert w.store.item(node).state is NodeStep.DRAINING
+    assert await ex.step()
+    assert w.store.item(node).state is NodeStep.DONE
+    async with w.store.transaction() as tx:
+        steps = [(r.step, r.outcome) for r in await tx.history(node, 50)]
+    assert steps[:3] == [
+        ("preflight", "staging"),
+        ("staging", "cordoning"),
+        ("cordoning", "draining"),
+    ]
+    assert len(w.pushes(node)) == 1 and w.gpu_versions(node) == {NEW_GPU_VERSION}
+
+
+async def test_a_stopping_worker_runs_one_step_and_keeps_nothing(world: World) -> None:
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    stopping = w.executor(one_step_a_claim=True)
+    assert await stopping.step()
+    assert w.store.item(node).state is NodeStep.STAGING
+    # Nothing held: another worker claims the next step at once.
+    other = w.executor()
+    assert await other.step()
+    assert w.store.item(node).state is NodeStep.DRAINING
 
 
 async def test_a_node_waiting_for_budget_starts_as_soon_as_the_place_frees(world: World) -> None:

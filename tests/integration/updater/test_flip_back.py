@@ -88,7 +88,7 @@ async def test_a_flip_back_waits_for_the_update_in_flight(world: World) -> None:
     w = world
     (node,) = nodes_of(w, 1)
     await plan_and_release(w, (node,))
-    ex = w.executor()
+    ex = w.executor(one_step_a_claim=True)
     while w.store.item(node).state is not NodeStep.AWAITING_BMC:  # activated, not verified
         assert await ex.step()
     await trip(w, node)

@@ -23,7 +23,7 @@ TTL_S = 300.0
 async def drained_then_dead(w: World, node: str) -> tuple[Executor, Claim]:
     """Run the updater until ``node`` is drained and its activation is next; then a worker
     claims that step and dies (its lease is never renewed)."""
-    ex = w.executor()
+    ex = w.executor(one_step_a_claim=True)
     await plan_and_release(w, (node,))
     for _ in range(500):
         if w.store.item(node).state is NodeStep.ACTIVATING:

@@ -134,6 +134,54 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_holder_fenced_out(
     )
 
 
+async def test_a_step_that_moves_on_keeps_the_item_for_its_next_step_only_when_ready(
+    store: UpdaterStore,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1"}))
+        await tx.record_wave(wave(0, "n1"), None)
+        first = await tx.claim(60)
+    assert first is not None
+    async with store.transaction() as tx:
+        kept = await tx.advance(first, NodeStep.STAGING, progress={"pool": "p0"}, keep_lease_s=60)
+    assert kept is not None
+    assert (kept.state, kept.token, kept.attempts, kept.progress) == (
+        NodeStep.STAGING,
+        first.token + 1,
+        first.attempts + 1,
+        {"pool": "p0"},
+    )
+    async with store.transaction() as tx:
+        assert not await tx.still_holds(first, 60)  # the old claim is fenced out
+        assert await tx.claim(60) is None  # nobody else gets the kept item
+        assert await tx.still_holds(kept, 60)
+        # Not ready now (a retry, a budget wait) or not moved on: the item is let go.
+        assert await tx.advance(kept, NodeStep.STAGING, retry_in_s=30, keep_lease_s=60) is None
+    async with store.transaction() as tx:
+        assert not await tx.still_holds(kept, 60)
+        assert await tx.claim(60) is None  # its retry is 30 s away
+    async with store.transaction() as tx:
+        (preflight, staging) = await tx.history("n1", 10)
+    assert (preflight.step, preflight.outcome, staging.step, staging.token) == (
+        "preflight",
+        "staging",
+        "staging",
+        kept.token,
+    )
+    assert staging.started_at >= preflight.ended_at  # the kept step starts when kept
+
+
+async def test_an_item_is_never_kept_past_its_end(store: UpdaterStore) -> None:
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        await tx.record_wave(wave(0, "n1", "n2"), None)
+        one, two = await tx.claim(60), await tx.claim(60)
+    assert one is not None and two is not None
+    async with store.transaction() as tx:
+        assert await tx.advance(one, NodeStep.DONE, keep_lease_s=60) is None
+        assert await tx.advance(two, NodeStep.STAGING, parked=True, keep_lease_s=60) is None
+
+
 async def test_only_an_item_nobody_holds_in_a_named_step_is_claimed_as_orphaned(
     store: UpdaterStore,
 ) -> None:

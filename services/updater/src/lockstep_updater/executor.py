@@ -131,6 +131,10 @@ def _nothing() -> None:
     pass
 
 
+def _always() -> bool:
+    return True
+
+
 def sha384_of(data: bytes) -> str:
     return hashlib.sha384(data).hexdigest()
 
@@ -163,6 +167,14 @@ class Executor:
         # Called as soon as a claim succeeds, before its step runs (the worker wakes idle
         # claim loops with it: lockstep_updater.idle).
         self.on_claim: Callable[[], None] = _nothing
+        # Whether a claim whose step moved its item on runs the next step itself when it is
+        # ready (``UpdaterTx.advance`` with ``keep_lease_s``): a node goes from preflight to
+        # its first wait without queueing behind every other node for each step (a claim,
+        # with its transaction, per step). The worker turns it off when the service stops, so
+        # that no lease is kept by a worker about to end.
+        self.chains: Callable[[], bool] = _always
+        # The claims ``_commit`` kept, by the (item, token) of the claim that ran the step.
+        self._kept: dict[tuple[int, int], Claim] = {}
         # The node agent's in-band channel (driver package unit, the GSP runbook); None: a
         # node with in-band work fails with that reason.
         self.inband = InBandSteps(
@@ -182,6 +194,18 @@ class Executor:
         if claim is None:
             return False
         self.on_claim()
+        await self._run_on(claim)
+        return True
+
+    async def _run_on(self, claim: Claim) -> None:
+        """Run the claim's step, then every next step its commit kept the item for."""
+        held: Claim | None = claim
+        while held is not None:
+            held = await self._run_held(held)
+
+    async def _run_held(self, claim: Claim) -> Claim | None:
+        """One step under its lease, renewed while it runs; the claim kept for the next step
+        (an exception out of ``run`` drops it: its lease lapses as after a crash)."""
         renewing = asyncio.create_task(self._renew(claim))
         try:
             await self.run(claim)
@@ -191,7 +215,8 @@ class Executor:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
-        return True
+            kept = self._kept.pop((claim.id, claim.token), None)
+        return kept
 
     async def _renew(self, claim: Claim) -> None:
         """Keep the lease while a step runs longer than it (a task may run for hours): the
@@ -226,7 +251,7 @@ class Executor:
                 count += 1
                 try:
                     if claim.state is S.UNCORDONING:
-                        await self.run(claim)
+                        await self._run_on(claim)
                     else:
                         await self._orphaned(claim, ttl_s)
                 except LostClaim:
@@ -995,13 +1020,14 @@ class Executor:
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            await tx.advance(
+            kept = await tx.advance(
                 claim,
                 target,
                 reason=clip_text(reason),
                 progress=progress,
                 retry_in_s=retry_in_s,
                 parked=parked,
+                keep_lease_s=self.policy.lease_s if self.chains() else None,
             )
             for outcome, data in events:
                 tx.events.emit(
@@ -1024,6 +1050,8 @@ class Executor:
                     )
                     # Kept for a re-drive if the broker loses it (``redrive_completions``).
                     await tx.completion_sent(result.rollout_id, result.wave, env.event_id)
+        if kept is not None:  # committed: the next step is this worker's
+            self._kept[(claim.id, claim.token)] = kept
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
 
 

@@ -222,7 +222,8 @@ class UpdaterTx(Protocol):
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
         parked: bool = False,
-    ) -> None:
+        keep_lease_s: float | None = None,
+    ) -> Claim | None:
         """Move the item to ``target`` (``domain.steps.transition``), record the step in its
         history and release the lease (claimable again after ``retry_in_s``): the fencing token
         moves on, so this claim no longer holds the item.
@@ -230,7 +231,12 @@ class UpdaterTx(Protocol):
         ``parked``: the item waits for a place in its pool's out-of-service budget; it becomes
         claimable as soon as an item of its pool leaves service (an advance out of
         ``OUT_OF_SERVICE`` wakes every parked item of that pool, in the same transaction), or
-        after ``retry_in_s`` at the latest."""
+        after ``retry_in_s`` at the latest.
+
+        ``keep_lease_s``: when the next step is ready now (``target`` is a working state other
+        than the one left, no ``retry_in_s``, not parked), claim the item again in the same
+        write for ``keep_lease_s`` (a new token, as ``claim`` gives) and return that claim:
+        the caller runs the next step without queueing for it. None otherwise."""
         ...
 
     async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:

@@ -104,6 +104,7 @@ class UpdaterWorker:
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
         executor.on_claim = self.idle.found  # every loop shares the executor and the idle gate
+        executor.chains = lambda: not stopping.is_set()
         while not stopping.is_set():
             try:
                 if await executor.step():

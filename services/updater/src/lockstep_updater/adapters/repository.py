@@ -25,7 +25,13 @@ from lockstep_common.events.v1 import AttestedComponent, WavePlanned
 from lockstep_common.outbox import EventSink
 from lockstep_common.stores import PooledStore, in_runtime_transaction
 from lockstep_updater.domain.guard import Facts, RemedyFacts
-from lockstep_updater.domain.steps import OUT_OF_SERVICE, TERMINAL, NodeStep, transition
+from lockstep_updater.domain.steps import (
+    OUT_OF_SERVICE,
+    TERMINAL,
+    NodeStep,
+    runs_on,
+    transition,
+)
 from lockstep_updater.store import (
     RELEASE,
     Claim,
@@ -410,26 +416,34 @@ class PostgresTx:
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
         parked: bool = False,
-    ) -> None:
+        keep_lease_s: float | None = None,
+    ) -> Claim | None:
         row = await self.conn.fetchrow(
             "SELECT state, claimed_at, pool FROM node_work WHERE id = $1 FOR UPDATE", claim.id
         )
         assert row is not None  # noqa: S101 - the item exists while it is claimed
         before = NodeStep(row["state"])
         state = transition(before, target)
-        await self.conn.execute(
+        keep = keep_lease_s is not None and not retry_in_s and not parked and runs_on(before, state)
+        kept = await self.conn.fetchrow(
             # The token moves on at the release too: the claim that ended the step holds
-            # nothing any more (its still_holds is False), so it cannot act after it.
+            # nothing any more (its still_holds is False), so it cannot act after it. Kept,
+            # the item is claimed again in this write, as ``claim`` does.
             "UPDATE node_work SET state = $2, reason = $3, lease_token = lease_token + 1,"
             " progress = COALESCE($4::jsonb, progress), updated_at = now(), parked = $6,"
-            " lease_until = CASE WHEN $5 > 0 THEN now() + make_interval(secs => $5) END"
-            " WHERE id = $1",
+            " lease_until = CASE WHEN $7 THEN now() + make_interval(secs => $8)"
+            " WHEN $5 > 0 THEN now() + make_interval(secs => $5) END,"
+            " attempts = attempts + $7::int,"
+            " claimed_at = CASE WHEN $7 THEN now() ELSE claimed_at END"
+            f" WHERE id = $1 RETURNING {_CLAIM_COLUMNS}",
             claim.id,
             state.value,
             reason,
             None if progress is None else json.dumps(progress),
             retry_in_s,
             parked,
+            keep,
+            keep_lease_s or 0.0,
         )
         if before in OUT_OF_SERVICE and state not in OUT_OF_SERVICE and row["pool"]:
             # A place in the pool's budget freed: the nodes parked for one are claimable now.
@@ -458,6 +472,7 @@ class PostgresTx:
             state.value,
             reason,
         )
+        return _claim(kept) if keep and kept is not None else None
 
     async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:
         found = await self.conn.fetchrow(

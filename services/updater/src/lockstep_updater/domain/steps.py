@@ -108,3 +108,11 @@ would otherwise hold each other's place). Quarantined nodes are the failure budg
 transition = Transitions("node step", ALLOWED)
 """``transition(current, target)``: ``target`` if the table allows the move, else
 :class:`InvalidTransition`."""
+
+
+def runs_on(before: NodeStep, after: NodeStep) -> bool:
+    """A claim that moved its item from ``before`` to ``after`` may run the next step itself
+    (``UpdaterTx.advance`` with ``keep_lease_s``): the item moved forward to a working state.
+    A step that stays where it was waits for its retry instead, and the table allows no move
+    back, so a claim runs at most one pass through the table."""
+    return after is not before and after not in TERMINAL

@@ -27,6 +27,7 @@ from lockstep_updater.domain.steps import (
     OUT_OF_SERVICE,
     TERMINAL,
     NodeStep,
+    runs_on,
     transition,
 )
 from lockstep_updater.store import (
@@ -441,9 +442,11 @@ class MemoryTx:
         progress: dict[str, Any] | None = None,
         retry_in_s: float = 0.0,
         parked: bool = False,
-    ) -> None:
+        keep_lease_s: float | None = None,
+    ) -> Claim | None:
         item = self.tables.items[claim.id]
         before = item.state
+        claimed_at = item.claimed_at
         item.state = transition(item.state, target)
         item.lease_token += 1  # released: the claim that ended the step holds nothing more
         item.reason = reason
@@ -463,12 +466,18 @@ class MemoryTx:
             before.value,
             claim.attempts,
             claim.token,
-            item.claimed_at or self.now,
+            claimed_at or self.now,
             self.now,
             target.value,
             reason,
         )
         self.tables.steps.append((claim.node_id, record))
+        if keep_lease_s is None or retry_in_s or parked or not runs_on(before, item.state):
+            return None
+        item.attempts += 1
+        item.lease_until = self.now + timedelta(seconds=keep_lease_s)
+        item.claimed_at = self.now
+        return self._claim_of(item)
 
     async def complete_wave(self, rollout_id: str, wave: int) -> WaveResult | None:
         found = self.tables.waves.get((rollout_id, wave))
