@@ -4,6 +4,7 @@ complete a whole rollout on the simulator and the figures the issue names come o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,9 @@ def test_a_tiny_fleet_rolls_out_completely_and_the_figures_are_reported(tmp_path
     assert figures["ratio"] == pytest.approx(figures["seconds"] / figures["lower_bound_s"], 0.01)
     assert figures["lower_bound_s"] == pytest.approx(sum(w["bound_s"] for w in figures["waves"]))
     assert figures["cpu_s_per_node"] > 0
+    # The whole machine's busy share holds at least what the five services spent.
+    services_share = sum(figures["cpu_s"].values()) / (os.cpu_count() or 1) / figures["seconds"]
+    assert services_share - 0.02 <= figures["machine_busy"] <= 1.02
     assert set(figures["peak_mb"]) == {"attest", "inventory", "planner", "updater", "healthgate"}
     assert all(mb > 10 for mb in figures["peak_mb"].values())
     # --data-dir keeps each service's log.

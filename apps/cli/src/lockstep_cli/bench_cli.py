@@ -98,6 +98,7 @@ def bench_rollout(
     table.add_row("makespan s / lower bound s", f"{result['seconds']} / {result['lower_bound_s']}")
     table.add_row("ratio (goal <= 1.15)", f"{result['ratio']:.3f}")
     table.add_row("service CPU s per node", f"{result['cpu_s_per_node']:.4f}")
+    table.add_row("machine busy (all cores)", f"{result['machine_busy']:.0%}")
     for name, mb in result["peak_mb"].items():
         table.add_row(f"peak RSS {name} (MB)", f"{mb:.0f}")
     console.print(table)

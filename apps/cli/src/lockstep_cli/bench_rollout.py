@@ -44,6 +44,10 @@ Figures (JSON keys):
   ``cpu_s`` gives each service's share, ``bench_cpu_s`` this process's.
 - ``peak_mb``: each service process's peak resident set (``VmHWM`` in ``/proc/<pid>/status``),
   read just before the services stop, in MB.
+- ``machine_busy``: the CPU time every process of the machine spent over the run (``/proc/stat``)
+  as a fraction of what its cores could give in that time. Near 1, the machine, not the
+  control plane's latencies, set the makespan: the simulated clock ran faster than these
+  cores can serve the fleet (a smaller ``--time-scale`` compresses more).
 """
 
 from __future__ import annotations
@@ -231,6 +235,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process of the machine spent so far, all cores (proc(5), the ``cpu``
+    line of ``/proc/stat``: user, nice, system, irq, softirq, steal; idle and iowait left out)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / TICKS
+
+
 def peak_rss_mb(pid: int) -> float:
     """Peak resident set of process ``pid`` (``VmHWM``, proc(5)), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -405,6 +417,7 @@ async def _measure(
     opts = bench.opts
     cpu0 = {s.name: cpu_seconds(s.proc.pid) for s in services}
     own0 = time.process_time()
+    machine0 = machine_cpu_seconds()
     say(f"rolling out over {opts.nodes} nodes")
     started = time.perf_counter()
     await bench.publish(
@@ -422,6 +435,7 @@ async def _measure(
     seconds = time.perf_counter() - started
     cpu = {s.name: round(cpu_seconds(s.proc.pid) - cpu0[s.name], 2) for s in services}
     own = time.process_time() - own0
+    busy = (machine_cpu_seconds() - machine0) / ((os.cpu_count() or 1) * seconds)
     peak = {s.name: peak_rss_mb(s.proc.pid) for s in services}
     if state != "completed":
         reason = await bench.value(
@@ -460,6 +474,7 @@ async def _measure(
         "peak_mb": peak,
         "cpu_s": cpu,
         "bench_cpu_s": round(own, 2),
+        "machine_busy": round(busy, 2),
         "waves": [
             {
                 "number": w["number"],
