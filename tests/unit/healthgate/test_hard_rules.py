@@ -271,3 +271,36 @@ def test_a_control_that_stopped_reporting_does_not_hold_a_slow_canary_back() -> 
     control = series(Group.CONTROL, BUSBW.name, [[378.0] * 2] * CONTROL)  # silent since 1 STEP
     [finding] = rules_of([*canary, *control], now=T0 + 6 * STEP)
     assert finding.rule is HardRule.BUSBW and not finding.environmental
+
+
+def test_a_fleet_wide_drop_one_report_into_the_window_waits_for_controls_with_one_reading() -> None:
+    # reliability.md 7.F5 as the health-scenario test failed (1 run in ~40): the ingest check's
+    # window begins when the wave was planned, and the network degraded before the next report,
+    # so every reading in the window is low. The agents report node by node, and an ingest
+    # batch ended just after the first canary node's second report: that node had two low
+    # readings, each control one. No control had two readings yet, which was taken for "no
+    # control to wait for", and the gate tripped: "1 of 5 canary node(s); control 0 of 5".
+    low = 0.6 * 378.0
+    nodes = 10
+    canary = {0, 1, 2, 3, 9}  # node-00000 reports first in every round
+    reports = [(node, T0 + node / 1000) for node in range(nodes)]  # the first round
+    reports.append((0, T0 + STEP))  # the batch ends after node-00000's second report
+
+    def rows(more: list[tuple[int, float]]) -> list[Sample]:
+        return [
+            Sample(
+                f"node-{node:05d}",
+                Group.CANARY if node in canary else Group.CONTROL,
+                BUSBW.name,
+                low,
+                time,
+            )
+            for node, time in [*reports, *more]
+        ]
+
+    assert rules_of(rows([]), now=T0 + STEP) == ()
+    # The next batch brings the control's second round: now both sides have had two reports'
+    # chance to show the drop, and the control shows it too.
+    second = [(node, T0 + STEP + node / 1000) for node in range(1, nodes)]
+    [finding] = rules_of(rows(second), now=T0 + STEP + 1)
+    assert finding.environmental and finding.control_hits == nodes - len(canary)

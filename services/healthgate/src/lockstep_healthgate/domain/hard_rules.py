@@ -131,10 +131,17 @@ def _control_readings_since(rows: _Rows, patience_s: float) -> Callable[[float],
     every = every[np.isfinite(t.value[every])]
     idx = every[~t.node_canary[t.node[every]]]
     idx = idx[np.lexsort((t.time[idx], t.node[idx]))]
+    if not len(idx):
+        return lambda since: np.iinfo(np.int64).max
     node, time = t.node[idx], t.time[idx]
     gaps = np.diff(time)[node[1:] == node[:-1]]
-    if not len(gaps):
-        return lambda since: np.iinfo(np.int64).max
+    # No control with two readings yet is no reason to stop waiting: the ingest check's window
+    # begins when the wave was planned, so one report into a fleet-wide drop every control has
+    # one (low) reading. An ingest batch that ended just after a canary node's second report
+    # then found "no control to wait for" and tripped the gate on it alone (reliability.md
+    # 7.F5; the health-scenario test, 1 run in ~40: "1 of 5 canary, control 0 of 5"). Without
+    # an interval to measure, the heartbeat limit alone tells late from silent.
+    interval = float(np.median(gaps)) if len(gaps) else 0.0
     starts, counts = segments(node)
     latest = time[starts + counts - 1]
     newest = float(t.time[every].max())
@@ -144,8 +151,8 @@ def _control_readings_since(rows: _Rows, patience_s: float) -> Callable[[float],
         # Within the heartbeat limit a control is late, not silent: reports reach the gate
         # unevenly (a site's link, an agent's publish retries, ingest batches), and controls
         # judged silent after two intervals let a fleet-wide drop trip the gate on the canary
-        # alone (the health-scenario test, 1 run in ~40: "1 of 5 canary, control 0 of 5").
-        if last > newest - max(STALE_INTERVALS * float(np.median(gaps)), patience_s)
+        # alone.
+        if last > newest - max(STALE_INTERVALS * interval, patience_s)
     ]
     if not live:
         return lambda since: np.iinfo(np.int64).max
