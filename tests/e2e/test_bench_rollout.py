@@ -1,5 +1,7 @@
 """``lockstep bench rollout`` at a tiny size, as a user runs it: the five service processes
-complete a whole rollout on the simulator and the figures the issue names come out."""
+complete a whole rollout on the simulator and the figures the issue names come out. The
+updater runs as two processes (``--updaters 2``), as a scaled-out deployment: they share the
+nodes' work under fenced leases, and each is measured."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ NODES = 12
 def test_a_tiny_fleet_rolls_out_completely_and_the_figures_are_reported(tmp_path: Path) -> None:
     out = subprocess.run(
         [LOCKSTEP, "bench", "rollout", "--nodes", str(NODES), "--time-scale", "0.02",
-         "--data-dir", str(tmp_path / "state"), "--json"],
+         "--updaters", "2", "--data-dir", str(tmp_path / "state"), "--json"],
         capture_output=True, text=True, timeout=220, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -38,9 +40,14 @@ def test_a_tiny_fleet_rolls_out_completely_and_the_figures_are_reported(tmp_path
     # The whole machine's busy share holds at least what the five services spent.
     services_share = sum(figures["cpu_s"].values()) / (os.cpu_count() or 1) / figures["seconds"]
     assert services_share - 0.02 <= figures["machine_busy"] <= 1.02
-    assert set(figures["peak_mb"]) == {"attest", "inventory", "planner", "updater", "healthgate"}
+    assert figures["updaters"] == 2
+    assert set(figures["cpu_s"]) == {"attest", "inventory", "planner", "updater", "healthgate"}
+    assert set(figures["peak_mb"]) == {
+        "attest", "inventory", "planner", "updater", "updater-2", "healthgate"
+    }  # fmt: skip
     assert all(mb > 10 for mb in figures["peak_mb"].values())
     # --data-dir keeps each service's log.
     assert sorted(p.name for p in (tmp_path / "state" / "logs").glob("*.log")) == [
-        "attest.log", "healthgate.log", "inventory.log", "planner.log", "updater.log"
+        "attest.log", "healthgate.log", "inventory.log", "planner.log", "updater-2.log",
+        "updater.log",
     ]  # fmt: skip

@@ -56,6 +56,8 @@ def test_the_policies_it_writes_are_valid(tmp_path: Path) -> None:
         (["--nodes", "11"], "--nodes must be at least 12"),
         (["--time-scale", "0"], "--time-scale must be > 0"),
         (["--report-rate", "-1"], "--report-rate must be > 0"),
+        (["--updaters", "0"], "--updaters must be 1 to 8, not 0"),
+        (["--updaters", "9"], "--updaters must be 1 to 8, not 9"),
     ],
 )
 def test_bad_input_is_one_line_and_a_nonzero_exit(args: list[str], message: str) -> None:

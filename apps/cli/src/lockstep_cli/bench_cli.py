@@ -64,6 +64,9 @@ def bench_rollout(
         float, typer.Option(help="Agent reports/s over the fleet (sets cadence and soaks).")
     ] = 250.0,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 3600.0,
+    updaters: Annotated[
+        int, typer.Option(help="Updater processes sharing the work (1 to 8), as a deployment.")
+    ] = 1,
     data_dir: Annotated[
         Path | None,
         typer.Option("--data-dir", help="Keep the servers' state and service logs here."),
@@ -81,9 +84,13 @@ def bench_rollout(
                         ("--timeout", timeout)):  # fmt: skip
         if not value > 0:
             fail(f"{name} must be > 0, not {value}")
+    if not 1 <= updaters <= 8:
+        fail(f"--updaters must be 1 to 8, not {updaters}")
     if data_dir is not None:
         usable_data_dir(data_dir)
-    opts = RolloutOptions(nodes, time_scale, report_rate, timeout, data_dir=data_dir)
+    opts = RolloutOptions(
+        nodes, time_scale, report_rate, timeout, updaters=updaters, data_dir=data_dir
+    )
     try:
         with start_refusals_are_one_line():
             result = run_bench(opts, say=(lambda _: None) if as_json else console.print)

@@ -43,7 +43,8 @@ Figures (JSON keys):
   ``nodes``. Not counted: NATS, PostgreSQL, and this process (simulator, agents, bench).
   ``cpu_s`` gives each service's share, ``bench_cpu_s`` this process's.
 - ``peak_mb``: each service process's peak resident set (``VmHWM`` in ``/proc/<pid>/status``),
-  read just before the services stop, in MB.
+  read just before the services stop, in MB; with ``updaters`` above 1 the second updater
+  process is ``updater-2`` and so on (``cpu_s`` adds a service's processes together).
 - ``machine_busy``: the CPU time every process of the machine spent over the run (``/proc/stat``)
   as a fraction of what its cores could give in that time. Near 1, the machine, not the
   control plane's latencies, set the makespan: the simulated clock ran faster than these
@@ -115,6 +116,9 @@ class RolloutOptions:
     """Agent reports per second over the whole fleet: sets the cadence, hence the soaks."""
     timeout_s: float = 3600.0
     seed: int = 13
+    updaters: int = 1
+    """Updater processes (a deployment scales the updater out: they claim node by node under
+    fenced leases, as ``lockstep up --nats-cluster 3`` runs two)."""
     data_dir: Path | None = None
     """Where the servers' state and the services' logs go, kept afterwards (None: a
     temporary directory, removed)."""
@@ -216,7 +220,7 @@ def service_env(opts: RolloutOptions, base: Path, bundle_root: Path, trust: Path
         "LOCKSTEP_PLANNER_WORKER_POLL_S": "0.05",
         "LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE": str(opts.budget(3)),
         "LOCKSTEP_UPDATER_BUNDLE_ROOTS": roots,
-        "LOCKSTEP_UPDATER_WORKERS": str(min(4096, opts.nodes)),
+        "LOCKSTEP_UPDATER_WORKERS": str(min(4096, math.ceil(opts.nodes / opts.updaters))),
         "LOCKSTEP_UPDATER_WORKER_POLL_S": poll,
         "LOCKSTEP_UPDATER_RETRY_S": poll,
         "LOCKSTEP_UPDATER_DRAIN_POLL_S": poll,
@@ -278,7 +282,9 @@ def run_bench(opts: RolloutOptions, say: Callable[[str], None] = lambda _: None)
         scheduler_port = free_port()
         env["LOCKSTEP_UPDATER_SCHEDULER_URL"] = f"http://127.0.0.1:{scheduler_port}"
         say("starting NATS, PostgreSQL and the five services")
-        with running_system(base, SERVICES, durable=False, extra_env=env) as (stack, services):
+        with running_system(
+            base, SERVICES, durable=False, extra_env=env, replicas={"updater": opts.updaters}
+        ) as (stack, services):
             try:
                 return asyncio.run(_run(opts, stack, services, kit.bundle, scheduler_port, say))
             except (BenchFailed, TimeoutError) as exc:
@@ -415,7 +421,7 @@ async def _measure(
     bench: _Bench, services: Sequence[ServiceProcess], stack_hash: str, say: Callable[[str], None]
 ) -> dict[str, Any]:
     opts = bench.opts
-    cpu0 = {s.name: cpu_seconds(s.proc.pid) for s in services}
+    cpu0 = {s.label: cpu_seconds(s.proc.pid) for s in services}
     own0 = time.process_time()
     machine0 = machine_cpu_seconds()
     say(f"rolling out over {opts.nodes} nodes")
@@ -433,10 +439,12 @@ async def _measure(
     )
     rollout, state = await until(bench.finished, "the rollout to end", opts.timeout_s, poll_s=0.05)
     seconds = time.perf_counter() - started
-    cpu = {s.name: round(cpu_seconds(s.proc.pid) - cpu0[s.name], 2) for s in services}
+    cpu = dict.fromkeys((s.name for s in services), 0.0)  # a service's processes together
+    for s in services:
+        cpu[s.name] += cpu_seconds(s.proc.pid) - cpu0[s.label]
     own = time.process_time() - own0
     busy = (machine_cpu_seconds() - machine0) / ((os.cpu_count() or 1) * seconds)
-    peak = {s.name: peak_rss_mb(s.proc.pid) for s in services}
+    peak = {s.label: peak_rss_mb(s.proc.pid) for s in services}
     if state != "completed":
         reason = await bench.value(
             "SELECT detail FROM planner.audit WHERE rollout_id = $1 ORDER BY id DESC LIMIT 1",
@@ -472,7 +480,8 @@ async def _measure(
         "ratio": round(seconds / bound, 3),
         "cpu_s_per_node": round(sum(cpu.values()) / opts.nodes, 4),
         "peak_mb": peak,
-        "cpu_s": cpu,
+        "cpu_s": {name: round(s, 2) for name, s in cpu.items()},
+        "updaters": opts.updaters,
         "bench_cpu_s": round(own, 2),
         "machine_busy": round(busy, 2),
         "waves": [

@@ -235,6 +235,7 @@ def running_system(
     extra_parties: Mapping[str, Party] | None = None,
     report: Callable[[str], None] = lambda _: None,
     nats_cluster: int = 1,
+    replicas: Mapping[str, int] | None = None,
 ) -> Iterator[tuple[Stack, list[ServiceProcess]]]:
     """The stack plus the named services, stopped in the right order on exit.
 
@@ -246,7 +247,8 @@ def running_system(
     ``nats_cluster`` of 3 or more (odd): that many embedded nats-servers in one cluster, every
     stream and consumer created with three replicas (``LOCKSTEP_STREAM_REPLICAS=3`` for the
     provisioning and for every service's self-check), and ``SCALED_OUT`` processes of the
-    updater and the healthgate."""
+    updater and the healthgate. ``replicas``: how many processes of a service to run (1 for
+    those it does not name), instead of that default."""
     namespace = Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep"))
     stack = Stack(
         data_dir,
@@ -266,7 +268,8 @@ def running_system(
                 with _environment(scaled):  # the streams' replicas (StackSettings)
                     asyncio.run(provision_topology(stack.nats_client(ADMIN), namespace, apps))
             prepare_schemas(stack, SERVICES, report)
-            replicas = SCALED_OUT if nats_cluster > 1 else {}
+            if replicas is None:
+                replicas = SCALED_OUT if nats_cluster > 1 else {}
             services.extend(
                 start_service(n, stack, data_dir / "logs", env or None, replica=r)
                 for n in names
