@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import json
 
+from nats.errors import NoRespondersError
+
+from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.db import Conn
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import FleetQueryAnswered, FleetQueryRequested, ScopeSelector
+from lockstep_inventory.responder import Responder
 from tests.integration.inventory_service.conftest import Harness
 
 
@@ -57,3 +64,57 @@ async def test_a_scope_selects_and_a_bad_request_gets_one_reason(harness: Harnes
     )
     assert "error" in json.loads(reply.data)
     assert reply.headers is not None and "Lockstep-Error" in reply.headers
+
+
+async def test_requests_are_answered_side_by_side_up_to_the_bound(harness: Harness) -> None:
+    """A slow answer does not hold the requests behind it (answered one at a time, a wave's
+    worth of ``fleet.query`` queued past the asker's timeout), and no more than
+    ``concurrency`` are answered at once (each holds a database connection)."""
+    subject = harness.ns.wire("test.side-by-side")
+    bound, asked = 4, 6
+    in_flight, peak = 0, 0
+    all_in = asyncio.Event()
+
+    async def answer(
+        conn: Conn, request: FleetQueryRequested, now: dt.datetime
+    ) -> FleetQueryAnswered:
+        nonlocal in_flight, peak
+        del conn, now
+        if request.limit == 1:  # the probe below: answered at once
+            return FleetQueryAnswered(nodes=(), next_after=None)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        if in_flight == bound:
+            all_in.set()
+        await all_in.wait()  # one at a time, the first answer would wait for ever
+        in_flight -= 1
+        return FleetQueryAnswered(nodes=(), next_after=None)
+
+    responder = Responder(
+        subject, FleetQueryRequested, answer, source="/test", queue="q", concurrency=bound
+    )
+    stopping = asyncio.Event()
+    running = asyncio.create_task(responder.run(harness.app.require(), stopping))
+
+    async def request(limit: int) -> FleetQueryAnswered:
+        env = make_envelope(FleetQueryRequested(limit=limit), source="/test")
+        reply = await harness.nc.request(subject, env.to_json(), timeout=5)
+        answered = REGISTRY.decode(reply.data, max_bytes=1 << 20).data
+        assert isinstance(answered, FleetQueryAnswered)
+        return answered
+
+    async def subscribed() -> bool:
+        try:
+            await request(1)
+        except NoRespondersError:
+            return False
+        return True
+
+    try:
+        await until(subscribed, what="the responder subscribed")
+        answers = await asyncio.gather(*(request(2) for _ in range(asked)))
+        assert len(answers) == asked
+        assert peak == bound
+    finally:
+        stopping.set()
+        await running
