@@ -15,6 +15,7 @@ from lockstep_common.events.v1 import (
     RolloutHalted,
     WavePlanned,
 )
+from lockstep_common.fleet_query import InventoryUnavailable
 from lockstep_common.vocabulary import Component
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_updater import handlers
@@ -167,6 +168,53 @@ async def test_a_bmc_that_never_answers_fails_the_node_after_bounded_retries(
     assert item.reason.startswith(f"gave up after {FAST.max_errors} retries: ")
     assert w.pushes(node) == []
     assert w.rt.scheduler.node(node).drain is None
+
+
+class SilentInventory:
+    """The node's facts, with the inventory not answering the first ``times`` questions (a
+    ``fleet.query`` timeout, as an overloaded inventory gives)."""
+
+    def __init__(self, inner: Any, times: int) -> None:
+        self.inner, self.times = inner, times
+
+    async def node(self, node_id: str) -> Any:
+        if self.times > 0:
+            self.times -= 1
+            raise InventoryUnavailable("fleet.query: no answer within 5s")
+        return await self.inner.node(node_id)
+
+
+async def test_an_inventory_that_does_not_answer_holds_the_node_back_and_fails_nothing(
+    world: World,
+) -> None:
+    """The control plane, not the node, is at fault: more silent answers than ``max_errors``
+    do not fail the node into its wave's failure budget, nothing is sent meanwhile, and the
+    pause between questions grows (a whole wave asking every ``retry_s`` kept a loaded
+    inventory overloaded at 12,500 nodes)."""
+    w = world
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    ex = w.executor()
+    silent = FAST.max_errors + 5
+    ex.facts = SilentInventory(ex.facts, silent)
+    pauses = []
+    for _ in range(silent):
+        assert await ex.step()
+        item = w.store.item(node)
+        assert item.state is NodeStep.PREFLIGHT  # claimed, and waiting before its first check
+        assert item.reason == "waiting for the inventory: fleet.query: no answer within 5s"
+        assert item.lease_until is not None
+        pauses.append((item.lease_until - w.store.now).total_seconds())
+        assert not await ex.step()  # not asked again before the pause ends
+        w.store.advance(pauses[-1])
+    assert w.pushes(node) == []
+    assert not any(e.node_id == node for e in w.rt.scheduler.ledger)
+    assert FAST.retry_s / 2 <= pauses[0] <= FAST.retry_s
+    assert pauses[-1] >= FAST.inventory_backoff_max_s / 2
+    assert max(pauses) <= FAST.inventory_backoff_max_s
+    await w.settle(ex)
+    assert w.store.item(node).state is NodeStep.DONE
+    assert len(w.pushes(node)) == 1
 
 
 class LateCordon:

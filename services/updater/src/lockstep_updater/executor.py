@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from lockstep_common.events.v1 import (
     FleetNode,
     WaveCompleted,
 )
+from lockstep_common.fleet_query import InventoryUnavailable
 from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
 from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
 from lockstep_redfish.errors import (
@@ -84,6 +86,7 @@ CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING, S.IN_BAND})
 """Steps after which the running firmware may have changed: a failure quarantines the node."""
 KEEPS_CORDON = frozenset({S.DRAINING, *CHANGED, S.QUARANTINED})
 """Steps in which the node must stay cordoned (uncordoning gives it back, once, itself)."""
+_JITTER = random.Random()  # noqa: S311 - backoff jitter, not cryptography
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,9 @@ class ExecutorPolicy:
     # and a worker held that long caps how many nodes of a wave stage at once.
     task_hold_s: float = 60.0
     max_errors: int = 20  # failed tries of one step in a row before the node ends
+    # A step that cannot read its node from the inventory waits (not a try of the node's):
+    # retry_s, then twice as long each time, up to this, with jitter.
+    inventory_backoff_max_s: float = 60.0
     remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
     reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
@@ -306,20 +312,8 @@ class Executor:
         started = time.monotonic()
         try:
             node = await self._node(claim)
-            if claim.state is S.PREFLIGHT:
-                await self._preflight_of(claim, node, progress)
-            elif claim.state in (S.STAGING, S.ACTIVATING, S.VERIFYING):
-                await self._timed_step(claim, node, progress, started)
-            elif claim.state is S.CORDONING:
-                await self._cordoning(claim, node, progress)
-            elif claim.state is S.DRAINING:
-                await self._draining(claim, node, progress)
-            elif claim.state is S.AWAITING_BMC:
-                await self._awaiting_bmc(claim, node, progress)
-            elif claim.state is S.IN_BAND:
-                await self.inband.run(claim, node, progress)
-            elif claim.state is S.UNCORDONING:
-                await self._uncordoning(claim, progress)
+            progress.pop("inventory_waits", None)
+            await self._step_of(claim, node, progress, started)
         except Stop as stop:
             await self._end(claim, stop.target, stop.reason, progress)
         except NotYet as waiting:
@@ -327,12 +321,32 @@ class Executor:
             await self._commit(claim, claim.state, str(waiting), progress, self.policy.retry_s)
         except CredentialError as exc:
             await self._end(claim, self._failure_end(claim), str(exc), progress)
+        except InventoryUnavailable as exc:
+            await self._wait_for_inventory(claim, progress, exc)
         except (BmcUnavailable, OSError) as exc:
             await self._retry_or_give_up(claim, progress, exc)
         except (BmcError, ImageDigestMismatch, PermanentError) as exc:
             # A BMC that refuses, answers malformed, an image that changed, or a scheduler that
             # refuses (a node it does not know, no privilege): permanent.
             await self._end(claim, self._failure_end(claim), str(exc), progress)
+
+    async def _step_of(
+        self, claim: Claim, node: FleetNode, progress: dict[str, Any], started: float
+    ) -> None:
+        if claim.state is S.PREFLIGHT:
+            await self._preflight_of(claim, node, progress)
+        elif claim.state in (S.STAGING, S.ACTIVATING, S.VERIFYING):
+            await self._timed_step(claim, node, progress, started)
+        elif claim.state is S.CORDONING:
+            await self._cordoning(claim, node, progress)
+        elif claim.state is S.DRAINING:
+            await self._draining(claim, node, progress)
+        elif claim.state is S.AWAITING_BMC:
+            await self._awaiting_bmc(claim, node, progress)
+        elif claim.state is S.IN_BAND:
+            await self.inband.run(claim, node, progress)
+        elif claim.state is S.UNCORDONING:
+            await self._uncordoning(claim, progress)
 
     async def _preflight_of(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
         if claim.kind == REMEDY:
@@ -847,6 +861,21 @@ class Executor:
             await self._end(claim, self._failure_end(claim), reason, progress)
             return
         await self._commit(claim, claim.state, f"retrying: {exc}", progress, self.policy.retry_s)
+
+    async def _wait_for_inventory(
+        self, claim: Claim, progress: dict[str, Any], exc: InventoryUnavailable
+    ) -> None:
+        """The inventory did not answer for the node: the control plane, not the node, is at
+        fault, and nothing was sent (the node is read before every step). The node waits in its
+        step, however long (the stuck-step alert sees it), instead of spending ``max_errors``
+        and failing into its wave's failure budget; and the wait doubles, with jitter, so that
+        a whole wave of askers does not keep an overloaded inventory overloaded (at 12,500
+        nodes a retry every ``retry_s`` against a slow inventory was a congestion collapse)."""
+        waits = int(progress.get("inventory_waits", 0))
+        progress["inventory_waits"] = waits + 1
+        ceiling = min(self.policy.retry_s * 2**waits, self.policy.inventory_backoff_max_s)
+        pause = _JITTER.uniform(ceiling / 2, ceiling)
+        await self._commit(claim, claim.state, f"waiting for the inventory: {exc}", progress, pause)
 
     async def _node(self, claim: Claim) -> FleetNode:
         """The node as the inventory knows it now (re-read before every step)."""
