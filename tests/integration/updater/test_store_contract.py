@@ -419,6 +419,40 @@ async def test_a_node_parked_for_budget_is_woken_when_its_pool_frees_a_place(
     assert woken is not None and (woken.node_id, woken.state) == ("n2", NodeStep.CORDONING)
 
 
+async def test_a_freed_place_wakes_as_many_parked_nodes_as_there_are_places_longest_first(
+    store: UpdaterStore,
+) -> None:
+    # Not every parked node of the pool: each woken node is claimed, read from the inventory
+    # and checked against the budget, and at fleet size 1,400 of them took one place at every
+    # place that freed. A pool of max_unavailable 2: one node out, five parked (the last two
+    # as if a wake had been missed, so that both free places are made up for at once).
+    nodes = [f"n{i}" for i in range(6)]
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset(nodes))
+        await tx.record_wave(wave(0, *nodes).model_copy(update={"max_unavailable": 2}), None)
+        claims = [await tx.claim(60) for _ in nodes]
+    out, *parked = claims
+    assert out and all(parked)
+    async with store.transaction() as tx:
+        for claim in claims:
+            await tx.facts(claim, "p0")
+            for step in (NodeStep.STAGING, NodeStep.CORDONING):
+                await tx.advance(claim, step)
+        await tx.advance(out, NodeStep.DRAINING, retry_in_s=3600)
+        # Parked last to first: n5's re-check is due first, n4's next (claim order).
+        for due, claim in enumerate(reversed(parked)):
+            await tx.advance(claim, NodeStep.CORDONING, retry_in_s=3600 + due, parked=True)
+    async with store.transaction() as tx:
+        assert await tx.claim(60) is None
+        await tx.advance(out, NodeStep.UNCORDONING, retry_in_s=3600)  # still holds its place
+        assert await tx.claim(60) is None
+        await tx.advance(out, NodeStep.DONE)
+    async with store.transaction() as tx:
+        woken = [await tx.claim(60) for _ in range(3)]
+    assert woken[2] is None  # two places, two woken: n1-n3 wait on
+    assert sorted(c.node_id for c in woken[:2] if c) == ["n4", "n5"]
+
+
 async def test_facts_say_whether_the_node_is_in_the_wave_and_the_approved_plan(
     store: UpdaterStore,
 ) -> None:

@@ -81,6 +81,22 @@ _FACTS = (
     " LEFT JOIN LATERAL (SELECT rollout_id, $3 = ANY(node_ids) AS in_plan,"
     "  (node_waves ->> $3)::int AS approved_wave FROM plans WHERE rollout_id = $1) AS p ON true"
 )
+# A place in pool $1's out-of-service budget freed: the nodes parked longest for one become
+# claimable, as many as there are free places (at least one), not every parked node of the
+# pool. Waking them all (1,400 in a 2,000-node fleet's last wave) had every one claimed, its
+# node read from the inventory and its budget checked to take one place, at every place that
+# freed. Counting the free places, not one per freed place, makes up for a wake whose node
+# did not take its place (it failed, or waits for the inventory).
+_WAKE_PARKED = (
+    "UPDATE node_work SET parked = false, lease_until = now() WHERE id IN ("
+    " SELECT id FROM node_work WHERE pool = $1 AND parked"
+    " ORDER BY COALESCE(lease_until, updated_at), id"
+    " LIMIT GREATEST(1,"
+    "  (SELECT COALESCE(max(w.max_unavailable), 1) FROM node_work n"
+    "   JOIN waves w ON w.rollout_id = n.rollout_id AND w.wave = n.wave"
+    "   WHERE n.pool = $1 AND n.parked)"
+    f"  - (SELECT count(*) FROM node_work WHERE pool = $1 AND state IN ({_OUT}))))"
+)
 _CLAIM_COLUMNS = (
     "id, rollout_id, wave, node_id, state, lease_token, attempts, components, progress,"
     " correlation_id, kind"
@@ -446,17 +462,12 @@ class PostgresTx:
             keep_lease_s or 0.0,
         )
         if before in OUT_OF_SERVICE and state not in OUT_OF_SERVICE and row["pool"]:
-            # A place in the pool's budget freed: the nodes parked for one are claimable now.
-            # Under the pool's lock (as ``facts``), so that two wakes never lock the parked
-            # rows in different orders.
+            # A place in the pool's budget freed. Under the pool's lock (as ``facts``), so
+            # that two wakes never lock the parked rows in different orders.
             await self.conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", row["pool"]
             )
-            await self.conn.execute(
-                "UPDATE node_work SET parked = false, lease_until = now()"
-                " WHERE pool = $1 AND parked",
-                row["pool"],
-            )
+            await self.conn.execute(_WAKE_PARKED, row["pool"])
         await self.conn.execute(
             "INSERT INTO node_steps (work_id, node_id, rollout_id, wave, step, attempt, token,"
             " started_at, outcome, reason) VALUES ($1, $2, $3, $4, $5, $6, $7,"

@@ -76,6 +76,11 @@ class Item:
         return self.lease_until or self.updated_at
 
 
+def _claim_order(item: Item) -> tuple[datetime, int]:
+    """Longest ready first, as the Postgres store's claim index orders them."""
+    return item.ready_at, item.id
+
+
 @dataclass(slots=True)
 class Wave:
     node_ids: tuple[str, ...]
@@ -351,7 +356,7 @@ class MemoryTx:
     async def claim(self, lease_s: float) -> Claim | None:
         free = sorted(
             (i for i in self.tables.items.values() if self._free(i)),
-            key=lambda i: (i.ready_at, i.id),
+            key=_claim_order,
         )
         if not free:
             return None
@@ -433,6 +438,21 @@ class MemoryTx:
     async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
         self.tables.items[claim.id].progress = copy.deepcopy(progress)
 
+    def _wake_parked(self, pool: str) -> None:
+        items = self.tables.items.values()
+        parked = sorted((i for i in items if i.parked and i.pool == pool), key=_claim_order)
+        limit = max(
+            (
+                w.max_unavailable
+                for i in parked
+                if (w := self.tables.waves.get((i.rollout_id, i.wave))) is not None
+            ),
+            default=1,
+        )
+        out = sum(1 for i in items if i.pool == pool and i.state in OUT_OF_SERVICE)
+        for waiting in parked[: max(1, limit - out)]:
+            waiting.parked, waiting.lease_until = False, self.now
+
     async def advance(
         self,
         claim: Claim,
@@ -457,9 +477,7 @@ class MemoryTx:
         item.released_at = self.now
         item.parked = parked
         if before in OUT_OF_SERVICE and item.state not in OUT_OF_SERVICE and item.pool:
-            for waiting in self.tables.items.values():
-                if waiting.parked and waiting.pool == item.pool:
-                    waiting.parked, waiting.lease_until = False, self.now
+            self._wake_parked(item.pool)
         record = StepRecord(
             claim.rollout_id,
             claim.wave,
