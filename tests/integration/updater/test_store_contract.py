@@ -430,9 +430,9 @@ async def test_a_freed_place_wakes_as_many_parked_nodes_as_there_are_places_long
     async with store.transaction() as tx:
         await tx.record_plan("r-1", STACK, frozenset(nodes))
         await tx.record_wave(wave(0, *nodes).model_copy(update={"max_unavailable": 2}), None)
-        claims = [await tx.claim(60) for _ in nodes]
+        claims = [c for _ in nodes if (c := await tx.claim(60)) is not None]
+    assert len(claims) == len(nodes)
     out, *parked = claims
-    assert out and all(parked)
     async with store.transaction() as tx:
         for claim in claims:
             await tx.facts(claim, "p0")
