@@ -66,18 +66,21 @@ def test_identical_outages_are_batched_by_the_budget_and_meet_the_lower_bound() 
     assert result.lower_bound_s == result.makespan_s
 
 
-def test_a_strategy_may_lower_max_unavailable_but_never_raise_it() -> None:
+def test_a_strategy_may_lower_max_unavailable_and_asking_to_raise_it_is_refused() -> None:
     nodes = fleet(10)
     pools = {"p0": Pool("p0", 3)}
     low = planned(
         request(nodes, pools=pools, class_policy=ONE_WAVE, strategy=Strategy(max_unavailable=1))
     )
-    high = planned(
-        request(nodes, pools=pools, class_policy=ONE_WAVE, strategy=Strategy(max_unavailable=9))
-    )
     assert dict(low.max_unavailable) == {"p0": 1}
     assert max(len(b.node_ids) for b in low.waves[1].stages[0].batches) == 1
-    assert dict(high.max_unavailable) == {"p0": 3}
+    [reason] = refused(
+        request(nodes, pools=pools, class_policy=ONE_WAVE, strategy=Strategy(max_unavailable=9))
+    )
+    assert reason == (
+        "strategy: max_unavailable 9 is above the operator's budget of pool(s) p0 3; "
+        "a strategy may only lower it"
+    )
 
 
 def test_outages_wait_for_the_pools_window_and_fit_inside_it() -> None:
@@ -302,12 +305,15 @@ def test_a_component_for_another_profile_is_not_applied_to_a_node() -> None:
     assert stages[ComponentKind.AB_FIRMWARE].components == ("vbios",)
 
 
-def test_soak_overrides_lengthen_the_class_soak_never_shorten_it() -> None:
+def test_a_strategy_may_lengthen_the_class_soak_and_asking_to_shorten_it_is_refused() -> None:
     base = policy(ChangeClass.ROUTINE).wave_soak_s
-    short = planned(request(fleet(40), strategy=Strategy(soak_seconds=1)))
     long = planned(request(fleet(40), strategy=Strategy(soak_seconds=base * 2)))
-    assert short.waves[-1].stages[-1].soak_s == base
     assert long.waves[-1].stages[-1].soak_s == base * 2
+    [reason] = refused(request(fleet(40), strategy=Strategy(soak_seconds=1)))
+    assert reason == (
+        f"strategy: soak_seconds 1 is shorter than the change class's wave soak of {base} s; "
+        "a strategy may only lengthen it"
+    )
 
 
 def test_failure_budget_is_the_class_share_of_each_wave() -> None:

@@ -91,8 +91,8 @@ def _request(
     nodes = tuple(
         node_of(n, target, bundle.stack_hash, remedied=n.node_id in check.remedied) for n in fleet
     )
-    cap = intent.strategy.max_unavailable or planning.default_max_unavailable
-    pools = {n.pool: Pool(n.pool, cap) for n in nodes}
+    # The operator's budget; the intent's strategy may only lower it (``domain.plan``).
+    pools = {n.pool: Pool(n.pool, planning.default_max_unavailable) for n in nodes}
     scoped = [f for f, n in zip(fleet, nodes, strict=True) if in_scope(n, intent.scope)]
     return (
         PlanRequest(

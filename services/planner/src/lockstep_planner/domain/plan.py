@@ -107,6 +107,7 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
     unknown = {n.pool for n in moving} - set(request.pools)
     if unknown:
         reasons.append(f"no budget for pool(s) {some(unknown)}: every pool needs max_unavailable")
+    reasons.extend(_overrides(policy, strategy, request.pools, {n.pool for n in moving}))
     if reasons:
         raise PlanRefused(reasons)
 
@@ -152,6 +153,33 @@ def _fractions(policy: ClassPolicy, strategy: Strategy, reasons: list[str]) -> t
             f"({policy.wave_fractions[0]})"
         )
     return strategy.wave_fractions
+
+
+def _overrides(
+    policy: ClassPolicy, strategy: Strategy, pools: Mapping[str, Pool], used: set[str]
+) -> list[str]:
+    """A strategy may make a rollout more careful, never less: it may lower a pool's budget
+    (the operator's ``max_unavailable``) and lengthen the class's wave soak, and asking for the
+    opposite is refused rather than clamped, so the submitter learns that the plan is not the
+    one asked for (docs/rollouts.md, "What a strategy may change")."""
+    problems = []
+    asked = strategy.max_unavailable
+    above = sorted(
+        p for p in used & set(pools) if asked is not None and asked > pools[p].max_unavailable
+    )
+    if above:
+        budgets = ", ".join(f"{p} {pools[p].max_unavailable}" for p in above[:5])
+        more = f" and {len(above) - 5} more" if len(above) > 5 else ""
+        problems.append(
+            f"strategy: max_unavailable {asked} is above the operator's budget of pool(s) "
+            f"{budgets}{more}; a strategy may only lower it"
+        )
+    if strategy.soak_seconds is not None and strategy.soak_seconds < policy.wave_soak_s:
+        problems.append(
+            f"strategy: soak_seconds {strategy.soak_seconds} is shorter than the change class's "
+            f"wave soak of {policy.wave_soak_s} s; a strategy may only lengthen it"
+        )
+    return problems
 
 
 def _unplaceable(
