@@ -186,6 +186,30 @@ def test_the_class_cap_moves_one_fabric_domain_at_a_time() -> None:
     assert result.fabric_domains_at_once == 1
 
 
+def test_hgx_switch_firmware_is_staged_per_node_one_baseboard_at_a_time() -> None:
+    # HGX baseboards carry their own NVSwitches and belong to no shared NVLink domain: each
+    # node's switch flash is its own job, under the class's one-domain-at-a-time cap.
+    nodes = [node(i, profile="hgx-h100", rack=f"r{i // 4}") for i in range(8)]
+    switch = component("nvswitch", ComponentKind.FABRIC_SWITCH)
+    one = policy(ChangeClass.POWER_FABRIC, wave_fractions=(1.0,), canary_min_per_stratum=1)
+    result = planned(
+        request(
+            nodes,
+            [switch],
+            pools={"p0": Pool("p0", 8)},
+            class_policy=one,
+            change_class=ChangeClass.POWER_FABRIC,
+        )
+    )
+    stages = [s for w in result.waves for s in w.stages]
+    assert {s.kind for s in stages} == {ComponentKind.FABRIC_SWITCH}
+    assert sorted(i for s in stages for i in s.node_ids) == sorted(n.id for n in nodes)
+    batches = [b for s in stages for b in s.batches]
+    assert all(len(b.node_ids) == 1 for b in batches)
+    spans = sorted((b.start_s, b.end_s) for b in batches)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
 def test_a_domain_bigger_than_its_pools_budget_is_refused() -> None:
     nodes = [node(i, fabric_domain="d0") for i in range(4)]
     switch = component("nvswitch", ComponentKind.FABRIC_SWITCH)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from lockstep_common.events.v1 import RolloutHalted, Strategy
-from lockstep_common.vocabulary import ChangeClass
+from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_planner.testing.kit import attested, fleet_node, image
 
 from .test_service import Rig, emitted
 
@@ -44,3 +45,25 @@ async def test_a_strategy_cannot_shorten_the_class_soak() -> None:
     assert "soak_seconds 60 is shorter than the change class's wave soak of 3600 s" in (
         halted.reason
     )
+
+
+async def test_hgx_nvswitch_firmware_is_planned_for_every_hgx_node() -> None:
+    # HGX nodes in racks of 4 with no shared NVLink domain: their baseboards' switches move.
+    nodes = [
+        fleet_node(i, profile="hgx-h100", rack=f"r{i // 4}", observed={Component.NVSWITCH: "1.0"})
+        for i in range(8)
+    ]
+    rig = Rig(nodes)
+    rig.bundle = attested(image(Component.NVSWITCH, "2.0", profile="hgx-h100", activation="reset"))
+    await rig.attest()
+    rollout_id = await rig.submit(change_class=ChangeClass.POWER_FABRIC, dry_run=True)
+    plan = rig.store.tables.rollouts[rollout_id].plan
+    switched = [
+        n
+        for w in plan["waves"]
+        for s in w["stages"]
+        if s["kind"] == "fabric_switch"
+        for n in w["nodes"]
+    ]
+    assert sorted(switched) == sorted(n.node_id for n in nodes)
+    assert all(c == ["nvswitch"] for c in plan["components"].values())

@@ -3,9 +3,9 @@
 Layers run from reversible to one-way (``fleet.LAYER_ORDER``), each its own stage with a gate
 after it (seed 000: "gating each layer on a health check before touching the next"). Inside a
 stage a job is what goes out of service together: one node, or for switch firmware one whole
-fabric domain (seed 002). PSU/BBU firmware is two stages, side A then side B, so the nodes on
-one feed are never touched while the other feed is being flashed (seed 000: "redundant-side at
-a time").
+fabric domain (seed 002), or one node whose baseboard carries its own switches (HGX). PSU/BBU
+firmware is two stages, side A then side B, so the nodes on one feed are never touched while
+the other feed is being flashed (seed 000: "redundant-side at a time").
 """
 
 from __future__ import annotations
@@ -118,14 +118,19 @@ def _node_stage(
 def _fabric_stage(
     nodes: list[Node], layer: list[BundleComponent], fabric_cap: int | None
 ) -> StageSpec | None:
+    """Switch firmware: one job per fabric domain, taking the whole domain out together; a node
+    outside any shared domain (an HGX baseboard carries its own NVSwitches: its NVLink domain is
+    the node) is a domain of one, its own job. Either way a job takes one of the class's
+    fabric-domain slots (power_fabric: one domain at a time), so a baseboard's switch flash is
+    staged under the same rules as an NVL72 domain's."""
     domains: dict[str, list[Node]] = {}
     for node in nodes:
-        if node.fabric_domain is not None:
-            domains.setdefault(node.fabric_domain, []).append(node)
+        key = f"domain:{node.fabric_domain}" if node.fabric_domain is not None else node.id
+        domains.setdefault(key, []).append(node)
     jobs: list[Job] = []
     used: set[str] = set()
     prestage = 0
-    for domain, members in sorted(domains.items()):
+    for key, members in sorted(domains.items()):
         profiles = {n.profile for n in members}
         applicable = [c for c in layer if any(c.applies_to(p) for p in profiles)]
         if not applicable:
@@ -136,7 +141,7 @@ def _fabric_stage(
         demand = sorted(Counter(n.pool for n in members).items())
         if fabric_cap is not None:
             demand.append((FABRIC_SLOTS, 1))
-        jobs.append(Job(f"domain:{domain}", tuple(n.id for n in members), tuple(demand), outage))
+        jobs.append(Job(key, tuple(n.id for n in members), tuple(demand), outage))
     if not jobs:
         return None
     return StageSpec(
