@@ -14,6 +14,7 @@ from lockstep_common.db import Conn
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import FleetQueryAnswered, FleetQueryRequested, ScopeSelector
+from lockstep_common.vocabulary import Component
 from lockstep_inventory.responder import Responder
 from tests.integration.inventory_service.conftest import Harness
 
@@ -50,6 +51,9 @@ async def test_pages_cover_every_node_once_in_id_order_with_what_was_observed(
     assert node.credentials == "env:LOCKSTEP_TESTBMC"  # a reference, never the secret
     assert "lockstep-sim" not in node.model_dump_json()
     assert node.readable is True and node.observed, "the sweep's versions are in the answer"
+    # A GB200 tray's NIC members are two families at two versions: a conflict, still answered.
+    nic = node.conflicts[Component.NIC]
+    assert len(set(nic.values())) == 2 and Component.NIC not in node.observed
 
 
 async def test_a_scope_selects_and_a_bad_request_gets_one_reason(harness: Harness) -> None:

@@ -3,6 +3,7 @@ the inventory reports is what the planner plans over."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,5 +69,55 @@ async def test_a_rollout_is_planned_over_the_fleet_the_inventory_reports(
             "SELECT count(*) FROM outbox WHERE subject LIKE 'wave.planned.%'"
         )
         assert waves == 1, "the canary is released"
+    finally:
+        await app.stop()
+
+
+async def test_nodes_differing_only_in_one_nic_familys_firmware_are_strata_of_their_own(
+    harness: Harness, servers: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A GB200 tray's NIC members run two families' firmware, so the inventory reports the NIC
+    as a conflict; the planner must still see it, or nodes differing only there collapse into
+    one stratum and the canary misses the odd one."""
+    by_supplier: dict[str, list[Any]] = {}
+    for node in harness.sim.fleet:
+        by_supplier.setdefault(node.supplier, []).append(node)
+    # Four nodes, three suppliers: some supplier has two; one of those gets an older CX7 image.
+    odd = next(nodes for nodes in by_supplier.values() if len(nodes) >= 2)[0]
+    odd.components["CX7_0"].version = "28.39.1002"
+    await harness.sweep()
+    policy = quick_policy(tmp_path / "c.yaml")
+    app = create_app(planner_settings(servers, namespace, policy, tmp_path))
+    await app.start()
+    try:
+        bmc = harness.golden()[Component.BMC]
+        bundle = attested(image(Component.BMC, f"{bmc}.1", activation="reset"))
+        js = harness.nc.jetstream()
+        for data in (bundle, intent(bundle, change_class=ChangeClass.ROUTINE, dry_run=True)):
+            subject = subjects.bundle_attested() if data is bundle else subjects.intent_submitted()
+            env = make_envelope(data, source="/test")
+            await js.publish(
+                harness.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
+            )
+            if data is bundle:
+
+                async def known() -> bool:
+                    return bool(await app.require().pool.fetchval("SELECT count(*) FROM bundles"))
+
+                await until(known, what="bundle recorded")
+
+        async def decided() -> Any:
+            return await app.require().pool.fetchval("SELECT plan FROM rollouts")
+
+        plan = json.loads(await until(decided, what="the dry run planned"))
+        expected: dict[tuple[str, str], int] = {}
+        for node in harness.sim.fleet:
+            key = (node.supplier, node.components["CX7_0"].version)
+            expected[key] = expected.get(key, 0) + 1
+        assert len(plan["strata"]) == len(expected), plan["strata"]
+        [alone] = [
+            s for s in plan["strata"] if s["supplier"] == odd.supplier and odd.id in s["canary"]
+        ]
+        assert alone["canary"] == [odd.id], "the odd NIC firmware is a stratum of its own"
     finally:
         await app.stop()

@@ -2,9 +2,10 @@
 
 How the planner and the updater learn the fleet without reading the inventory's tables: a
 page of up to 500 nodes in node id order, each with its place (site, rack, pool, fabric domain,
-power side), how to reach its BMC (credentials by reference only), its last observed versions,
-whether its BMC answered and its current drift. Ask again with ``after`` = the answer's
-``next_after`` until it is None; one page is read in one snapshot.
+power side), how to reach its BMC (credentials by reference only), its last observed versions
+(a component whose members disagree as each member's version), whether its BMC answered and
+its current drift. Ask again with ``after`` = the answer's ``next_after`` until it is None; one
+page is read in one snapshot.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.ingestion import DriftRow
-from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.domain.observation import Observation, merge
 from lockstep_inventory.responder import Responder
 
 QUEUE = "inventory-fleet-query"
@@ -36,6 +37,9 @@ def fleet_node(
     for source in (ObservationSource.REDFISH, ObservationSource.AGENT):
         if source in reports:
             observed.update(reports[source].components)
+    # A component whose members disagree (a GB200 tray's two NIC families) is part of the
+    # node's stack too: without it, nodes differing only there look alike to the planner.
+    conflicts = {c: dict(m) for c, m in merge(reports).conflicts.items() if c not in observed}
     bmc = reports.get(ObservationSource.REDFISH)
     return FleetNode(
         node_id=node.id,
@@ -51,6 +55,7 @@ def fleet_node(
         credentials=node.credentials,
         readable=None if bmc is None else bmc.readable,
         observed=observed,
+        conflicts=conflicts,
         drift=drift.items if drift is not None else (),
     )
 

@@ -663,6 +663,12 @@ class FleetNode(Part):
     observed: dict[Component, Version] = Field(
         default_factory=dict, max_length=MAX_SMALL, description="Last observed versions."
     )
+    conflicts: dict[Component, Annotated[dict[Name, Version], Field(max_length=MAX_SMALL)]] = Field(
+        default_factory=dict,
+        max_length=MAX_SMALL,
+        description="Components whose members run different versions (member id -> "
+        "version), e.g. a GB200 tray's two NIC families; absent from ``observed``.",
+    )
     drift: tuple[DriftItem, ...] = Field(
         default=(), max_length=MAX_ITEMS, description="Current drift items."
     )

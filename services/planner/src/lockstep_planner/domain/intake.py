@@ -132,11 +132,12 @@ def node_of(
     """The planning model of one inventory node.
 
     Its stack is the target's hash when every component the target pins for its profile is
-    observed at that version (already at target: left alone), else the hash of what it runs,
-    so nodes starting from the same versions share a stratum.
+    observed at that version (already at target: left alone), else the hash of what it runs
+    (:func:`whole_stack`, conflicts included), so nodes starting from the same versions share a
+    stratum and nodes differing in any component, one NIC family's firmware included, do not.
     """
     wanted = target.get(node.profile, {})
-    observed = {str(k): v for k, v in node.observed.items()}
+    observed = whole_stack(node)
     at_target = bool(wanted) and all(observed.get(c) == v for c, v in wanted.items())
     side = PowerSide.B if node.power_side.upper() == "B" else PowerSide.A
     return Node(
@@ -154,12 +155,22 @@ def node_of(
     )
 
 
+def whole_stack(node: FleetNode) -> dict[str, str]:
+    """Component -> version of everything the node runs. A component whose members run
+    different versions (a GB200 tray's two NIC families) counts as the set of those versions,
+    sorted and joined with ``|``, as a pin names it (the inventory's ``pins.stack_of``)."""
+    stack = {str(k): v for k, v in node.observed.items()}
+    for component, by_member in node.conflicts.items():
+        stack[str(component)] = "|".join(sorted(set(by_member.values())))
+    return stack
+
+
 def current_versions(nodes: Iterable[FleetNode]) -> dict[str, str]:
     """Component -> version where every node in scope that reports it agrees: what a standard
     change's window is checked against (a component the scope disagrees on is left out, so a
     change to it is judged as coming from an unknown version)."""
     seen: dict[str, Counter[str]] = defaultdict(Counter)
     for node in nodes:
-        for component, version in node.observed.items():
-            seen[str(component)][version] += 1
+        for component, version in whole_stack(node).items():
+            seen[component][version] += 1
     return {c: next(iter(v)) for c, v in sorted(seen.items()) if len(v) == 1}
