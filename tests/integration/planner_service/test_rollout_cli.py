@@ -169,3 +169,57 @@ async def test_an_inconclusive_gate_pauses_until_an_operator_resumes(cli_env: Pl
     assert (await cli("rollout", "resume", rollout_id, "--by", "bob"))[0] == 0
     waves = await cli_env.wait_for("wave.planned.", 2)
     assert [w["wave"] for w in waves] == [0, 1]
+
+
+async def test_start_with_a_reviewed_plan_starts_that_plan_or_names_what_changed(
+    cli_env: Planner, tmp_path: Path
+) -> None:
+    """`plan --json` twice gives the same plan; `start --plan FILE` starts exactly it, and once
+    the fleet changed, `start --plan HASH` is refused naming the difference."""
+    argv = ["--bundle", "gb200-driver", "--scope", "site=site-a", "--class", "standard"]
+    code, first = await cli("rollout", "plan", *argv, "--json")
+    assert code == 0, first
+    code, second = await cli("rollout", "plan", *argv, "--json")
+    reviewed = json.loads(first)
+    assert json.loads(second)["plan_hash"] == reviewed["plan_hash"]
+    assert json.loads(second)["plan"]["waves"] == reviewed["plan"]["waves"]
+    saved = tmp_path / "plan.json"
+    saved.write_text(first)
+
+    code, out = await cli("rollout", "start", "--plan", str(saved), "--json")
+    assert code == 0, out
+    started = json.loads(out)
+    assert started["plan_hash"] == reviewed["plan_hash"] and not started["dry_run"]
+    [wave0] = await cli_env.wait_for("wave.planned.")
+    assert wave0["node_ids"] == reviewed["plan"]["waves"][0]["nodes"]
+    assert (await cli("rollout", "abort", started["rollout_id"], "--reason", "test"))[0] == 0
+
+    cli_env.inventory.nodes = cli_env.inventory.nodes[:-1]  # a node left the fleet
+    code, out = await cli("rollout", "start", "--plan", reviewed["plan_hash"])
+    assert code == 1, out
+    assert "the plan changed since it was reviewed" in out
+    assert "node(s) no longer in the plan: n019" in out
+
+
+async def test_a_bad_reviewed_plan_is_one_line_and_publishes_nothing(
+    cli_env: Planner, tmp_path: Path
+) -> None:
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{not json")
+    planless = tmp_path / "planless.json"
+    planless.write_text('{"plan_hash": "abc"}')
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({"plan_hash": "A" * 64, "plan": {}}))
+    for args, message in (
+        (["--plan", str(garbled)], "not the JSON `lockstep rollout plan --json` prints"),
+        (["--plan", str(planless)], "no plan"),
+        (["--plan", str(forged)], "plan_hash missing or not 64 lower-case hex digits"),
+        (["--plan", str(tmp_path / "absent.json")], "neither a plan hash nor a readable file"),
+        (["--plan", "0" * 64], f"no plan with hash {'0' * 64}"),
+        (["--plan", "0" * 64, "--class", "routine"], "leave out --class"),
+        (["--class", "routine"], "--bundle, --scope and --class are required"),
+    ):
+        code, out = await cli("rollout", "start", *args)
+        assert code in (1, 2) and message in out, (args, out)
+        assert len(out.strip().splitlines()) == 1 and "Traceback" not in out
+    assert await cli_env.app.require().pool.fetchval("SELECT count(*) FROM intents") == 0

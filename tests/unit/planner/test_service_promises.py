@@ -9,7 +9,9 @@ import pytest
 
 from lockstep_common.events.v1 import RolloutHalted, Strategy
 from lockstep_common.vocabulary import ChangeClass, Component
-from lockstep_planner.testing.kit import attested, fleet_node, image
+from lockstep_planner.domain.rollout import RolloutState
+from lockstep_planner.testing.kit import attested, drifted, fleet_node, image
+from lockstep_planner.testing.memory_store import MemoryFleet
 
 from .test_service import Rig, emitted
 
@@ -67,3 +69,59 @@ async def test_hgx_nvswitch_firmware_is_planned_for_every_hgx_node() -> None:
     ]
     assert sorted(switched) == sorted(n.node_id for n in nodes)
     assert all(c == ["nvswitch"] for c in plan["components"].values())
+
+
+async def test_the_same_request_over_the_same_fleet_is_the_same_plan() -> None:
+    rig = Rig()
+    await rig.attest()
+    first = await rig.submit(change_class=ChangeClass.ROUTINE, dry_run=True)
+    second = await rig.submit(change_class=ChangeClass.ROUTINE, dry_run=True)
+    a, b = rig.store.tables.rollouts[first], rig.store.tables.rollouts[second]
+    assert first != second
+    assert a.plan_hash == b.plan_hash
+    assert a.plan["waves"][0] == b.plan["waves"][0] and a.plan["strata"] == b.plan["strata"]
+    # Asking anything else (here a wider canary) is another plan.
+    third = await rig.submit(
+        change_class=ChangeClass.ROUTINE, dry_run=True, strategy=Strategy(canary_nodes=5)
+    )
+    assert rig.store.tables.rollouts[third].plan_hash != a.plan_hash
+
+
+async def test_start_with_the_reviewed_plan_hash_starts_exactly_that_plan() -> None:
+    rig = Rig()
+    await rig.attest()
+    dry_run = await rig.submit(dry_run=True)
+    reviewed = rig.store.tables.rollouts[dry_run]
+    started = await rig.submit(plan_hash=reviewed.plan_hash)
+    row = rig.store.tables.rollouts[started]
+    assert row.plan_hash == reviewed.plan_hash and not row.dry_run
+    assert rig.state(started) is RolloutState.RUNNING
+    assert rig.wave(started, 0).node_ids == tuple(reviewed.plan["waves"][0]["nodes"])
+
+
+async def test_start_of_a_reviewed_plan_is_refused_with_the_difference_once_the_fleet_changed() -> (
+    None
+):
+    rig = Rig()
+    await rig.attest()
+    dry_run = await rig.submit(dry_run=True)
+    reviewed = rig.store.tables.rollouts[dry_run]
+    rig.fleet = MemoryFleet([*rig.fleet.fleet[:-1], drifted(19), fleet_node(20)])
+    started = await rig.submit(plan_hash=reviewed.plan_hash)
+    [halted] = emitted(rig.store, RolloutHalted)
+    assert halted.rollout_id == started
+    assert f"the plan changed since it was reviewed (plan {reviewed.plan_hash[:12]}" in (
+        halted.reason
+    )
+    assert "1 node(s) new to it: n020" in halted.reason
+    assert "n019: wave" in halted.reason and "unexplained drift" in halted.reason
+    assert started not in rig.store.tables.rollouts
+
+
+async def test_start_with_a_plan_hash_no_plan_had_is_refused() -> None:
+    rig = Rig()
+    await rig.attest()
+    await rig.submit(plan_hash="0" * 64)
+    [halted] = emitted(rig.store, RolloutHalted)
+    assert f"plan {'0' * 64} was never made by this planner" in halted.reason
+    assert not rig.store.tables.rollouts

@@ -206,8 +206,7 @@ def _submit(
     except ValueError:
         fail(f"--class {change_class!r}: use one of {', '.join(c.value for c in ChangeClass)}")
     selector, plan_strategy = _scope(scope), _strategy(strategy)
-    settings = _settings()
-    stack_hash = run(_resolve(settings, bundle))
+    stack_hash = run(_resolve(_settings(), bundle))
     data = IntentSubmitted(
         intent_id=uuid.uuid4(),
         stack_hash=stack_hash,
@@ -218,6 +217,12 @@ def _submit(
         strategy=plan_strategy,
         dry_run=dry_run,
     )
+    _send(data, wait_s, as_json)
+
+
+def _send(data: IntentSubmitted, wait_s: float, as_json: bool) -> None:
+    """Publish the intent, wait for the planner's decision and print it."""
+    settings = _settings()
     run(publish_intent(settings, data, 5.0))
     decided = run(await_decision(settings, data.intent_id, wait_s))
     if as_json:
@@ -318,19 +323,116 @@ def rollout_plan(
     _submit(bundle, scope, change_class, strategy, approval, True, wait, as_json)
 
 
+PlanOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--plan",
+        help="Start exactly a reviewed plan: the JSON `rollout plan --json` printed, or its plan "
+        "hash. Its bundle, scope, class and strategy are taken from it; refused, naming the "
+        "difference, if the fleet changed since.",
+    ),
+]
+
+
 @rollout_app.command("start")
 def rollout_start(
-    bundle: BundleOpt,
-    scope: ScopeOpt,
-    change_class: ClassOpt,
+    bundle: Annotated[
+        str | None, typer.Option("--bundle", help="Attested bundle: ID[@VERSION].")
+    ] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            help="Selector: site=S,pool=P,profile=X,fabric_domain=D,node=N (repeatable).",
+        ),
+    ] = None,
+    change_class: Annotated[
+        str | None, typer.Option("--class", help="emergency, routine, standard or power_fabric.")
+    ] = None,
     strategy: StrategyOpt = None,
     approval: ApprovalOpt = None,
+    plan: PlanOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only.")] = False,
     wait: Wait = 60.0,
     as_json: Json = False,
 ) -> None:
     """Plan and start: the canary is released once the class's approvals are in."""
+    if plan is not None:
+        given = [
+            name
+            for name, value in (
+                ("--bundle", bundle),
+                ("--scope", scope),
+                ("--class", change_class),
+                ("--strategy", strategy),
+                ("--dry-run", dry_run or None),
+            )
+            if value is not None
+        ]
+        if given:
+            fail(f"--plan starts the reviewed plan as it was asked; leave out {', '.join(given)}")
+        _start_reviewed(plan, approval, wait, as_json)
+        return
+    if bundle is None or scope is None or change_class is None:
+        fail("--bundle, --scope and --class are required (or --plan FILE|HASH)")
     _submit(bundle, scope, change_class, strategy, approval, dry_run, wait, as_json)
+
+
+def _reviewed(plan: str) -> tuple[str, dict[str, Any]]:
+    """``--plan FILE|HASH`` -> (plan hash, what its intent asked). A file is what ``rollout plan
+    --json`` printed; a hash is looked up among the plans the planner made. Nothing in either is
+    trusted: the planner plans the request again and starts it only if the hash comes out the
+    same, and the hash covers what was asked (it seeds the plan)."""
+    import re
+
+    path = Path(plan)
+    if re.fullmatch(r"[0-9a-f]{64}", plan) and not path.exists():
+        rows = run(
+            _fetch(
+                _settings(),
+                "SELECT plan FROM rollouts WHERE plan_hash = $1 ORDER BY created_at DESC LIMIT 1",
+                plan,
+            )
+        )
+        if not rows:
+            fail(f"--plan: no plan with hash {plan} (review one with `lockstep rollout plan`)", 1)
+        return plan, json.loads(rows[0]["plan"]).get("intent") or {}
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        fail(f"--plan {plan}: neither a plan hash nor a readable file: {exc.strerror or exc}")
+    except ValueError as exc:
+        fail(f"--plan {plan}: not the JSON `lockstep rollout plan --json` prints: {exc}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("plan"), dict):
+        fail(f"--plan {plan}: not the JSON `lockstep rollout plan --json` prints (no plan)")
+    hash_ = doc.get("plan_hash")
+    if not isinstance(hash_, str) or not re.fullmatch(r"[0-9a-f]{64}", hash_):
+        fail(f"--plan {plan}: plan_hash missing or not 64 lower-case hex digits")
+    return hash_, doc["plan"].get("intent") or {}
+
+
+def _start_reviewed(plan: str, approval: str | None, wait_s: float, as_json: bool) -> None:
+    from pydantic import ValidationError
+
+    from lockstep_common.events.v1 import IntentSubmitted
+
+    plan_hash, asked = _reviewed(plan)
+    try:
+        data = IntentSubmitted.model_validate(
+            {
+                **asked,
+                "intent_id": str(uuid.uuid4()),
+                "approval_ref": approval,
+                "submitted_by": getpass.getuser(),
+                "plan_hash": plan_hash,
+            },
+            strict=False,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        fail(f"--plan {plan}: what the plan asked is not an intent: {where}: {err['msg']}")
+    _send(data, wait_s, as_json)
 
 
 # --- status / audit -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ is what an operator waiting on the intent must hear about.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections import defaultdict
@@ -23,6 +24,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from lockstep_common import subjects
+from lockstep_common.canonical import canonical_json
 from lockstep_common.compatibility.table import CompatibilityRules
 from lockstep_common.events.v1 import (
     FleetNode,
@@ -45,7 +47,7 @@ from lockstep_planner.domain.intake import (
     stack_of,
 )
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
-from lockstep_planner.domain.plan_hash import canonical_plan, plan_hash
+from lockstep_planner.domain.plan_hash import canonical_plan, plan_difference, plan_hash
 from lockstep_planner.domain.refusal import PlanRefused, some
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.domain.scope import AT_TARGET, DEFERRED, in_scope
@@ -67,6 +69,26 @@ class Planning:
     """The approvers trust store; empty: no approval verifies (fails closed)."""
     rules: CompatibilityRules = field(kw_only=True)
     """The compatibility table the inventory judges drift by: a target breaking it is refused."""
+
+
+def asked(intent: IntentSubmitted) -> dict[str, Any]:
+    """What an intent asks, as JSON: target, scope (each axis sorted), class and strategy; not
+    who asked, when, its id or its change ticket. Stored with the plan, so ``rollout start
+    --plan`` can ask exactly that again."""
+    return {
+        "stack_hash": intent.stack_hash,
+        "scope": {k: sorted(v) for k, v in intent.scope.model_dump(mode="json").items()},
+        "change_class": str(intent.change_class),
+        "strategy": intent.strategy.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def seed_of(intent: IntentSubmitted) -> str:
+    """The plan's seed: a digest of what the intent asks (:func:`asked`). Planning the same
+    request over the same fleet gives the same plan and hash, so the plan a dry run showed is
+    the one ``rollout start --plan`` starts; an intent asking anything else gets another seed,
+    and so another hash."""
+    return hashlib.sha256(canonical_json(asked(intent))).hexdigest()
 
 
 def stratum_key(node: Node) -> str:
@@ -102,7 +124,7 @@ def _request(
             scope=intent.scope,
             change_class=ChangeClass(intent.change_class),
             policy=planning.policy[ChangeClass(intent.change_class)],
-            seed=str(intent.intent_id),
+            seed=seed_of(intent),
             strategy=intent.strategy,
             current_versions=current_versions(scoped),
             deferred_domains=deferred,
@@ -263,6 +285,25 @@ def _described(made: Plan, rows: list[WaveRow], sites: list[str]) -> dict[str, A
     }
 
 
+async def _not_reviewed(tx: PlannerTx, reviewed_hash: str, made: Plan) -> list[str]:
+    """Why ``made`` is not the plan an approver reviewed (``rollout start --plan``); [] if it
+    is. Intent content decides the seed, so only a changed fleet (or policy) changes it."""
+    now_hash = plan_hash(made)
+    if now_hash == reviewed_hash:
+        return []
+    reviewed = await tx.plan_with_hash(reviewed_hash)
+    if reviewed is None:
+        return [
+            f"plan {reviewed_hash} was never made by this planner: review one with "
+            "`lockstep rollout plan` and start that"
+        ]
+    difference = plan_difference(reviewed, canonical_plan(made))
+    return [
+        f"the plan changed since it was reviewed (plan {reviewed_hash[:12]}, now "
+        f"{now_hash[:12]}): {difference}; review the new plan"
+    ]
+
+
 async def refuse(tx: PlannerTx, row: IntentRow, reasons: Sequence[str], now: datetime) -> None:
     """Close the intent as refused, naming every reason, and say so."""
     await tx.decide_intent(row.intent_id, "refused", reasons, now)
@@ -323,6 +364,8 @@ async def plan_intent(
                 )
             except FabricConflict as exc:
                 reasons.append(str(exc))
+    if made is not None and intent.plan_hash is not None:
+        reasons.extend(await _not_reviewed(tx, intent.plan_hash, made))
     if made is not None:
         moving = [i for w in made.waves for i in w.node_ids]
         busy = await tx.busy_nodes(moving)
@@ -345,7 +388,7 @@ async def plan_intent(
         dry_run=intent.dry_run,
         state=RolloutState.PLANNED,
         plan_hash=plan_hash(made),
-        plan={**_described(made, waves, sites), "fabric": fabric},
+        plan={**_described(made, waves, sites), "fabric": fabric, "intent": asked(intent)},
         approvals_needed=policy.approvals.count,
         created_at=now,
         updated_at=now,

@@ -207,6 +207,11 @@ class PlannerTx(Protocol):
         """The rollout, locked until the transaction ends."""
         ...
 
+    async def plan_with_hash(self, plan_hash: str) -> dict[str, Any] | None:
+        """The stored plan of the newest rollout (a dry run or not) whose plan has this hash:
+        the plan an approver reviewed."""
+        ...
+
     async def save_rollout(self, rollout: RolloutRow) -> None:
         """Replace the rollout's state, approvals, reason and ``updated_at``."""
         ...

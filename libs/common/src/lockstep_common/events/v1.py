@@ -190,6 +190,11 @@ class IntentSubmitted(EventData):
     submitted_by: Name = Field(description="Who asked.")
     strategy: Strategy = Field(default_factory=Strategy, description="Strategy overrides.")
     dry_run: bool = Field(default=False, description="Plan only; execute nothing.")
+    plan_hash: StackHash | None = Field(
+        default=None,
+        description="Start only the plan with this hash (the one reviewed with a dry run); "
+        "refused, naming the difference, when the plan comes out otherwise.",
+    )
 
 
 class WavePlan(Part):

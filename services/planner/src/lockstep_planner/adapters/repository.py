@@ -283,6 +283,13 @@ class PostgresTx:
         )
         return None if r is None else _rollout(r)
 
+    async def plan_with_hash(self, plan_hash: str) -> dict[str, Any] | None:
+        value = await self.conn.fetchval(
+            "SELECT plan FROM rollouts WHERE plan_hash = $1 ORDER BY created_at DESC LIMIT 1",
+            plan_hash,
+        )
+        return None if value is None else dict(json.loads(value))
+
     async def save_rollout(self, rollout: RolloutRow) -> None:
         await self.conn.execute(
             "UPDATE rollouts SET state = $2, approvals = $3, signatures = $4, reason = $5,"

@@ -39,7 +39,8 @@ class PlanRequest:
     change_class: ChangeClass
     policy: ClassPolicy
     seed: str
-    """Fixes every tie; the intent id is a good seed (replanning it gives the same plan)."""
+    """Fixes every tie; the service derives it from what the intent asks (``planning.seed_of``),
+    so the same request over the same fleet gives the same plan."""
     strategy: Strategy = field(default_factory=Strategy)
     current_versions: Mapping[str, str] | None = None
     """Component -> version pinned now; a standard change's window is checked against it."""

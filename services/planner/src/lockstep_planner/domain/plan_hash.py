@@ -10,6 +10,7 @@ replan of the same intent a minute later while any change in *what* moves voids 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from lockstep_common.canonical import canonical_json
@@ -58,3 +59,54 @@ def canonical_plan(plan: Plan) -> dict[str, Any]:
 def plan_hash(plan: Plan) -> str:
     """Lower-case hex SHA-256 of :func:`canonical_plan`."""
     return hashlib.sha256(canonical_json(canonical_plan(plan))).hexdigest()
+
+
+def _nodes(content: Mapping[str, Any]) -> dict[str, str]:
+    """Node -> where a plan puts it: ``wave N`` or its exclusion reason."""
+    where = {n: f"wave {w['number']}" for w in content.get("waves", []) for n in w["nodes"]}
+    where.update((e["node"], e["reason"]) for e in content.get("excluded", []))
+    return where
+
+
+def _named(ids: list[str], shown: int = 5) -> str:
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(sorted(ids)[:shown]) + more
+
+
+def plan_difference(reviewed: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What changed from the reviewed plan to ``now`` (:func:`canonical_plan` shaped; keys the
+    stored plan has beyond those are not compared), in one line: the nodes that came, went or
+    moved to another wave or exclusion, the strata, budgets and stages; empty when the hashed
+    content is the same."""
+
+    def changed(*keys: str) -> list[str]:
+        return [
+            f"{k} {reviewed.get(k)} -> {now.get(k)}" for k in keys if reviewed.get(k) != now.get(k)
+        ]
+
+    parts = changed("change_class", "stack", "seed")
+    before, after = _nodes(reviewed), _nodes(now)
+    gone = [n for n in before if n not in after]
+    new = [n for n in after if n not in before]
+    moved = [n for n in before if n in after and before[n] != after[n]]
+    if gone:
+        parts.append(f"{len(gone)} node(s) no longer in the plan: {_named(gone)}")
+    if new:
+        parts.append(f"{len(new)} node(s) new to it: {_named(new)}")
+    if moved:
+        shown = "; ".join(f"{n}: {before[n]} -> {after[n]}" for n in sorted(moved)[:3])
+        more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
+        parts.append(f"{len(moved)} node(s) placed otherwise ({shown}{more})")
+
+    def strata(content: Mapping[str, Any]) -> set[tuple[str, str, str]]:
+        return {(s["profile"], s["supplier"], s["stack"][:12]) for s in content.get("strata", [])}
+
+    if strata(reviewed) != strata(now):
+        parts.append(
+            f"strata {len(strata(reviewed))} -> {len(strata(now))} "
+            f"(new: {_named(['/'.join(s) for s in strata(now) - strata(reviewed)]) or 'none'})"
+        )
+    parts.extend(changed("max_unavailable", "fabric_domains_at_once"))
+    if not parts and any(reviewed.get(k) != v for k, v in now.items()):
+        parts.append("the controls, stages, soaks or failure budgets")
+    return "; ".join(parts)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import TransientError
@@ -131,6 +132,10 @@ class MemoryTx:
 
     async def rollout(self, rollout_id: str) -> RolloutRow | None:
         return self.t.rollouts.get(rollout_id)
+
+    async def plan_with_hash(self, plan_hash: str) -> dict[str, Any] | None:
+        found = [r for r in self.t.rollouts.values() if r.plan_hash == plan_hash]
+        return max(found, key=lambda r: r.created_at).plan if found else None
 
     async def save_rollout(self, rollout: RolloutRow) -> None:
         self.t.rollouts[rollout.rollout_id] = rollout
