@@ -44,6 +44,21 @@ def test_waves_bring_the_scope_to_5_25_and_100_percent_after_the_canary() -> Non
     assert sizes(planned(request(fleet(200)))) == [2, 8, 40, 150]
 
 
+def test_every_stratum_grows_by_its_share_whatever_its_rack_depth() -> None:
+    # 4 GB200 racks of 18 against 50 HGX racks of 4: dealt one unit per rack, GB200 would wait
+    # for the last wave (a 3% canary straight to 100%); each stratum must reach its share.
+    gb200 = [node(f"g{i:03d}", rack=f"gr{i // 18}") for i in range(72)]
+    hgx = [node(f"h{i:03d}", profile="hgx-h100", rack=f"hr{i // 4}") for i in range(200)]
+    result = planned(request(gb200 + hgx))
+    moved = {"gb200": 0, "hgx-h100": 0}
+    shares = []
+    for wave in result.waves:
+        for i in wave.node_ids:
+            moved["gb200" if i.startswith("g") else "hgx-h100"] += 1
+        shares.append((moved["gb200"], moved["hgx-h100"]))
+    assert shares == [(2, 2), (4, 10), (18, 50), (72, 200)]
+
+
 def test_a_wave_the_canary_already_filled_is_dropped_and_numbers_stay_consecutive() -> None:
     nodes = [node(i, profile=("gb200", "h100", "b200")[i % 3]) for i in range(20)]
     result = planned(request(nodes))

@@ -125,3 +125,20 @@ async def test_start_with_a_plan_hash_no_plan_had_is_refused() -> None:
     [halted] = emitted(rig.store, RolloutHalted)
     assert f"plan {'0' * 64} was never made by this planner" in halted.reason
     assert not rig.store.tables.rollouts
+
+
+async def test_a_domain_over_the_default_budget_is_refused_naming_the_setting() -> None:
+    # An NVL72 domain is 18 trays; the operator's budget here is 4.
+    nodes = [
+        fleet_node(i, fabric_domain="nvl-0", rack=f"r{i // 18}", observed={Component.NVSWITCH: "1"})
+        for i in range(18)
+    ]
+    rig = Rig(nodes)
+    rig.bundle = attested(image(Component.NVSWITCH, "2.0", activation="reset"))
+    await rig.attest()
+    await rig.submit(change_class=ChangeClass.POWER_FABRIC, dry_run=True)
+    [halted] = emitted(rig.store, RolloutHalted)
+    assert (
+        "fabric domain nvl-0 takes 18 nodes of pool p0 out at once, over its max_unavailable of "
+        "4 (set LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE to at least 18 to move it)"
+    ) in halted.reason

@@ -56,6 +56,8 @@ from lockstep_planner.lifecycle import PLANNER, Timing, note, start
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
 
 log = logging.getLogger(__name__)
+BUDGET_SETTING = "LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE"
+"""Where every pool's budget is set (``settings.default_max_unavailable``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,9 @@ def _request(
         node_of(n, target, bundle.stack_hash, remedied=n.node_id in check.remedied) for n in fleet
     )
     # The operator's budget; the intent's strategy may only lower it (``domain.plan``).
-    pools = {n.pool: Pool(n.pool, planning.default_max_unavailable) for n in nodes}
+    pools = {
+        n.pool: Pool(n.pool, planning.default_max_unavailable, set_by=BUDGET_SETTING) for n in nodes
+    }
     scoped = [f for f, n in zip(fleet, nodes, strict=True) if in_scope(n, intent.scope)]
     return (
         PlanRequest(

@@ -36,7 +36,9 @@ class Settings(ServiceSettings):
         default=8,
         ge=1,
         le=100_000,
-        description="Nodes per pool out of service at once, unless a strategy lowers it.",
+        description="Nodes per pool out of service at once, unless a strategy lowers it. A "
+        "switch bundle takes a whole fabric domain out at once (an NVL72 domain: 18 nodes), so "
+        "it needs at least that; below it the intent is refused naming this setting.",
     )
     worker_poll_s: float = Field(default=1.0, gt=0, description="Worker poll when idle, seconds.")
     lease_s: float = Field(default=120.0, gt=0, description="A claimed intent's lease, seconds.")

@@ -102,6 +102,9 @@ class Pool:
     max_unavailable: int
     windows: tuple[Window, ...] | None = None
     """None: no restriction. Empty: nothing may ever be taken out of service."""
+    set_by: str = ""
+    """Where the operator sets ``max_unavailable`` (a setting's name): a refusal over the budget
+    names it, so the operator knows what to change."""
 
     def __post_init__(self) -> None:
         if self.max_unavailable < 1:

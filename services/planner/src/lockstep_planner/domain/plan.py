@@ -136,7 +136,7 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
     )
     specs = [stage_specs(w, request.bundle, fabric_cap=caps.get(FABRIC_SLOTS)) for w in waves]
     windows = {name: Windows(pool.windows, now=now) for name, pool in request.pools.items()}
-    reasons = _unplaceable([s for wave in specs for s in wave], caps, windows)
+    reasons = _unplaceable([s for wave in specs for s in wave], caps, windows, request.pools)
     if reasons:
         raise PlanRefused(reasons)
     return _timed(request, now, waves, specs, caps, windows, canary.strata, excluded)
@@ -184,7 +184,10 @@ def _overrides(
 
 
 def _unplaceable(
-    specs: list[StageSpec], caps: Mapping[str, int], windows: Mapping[str, Windows]
+    specs: list[StageSpec],
+    caps: Mapping[str, int],
+    windows: Mapping[str, Windows],
+    pools: Mapping[str, Pool],
 ) -> list[str]:
     over: set[str] = set()
     too_long: dict[str, int] = {}
@@ -195,6 +198,7 @@ def _unplaceable(
                     over.add(
                         f"{job.label} takes {count} nodes of pool {resource} out at once, "
                         f"over its max_unavailable of {caps[resource]}"
+                        + _raise_hint(pools[resource], caps[resource], count)
                     )
                 elif resource != FABRIC_SLOTS and job.duration > windows[resource].longest():
                     too_long[resource] = max(too_long.get(resource, 0), job.duration)
@@ -203,6 +207,16 @@ def _unplaceable(
         f"(longest {windows[pool].longest()} s)"
         for pool, need in sorted(too_long.items())
     ]
+
+
+def _raise_hint(pool: Pool, cap: int, need: int) -> str:
+    """Which setting to change so a job of ``need`` nodes fits (a switch flash takes a whole
+    NVL72 domain, 18 nodes, out at once)."""
+    if cap < pool.max_unavailable:
+        return f" (the strategy's max_unavailable; the pool allows {pool.max_unavailable})"
+    if pool.set_by:
+        return f" (set {pool.set_by} to at least {need} to move it)"
+    return ""
 
 
 def _timed(

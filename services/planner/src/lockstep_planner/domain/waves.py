@@ -1,19 +1,23 @@
 """Which units go in which wave (issue 10, deliverable 5; seed 001, "ring rollout ... e.g. 5% ->
 25% -> 100%").
 
-Wave 0 is the canary. After it, wave k brings the number of moved nodes up to
-``ceil(fraction_k x scope)``, counting the canary; units are never split, so a wave may
-overshoot by less than one unit, and a wave left empty (a canary already past 5%) is dropped.
-Units are dealt round-robin over (site, rack) so every early wave touches many racks lightly
-rather than a few heavily, and the units holding control nodes go last, keeping the control
-groups untouched for as long as possible.
+Wave 0 is the canary. After it, wave k brings every stratum (profile x supplier x starting
+stack) up to ``ceil(fraction_k x its size)`` moved nodes, counting the canary: waves grow by a
+share of each stratum, so a profile whose racks are few and deep (GB200, 18 nodes a rack) grows
+at the pace of one whose racks are many and shallow (HGX, 4), instead of waiting for the last
+wave. A unit joins a wave only if one of its nodes belongs to a stratum still short of its share;
+units are never split, so a stratum may overshoot by less than one unit, and a wave left empty
+(a canary already past 5%) is dropped. Within that, units are dealt round-robin over (site, rack)
+so every early wave touches many racks lightly rather than a few heavily, and the units holding
+control nodes go last, keeping the control groups untouched for as long as possible.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
+from lockstep_planner.domain.fleet import Stratum
 from lockstep_planner.domain.units import Unit
 
 
@@ -45,27 +49,32 @@ def assign_waves(
     Args:
         canary: the canary's units (wave 0).
         rest: every other unit that moves.
-        fractions: cumulative shares of the scope after each wave, rising, ending at 1.0.
+        fractions: cumulative shares of each stratum after each wave, rising, ending at 1.0.
         controls: control node ids; their units are dealt last.
         bucket_rank: a seeded rank per (site, rack), so the dealing order is reproducible.
     """
-    total = sum(u.size for u in canary) + sum(u.size for u in rest)
+    sizes: Counter[Stratum] = Counter(n.stratum for u in (*canary, *rest) for n in u.nodes)
+    moved: Counter[Stratum] = Counter(n.stratum for u in canary for n in u.nodes)
     plain = [u for u in rest if not any(n.id in controls for n in u.nodes)]
     held = [u for u in rest if any(n.id in controls for n in u.nodes)]
     queue = _dealt(plain, bucket_rank) + _dealt(held, bucket_rank)
     waves: list[tuple[Unit, ...]] = [canary]
-    moved = sum(u.size for u in canary)
-    at = 0
     for fraction in fractions:
         # Rounded first: 0.05 x 100 is 5.000000000000001 in binary floating point.
-        target = total if fraction >= 1.0 else math.ceil(round(fraction * total, 6))
+        target = {
+            s: n if fraction >= 1.0 else math.ceil(round(fraction * n, 6)) for s, n in sizes.items()
+        }
         wave: list[Unit] = []
-        while at < len(queue) and moved < target:
-            wave.append(queue[at])
-            moved += queue[at].size
-            at += 1
+        left: list[Unit] = []
+        for unit in queue:
+            if any(moved[n.stratum] < target[n.stratum] for n in unit.nodes):
+                wave.append(unit)
+                moved.update(n.stratum for n in unit.nodes)
+            else:
+                left.append(unit)
+        queue = left
         if wave:
             waves.append(tuple(wave))
-    if at < len(queue):  # only if fractions did not end at 1.0: never drop a node silently
-        waves.append(tuple(queue[at:]))
+    if queue:  # only if fractions did not end at 1.0: never drop a node silently
+        waves.append(tuple(queue))
     return waves
