@@ -55,6 +55,7 @@ async def test_plan_prints_the_whole_plan_and_releases_nothing(cli_env: Planner)
     assert code == 0, out
     assert "dry run, nothing released" in out and "estimated duration" in out
     assert "strata covered" in out
+    assert "start exactly this plan: lockstep rollout start --plan " in out
     assert await cli_env.emitted("wave.planned.") == []
 
 

@@ -282,6 +282,11 @@ def print_plan(decided: dict[str, Any], out: Console = console) -> None:
         f"estimated duration {_duration(plan['makespan_s'])} "
         f"(lower bound {_duration(plan['lower_bound_s'])})"
     )
+    if decided["dry_run"]:
+        out.print(
+            f"start exactly this plan: lockstep rollout start --plan {decided['plan_hash']}",
+            highlight=False,
+        )
 
 
 def _some(ids: list[str], shown: int = 6) -> str:
