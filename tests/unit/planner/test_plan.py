@@ -291,6 +291,8 @@ def test_every_reason_is_named_at_once() -> None:
         "strategy: wave fractions must rise strictly: [0.5, 0.4]",
         "strategy: the last wave fraction must be 1.0, not 0.4",
         "strategy: the first wave (0.5) may not exceed the class's (0.05)",
+        "strategy: wave 2 after the canary (0.4) may not run ahead of the class's (0.25); "
+        "a strategy may only make waves smaller",
         "no budget for pool(s) nowhere: every pool needs max_unavailable",
     )
 
@@ -342,6 +344,16 @@ def test_a_component_for_another_profile_is_not_applied_to_a_node() -> None:
     stages = {s.kind: s for w in result.waves for s in w.stages}
     assert stages[ComponentKind.AB_FIRMWARE].node_ids == ("n2",)
     assert stages[ComponentKind.AB_FIRMWARE].components == ("vbios",)
+
+
+def test_a_strategy_may_add_smaller_waves_but_not_skip_the_classs_rings() -> None:
+    slower = planned(request(fleet(200), strategy=Strategy(wave_fractions=(0.05, 0.1, 0.25, 1.0))))
+    assert sizes(slower) == [2, 8, 10, 30, 150]
+    [reason] = refused(request(fleet(200), strategy=Strategy(wave_fractions=(0.05, 1.0))))
+    assert reason == (
+        "strategy: wave 2 after the canary (1.0) may not run ahead of the class's (0.25); "
+        "a strategy may only make waves smaller"
+    )
 
 
 def test_a_strategy_may_lengthen_the_class_soak_and_asking_to_shorten_it_is_refused() -> None:

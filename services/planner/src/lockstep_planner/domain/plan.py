@@ -153,6 +153,18 @@ def _fractions(policy: ClassPolicy, strategy: Strategy, reasons: list[str]) -> t
             f"strategy: the first wave ({strategy.wave_fractions[0]}) may not exceed the class's "
             f"({policy.wave_fractions[0]})"
         )
+    # Nor may a later wave run ahead of the class's (skipping its 25% ring takes 75% of the
+    # fleet at once): more, smaller waves are more careful, fewer, larger ones are not.
+    padded = policy.wave_fractions + (1.0,) * len(strategy.wave_fractions)
+    ahead = [
+        (k, f, padded[k]) for k, f in enumerate(strategy.wave_fractions) if k > 0 and f > padded[k]
+    ]
+    if ahead:
+        k, f, limit = ahead[0]
+        reasons.append(
+            f"strategy: wave {k + 1} after the canary ({f}) may not run ahead of the class's "
+            f"({limit}); a strategy may only make waves smaller"
+        )
     return strategy.wave_fractions
 
 
