@@ -179,6 +179,7 @@ def cases(draw: st.DrawFn) -> Case:
         max_unavailable=draw(st.sampled_from([None, None, 4, 18, 60])),
         soak_seconds=draw(st.sampled_from([None, None, 86_400 * 2])),
         canary_nodes=draw(st.sampled_from([None, None, 10])),
+        wave_fractions=draw(st.sampled_from([None, None, (0.05, 0.1, 0.25, 1.0), (0.05, 1.0)])),
     )
     scope = draw(
         st.sampled_from(
@@ -240,6 +241,9 @@ def planned_or_refused(case: Case) -> Plan | None:
         return None
     assert not asked_above, "a strategy raised the operator's budget"
     assert soak is None or soak >= request.policy.wave_soak_s
+    asked = case.strategy.wave_fractions or ()
+    padded = request.policy.wave_fractions + (1.0,) * len(asked)
+    assert all(f <= padded[k] for k, f in enumerate(asked)), "a strategy made a wave larger"
     return result
 
 
@@ -250,6 +254,8 @@ def check_a_strategy_only_makes_a_rollout_more_careful(
     if above:
         assert case.strategy.max_unavailable is not None
         assert case.strategy.max_unavailable > case.budget
+    if any("may only make waves smaller" in r for r in reasons):
+        assert case.strategy.wave_fractions == (0.05, 1.0)
 
 
 def check_every_node_in_scope_is_in_one_wave_or_excluded_with_a_reason(
@@ -310,7 +316,7 @@ def check_waves_grow_by_a_share_of_every_stratum(case: Case, result: Plan) -> No
     every stratum to that share of its nodes: no profile waits for the last wave."""
     by_id = {n.id: n for n in case.request.fleet}
     sizes = Counter(by_id[i].stratum for w in result.waves for i in w.node_ids)
-    fractions = case.request.policy.wave_fractions
+    fractions = case.strategy.wave_fractions or case.request.policy.wave_fractions
 
     def met(moved: Counter[Any]) -> int:
         """How many of the fractions, in order, every stratum has reached."""

@@ -82,6 +82,12 @@ async def test_the_same_request_over_the_same_fleet_is_the_same_plan() -> None:
         change_class=ChangeClass.ROUTINE, dry_run=True, strategy=Strategy(canary_nodes=5)
     )
     assert rig.store.tables.rollouts[third].plan_hash != a.plan_hash
+    # A strategy with wave fractions (floats) is hashed into the seed too.
+    slower = Strategy(wave_fractions=(0.05, 0.1, 0.25, 1.0))
+    fourth = await rig.submit(change_class=ChangeClass.ROUTINE, dry_run=True, strategy=slower)
+    fifth = await rig.submit(change_class=ChangeClass.ROUTINE, dry_run=True, strategy=slower)
+    hashes = {rig.store.tables.rollouts[r].plan_hash for r in (fourth, fifth)}
+    assert len(hashes) == 1 and a.plan_hash not in hashes
 
 
 async def test_start_with_the_reviewed_plan_hash_starts_exactly_that_plan() -> None:

@@ -90,7 +90,13 @@ def seed_of(intent: IntentSubmitted) -> str:
     request over the same fleet gives the same plan and hash, so the plan a dry run showed is
     the one ``rollout start --plan`` starts; an intent asking anything else gets another seed,
     and so another hash."""
-    return hashlib.sha256(canonical_json(asked(intent))).hexdigest()
+    content = asked(intent)
+    # Canonical JSON takes no floats (RFC 8785 numbers differ across languages); the wave
+    # fractions are hashed as Python's shortest round-trip text of each.
+    fractions = content["strategy"].get("wave_fractions")
+    if fractions is not None:
+        content["strategy"]["wave_fractions"] = [repr(f) for f in fractions]
+    return hashlib.sha256(canonical_json(content)).hexdigest()
 
 
 def stratum_key(node: Node) -> str:
