@@ -226,10 +226,6 @@ LEGIT = (
 def planned_or_refused(case: Case) -> Plan | None:
     """The plan, or None after checking the refusal is one the case asked for."""
     request = case.request
-    moving_pools = {n.pool for n in request.fleet if in_scope(n, request.scope)}
-    asked_above = case.strategy.max_unavailable is not None and any(
-        case.strategy.max_unavailable > request.pools[p].max_unavailable for p in moving_pools
-    )
     soak = case.strategy.soak_seconds
     try:
         result = plan(request, now=NOW)
@@ -239,6 +235,11 @@ def planned_or_refused(case: Case) -> Plan | None:
             exc.reasons
         )
         return None
+    pool_of = {n.id: n.pool for n in request.fleet}
+    moving_pools = {pool_of[i] for w in result.waves for i in w.node_ids}
+    asked_above = case.strategy.max_unavailable is not None and any(
+        case.strategy.max_unavailable > request.pools[p].max_unavailable for p in moving_pools
+    )
     assert not asked_above, "a strategy raised the operator's budget"
     assert soak is None or soak >= request.policy.wave_soak_s
     asked = case.strategy.wave_fractions or ()
@@ -460,7 +461,10 @@ def test_the_generator_reaches_plans_of_every_kind() -> None:
     seen: Counter[str] = Counter()
 
     @given(cases())
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    # Derandomized: the same 60 cases every run, so this checks the generator, not luck.
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+    )
     def tally(case: Case) -> None:
         try:
             result = plan(case.request, now=NOW)
