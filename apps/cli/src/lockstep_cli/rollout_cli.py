@@ -298,7 +298,7 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-BundleOpt = Annotated[str, typer.Option("--bundle", help="Attested bundle: ID[@VERSION].")]
+BundleOpt = Annotated[str, typer.Option("--bundle", help="Attested bundle: ID\\[@VERSION].")]
 ScopeOpt = Annotated[
     str,
     typer.Option(
@@ -342,7 +342,7 @@ PlanOpt = Annotated[
 @rollout_app.command("start")
 def rollout_start(
     bundle: Annotated[
-        str | None, typer.Option("--bundle", help="Attested bundle: ID[@VERSION].")
+        str | None, typer.Option("--bundle", help="Attested bundle: ID\\[@VERSION].")
     ] = None,
     scope: Annotated[
         str | None,
