@@ -257,7 +257,7 @@ async def pin_domain(
 @fabric_app.command("pin")
 def fabric_pin(
     domain: DomainArg,
-    bundle: Annotated[str, typer.Option("--bundle", help="Attested bundle: ID[@VERSION].")],
+    bundle: Annotated[str, typer.Option("--bundle", help="Attested bundle: ID\\[@VERSION].")],
     by: Annotated[
         str | None, typer.Option("--by", help="Who asks (default: the login name).")
     ] = None,
