@@ -110,6 +110,31 @@ async def test_fabric_audit_lines_are_filed_under_the_domain(backend: Backend) -
     assert [(r["actor"], r["action"]) for r in found] == [("bob", "pinned")]
 
 
+async def test_many_rows_and_audit_lines_are_written_at_once_in_order(backend: Backend) -> None:
+    """Planning 2,000 domains writes them in one statement each (issue 27, item 3): every row
+    lands, and the audit lines keep the order they were given in."""
+    domains = [FabricDomain(f"d{i:02d}", current=None, target=None) for i in range(12)]
+    lines = [AuditEntry(FABRIC_KEY + f"d{i:02d}", T0, "planner", f"a{i}", "x") for i in range(12)]
+    async with backend.store.transaction() as tx:
+        await tx.save_fabric(*(row(d, f"n{i}") for i, d in enumerate(domains)))
+        await tx.audit(*reversed(lines))
+        await tx.save_fabric()
+        await tx.audit()
+    async with backend.store.transaction() as tx:
+        rows = await tx.fabric_domains()
+    assert [r.node_ids for r in rows.values()] == [(f"n{i}",) for i in range(12)]
+    if backend.pool is None:
+        assert backend.memory is not None
+        found = [a.action for d in rows for a in backend.memory.audit_of(FABRIC_KEY + d)]
+        order = [a.action for a in backend.memory.tables.audit]
+    else:
+        records = await backend.pool.fetch("SELECT action FROM audit ORDER BY id")
+        order = [r["action"] for r in records]
+        found = order
+    assert sorted(found) == sorted(f"a{i}" for i in range(12))
+    assert order == [f"a{i}" for i in reversed(range(12))]
+
+
 async def test_postgres_keeps_derived_state_and_refuses_what_the_domain_never_says(
     servers: Any, namespace: str
 ) -> None:

@@ -242,16 +242,16 @@ class PlannerTx(Protocol):
         """Mark a command done with what came of it."""
         ...
 
-    async def audit(self, entry: AuditEntry) -> None:
-        """Append to the audit trail."""
+    async def audit(self, *entries: AuditEntry) -> None:
+        """Append to the audit trail, in order (none: nothing)."""
         ...
 
     async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
         """Domain -> its row (of ``ids``, or all), locked until the transaction ends."""
         ...
 
-    async def save_fabric(self, row: FabricRow) -> None:
-        """Insert or replace a fabric domain's row."""
+    async def save_fabric(self, *rows: FabricRow) -> None:
+        """Insert or replace fabric domains' rows (one statement however many)."""
         ...
 
 

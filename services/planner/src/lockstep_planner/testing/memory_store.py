@@ -199,15 +199,16 @@ class MemoryTx:
         command, _ = self.t.commands[command_id]
         self.t.commands[command_id] = (command, outcome)
 
-    async def audit(self, entry: AuditEntry) -> None:
-        self.t.audit.append(entry)
+    async def audit(self, *entries: AuditEntry) -> None:
+        self.t.audit.extend(entries)
 
     async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
         wanted = None if ids is None else set(ids)
         return {d: row for d, row in sorted(self.t.fabric.items()) if wanted is None or d in wanted}
 
-    async def save_fabric(self, row: FabricRow) -> None:
-        self.t.fabric[row.domain.id] = row
+    async def save_fabric(self, *rows: FabricRow) -> None:
+        for row in rows:
+            self.t.fabric[row.domain.id] = row
 
 
 class MemoryStore:
