@@ -23,7 +23,7 @@ from lockstep_planner.domain.fabric import (
     occupy,
     start_update,
 )
-from lockstep_planner.store import FABRIC_KEY, AuditEntry, FabricRow, PlannerStore
+from lockstep_planner.store import FABRIC_KEY, AuditEntry, FabricRow, PlannerStore, WindowsRow
 from lockstep_planner.testing.memory_store import MemoryStore
 
 pytestmark = pytest.mark.integration
@@ -175,3 +175,22 @@ async def test_postgres_keeps_derived_state_and_refuses_what_the_domain_never_sa
         assert (command.rollout_id, command.action, command.bundle) == ("fabric:d1", "pin", "h3")
     finally:
         await pool.close()
+
+
+async def test_maintenance_windows_are_replaced_and_removed_whole(backend: Backend) -> None:
+    """What `lockstep pool set` leaves in the planner's store (migration 0004)."""
+    first = WindowsRow("pool", "p0", "UTC", ("sat 22:00-06:00",), "alice", T0)
+    later = WindowsRow(
+        "pool", "p0", "Europe/Berlin", ("sun 01:00-03:00", "wed 02:00-03:00"), "bob", T0
+    )
+    site = WindowsRow("site", "p0", "UTC", ("daily 01:00-02:00",), "carol", T0)
+    async with backend.store.transaction() as tx:
+        assert await tx.set_maintenance("pool", "p0", first) is None
+        assert await tx.set_maintenance("site", "p0", site) is None
+    async with backend.store.transaction() as tx:
+        assert await tx.set_maintenance("pool", "p0", later) == first
+        assert await tx.maintenance() == [later, site]
+    async with backend.store.transaction() as tx:
+        assert await tx.set_maintenance("pool", "p0", None) == later
+        assert await tx.set_maintenance("pool", "nope", None) is None
+        assert await tx.maintenance() == [site]

@@ -36,6 +36,7 @@ from lockstep_planner.store import (
     PlannerTx,
     RolloutRow,
     WaveRow,
+    WindowsRow,
 )
 
 E = TypeVar("E", bound=EventData)
@@ -408,6 +409,36 @@ class PostgresTx:
             )
         return {r["domain"]: _fabric(r) for r in rows}
 
+    async def maintenance(self) -> list[WindowsRow]:
+        rows = await self.conn.fetch("SELECT * FROM maintenance_windows ORDER BY scope, name")
+        return [_windows(r) for r in rows]
+
+    async def set_maintenance(
+        self, scope: str, name: str, row: WindowsRow | None
+    ) -> WindowsRow | None:
+        found = await self.conn.fetchrow(
+            "SELECT * FROM maintenance_windows WHERE scope = $1 AND name = $2 FOR UPDATE",
+            scope,
+            name,
+        )
+        if row is None:
+            await self.conn.execute(
+                "DELETE FROM maintenance_windows WHERE scope = $1 AND name = $2", scope, name
+            )
+        else:
+            await self.conn.execute(
+                "INSERT INTO maintenance_windows (scope, name, timezone, windows, set_by, set_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, name) DO UPDATE SET"
+                " timezone = $3, windows = $4, set_by = $5, set_at = $6",
+                scope,
+                name,
+                row.timezone,
+                list(row.windows),
+                row.set_by,
+                row.set_at,
+            )
+        return None if found is None else _windows(found)
+
     async def save_fabric(self, *rows: FabricRow) -> None:
         if not rows:
             return
@@ -435,6 +466,12 @@ class PostgresTx:
                 for row in rows
             ],
         )
+
+
+def _windows(r: asyncpg.Record) -> WindowsRow:
+    return WindowsRow(
+        r["scope"], r["name"], r["timezone"], tuple(r["windows"]), r["set_by"], r["set_at"]
+    )
 
 
 def _fabric(r: asyncpg.Record) -> FabricRow:
