@@ -10,7 +10,7 @@ dry-run only: the updater times each real step, and the healthgate judges, not t
 from __future__ import annotations
 
 import functools
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from lockstep_common import canonical
@@ -167,8 +167,8 @@ def current_versions(nodes: Iterable[FleetNode]) -> dict[str, str]:
     """Component -> version where every node in scope that reports it agrees: what a standard
     change's window is checked against (a component the scope disagrees on is left out, so a
     change to it is judged as coming from an unknown version)."""
-    seen: dict[str, Counter[str]] = defaultdict(Counter)
+    seen: dict[str, set[str]] = defaultdict(set)
     for node in nodes:
         for component, version in node.observed.items():
-            seen[str(component)][version] += 1
-    return {c: next(iter(v)) for c, v in sorted(seen.items()) if len(v) == 1}
+            seen[component].add(version)
+    return {str(c): next(iter(v)) for c, v in sorted(seen.items()) if len(v) == 1}
