@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -159,16 +158,22 @@ async def set_windows(
     settings: Settings, data: MaintenanceWindowsRequested, wait_s: float
 ) -> tuple[int, str]:
     """Send the request and wait for the planner's audit line naming it: (exit code, line)."""
+    from lockstep_cli.polling import until
+
     event_id = await _publish(settings, data, min(10.0, max(wait_s, 1.0)))
     what = f"{data.scope} {data.name}"
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+
+    async def recorded() -> str | None:
         found = await windows_view(settings, (data.scope, data.name))
         for line in found[0]["history"] if found else ():
             if f"request {event_id}" in line["detail"]:
-                return 0, f"{what}: {line['action']} by {line['actor']}"
-        await asyncio.sleep(0.2)
-    return 1, f"{what}: request {event_id} sent, but the planner has not recorded it yet"
+                return f"{what}: {line['action']} by {line['actor']}"
+        return None
+
+    try:
+        return 0, await until(recorded, what=f"request {event_id}", timeout_s=wait_s, poll_s=0.2)
+    except TimeoutError:
+        return 1, f"{what}: request {event_id} sent, but the planner has not recorded it yet"
 
 
 @pool_app.command("set")
