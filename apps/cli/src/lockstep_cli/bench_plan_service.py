@@ -8,15 +8,17 @@ in-memory path), registered in the inventory with one BMC observation per node c
 versions (unreadable nodes unreadable; no drift is recorded, so the few nodes the in-memory path
 marks drifted move too). The bundle moves ``components`` images, the first of ``MOVED`` for
 each profile (NVSwitch firmware included, so whole domains move and are pinned), as
-``bundle.attested``; the packaged routine class with approvals waived, so the rollout starts.
+``bundle.attested``; every other pool gets a nightly window (``daily 22:00-06:00`` UTC), sent
+as ``lockstep pool set`` sends it, as the in-memory path's pools have one; the packaged routine
+class with approvals waived, so the rollout starts.
 The clock runs from just before the ``intent.submitted`` publish until ``rollout.planned``
 arrives on the bus: the intent consumed and recorded, the worker woken, the fleet read over
 ``fleet.query`` (500 nodes a page), fabric domains learned, the plan made, the rollout, its
 waves, pins and audit lines committed, and the event relayed from the outbox.
 
-``core_s`` is ``domain.plan`` alone in the same run, on the same fleet and bundle with the
-planner's default budget per pool and no maintenance windows (the service's pools have none
-either); ``service_ratio`` = ``service_s / core_s``.
+``core_s`` is ``domain.plan`` alone in the same run, on the same fleet, bundle and windows with
+the same budget per pool (the in-memory path's: a tenth of a pool, at least a domain, set as
+the planner's ``DEFAULT_MAX_UNAVAILABLE``); ``service_ratio`` = ``service_s / core_s``.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from lockstep_common.events.v1 import (
     AttestedComponent,
     BundleAttested,
     IntentSubmitted,
+    MaintenanceWindowsRequested,
     ScopeSelector,
     Strategy,
 )
+from lockstep_common.maintenance import parse_schedule
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component, ObservationSource
 from lockstep_inventory.adapters import registry, state
@@ -59,6 +63,7 @@ from lockstep_planner.app import create_app as planner_app
 from lockstep_planner.domain.fleet import Pool
 from lockstep_planner.domain.intake import bundle_of
 from lockstep_planner.domain.plan import PlanRequest, plan
+from lockstep_planner.domain.windows import declared_windows
 from lockstep_planner.handlers import rollout_id_of
 from lockstep_planner.settings import Settings as PlannerSettings
 
@@ -77,6 +82,7 @@ MOVED = (
     Component.CONTAINER_TOOLKIT,
 )
 OLD, OLDER, TARGET = "1.0", "0.9", "2.0"
+NIGHTLY = "daily 22:00-06:00"
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,7 @@ async def one_run(
             **common,
             db_schema=f"{namespace}_planner",
             policy_file=_policy(work / f"{namespace}.yaml"),
+            default_max_unavailable=_budget(nodes, domains),
         )
     )
     nc = await nats.connect(nats_url)
@@ -209,6 +216,17 @@ async def one_run(
             return bool(await planner.require().pool.fetchval("SELECT count(*) FROM bundles"))
 
         await until(known, what="bundle recorded")
+        # Every other pool open only at night, as the in-memory path's are, set as operators
+        # set them (`lockstep pool set`).
+        nightly = sorted({e.pool for e in entries})[1::2]
+        for pool in nightly:
+            await _publish(nc, ns, subjects.maintenance_requested(), _nightly(pool))
+
+        async def windows_kept() -> bool:
+            held = await planner.require().pool.fetchval("SELECT count(*) FROM maintenance_windows")
+            return bool(held == len(nightly))
+
+        await until(windows_kept, what="maintenance windows recorded")
         data = IntentSubmitted(
             intent_id=uuid.uuid4(),
             stack_hash=bundle.stack_hash,
@@ -233,9 +251,7 @@ async def one_run(
             "SELECT count(*) FROM waves WHERE rollout_id = $1", rollout_id_of(data.intent_id)
         )
         moved = await planner.require().pool.fetchval("SELECT count(*) FROM rollout_nodes")
-        core = _core(
-            nodes, domains, bundle, PlannerSettings.model_fields["default_max_unavailable"].default
-        )
+        core = _core(nodes, domains, bundle, _budget(nodes, domains), nightly)
         return RunResult(done - started, core, int(waves), int(moved))
     finally:
         await planner.stop()
@@ -244,13 +260,31 @@ async def one_run(
         await drop_namespace(nats_url, database_url, namespace)
 
 
-def _core(nodes: int, domains: int, bundle: BundleAttested, default_cap: int) -> float:
-    """The in-memory core (``domain.plan``) on the same fleet, bundle and budgets."""
+def _budget(nodes: int, domains: int) -> int:
+    """The in-memory path's budget (a tenth of a pool, at least a whole domain), as the
+    operator's setting: its pools are the same size to within a node."""
+    _, pools = fleet(nodes, domains)
+    return min(p.max_unavailable for p in pools.values())
+
+
+def _nightly(pool: str) -> MaintenanceWindowsRequested:
+    return MaintenanceWindowsRequested(
+        scope="pool", name=pool, windows=(NIGHTLY,), requested_by="bench"
+    )
+
+
+def _core(
+    nodes: int, domains: int, bundle: BundleAttested, default_cap: int, nightly: list[str]
+) -> float:
+    """The in-memory core (``domain.plan``) on the same fleet, bundle, budgets and windows."""
     planned, pools = fleet(nodes, domains)
     policy = packaged_policy()[ChangeClass.ROUTINE]
+    now = dt.datetime.now(dt.UTC)
+    declared = {("pool", p): parse_schedule([NIGHTLY]) for p in nightly}
+    windows = declared_windows(planned, declared, now=now)
     request = PlanRequest(
         fleet=planned,
-        pools={name: Pool(name, default_cap) for name in pools},
+        pools={name: Pool(name, default_cap, windows[name]) for name in pools},
         bundle=bundle_of(bundle.stack_hash, bundle.components),
         scope=ScopeSelector(),
         change_class=ChangeClass.ROUTINE,
@@ -258,7 +292,7 @@ def _core(nodes: int, domains: int, bundle: BundleAttested, default_cap: int) ->
         seed="bench",
     )
     started = time.perf_counter()
-    plan(request, now=dt.datetime.now(dt.UTC))
+    plan(request, now=now)
     return time.perf_counter() - started
 
 
