@@ -4,6 +4,7 @@ and a window that cannot be met refuses the intent with the reason."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -110,3 +111,22 @@ async def test_a_site_window_alone_binds_every_pool_of_the_site() -> None:
     await rig.attest()
     rollout = await rig.submit(change_class=ChangeClass.STANDARD)
     assert rig.store.tables.rollouts[rollout].plan["makespan_s"] >= 10 * 3600
+
+
+async def test_the_worker_announces_the_windows_it_holds_when_it_starts() -> None:
+    """The stream keeps 30 days: an updater with a fresh database learns older windows from
+    this announcement, each with the time it was set (so an updater holding it changes nothing)."""
+    rig = Rig()
+    await deliver(rig.store, on_maintenance_requested, request("pool", "p0", "sat 22:00-06:00"))
+    await deliver(rig.store, on_maintenance_requested, request("site", "site-a", "sun 01:00-02:00"))
+    await deliver(rig.store, on_maintenance_requested, request("pool", "gone", "sun 01:00-02:00"))
+    await deliver(rig.store, on_maintenance_requested, request("pool", "gone"))
+    before = len(emitted(rig.store, MaintenanceWindowsChanged))
+    rig.store.now += timedelta(days=45)
+    await rig.worker.announce(rig.store)
+    again = emitted(rig.store, MaintenanceWindowsChanged)[before:]
+    assert [(c.scope, c.name, c.windows) for c in again] == [
+        ("pool", "p0", ("sat 22:00-06:00",)),
+        ("site", "site-a", ("sun 01:00-02:00",)),
+    ]
+    assert {c.set_at for c in again} == {rig.store.now - timedelta(days=45)}

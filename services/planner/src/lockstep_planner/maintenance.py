@@ -8,7 +8,9 @@ the updater keeps to start no node's work outside them. The windows were checked
 event was decoded (``MaintenanceWindowsRequested`` refuses what ``parse_schedule`` refuses),
 so a hand-made event with a bad window is dead-lettered and changes nothing. ``requested_by``
 is the operator's own word, as an intent's ``submitted_by`` is; what the bus guarantees is
-that it came from the CLI's identity.
+that it came from the CLI's identity. When the planner starts it announces every pool's and
+site's windows again (``announce_all``), so an updater with a fresh database learns them even
+after the stream has dropped the original announcements.
 """
 
 from __future__ import annotations
@@ -76,6 +78,28 @@ async def on_maintenance_requested(
         about=audit_key(data.scope, data.name),
         correlation_id=str(env.event_id),
     )
+
+
+async def announce_all(tx: PlannerTx) -> int:
+    """Announce every pool's and site's windows again, each as it was set (same ``set_at``):
+    the MAINTENANCE stream keeps 30 days, so an updater started with an empty database would
+    otherwise never hear of windows set before that, and start work outside them. An updater
+    that holds them already changes nothing (it keeps the latest ``set_at``). Returns how many."""
+    rows = await tx.maintenance()
+    for row in rows:
+        tx.events.emit(
+            subjects.maintenance_changed(),
+            MaintenanceWindowsChanged(
+                scope=row.scope,  # type: ignore[arg-type]
+                name=row.name,
+                timezone=row.timezone,
+                windows=row.windows,
+                set_by=row.set_by,
+                set_at=row.set_at,
+            ),
+            about=audit_key(row.scope, row.name),
+        )
+    return len(rows)
 
 
 def schedules(rows: Iterable[WindowsRow]) -> dict[tuple[str, str], Schedule]:

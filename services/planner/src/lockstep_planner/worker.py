@@ -40,6 +40,7 @@ from lockstep_planner.lifecycle import (
     start,
     stop,
 )
+from lockstep_planner.maintenance import announce_all
 from lockstep_planner.planning import Planning, plan_intent, refuse
 from lockstep_planner.store import (
     FABRIC_KEY,
@@ -92,6 +93,7 @@ class PlannerWorker:
         store, fleet = self._store(resources), self._fleet(resources)
         occupancy = self._occupancy(resources)
         async with self._listening(resources):
+            await self.announce(store)
             while not stopping.is_set():
                 busy = False
                 self._wake.clear()  # a notice from now on is for work this pass may miss
@@ -133,6 +135,18 @@ class PlannerWorker:
 
     def _on_notify(self, *_: object) -> None:
         self._wake.set()
+
+    async def announce(self, store: PlannerStore) -> None:
+        """Announce the maintenance windows held, once at start (``maintenance.announce_all``);
+        a failure is logged and the worker goes on (the windows stay as they were)."""
+        try:
+            async with store.transaction() as tx:
+                count = await announce_all(tx)
+        except Exception:
+            log.exception("planner worker: maintenance windows not announced at start")
+            return
+        if count:
+            log.info("announced the maintenance windows of %d pool(s) and site(s)", count)
 
     async def step(
         self, store: PlannerStore, fleet: FleetSource, occupancy: Occupancy | None = None
