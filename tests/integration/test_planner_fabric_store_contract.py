@@ -23,7 +23,7 @@ from lockstep_planner.domain.fabric import (
     occupy,
     start_update,
 )
-from lockstep_planner.store import FABRIC_KEY, AuditEntry, FabricRow, PlannerStore
+from lockstep_planner.store import FABRIC_KEY, AuditEntry, FabricRow, PlannerStore, WindowsRow
 from lockstep_planner.testing.memory_store import MemoryStore
 
 pytestmark = pytest.mark.integration
@@ -110,6 +110,31 @@ async def test_fabric_audit_lines_are_filed_under_the_domain(backend: Backend) -
     assert [(r["actor"], r["action"]) for r in found] == [("bob", "pinned")]
 
 
+async def test_many_rows_and_audit_lines_are_written_at_once_in_order(backend: Backend) -> None:
+    """Planning 2,000 domains writes them in one statement each (issue 27, item 3): every row
+    lands, and the audit lines keep the order they were given in."""
+    domains = [FabricDomain(f"d{i:02d}", current=None, target=None) for i in range(12)]
+    lines = [AuditEntry(FABRIC_KEY + f"d{i:02d}", T0, "planner", f"a{i}", "x") for i in range(12)]
+    async with backend.store.transaction() as tx:
+        await tx.save_fabric(*(row(d, f"n{i}") for i, d in enumerate(domains)))
+        await tx.audit(*reversed(lines))
+        await tx.save_fabric()
+        await tx.audit()
+    async with backend.store.transaction() as tx:
+        rows = await tx.fabric_domains()
+    assert [r.node_ids for r in rows.values()] == [(f"n{i}",) for i in range(12)]
+    if backend.pool is None:
+        assert backend.memory is not None
+        found = [a.action for d in rows for a in backend.memory.audit_of(FABRIC_KEY + d)]
+        order = [a.action for a in backend.memory.tables.audit]
+    else:
+        records = await backend.pool.fetch("SELECT action FROM audit ORDER BY id")
+        order = [r["action"] for r in records]
+        found = order
+    assert sorted(found) == sorted(f"a{i}" for i in range(12))
+    assert order == [f"a{i}" for i in reversed(range(12))]
+
+
 async def test_postgres_keeps_derived_state_and_refuses_what_the_domain_never_says(
     servers: Any, namespace: str
 ) -> None:
@@ -150,3 +175,22 @@ async def test_postgres_keeps_derived_state_and_refuses_what_the_domain_never_sa
         assert (command.rollout_id, command.action, command.bundle) == ("fabric:d1", "pin", "h3")
     finally:
         await pool.close()
+
+
+async def test_maintenance_windows_are_replaced_and_removed_whole(backend: Backend) -> None:
+    """What `lockstep pool set` leaves in the planner's store (migration 0004)."""
+    first = WindowsRow("pool", "p0", "UTC", ("sat 22:00-06:00",), "alice", T0)
+    later = WindowsRow(
+        "pool", "p0", "Europe/Berlin", ("sun 01:00-03:00", "wed 02:00-03:00"), "bob", T0
+    )
+    site = WindowsRow("site", "p0", "UTC", ("daily 01:00-02:00",), "carol", T0)
+    async with backend.store.transaction() as tx:
+        assert await tx.set_maintenance("pool", "p0", first) is None
+        assert await tx.set_maintenance("site", "p0", site) is None
+    async with backend.store.transaction() as tx:
+        assert await tx.set_maintenance("pool", "p0", later) == first
+        assert await tx.maintenance() == [later, site]
+    async with backend.store.transaction() as tx:
+        assert await tx.set_maintenance("pool", "p0", None) == later
+        assert await tx.set_maintenance("pool", "nope", None) is None
+        assert await tx.maintenance() == [site]

@@ -5,6 +5,7 @@ store fails here."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -17,6 +18,7 @@ from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import Component
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.domain.windows import Declared
 from lockstep_updater.store import UpdaterStore
 from lockstep_updater.testing.memory_store import MemoryStore
 
@@ -475,3 +477,27 @@ async def test_facts_say_whether_the_node_is_in_the_wave_and_the_approved_plan(
         "n3": (True, False, None),
         "n4": (True, None, None),
     }
+
+
+async def test_maintenance_windows_keep_the_latest_announcement(store: UpdaterStore) -> None:
+    """What `maintenance.changed` leaves (migration 0009): the pool's and the site's windows,
+    a later announcement replaces an earlier one, an older one arriving late changes nothing,
+    and a cleared schedule holds nothing back."""
+    t0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    t1 = t0 + timedelta(minutes=5)
+    async with store.transaction() as tx:
+        assert await tx.record_maintenance("pool", "p0", "UTC", ("sat 22:00-06:00",), t1)
+        assert not await tx.record_maintenance("pool", "p0", "UTC", ("sun 01:00-02:00",), t0)
+        assert await tx.record_maintenance(
+            "site", "s1", "Europe/Berlin", ("daily 01:00-02:00",), t0
+        )
+        assert await tx.record_maintenance("pool", "p1", "UTC", ("daily 01:00-02:00",), t0)
+    async with store.transaction() as tx:
+        found = sorted(await tx.maintenance("p0", "s1"), key=lambda d: d.scope)
+        assert found == [
+            Declared("pool", "p0", "UTC", ("sat 22:00-06:00",)),
+            Declared("site", "s1", "Europe/Berlin", ("daily 01:00-02:00",)),
+        ]
+        assert await tx.record_maintenance("pool", "p0", "UTC", None, t1 + timedelta(seconds=1))
+    async with store.transaction() as tx:
+        assert await tx.maintenance("p0", "elsewhere") == []

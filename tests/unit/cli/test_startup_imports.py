@@ -119,6 +119,7 @@ GROUP_MODULES = {
     "lockstep_cli.fleet_cli",
     "lockstep_cli.gate_cli",
     "lockstep_cli.node_cli",
+    "lockstep_cli.pool_cli",
     "lockstep_cli.rollout_cli",
     "lockstep_cli.topology_cli",
     "lockstep_sim.cli",

@@ -9,7 +9,14 @@ import pytest
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.members import map_member
 from lockstep_sim.profiles import PROFILE_CLASSES
-from lockstep_updater.domain.guard import Facts, Verdict, decide, outside_plan, outside_wave
+from lockstep_updater.domain.guard import (
+    Decision,
+    Facts,
+    Verdict,
+    decide,
+    outside_plan,
+    outside_wave,
+)
 from lockstep_updater.domain.targets import MEMBER_PATTERNS, targets_for
 
 pytestmark = pytest.mark.unit
@@ -103,3 +110,17 @@ def test_the_table_classifies_members_as_the_inventory_does(member: str) -> None
     ours = [c for c, pattern in MEMBER_PATTERNS.items() if pattern.fullmatch(member)]
     theirs = map_member(member).component
     assert ours == ([] if theirs is None or theirs not in MEMBER_PATTERNS else [theirs])
+
+
+def test_a_closed_maintenance_window_holds_only_the_start_of_a_nodes_work() -> None:
+    shut = dataclasses.replace(OK, window_closed="pool p0 is outside its maintenance windows")
+    waits = decide(shut, takes_out_of_service=True, starts_work=True)
+    assert waits == Decision(Verdict.WAIT, "pool p0 is outside its maintenance windows")
+    assert decide(shut, takes_out_of_service=False, starts_work=True).verdict is Verdict.WAIT
+    # Work begun goes on (activation, verify, give back), and a rollback is never held.
+    assert decide(shut, takes_out_of_service=True).verdict is Verdict.PROCEED
+    rollback = decide(shut, takes_out_of_service=True, starts_work=True, rollback=True)
+    assert rollback.verdict is Verdict.PROCEED
+    # A halt still outranks it.
+    halted = dataclasses.replace(shut, halted="gate tripped")
+    assert decide(halted, takes_out_of_service=True, starts_work=True).verdict is Verdict.HALT

@@ -332,13 +332,26 @@ def bench_plan(
         str, typer.Option("--class", help="routine, emergency or power_fabric.")
     ] = "routine",
     runs: Annotated[int, typer.Option(min=1, help="Runs; medians are reported.")] = 3,
+    service: Annotated[
+        bool,
+        typer.Option(
+            "--service",
+            help="Also plan the fleet through a running planner and inventory (intent in to "
+            "rollout.planned out, on NATS and PostgreSQL: LOCKSTEP_NATS_URL / "
+            "LOCKSTEP_DATABASE_URL, else embedded servers), against the core in the same run.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Planning time and peak memory for a generated fleet, and the plan's makespan vs a lower
-    bound from the same budgets, windows and durations."""
+    bound from the same budgets, windows and durations; with --service, the running planner's
+    time too."""
     from lockstep_cli.bench_plan import command
 
-    command(nodes, domains, components, change_class, runs, console if not as_json else None)
+    servers = bench_servers if service else None
+    command(
+        nodes, domains, components, change_class, runs, console if not as_json else None, servers
+    )
 
 
 @bench_app.command("startup")

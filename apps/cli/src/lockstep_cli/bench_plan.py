@@ -20,6 +20,8 @@ import resource
 import statistics
 import time
 import tracemalloc
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -192,8 +194,11 @@ def command(
     change_class: str,
     runs: int,
     console: Console | None,
+    servers: Callable[[], AbstractContextManager[tuple[str, str]]] | None = None,
 ) -> None:
-    """Run the bench and print a table on ``console``, or JSON when it is None."""
+    """Run the bench and print a table on ``console``, or JSON when it is None; with
+    ``servers`` (NATS and database URLs), the running-service path too (``bench_plan_service``,
+    routine class)."""
     try:
         chosen = ChangeClass(change_class)
     except ValueError:
@@ -202,6 +207,13 @@ def command(
         result = run_bench(nodes, domains, components, runs, chosen)
     except PlanRefused as exc:
         fail(f"the generated fleet cannot be planned as {chosen}: {exc}")
+    if servers is not None:
+        import asyncio
+
+        from lockstep_cli.bench_plan_service import run_service_bench
+
+        with servers() as urls:
+            result.update(asyncio.run(run_service_bench(*urls, nodes, domains, components, runs)))
     if console is None:
         print(json.dumps(result))
         return
@@ -216,9 +228,23 @@ def command(
     table.add_row("makespan (soaks included)", f"{result['makespan_s'] / 3600:,.1f} h")
     table.add_row("lower bound (same soaks)", f"{result['lower_bound_s'] / 3600:,.1f} h")
     table.add_row("ratio (goal <= 1.15)", f"{result['ratio']:.3f}")
+    if servers is not None:
+        table.add_row(
+            "running planner: intent -> rollout.planned (goal <= 3 s)",
+            f"{result['service_s']:.3f} s",
+        )
+        table.add_row(
+            "in-memory core, same fleet and bundle, same run", f"{result['core_s']:.3f} s"
+        )
+        table.add_row("running planner / core", f"{result['service_ratio']}")
     console.print(table)
     console.print(
         f"{result['waves']} waves, canary {result['canary_nodes']} nodes, "
         f"{result['excluded']} excluded, soaks {result['soak_s'] / 3600:,.1f} h; "
         f"per run: {result['seconds_runs']} s"
+        + (
+            f"; running planner per run: {result['service_runs']} s (core {result['core_runs']} s)"
+            if servers is not None
+            else ""
+        )
     )

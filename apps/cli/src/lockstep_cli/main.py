@@ -68,6 +68,11 @@ GROUPS: dict[str, Lazy] = {
         "fabric_app",
         "Fabric domains: current and target bundle, update state, lifecycle; pin a target.",
     ),
+    "pool": Lazy(
+        "lockstep_cli.pool_cli",
+        "pool_app",
+        "Maintenance windows per pool and per site: set them, show them.",
+    ),
     "topology": Lazy(
         "lockstep_cli.topology_cli", "topology_app", "JetStream streams and consumers."
     ),

@@ -88,6 +88,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     v1.WaveCompleted: Channel(lambda: subjects.wave_completed(ROLLOUT)),
     # The planner publishes the pins of rollouts; `lockstep fleet pin` sets pins by hand.
     v1.PinChanged: Channel(lambda: subjects.pin_changed(SITE), ("cli",)),
+    # `lockstep pool set` asks; the planner records, audits and announces what it holds.
+    v1.MaintenanceWindowsRequested: Channel(subjects.maintenance_requested, ("cli",)),
+    v1.MaintenanceWindowsChanged: Channel(subjects.maintenance_changed, readers=("sre",)),
     v1.DeviceStaged: Channel(lambda: subjects.device(DeviceOutcome.STAGED, ROLLOUT, NODE)),
     v1.DeviceActivated: Channel(lambda: subjects.device(DeviceOutcome.ACTIVATED, ROLLOUT, NODE)),
     v1.DeviceVerified: Channel(lambda: subjects.device(DeviceOutcome.VERIFIED, ROLLOUT, NODE)),

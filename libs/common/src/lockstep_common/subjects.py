@@ -85,6 +85,16 @@ def pin_changed_all() -> str:
     return "pin.changed.>"
 
 
+def maintenance_requested() -> str:
+    """Operators' maintenance windows for a pool or a site, to the planner."""
+    return "maintenance.requested"
+
+
+def maintenance_changed() -> str:
+    """The maintenance windows the planner holds now (planner -> updater, readers)."""
+    return "maintenance.changed"
+
+
 def waves_all() -> str:
     """Every wave planned or completed (a subscription pattern)."""
     return "wave.>"

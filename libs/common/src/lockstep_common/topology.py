@@ -148,6 +148,12 @@ EVENT_STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("INTENTS", ("intent.>",), 30 * DAY, "Planners' rollout intents"),
     StreamSpec("ROLLOUTS", ("rollout.>", "wave.>"), 30 * DAY, "Rollout plans, waves, outcomes"),
     StreamSpec("PINS", ("pin.>",), 30 * DAY, "Which golden stack each scope is pinned to"),
+    StreamSpec(
+        "MAINTENANCE",
+        ("maintenance.>",),
+        30 * DAY,
+        "Maintenance windows operators set per pool and site",
+    ),
     StreamSpec("DEVICES", ("device.>",), 30 * DAY, "Per-device stage/activate/verify outcomes"),
     StreamSpec("GATES", ("gate.>",), 30 * DAY, "Health-gate verdicts"),
     StreamSpec(

@@ -97,6 +97,7 @@ def create_app(settings: Settings) -> ServiceApp:
             max_attempts=settings.max_attempts,
             occupancy=lambda _: occupancy_of(settings),
             fabric_sync_s=settings.fabric_sync_s,
+            wake_channel=f"{app.schema}_planner",
         ),
         QueryGauges(app.metrics.registry, GAUGES),
     )

@@ -54,6 +54,32 @@ async def note(
     await tx.audit(AuditEntry(FABRIC_KEY + domain_id, now, actor, action, clip_text(detail)))
 
 
+def change(
+    row: FabricRow | None,
+    domain: FabricDomain,
+    *,
+    by: str,
+    now: datetime,
+    action: str,
+    detail: str,
+    node_ids: Sequence[str] | None = None,
+) -> tuple[FabricRow, AuditEntry]:
+    """The domain's new row with who changed it, and the audit line saying so."""
+    nodes = tuple(node_ids) if node_ids is not None else (row.node_ids if row else ())
+    saved = FabricRow(domain, nodes, by, now)
+    entry = AuditEntry(
+        FABRIC_KEY + domain.id,
+        now,
+        by,
+        action,
+        clip_text(
+            f"{detail}; now {domain.lifecycle.value}, {domain.update_state.value} "
+            f"({domain.update_reason})"
+        ),
+    )
+    return saved, entry
+
+
 async def save(
     tx: PlannerTx,
     row: FabricRow | None,
@@ -66,18 +92,11 @@ async def save(
     node_ids: Sequence[str] | None = None,
 ) -> FabricRow:
     """Store the domain's new state with who changed it, and audit the change."""
-    nodes = tuple(node_ids) if node_ids is not None else (row.node_ids if row else ())
-    saved = FabricRow(domain, nodes, by, now)
-    await tx.save_fabric(saved)
-    await note(
-        tx,
-        domain.id,
-        by,
-        action,
-        f"{detail}; now {domain.lifecycle.value}, {domain.update_state.value} "
-        f"({domain.update_reason})",
-        now,
+    saved, entry = change(
+        row, domain, by=by, now=now, action=action, detail=detail, node_ids=node_ids
     )
+    await tx.save_fabric(saved)
+    await tx.audit(entry)
     return saved
 
 
@@ -93,21 +112,25 @@ async def sync(
             members.setdefault(node.fabric_domain, []).append(node.node_id)
     rows = await tx.fabric_domains(members)
     freed: set[str] = set()
+    # Written together at the end: at 2,000 domains, a statement per domain was most of an
+    # intent's planning time (issue 27, item 3).
+    saved: dict[str, FabricRow] = {}
+    lines: list[AuditEntry] = []
     for domain_id, nodes in sorted(members.items()):
         ids = tuple(sorted(nodes))
         row = rows.get(domain_id)
         if row is None:
-            domain = fresh(domain_id)
-            row = await save(
-                tx,
+            row, line = change(
                 None,
-                domain,
+                fresh(domain_id),
                 by=INVENTORY,
                 now=now,
                 action="discovered",
                 detail=f"{len(ids)} node(s) in the fleet",
                 node_ids=ids,
             )
+            saved[domain_id] = row
+            lines.append(line)
         domain = row.domain
         if busy is not None:
             jobs = sorted(set(ids) & busy)
@@ -119,12 +142,15 @@ async def sync(
                     else "no job runs on any of its nodes"
                 )
                 action = "occupied" if jobs else "available"
-                row = await save(tx, row, seen, by=SCHEDULER, now=now, action=action, detail=detail)
+                row, line = change(row, seen, by=SCHEDULER, now=now, action=action, detail=detail)
+                saved[domain_id] = row
+                lines.append(line)
                 if seen.lifecycle is Lifecycle.AVAILABLE and seen.rollout is not None:
                     freed.add(seen.rollout)
         if row.node_ids != ids:
-            row = dataclasses.replace(row, node_ids=ids)
-            await tx.save_fabric(row)
+            saved[domain_id] = dataclasses.replace(row, node_ids=ids)
+    await tx.save_fabric(*saved.values())
+    await tx.audit(*lines)
     return freed
 
 
@@ -164,9 +190,10 @@ async def claim_all(tx: PlannerTx, rollout: RolloutRow, by: str, now: datetime) 
             claimed.append((row, domain))
     if conflicts:
         return conflicts
+    saved: list[FabricRow] = []
+    lines: list[AuditEntry] = []
     for row, domain in claimed:
-        await save(
-            tx,
+        made = change(
             row,
             domain,
             by=by,
@@ -175,13 +202,14 @@ async def claim_all(tx: PlannerTx, rollout: RolloutRow, by: str, now: datetime) 
             detail=f"rollout {rollout.rollout_id} pins it to {rollout.stack_hash}",
             node_ids=plan["domains"][domain.id] if row is None else None,
         )
+        saved.append(made[0])
+        lines.append(made[1])
     for domain_id in at_target:
         row = rows.get(domain_id)
         before = row.domain if row else fresh(domain_id)
         after = observed_at(before, rollout.stack_hash)
         if after != before:
-            await save(
-                tx,
+            made = change(
                 row,
                 after,
                 by=PLANNER,
@@ -189,6 +217,10 @@ async def claim_all(tx: PlannerTx, rollout: RolloutRow, by: str, now: datetime) 
                 action="at target",
                 detail=f"every node runs {rollout.stack_hash} already ({rollout.rollout_id})",
             )
+            saved.append(made[0])
+            lines.append(made[1])
+    await tx.save_fabric(*saved)
+    await tx.audit(*lines)
     return []
 
 

@@ -26,11 +26,13 @@ from lockstep_common.events.v1 import (
     GatePassed,
     GateTripped,
     IntentSubmitted,
+    MaintenanceWindowsRequested,
     WaveCompleted,
 )
 from lockstep_planner.domain.rollout import RolloutState, WaveState, wave_transition
 from lockstep_planner.fabric_domains import wave_failures
 from lockstep_planner.lifecycle import LIVE, Timing, advance, note, set_state, set_wave, stop
+from lockstep_planner.maintenance import on_maintenance_requested
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
 
 log = logging.getLogger(__name__)
@@ -274,6 +276,9 @@ class Handlers:
 
     async def device_step(self, tx: PlannerTx, env: Envelope[DeviceEvent]) -> None:
         await on_device_step(tx, env, now=_now())
+
+    async def maintenance(self, tx: PlannerTx, env: Envelope[MaintenanceWindowsRequested]) -> None:
+        await on_maintenance_requested(tx, env, now=_now())
 
 
 def _now() -> datetime:

@@ -34,6 +34,7 @@ from lockstep_common.events.v1 import (
     WavePlan,
     WaveStratum,
 )
+from lockstep_common.maintenance import Schedule
 from lockstep_common.vocabulary import ChangeClass, clip_text
 from lockstep_planner.domain.classes import ClassPolicy, Policy
 from lockstep_planner.domain.compatibility import check_target
@@ -51,8 +52,10 @@ from lockstep_planner.domain.plan_hash import canonical_plan, plan_difference, p
 from lockstep_planner.domain.refusal import PlanRefused, some
 from lockstep_planner.domain.rollout import RolloutState, WaveState
 from lockstep_planner.domain.scope import AT_TARGET, DEFERRED, in_scope
+from lockstep_planner.domain.windows import declared_windows
 from lockstep_planner.fabric_domains import fresh
 from lockstep_planner.lifecycle import PLANNER, Timing, note, start
+from lockstep_planner.maintenance import schedules
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,7 @@ def _request(
     planning: Planning,
     now: datetime,
     deferred: Mapping[str, str],
+    schedules: Mapping[tuple[str, str], Schedule] | None = None,
 ) -> tuple[PlanRequest, dict[str, Node], tuple[str, ...]]:
     """The plan request, the planning model of every node, and the compatibility rules the
     target would break (judged over the readable nodes: those are the ones that could move)."""
@@ -122,8 +126,13 @@ def _request(
         node_of(n, target, bundle.stack_hash, remedied=n.node_id in check.remedied) for n in fleet
     )
     # The operator's budget; the intent's strategy may only lower it (``domain.plan``).
+    # Maintenance windows: what operators declared per pool and site (``maintenance.py``).
+    windows = declared_windows(nodes, schedules or {}, now=now)
     pools = {
-        n.pool: Pool(n.pool, planning.default_max_unavailable, set_by=BUDGET_SETTING) for n in nodes
+        n.pool: Pool(
+            n.pool, planning.default_max_unavailable, windows[n.pool], set_by=BUDGET_SETTING
+        )
+        for n in nodes
     }
     scoped = [f for f, n in zip(fleet, nodes, strict=True) if in_scope(n, intent.scope)]
     return (
@@ -356,7 +365,9 @@ async def plan_intent(
         for d, r in domains.items()
         if r.domain.lifecycle is Lifecycle.OCCUPIED
     }
-    request, nodes, refusals = _request(intent, bundle, fleet, planning, now, occupied)
+    request, nodes, refusals = _request(
+        intent, bundle, fleet, planning, now, occupied, schedules(await tx.maintenance())
+    )
     reasons = list(refusals)
     try:
         made = plan(request, now=now)

@@ -2,7 +2,8 @@
 
 Consumes attested bundles (``bundle.attested``), intents (``intent.submitted``), wave
 completions and gate verdicts (``wave.completed.*``, ``gate.>``) and device steps
-(``device.>``); emits rollouts, waves and pins through the outbox, and asks the inventory for
+(``device.>``) and operators' maintenance windows (``maintenance.requested``); emits rollouts,
+waves, pins and the windows it holds through the outbox, and asks the inventory for
 the fleet (``fleet.query``, core-NATS request/reply from its worker).
 """
 
@@ -23,6 +24,8 @@ from lockstep_common.events.v1 import (
     GatePassed,
     GateTripped,
     IntentSubmitted,
+    MaintenanceWindowsChanged,
+    MaintenanceWindowsRequested,
     PinChanged,
     RolloutCompleted,
     RolloutHalted,
@@ -43,6 +46,7 @@ EMITS: tuple[type[EventData], ...] = (
     RolloutHalted,
     RolloutCompleted,
     PinChanged,
+    MaintenanceWindowsChanged,
     FleetQueryRequested,
 )
 
@@ -95,5 +99,12 @@ def subscriptions(handlers: Handlers | None = None) -> tuple[Subscription, ...]:
                 On(DeviceRolledBack, joined(h.device_step)),
             ),
             description="Device steps, for live progress",
+        ),
+        Subscription(
+            name="planner-maintenance",
+            stream="MAINTENANCE",
+            subjects=(subjects.maintenance_requested(),),
+            handlers=(On(MaintenanceWindowsRequested, joined(h.maintenance)),),
+            description="Maintenance windows operators set per pool and site",
         ),
     )

@@ -149,6 +149,19 @@ class AuditEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowsRow:
+    """The maintenance windows a pool or a site has (``lockstep_common.maintenance``)."""
+
+    scope: str
+    """``pool`` or ``site``."""
+    name: str
+    timezone: str
+    windows: tuple[str, ...]
+    set_by: str
+    set_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class DueWave:
     """A wave a timer has come due for."""
 
@@ -247,16 +260,27 @@ class PlannerTx(Protocol):
         """Mark a command done with what came of it."""
         ...
 
-    async def audit(self, entry: AuditEntry) -> None:
-        """Append to the audit trail."""
+    async def audit(self, *entries: AuditEntry) -> None:
+        """Append to the audit trail, in order (none: nothing)."""
+        ...
+
+    async def maintenance(self) -> list[WindowsRow]:
+        """Every pool's and site's maintenance windows, by scope and name."""
+        ...
+
+    async def set_maintenance(
+        self, scope: str, name: str, row: WindowsRow | None
+    ) -> WindowsRow | None:
+        """Replace the windows of ``scope``/``name`` (None: remove them, no restriction), under
+        the row's lock; returns what it held before."""
         ...
 
     async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
         """Domain -> its row (of ``ids``, or all), locked until the transaction ends."""
         ...
 
-    async def save_fabric(self, row: FabricRow) -> None:
-        """Insert or replace a fabric domain's row."""
+    async def save_fabric(self, *rows: FabricRow) -> None:
+        """Insert or replace fabric domains' rows (one statement however many)."""
         ...
 
 

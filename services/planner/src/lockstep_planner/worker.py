@@ -17,8 +17,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+
+import asyncpg
 
 from lockstep_common.errors import TransientError
 from lockstep_common.service import Resources
@@ -38,6 +40,7 @@ from lockstep_planner.lifecycle import (
     start,
     stop,
 )
+from lockstep_planner.maintenance import announce_all
 from lockstep_planner.planning import Planning, plan_intent, refuse
 from lockstep_planner.store import (
     FABRIC_KEY,
@@ -72,6 +75,7 @@ class PlannerWorker:
         occupancy: Callable[[Resources], Occupancy | None] = lambda _: None,
         fabric_sync_s: float = 30.0,
         clock: Callable[[], datetime] = _now,
+        wake_channel: str | None = None,
     ) -> None:
         self.planning = planning
         self._store, self._fleet, self._occupancy = store, fleet, occupancy
@@ -79,20 +83,70 @@ class PlannerWorker:
         self._fabric_sync_s = fabric_sync_s
         self._synced: datetime | None = None
         self._clock = clock
+        # NOTIFY channel of the schema's intents and commands (migration 0005): a committed
+        # intent is planned at once instead of at the next poll.
+        self._wake_channel = wake_channel
+        self._wake = asyncio.Event()
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Work until stopped."""
         store, fleet = self._store(resources), self._fleet(resources)
         occupancy = self._occupancy(resources)
-        while not stopping.is_set():
-            busy = False
+        async with self._listening(resources):
+            await self.announce(store)
+            while not stopping.is_set():
+                busy = False
+                self._wake.clear()  # a notice from now on is for work this pass may miss
+                try:
+                    busy = await self.step(store, fleet, occupancy)
+                except Exception:
+                    log.exception("planner worker: loop error; retrying")
+                if not busy:
+                    await self._idle(stopping)
+
+    async def _idle(self, stopping: asyncio.Event) -> None:
+        """Until stopped, woken by a committed intent or command, or ``poll_s`` has passed."""
+        waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(self._wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self._poll_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, resources: Resources) -> AsyncIterator[None]:
+        """LISTEN on the wake channel for as long as the worker runs; without it (a
+        connection that cannot LISTEN), the poll alone finds the work."""
+        conn = None
+        if self._wake_channel is not None:
             try:
-                busy = await self.step(store, fleet, occupancy)
-            except Exception:
-                log.exception("planner worker: loop error; retrying")
-            if not busy:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
+                conn = await resources.pool.acquire()
+                await conn.add_listener(self._wake_channel, self._on_notify)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("planner worker cannot LISTEN (polling only): %s", exc)
+        try:
+            yield
+        finally:
+            if conn is not None:
+                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await conn.remove_listener(self._wake_channel or "", self._on_notify)
+                with contextlib.suppress(OSError, asyncpg.InterfaceError):
+                    await resources.pool.release(conn)
+
+    def _on_notify(self, *_: object) -> None:
+        self._wake.set()
+
+    async def announce(self, store: PlannerStore) -> None:
+        """Announce the maintenance windows held, once at start (``maintenance.announce_all``);
+        a failure is logged and the worker goes on (the windows stay as they were)."""
+        try:
+            async with store.transaction() as tx:
+                count = await announce_all(tx)
+        except Exception:
+            log.exception("planner worker: maintenance windows not announced at start")
+            return
+        if count:
+            log.info("announced the maintenance windows of %d pool(s) and site(s)", count)
 
     async def step(
         self, store: PlannerStore, fleet: FleetSource, occupancy: Occupancy | None = None

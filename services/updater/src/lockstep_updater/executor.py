@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from lockstep_common import subjects
@@ -67,6 +69,7 @@ from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.targets import applicable_members, targets_for
+from lockstep_updater.domain.windows import closed
 from lockstep_updater.inband_step import InBandSteps, in_band_names
 from lockstep_updater.ports import (
     DrainState,
@@ -141,6 +144,10 @@ def _always() -> bool:
     return True
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
 def sha384_of(data: bytes) -> str:
     return hashlib.sha384(data).hexdigest()
 
@@ -179,6 +186,8 @@ class Executor:
         # with its transaction, per step). The worker turns it off when the service stops, so
         # that no lease is kept by a worker about to end.
         self.chains: Callable[[], bool] = _always
+        # The wall clock maintenance windows are judged by (tests move it).
+        self.clock: Callable[[], datetime] = _utcnow
         # The claims ``_commit`` kept, by the (item, token) of the claim that ran the step.
         self._kept: dict[tuple[int, int], Claim] = {}
         # The node agent's in-band channel (driver package unit, the GSP runbook); None: a
@@ -370,7 +379,12 @@ class Executor:
     # -- steps -----------------------------------------------------------------------------
 
     async def _preflight(self, claim: Claim, node: FleetNode, progress: dict[str, Any]) -> None:
-        decision = await self._check(claim, node, takes_out=False)
+        decision = await self._check(claim, node, takes_out=False, starts_work=True)
+        if decision.verdict is Verdict.WAIT:  # outside the maintenance windows: nothing written
+            await self._commit(
+                claim, S.PREFLIGHT, decision.reason, progress, self.policy.budget_recheck_s
+            )
+            return
         self._stop_unless_proceed(claim, decision)
         async with self.store.transaction() as tx:
             target = await tx.target(claim.rollout_id)
@@ -521,7 +535,7 @@ class Executor:
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            decision = await self._decide(tx, claim, node, takes_out=True)
+            decision = await self._decide(tx, claim, node, takes_out=True, starts_work=True)
             if decision.verdict is Verdict.PROCEED:
                 progress["cordoned_at"] = time.time()
                 await tx.advance(claim, S.DRAINING, progress=progress)
@@ -934,13 +948,16 @@ class Executor:
         takes_out: bool,
         progress_mark: dict[str, Any] | None = None,
         mark: str | None = None,
+        starts_work: bool = False,
     ) -> Decision:
         """The fence and the blast-radius check; on PROCEED, ``progress_mark`` (with ``mark``
         set) commits with the check, before the action it announces is sent."""
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
-            decision = await self._decide(tx, claim, node, takes_out=takes_out)
+            decision = await self._decide(
+                tx, claim, node, takes_out=takes_out, starts_work=starts_work
+            )
             if decision.verdict is Verdict.PROCEED and progress_mark is not None:
                 if mark is not None:
                     progress_mark[mark] = True
@@ -956,20 +973,32 @@ class Executor:
         )
 
     async def _decide(
-        self, tx: UpdaterTx, claim: Claim, node: FleetNode, *, takes_out: bool
+        self,
+        tx: UpdaterTx,
+        claim: Claim,
+        node: FleetNode,
+        *,
+        takes_out: bool,
+        starts_work: bool = False,
     ) -> Decision:
         """The blast-radius check for the item's kind: a rollout's own rules, or for a GSP
-        remedy (no rollout) the node's other work and its pool (``decide_remedy``)."""
+        remedy (no rollout) the node's other work and its pool (``decide_remedy``). Where the
+        action begins a rollout node's work, its pool's and site's maintenance windows too."""
         if claim.kind == REMEDY:
             return decide_remedy(
                 await tx.remedy_facts(claim, node.pool),
                 budget=self.policy.remedy_max_unavailable,
                 takes_out_of_service=takes_out,
             )
+        facts = await tx.facts(claim, node.pool)
+        if starts_work:
+            declared = await tx.maintenance(node.pool, node.site)
+            facts = dataclasses.replace(facts, window_closed=closed(declared, self.clock()))
         return decide(
-            await tx.facts(claim, node.pool),
+            facts,
             takes_out_of_service=takes_out,
             rollback=claim.kind == ROLLBACK,
+            starts_work=starts_work,
         )
 
     async def _save(self, claim: Claim, progress: dict[str, Any]) -> None:

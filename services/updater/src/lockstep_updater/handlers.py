@@ -17,6 +17,7 @@ from lockstep_common.events.v1 import (
     DriftDetected,
     DriftResolved,
     GateTripped,
+    MaintenanceWindowsChanged,
     RolloutHalted,
     RolloutPlanned,
     WavePlanned,
@@ -123,3 +124,10 @@ async def drift_resolved(tx: UpdaterTx, env: Envelope[DriftResolved]) -> None:
     left to repair and is withdrawn (``cancelled``); one already running goes on."""
     if await tx.withdraw_remedy(env.data.node_id, "drift resolved before approval"):
         log.info("%s: held GSP remedy withdrawn, the drift resolved", env.data.node_id)
+
+
+async def maintenance_changed(tx: UpdaterTx, env: Envelope[MaintenanceWindowsChanged]) -> None:
+    """Keep the maintenance windows the planner holds for a pool or a site: no node's work
+    starts outside them (``domain.windows``). An older announcement changes nothing."""
+    data = env.data
+    await tx.record_maintenance(data.scope, data.name, data.timezone, data.windows, data.set_at)

@@ -2,7 +2,8 @@
 
 Consumes ``rollout.planned.*`` (the approved plan's nodes), ``wave.planned.*`` (work items),
 ``rollout.halted.*`` and ``gate.tripped.*`` (stop new mutating work), ``bundle.attested``
-(the images) and ``drift.detected|resolved.*.*`` (the GSP runbook); emits ``device.*``
+(the images), ``drift.detected|resolved.*.*`` (the GSP runbook) and ``maintenance.changed``
+(the windows no node's work starts outside); emits ``device.*``
 and ``wave.completed`` from its worker through the outbox, ``rollout.halted`` when it refuses a
 wave, and asks the inventory ``fleet.query``.
 """
@@ -25,6 +26,7 @@ from lockstep_common.events.v1 import (
     DriftResolved,
     FleetQueryRequested,
     GateTripped,
+    MaintenanceWindowsChanged,
     RolloutHalted,
     RolloutPlanned,
     WaveCompleted,
@@ -91,5 +93,12 @@ def subscriptions(
             ),
             description="A GSP / driver mismatch starts the runbook (seed 004); a resolved "
             "drift withdraws a remedy still waiting for approval",
+        ),
+        Subscription(
+            name="updater-maintenance",
+            stream="MAINTENANCE",
+            subjects=(subjects.maintenance_changed(),),
+            handlers=(On(MaintenanceWindowsChanged, joined(handlers.maintenance_changed)),),
+            description="Maintenance windows per pool and site: no node's work starts outside",
         ),
     )

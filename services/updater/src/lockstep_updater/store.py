@@ -19,6 +19,7 @@ from lockstep_common.events.v1 import AttestedComponent, WavePlanned
 from lockstep_common.outbox import EventSink
 from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.domain.windows import Declared
 
 UPDATE, ROLLBACK, REMEDY, RELEASE = "update", "rollback", "remedy", "release"
 """The kinds of work item (``node_work.kind``): a rollout's update of a node, its flip-back
@@ -207,6 +208,17 @@ class UpdaterTx(Protocol):
 
     async def facts(self, claim: Claim, pool: str) -> Facts:
         """What the blast-radius check needs, read now in this transaction."""
+        ...
+
+    async def maintenance(self, pool: str, site: str) -> list[Declared]:
+        """The windows declared for ``pool`` and for ``site`` (none: no restriction)."""
+        ...
+
+    async def record_maintenance(
+        self, scope: str, name: str, timezone: str, windows: tuple[str, ...] | None, at: datetime
+    ) -> bool:
+        """Keep what the planner announced for ``scope``/``name`` (None: no windows), unless
+        a later announcement is held already; True when kept."""
         ...
 
     async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:

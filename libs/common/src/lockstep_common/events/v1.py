@@ -7,11 +7,12 @@ become the JSON Schemas and the AsyncAPI document in ``docs/`` (``lockstep docs 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from lockstep_common.envelope import EventData
+from lockstep_common.maintenance import MaintenanceError, parse_schedule
 from lockstep_common.vocabulary import (
     ChangeClass,
     CheckResult,
@@ -315,6 +316,57 @@ class PinChanged(EventData):
     )
     rollout_id: RolloutId | None = Field(default=None, description="Rollout that moved the pin.")
     previous_stack_hash: StackHash | None = Field(default=None, description="The pin before.")
+
+
+# --- maintenance windows ----------------------------------------------------------------------
+
+
+class _MaintenanceWindows(EventData):
+    """A pool's or a site's maintenance windows (``lockstep_common.maintenance``)."""
+
+    scope: Literal["pool", "site"] = Field(description="What ``name`` names: a pool or a site.")
+    name: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The pool or site, as the fleet file names it."
+    )
+    timezone: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        default="UTC", description="IANA time zone the windows' wall-clock times are in."
+    )
+    windows: tuple[Annotated[str, Field(min_length=1, max_length=64)], ...] | None = Field(
+        max_length=MAX_SMALL,
+        description="Weekly windows, each 'DAYS HH:MM-HH:MM' (e.g. 'sat,sun 22:00-06:00'); "
+        "null: no restriction (work may start at any time).",
+    )
+
+    @model_validator(mode="after")
+    def _usable(self) -> Self:
+        # The same check as the CLI's, so a hand-made event is refused at the door too.
+        if self.windows is not None:
+            try:
+                parse_schedule(self.windows, self.timezone)
+            except MaintenanceError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+class MaintenanceWindowsRequested(_MaintenanceWindows):
+    """An operator sets (or clears) the maintenance windows of a pool or a site
+    (``lockstep pool set``); the planner records it and answers with ``maintenance.changed``."""
+
+    event_type: ClassVar[str] = "maintenance.requested"
+    schema_version: ClassVar[int] = 1
+
+    requested_by: Name = Field(description="Who asks (the operator's name).")
+
+
+class MaintenanceWindowsChanged(_MaintenanceWindows):
+    """The maintenance windows the planner now holds for a pool or a site: it plans outages
+    inside them, and the updater starts no node's work outside them."""
+
+    event_type: ClassVar[str] = "maintenance.changed"
+    schema_version: ClassVar[int] = 1
+
+    set_by: Name = Field(description="Who set them.")
+    set_at: AwareDatetime = Field(description="When the planner recorded them; later wins.")
 
 
 # --- device steps -----------------------------------------------------------------------------
@@ -704,6 +756,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     WavePlanned,
     WaveCompleted,
     PinChanged,
+    MaintenanceWindowsRequested,
+    MaintenanceWindowsChanged,
     DeviceStaged,
     DeviceActivated,
     DeviceVerified,

@@ -36,6 +36,7 @@ from lockstep_planner.store import (
     PlannerTx,
     RolloutRow,
     WaveRow,
+    WindowsRow,
 )
 
 E = TypeVar("E", bound=EventData)
@@ -390,14 +391,18 @@ class PostgresTx:
             outcome,
         )
 
-    async def audit(self, entry: AuditEntry) -> None:
+    async def audit(self, *entries: AuditEntry) -> None:
+        if not entries:
+            return
         await self.conn.execute(
-            "INSERT INTO audit (rollout_id, at, actor, action, detail) VALUES ($1, $2, $3, $4, $5)",
-            entry.rollout_id,
-            entry.at,
-            entry.actor,
-            entry.action,
-            entry.detail,
+            "INSERT INTO audit (rollout_id, at, actor, action, detail) SELECT r, t, a, c, d FROM"
+            " unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[])"
+            " WITH ORDINALITY AS v(r, t, a, c, d, i) ORDER BY i",
+            [e.rollout_id for e in entries],
+            [e.at for e in entries],
+            [e.actor for e in entries],
+            [e.action for e in entries],
+            [e.detail for e in entries],
         )
 
     async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
@@ -411,27 +416,69 @@ class PostgresTx:
             )
         return {r["domain"]: _fabric(r) for r in rows}
 
-    async def save_fabric(self, row: FabricRow) -> None:
-        d = row.domain
-        await self.conn.execute(
+    async def maintenance(self) -> list[WindowsRow]:
+        rows = await self.conn.fetch("SELECT * FROM maintenance_windows ORDER BY scope, name")
+        return [_windows(r) for r in rows]
+
+    async def set_maintenance(
+        self, scope: str, name: str, row: WindowsRow | None
+    ) -> WindowsRow | None:
+        found = await self.conn.fetchrow(
+            "SELECT * FROM maintenance_windows WHERE scope = $1 AND name = $2 FOR UPDATE",
+            scope,
+            name,
+        )
+        if row is None:
+            await self.conn.execute(
+                "DELETE FROM maintenance_windows WHERE scope = $1 AND name = $2", scope, name
+            )
+        else:
+            await self.conn.execute(
+                "INSERT INTO maintenance_windows (scope, name, timezone, windows, set_by, set_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, name) DO UPDATE SET"
+                " timezone = $3, windows = $4, set_by = $5, set_at = $6",
+                scope,
+                name,
+                row.timezone,
+                list(row.windows),
+                row.set_by,
+                row.set_at,
+            )
+        return None if found is None else _windows(found)
+
+    async def save_fabric(self, *rows: FabricRow) -> None:
+        if not rows:
+            return
+        await self.conn.executemany(
             "INSERT INTO fabric_domains (domain, current_hash, target_hash, lifecycle,"
             " recycle_level, update_state, update_reason, rollout_id, node_ids, changed_by,"
             " changed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             " ON CONFLICT (domain) DO UPDATE SET current_hash = $2, target_hash = $3,"
             " lifecycle = $4, recycle_level = $5, update_state = $6, update_reason = $7,"
             " rollout_id = $8, node_ids = $9, changed_by = $10, changed_at = $11",
-            d.id,
-            d.current,
-            d.target,
-            d.lifecycle.value,
-            d.recycle.value,
-            d.update_state.value,
-            d.update_reason,
-            d.rollout,
-            list(row.node_ids),
-            row.changed_by,
-            row.changed_at,
+            [
+                (
+                    row.domain.id,
+                    row.domain.current,
+                    row.domain.target,
+                    row.domain.lifecycle.value,
+                    row.domain.recycle.value,
+                    row.domain.update_state.value,
+                    row.domain.update_reason,
+                    row.domain.rollout,
+                    list(row.node_ids),
+                    row.changed_by,
+                    row.changed_at,
+                )
+                for row in rows
+            ],
         )
+
+
+def _windows(r: asyncpg.Record) -> WindowsRow:
+    return WindowsRow(
+        r["scope"], r["name"], r["timezone"], tuple(r["windows"]), r["set_by"], r["set_at"]
+    )
 
 
 def _fabric(r: asyncpg.Record) -> FabricRow:

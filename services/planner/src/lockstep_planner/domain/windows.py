@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from datetime import UTC, datetime
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 
-from lockstep_planner.domain.fleet import Window
+from lockstep_common.maintenance import Schedule
+from lockstep_planner.domain.fleet import Node, Window
 
 
 class Windows:
@@ -87,3 +90,57 @@ class Windows:
             if e - begin >= duration:
                 return begin + duration
         return math.inf
+
+
+HORIZON = timedelta(days=366)
+"""How far ahead declared weekly windows are laid out for a plan: a plan that needs more is
+refused as one whose windows run out."""
+
+
+def declared_windows(
+    nodes: Iterable[Node],
+    schedules: Mapping[tuple[str, str], Schedule],
+    *,
+    now: datetime,
+) -> dict[str, tuple[Window, ...] | None]:
+    """Each pool's windows from what operators declared (``lockstep pool set``): a node may be
+    taken out of service only while both its pool's and its site's windows are open, so a pool
+    gets the intersection of its own windows and those of every site its nodes are in (a pool
+    spanning two sites with different windows is planned in the hours both are open). None:
+    neither the pool nor any of its sites declares windows. An empty tuple: they never overlap,
+    nothing of that pool can be taken out of service, and the plan says so."""
+    sites: dict[str, set[str]] = defaultdict(set)
+    for node in nodes:
+        sites[node.pool].add(node.site)
+    laid: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
+    out: dict[str, tuple[Window, ...] | None] = {}
+    for pool, pool_sites in sorted(sites.items()):
+        keys = [("pool", pool), *(("site", s) for s in sorted(pool_sites))]
+        declared = [k for k in keys if k in schedules]
+        if not declared:
+            out[pool] = None
+            continue
+        spans: list[tuple[datetime, datetime]] | None = None
+        for key in declared:
+            if key not in laid:
+                laid[key] = list(schedules[key].occurrences(now, now + HORIZON))
+            spans = laid[key] if spans is None else _intersect(spans, laid[key])
+        out[pool] = tuple(Window(a, b) for a, b in spans or ())
+    return out
+
+
+def _intersect(
+    a: list[tuple[datetime, datetime]], b: list[tuple[datetime, datetime]]
+) -> list[tuple[datetime, datetime]]:
+    """The instants in both sorted, disjoint interval lists (a two-pointer sweep)."""
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] <= b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out

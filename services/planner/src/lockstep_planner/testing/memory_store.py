@@ -33,6 +33,7 @@ from lockstep_planner.store import (
     IntentRow,
     RolloutRow,
     WaveRow,
+    WindowsRow,
 )
 
 START = datetime(2026, 3, 2, 12, tzinfo=UTC)
@@ -51,6 +52,7 @@ class _Tables:
     nodes: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
     commands: dict[int, tuple[Command, str | None]] = field(default_factory=dict)
     audit: list[AuditEntry] = field(default_factory=list)
+    windows: dict[tuple[str, str], WindowsRow] = field(default_factory=dict)
     steps: dict[tuple[str, int], datetime] = field(default_factory=dict)
     """(rollout, wave) -> the newest device step seen of a node of it."""
     published: set[uuid.UUID] = field(default_factory=set)
@@ -204,15 +206,27 @@ class MemoryTx:
         command, _ = self.t.commands[command_id]
         self.t.commands[command_id] = (command, outcome)
 
-    async def audit(self, entry: AuditEntry) -> None:
-        self.t.audit.append(entry)
+    async def audit(self, *entries: AuditEntry) -> None:
+        self.t.audit.extend(entries)
 
     async def fabric_domains(self, ids: Iterable[str] | None = None) -> dict[str, FabricRow]:
         wanted = None if ids is None else set(ids)
         return {d: row for d, row in sorted(self.t.fabric.items()) if wanted is None or d in wanted}
 
-    async def save_fabric(self, row: FabricRow) -> None:
-        self.t.fabric[row.domain.id] = row
+    async def maintenance(self) -> list[WindowsRow]:
+        return [row for _, row in sorted(self.t.windows.items())]
+
+    async def set_maintenance(
+        self, scope: str, name: str, row: WindowsRow | None
+    ) -> WindowsRow | None:
+        before = self.t.windows.pop((scope, name), None)
+        if row is not None:
+            self.t.windows[(scope, name)] = row
+        return before
+
+    async def save_fabric(self, *rows: FabricRow) -> None:
+        for row in rows:
+            self.t.fabric[row.domain.id] = row
 
 
 class MemoryStore:

@@ -13,6 +13,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
@@ -32,6 +33,7 @@ from lockstep_updater.domain.steps import (
     runs_on,
     transition,
 )
+from lockstep_updater.domain.windows import Declared
 from lockstep_updater.store import (
     RELEASE,
     Claim,
@@ -415,6 +417,32 @@ class PostgresTx:
             wave=claim.wave,
             approved_wave=row["approved_wave"] if has_plan else None,
         )
+
+    async def maintenance(self, pool: str, site: str) -> list[Declared]:
+        rows = await self.conn.fetch(
+            "SELECT scope, name, timezone, windows FROM maintenance_windows"
+            " WHERE windows IS NOT NULL AND ((scope = 'pool' AND name = $1)"
+            " OR (scope = 'site' AND name = $2))",
+            pool,
+            site,
+        )
+        return [Declared(r["scope"], r["name"], r["timezone"], tuple(r["windows"])) for r in rows]
+
+    async def record_maintenance(
+        self, scope: str, name: str, timezone: str, windows: tuple[str, ...] | None, at: datetime
+    ) -> bool:
+        kept = await self.conn.fetchval(
+            "INSERT INTO maintenance_windows (scope, name, timezone, windows, set_at)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (scope, name) DO UPDATE SET"
+            " timezone = $3, windows = $4, set_at = $5"
+            " WHERE maintenance_windows.set_at < $5 RETURNING 1",
+            scope,
+            name,
+            timezone,
+            None if windows is None else list(windows),
+            at,
+        )
+        return kept is not None
 
     async def save_progress(self, claim: Claim, progress: dict[str, Any]) -> None:
         await self.conn.execute(

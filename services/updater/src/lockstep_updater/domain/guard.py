@@ -51,6 +51,8 @@ class Facts:
     """The wave the approved plan put the node in; None: a plan recorded without waves."""
     busy_with: str | None = None
     """Another open work item out of service on the node (a GSP runbook's remedy item)."""
+    window_closed: str | None = None
+    """Why the node's pool or site is outside its maintenance windows now (``windows``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +61,22 @@ class Decision:
     reason: str = ""
 
 
-def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) -> Decision:
+def decide(
+    facts: Facts,
+    *,
+    takes_out_of_service: bool,
+    rollback: bool = False,
+    starts_work: bool = False,
+) -> Decision:
     """May the next mutating action on ``facts.node_id`` start?
 
     ``takes_out_of_service``: the action leaves (or keeps) the node out of service, so the
     pool's budget applies; staging into an inactive bank does not. ``rollback``: the action
     flips a node of the wave back to its previous bank, which a halt (the tripped gate that
     asked for it) and a spent failure budget do not stop; every other check holds.
+    ``starts_work``: the action begins the node's work (its preflight, its cordon), which
+    waits while its pool's or site's maintenance windows are closed; once begun, the node's
+    work finishes (``windows``), and a rollback is never held by them.
     """
     refusals = (
         (facts.halted is not None, Verdict.HALT, f"rollout halted: {facts.halted}"),
@@ -98,6 +109,11 @@ def decide(facts: Facts, *, takes_out_of_service: bool, rollback: bool = False) 
             facts.failures > facts.failure_budget,
             Verdict.HALT,
             f"wave failure budget spent: {facts.failures} failed > {facts.failure_budget}",
+        ),
+        (
+            starts_work and not rollback and facts.window_closed is not None,
+            Verdict.WAIT,
+            facts.window_closed or "",
         ),
         (
             takes_out_of_service and facts.busy_with is not None,

@@ -30,6 +30,7 @@ from lockstep_updater.domain.steps import (
     runs_on,
     transition,
 )
+from lockstep_updater.domain.windows import Declared
 from lockstep_updater.store import (
     REMEDY,
     ROLLBACK,
@@ -107,6 +108,9 @@ class _Tables:
     """Events published again (``outbox.republish``), with their re-drive tag."""
     items: dict[int, Item] = field(default_factory=dict)
     steps: list[tuple[str, StepRecord]] = field(default_factory=list)
+    windows: dict[tuple[str, str], tuple[str, tuple[str, ...] | None, datetime]] = field(
+        default_factory=dict
+    )
 
 
 class MemoryStore:
@@ -391,6 +395,22 @@ class MemoryTx:
         if item.lease_token != claim.token or item.state in TERMINAL:
             return False
         item.lease_until = self.now + timedelta(seconds=lease_s)
+        return True
+
+    async def maintenance(self, pool: str, site: str) -> list[Declared]:
+        return [
+            Declared(scope, name, timezone, windows)
+            for (scope, name), (timezone, windows, _) in self.tables.windows.items()
+            if windows is not None and (scope, name) in {("pool", pool), ("site", site)}
+        ]
+
+    async def record_maintenance(
+        self, scope: str, name: str, timezone: str, windows: tuple[str, ...] | None, at: datetime
+    ) -> bool:
+        held = self.tables.windows.get((scope, name))
+        if held is not None and held[2] >= at:
+            return False
+        self.tables.windows[(scope, name)] = (timezone, windows, at)
         return True
 
     async def facts(self, claim: Claim, pool: str) -> Facts:
