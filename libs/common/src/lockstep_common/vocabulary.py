@@ -23,7 +23,20 @@ StackHash = Annotated[
         description="Canonical SHA-256 of a golden stack, lower-case hex.",
     ),
 ]
-Version = Annotated[str, Field(min_length=1, max_length=128, description="A version string.")]
+# A version is free-form (Redfish SoftwareInventory.Version), but never a control character
+# (C0, DEL, C1): a NUL ends the string for C readers of a log, a database column or a BMC's
+# parser, and a newline forges log lines, so "1.2\x00" would be one version here and another
+# to them.
+VERSION_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
+Version = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=VERSION_PATTERN,
+        description="A version string (no control characters).",
+    ),
+]
 TEXT_MAX = 4096  # characters in one free-text field of an event (reasons, details, errors)
 Text = Annotated[str, Field(max_length=TEXT_MAX)]
 
