@@ -136,7 +136,12 @@ class _Committer:
         expanded = sum(r.expanded for r in chunk)
         async with self.pool.acquire() as conn, emitting(conn, self.source) as out:
             outcome = await ingest.apply_reports(
-                pg_store.PgInventoryStore(conn), reports, out, now=now, rules=self.rules
+                pg_store.PgInventoryStore(conn),
+                reports,
+                out,
+                now=now,
+                rules=self.rules,
+                swept=True,  # under the sweep lock: the newest sweep there is
             )
             await sweeps.progress(conn, sweep_id, len(chunk), bad, expanded)
         self.summary.outcome.add(outcome)
