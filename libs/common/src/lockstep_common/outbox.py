@@ -19,7 +19,7 @@ from datetime import datetime
 
 from lockstep_common.db import Conn
 from lockstep_common.envelope import MSG_ID_HEADER, Envelope, EventData, make_envelope
-from lockstep_common.errors import PermanentError
+from lockstep_common.errors import PermanentError, TransientError
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,9 @@ async def _same_or_refuse(skipped: Sequence[OutboxMessage], conn: Conn) -> None:
     stored = {r["event_id"]: (r["subject"], bytes(r["payload"])) for r in rows}
     for m in skipped:
         held = stored.get(m.event_id)
-        if held is not None and held != (m.subject, m.payload):
+        if held is None:  # purged between the two statements: try the whole transaction again
+            raise TransientError(f"outbox row {m.event_id} vanished while it was compared")
+        if held != (m.subject, m.payload):
             raise OutboxConflict(
                 f"event id {m.event_id} is already in the outbox for another event "
                 f"(on {held[0]}); refusing to drop the event for {m.subject}",
