@@ -17,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.outbox import emitting
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
@@ -71,8 +72,11 @@ def make_app(
 async def emit(
     app: ServiceApp, subject: str, events: Sequence[EventData]
 ) -> list[Envelope[EventData]]:
-    """Write events to ``app``'s outbox in one transaction, as a state change would."""
-    async with app.require().pool.acquire() as conn, emitting(conn, app.source) as out:
+    """Write events to ``app``'s outbox in one transaction, as a state change would; ``app``
+    stands in for their producer, whose ``source`` they carry (consumers refuse any other)."""
+    classes = {type(e) for e in events}
+    source = source_for(classes.pop()) if len(classes) == 1 else app.source
+    async with app.require().pool.acquire() as conn, emitting(conn, source) as out:
         return [out.emit(subject, e) for e in events]
 
 

@@ -30,6 +30,7 @@ from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.natsconn import NatsAccess
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
@@ -114,7 +115,7 @@ class Stack:
     bundle: Path
 
     async def publish(self, subject: str, data: EventData) -> None:
-        env = make_envelope(data, source="/test")
+        env = make_envelope(data, source=source_for(type(data)))
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )

@@ -31,7 +31,9 @@ from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableEr
 from lockstep_cli.polling import until
 from lockstep_common import natsconn
 from lockstep_common.envelope import make_envelope
+from lockstep_common.events.v1 import BundleSubmitted
 from lockstep_common.natsconn import NatsAccess
+from lockstep_common.provenance import source_for
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import EVENT_STREAMS, StreamPolicy, ensure_topology, subject_matches
 from lockstep_devstack.nats_cluster import NatsCluster
@@ -280,7 +282,10 @@ async def test_a3_paused_stream_leader_loses_no_acked_publish_and_duplicates_hav
         await emit(producer, SUBJECT, [submitted(i) for i in range(10)])  # before the pause
         await a1.until_true("the first events applied", lambda: _ge(applied(consumer), 10))
 
-        envelopes = [make_envelope(submitted(i), source="/t") for i in range(1000, 1000 + BURST)]
+        envelopes = [
+            make_envelope(submitted(i), source=source_for(BundleSubmitted))
+            for i in range(1000, 1000 + BURST)
+        ]
         burst = asyncio.gather(*(client.publish(e.to_json(), str(e.event_id)) for e in envelopes))
 
         async def served() -> bool:

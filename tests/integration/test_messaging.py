@@ -20,7 +20,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from lockstep_cli.polling import until
-from lockstep_common import subjects
+from lockstep_common import provenance, subjects
 from lockstep_common.consumer import HandlerContext, On, Subscription, retry_after
 from lockstep_common.envelope import Envelope, EventData, make_envelope
 from lockstep_common.errors import (
@@ -30,7 +30,9 @@ from lockstep_common.errors import (
     TransientError,
 )
 from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubmitted
+from lockstep_common.provenance import source_for
 from lockstep_common.relay import OutboxRelay
+from lockstep_common.samples import samples
 from lockstep_common.service import ServiceApp
 from lockstep_common.topology import DAY, StreamPolicy, ensure_topology
 from lockstep_common.vocabulary import GateVerdict
@@ -40,6 +42,7 @@ from tests.support import emit, make_app, scalar
 pytestmark = pytest.mark.integration
 
 SUBJECT = subjects.bundle_submitted()
+samples_of = {type(s): s for s in samples()}
 
 
 def submitted(i: int) -> BundleSubmitted:
@@ -78,7 +81,8 @@ class Effects:
         return Subscription(
             name="test-bundles",
             stream="BUNDLES",
-            subjects=(SUBJECT,),
+            # An ignored class arrives on its own subject, which the consumer then hears too.
+            subjects=(SUBJECT, *(provenance.subject_of(samples_of[c]) for c in ignores)),
             handlers=(On(BundleSubmitted, self.handle),),
             ignores=ignores,
         )
@@ -212,13 +216,15 @@ async def test_replayed_event_has_one_effect_even_past_the_duplicate_window(
     effects = Effects()
     async with consuming(servers, namespace, effects) as consumer:
         assert consumer.resources is not None
-        env = make_envelope(submitted(1), source="/test")
+        env = make_envelope(submitted(1), source=source_for(BundleSubmitted))
         js = consumer.resources.js
         wire = consumer.namespace.wire(SUBJECT)
         # Three copies that JetStream stores (distinct Nats-Msg-Id, as after the window expired).
         for n in range(3):
             await js.publish(wire, env.to_json(), headers={"Nats-Msg-Id": f"{env.event_id}-{n}"})
-        await js.publish(wire, make_envelope(submitted(2), source="/test").to_json())
+        await js.publish(
+            wire, make_envelope(submitted(2), source=source_for(BundleSubmitted)).to_json()
+        )
         await until(lambda: _eq(applied(consumer), 2), "both events applied")
         await until(lambda: _eq(inbox_size(consumer), 2), "inbox holds both ids")
         assert await over_applied(consumer) == 0
@@ -346,7 +352,7 @@ async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery
 async def publish(app: ServiceApp, events: list[BundleSubmitted]) -> None:
     assert app.resources is not None
     for e in events:
-        env = make_envelope(e, source="/test")
+        env = make_envelope(e, source=source_for(type(e)))
         await app.resources.js.publish(
             app.namespace.wire(SUBJECT), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )
@@ -400,7 +406,7 @@ async def test_malformed_oversized_and_unknown_messages_are_dead_lettered_harmle
     effects = Effects()
     async with consuming(servers, namespace, effects, max_message_bytes=4096) as consumer:
         assert consumer.resources is not None
-        good = json.loads(make_envelope(submitted(1), source="/t").to_json())
+        good = json.loads(make_envelope(submitted(1), source=source_for(BundleSubmitted)).to_json())
         unknown_version = {**good, "id": str(uuid.uuid4()), "schemaversion": 99}
         unknown_type = {**good, "id": str(uuid.uuid4()), "type": "lockstep.bundle.exploded"}
         bad_field = {
@@ -446,8 +452,10 @@ async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignor
             bundle_id="b", bundle_version="1", stack_hash="0" * 64, checks=()
         )
         for data in (ignored, undeclared, submitted(1)):
+            subject = SUBJECT if data is undeclared else provenance.subject_of(data)
             await js.publish(
-                consumer.namespace.wire(SUBJECT), make_envelope(data, source="/t").to_json()
+                consumer.namespace.wire(subject),
+                make_envelope(data, source=source_for(type(data))).to_json(),
             )
         await until(lambda: _eq(applied(consumer), 1), "the declared event applied")
         await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")
@@ -576,7 +584,7 @@ async def test_an_event_dated_beyond_the_clock_skew_is_refused(
         soon = datetime.now(UTC) + timedelta(seconds=30)  # within the skew: a fast clock
         far = datetime(2999, 1, 1, tzinfo=UTC)
         for at, i in ((far, 1), (soon, 2)):
-            env = make_envelope(submitted(i), source="/t", occurred_at=at)
+            env = make_envelope(submitted(i), source=source_for(BundleSubmitted), occurred_at=at)
             await js.publish(wire, env.to_json())
         await until(lambda: _eq(applied(consumer), 1), "the event within the skew applied")
         await until(lambda: _eq(dead_letter_count(consumer), 1), "the far-future one refused")
@@ -607,7 +615,7 @@ async def test_a_handler_reads_the_stream_sequence_the_broker_gave_its_event(
         acks = {}
         for i in range(3):  # each dated earlier than the one before: only arrival counts
             at = datetime.now(UTC) - timedelta(minutes=i)
-            env = make_envelope(submitted(i), source="/t", occurred_at=at)
+            env = make_envelope(submitted(i), source=source_for(BundleSubmitted), occurred_at=at)
             ack = await js.publish(app.namespace.wire(SUBJECT), env.to_json())
             acks[env.data.bundle_uri] = ack.seq
 

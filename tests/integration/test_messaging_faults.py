@@ -24,6 +24,7 @@ from lockstep_cli.polling import until
 from lockstep_common.consumer import HandlerContext, On, Subscription
 from lockstep_common.envelope import Envelope, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted
+from lockstep_common.provenance import source_for
 from lockstep_common.relay import OutboxRelay
 from lockstep_common.service import ServiceApp
 from tests.integration.test_messaging import (
@@ -184,7 +185,7 @@ async def test_a7_max_ack_pending_stall_is_reported_within_two_polls_and_recover
         await app.provision(nc.jetstream())
         wire = app.namespace.wire(SUBJECT)
         for i in range(EVENTS):
-            env = make_envelope(submitted(i), source="/test")
+            env = make_envelope(submitted(i), source=source_for(BundleSubmitted))
             await nc.jetstream().publish(
                 wire, env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
             )

@@ -35,6 +35,7 @@ from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.natsconn import NatsAccess
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
@@ -191,7 +192,7 @@ class World:
         )
 
     async def publish(self, subject: str, data: EventData) -> None:
-        env = make_envelope(data, source="/test")
+        env = make_envelope(data, source=source_for(type(data)))
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )
@@ -325,7 +326,7 @@ class World:
             if fresh:
                 env = REGISTRY.decode(body, max_bytes=1 << 20)
                 body = make_envelope(
-                    env.data, source="/test", correlation_id=env.correlation_id
+                    env.data, source=source_for(type(env.data)), correlation_id=env.correlation_id
                 ).to_json()
             await js.publish(
                 self.ns.wire(row["subject"]), body, headers={"Nats-Msg-Id": str(uuid.uuid4())}

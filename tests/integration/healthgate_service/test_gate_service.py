@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,10 +19,16 @@ from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import Envelope, EventData, make_envelope
-from lockstep_common.events.v1 import DeviceFailed, HealthObserved, WaveCompleted
+from lockstep_common.events.v1 import (
+    DeviceFailed,
+    GatePassed,
+    HealthObserved,
+    WaveCompleted,
+)
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
-from lockstep_common.vocabulary import Component, DeviceOutcome
+from lockstep_common.vocabulary import Component, DeviceOutcome, GateVerdict
 from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.app import create_app
 from lockstep_healthgate.settings import Settings
@@ -58,7 +65,7 @@ class Bus:
     async def publish(
         self, subject: str, data: EventData, *, at: datetime | None = None
     ) -> Envelope[EventData]:
-        env = make_envelope(data, source="/test", occurred_at=at)
+        env = make_envelope(data, source=source_for(type(data)), occurred_at=at)
         await self.again(subject, env)
         return env
 
@@ -188,6 +195,84 @@ async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
         assert code == 2 and "rollout id" in out
     finally:
         await app.stop()
+
+
+async def test_a_verdict_id_taken_before_the_trip_does_not_hide_it(
+    servers: Any, namespace: str, bus: Bus
+) -> None:
+    """Issue 26: the gate's event id was uuid5 of rollout and wave; a row written first under
+    it made the genuine gate.tripped vanish (the outbox skipped the id)."""
+    app = await started(servers, namespace)
+    try:
+        now = datetime.now(UTC) - timedelta(seconds=60)
+        await bus.publish(
+            subjects.wave_planned("r1"),
+            planned_wave("r1", CANARY, CONTROL),
+            at=now - timedelta(seconds=5),
+        )
+        await until(lambda: wave_state(app, "r1"), what="wave recorded")
+        predicted = uuid.uuid5(uuid.NAMESPACE_URL, "lockstep:gate:r1:0")
+        forged = make_envelope(
+            GatePassed(rollout_id="r1", wave=0, verdict=GateVerdict.PASSED, evidence=()),
+            source="/lockstep/healthgate",
+            event_id=predicted,
+        )
+        await app.require().pool.execute(
+            "INSERT INTO outbox (event_id, subject, payload, published_at)"
+            " VALUES ($1, 'gate.passed.r1', $2, now())",
+            predicted,
+            forged.to_json(),
+        )
+        await bus.reports(rounds(NODES, now, 2))
+        bad = rounds(
+            ["can-2"], now + timedelta(seconds=1), 1, faults={"can-2": Fault(xids={"79": 1})}
+        )
+        await bus.reports(bad)
+        await until(lambda: _count(gate_events(app), 2), what="the genuine gate.tripped")
+        subjects_emitted = [subject for subject, _ in await gate_events(app)]
+        assert subjects_emitted == ["gate.passed.r1", "gate.tripped.r1"]
+        assert await wave_state(app, "r1") == "decided"
+    finally:
+        await app.stop()
+
+
+async def test_a_fault_reported_for_a_canary_from_another_nodes_subject_changes_no_gate(
+    servers: Any, namespace: str, bus: Bus
+) -> None:
+    """Issue 26: a health report with XID 79 for a canary, published by any agent credential,
+    tripped a healthy rollout. The subject names the node that spoke; the payload must too."""
+    app = await started(servers, namespace)
+    try:
+        now = datetime.now(UTC) - timedelta(seconds=60)
+        await bus.publish(
+            subjects.wave_planned("r1"),
+            planned_wave("r1", CANARY, CONTROL),
+            at=now - timedelta(seconds=5),
+        )
+        await until(lambda: wave_state(app, "r1"), what="wave recorded")
+        await bus.reports(rounds(NODES, now, 2))
+        (forged,) = rounds(
+            ["can-2"],
+            now + timedelta(seconds=1),
+            1,
+            faults={"can-2": Fault(xids={"79": 1})},
+            first_heartbeat=50,
+        )
+        await bus.publish(subjects.health_observed(forged.site, "ctl-3"), forged)
+        await bus.reports(rounds(["ctl-0"], now + timedelta(seconds=23), 1, first_heartbeat=99))
+        await until(lambda: processed(app, "ctl-0", 99), what="marker report stored")
+        await until(lambda: _letters(app), what="the forged report dead-lettered")
+        reason = await app.require().pool.fetchval("SELECT reason FROM dead_letters")
+        assert "its payload belongs on telemetry.observed.health" in reason
+        assert await gate_events(app) == []
+        assert await wave_state(app, "r1") == "updating"
+        assert not await processed(app, "can-2", 50)
+    finally:
+        await app.stop()
+
+
+async def _letters(app: ServiceApp) -> bool:
+    return bool(await app.require().pool.fetchval("SELECT count(*) FROM dead_letters"))
 
 
 async def _count(rows: Any, n: int) -> bool:

@@ -17,6 +17,7 @@ from lockstep_common import canonical, subjects
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import DriftDetected, PinChanged, ScopeSelector
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
@@ -60,7 +61,7 @@ class Harness:
         )
 
     async def publish(self, subject: str, data: EventData, **kwargs: Any) -> Any:
-        env = make_envelope(data, source="/test", **kwargs)
+        env = make_envelope(data, source=source_for(type(data)), **kwargs)
         js = self.nc.jetstream()
         await js.publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}

@@ -212,3 +212,58 @@ async def _count(h: Harness, n: int) -> bool:
 
 async def _has(h: Harness, node: str, item: tuple[str, str]) -> bool:
     return item in set(await h.drift_of(node))
+
+
+async def dead_letters(h: Harness) -> list[tuple[str, str]]:
+    rows = await h.app.require().pool.fetch(
+        "SELECT subject, reason FROM dead_letters ORDER BY stream_seq"
+    )
+    return [(r["subject"], r["reason"]) for r in rows]
+
+
+async def test_reports_that_speak_for_someone_else_are_dead_lettered(harness: Harness) -> None:
+    """Issue 26: one agent credential made any node drifted with a "redfish" report, and spoke
+    for other nodes. The subject is what the server checked; the payload must agree with it."""
+    await pinned(harness)
+    await harness.sweep()
+    victim, other = harness.nodes[0].id, harness.nodes[1].id
+    before = await harness.app.require().pool.fetchval(
+        "SELECT sequence FROM observations WHERE node_id = $1 AND source = 'redfish'", victim
+    )
+    forged_bmc = report(
+        victim,
+        900_000,
+        source=ObservationSource.REDFISH,
+        components={Component.BMC: "0.0.1-evil"},
+        members={"BMC_Fw": "0.0.1-evil"},
+        firmware_dirs=(),
+        loaded_module_version=None,
+    )
+    await send(harness, forged_bmc)
+    # Another node's report, on the victim's subject.
+    await harness.publish(subjects.inventory_observed(SITE, victim), report(other, 1))
+    # The victim's own report, in an envelope that names the inventory as its sender.
+    env = make_envelope(report(victim, 1), source="/lockstep/inventory")
+    await harness.nc.jetstream().publish(
+        harness.ns.wire(subjects.inventory_observed(SITE, victim)),
+        env.to_json(),
+        headers={"Nats-Msg-Id": str(env.event_id)},
+    )
+    await until(lambda: _letters(harness, 3), what="three dead letters")
+    wire = subjects.inventory_observed(SITE, victim)
+    reasons = await dead_letters(harness)
+    assert [subject for subject, _ in reasons] == [wire] * 3
+    assert "only the inventory's own sweep reports what a BMC says" in reasons[0][1]
+    assert f"its payload belongs on {subjects.inventory_observed(SITE, other)}" in reasons[1][1]
+    assert "but only /lockstep/agent may publish it" in reasons[2][1]
+    assert await applied_sequence(harness, victim) is None
+    assert await applied_sequence(harness, other) is None
+    after = await harness.app.require().pool.fetchval(
+        "SELECT sequence FROM observations WHERE node_id = $1 AND source = 'redfish'", victim
+    )
+    assert after == before
+    assert await harness.drift_events() == [] and await harness.drift_of(victim) == []
+
+
+async def _letters(h: Harness, n: int) -> bool:
+    return len(await dead_letters(h)) >= n

@@ -15,6 +15,7 @@ from lockstep_common import subjects
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChanged, ScopeSelector
+from lockstep_common.provenance import source_for
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
@@ -87,7 +88,7 @@ async def test_malformed_telemetry_is_dead_lettered_and_good_reports_still_apply
         sequence=1,
         components={Component.DRIVER: "580.65.06"},
     )
-    bad = json.loads(make_envelope(good, source="/test").to_json())
+    bad = json.loads(make_envelope(good, source=source_for(type(good))).to_json())
     bad["data"]["sequence"] = -1
     subject = harness.ns.wire(subjects.inventory_observed(SITE, node))
     await js.publish(subject, json.dumps(bad).encode())

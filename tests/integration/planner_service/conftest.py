@@ -29,6 +29,7 @@ from lockstep_common import subjects
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import FleetNode, FleetQueryAnswered, FleetQueryRequested
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_planner.app import create_app
@@ -84,7 +85,7 @@ class Planner:
     """Approver -> private key file (their public keys are the service's trust store)."""
 
     async def publish(self, subject: str, data: EventData) -> Any:
-        env = make_envelope(data, source="/test")
+        env = make_envelope(data, source=source_for(type(data)))
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )

@@ -13,6 +13,7 @@ import yaml
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import make_envelope
+from lockstep_common.provenance import source_for
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_planner.app import create_app
 from lockstep_planner.testing.kit import attested, image, intent
@@ -43,7 +44,7 @@ async def test_a_rollout_is_planned_over_the_fleet_the_inventory_reports(
             (subjects.bundle_attested(), bundle),
             (subjects.intent_submitted(), intent(bundle, change_class=ChangeClass.ROUTINE)),
         ):
-            env = make_envelope(data, source="/test")
+            env = make_envelope(data, source=source_for(type(data)))
             await js.publish(
                 harness.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
             )

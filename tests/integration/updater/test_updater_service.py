@@ -31,6 +31,7 @@ from lockstep_common.events.v1 import (
     WavePlan,
     WavePlanned,
 )
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component, GateVerdict
@@ -100,7 +101,7 @@ class Rig:
         return app
 
     async def publish(self, subject: str, data: EventData) -> None:
-        env = make_envelope(data, source="/test", correlation_id="intent-1")
+        env = make_envelope(data, source=source_for(type(data)), correlation_id="intent-1")
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )

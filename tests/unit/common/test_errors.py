@@ -95,7 +95,7 @@ class _DatabaseError(Exception):
         ("22003", Disposition.DEAD_LETTER),  # numeric value out of range
         ("23514", Disposition.DEAD_LETTER),  # check violation
         ("23502", Disposition.DEAD_LETTER),  # not-null violation
-        ("23505", Disposition.RETRY),  # unique violation: maybe a race with another replica
+        ("23505", Disposition.DEAD_LETTER),  # unique violation: an id already taken
         ("23503", Disposition.RETRY),  # foreign key: maybe an event that arrived early
         ("40001", Disposition.RETRY),  # serialization failure: a retry may well succeed
         ("57P01", Disposition.RETRY),  # admin shutdown (the server is restarting)

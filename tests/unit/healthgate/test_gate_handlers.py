@@ -151,6 +151,23 @@ async def test_a_dcgm_failure_on_a_canary_trips_at_once_and_only_once() -> None:
     assert len(store.events) == 1
 
 
+async def test_a_verdicts_event_id_cannot_be_computed_from_its_rollout_and_wave() -> None:
+    ids = []
+    for _ in range(2):  # two gates judging the same rollout and wave alike
+        store = MemoryGateStore()
+        await plan(store)
+        start = T0 + timedelta(seconds=10)
+        bad = {"can-2": Fault(dcgm_failed=True)}
+        await ingest(
+            store, rounds(CANARY + CONTROL, start, 3, faults=bad), start + timedelta(seconds=30)
+        )
+        ((_, tripped),) = store.emitted
+        (verdict,) = store.tables.verdicts.values()
+        assert tripped.event_id == verdict.event_id  # kept with the verdict, for a republish
+        ids.append(tripped.event_id)
+    assert ids[0] != ids[1]
+
+
 async def test_a_fault_on_a_control_node_or_outside_the_wave_trips_nothing() -> None:
     store = MemoryGateStore()
     await plan(store)

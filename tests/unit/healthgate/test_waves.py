@@ -20,7 +20,6 @@ from lockstep_healthgate.domain.waves import (
     members_of,
     sample_table,
     transition,
-    verdict_event_id,
 )
 
 pytestmark = pytest.mark.unit
@@ -154,8 +153,3 @@ def test_columns_read_in_chunks_are_the_rows_in_order() -> None:
     assert cols.time.tolist() == [10.0, 10.0, 20.0, 30.0]
     assert cols.node_code.dtype.itemsize == 4  # codes, not names: 24 bytes a reading
     assert ColumnsBuilder().build().rows == 0
-
-
-def test_a_wave_has_one_gate_event_id() -> None:
-    assert verdict_event_id("r1", 0) == verdict_event_id("r1", 0)
-    assert verdict_event_id("r1", 0) != verdict_event_id("r1", 1)

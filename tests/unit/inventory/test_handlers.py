@@ -28,7 +28,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
-from lockstep_inventory import handlers
+from lockstep_inventory import handlers, ingest
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.ingest import Outcome
 from lockstep_inventory.testing import MemoryInventoryStore
@@ -82,7 +82,16 @@ class Inventory:
                 **extra,
             }
         )
-        env = make_envelope(data, source="/test")
+        if source is ObservationSource.REDFISH:
+            # What a sweep reads it applies itself, never through the bus (``sweeping``).
+            return await ingest.apply_reports(
+                self.store,
+                [(NODE.id, handlers.report_of(data))],
+                self.events,
+                now=at or _at(seq),
+                rules=RULES,
+            )
+        env = make_envelope(data, source="/lockstep/agent")
         return await handlers.on_inventory_observed(
             self.store, self.events, [env], rules=RULES, now=at or _at(seq)
         )
@@ -338,6 +347,34 @@ async def test_a_report_observed_after_it_was_sent_is_refused(inventory: Invento
     # Sent now, "observed" next year: it would outrank every genuine report until then.
     with pytest.raises(InvalidMessage, match="after it was sent"):
         await inventory.report(
-            2, {C.BMC: "b9"}, at=dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
+            2,
+            {C.BMC: "b9"},
+            at=dt.datetime.now(dt.UTC) + dt.timedelta(days=365),
+            source=ObservationSource.AGENT,
         )
     assert inventory.emitted() == [] and inventory.kinds() == []
+
+
+async def test_a_report_off_the_bus_that_says_a_bmc_was_read_is_refused(
+    inventory: Inventory,
+) -> None:
+    # Issue 26: a node agent's credential published a "redfish" report that made a node
+    # drifted; only the inventory's own sweep reads BMCs, and it does not use the bus.
+    forged = InventoryObserved(
+        node_id=NODE.id,
+        site=SITE,
+        source=ObservationSource.REDFISH,
+        observed_at=_at(50),
+        sequence=900_000,
+        components={C.BMC: "b-evil"},
+        members={"bmc_0": "b-evil"},
+    )
+    env = make_envelope(forged, source="/lockstep/agent", occurred_at=_at(50))
+    with pytest.raises(InvalidMessage, match="only the inventory's own sweep"):
+        await handlers.on_inventory_observed(
+            inventory.store, inventory.events, [env], rules=RULES, now=_at(50)
+        )
+    assert inventory.emitted() == [] and inventory.kinds() == []
+    await inventory.report(51, {C.BMC: "b2"})  # the next sweep is still taken
+    stored, _ = inventory.store.reports[(NODE.id, ObservationSource.REDFISH)]
+    assert stored.sequence == 51

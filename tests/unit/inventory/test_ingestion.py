@@ -108,6 +108,26 @@ def test_duplicate_and_stale_reports_are_ignored(seq: int) -> None:
     assert kept.reported == frozenset()
 
 
+def test_a_sweep_replaces_a_stored_redfish_report_whatever_its_sequence() -> None:
+    # Issue 26: a "redfish" report off the bus with a large sequence held off every sweep
+    # after it, and the node stayed drifted. Sweeps take their ids in order under the lock.
+    heads, full = stored_state(("n1", redfish(900_000, "b-evil", at=T0)))
+    sweep = redfish(8, "b1", at=T0 + dt.timedelta(minutes=1))
+    assert keep(arrivals([("n1", sweep)]), heads, full).applied == 0  # not said to be a sweep
+    kept = keep(arrivals([("n1", sweep)]), heads, full, swept=True)
+    assert (kept.applied, kept.ignored) == (1, 0)
+    assert kept.rewrite == [("n1", sweep)] and kept.changed == {"n1"}
+    # The same sweep's report again is still a duplicate, and agent rows keep their order.
+    heads, full = stored_state(("n1", sweep), ("n1", Observation(AGENT, 50, T0)))
+    again = keep(
+        arrivals([("n1", redfish(8, "b2")), ("n1", Observation(AGENT, 49, T0))]),
+        heads,
+        full,
+        swept=True,
+    )
+    assert (again.applied, again.ignored) == (0, 2)
+
+
 def test_a_restarted_agent_counting_from_zero_is_kept() -> None:
     heads, full = stored_state(("n1", Observation(AGENT, 900, T0, components={C.DRIVER: "1"})))
     restarted = Observation(AGENT, 0, T0 + dt.timedelta(minutes=6), components={C.DRIVER: "2"})

@@ -6,7 +6,9 @@ import datetime as dt
 
 import pytest
 
-from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_common.compatibility.items import drift_item
+from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
+from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.members import Member
 from lockstep_inventory.domain.observation import (
     Observation,
@@ -15,6 +17,8 @@ from lockstep_inventory.domain.observation import (
     merge,
     unreadable,
 )
+from lockstep_inventory.sweeping import report_of
+from lockstep_redfish.models import SoftwareInventory
 
 pytestmark = pytest.mark.unit
 C = Component
@@ -87,3 +91,21 @@ def test_agent_history_includes_components_and_seed_004_evidence() -> None:
         AGENT, 2, T0, components={C.DRIVER: "2"}, loaded_module="2", firmware_dirs=("1",)
     )
     assert [item for item, _, _ in changes(a, b)] == ["driver", "loaded_module"]
+
+
+def test_a_bmc_version_with_control_characters_is_kept_as_an_event_can_carry_it() -> None:
+    # A Version is free text on a BMC; a NUL in it must not make the sweep's drift events (or
+    # PostgreSQL, which stores no NUL in text) refuse the whole chunk.
+    member = SoftwareInventory.model_validate(
+        {
+            "@odata.id": "/redfish/v1/x/FW_BMC_0",
+            "Id": "FW_BMC_0",
+            "Name": "BMC",
+            "Version": "24.09\x00\n",
+        }
+    )
+    report = report_of(SweepResult("n1", readable=True, members=(member,)), 3, T0)
+    assert report.members == {"FW_BMC_0": "24.09\ufffd\ufffd"}
+    actual = report.components[Component.BMC]
+    item = drift_item(Component.BMC, "24.10", actual, DriftKind.UNEXPECTED, "BMC differs")
+    assert item.actual == "24.09\ufffd\ufffd"

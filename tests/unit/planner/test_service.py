@@ -4,6 +4,8 @@ move rollouts, and every decision lands in the audit trail."""
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -495,6 +497,29 @@ async def test_power_fabric_needs_two_distinct_approvers_and_a_replay_counts_onc
     rig.store.command(rollout_id, "approve", approval=sign(BOB, "bob", rollout_id, plan_hash))
     await rig.worker.commands(rig.store)
     assert rig.state(rollout_id) is RolloutState.RUNNING
+
+
+async def test_a_replayed_signature_spelt_another_way_is_still_a_replay() -> None:
+    rig = Rig()
+    rig.bundle = attested(image(Component.PSU, "3.1", banks="one_way", activation="ac_cycle"))
+    await rig.attest()
+    rollout_id = await rig.submit(change_class=ChangeClass.POWER_FABRIC)
+    plan_hash = rig.store.tables.rollouts[rollout_id].plan_hash
+    approval = sign(ALICE, "alice", rollout_id, plan_hash)
+    # 64 bytes in base64 leave 4 pad bits in the last character before "==": setting them
+    # spells the same bytes differently (RFC 4648 3.5), and the decoder accepts it.
+    text = approval.signature
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    last = alphabet[alphabet.index(text[-3]) | 0b1111]
+    respelt = dataclasses.replace(approval, signature=text[:-3] + last + "==")
+    assert respelt.signature != approval.signature
+    assert base64.b64decode(respelt.signature) == base64.b64decode(approval.signature)
+    rig.store.command(rollout_id, "approve", approval=approval)
+    rig.store.command(rollout_id, "approve", approval=respelt)
+    await rig.worker.commands(rig.store)
+    outcomes = [o or "" for _, o in rig.store.tables.commands.values()]
+    assert "replayed" in outcomes[1]
+    assert rig.store.tables.rollouts[rollout_id].approvals == ("alice",)
 
 
 async def test_a_worker_whose_lease_lapsed_cannot_commit_a_second_plan() -> None:

@@ -22,9 +22,10 @@ from pydantic_settings import SettingsConfigDict
 from lockstep_cli.scratch import drop_namespace
 from lockstep_common import subjects
 from lockstep_common.consumer import HandlerContext, On, Subscription
-from lockstep_common.envelope import Envelope, make_envelope, source_of
+from lockstep_common.envelope import Envelope, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted
 from lockstep_common.outbox import OutboxMessage, enqueue
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 
@@ -57,7 +58,7 @@ def _payloads(n: int) -> list[tuple[uuid.UUID, bytes]]:
     for i in range(n):
         env = make_envelope(
             BundleSubmitted(bundle_uri=f"file:///bench/{i}.tar", submitted_by="bench"),
-            source=source_of("bench"),
+            source=source_for(BundleSubmitted),
         )
         out.append((env.event_id, env.to_json()))
     return out

@@ -41,7 +41,8 @@ from lockstep_cli.bench_ingest import caught_up, median_of, percentile, publish_
 from lockstep_cli.polling import until
 from lockstep_cli.scratch import drop_namespace
 from lockstep_common import subjects
-from lockstep_common.envelope import EventData, make_envelope, source_of
+from lockstep_common.envelope import EventData, make_envelope
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_healthgate.app import create_app
@@ -87,7 +88,7 @@ def _settings(nats_url: str, database_url: str, namespace: str, batch: int) -> S
 
 
 def _body(data: EventData, subject: str) -> tuple[str, bytes, str]:
-    env = make_envelope(data, source=source_of("bench"))
+    env = make_envelope(data, source=source_for(type(data)))  # as its producer
     return subject, env.to_json(), str(env.event_id)
 
 

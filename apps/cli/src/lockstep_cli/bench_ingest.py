@@ -47,9 +47,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from lockstep_cli.polling import until
 from lockstep_cli.scratch import drop_namespace
 from lockstep_common import canonical, subjects
-from lockstep_common.envelope import make_envelope, source_of
+from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
-from lockstep_common.events.v1 import PinChanged, ScopeSelector
+from lockstep_common.events.v1 import InventoryObserved, PinChanged, ScopeSelector
+from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_inventory.adapters import registry, state
@@ -113,7 +114,7 @@ class Fleet:
         sw: SoftwareState = DRIFTED if node_id in self.drifted else GOLDEN
         env = make_envelope(
             inventory_event(node_id, SITE, sw, self.sequence[node_id], now),
-            source=source_of("bench/agent"),
+            source=source_for(InventoryObserved),
         )
         return subjects.inventory_observed(SITE, node_id), env.to_json(), str(env.event_id)
 
@@ -219,7 +220,7 @@ async def _pin(nc: NatsClient, ns: Namespace, app: ServiceApp) -> None:
             stack_hash=stack_hash,
             stack={PROFILE: components(GOLDEN)},
         ),
-        source=source_of("bench"),
+        source=source_for(PinChanged),
     )
     await nc.jetstream().publish(
         ns.wire(subjects.pin_changed(SITE)),

@@ -77,10 +77,11 @@ from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, ServiceProcess, running_system
 from lockstep_common import db, subjects
 from lockstep_common.compatibility.files import packaged_rules
-from lockstep_common.envelope import EventData, make_envelope, source_of
+from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
 from lockstep_common.identities import AGENT, CLI
 from lockstep_common.natsconn import connect
+from lockstep_common.provenance import source_for
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_devstack import Stack
@@ -98,7 +99,6 @@ SAMPLES = 3  # the gate policy's samples_per_node below
 ONE_STRATUM_UNDER = 60
 MIN_NODES = 2 * 5 + 2  # one stratum: 5 canary + 5 control, and a wave after the canary
 CANARY_PER_STRATUM = 5
-SOURCE = source_of("bench")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -311,7 +311,7 @@ class _Bench:
     async def publish(self, subject: str, data: EventData) -> None:
         nc = await connect(self.stack.nats_client(CLI), name="lockstep-bench")
         try:
-            env = make_envelope(data, source=SOURCE)
+            env = make_envelope(data, source=source_for(type(data)))  # as its producer
             await nc.jetstream().publish(
                 self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
             )

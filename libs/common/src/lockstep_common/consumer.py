@@ -6,7 +6,9 @@ a ``-NAK`` whose delay makes the next delivery come after the configured retry b
 (``ConsumerSpec.nak_delay``: the server offsets nak delays by the consumer's BackOff);
 permanent or invalid -> a dead-letter row plus a ``dlq.<subject>`` copy, then ``+TERM`` with the
 reason. Nothing is ever acknowledged before the transaction that applied it has committed, and
-an event whose id is already in the inbox is acknowledged without effect.
+an event whose id is already in the inbox is acknowledged without effect. An event whose payload
+does not belong on the subject it arrived on, or whose ``source`` names no identity allowed to
+publish it, is refused as invalid (``provenance``: the subject is what the server checked).
 
 Batches are applied in one transaction (the fast path). If that transaction fails, the batch is
 replayed one message per transaction, so one bad message cannot hold back its neighbours and
@@ -37,7 +39,7 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 
-from lockstep_common import deadletter, inbox
+from lockstep_common import deadletter, inbox, provenance
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData, EventRegistry
 from lockstep_common.errors import (
@@ -379,6 +381,9 @@ class ConsumerRunner:
                 f"consumer {self.durable} does not accept {env.type} v{env.schema_version} "
                 f"on subject {msg.subject}"
             )
+        # The subject is what the server checked against the publisher's grants; the payload
+        # and the envelope's source are what the publisher wrote (``provenance``).
+        provenance.check(env, self._logical(msg.subject))
         return env
 
     async def _apply(self, items: list[_Item]) -> None:

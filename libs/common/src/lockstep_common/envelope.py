@@ -55,7 +55,7 @@ class EventData(BaseModel):
 
 
 def source_of(component: str) -> str:
-    """The CloudEvents ``source`` of a Lockstep component (``inventory``, ``cli``, ``sim/agent``):
+    """The CloudEvents ``source`` of a Lockstep component (``inventory``, ``cli``, ``agent``):
     the one spelling, ``/lockstep/<component>``."""
     return SOURCE_PREFIX + component
 

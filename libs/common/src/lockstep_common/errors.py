@@ -59,12 +59,16 @@ class MigrationError(ConfigurationError):
 
 # Database errors a retry repeats exactly (ISO/IEC 9075, PostgreSQL Appendix A): class 22, data
 # exception (a NUL byte in text, a number out of range, bad encoding), and of class 23 the
-# violations that depend on the row alone, not-null (23502) and check (23514). The same message
-# fails the same way on every delivery, so retrying only delays the dead letter and holds up the
-# consumer. A unique or foreign-key violation can come from a race with another replica or an
-# event that arrived early, so those stay retryable.
+# violations that the message meets on every delivery: not-null (23502), check (23514) and
+# unique (23505). Retrying only delays the dead letter and holds up the consumer. A unique
+# violation is not a race here: what two replicas may both insert (the inbox claim, the state
+# rows a handler upserts, the outbox) is written with ON CONFLICT, and a handler locks its rows
+# first, so a unique violation that reaches the consumer is this message's own (an id it carries
+# that is already taken), and docs/architecture.md promises it is dead-lettered at once. A
+# foreign-key violation (23503) can be an event that arrived before the one it refers to, so it
+# stays retryable.
 _DETERMINISTIC_SQLSTATE_CLASSES = frozenset({"22"})
-_DETERMINISTIC_SQLSTATES = frozenset({"23502", "23514"})
+_DETERMINISTIC_SQLSTATES = frozenset({"23502", "23505", "23514"})
 
 
 def is_permanent(error: BaseException) -> bool:

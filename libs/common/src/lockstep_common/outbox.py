@@ -19,6 +19,7 @@ from datetime import datetime
 
 from lockstep_common.db import Conn
 from lockstep_common.envelope import MSG_ID_HEADER, Envelope, EventData, make_envelope
+from lockstep_common.errors import PermanentError, TransientError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,26 +37,64 @@ class OutboxMessage:
         return cls(envelope.event_id, subject, envelope.to_json())
 
 
+class OutboxConflict(PermanentError):
+    """An event id already in the outbox for another event: the insert that met it is refused
+    and its transaction rolls back, so the event it carried can never vanish in silence."""
+
+
 async def enqueue(conn: Conn, messages: Sequence[OutboxMessage]) -> int:
     """Insert messages in the caller's transaction; returns how many were new.
 
-    A message whose ``event_id`` is already in the outbox is skipped, so a handler that runs
-    twice (say, after a crash before its commit was acknowledged) cannot emit twice.
+    A message whose ``event_id`` is already in the outbox with the same subject and body is
+    skipped, so a handler that runs twice (say, after a crash before its commit was
+    acknowledged) cannot emit twice. One whose id is there with another subject or body is
+    not the same event: skipping it would drop it unseen (a row written under an id someone
+    predicted made a genuine ``gate.tripped`` vanish, issue 26), so it raises.
+
+    Raises:
+        OutboxConflict: an id is taken by another event; nothing of this call is kept, and the
+            caller's transaction must not commit (the exception ends it).
     """
     if not messages:
         return 0
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.enqueue must run inside the transaction of the state change")
-    result: str = await conn.execute(
+    ids = [m.event_id for m in messages]
+    inserted = await conn.fetch(
         "INSERT INTO outbox (event_id, subject, payload, headers)"
         " SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::jsonb[])"
-        " ON CONFLICT (event_id) DO NOTHING",
-        [m.event_id for m in messages],
+        " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+        ids,
         [m.subject for m in messages],
         [m.payload for m in messages],
         [json.dumps(m.headers) if m.headers else None for m in messages],
     )
-    return int(result.rsplit(" ", 1)[-1])
+    new = {r["event_id"] for r in inserted}
+    if len(new) < len(messages):
+        await _same_or_refuse([m for m in messages if m.event_id not in new], conn)
+    return len(new)
+
+
+async def _same_or_refuse(skipped: Sequence[OutboxMessage], conn: Conn) -> None:
+    """Raise unless every skipped message is byte for byte the event stored under its id.
+
+    Read in a statement of its own: under READ COMMITTED it sees a row that a concurrent
+    transaction committed while the insert waited on it (PostgreSQL 13.2.1)."""
+    rows = await conn.fetch(
+        "SELECT event_id, subject, payload FROM outbox WHERE event_id = ANY($1::uuid[])",
+        [m.event_id for m in skipped],
+    )
+    stored = {r["event_id"]: (r["subject"], bytes(r["payload"])) for r in rows}
+    for m in skipped:
+        held = stored.get(m.event_id)
+        if held is None:  # purged between the two statements: try the whole transaction again
+            raise TransientError(f"outbox row {m.event_id} vanished while it was compared")
+        if held != (m.subject, m.payload):
+            raise OutboxConflict(
+                f"event id {m.event_id} is already in the outbox for another event "
+                f"(on {held[0]}); refusing to drop the event for {m.subject}",
+                event_id=str(m.event_id),
+            )
 
 
 async def republish(conn: Conn, event_id: uuid.UUID, attempt: str) -> bool:

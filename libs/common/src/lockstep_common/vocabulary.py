@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -23,7 +24,31 @@ StackHash = Annotated[
         description="Canonical SHA-256 of a golden stack, lower-case hex.",
     ),
 ]
-Version = Annotated[str, Field(min_length=1, max_length=128, description="A version string.")]
+# A version is free-form (Redfish SoftwareInventory.Version), but never a control character
+# (C0, DEL, C1): a NUL ends the string for C readers of a log, a database column or a BMC's
+# parser, and a newline forges log lines, so "1.2\x00" would be one version here and another
+# to them.
+VERSION_MAX = 128
+VERSION_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
+Version = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=VERSION_MAX,
+        pattern=VERSION_PATTERN,
+        description="A version string (no control characters).",
+    ),
+]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def as_version(raw: str) -> str:
+    """What a ``Version`` can hold of a version a device reported: each control character
+    replaced by U+FFFD and the whole cut to 128 characters. A BMC's ``Version`` is free text;
+    refusing it would make one odd device fail every event and query that names it."""
+    return _CONTROL.sub("\ufffd", raw)[:VERSION_MAX] or "\ufffd"
+
+
 TEXT_MAX = 4096  # characters in one free-text field of an event (reasons, details, errors)
 Text = Annotated[str, Field(max_length=TEXT_MAX)]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -53,7 +54,6 @@ from lockstep_healthgate.domain.waves import (
     members_of,
     sample_table,
     transition,
-    verdict_event_id,
 )
 from lockstep_healthgate.store import GateTx, SampleRow, VerdictKind, VerdictRecord
 
@@ -119,7 +119,14 @@ async def commit_verdict(
         window_start=window[0],
         window_end=window[1],
         policy_digest=config.policy_digest,
-        event_id=verdict_event_id(wave.rollout_id, wave.wave),
+        # Random, drawn once in the transaction that stores the verdict, never derived from
+        # public facts: an id anyone can compute (it was uuid5 of rollout and wave) can be
+        # taken first by whoever can write an outbox row, and the genuine verdict would meet
+        # it (issue 26). Idempotency does not need a derived id: the verdict row keeps this one
+        # (the id stored on the business entity, reliability.md 2.1) and is written in the
+        # same transaction as the outbox row (2.4), so a re-run finds the wave decided and
+        # emits nothing, and a republish reuses ``record.event_id``.
+        event_id=uuid.uuid4(),
     )
     if not await tx.save_verdict(record):
         return False

@@ -30,6 +30,7 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.outbox import EventSink
+from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory import ingest
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
 from lockstep_inventory.domain.observation import ImplausibleReport, Observation
@@ -71,8 +72,18 @@ async def on_inventory_observed(
     rules: CompatibilityRules,
     now: dt.datetime,
 ) -> ingest.Outcome:
-    """A pulled batch of node reports, applied in stream order."""
+    """A pulled batch of node reports, applied in stream order.
+
+    Only node agents publish reports (``provenance``): a report that says it was read from a
+    BMC is refused, since only the inventory's own sweep reads BMCs and it applies what it
+    reads itself. Accepted, it would stand for the sweep (issue 26: one made a node drifted,
+    and its sequence held off the sweeps after it)."""
     for env in envs:
+        if env.data.source is not ObservationSource.AGENT:
+            raise InvalidMessage(
+                f"report for {env.data.node_id} on the bus says its source is "
+                f"{env.data.source}: only the inventory's own sweep reports what a BMC says"
+            )
         # The envelope's time is bounded by the runtime's clock-skew check; a report observed
         # after it was sent would carry a forged future into every "newer report" decision.
         if env.data.observed_at > env.occurred_at + OBSERVED_AFTER_SENT:

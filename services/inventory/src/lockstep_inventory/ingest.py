@@ -59,8 +59,13 @@ async def apply_reports(
     *,
     now: dt.datetime,
     rules: CompatibilityRules,
+    swept: bool = False,
 ) -> Outcome:
     """Apply ``(node id, report)`` pairs in order; judge the nodes whose state changed.
+
+    ``swept`` is for the sweep alone (``sweeping``, under the sweep lock): its Redfish reports
+    replace whatever Redfish report is stored (``ingestion.keep``). Reports off the bus never
+    set it, and the inventory's consumer refuses Redfish reports from the bus.
 
     The steady state of a fleet is a report that repeats the stored one. Those are recognised
     by digest (``observation.content_digest``) against the stored row's head, without reading
@@ -76,7 +81,7 @@ async def apply_reports(
     heads = await store.heads(ids)
     need_full = ingestion.to_read(arrivals, heads)
     full = await store.observations(need_full) if need_full else {}
-    kept = ingestion.keep(arrivals, heads, full)
+    kept = ingestion.keep(arrivals, heads, full, swept=swept)
     await store.save_observations(kept.rewrite)
     await store.touch_observations(kept.touch)
     await store.append_history(kept.history)

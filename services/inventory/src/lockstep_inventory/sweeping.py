@@ -21,7 +21,7 @@ import asyncpg
 
 from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.outbox import emitting
-from lockstep_common.vocabulary import ObservationSource
+from lockstep_common.vocabulary import ObservationSource, as_version
 from lockstep_inventory import ingest
 from lockstep_inventory.adapters import pg_store, sweeps
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
@@ -54,7 +54,8 @@ def report_of(result: SweepResult, sequence: int, now: dt.datetime) -> Observati
     if not result.readable:
         return unreadable(ObservationSource.REDFISH, sequence, now, result.error or "unreadable")
     members = [
-        Member(m.Id, m.Version or UNAVAILABLE, name=m.Name, software_id=m.SoftwareId)
+        # A BMC's Version is free text: kept as far as an event can carry it (``as_version``).
+        Member(m.Id, as_version(m.Version or UNAVAILABLE), name=m.Name, software_id=m.SoftwareId)
         for m in result.members
     ]
     return from_redfish_members(sequence, now, members)
@@ -136,7 +137,12 @@ class _Committer:
         expanded = sum(r.expanded for r in chunk)
         async with self.pool.acquire() as conn, emitting(conn, self.source) as out:
             outcome = await ingest.apply_reports(
-                pg_store.PgInventoryStore(conn), reports, out, now=now, rules=self.rules
+                pg_store.PgInventoryStore(conn),
+                reports,
+                out,
+                now=now,
+                rules=self.rules,
+                swept=True,  # under the sweep lock: the newest sweep there is
             )
             await sweeps.progress(conn, sweep_id, len(chunk), bad, expanded)
         self.summary.outcome.add(outcome)

@@ -26,6 +26,7 @@ from lockstep_common.errors import TransientError
 from lockstep_common.service import Resources
 from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import ChangeClass
+from lockstep_planner.domain.approvals import canonical as canonical_signature
 from lockstep_planner.domain.approvals import refusal as approval_refusal
 from lockstep_planner.domain.class_rules import approval_shortfall
 from lockstep_planner.domain.rollout import RolloutState, WaveState
@@ -282,7 +283,7 @@ class PlannerWorker:
         approved = dataclasses.replace(
             rollout,
             approvals=(*rollout.approvals, approval.approver),
-            signatures=(*rollout.signatures, approval.signature),
+            signatures=(*rollout.signatures, canonical_signature(approval.signature)),
             updated_at=now,
         )
         await tx.save_rollout(approved)

@@ -9,7 +9,8 @@ from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_sim.agents.software import HealthSample, SoftwareState
 
-AGENT_SOURCE = source_of("sim/agent")
+# The node agents' identity: consumers refuse reports from any other source (provenance).
+AGENT_SOURCE = source_of("agent")
 
 
 def components(state: SoftwareState) -> dict[Component, str]:

@@ -14,7 +14,6 @@ baseline is the ``baseline_s`` before the wave was planned.
 from __future__ import annotations
 
 import enum
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -170,9 +169,3 @@ def sample_table(
         time=t[idx],
         baseline=baseline[idx],
     )
-
-
-def verdict_event_id(rollout_id: str, wave: int) -> uuid.UUID:
-    """The gate event's id: one per wave, so a re-run cannot publish a second verdict (the
-    outbox and JetStream both drop a repeated id)."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"lockstep:gate:{rollout_id}:{wave}")

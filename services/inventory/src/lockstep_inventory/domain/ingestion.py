@@ -118,13 +118,26 @@ class Kept:
     reported: frozenset[str]  # nodes with at least one kept report
 
 
-def keep(reports: Sequence[Arrival], heads: Mapping[Key, Head], stored: Observations) -> Kept:
+def keep(
+    reports: Sequence[Arrival],
+    heads: Mapping[Key, Head],
+    stored: Observations,
+    *,
+    swept: bool = False,
+) -> Kept:
     """Apply ``reports`` in order over the stored state.
 
     ``heads`` holds every stored report's head; ``stored`` the full stored reports of (at
     least) the nodes :func:`to_read` named. A report that repeats its stored head is kept as
     it is, without a diff; any other is diffed against the stored (or earlier kept) report,
     and an unreadable one keeps the last known versions (``Observation.after_failure``).
+
+    ``swept``: the Redfish reports are the running sweep's. Sweeps run one at a time under the
+    sweep lock and take their ids (their reports' sequence) in order, so no stored Redfish
+    report can come from a later sweep: one with a higher sequence is not a sweep's (a report
+    off the bus before they were refused, a sweeps table restored from an older backup), and the
+    sweep replaces it rather than being held off by it for good. Only a report of the same
+    sweep is a duplicate.
     """
     latest: dict[Key, Observation] = {
         (n, src): o for n, by_source in stored.items() for src, o in by_source.items()
@@ -139,12 +152,17 @@ def keep(reports: Sequence[Arrival], heads: Mapping[Key, Head], stored: Observat
         head = heads.get(key)
         current = latest.get(key)
         reference = current or (head.as_observation() if head else None)
-        if reference is not None and incoming.sequence - reference.sequence > MAX_SEQUENCE_LEAP:
-            raise ImplausibleReport(
-                f"report for {node_id} ({incoming.source}) leaps from sequence "
-                f"{reference.sequence} to {incoming.sequence}, more than {MAX_SEQUENCE_LEAP} ahead"
-            )
-        if not incoming.supersedes(reference):
+        if swept and incoming.source is ObservationSource.REDFISH:
+            newer = reference is None or incoming.sequence != reference.sequence
+        else:
+            if reference is not None and incoming.sequence - reference.sequence > MAX_SEQUENCE_LEAP:
+                raise ImplausibleReport(
+                    f"report for {node_id} ({incoming.source}) leaps from sequence "
+                    f"{reference.sequence} to {incoming.sequence}, more than "
+                    f"{MAX_SEQUENCE_LEAP} ahead"
+                )
+            newer = incoming.supersedes(reference)
+        if not newer:
             ignored += 1
             continue
         digest = arrival.digest

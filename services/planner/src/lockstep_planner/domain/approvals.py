@@ -5,7 +5,10 @@ plan hash, so a changed plan needs a new approval").
 An approval is an Ed25519 signature (RFC 8032) over a fixed, domain-separated message naming
 the rollout and its plan hash, so a signature for one rollout or plan can be used for no other.
 Ed25519 is deterministic: the same approver approving the same plan twice produces the same
-bytes, so a replay is recognised by its signature and counts once.
+bytes, so a replay is recognised by its signature and counts once. Signatures are compared
+as the bytes they decode to, never as text: base64 has more than one spelling of the same bytes
+(RFC 4648 section 3.5, non-zero pad bits; the decoder accepts them), so a replay re-encoded is
+still a replay.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def refusal(
 
     Args:
         keys: the approvers trust store, approver name -> public key.
-        seen: signatures already counted for this rollout.
+        seen: signatures already counted for this rollout (base64, as stored).
     """
     key = keys.get(approval.approver)
     if key is None:
@@ -62,10 +65,22 @@ def refusal(
         raw = base64.b64decode(approval.signature, validate=True)
     except (binascii.Error, ValueError):
         return "the signature is not base64"
-    if approval.signature in set(seen):
+    if raw in {_decoded(s) for s in seen}:
         return f"replayed: this approval by {approval.approver} is already counted"
     try:
         key.verify(raw, approval_message(rollout_id, plan_hash))
     except InvalidSignature:
         return f"forged or corrupt: the signature does not verify with {approval.approver}'s key"
     return None
+
+
+def canonical(signature: str) -> str:
+    """The one base64 spelling of a signature's bytes (what is stored once it counted)."""
+    return base64.b64encode(_decoded(signature)).decode()
+
+
+def _decoded(signature: str) -> bytes:
+    try:
+        return base64.b64decode(signature, validate=True)
+    except (binascii.Error, ValueError):
+        return b""  # stored before validation: never equal to a signature that verifies
