@@ -51,6 +51,7 @@ from lockstep_common.events.v1 import (
     Strategy,
 )
 from lockstep_common.maintenance import parse_schedule
+from lockstep_common.provenance import source_for
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component, ObservationSource
 from lockstep_inventory.adapters import registry, state
@@ -297,7 +298,7 @@ def _core(
 
 
 async def _publish(nc: Any, ns: Namespace, subject: str, data: EventData) -> None:
-    env = make_envelope(data, source="/bench")
+    env = make_envelope(data, source=source_for(type(data)))
     await nc.jetstream().publish(
         ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
     )
