@@ -522,3 +522,8 @@ def bench_startup(
     )
     table.add_row("python -c pass (baseline)", f"{result['baseline_s']:.3f}")
     console.print(table)
+    if not result["bytecode_compiled"]:
+        console.print(
+            "measured without compiled bytecode (every run compiled what it imports): "
+            "./dev compiles it"
+        )
