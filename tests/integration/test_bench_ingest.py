@@ -9,7 +9,7 @@ import asyncpg
 import nats
 import pytest
 
-from lockstep_cli.bench_ingest import IngestOptions, run_bench
+from lockstep_bench.ingest import IngestOptions, run_bench
 
 pytestmark = pytest.mark.integration
 

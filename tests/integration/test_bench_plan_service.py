@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lockstep_cli.bench_plan import fleet
-from lockstep_cli.bench_plan_service import run_service_bench
+from lockstep_bench.plan import fleet
+from lockstep_bench.plan_service import run_service_bench
 
 pytestmark = pytest.mark.integration
 

@@ -43,3 +43,16 @@ def test_every_module_of_a_service_is_in_its_layers(service: str) -> None:
     }
     missing = sorted(modules - _layered())
     assert missing == [], f"not in any layers contract in pyproject.toml: {missing}"
+
+
+def test_every_workspace_package_is_checked_by_the_contracts() -> None:
+    # A member import-linter does not know (say, a new apps/<name>) is outside every contract:
+    # lockstep_cli could import it, and through it any service, unseen.
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    roots = set(config["tool"]["importlinter"]["root_packages"])
+    members = {
+        package.parent.name
+        for pattern in config["tool"]["uv"]["workspace"]["members"]
+        for package in REPO.glob(f"{pattern}/src/*/__init__.py")
+    }
+    assert members and members - roots == set()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from lockstep_cli.bench_sweep import CountingSink, run_bench
+from lockstep_bench.sweep import CountingSink, run_bench
 from lockstep_cli.main import app
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from lockstep_cli.bench_update import PUSH_ROUNDS
+from lockstep_bench.update import PUSH_ROUNDS
 from tests.integration.updater.test_updater_service import lockstep
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lockstep_cli.bench_rollout import RolloutOptions, gate_policy, lower_bound, planner_policy
+from lockstep_bench.rollout import RolloutOptions, gate_policy, lower_bound, planner_policy
 from lockstep_cli.main import app
 from lockstep_common.vocabulary import ChangeClass
 from lockstep_healthgate.policy_files import load_policy

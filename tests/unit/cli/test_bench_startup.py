@@ -29,6 +29,26 @@ def test_json_has_medians_a_baseline_and_why_admit_was_skipped(
     assert figures["admit_s"] is None
     assert figures["admit_skipped"] == f"no stack running under {tmp_path}"
     assert figures["goal_s"] == 0.3 and figures["runs"] == 2 and len(figures["load_average"]) == 3
+    assert isinstance(figures["bytecode_compiled"], bool)
+    assert figures["dont_write_bytecode"] == bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+
+
+def test_a_source_counts_as_compiled_only_while_its_pyc_is_the_one_python_would_use(
+    tmp_path: Path,
+) -> None:
+    # Figures measured without bytecode (PYTHONDONTWRITEBYTECODE=1, nothing compiled) are
+    # twice as slow: the bench says which case it measured.
+    import py_compile
+
+    from lockstep_bench.startup import _current
+
+    source = tmp_path / "mod.py"
+    source.write_text("X = 1\n")
+    assert not _current(source)  # never compiled
+    py_compile.compile(str(source), doraise=True)
+    assert _current(source)
+    source.write_text("X = 22\n")  # edited since: another size (and mtime)
+    assert not _current(source)
 
 
 def test_admit_is_timed_against_the_stack_the_environment_names(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lockstep_cli.bench_gate import BenchOptions, run_bench
+from lockstep_bench.gate import BenchOptions, run_bench
 from lockstep_cli.main import app
 
 pytestmark = pytest.mark.unit

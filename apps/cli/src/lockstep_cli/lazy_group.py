@@ -21,25 +21,47 @@ import typer.main
 # typer 0.29 vendors click as typer._click: TyperGroup and its contexts are built on it, not
 # on the click package (the lazy-group pattern of click's docs, "Lazily Loading Subcommands").
 from typer._click import Command, Context, HelpFormatter
-from typer._click.exceptions import UsageError
+from typer._click.exceptions import ClickException, UsageError
 from typer.core import TyperCommand, TyperGroup
 
 
 @dataclass(frozen=True, slots=True)
 class Lazy:
-    """A command group defined as ``attribute`` (a ``typer.Typer``) in ``module``."""
+    """A command group defined as ``attribute`` (a ``typer.Typer``) in ``module``; with
+    ``command``, one command: ``attribute`` is its function (``lockstep demo``)."""
 
     module: str
     attribute: str
     help: str
+    command: bool = False
 
     def load(self, name: str, parent: TyperGroup) -> Command:
-        """The group as ``app.add_typer(group, name=name)`` on ``parent``'s app builds it."""
-        group = getattr(importlib.import_module(self.module), self.attribute)
-        if not isinstance(group, typer.Typer):
+        """The group as ``app.add_typer(group, name=name)`` on ``parent``'s app builds it (the
+        command as ``app.command(name)(function)`` does)."""
+        try:
+            target = getattr(importlib.import_module(self.module), self.attribute)
+        except ModuleNotFoundError as exc:
+            # lockstep_bench is a workspace member of its own (apps/bench): an installation
+            # of the CLI alone lacks it. One line, not a traceback.
+            if exc.name is None or not self.module.startswith(exc.name.split(".")[0]):
+                raise
+            raise ClickException(
+                f"`lockstep {name}` needs the {exc.name.split('.')[0]} package, not installed "
+                "here (./dev installs the whole workspace)"
+            ) from None
+        holder = typer.Typer()  # add_typer's and command's defaults, as eager registration had
+        if self.command:
+            if not callable(target) or isinstance(target, typer.Typer):
+                raise TypeError(f"{self.module}.{self.attribute} is not a function")
+            holder.command(name=name)(target)
+            return typer.main.get_command_from_info(
+                holder.registered_commands[0],
+                pretty_exceptions_short=holder.pretty_exceptions_short,
+                rich_markup_mode=parent.rich_markup_mode,
+            )
+        if not isinstance(target, typer.Typer):
             raise TypeError(f"{self.module}.{self.attribute} is not a typer.Typer")
-        holder = typer.Typer()  # add_typer's defaults, as the eager registration had them
-        holder.add_typer(group, name=name)
+        holder.add_typer(target, name=name)
         return typer.main.get_group_from_info(
             holder.registered_groups[0],
             pretty_exceptions_short=holder.pretty_exceptions_short,

@@ -25,10 +25,19 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 # name -> where the group is defined and its help (as the top-level help lists it; a test
-# checks it is the group's own). Listed in this order after up, env and demo.
+# checks it is the group's own). Listed in this order after up and env. The demo and the
+# benches stage databases and run services' code: they live in lockstep_bench (apps/bench),
+# named here by string so that the operator CLI never imports them (pyproject.toml's contracts).
 GROUPS: dict[str, Lazy] = {
+    "demo": Lazy(
+        "lockstep_bench.demo_cli",
+        "demo",
+        "Run the whole system on embedded NATS and PostgreSQL: an event's journey, drift found "
+        "on a simulated fleet, then a canaried rollout and a bad image halted at the canary.",
+        command=True,
+    ),
     "bench": Lazy(
-        "lockstep_cli.bench_cli",
+        "lockstep_bench.cli",
         "bench_app",
         "Benchmarks: figures and the ratio to a baseline measured in the same run.",
     ),
@@ -92,7 +101,7 @@ app = typer.Typer(
 
 
 def _console() -> Console:
-    """Standard output for up and demo (rich is imported by the commands that print with it)."""
+    """Standard output for up (rich is imported by the commands that print with it)."""
     from lockstep_cli.cli_io import stdout_console
 
     return stdout_console()
@@ -263,26 +272,3 @@ def env_command(
     from lockstep_cli import stack_state
 
     print(stack_state.exports(data_dir.resolve(), identity))
-
-
-@app.command()
-def demo(
-    data_dir: Annotated[
-        Path | None, typer.Option(help="Keep state here (default: a new temporary directory).")
-    ] = None,
-) -> None:
-    """Run the whole system on embedded NATS and PostgreSQL: an event's journey, drift found on a
-    simulated fleet, then a canaried rollout and a bad image halted at the canary."""
-    from lockstep_cli.demo import run_demo
-    from lockstep_cli.supervisor import Interrupted, stop_signals_unwind
-
-    console = _console()
-    if data_dir is not None:
-        usable_data_dir(data_dir)
-    with stop_signals_unwind(), start_refusals_are_one_line():
-        try:
-            run_demo(console, data_dir)
-        except (KeyboardInterrupt, Interrupted):
-            # running_system stopped the services, NATS and PostgreSQL on the way out.
-            console.print("demo interrupted: every process stopped.")
-            raise typer.Exit(130) from None

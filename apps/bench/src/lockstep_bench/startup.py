@@ -8,11 +8,15 @@ shared machine hits all three alike) and the medians are reported with the load 
 ``--data-dir``, else one this command starts (``lockstep up -s inventory`` in a temporary
 directory, stopped afterwards); the node asked about is not registered, so the answer is a
 refusal (exit 1), which is an answer all the same.
+
+Without compiled bytecode every run compiles what it imports again (``PYTHONDONTWRITEBYTECODE=1``
+stops Python writing it; ``./dev`` compiles it once): the figures say which case they measured.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -112,6 +116,42 @@ def _admit(data_dir: Path | None) -> list[str]:
     return [*lockstep_command(), "fleet", *where, "admit", "--stack-hash", HASH, "--nodes", "n1"]
 
 
+def bytecode_compiled() -> bool:
+    """Whether the modules ``lockstep --help`` and ``fleet admit`` import have current .pyc."""
+    names = (
+        "typer.main",
+        "lockstep_cli.main",
+        "lockstep_cli.fleet_cli",
+        "lockstep_cli.admit_quick",
+    )
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            return False
+        if not _current(Path(spec.origin)):
+            return False
+    return True
+
+
+def _current(source: Path) -> bool:
+    """Whether ``source``'s .pyc is one the import system would use (PEP 552's header: magic,
+    flags, then the source's mtime and size for a timestamp pyc; a hash-based one counts)."""
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    try:
+        header = cached.read_bytes()[:16]
+    except OSError:
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(header[4:8], "little") != 0:
+        return True
+    stat = source.stat()
+    return header[8:16] == (
+        (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+        + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    )
+
+
 def run_bench(runs: int, data_dir: Path | None, say: Callable[[str], None]) -> dict[str, Any]:
     """Medians of ``runs`` interleaved runs of the baseline, ``--help`` and ``fleet admit``."""
     env = dict(os.environ)
@@ -142,5 +182,7 @@ def run_bench(runs: int, data_dir: Path | None, say: Callable[[str], None]) -> d
         "goal_s": GOAL_S,
         "admit_skipped": skipped,
         "load_average": [round(x, 2) for x in load],
+        "bytecode_compiled": bytecode_compiled(),
+        "dont_write_bytecode": bool(env.get("PYTHONDONTWRITEBYTECODE")),
         "cpus": os.cpu_count(),
     }

@@ -37,7 +37,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from lockstep_cli.bench_ingest import caught_up, median_of, percentile, publish_all, raw_baseline
+from lockstep_bench.ingest import caught_up, median_of, percentile, publish_all, raw_baseline
 from lockstep_cli.polling import until
 from lockstep_cli.scratch import drop_namespace
 from lockstep_common import subjects

@@ -22,7 +22,7 @@ process should use) unless ``gc_tuned=False``.
 With ``database_url`` (what ``lockstep bench sweep`` does unless ``--no-commit``), the measured
 path is the inventory service's own: ``lockstep_inventory.sweeping.run_sweep`` over a registry
 of the simulated BMCs, timed until the last chunk with its drift events is committed
-(``bench_sweep_db``). Without it, the sweep feeds a :data:`Sink` (an awaitable callable taking
+(``sweep_db``). Without it, the sweep feeds a :data:`Sink` (an awaitable callable taking
 one chunk of up to ``chunk`` results; the sweep waits while it runs), by default a
 :class:`CountingSink` that only counts.
 
@@ -275,9 +275,9 @@ def _one_run(
     db_run = None
     committed = (0, 0)
     if database_url is not None:
-        from lockstep_cli import bench_sweep_db
+        from lockstep_bench import sweep_db
 
-        db_run = asyncio.run(bench_sweep_db.prepare(database_url, targets, drifted_share))
+        db_run = asyncio.run(sweep_db.prepare(database_url, targets, drifted_share))
 
     async def raw() -> None:
         nonlocal tally
@@ -288,9 +288,7 @@ def _one_run(
     async def ours() -> None:
         nonlocal committed
         if db_run is not None:
-            committed = await bench_sweep_db.commit_sweep(
-                db_run, _Credentials(), options, chunk=chunk
-            )
+            committed = await sweep_db.commit_sweep(db_run, _Credentials(), options, chunk=chunk)
             return
         await sweep_into(targets, sink, _Credentials(), options, chunk=chunk)
 
@@ -302,7 +300,7 @@ def _one_run(
             raw_s, raw_cpu, _ = _timed(server, raw)
     finally:
         if db_run is not None:  # a failed run leaves no schema behind
-            asyncio.run(bench_sweep_db.drop(db_run))
+            asyncio.run(sweep_db.drop(db_run))
     counted = sink if isinstance(sink, CountingSink) and db_run is None else None
     errors = 0
     if db_run is not None:
@@ -357,7 +355,7 @@ def run_bench(
     ``concurrency``, ``per_bmc`` and ``use_expand`` are replaced by the arguments above,
     which the raw baseline uses too.
 
-    With ``database_url``, the measured path is the service's (``bench_sweep_db``): every
+    With ``database_url``, the measured path is the service's (``sweep_db``): every
     result committed with its state, history and drift events, and ``errors`` also counts a
     wrong number of results or of ``drift.detected`` events.
 

@@ -26,9 +26,9 @@ from pydantic_settings import SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
 
+from lockstep_bench.demo_fleet import fleet_drift, service_env
+from lockstep_bench.demo_rollout import prepare
 from lockstep_cli.catalog import stream_names
-from lockstep_cli.demo_fleet import fleet_drift, service_env
-from lockstep_cli.demo_rollout import prepare
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, provision_topology, running_system
 from lockstep_common import subjects

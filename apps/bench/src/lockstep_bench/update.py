@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lockstep_cli.bench_push import run_push
+from lockstep_bench.push import run_push
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import (
     AttestedComponent,

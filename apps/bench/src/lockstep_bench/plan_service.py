@@ -37,7 +37,7 @@ import nats
 import yaml
 from nats.aio.msg import Msg
 
-from lockstep_cli.bench_plan import fleet
+from lockstep_bench.plan import fleet
 from lockstep_cli.polling import until
 from lockstep_cli.scratch import drop_namespace
 from lockstep_common import canonical, subjects

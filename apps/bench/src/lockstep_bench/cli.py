@@ -12,15 +12,144 @@ import typer
 from rich.table import Table
 
 from lockstep_cli.cli_io import fail, stdout_console
-from lockstep_cli.gate_cli import bench_gate
 from lockstep_cli.stack_start import bench_servers, start_refusals_are_one_line, usable_data_dir
 
 bench_app = typer.Typer(
     help="Benchmarks: figures and the ratio to a baseline measured in the same run.",
     no_args_is_help=True,
 )
-bench_app.command("gate")(bench_gate)
 console = stdout_console()
+
+
+@bench_app.command("gate")
+def bench_gate(
+    nodes: Annotated[
+        int, typer.Option(min=10, help="Wave and control size each, for eval_s.")
+    ] = 2500,
+    samples_per_node: Annotated[
+        int, typer.Option(min=3, help="Samples per node and metric in the evaluated window.")
+    ] = 30,
+    runs: Annotated[
+        int, typer.Option(min=1, help="Timed evaluations; the median is reported.")
+    ] = 3,
+    aa_trials: Annotated[int, typer.Option(min=1, help="A/A trials (no change).")] = 1000,
+    detection_trials: Annotated[
+        int, typer.Option(min=1, help="Trials with a 5% busbw drop on the canary.")
+    ] = 1000,
+    environmental_trials: Annotated[
+        int, typer.Option(min=1, help="Trials with a fleet-wide busbw drop of 3% to 15%.")
+    ] = 500,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic fleets.")] = 0,
+    service: Annotated[
+        bool,
+        typer.Option(
+            "--service/--judge-only",
+            help="Also run parts (a) and (c) through the healthgate service on NATS and "
+            "PostgreSQL (LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL, else embedded servers).",
+        ),
+    ] = True,
+    ingest_nodes: Annotated[
+        int, typer.Option(min=15, help="(a, c) Reporting nodes (design load: 12,500).")
+    ] = 12_500,
+    ingest_reports: Annotated[int, typer.Option(min=1, help="(a) Reports timed per run.")] = 50_000,
+    trip_rate: Annotated[
+        float, typer.Option(min=1, help="(c) Reports/s meanwhile (design load: 1,250).")
+    ] = 1_250.0,
+    trip_duration: Annotated[float, typer.Option(min=0.1, help="(c) Seconds of load.")] = 10.0,
+    trips: Annotated[int, typer.Option(min=1, help="(c) Hard-rule samples, one per wave.")] = 100,
+    service_runs: Annotated[int, typer.Option(min=1, help="(a, c) Runs; medians.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Judge speed and quality on synthetic fleets generated in the same run: (b) one evaluation
+    of a wave against as many controls x 10 metrics (eval_s, goal <= 1 s); (d) false trips in
+    A/A trials (goal <= 1%), detection of a 5% busbw drop on a 50-node canary (goal >= 99%),
+    fleet-wide drops blamed on the rollout (goal 0). Trials: 50 canary vs 500 control nodes,
+    10 samples each. Unless --judge-only, through the service on NATS and PostgreSQL: (a) health
+    reports/s ingested vs raw JetStream pull + parse + ack in the same run (ingest_ratio, goal >=
+    0.35); (c) p99 from a hard-rule sample published to its gate.tripped arriving, under the design
+    load (trip_p99_ms, goal <= 500 ms)."""
+    from lockstep_bench.gate import BenchOptions, run_bench
+    from lockstep_bench.gate_service import ServiceBenchOptions, run_service_bench
+
+    opts = BenchOptions(
+        nodes=nodes,
+        samples_per_node=samples_per_node,
+        runs=runs,
+        aa_trials=aa_trials,
+        detection_trials=detection_trials,
+        environmental_trials=environmental_trials,
+        seed=seed,
+    )
+    result = run_bench(opts)
+    if service:
+        service_opts = ServiceBenchOptions(
+            nodes=ingest_nodes,
+            reports=ingest_reports,
+            rate=trip_rate,
+            duration_s=trip_duration,
+            trips=trips,
+            runs=service_runs,
+            seed=seed,
+        )
+        with bench_servers() as urls:
+            result.update(asyncio.run(run_service_bench(*urls, service_opts)))
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench gate: seed {seed} (medians of {runs} timed runs)")
+    table.add_column("")
+    table.add_column("figure")
+    table.add_column("goal")
+    table.add_row(
+        f"(b) one evaluation, {nodes:,} canary vs {nodes:,} control x {result['metrics']} "
+        f"metrics, {result['rows']:,} samples (s)",
+        f"{result['eval_s']:.3f}",
+        "<= 1",
+    )
+    table.add_row(
+        "    the same with baseline samples (environmental check) (s)",
+        f"{result['eval_with_baseline_s']:.3f}",
+        "",
+    )
+    table.add_row(
+        f"(d) A/A false trips ({aa_trials} trials)", f"{result['aa_false_trip_rate']:.2%}", "<= 1%"
+    )
+    table.add_row(
+        "    A/A inconclusive (held for a human)", f"{result['aa_inconclusive_rate']:.2%}", ""
+    )
+    table.add_row(
+        f"    5% busbw drop detected ({detection_trials} trials)",
+        f"{result['detection_rate']:.2%}",
+        ">= 99%",
+    )
+    table.add_row(
+        f"    fleet-wide drops blamed on the rollout ({environmental_trials} trials)",
+        f"{result['environmental_blamed']}",
+        "0",
+    )
+    table.add_row(
+        "    fleet-wide drops flagged environmental (inconclusive)",
+        f"{result['environmental_flagged_rate']:.2%}",
+        "",
+    )
+    if service:
+        table.add_row(
+            f"(a) health reports/s through the service ({result['samples_per_s']:,.0f} samples/s)"
+            f" vs raw pull + parse + ack ({result['raw_reports_per_s']:,.0f}/s): ratio",
+            f"{result['ingest_ratio']:.2f}",
+            ">= 0.35",
+        )
+        table.add_row(
+            f"(c) hard-rule sample -> gate.tripped at {trip_rate:,.0f} reports/s: p50 / p99 ms",
+            " / ".join(
+                "-" if result[k] is None else f"{result[k]:.0f}"
+                for k in ("trip_p50_ms", "trip_p99_ms")
+            ),
+            "p99 <= 500",
+        )
+    console.print(table)
+    if not service:
+        console.print("not measured (--judge-only): ingest_ratio (a) and trip_p99_ms (c)")
 
 
 @bench_app.command("update")
@@ -36,7 +165,7 @@ def bench_update(
     """A wave on the simulator: makespan against the bound set by the budget and the seed
     durations, the time from a committed halt to the last new mutating call, and image push
     throughput through lockstep_redfish against a raw multipart client."""
-    from lockstep_cli.bench_update import run_bench
+    from lockstep_bench.update import run_bench
 
     result = asyncio.run(run_bench(nodes, budget, workers, time_scale))
     if as_json:
@@ -76,7 +205,7 @@ def bench_rollout(
     """A whole-fleet rollout (attest, intent, canary, gates, waves) through the five service
     processes on the simulator: makespan against the lower bound of the planner's waves,
     budgets, soaks and the simulated durations; service CPU per node and peak memory."""
-    from lockstep_cli.bench_rollout import MIN_NODES, BenchFailed, RolloutOptions, run_bench
+    from lockstep_bench.rollout import MIN_NODES, BenchFailed, RolloutOptions, run_bench
 
     if nodes < MIN_NODES:
         fail(f"--nodes must be at least {MIN_NODES} (5 canary and 5 control nodes), not {nodes}")
@@ -122,7 +251,7 @@ def bench_bus(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Outbox -> relay -> JetStream -> inbox events/s vs raw nats-py on the same server."""
-    from lockstep_cli.bench_bus import run_bench
+    from lockstep_bench.bus import run_bench
 
     with bench_servers() as urls:
         result = asyncio.run(run_bench(*urls, events, runs))
@@ -147,7 +276,7 @@ def bench_attest(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Bundle verification MB/s vs hashlib SHA-384 over the same bytes, in the same run."""
-    from lockstep_cli.bench_attest import run_bench
+    from lockstep_bench.attest import run_bench
 
     result = run_bench(gib, runs)
     if as_json:
@@ -180,7 +309,7 @@ def bench_ingest(
 ) -> None:
     """Node reports/s through inventory vs raw JetStream pull + parse + ack (same run), and
     report -> drift.detected latency at a fixed rate."""
-    from lockstep_cli.bench_ingest import IngestOptions, run_bench
+    from lockstep_bench.ingest import IngestOptions, run_bench
 
     opts = IngestOptions(nodes, reports, rate, duration, changed, batch, runs)
     with bench_servers() as urls:
@@ -275,7 +404,7 @@ def bench_sweep(
     """Full inventory sweep of a simulated fleet, from sweep start to the last drift event
     committed (1% of nodes are pinned to another BMC version), vs raw aiohttp making the same
     requests with the same concurrency against the same simulator in the same run."""
-    from lockstep_cli.bench_sweep import run_bench
+    from lockstep_bench.sweep import run_bench
 
     with contextlib.ExitStack() as stack:
         database_url = stack.enter_context(bench_servers())[1] if commit else None
@@ -346,7 +475,7 @@ def bench_plan(
     """Planning time and peak memory for a generated fleet, and the plan's makespan vs a lower
     bound from the same budgets, windows and durations; with --service, the running planner's
     time too."""
-    from lockstep_cli.bench_plan import command
+    from lockstep_bench.plan import command
 
     servers = bench_servers if service else None
     command(
@@ -372,7 +501,7 @@ def bench_startup(
     """Wall time from exec to exit of `lockstep --help` and `lockstep fleet admit` (a Slurm
     prolog runs it for every job) against a running stack, vs the interpreter's own start,
     interleaved in the same run."""
-    from lockstep_cli.bench_startup import BenchFailed, run_bench
+    from lockstep_bench.startup import BenchFailed, run_bench
 
     try:
         result = run_bench(runs, data_dir, say=(lambda _: None) if as_json else console.print)
@@ -393,3 +522,8 @@ def bench_startup(
     )
     table.add_row("python -c pass (baseline)", f"{result['baseline_s']:.3f}")
     console.print(table)
+    if not result["bytecode_compiled"]:
+        console.print(
+            "measured without compiled bytecode (every run compiled what it imports): "
+            "./dev compiles it"
+        )

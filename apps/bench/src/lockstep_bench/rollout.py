@@ -72,7 +72,7 @@ from typing import Any
 import asyncpg
 import yaml
 
-from lockstep_cli.bench_update import GPU, VERSION, gpu_package
+from lockstep_bench.update import GPU, VERSION, gpu_package
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, ServiceProcess, running_system
 from lockstep_common import db, subjects

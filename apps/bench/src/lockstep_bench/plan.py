@@ -210,7 +210,7 @@ def command(
     if servers is not None:
         import asyncio
 
-        from lockstep_cli.bench_plan_service import run_service_bench
+        from lockstep_bench.plan_service import run_service_bench
 
         with servers() as urls:
             result.update(asyncio.run(run_service_bench(*urls, nodes, domains, components, runs)))

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from lockstep_cli.demo_rollout import TIME_SCALE, RolloutSetup, RolloutStory
+from lockstep_bench.demo_rollout import TIME_SCALE, RolloutSetup, RolloutStory
 from lockstep_cli.fleet_bus import pins_for, publish_pins
 from lockstep_cli.polling import until
 from lockstep_common import db
