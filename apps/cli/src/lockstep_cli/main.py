@@ -68,6 +68,11 @@ GROUPS: dict[str, Lazy] = {
         "fabric_app",
         "Fabric domains: current and target bundle, update state, lifecycle; pin a target.",
     ),
+    "agent": Lazy(
+        "lockstep_cli.agent_cli",
+        "agent_app",
+        "Node agents' NATS identities: enrol nodes, revoke them.",
+    ),
     "topology": Lazy(
         "lockstep_cli.topology_cli", "topology_app", "JetStream streams and consumers."
     ),

@@ -9,17 +9,19 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import time
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import bcrypt
 
 from lockstep_common.bus_access import Permissions
+from lockstep_common.identities import AGENT, agent_node
 from lockstep_common.natsconn import NatsAccess
-from lockstep_devstack import credentials
-from lockstep_devstack.process import StartFailed, free_port, spawn, stop, wait_until
+from lockstep_devstack import agents, credentials
+from lockstep_devstack.process import StartFailed, free_port, reason, spawn, stop, wait_until
 from lockstep_devstack.tls import ServerTls, server_tls
 
 PORT_ATTEMPTS = 3
@@ -58,6 +60,85 @@ def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, obje
         # publish into the requester's inbox.
         permissions["allow_responses"] = {"max": 1, "expires": "1m"}
     return {"user": name, "password": hashed.decode(), "permissions": permissions}
+
+
+# The server's users live in their own file, included by the configuration: `lockstep agent
+# enroll|revoke` rewrites it from IDENTITIES (the fixed identities' entries, written at start)
+# and the agents' record, then has the server reload it (nats-server "Configuration Reloading":
+# the connections of users that are gone are closed, every other stays up).
+AUTHORIZATION = "authorization.conf"
+IDENTITIES = "identities.json"
+PID_FILE = "nats-server.pid"
+RELOADED = "Reloaded server configuration"
+RELOAD_FAILED = "Failed to reload"
+
+
+def write_authorization(server_dir: Path, data_dir: Path) -> Path:
+    """``server_dir``'s users: the fixed identities written at start, and one nkey user per
+    enrolled node agent (``agents.nats_users``). Mode 0600: it holds password hashes."""
+    fixed = json.loads((server_dir / IDENTITIES).read_text(encoding="utf-8"))
+    users = list(fixed["users"])
+    if fixed["agent"] is not None:
+        template = Permissions(
+            tuple(fixed["agent"]["publish"]),
+            tuple(fixed["agent"]["subscribe"]),
+            bool(fixed["agent"]["responds"]),
+        )
+        users += agents.nats_users(agents.load(data_dir), template)
+    path = server_dir / AUTHORIZATION
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as out:
+        # JSON values: every subject and hash ("$JS.API.>", "$2a$...") quoted, none read as a
+        # variable reference.
+        out.write("authorization: " + json.dumps({"users": users}, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def reload_running(data_dir: Path, timeout_s: float = 60.0) -> int:
+    """Give every running nats-server of the stack under ``data_dir`` its users anew
+    (``write_authorization``) and wait until each has reloaded them. Returns how many servers
+    reloaded (0: no embedded server is running there).
+
+    Raises:
+        RuntimeError: a server refused the new configuration (its log line), or did not
+            confirm within ``timeout_s``.
+    """
+    done = 0
+    for identities in sorted((data_dir / "nats").glob(f"**/{IDENTITIES}")):
+        done += reload_server(identities.parent, data_dir, timeout_s)
+    return done
+
+
+def reload_server(server_dir: Path, data_dir: Path, timeout_s: float = 60.0) -> int:
+    """``reload_running`` for the one server whose files are in ``server_dir``: 1 when it
+    reloaded, 0 when it is not running (it reads its users when it starts)."""
+    try:
+        pid = int((server_dir / PID_FILE).read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return 0
+    write_authorization(server_dir, data_dir)
+    log_path = server_dir / "nats-server.log"
+    before = _log_count(log_path, RELOADED), _log_count(log_path, RELOAD_FAILED)
+    os.kill(pid, signal.SIGHUP)  # as `nats-server --signal reload` sends it
+    deadline = time.monotonic() + timeout_s
+    while (_log_count(log_path, RELOADED), _log_count(log_path, RELOAD_FAILED)) == before:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nats-server (pid {pid}) did not reload within {timeout_s:.0f}s")
+        time.sleep(0.05)
+    if _log_count(log_path, RELOAD_FAILED) != before[1]:
+        raise RuntimeError(f"nats-server (pid {pid}) refused the reload: {reason(log_path)}")
+    return 1
+
+
+def _log_count(log_path: Path, marker: str) -> int:
+    try:
+        return log_path.read_text(errors="replace").count(marker)
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +254,10 @@ class NatsServer:
         """How ``identity`` connects (an open server: anonymously)."""
         if self.access is None:
             return NatsAccess((self.url,))
+        node = agent_node(identity)
+        if node is not None and AGENT in self.access:
+            seed = agents.seed_path(agents.seed_dir(self.secrets_dir), node)
+            return NatsAccess((self.url,), identity, None, self.ca_file, nkey_file=seed)
         if identity not in self.access:
             raise KeyError(f"no NATS identity {identity!r}; known: {sorted(self.access)}")
         return NatsAccess((self.url,), identity, self.password_file(identity), self.ca_file)
@@ -192,16 +277,15 @@ class NatsServer:
             f"listen: 127.0.0.1:{self.port}\n"
             f"http: 127.0.0.1:{self.monitor_port}\n"
             f"max_payload: 8MB\n"
+            f"pid_file: {json.dumps(str(self.data_dir / PID_FILE))}\n"
             f'jetstream {{\n  store_dir: "{store}"{sync}\n}}\n'
         )
         tls = server_tls(self.tls_dir) if self.access is not None else None
         if self.cluster is not None:
             text += self.cluster.config(tls)
         if tls is not None and self.access is not None:
-            users = [
-                _user(name, self.password_file(name), grants)
-                for name, grants in sorted(self.access.items())
-            ]
+            self._write_identities()
+            write_authorization(self.data_dir, self.secrets_dir)
             # The configuration format accepts JSON values; json.dumps quotes every subject
             # and hash ("$JS.API.>", "$2a$...") so none is read as a variable reference.
             text += "tls: " + json.dumps(
@@ -212,13 +296,36 @@ class NatsServer:
                     "timeout": 5,
                 }
             )
-            text += "\nauthorization: " + json.dumps({"users": users}, indent=1) + "\n"
+            # Relative to this file's directory (nats-server resolves includes so).
+            text += f"\ninclude {json.dumps(AUTHORIZATION)}\n"
         # Created 0600 before anything is written: it holds the identities' bcrypt hashes.
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(text)
         return config
+
+    def _write_identities(self) -> None:
+        """``IDENTITIES``: the fixed identities' users (bcrypt hashes) and the node agents'
+        template, from which ``write_authorization`` makes the users file."""
+        access = self.access or {}
+        fixed = {
+            "users": [
+                _user(name, self.password_file(name), grants)
+                for name, grants in sorted(access.items())
+                if agent_node(name) is None
+            ],
+            "agent": asdict(access[AGENT]) if AGENT in access else None,
+        }
+        path = self.data_dir / IDENTITIES
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(fixed, out)
+
+    def reload(self, timeout_s: float = 60.0) -> None:
+        """Have this running server read its users again (agents enrolled or revoked)."""
+        reload_server(self.data_dir, self.secrets_dir, timeout_s)
 
     def spawn(self) -> None:
         """Start the process without waiting for it (``wait_ready`` waits)."""
