@@ -29,8 +29,8 @@ DataDir = Annotated[
 Nodes = Annotated[list[str], typer.Argument(help="Node ids.", show_default=False)]
 
 
-def _sites(data_dir: Path, nodes: list[str]) -> dict[str, str]:
-    """Node id -> site, from the running stack's inventory; one line for unknown nodes."""
+def fleet_sites(data_dir: Path) -> dict[str, str]:
+    """Node id -> site of every node the running stack's inventory knows."""
     from lockstep_cli import stack_state
     from lockstep_common.fleet_query import FleetQuery, InventoryUnavailable
     from lockstep_common.identities import CLI
@@ -51,9 +51,14 @@ def _sites(data_dir: Path, nodes: list[str]) -> dict[str, str]:
         return {n.node_id: n.site for n in fleet}
 
     try:
-        known = asyncio.run(ask())
+        return asyncio.run(ask())
     except InventoryUnavailable as exc:
         fail(str(exc), code=1)
+
+
+def _sites(data_dir: Path, nodes: list[str]) -> dict[str, str]:
+    """Node id -> site of ``nodes``; one line naming those the inventory does not know."""
+    known = fleet_sites(data_dir)
     unknown = [n for n in nodes if n not in known]
     if unknown:
         shown = ", ".join(unknown[:10]) + (
