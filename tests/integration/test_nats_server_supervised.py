@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from lockstep_cli.polling import until
 from lockstep_cli.supervisor import ServiceProcess, supervise
 from lockstep_devstack import Stack
 from lockstep_devstack.nats import NatsServer
@@ -36,11 +36,21 @@ def stack(servers: Servers, tmp_path: Path) -> Iterator[Stack]:
         yield st
 
 
-async def test_a_killed_nats_server_is_reaped_reported_and_restarted(
+def eventually(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Wait for ``check`` (a condition, never a fixed sleep); fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_killed_nats_server_is_reaped_reported_and_restarted(
     stack: Stack, tmp_path: Path
 ) -> None:
     assert isinstance(stack.nats, NatsServer) and stack.nats.proc is not None
     server = stack.nats
+    old = stack.nats.proc.pid
     # A stand-in service that runs until told: the supervisor returns once it exits with a
     # configuration error's code (2), which is never restarted.
     service = subprocess.Popen(
@@ -57,21 +67,12 @@ async def test_a_killed_nats_server_is_reaped_reported_and_restarted(
     )
     watcher.start()
     try:
-        old = server.proc.pid
         os.kill(old, signal.SIGKILL)
-
-        async def restarted() -> bool:
-            return any("restarted" in line for line in lines)
-
-        await until(restarted, f"the nats-server restarted ({lines})", timeout_s=30)
+        eventually(lambda: any("restarted" in line for line in lines), "the restart")
         assert state_of(old) is None  # reaped: not even a zombie
         assert any(f"exited with code {-signal.SIGKILL}" in line for line in lines), lines
         assert server.proc is not None and server.proc.pid != old
-
-        async def listening() -> bool:
-            return port_open("127.0.0.1", server.port)
-
-        await until(listening, "the restarted server on its port", timeout_s=30)
+        eventually(lambda: port_open("127.0.0.1", server.port), "the server on its port")
     finally:
         assert service.stdin is not None
         service.stdin.close()
