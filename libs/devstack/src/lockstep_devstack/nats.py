@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -14,17 +16,19 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import bcrypt
 
 from lockstep_common.bus_access import Permissions
-from lockstep_common.identities import AGENT, agent_node
+from lockstep_common.identities import AGENT, SYSTEM, agent_node
 from lockstep_common.natsconn import NatsAccess
 from lockstep_devstack import agents, credentials
 from lockstep_devstack.process import StartFailed, free_port, reason, spawn, stop, wait_until
 from lockstep_devstack.tls import ServerTls, server_tls
 
 PORT_ATTEMPTS = 3
+SYSTEM_ACCOUNT = "SYS"
 
 
 def nats_server_binary() -> str:
@@ -49,8 +53,7 @@ BCRYPT_COST = 4
 
 def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, object]:
     """One ``authorization.users`` entry: a bcrypt hash (never the password) and its grants."""
-    salt = bcrypt.gensalt(BCRYPT_COST, b"2a")
-    hashed = bcrypt.hashpw(credentials.read(password_file).encode(), salt)
+    hashed = _hash(password_file)
     permissions: dict[str, object] = {
         "publish": {"allow": list(grants.publish)},
         "subscribe": {"allow": list(grants.subscribe)},
@@ -59,7 +62,13 @@ def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, obje
         # May reply once to each request it received, within a minute; nobody else may
         # publish into the requester's inbox.
         permissions["allow_responses"] = {"max": 1, "expires": "1m"}
-    return {"user": name, "password": hashed.decode(), "permissions": permissions}
+    return {"user": name, "password": hashed, "permissions": permissions}
+
+
+def _hash(password_file: Path) -> str:
+    """The bcrypt hash of the password in ``password_file`` (the server keeps only this)."""
+    salt = bcrypt.gensalt(BCRYPT_COST, b"2a")
+    return bcrypt.hashpw(credentials.read(password_file).encode(), salt).decode()
 
 
 # The server's users live in their own file, included by the configuration: `lockstep agent
@@ -224,9 +233,12 @@ class NatsServer:
         self.cluster = cluster
         self.port = port or free_port(4222)
         self._port_chosen = port is None  # ours to change if another server takes it first
-        self.monitor_port = free_port()
         self.sync_always = sync_always
         self.access = dict(access) if access is not None else None
+        # The HTTP monitor authenticates nobody (/connz lists users and subscriptions): only an
+        # open server, for tests not about access, serves it. A secured one is watched through
+        # its system account (``monitor``).
+        self.monitor_port = None if self.access is not None else free_port()
         self.secrets_dir = secrets_dir or data_dir.parent
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -275,11 +287,12 @@ class NatsServer:
         text = (
             f"server_name: {self.name}\n"
             f"listen: 127.0.0.1:{self.port}\n"
-            f"http: 127.0.0.1:{self.monitor_port}\n"
             f"max_payload: 8MB\n"
             f"pid_file: {json.dumps(str(self.data_dir / PID_FILE))}\n"
             f'jetstream {{\n  store_dir: "{store}"{sync}\n}}\n'
         )
+        if self.monitor_port is not None:
+            text += f"http: 127.0.0.1:{self.monitor_port}\n"
         tls = server_tls(self.tls_dir) if self.access is not None else None
         if self.cluster is not None:
             text += self.cluster.config(tls)
@@ -298,6 +311,11 @@ class NatsServer:
             )
             # Relative to this file's directory (nats-server resolves includes so).
             text += f"\ninclude {json.dumps(AUTHORIZATION)}\n"
+            # The system account, for health checks and monitoring over authenticated
+            # requests ($SYS.REQ.SERVER.PING.<endpoint>) instead of the HTTP monitor.
+            system = {"user": SYSTEM, "password": _hash(self.password_file(SYSTEM))}
+            text += "accounts: " + json.dumps({SYSTEM_ACCOUNT: {"users": [system]}}) + "\n"
+            text += f"system_account: {SYSTEM_ACCOUNT}\n"
         # Created 0600 before anything is written: it holds the identities' bcrypt hashes.
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
@@ -342,7 +360,7 @@ class NatsServer:
         wait_until(
             lambda: self._healthy(whole_jetstream=whole_jetstream),
             timeout_s=timeout_s,
-            what=f"nats-server {self.name} on 127.0.0.1:{self.port} (monitor {self.monitor_port})",
+            what=f"nats-server {self.name} on 127.0.0.1:{self.port}",
             proc=self.proc,
             log_path=self.log_path,
         )
@@ -360,11 +378,61 @@ class NatsServer:
                     raise
                 # Free when chosen, taken before ours bound it (another stack starting at the
                 # same moment): choose again.
-                self.port, self.monitor_port = free_port(), free_port()
+                self.port = free_port()
+                if self.monitor_port is not None:
+                    self.monitor_port = free_port()
             else:
                 return
 
+    def monitor(
+        self, endpoint: str, options: Mapping[str, object] | None = None, timeout_s: float = 2.0
+    ) -> dict[str, Any]:
+        """One of this server's monitoring endpoints (``HEALTHZ``, ``ROUTEZ``, ``CONNZ`` ...,
+        nats-server "System Account" requests), asked as the system account's user over TLS
+        on ``$SYS.REQ.SERVER.PING.<endpoint>`` filtered on this server's name; its ``data``.
+
+        Raises:
+            OSError, nats.errors.Error, TimeoutError: no answer (not up yet, or refused).
+        """
+        if self.access is None:
+            raise RuntimeError("an open server has no system account: use its HTTP monitor")
+        access = NatsAccess((self.url,), SYSTEM, self.password_file(SYSTEM), self.ca_file)
+        body = json.dumps({**(options or {}), "server_name": self.name}).encode()
+
+        async def ask() -> dict[str, Any]:
+            import nats
+
+            async def quiet(exc: Exception) -> None:
+                return None  # the caller sees the failure
+
+            nc = await nats.connect(
+                **access.options(),
+                name="lockstep-devstack-monitor",
+                allow_reconnect=False,
+                max_reconnect_attempts=0,
+                connect_timeout=timeout_s,
+                error_cb=quiet,
+            )
+            try:
+                reply = await nc.request(
+                    f"$SYS.REQ.SERVER.PING.{endpoint}", body, timeout=timeout_s
+                )
+            finally:
+                await nc.close()
+            data: dict[str, Any] = json.loads(reply.data)["data"]
+            return data
+
+        # Its own thread and event loop: callers may be inside one (asyncio.run cannot nest).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, ask()).result()
+
     def _healthy(self, *, whole_jetstream: bool = False) -> bool:
+        if self.access is not None:
+            options = {} if whole_jetstream else {"js-enabled-only": True}
+            try:
+                return self.monitor("HEALTHZ", options).get("status") == "ok"
+            except Exception:  # noqa: BLE001 - not up yet, however it says so
+                return False
         query = "" if whole_jetstream else "?js-enabled-only=true"
         url = f"http://127.0.0.1:{self.monitor_port}/healthz{query}"
         try:
