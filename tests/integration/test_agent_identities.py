@@ -20,6 +20,8 @@ from lockstep_common import natsconn, subjects
 from lockstep_common.identities import agent_identity
 from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack, agents
+from lockstep_devstack.nats import reload_running
+from lockstep_devstack.nats_cluster import NatsCluster
 from tests.conftest import Servers
 
 NS = Namespace("lockstep")
@@ -47,6 +49,9 @@ class Watched:
         self.closed = False
         self.disconnects = 0
         self.nc: NatsClient | None = None
+
+    async def on_closed(self) -> None:
+        self.closed = True
 
     async def connect(self, stack: Stack, node: str) -> NatsClient:
         async def error(exc: Exception) -> None:
@@ -133,3 +138,44 @@ async def test_a_revoked_node_cannot_connect_or_publish_and_the_others_stay_conn
     await kept.flush()
     assert (other.disconnects, other.closed, other.errors) == (0, False, [])
     await kept.close()
+
+
+async def test_in_a_cluster_the_cli_path_revokes_a_node_on_every_member(tmp_path: Path) -> None:
+    """``lockstep agent revoke`` reloads every running member of ``--nats-cluster``: the node
+    is cut off where it was connected and refused by the others."""
+    agents.enroll(tmp_path, {"n1": SITE, "n2": SITE})
+    cluster = NatsCluster(tmp_path / "nats", 3, sync_always=False, access=bus_permissions(NS))
+    cluster.start()
+    try:
+        access = cluster.client(agent_identity("n1"))
+        assert access.nkey_file is not None
+        installed = tmp_path / "installed.nk"
+        installed.write_text(access.nkey_file.read_text())
+        installed.chmod(0o600)
+        on_second = dataclasses.replace(access, servers=(cluster.members[1].url,))
+        revoked = Watched()
+        revoked.nc = await natsconn.connect(
+            on_second,
+            name="n1",
+            allow_reconnect=False,
+            closed_cb=revoked.on_closed,
+        )
+        agents.revoke(tmp_path, ["n1"])
+        assert reload_running(tmp_path) == 3
+
+        async def cut_off() -> bool:
+            return revoked.closed
+
+        await until(cut_off, "n1's connection closed by the member it was on", timeout_s=10)
+        for member in cluster.members:
+            with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+                await natsconn.connect(
+                    dataclasses.replace(access, servers=(member.url,), nkey_file=installed),
+                    name="revoked",
+                    allow_reconnect=False,
+                    max_reconnect_attempts=0,
+                )
+        kept = await natsconn.connect(cluster.client(agent_identity("n2")), name="n2")
+        await kept.close()
+    finally:
+        cluster.stop()

@@ -82,3 +82,15 @@ def test_revoking_a_node_not_enrolled_is_one_line_and_changes_nothing(
     assert code == 0, out
     assert agents.load(tmp_path) == {}
     assert not agents.seed_path(agents.seed_dir(tmp_path), "node-1").exists()
+
+
+def test_all_enrols_every_node_of_the_fleet_and_nodes_or_all_is_required(
+    tmp_path: Path, fleet: None
+) -> None:
+    for args in ([], ["--all", "node-1"]):
+        code, out = invoke("agent", "enroll", "--data-dir", str(tmp_path), *args)
+        assert code == 2 and "name the nodes to enrol, or --all" in out
+        assert list(tmp_path.iterdir()) == []
+    code, out = invoke("agent", "enroll", "--data-dir", str(tmp_path), "--all")
+    assert code == 0, out
+    assert set(agents.load(tmp_path)) == set(FLEET)

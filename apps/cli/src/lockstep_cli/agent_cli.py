@@ -70,7 +70,8 @@ def _sites(data_dir: Path, nodes: list[str]) -> dict[str, str]:
 
 @agent_app.command("enroll")
 def enroll(
-    nodes: Nodes,
+    nodes: Annotated[list[str] | None, typer.Argument(help="Node ids.", show_default=False)] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every node the inventory knows.")] = False,
     data_dir: DataDir = Path(".data"),
     out: Annotated[
         Path | None,
@@ -84,18 +85,25 @@ def enroll(
 
     Each node's seed is written to <out>/<node>.nk (mode 0600) for the operator to install on
     that node; the server is given the public key only. Enrolling a node again replaces its
-    key. Thousands at once are one reload.
+    key. Thousands at once (or --all) are one reload.
     """
     from lockstep_devstack import agents
     from lockstep_devstack.nats import reload_running
 
     data_dir = data_dir.resolve()
-    nodes = list(dict.fromkeys(nodes))
-    try:
-        agents.check_nodes(dict.fromkeys(nodes, "site"))
-    except agents.EnrolmentError as exc:
-        fail(str(exc))
-    sites = _sites(data_dir, nodes)
+    if every == bool(nodes):
+        fail("name the nodes to enrol, or --all (not both)")
+    if every:
+        sites = fleet_sites(data_dir)
+        if not sites:
+            fail("the inventory knows no node: `lockstep fleet import` first")
+    else:
+        named = list(dict.fromkeys(nodes or ()))
+        try:
+            agents.check_nodes(dict.fromkeys(named, "site"))
+        except agents.EnrolmentError as exc:
+            fail(str(exc))
+        sites = _sites(data_dir, named)
     written = agents.enroll(data_dir, sites, out)
     try:
         servers = reload_running(data_dir)
