@@ -84,6 +84,10 @@ def enroll_and_revoke_agents(workdir: Path) -> None:
     assert "1 nats-server(s) reloaded" in enrolled.stdout
     seeds = workdir / ".data" / "secrets" / "agents"
     assert sorted(p.name for p in seeds.iterdir()) == ["node-00000.nk", "node-00001.nk"]
+    env = lockstep(workdir, "env", "--as", "agent-node-00000")
+    assert env.returncode == 0, env.stderr
+    assert f"LOCKSTEP_NATS_NKEY_FILE={seeds / 'node-00000.nk'}" in env.stdout
+    assert "LOCKSTEP_NATS_PASSWORD_FILE" not in env.stdout
     revoked = lockstep(workdir, "agent", "revoke", "node-00001")
     assert revoked.returncode == 0, revoked.stderr
     assert sorted(p.name for p in seeds.iterdir()) == ["node-00000.nk"]

@@ -126,8 +126,12 @@ def reload_server(server_dir: Path, data_dir: Path, timeout_s: float = 60.0) -> 
     reloaded, 0 when it is not running (it reads its users when it starts)."""
     try:
         pid = int((server_dir / PID_FILE).read_text().strip())
-        os.kill(pid, 0)
+        # Ours, not a process that reused the pid of one that stopped: its command line
+        # names this server's configuration.
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
+        return 0
+    if str(server_dir / "nats-server.conf").encode() not in argv:
         return 0
     write_authorization(server_dir, data_dir)
     log_path = server_dir / "nats-server.log"
