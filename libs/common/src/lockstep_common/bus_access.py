@@ -197,11 +197,17 @@ def access_markdown(grants: Mapping[str, Permissions]) -> str:
         "from then on, every other connection stays up. Why configuration-file nkey users and not",
         'JWT accounts: see "Node agents\' identities" in [architecture.md](architecture.md).',
         "",
+        "The embedded server's own system account (`SYS`, user `system`) is not in this table:",
+        "it answers the stack's health checks and monitoring requests",
+        "(`$SYS.REQ.SERVER.PING.<endpoint>`) in place of the HTTP monitor, which would show",
+        "every connection and subscription to anyone on the machine, and is not served.",
+        "",
         "| identity | may publish | may subscribe | answers requests |",
         "|---|---|---|---|",
     ]
     for identity, p in grants.items():
         publish = "<br>".join(f"`{s}`" for s in p.publish)
         subscribe = "<br>".join(f"`{s}`" for s in p.subscribe)
-        lines.append(f"| {identity} | {publish} | {subscribe} | {'yes' if p.responds else ''} |")
+        answers = "yes" if p.responds else ""
+        lines.append(f"| `{identity}` | {publish} | {subscribe} | {answers} |")
     return "\n".join(lines) + "\n"
