@@ -74,8 +74,8 @@ async def emit(
 ) -> list[Envelope[EventData]]:
     """Write events to ``app``'s outbox in one transaction, as a state change would; ``app``
     stands in for their producer, whose ``source`` they carry (consumers refuse any other)."""
-    classes = {type(e) for e in events}
-    source = source_for(classes.pop()) if len(classes) == 1 else app.source
+    sources = {source_for(e) for e in events}
+    source = sources.pop() if len(sources) == 1 else app.source
     async with app.require().pool.acquire() as conn, emitting(conn, source) as out:
         return [out.emit(subject, e) for e in events]
 

@@ -71,6 +71,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def enroll_and_revoke_agents(workdir: Path) -> None:
+    """`lockstep agent enroll|revoke` against the running stack (its inventory and server)."""
+    # One NATS identity per node agent: the sites come from the inventory, an unknown
+    # node is refused with nothing written, the running nats-server reloads its users.
+    unknown = lockstep(workdir, "agent", "enroll", "node-00000", "node-09999")
+    assert unknown.returncode == 2 and "unknown node(s) node-09999" in unknown.stderr
+    assert not (workdir / ".data" / "agents.json").exists()
+    enrolled = lockstep(workdir, "agent", "enroll", "node-00000", "node-00001")
+    assert enrolled.returncode == 0, enrolled.stderr
+    assert "enrolled 2 node agent(s)" in enrolled.stdout
+    assert "1 nats-server(s) reloaded" in enrolled.stdout
+    seeds = workdir / ".data" / "secrets" / "agents"
+    assert sorted(p.name for p in seeds.iterdir()) == ["node-00000.nk", "node-00001.nk"]
+    env = lockstep(workdir, "env", "--as", "agent-node-00000")
+    assert env.returncode == 0, env.stderr
+    assert f"LOCKSTEP_NATS_NKEY_FILE={seeds / 'node-00000.nk'}" in env.stdout
+    assert "LOCKSTEP_NATS_PASSWORD_FILE" not in env.stdout
+    revoked = lockstep(workdir, "agent", "revoke", "node-00001")
+    assert revoked.returncode == 0, revoked.stderr
+    assert sorted(p.name for p in seeds.iterdir()) == ["node-00000.nk"]
+
+
 def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) -> None:
     before = lockstep(workdir, "fleet", "list")
     assert before.returncode == 2
@@ -113,6 +135,7 @@ def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) ->
         assert imported.returncode == 0, imported.stderr
         assert "imported 4 node(s): 4 added" in imported.stdout
         assert f"from .data/stack.json (lockstep up, pid {up.proc.pid}) as cli" in imported.stderr
+        enroll_and_revoke_agents(workdir)
         swept = lockstep(workdir, "fleet", "sweep", "--json")
         assert swept.returncode == 0, swept.stderr
         assert json.loads(swept.stdout)["sweep"]["unreadable"] == 0

@@ -115,7 +115,7 @@ class Stack:
     bundle: Path
 
     async def publish(self, subject: str, data: EventData) -> None:
-        env = make_envelope(data, source=source_for(type(data)))
+        env = make_envelope(data, source=source_for(data))
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )

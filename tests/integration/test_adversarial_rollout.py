@@ -32,12 +32,12 @@ from lockstep_common.events.v1 import GatePassed, InventoryObserved
 from lockstep_common.vocabulary import Component, GateVerdict, ObservationSource
 from lockstep_healthgate.testing.reports import Fault, report
 from lockstep_inventory.adapters import state
+from lockstep_sim.agents.reports import agent_source
 from lockstep_sim.faults import Fault as SimFault
 from lockstep_sim.faults import FaultPlan
 from tests.integration.rollout_stack import NODES, Stack, running_stack
 
 pytestmark = pytest.mark.integration
-AGENT = "/lockstep/agent"
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ async def test_forged_reports_change_no_gate_and_no_drift(stack: Stack) -> None:
         site=site,
         fault=Fault(dcgm_failed=True, xids={"79": 1}),
     )
-    await publish_as(stack, subjects.health_observed(site, speaker), fatal, AGENT)
+    await publish_as(stack, subjects.health_observed(site, speaker), fatal, agent_source(speaker))
     # A "redfish" report for a node outside the canary: an old BMC firmware, a large sequence.
     forged = InventoryObserved(
         node_id=speaker,
@@ -90,7 +90,10 @@ async def test_forged_reports_change_no_gate_and_no_drift(stack: Stack) -> None:
         members={"BMC_Fw": "0.0.1"},
     )
     await publish_as(
-        stack, subjects.inventory_observed(by_id[speaker].site, speaker), forged, AGENT
+        stack,
+        subjects.inventory_observed(by_id[speaker].site, speaker),
+        forged,
+        agent_source(speaker),
     )
 
     async def refused() -> bool:

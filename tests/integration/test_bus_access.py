@@ -28,14 +28,14 @@ from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import provision_topology
 from lockstep_common import natsconn, subjects
-from lockstep_common.bus_access import Permissions
+from lockstep_common.bus_access import Permissions, node_agent
 from lockstep_common.errors import ConfigurationError
-from lockstep_common.identities import ADMIN, AGENT, CLI
+from lockstep_common.identities import ADMIN, AGENT, CLI, agent_identity
 from lockstep_common.schemadocs import CHANNELS
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
-from lockstep_devstack import Stack
+from lockstep_devstack import Stack, agents
 from lockstep_devstack.nats import NatsServer
 from tests.conftest import Servers
 
@@ -47,6 +47,7 @@ PERMISSION_ERROR = "Permissions Violation"
 def stack(servers: Servers) -> Iterator[Stack]:
     data_dir = Path(tempfile.mkdtemp(prefix="lockstep-bus-"))
     try:
+        agents.enroll(data_dir, {"n1": "s1"})  # the node agents' template, filled in for n1
         with Stack(
             data_dir, database_url=servers.database_url, durable=False, access=bus_permissions(NS)
         ) as st:
@@ -82,6 +83,9 @@ def probes() -> list[str]:
         for channel in CHANNELS.values()
     ]
     events += [NS.wire(subjects.dead_letter("pin.changed.s1")), NS.wire("bogus.subject")]
+    # Another node's reports: no node agent may send them (the agent probed is n1's).
+    events += [NS.wire(subjects.health_observed("s1", "n2"))]
+    events += [NS.wire(subjects.inventory_observed("s2", "n1"))]
     streams = ("LOCKSTEP_DLQ", "LOCKSTEP_PINS", "LOCKSTEP_BUNDLES", "LOCKSTEP_TELEMETRY")
     calls = ("INFO", "CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE", "MSG.GET")
     js = [f"$JS.API.STREAM.{call}.{stream}" for stream in streams for call in calls]
@@ -135,12 +139,19 @@ def refused(errors: list[str], kind: str, subject: str) -> bool:
     return f'{PERMISSION_ERROR} for {kind} to "{subject}"'.lower() in errors
 
 
+def concrete() -> dict[str, Permissions]:
+    """The matrix with the node agents' template filled in for node n1 at site s1."""
+    out = bus_permissions(NS)
+    out[agent_identity("n1")] = node_agent(out.pop(AGENT), "s1", "n1")
+    return out
+
+
 @pytest.fixture(scope="module")
 def grants() -> dict[str, Permissions]:
-    return bus_permissions(NS)
+    return concrete()
 
 
-@pytest.mark.parametrize("identity", [*sorted(bus_permissions(NS))])
+@pytest.mark.parametrize("identity", [*sorted(concrete())])
 async def test_every_identity_may_publish_exactly_what_it_declares(
     stack: Stack, grants: dict[str, Permissions], identity: str
 ) -> None:
@@ -160,7 +171,7 @@ async def test_every_identity_may_publish_exactly_what_it_declares(
     assert wrong == [], f"{identity}: server disagrees with the matrix (declared)"
 
 
-@pytest.mark.parametrize("identity", [*sorted(bus_permissions(NS))])
+@pytest.mark.parametrize("identity", [*sorted(concrete())])
 async def test_every_identity_may_subscribe_only_to_its_inbox_and_what_it_answers(
     stack: Stack, grants: dict[str, Permissions], identity: str
 ) -> None:
@@ -221,7 +232,7 @@ async def test_a_rogue_subscriber_can_neither_hear_nor_answer_an_admission_check
     responder_errors: list[str] = []
     rogue_errors: list[str] = []
     inventory = await connect_as(stack, "inventory", responder_errors)
-    rogue = await connect_as(stack, AGENT, rogue_errors)
+    rogue = await connect_as(stack, agent_identity("n1"), rogue_errors)
     cli = await connect_as(stack, CLI, [])
     heard: list[str] = []
     try:
@@ -256,7 +267,7 @@ async def test_a_rogue_subscriber_can_neither_hear_nor_answer_an_admission_check
 
 
 async def test_no_party_but_admin_can_purge_a_stream_or_delete_a_consumer(stack: Stack) -> None:
-    for identity in [*bus_permissions(NS)]:
+    for identity in [*concrete()]:
         errors: list[str] = []
         nc = await connect_as(stack, identity, errors)
         try:

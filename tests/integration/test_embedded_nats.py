@@ -3,12 +3,11 @@ embedded cluster's routes."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import shutil
 import signal
 import socket
 import tempfile
-import urllib.request
 from pathlib import Path
 
 from lockstep_common.bus_access import Permissions
@@ -35,9 +34,45 @@ def test_a_port_taken_between_choosing_it_and_binding_it_is_chosen_again() -> No
 
 
 def _route_names(server: NatsServer) -> set[str]:
-    url = f"http://127.0.0.1:{server.monitor_port}/routez"
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return {r["remote_name"] for r in json.load(resp)["routes"]}
+    return {r["remote_name"] for r in server.monitor("ROUTEZ")["routes"]}
+
+
+def test_a_secured_server_serves_no_unauthenticated_monitor_but_answers_its_system_account(
+    tmp_path: Path,
+) -> None:
+    """The HTTP monitor authenticates nobody: ``/connz`` listed every user and subscription
+    to anyone on the machine (issue 26). A secured server does not serve it; its health and
+    connections are asked for as the system account's user, over TLS."""
+    access = {"cli": Permissions(publish=("lockstep.>",), subscribe=("_INBOX_cli.>",))}
+    server = NatsServer(tmp_path / "nats", sync_always=False, access=access, secrets_dir=tmp_path)
+    server.start()
+    try:
+        assert server.proc is not None
+        log = server.log_path.read_text(errors="replace")
+        assert "monitor" not in log.lower(), log  # "Starting http monitor on ..." before
+        assert "http:" not in (server.data_dir / "nats-server.conf").read_text()
+        assert listening_ports(server.proc.pid) == {server.port}
+        assert server.monitor("HEALTHZ", {"js-enabled-only": True})["status"] == "ok"
+        assert server.monitor("CONNZ")["num_connections"] >= 0
+    finally:
+        server.stop()
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (its sockets' inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = str(fd.readlink())
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def test_cluster_members_route_to_each_other_and_a_server_without_the_certificate_is_refused(

@@ -352,7 +352,7 @@ async def test_after_a_retry_a_message_never_acknowledged_follows_the_redelivery
 async def publish(app: ServiceApp, events: list[BundleSubmitted]) -> None:
     assert app.resources is not None
     for e in events:
-        env = make_envelope(e, source=source_for(type(e)))
+        env = make_envelope(e, source=source_for(e))
         await app.resources.js.publish(
             app.namespace.wire(SUBJECT), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )
@@ -455,7 +455,7 @@ async def test_a_class_the_subscription_does_not_declare_is_refused_and_an_ignor
             subject = SUBJECT if data is undeclared else provenance.subject_of(data)
             await js.publish(
                 consumer.namespace.wire(subject),
-                make_envelope(data, source=source_for(type(data))).to_json(),
+                make_envelope(data, source=source_for(data)).to_json(),
             )
         await until(lambda: _eq(applied(consumer), 1), "the declared event applied")
         await until(lambda: _eq(dead_letter_count(consumer), 1), "one dead letter")

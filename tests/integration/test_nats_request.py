@@ -121,7 +121,7 @@ async def test_a_wrong_password_or_an_unknown_ca_is_refused(stack: Stack, tmp_pa
 async def test_an_identity_may_not_publish_an_admission_check_it_does_not_declare(
     stack: Stack,
 ) -> None:
-    # The agent identity declares no admission check: the server refuses the publish.
+    # The reader identity declares no admission check: the server refuses the publish.
     assert stack.nats is not None
     with pytest.raises(nats_request.Refused, match="Permissions Violation"):
-        await ask(stack.nats.client("agent"))
+        await ask(stack.nats.client("reader"))

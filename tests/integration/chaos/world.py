@@ -192,7 +192,7 @@ class World:
         )
 
     async def publish(self, subject: str, data: EventData) -> None:
-        env = make_envelope(data, source=source_for(type(data)))
+        env = make_envelope(data, source=source_for(data))
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )
@@ -326,7 +326,7 @@ class World:
             if fresh:
                 env = REGISTRY.decode(body, max_bytes=1 << 20)
                 body = make_envelope(
-                    env.data, source=source_for(type(env.data)), correlation_id=env.correlation_id
+                    env.data, source=source_for(env.data), correlation_id=env.correlation_id
                 ).to_json()
             await js.publish(
                 self.ns.wire(row["subject"]), body, headers={"Nats-Msg-Id": str(uuid.uuid4())}

@@ -65,7 +65,7 @@ class Bus:
     async def publish(
         self, subject: str, data: EventData, *, at: datetime | None = None
     ) -> Envelope[EventData]:
-        env = make_envelope(data, source=source_for(type(data)), occurred_at=at)
+        env = make_envelope(data, source=source_for(data), occurred_at=at)
         await self.again(subject, env)
         return env
 

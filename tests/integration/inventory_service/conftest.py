@@ -61,7 +61,7 @@ class Harness:
         )
 
     async def publish(self, subject: str, data: EventData, **kwargs: Any) -> Any:
-        env = make_envelope(data, source=source_for(type(data)), **kwargs)
+        env = make_envelope(data, source=source_for(data), **kwargs)
         js = self.nc.jetstream()
         await js.publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}

@@ -88,7 +88,7 @@ async def test_malformed_telemetry_is_dead_lettered_and_good_reports_still_apply
         sequence=1,
         components={Component.DRIVER: "580.65.06"},
     )
-    bad = json.loads(make_envelope(good, source=source_for(type(good))).to_json())
+    bad = json.loads(make_envelope(good, source=source_for(good)).to_json())
     bad["data"]["sequence"] = -1
     subject = harness.ns.wire(subjects.inventory_observed(SITE, node))
     await js.publish(subject, json.dumps(bad).encode())

@@ -85,7 +85,7 @@ class Planner:
     """Approver -> private key file (their public keys are the service's trust store)."""
 
     async def publish(self, subject: str, data: EventData) -> Any:
-        env = make_envelope(data, source=source_for(type(data)))
+        env = make_envelope(data, source=source_for(data))
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )

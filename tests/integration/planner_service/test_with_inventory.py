@@ -44,7 +44,7 @@ async def test_a_rollout_is_planned_over_the_fleet_the_inventory_reports(
             (subjects.bundle_attested(), bundle),
             (subjects.intent_submitted(), intent(bundle, change_class=ChangeClass.ROUTINE)),
         ):
-            env = make_envelope(data, source=source_for(type(data)))
+            env = make_envelope(data, source=source_for(data))
             await js.publish(
                 harness.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
             )
@@ -96,7 +96,7 @@ async def test_nodes_differing_only_in_one_nic_familys_firmware_are_strata_of_th
         js = harness.nc.jetstream()
         for data in (bundle, intent(bundle, change_class=ChangeClass.ROUTINE, dry_run=True)):
             subject = subjects.bundle_attested() if data is bundle else subjects.intent_submitted()
-            env = make_envelope(data, source=source_for(type(data)))
+            env = make_envelope(data, source=source_for(data))
             await js.publish(
                 harness.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
             )

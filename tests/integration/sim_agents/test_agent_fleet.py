@@ -19,7 +19,7 @@ from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import StreamPolicy, ensure_topology
 from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
-from lockstep_sim.agents.reports import AGENT_SOURCE, inventory_event
+from lockstep_sim.agents.reports import agent_source, inventory_event
 from lockstep_sim.agents.software import NodeSoftware
 from tests.support import stored_telemetry
 
@@ -74,7 +74,7 @@ async def test_duplicate_event_id_is_dropped(nc: Client, namespace: str) -> None
     await ensure_topology(js, ns, StreamPolicy())
     node = NodeSoftware("n1")
     env = make_envelope(
-        inventory_event("n1", SITE, node.state, 1, datetime.now(UTC)), source=AGENT_SOURCE
+        inventory_event("n1", SITE, node.state, 1, datetime.now(UTC)), source=agent_source("n1")
     )
     subject = ns.wire(subjects.inventory_observed(SITE, "n1"))
     headers = {MSG_ID_HEADER: str(env.event_id)}

@@ -101,7 +101,7 @@ class Rig:
         return app
 
     async def publish(self, subject: str, data: EventData) -> None:
-        env = make_envelope(data, source=source_for(type(data)), correlation_id="intent-1")
+        env = make_envelope(data, source=source_for(data), correlation_id="intent-1")
         await self.nc.jetstream().publish(
             self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
         )

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from lockstep_cli.catalog import bus_permissions, subscriptions_by_service
 from lockstep_common import natsconn
-from lockstep_common.bus_access import Party, matrix
+from lockstep_common.bus_access import Party, matrix, node_agent
 from lockstep_common.identities import ADMIN, AGENT, CLI, READER
 from lockstep_common.natsconn import AccessError, NatsAccess, read_secret
 from lockstep_common.subjects import Namespace
@@ -39,7 +39,7 @@ def test_only_admin_may_update_purge_or_delete_streams_and_consumers() -> None:
 def test_each_identity_reads_only_its_own_inbox_and_only_inventory_answers() -> None:
     for identity, grants in GRANTS.items():
         inboxes = [s for s in grants.subscribe if s.startswith("_INBOX")]
-        assert inboxes == [f"_INBOX_{identity}.>"]
+        assert inboxes == [f"_INBOX_{identity}.>"]  # agent-<node>: filled in per node
         assert not [s for s in grants.publish if s.startswith("_INBOX")]
     assert {i for i, g in GRANTS.items() if g.responds} == {"inventory"}
     assert "lockstep.admission.check" in GRANTS["inventory"].subscribe
@@ -53,10 +53,20 @@ def test_a_service_fetches_and_acks_only_its_own_durables() -> None:
 
 
 def test_outside_parties_send_only_what_channels_say_they_send() -> None:
+    # Node agents: a template with their own site and node id, never a wildcard.
     assert GRANTS[AGENT].publish == (
-        "lockstep.telemetry.observed.health.*.*",
-        "lockstep.telemetry.observed.inventory.*.*",
+        "lockstep.telemetry.observed.health.<site>.<node>",
+        "lockstep.telemetry.observed.inventory.<site>.<node>",
     )
+    one = node_agent(GRANTS[AGENT], "s1", "n1")
+    assert one.publish == (
+        "lockstep.telemetry.observed.health.s1.n1",
+        "lockstep.telemetry.observed.inventory.s1.n1",
+    )
+    assert one.subscribe == ("_INBOX_agent-n1.>",)
+    for bad in ("*", ">", "n1.n2", ""):
+        with pytest.raises(ValueError, match="subject token"):
+            node_agent(GRANTS[AGENT], "s1", bad)
     assert "lockstep.drift.detected.*.*" not in GRANTS[CLI].publish
     assert "lockstep.pin.changed.*" in GRANTS[CLI].publish
 

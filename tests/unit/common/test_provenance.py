@@ -27,7 +27,7 @@ def health(node: str) -> HealthObserved:
 
 
 def test_a_report_for_another_node_than_its_subject_is_refused() -> None:
-    env = make_envelope(health("can-2"), source="/lockstep/agent")
+    env = make_envelope(health("can-2"), source="/lockstep/agent-can-2")
     provenance.check(env, subjects.health_observed("ams1", "can-2"))
     with pytest.raises(InvalidMessage, match=r"arrived on .*ctl-0 but its payload belongs on"):
         provenance.check(env, subjects.health_observed("ams1", "ctl-0"))
@@ -37,10 +37,18 @@ def test_a_report_for_another_node_than_its_subject_is_refused() -> None:
 
 def test_a_source_that_may_not_publish_the_event_is_refused() -> None:
     subject = subjects.health_observed("ams1", "n1")
-    for source in ("/lockstep/agent", "/lockstep/agent/n1"):
+    for source in ("/lockstep/agent-n1", "/lockstep/agent-n1/2"):
         provenance.check(make_envelope(health("n1"), source=source), subject)
-    for source in ("/lockstep/inventory", "/lockstep/agents", "/lockstep/agent-x", "/test"):
-        with pytest.raises(InvalidMessage, match="but only /lockstep/agent may publish it"):
+    # Another node's agent, the agents' template, the retired shared identity, a service.
+    for source in (
+        "/lockstep/agent-n2",
+        "/lockstep/agent-n1x",
+        "/lockstep/agent-<node>",
+        "/lockstep/agent",
+        "/lockstep/inventory",
+        "/test",
+    ):
+        with pytest.raises(InvalidMessage, match="but only /lockstep/agent-n1 may publish it"):
             provenance.check(make_envelope(health("n1"), source=source), subject)
 
 

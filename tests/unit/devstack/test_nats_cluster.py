@@ -32,10 +32,11 @@ def test_any_other_size_is_refused_naming_the_rule(size: int) -> None:
 def test_members_have_their_own_ports_store_and_name_and_share_one_ca(tmp_path: Path) -> None:
     cluster = NatsCluster(tmp_path / "nats", 3, access=ACCESS, secrets_dir=tmp_path)
     members = cluster.members
-    ports = [p for m in members for p in (m.port, m.monitor_port)]
+    ports = [m.port for m in members]
+    assert [m.monitor_port for m in members] == [None] * 3  # no unauthenticated monitor
     assert members[0].cluster is not None
     routes = [m.cluster.port for m in members if m.cluster is not None]
-    assert len(set(ports + routes)) == 9
+    assert len(set(ports + routes)) == 6
     assert {m.name for m in members} == {"lockstep-1", "lockstep-2", "lockstep-3"}
     assert len({m.data_dir for m in members}) == 3
     assert {m.ca_file for m in members} == {cluster.ca_file}

@@ -26,6 +26,7 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
+from lockstep_common.provenance import source_for
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, DriftKind, ObservationSource, Severity
 from lockstep_inventory import handlers, ingest
@@ -91,7 +92,7 @@ class Inventory:
                 now=at or _at(seq),
                 rules=RULES,
             )
-        env = make_envelope(data, source="/lockstep/agent")
+        env = make_envelope(data, source=source_for(data))
         return await handlers.on_inventory_observed(
             self.store, self.events, [env], rules=RULES, now=at or _at(seq)
         )
@@ -369,7 +370,7 @@ async def test_a_report_off_the_bus_that_says_a_bmc_was_read_is_refused(
         components={C.BMC: "b-evil"},
         members={"bmc_0": "b-evil"},
     )
-    env = make_envelope(forged, source="/lockstep/agent", occurred_at=_at(50))
+    env = make_envelope(forged, source=source_for(forged), occurred_at=_at(50))
     with pytest.raises(InvalidMessage, match="only the inventory's own sweep"):
         await handlers.on_inventory_observed(
             inventory.store, inventory.events, [env], rules=RULES, now=_at(50)

@@ -25,7 +25,7 @@ from lockstep_cli.polling import until
 from lockstep_common import db
 from lockstep_common.compatibility.files import load_rules
 from lockstep_common.events.v1 import ScopeSelector
-from lockstep_common.identities import ADMIN, AGENT, CLI
+from lockstep_common.identities import ADMIN, CLI
 from lockstep_common.natsconn import NatsAccess, connect
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
@@ -63,9 +63,9 @@ def service_env() -> dict[str, str]:
 
 async def fleet_drift(console: Console, stack: Stack, rollouts: RolloutSetup, kit: Kit) -> None:
     """Run the fleet part against a running stack and inventory service: node agents connect
-    as ``agent``, pins are published as ``cli``, and the drift events are watched as
-    ``admin`` (the identity that may create a consumer to read them). Then the rollouts
-    (``demo_rollout``) run on the same fleet."""
+    as one identity each (``agent-<node>``), pins are published as ``cli``, and the drift
+    events are watched as ``admin`` (the identity that may create a consumer to read them).
+    Then the rollouts (``demo_rollout``) run on the same fleet."""
     os.environ.update(service_env())
     database_url = stack.database_env(NAME)["LOCKSTEP_DATABASE_URL"]
     settings = Settings(
@@ -73,15 +73,15 @@ async def fleet_drift(console: Console, stack: Stack, rollouts: RolloutSetup, ki
     )
     ns = Namespace(settings.namespace)
     console.rule(f"a simulated fleet of {NODES} nodes (GB200 and HGX H100)")
-    async with FleetRuntime(
-        SimOptions(
-            NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0, time_scale=TIME_SCALE
-        ),
-        scheduler_port=rollouts.scheduler_port,
-        nats=stack.nats_client(AGENT),
-        namespace=ns.name,
-        cadence_s=1.0,
-    ) as rt:
+    options = SimOptions(
+        NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0, time_scale=TIME_SCALE
+    )
+    runtime = FleetRuntime(
+        options, scheduler_port=rollouts.scheduler_port, namespace=ns.name, cadence_s=1.0
+    )
+    # One identity per node agent, allowed its own node's subjects only.
+    runtime.agent_access = stack.enroll_agents({n.id: n.site for n in runtime.fleet})
+    async with runtime as rt:
         pool = await db.create_pool(
             database_url,
             settings.db_schema or NAME,

@@ -88,7 +88,7 @@ def _settings(nats_url: str, database_url: str, namespace: str, batch: int) -> S
 
 
 def _body(data: EventData, subject: str) -> tuple[str, bytes, str]:
-    env = make_envelope(data, source=source_for(type(data)))  # as its producer
+    env = make_envelope(data, source=source_for(data))  # as its producer
     return subject, env.to_json(), str(env.event_id)
 
 

@@ -49,7 +49,7 @@ from lockstep_cli.scratch import drop_namespace
 from lockstep_common import canonical, subjects
 from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
-from lockstep_common.events.v1 import InventoryObserved, PinChanged, ScopeSelector
+from lockstep_common.events.v1 import PinChanged, ScopeSelector
 from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
@@ -112,10 +112,8 @@ class Fleet:
         """The next report of ``node_id`` (its current state): subject, body, message id."""
         self.sequence[node_id] += 1
         sw: SoftwareState = DRIFTED if node_id in self.drifted else GOLDEN
-        env = make_envelope(
-            inventory_event(node_id, SITE, sw, self.sequence[node_id], now),
-            source=source_for(InventoryObserved),
-        )
+        report = inventory_event(node_id, SITE, sw, self.sequence[node_id], now)
+        env = make_envelope(report, source=source_for(report))
         return subjects.inventory_observed(SITE, node_id), env.to_json(), str(env.event_id)
 
 

@@ -298,7 +298,7 @@ def _core(
 
 
 async def _publish(nc: Any, ns: Namespace, subject: str, data: EventData) -> None:
-    env = make_envelope(data, source=source_for(type(data)))
+    env = make_envelope(data, source=source_for(data))
     await nc.jetstream().publish(
         ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
     )

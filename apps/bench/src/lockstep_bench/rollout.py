@@ -79,7 +79,7 @@ from lockstep_common import db, subjects
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
-from lockstep_common.identities import AGENT, CLI
+from lockstep_common.identities import CLI
 from lockstep_common.natsconn import connect
 from lockstep_common.provenance import source_for
 from lockstep_common.subjects import Namespace
@@ -311,7 +311,7 @@ class _Bench:
     async def publish(self, subject: str, data: EventData) -> None:
         nc = await connect(self.stack.nats_client(CLI), name="lockstep-bench")
         try:
-            env = make_envelope(data, source=source_for(type(data)))  # as its producer
+            env = make_envelope(data, source=source_for(data))  # as its producer
             await nc.jetstream().publish(
                 self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
             )
@@ -395,17 +395,20 @@ async def _run(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     ns = Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep"))
-    rt = FleetRuntime(
-        SimOptions(
-            opts.nodes, "gb200", seed=opts.seed, time_scale=opts.time_scale,
-            host_base="127.93.0.1", port=0,
-        ),
-        scheduler_port=scheduler_port,
-        nats=stack.nats_client(AGENT),
-        namespace=ns.name,
-        cadence_s=opts.cadence_s,
+    options = SimOptions(
+        opts.nodes, "gb200", seed=opts.seed, time_scale=opts.time_scale,
+        host_base="127.93.0.1", port=0,
     )  # fmt: skip
+    rt = FleetRuntime(
+        options, scheduler_port=scheduler_port, namespace=ns.name, cadence_s=opts.cadence_s
+    )
+    started = time.monotonic()
+    # One identity per simulated node agent, allowed its own node's subjects only.
+    rt.agent_access = stack.enroll_agents({n.id: n.site for n in rt.fleet})
+    say(f"enrolled {opts.nodes} node agents in {time.monotonic() - started:.1f}s")
+    started = time.monotonic()
     async with rt:
+        say(f"{opts.nodes} node agents connected in {time.monotonic() - started:.1f}s")
         conn = await db.connect_with_retry(str(stack.database_url), attempts=3)
         try:
             bench = _Bench(opts, stack, rt, conn, ns)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
+from lockstep_common.asyncapi import NODE, SITE
 from lockstep_common.asyncapi import namespace as documented_namespace
 from lockstep_common.bus_access import (
     SENDER_IDENTITIES,
@@ -24,7 +25,7 @@ from lockstep_common.bus_access import (
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
-from lockstep_common.identities import READER
+from lockstep_common.identities import AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
@@ -137,7 +138,8 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             continue
         for sender in channel.senders:
             for identity in SENDER_IDENTITIES[sender]:
-                outside[identity].add(pattern(cls))
+                own = identity == AGENT  # a node's agent sends for its own node only
+                outside[identity].add(node_own_subject(cls) if own else pattern(cls))
         if channel.readers:
             heard.add(pattern(cls))
     for identity, sends in outside.items():
@@ -146,6 +148,17 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
         hears=tuple(sorted(heard)),
         reads=tuple(sorted({stream_for(namespace, subject) for subject in heard})),
     )
+    return out
+
+
+def node_own_subject(cls: type[EventData]) -> str:
+    """The subject of ``cls`` as one node's agent may publish it: the node's site and id as
+    place-holders (``bus_access.node_agent`` fills them in), no wildcard."""
+    stand_ins = {SITE: SITE_PLACEHOLDER, NODE: NODE_PLACEHOLDER}
+    subject = CHANNELS[cls].subject()
+    out = ".".join(stand_ins.get(t, t) for t in subject.split("."))
+    if "PARAM-" in out:  # a parameter a node cannot fill with its own site or id
+        raise ValueError(f"{cls.__name__}: node agents cannot send {subject!r}")
     return out
 
 

@@ -82,6 +82,11 @@ GROUPS: dict[str, Lazy] = {
         "pool_app",
         "Maintenance windows per pool and per site: set them, show them.",
     ),
+    "agent": Lazy(
+        "lockstep_cli.agent_cli",
+        "agent_app",
+        "Node agents' NATS identities: enroll nodes, revoke them.",
+    ),
     "topology": Lazy(
         "lockstep_cli.topology_cli", "topology_app", "JetStream streams and consumers."
     ),

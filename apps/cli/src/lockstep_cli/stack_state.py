@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep_cli.cli_io import fail
-from lockstep_common.identities import ADMIN, CLI
+from lockstep_common.identities import ADMIN, AGENT, CLI, NODE_PLACEHOLDER, agent_node
 from lockstep_common.natsconn import NatsAccess
 
 STATE_FILE = "stack.json"
@@ -123,12 +123,32 @@ def nats_access(data_dir: Path, state: StackState, identity: str) -> NatsAccess:
     """How ``identity`` reaches the stack's NATS."""
     if not state.secure:
         return NatsAccess.from_url(state.nats_url)
-    if identity not in state.identities:
-        fail(f"no NATS identity {identity!r}; choose from {', '.join(state.identities)}")
-    # Imported here, and the two modules without the servers' code: a Slurm prolog's
-    # `fleet admit` reads the state file and starts fast.
+    # Imported here, and the modules without the servers' code: a Slurm prolog's `fleet
+    # admit` reads the state file and starts fast.
     from lockstep_devstack import credentials
     from lockstep_devstack.layout import ca_file
+
+    node = agent_node(identity)
+    if node is not None and AGENT in state.identities and node != NODE_PLACEHOLDER:
+        # A node agent: its own seed, as `lockstep agent enroll` wrote it.
+        from lockstep_devstack import agents
+
+        seed = agents.seed_path(agents.seed_dir(data_dir), node)
+        if not seed.exists():
+            fail(f"node {node!r} is not enrolled: `lockstep agent enroll {node}` first")
+        try:
+            return NatsAccess(
+                tuple(u.strip() for u in state.nats_url.split(",")),
+                identity,
+                None,
+                ca_file(data_dir / "nats"),
+                nkey_file=seed,
+            )
+        except ValueError as exc:
+            fail(str(exc))
+    if identity not in state.identities or identity == AGENT:
+        choices = [i for i in state.identities if i != AGENT] + [AGENT]
+        fail(f"no NATS identity {identity!r}; choose from {', '.join(choices)}")
 
     return NatsAccess.from_url(
         state.nats_url,

@@ -40,6 +40,8 @@ from lockstep_common.settings import ServiceSettings
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ensure_topology
 from lockstep_devstack import Stack
+from lockstep_devstack.nats import NatsServer
+from lockstep_devstack.nats_cluster import NatsCluster
 from lockstep_devstack.process import StartFailed, free_port, reason, spawn, stop, tail
 
 SERVICES = SERVICE_NAMES
@@ -118,6 +120,55 @@ def start_service(
     return ServiceProcess(name, port, log_path, proc, extra_env, replica)
 
 
+class ServerWatch:
+    """The embedded nats-servers of a stack, kept running: one that exits (killed, crashed)
+    is reaped at once (no zombie), reported with the end of its log, and started again on its
+    ports and store after the backoff :class:`RestartPolicy` gives, as a service would be."""
+
+    def __init__(self, stack: Stack, report: Callable[[str], None]) -> None:
+        nats = stack.nats
+        self.servers: list[NatsServer] = (
+            [] if nats is None else nats.members if isinstance(nats, NatsCluster) else [nats]
+        )
+        self.report = report
+        self.policies = {m.name: RestartPolicy(fatal=frozenset()) for m in self.servers}
+        self.due: dict[str, float] = {}
+        now = time.monotonic()
+        for policy in self.policies.values():
+            policy.started(now)
+
+    def check(self, now: float) -> None:
+        """Reap, report and restart what is due."""
+        for m in self.servers:
+            policy = self.policies[m.name]
+            if m.name in self.due:
+                if now < self.due[m.name]:
+                    continue
+                del self.due[m.name]
+                try:
+                    m.spawn()
+                except OSError as exc:
+                    wait = policy.delay_after(1, now) or 60.0
+                    self.due[m.name] = now + wait
+                    self.report(
+                        f"nats-server {m.name} could not start ({exc}); retry in {wait:.0f}s"
+                    )
+                    continue
+                policy.started(now)
+                pid = m.proc.pid if m.proc is not None else "?"
+                self.report(f"nats-server {m.name} restarted (pid {pid})")
+                continue
+            code = None if m.proc is None else m.proc.poll()  # poll() reaps it
+            if code is None:
+                continue
+            delay = policy.delay_after(code, now) or 0.0
+            self.due[m.name] = now + delay
+            self.report(
+                f"nats-server {m.name} exited with code {code}; restart in {delay:.0f}s:\n"
+                f"{tail(m.log_path, 5)}"
+            )
+
+
 def supervise(
     stack: Stack,
     services: list[ServiceProcess],
@@ -125,13 +176,16 @@ def supervise(
     *,
     poll_s: float = 0.5,
 ) -> None:
-    """Keep ``services`` running until interrupted.
+    """Keep ``services`` and the stack's embedded nats-servers running until interrupted.
 
     A service that exits is started again (same port, same log) after the backoff
     :class:`RestartPolicy` gives, and the end of its log is reported; one that exited because
     of its configuration (codes 2, 3) is left stopped. ``services`` is updated in place, so
-    whoever stops them later stops the restarted processes. Returns when none is left running.
+    whoever stops them later stops the restarted processes. A nats-server that exits is
+    reaped, reported and started again the same way (:class:`ServerWatch`). Returns when no
+    service is left running.
     """
+    servers = ServerWatch(stack, report)
     policies = {svc.label: RestartPolicy() for svc in services}
     for svc in services:
         policies[svc.label].started(time.monotonic())
@@ -139,6 +193,7 @@ def supervise(
     given_up: set[int] = set()
     while len(given_up) < len(services):
         now = time.monotonic()
+        servers.check(now)
         for i, svc in enumerate(services):
             if i in given_up:
                 continue

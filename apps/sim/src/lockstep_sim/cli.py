@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -116,6 +117,14 @@ def run_command(
             help="CA certificate to verify the NATS server with (TLS).",
         ),
     ] = None,
+    agent_seeds: Annotated[
+        Path | None,
+        typer.Option(
+            "--agent-seeds",
+            help="Directory of node agents' nkey seeds (<node>.nk, `lockstep agent enroll`): "
+            "each node's agent connects as its own identity (agent-<node>), not as --nats-user.",
+        ),
+    ] = None,
     create_streams: bool = typer.Option(
         False,
         "--create-streams",
@@ -152,10 +161,18 @@ def run_command(
             _fail(f"NATS at {nats_url} unreachable: {problem}")
     from lockstep_sim.runtime import FleetRuntime
 
+    agent_access = None
+    if agent_seeds is not None:
+        if nats is None:
+            _fail("--agent-seeds needs --nats-url")
+        if not agent_seeds.is_dir():
+            _fail(f"--agent-seeds {agent_seeds}: not a directory")
+        agent_access = _own_identities(nats, agent_seeds)
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,
         nats=nats,
+        agent_access=agent_access,
         namespace=namespace,
         cadence_s=cadence_s,
         create_streams=create_streams,
@@ -164,6 +181,24 @@ def run_command(
         asyncio.run(_run_until_signalled(runtime))
     except OSError as exc:
         _refuse_port_in_use(exc, f"--port {sim.port} or --scheduler-port {scheduler_port}")
+
+
+def _own_identities(nats: NatsAccess, seeds: Path) -> Callable[[str], NatsAccess]:
+    """How each node's agent connects: the servers and CA of ``nats``, as ``agent-<node>``
+    with the seed ``seeds/<node>.nk``."""
+    import dataclasses
+
+    from lockstep_common.identities import agent_identity
+
+    def access(node: str) -> NatsAccess:
+        return dataclasses.replace(
+            nats,
+            user=agent_identity(node),
+            password_file=None,
+            nkey_file=seeds / f"{node}.nk",
+        )
+
+    return access
 
 
 def _refuse_port_in_use(exc: OSError, ports: str) -> NoReturn:

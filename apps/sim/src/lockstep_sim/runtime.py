@@ -13,9 +13,12 @@ the BMCs. The agents report every ``cadence_s`` *real* seconds.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -41,6 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SCHEDULER_HOST = "127.0.0.1"
+AGENT_CONNECTS = 64
+"""Node agents connecting at once (``agent_access``): each is a TLS handshake and an nkey
+signature on a shared machine."""
 
 
 def _degraded(node: Node) -> bool:
@@ -72,7 +78,9 @@ class FleetRuntime(Started):
 
     Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` and,
     only when ``nats`` is given, one ``AgentFleet`` per site publishing telemetry into
-    namespace ``namespace``, connected as the node agents' identity. The streams are the
+    namespace ``namespace``, connected as the node agents' identity, or, with
+    ``agent_access`` (node id -> its access), every node's agent on its own connection as its
+    own identity, allowed its own node's subjects only. The streams are the
     services' (or an administrator's) to create: ``create_streams`` creates them first, for an
     open development server with no service running. Stops in reverse: agents, then
     scheduler, then BMCs. Port 0 picks a free port.
@@ -84,6 +92,7 @@ class FleetRuntime(Started):
         *,
         scheduler_port: int = 8001,
         nats: NatsAccess | None = None,
+        agent_access: Callable[[str], NatsAccess] | None = None,
         namespace: str = "lockstep",
         cadence_s: float = 10.0,
         create_streams: bool = False,
@@ -95,6 +104,8 @@ class FleetRuntime(Started):
         )
         self.scheduler_port = scheduler_port
         self.nats = nats
+        self.agent_access = agent_access
+        self._agent_ncs: list[Client] = []
         self.create_streams = create_streams
         self.namespace = namespace
         self.cadence_s = cadence_s
@@ -161,7 +172,7 @@ class FleetRuntime(Started):
 
     def telemetry_subjects(self) -> list[str]:
         """Wire subjects (with wildcards) the agents publish to; empty without NATS."""
-        if self.nats is None:
+        if self.nats is None and self.agent_access is None:
             return []
         return [
             f"{self.namespace}.telemetry.observed.{kind}.{site}.*"
@@ -174,7 +185,9 @@ class FleetRuntime(Started):
         try:
             await self.simulator.start()
             await self._start_scheduler()
-            if self.nats is not None:
+            if self.agent_access is not None:
+                await self._start_own_agents(self.agent_access)
+            elif self.nats is not None:
                 await self._start_agents(self.nats)
         except BaseException:
             await self.stop()
@@ -210,11 +223,46 @@ class FleetRuntime(Started):
         for agents in self.agents:
             agents.start()
 
+    async def _start_own_agents(self, access: Callable[[str], NatsAccess]) -> None:
+        """Every node's agent on its own connection, as its own identity (``access(node)``):
+        allowed its own node's subjects only. Connected ``AGENT_CONNECTS`` at a time."""
+        from lockstep_common.natsconn import connect
+        from lockstep_common.subjects import Namespace
+        from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
+
+        slots = asyncio.Semaphore(AGENT_CONNECTS)
+
+        async def one(node_id: str) -> tuple[str, Client]:
+            async with slots:
+                # A ping a minute, not the services' every 5 s: 12,500 agents would otherwise
+                # send the server 2,500 pings a second.
+                nc = await connect(
+                    access(node_id), name=f"lockstep-sim-agent-{node_id}", ping_interval=60
+                )
+                self._agent_ncs.append(nc)
+                return node_id, nc
+
+        connected = dict(await asyncio.gather(*(one(n) for n in self.software)))
+        ns = Namespace(self.namespace)
+        for site, node_ids in fleet_sites(self.fleet).items():
+            config = FleetConfig(
+                site=site, nodes=len(node_ids), cadence_s=self.cadence_s, seed=self.seed
+            )
+            nodes = [self.software[node_id] for node_id in node_ids]
+            js = {n: connected[n].jetstream() for n in node_ids}
+            self.agents.append(AgentFleet(js, ns, config, nodes))
+        for agents in self.agents:
+            agents.start()
+
     async def stop(self) -> None:
         """Stop agents, then the scheduler, then the BMCs (idempotent)."""
         for agents in self.agents:
             await agents.stop()
         self.agents = []
+        ncs, self._agent_ncs = self._agent_ncs, []
+        for agent_nc in ncs:
+            with contextlib.suppress(Exception):
+                await agent_nc.close()
         if self._nc is not None:
             nc, self._nc = self._nc, None
             try:

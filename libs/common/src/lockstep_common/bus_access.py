@@ -17,6 +17,11 @@ else). Each identity is granted exactly:
 - a request subject it answers (``admission.check``), with ``allow_responses``: it may reply only
   to a request it received, and nobody else may publish into a requester's inbox, so a rogue
   subscriber can neither hear nor answer an admission check.
+Node agents have one identity each (``agent-<node>``, issue 26): the matrix holds their grants
+as a template in the node's and site's place-holders (``<site>``, ``<node>``), and
+``node_agent`` fills one node in: it may publish its own ``telemetry.observed.*.<site>.<node>``
+only and read its own inbox, so a node's credential speaks for that node and no other; the
+server refuses the rest.
 The ``reader`` identity is for the people and tools that follow events (platform teams on
 drift, SREs on gate verdicts, audit on bundles): it hears the subjects ``schemadocs.CHANNELS``
 gives outside readers, as they are published, and may read their streams' stored messages one by
@@ -32,9 +37,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lockstep_common.identities import ADMIN, AGENT, CLI
+from lockstep_common.identities import (
+    ADMIN,
+    AGENT,
+    CLI,
+    NODE_PLACEHOLDER,
+    SITE_PLACEHOLDER,
+    agent_identity,
+)
 from lockstep_common.natsconn import inbox_prefix
-from lockstep_common.subjects import Namespace, dead_letter
+from lockstep_common.subjects import Namespace, dead_letter, token
 
 # Outside senders named in schemadocs.CHANNELS -> the identity they connect as. A scheduler's
 # admission check runs `lockstep fleet admit`, an operator's tool; the BMC sweeper runs inside
@@ -123,6 +135,25 @@ def permissions(namespace: Namespace, identity: str, party: Party) -> Permission
     return Permissions(_sorted(publish), _sorted(subscribe), responds=bool(party.answers))
 
 
+def node_agent(template: Permissions, site: str, node: str) -> Permissions:
+    """The grants of ``node``'s agent at ``site``: the agents' template (``matrix()[AGENT]``)
+    with the place-holders filled in. A grant with a wildcard where the template has a
+    place-holder is impossible: both are checked subject tokens (ValueError otherwise)."""
+    token(site, "site")
+    token(node, "node id")
+
+    def fill(subject: str) -> str:
+        parts = subject.split(".")
+        filled = [{SITE_PLACEHOLDER: site, NODE_PLACEHOLDER: node}.get(p, p) for p in parts]
+        return ".".join(filled).replace(inbox_prefix(AGENT), inbox_prefix(agent_identity(node)))
+
+    return Permissions(
+        tuple(fill(s) for s in template.publish),
+        tuple(fill(s) for s in template.subscribe),
+        template.responds,
+    )
+
+
 def admin_permissions(namespace: Namespace) -> Permissions:
     """Stream and consumer management, and republishing dead letters."""
     return Permissions(
@@ -156,11 +187,27 @@ def access_markdown(grants: Mapping[str, Permissions]) -> str:
         "the variables a process needs (`LOCKSTEP_NATS_URL`, `_USER`, `_PASSWORD_FILE`,",
         "`_CA_FILE`).",
         "",
+        f"Node agents have one identity per node, `{AGENT}`: the row below is their template,",
+        "filled in with the node's site and id (`bus_access.node_agent`). `lockstep agent enroll",
+        "NODE...` makes a node's nkey (an Ed25519 key pair): the seed is written for the operator",
+        "to install on the node (mode 0600), the server is given the public key only and checks",
+        'a signature of its nonce on each connection (nats-server "NKeys" authentication), so no',
+        "secret of an agent is held by the server. `lockstep agent revoke NODE` removes the key",
+        "and reloads the server's configuration: the node's connection is closed and refused",
+        "from then on, every other connection stays up. Why configuration-file nkey users and not",
+        'JWT accounts: see "Node agents\' identities" in [architecture.md](architecture.md).',
+        "",
+        "The embedded server's own system account (`SYS`, user `system`) is not in this table:",
+        "it answers the stack's health checks and monitoring requests",
+        "(`$SYS.REQ.SERVER.PING.<endpoint>`) in place of the HTTP monitor, which would show",
+        "every connection and subscription to anyone on the machine, and is not served.",
+        "",
         "| identity | may publish | may subscribe | answers requests |",
         "|---|---|---|---|",
     ]
     for identity, p in grants.items():
         publish = "<br>".join(f"`{s}`" for s in p.publish)
         subscribe = "<br>".join(f"`{s}`" for s in p.subscribe)
-        lines.append(f"| {identity} | {publish} | {subscribe} | {'yes' if p.responds else ''} |")
+        answers = "yes" if p.responds else ""
+        lines.append(f"| `{identity}` | {publish} | {subscribe} | {answers} |")
     return "\n".join(lines) + "\n"

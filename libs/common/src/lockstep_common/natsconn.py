@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lockstep_common.identities import agent_node
 from lockstep_common.subjects import token
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ class NatsAccess:
         servers: URLs, ``tls://`` when the server requires TLS.
         user: the identity; None connects anonymously (an unsecured development server only).
         password_file: file holding the identity's password (mode 0600).
+        nkey_file: instead of a password, the file holding the identity's nkey seed (mode
+            0600; a node agent, ``lockstep agent enroll``): the server's nonce is signed with
+            it, and the seed never leaves the process.
         ca_file: PEM bundle of the CA that signed the server's certificate; set, TLS is used
             and the server's certificate and host name are verified against it.
     """
@@ -88,12 +92,19 @@ class NatsAccess:
     user: str | None = None
     password_file: Path | None = None
     ca_file: Path | None = None
+    nkey_file: Path | None = None
 
     def __post_init__(self) -> None:
-        if (self.user is None) != (self.password_file is None):
-            raise AccessError("a NATS user needs a password file, and a password file a user")
+        if self.password_file is not None and self.nkey_file is not None:
+            raise AccessError("a NATS user has a password file or an nkey file, not both")
+        secret = self.password_file or self.nkey_file
+        if (self.user is None) != (secret is None):
+            raise AccessError(
+                "a NATS user needs a password file (or an nkey file), and such a file a user"
+            )
         if self.user is not None:
-            token(self.user, "NATS user")
+            node = agent_node(self.user)
+            token(node if node is not None else self.user, "NATS user")
 
     @classmethod
     def from_url(
@@ -109,9 +120,12 @@ class NatsAccess:
     def env(self) -> dict[str, str]:
         """The ``LOCKSTEP_NATS_*`` variables that give a child process this access."""
         out = {"LOCKSTEP_NATS_URL": ",".join(self.servers)}
-        if self.user is not None and self.password_file is not None:
+        if self.user is not None:
             out["LOCKSTEP_NATS_USER"] = self.user
+        if self.password_file is not None:
             out["LOCKSTEP_NATS_PASSWORD_FILE"] = str(self.password_file)
+        if self.nkey_file is not None:
+            out["LOCKSTEP_NATS_NKEY_FILE"] = str(self.nkey_file)
         if self.ca_file is not None:
             out["LOCKSTEP_NATS_CA_FILE"] = str(self.ca_file)
         return out
@@ -122,6 +136,10 @@ class NatsAccess:
         if self.user is not None and self.password_file is not None:
             opts["user"] = self.user
             opts["password"] = read_secret(self.password_file, "NATS password file")
+            opts["inbox_prefix"] = inbox_prefix(self.user)
+        if self.user is not None and self.nkey_file is not None:
+            # nats-py signs the server's nonce with the seed (nats-server "NKeys").
+            opts["nkeys_seed_str"] = read_secret(self.nkey_file, "NATS nkey file")
             opts["inbox_prefix"] = inbox_prefix(self.user)
         if self.ca_file is not None:
             if not os.access(self.ca_file, os.R_OK):

@@ -30,7 +30,7 @@ from lockstep_common import subjects
 from lockstep_common.envelope import Envelope, EventData, source_of
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.events import v1
-from lockstep_common.identities import AGENT, CLI
+from lockstep_common.identities import AGENT, CLI, agent_identity
 from lockstep_common.vocabulary import DeviceOutcome
 
 # Services' identities are their names (``lockstep_common.identities``).
@@ -71,7 +71,7 @@ PRODUCERS: Mapping[type[EventData], tuple[str, ...]] = {
     v1.DriftResolved: (INVENTORY,),
     v1.StragglersFlagged: (HEALTHGATE,),
     v1.AdmissionCheckRequested: (CLI,),
-    v1.FleetQueryRequested: (HEALTHGATE, PLANNER, UPDATER),
+    v1.FleetQueryRequested: (CLI, HEALTHGATE, PLANNER, UPDATER),
     v1.MaintenanceWindowsRequested: (CLI,),
     v1.MaintenanceWindowsChanged: (PLANNER,),
 }
@@ -130,14 +130,31 @@ def subject_of(data: EventData) -> str:
 
 def speaks_as(identity: str, source: str) -> bool:
     """True when the CloudEvents ``source`` names ``identity``: ``/lockstep/<identity>``, or a
-    path below it (``/lockstep/agent/gb200-n01``, a replica ``/lockstep/updater/2``)."""
+    path below it (a replica ``/lockstep/updater/2``); a node's agent is
+    ``/lockstep/agent-<node>``."""
     own = source_of(identity)
     return source == own or source.startswith(own + "/")
 
 
-def source_for(cls: type[EventData]) -> str:
-    """The ``source`` a stand-in for ``cls``'s first producer sends with (benchmarks, tests)."""
-    return source_of(PRODUCERS[cls][0])
+def _identity_for(identity: str, data: EventData) -> str:
+    """``identity`` as it publishes ``data``: the node agents' template (``AGENT``) is the
+    identity of the one node the payload names, ``agent-<node>`` (its grants are that node's
+    subjects only, ``bus_access.node_agent``); a service or operator identity is itself."""
+    if identity == AGENT and isinstance(data, v1.InventoryObserved | v1.HealthObserved):
+        return agent_identity(data.node_id)
+    return identity
+
+
+def source_for(data: EventData | type[EventData]) -> str:
+    """The ``source`` a stand-in for ``data``'s first producer sends with (benchmarks, tests):
+    a node's report as that node's agent, which only an event (not its class) names."""
+    cls = data if isinstance(data, type) else type(data)
+    identity = PRODUCERS[cls][0]
+    if isinstance(data, type):
+        if identity == AGENT:
+            raise ValueError(f"{cls.__name__} is sent by one node's agent: give the event")
+        return source_of(identity)
+    return source_of(_identity_for(identity, data))
 
 
 def check(env: Envelope[EventData], subject: str) -> None:
@@ -154,7 +171,7 @@ def check(env: Envelope[EventData], subject: str) -> None:
             f"{env.type} arrived on {subject} but its payload belongs on {expected}: "
             "a producer may speak only for what its own subject names"
         )
-    producers = PRODUCERS.get(type(data), ())
+    producers = [_identity_for(p, data) for p in PRODUCERS.get(type(data), ())]
     if not any(speaks_as(identity, env.source) for identity in producers):
         allowed = ", ".join(source_of(p) for p in producers) or "nobody"
         raise InvalidMessage(

@@ -122,7 +122,8 @@ CHANNELS: dict[type[EventData], Channel] = {
     v1.AdmissionCheckAnswered: Channel(
         subjects.admission_check, readers=("schedulers",), reply=True
     ),
-    v1.FleetQueryRequested: Channel(subjects.fleet_query),
+    # The CLI asks for the sites of the nodes `lockstep agent enroll` is given.
+    v1.FleetQueryRequested: Channel(subjects.fleet_query, ("cli",)),
     v1.FleetQueryAnswered: Channel(subjects.fleet_query, reply=True),
 }
 

@@ -160,6 +160,11 @@ class NatsCluster:
         for m in self.members:
             m.wait_ready(timeout_s, whole_jetstream=True)
 
+    def reload(self, timeout_s: float = 60.0) -> None:
+        """Have every running member read its users again (agents enrolled or revoked)."""
+        for m in self.members:
+            m.reload(timeout_s)
+
     def stop(self) -> None:
         """Stop every member gracefully."""
         for m in self.members:

@@ -55,6 +55,7 @@ from lockstep_devstack.process import (
     free_port,
     port_open,
     run_as,
+    server_env,
     spawn,
     stop,
     tail,
@@ -165,6 +166,7 @@ def _runs_as(user: str, bin_dir: Path) -> bool:
             capture_output=True,
             check=False,
             timeout=30,
+            env=server_env(),
             **run_as(user),
         )
     except PermissionError:
@@ -308,7 +310,9 @@ class PostgresServer:
         if not self.durable:
             argv.append("--no-sync")
         try:
-            result = subprocess.run(argv, capture_output=True, check=False, **run_as(self.user))
+            result = subprocess.run(
+                argv, capture_output=True, check=False, env=server_env(), **run_as(self.user)
+            )
         finally:
             pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
@@ -452,9 +456,9 @@ class PostgresServer:
             "-d",
             database,
         ]
-        # No inherited PG* variable (PGPASSWORD would win over the file, PGSERVICE add a host).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env["PGPASSFILE"] = str(self.passfile(identity))
+        # Nothing inherited but what a program needs (server_env): no PG* variable
+        # (PGPASSWORD would win over the file, PGSERVICE add a host), no operator's secret.
+        env = server_env(PGPASSFILE=str(self.passfile(identity)))
         return subprocess.run(
             argv, input=sql.encode(), capture_output=True, check=False, timeout=30, env=env
         )

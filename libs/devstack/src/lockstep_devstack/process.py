@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+# What a server child needs of our environment: where programs and temporary files are, and
+# the locale and time zone its messages are written in. Nothing else: an operator's shell may
+# hold secrets (a BMC password exported for a service's `env:` reference), and a server child
+# has no use for them (issue 26). A service child is given its own environment explicitly.
+SERVER_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TMPDIR")
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """The environment of a server child: ``SERVER_ENVIRONMENT`` from ours, plus ``extra``."""
+    return {k: os.environ[k] for k in SERVER_ENVIRONMENT if k in os.environ} | extra
 
 
 class StartFailed(RuntimeError):
@@ -79,6 +89,7 @@ def spawn(
 
     Its own process group keeps a terminal's Ctrl-C from reaching it before we have stopped
     the services that use it; ``parent_death_signal`` stops it if we are killed outright.
+    ``env`` None: ``server_env()``, never our whole environment.
     """
     log = log_path.open("ab")
     try:
@@ -88,7 +99,7 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,
-            env=env,
+            env=server_env() if env is None else env,
             **run_as(user),
             preexec_fn=_die_with_parent(parent_death_signal),  # noqa: PLW1509 - no threads yet
         )

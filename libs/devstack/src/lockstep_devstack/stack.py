@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockstep_common.bus_access import Permissions
+from lockstep_common.identities import agent_identity
 from lockstep_common.natsconn import NatsAccess
+from lockstep_devstack import agents
 from lockstep_devstack.nats import NatsServer
 from lockstep_devstack.nats_cluster import STREAM_REPLICAS, NatsCluster
 from lockstep_devstack.postgres import PostgresServer
@@ -98,6 +100,15 @@ class Stack:
     def nats_env(self, identity: str) -> dict[str, str]:
         """The ``LOCKSTEP_NATS_*`` variables of a child process connecting as ``identity``."""
         return self.nats_client(identity).env()
+
+    def enroll_agents(self, nodes: Mapping[str, str]) -> Callable[[str], NatsAccess]:
+        """Enrol the node agents of ``nodes`` (node id -> site), one identity each, as
+        ``lockstep agent enroll`` does, and have the running NATS reload its users. Returns
+        how a node's agent connects (its own nkey seed)."""
+        agents.enroll(self.data_dir, nodes)
+        if self.nats is not None:
+            self.nats.reload()
+        return lambda node: self.nats_client(agent_identity(node))
 
     def database_env(self, identity: str) -> dict[str, str]:
         """The environment that connects ``identity`` (a service) to PostgreSQL: with the

@@ -13,6 +13,11 @@ less the older it gets, and an agent must not grow without bound.
 
 Publishes are pipelined with nats-py ``publish_async`` and bounded by a semaphore, so 12,500
 nodes at a 10 s cadence need ~2,500 msg/s, which one process sustains with room to spare.
+
+Each node publishes on its own connection when given one (``js`` a mapping node -> JetStream
+context): a node agent's identity is allowed its own node's subjects only (issue 26), so the
+simulated fleet connects as many identities as it has nodes, as real agents would. One shared
+context remains for an open development server.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +40,7 @@ from nats.js.api import PubAck
 from lockstep_common import subjects
 from lockstep_common.envelope import MSG_ID_HEADER, EventData, make_envelope
 from lockstep_common.subjects import Namespace
-from lockstep_sim.agents.reports import AGENT_SOURCE, health_event, inventory_event
+from lockstep_sim.agents.reports import agent_source, health_event, inventory_event
 from lockstep_sim.agents.software import NodeSoftware
 
 log = logging.getLogger(__name__)
@@ -129,6 +134,7 @@ class _Report:
     payload: bytes
     msg_id: str
     health: bool
+    node: str
     attempts: int = 0
 
 
@@ -143,7 +149,8 @@ class AgentFleet:
     """Publishes every node's reports once per period until stopped.
 
     Args:
-        js: JetStream context to publish with.
+        js: JetStream context to publish with, or one per node (each node's agent connected
+            as its own identity).
         namespace: deployment namespace (prefixes every subject).
         config: fleet settings.
         nodes: explicit node models (default: ``config.nodes`` fresh ones); kept by reference,
@@ -152,7 +159,7 @@ class AgentFleet:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        js: JetStreamContext | Mapping[str, JetStreamContext],
         namespace: Namespace,
         config: FleetConfig,
         nodes: Iterable[NodeSoftware] | None = None,
@@ -247,12 +254,12 @@ class AgentFleet:
             self._enqueue(health_subject, health, node_id, health=True)
 
     def _enqueue(self, subject: str, data: EventData, node_id: str, *, health: bool) -> None:
-        env = make_envelope(data, source=AGENT_SOURCE, subject=node_id)
+        env = make_envelope(data, source=agent_source(node_id), subject=node_id)
         while len(self._buffer) >= self.buffer_limit:
             self._buffer.popitem(last=False)  # the oldest report is worth the least
             self.stats.dropped += 1
         msg_id = str(env.event_id)
-        self._buffer[msg_id] = _Report(subject, env.to_json(), msg_id, health)
+        self._buffer[msg_id] = _Report(subject, env.to_json(), msg_id, health, node_id)
 
     async def publish_buffer(self) -> bool:
         """Publish every buffered report, oldest first, and wait for the acks.
@@ -288,7 +295,8 @@ class AgentFleet:
     async def _publish(self, cycle: _Cycle, report: _Report) -> None:
         await self._acquire_slot()
         try:
-            fut = await self._js.publish_async(
+            js = self._js[report.node] if isinstance(self._js, Mapping) else self._js
+            fut = await js.publish_async(
                 report.subject, report.payload, headers={MSG_ID_HEADER: report.msg_id}
             )
         except BaseException:

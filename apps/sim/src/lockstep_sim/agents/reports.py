@@ -6,11 +6,16 @@ from datetime import datetime
 
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
+from lockstep_common.identities import agent_identity
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_sim.agents.software import HealthSample, SoftwareState
 
-# The node agents' identity: consumers refuse reports from any other source (provenance).
-AGENT_SOURCE = source_of("agent")
+
+def agent_source(node_id: str) -> str:
+    """The ``source`` of ``node_id``'s agent: the identity it connects as, ``agent-<node>``,
+    the one allowed to publish that node's subjects (consumers refuse any other:
+    ``lockstep_common.provenance``)."""
+    return source_of(agent_identity(node_id))
 
 
 def components(state: SoftwareState) -> dict[Component, str]:
