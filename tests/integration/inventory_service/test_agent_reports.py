@@ -243,19 +243,22 @@ async def test_reports_that_speak_for_someone_else_are_dead_lettered(harness: Ha
     # Another node's report, on the victim's subject.
     await harness.publish(subjects.inventory_observed(SITE, victim), report(other, 1))
     # The victim's own report, in an envelope that names the inventory as its sender.
-    env = make_envelope(report(victim, 1), source="/lockstep/inventory")
-    await harness.nc.jetstream().publish(
-        harness.ns.wire(subjects.inventory_observed(SITE, victim)),
-        env.to_json(),
-        headers={"Nats-Msg-Id": str(env.event_id)},
-    )
-    await until(lambda: _letters(harness, 3), what="three dead letters")
+    # ... and in one that names another node's agent.
+    for source in ("/lockstep/inventory", f"/lockstep/agent-{other}"):
+        env = make_envelope(report(victim, 1), source=source)
+        await harness.nc.jetstream().publish(
+            harness.ns.wire(subjects.inventory_observed(SITE, victim)),
+            env.to_json(),
+            headers={"Nats-Msg-Id": str(env.event_id)},
+        )
+    await until(lambda: _letters(harness, 4), what="four dead letters")
     wire = subjects.inventory_observed(SITE, victim)
     reasons = await dead_letters(harness)
-    assert [subject for subject, _ in reasons] == [wire] * 3
+    assert [subject for subject, _ in reasons] == [wire] * 4
     assert "only the inventory's own sweep reports what a BMC says" in reasons[0][1]
     assert f"its payload belongs on {subjects.inventory_observed(SITE, other)}" in reasons[1][1]
-    assert "but only /lockstep/agent may publish it" in reasons[2][1]
+    for reason in (reasons[2][1], reasons[3][1]):
+        assert f"but only /lockstep/agent-{victim} may publish it" in reason
     assert await applied_sequence(harness, victim) is None
     assert await applied_sequence(harness, other) is None
     after = await harness.app.require().pool.fetchval(
