@@ -15,6 +15,7 @@ from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import namespace as documented_namespace
 from lockstep_common.bus_access import (
+    OPERATORS,
     SENDER_IDENTITIES,
     Durable,
     Party,
@@ -26,7 +27,7 @@ from lockstep_common.consumer import Subscription
 from lockstep_common.envelope import EventData
 from lockstep_common.identities import READER
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
-from lockstep_common.subjects import Namespace
+from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.handlers import GateConfig
@@ -71,7 +72,9 @@ def producers() -> dict[type[EventData], tuple[str, ...]]:
 
 def _answers() -> dict[str, tuple[type[EventData], ...]]:
     """Request/reply subjects each service answers (core NATS, not subscriptions)."""
-    return {"inventory": inventory_router.ANSWERS}
+    return {
+        "inventory": inventory_router.ANSWERS,
+    }
 
 
 def consumers() -> dict[type[EventData], tuple[str, ...]]:
@@ -140,9 +143,13 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
                 outside[identity].add(pattern(cls))
         if channel.readers:
             heard.add(pattern(cls))
+    for identity in OPERATORS:
+        outside[identity].add(ops_requests_of(identity))
+    reader_sends = outside.pop(READER, set())
     for identity, sends in outside.items():
         out[identity] = Party(sends=tuple(sorted(sends)))
     out[READER] = Party(
+        sends=tuple(sorted(reader_sends)),
         hears=tuple(sorted(heard)),
         reads=tuple(sorted({stream_for(namespace, subject) for subject in heard})),
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -24,6 +25,7 @@ from lockstep_cli.cli_io import (
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from lockstep_common.events.v1 import RegisteredNode
     from lockstep_common.vocabulary import Component
     from lockstep_inventory.settings import Settings
 
@@ -41,6 +43,8 @@ def _console() -> Console:
 
 
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+INVENTORY = "inventory"  # the service that answers these commands (lockstep_common.operator)
+T = TypeVar("T")
 
 
 @fleet_app.callback()
@@ -134,15 +138,33 @@ def fleet_import(
 
 @fleet_app.command("list")
 def fleet_list(as_json: Json = False) -> None:
-    """Every registered node (credential references only, never secrets)."""
-    from lockstep_inventory.admin import fleet
-
-    nodes = run(fleet(_settings()))
+    """Every registered node (credential references only, never secrets), asked of the
+    inventory a page at a time."""
+    nodes = _registered_nodes()
     if as_json:
-        print(json.dumps([n.model_dump() for n in nodes]))
+        print(json.dumps([n.model_dump(mode="json") for n in nodes]))
         return
     for n in nodes:
         _console().print(f"{n.id}  {n.profile:10} {n.site:8} {n.pool:12} {n.bmc_url}")
+
+
+def _registered_nodes() -> list[RegisteredNode]:
+    """The whole registry, from the inventory (``fleet.list``, page by page)."""
+    from lockstep_cli.ops_client import pages
+    from lockstep_common.events.v1 import FleetListAnswered, FleetListRequested
+
+    return [
+        n
+        for page in pages(
+            _settings(),
+            INVENTORY,
+            "fleet.list",
+            lambda after: FleetListRequested(after=after),
+            FleetListAnswered,
+            lambda page: page.next_after,
+        )
+        for n in page.nodes
+    ]
 
 
 @fleet_app.command("remove")
@@ -152,15 +174,26 @@ def fleet_remove(
     """Forget nodes (to undo an import): their registry entries, latest reports and drift.
 
     All or nothing: an id that is not registered is named and nothing is removed. Their
-    history and rollout records stay.
+    history and rollout records stay. The inventory does it, and records who asked.
     """
-    from lockstep_inventory.admin import UnknownNodesError, remove
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetRemoveAnswered, FleetRemoveRequested
+
+    request = _valid(lambda: FleetRemoveRequested(node_ids=tuple(nodes)))
+    done = ask(_settings(), INVENTORY, "fleet.remove", request, FleetRemoveAnswered)
+    _console().print(f"removed {len(done.removed)} node(s)")
+
+
+def _valid(make: Callable[[], T]) -> T:
+    """A request built from the command line; bad input is one line naming it (exit 2)."""
+    from pydantic import ValidationError
 
     try:
-        run(remove(_settings(), nodes))
-    except UnknownNodesError as exc:
-        fail(str(exc))
-    _console().print(f"removed {len(set(nodes))} node(s)")
+        return make()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        fail(f"{where}: {err['msg']}")
 
 
 @fleet_app.command("sweep")
@@ -233,21 +266,20 @@ def fleet_status(
     """
     from lockstep_cli.fleet_progress import follow_sweep
     from lockstep_cli.fleet_views import print_status
-    from lockstep_inventory import admin, queries
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetStatusAnswered, FleetStatusRequested
 
     settings = _settings()
 
-    async def status() -> queries.FleetStatus:
-        async with admin.connection(settings) as conn:
-            if watch:
-                await follow_sweep(conn, _console(), show=not as_json)
-            return await queries.fleet_status(conn)
+    def status() -> FleetStatusAnswered:
+        return ask(settings, INVENTORY, "fleet.status", FleetStatusRequested(), FleetStatusAnswered)
 
-    result = run(status())
+    result = follow_sweep(status, _console(), show=not as_json) if watch else status()
+    doc = result.model_dump(mode="json")
     if as_json:
-        print(json.dumps(result.as_json()))
+        print(json.dumps(doc))
     else:
-        print_status(_console(), result)
+        print_status(_console(), doc)
 
 
 @fleet_app.command("show")
@@ -257,18 +289,11 @@ def fleet_show(
 ) -> None:
     """One node: registry entry, latest report per source, pin, drift, recent history."""
     from lockstep_cli.fleet_views import print_show, show_json
-    from lockstep_inventory import admin, queries
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetShowAnswered, FleetShowRequested
 
-    settings = _settings()
-
-    async def detail() -> queries.NodeDetail | None:
-        async with admin.connection(settings) as conn:
-            return await queries.node_detail(conn, node)
-
-    found = run(detail())
-    if found is None:
-        fail(f"no node {node} in the registry")
-    doc = show_json(found)
+    request = _valid(lambda: FleetShowRequested(node_id=node))
+    doc = show_json(ask(_settings(), INVENTORY, "fleet.show", request, FleetShowAnswered))
     if as_json:
         print(json.dumps(doc))
     else:
@@ -289,19 +314,26 @@ def fleet_drift(
 ) -> None:
     """Drift by kind and severity and the worst nodes; --all (or --json) every drifted node
     and each drifted component: kind, severity, expected vs actual."""
-    from lockstep_cli.fleet_views import drift_json, print_drift
-    from lockstep_inventory import admin, queries
+    from lockstep_cli.fleet_views import drift_json
+    from lockstep_cli.ops_client import pages
+    from lockstep_common.events.v1 import FleetDriftAnswered, FleetDriftRequested
 
     settings = _settings()
-
-    async def report() -> list[queries.DriftEntry]:
-        async with admin.connection(settings) as conn:
-            return await queries.drift_report(conn, include_informational=include_all)
-
-    doc = drift_json(run(report()))
+    doc = drift_json(
+        pages(
+            settings,
+            INVENTORY,
+            "fleet.drift",
+            lambda after: FleetDriftRequested(include_informational=include_all, after=after),
+            FleetDriftAnswered,
+            lambda page: page.next_after,
+        )
+    )
     if as_json:
         print(json.dumps(doc))
     else:
+        from lockstep_cli.fleet_views import print_drift
+
         print_drift(_console(), doc, settings.namespace, every_node=include_all)
 
 

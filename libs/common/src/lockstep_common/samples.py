@@ -188,4 +188,109 @@ def samples() -> list[EventData]:
             ),
             next_after="gb200-r07-n03",
         ),
+        *_operator_samples(),
+    ]
+
+
+_NODE = v1.RegisteredNode(
+    id="gb200-r07-n03",
+    bmc_url="https://10.7.3.1",
+    profile="gb200",
+    supplier="acme",
+    site="iad1",
+    rack="r07",
+    fabric_domain="nvl72-07",
+    pool="train-a",
+    credentials="env:IAD1_BMC",
+    power_side="A",
+)
+_DRIFT_ITEM = v1.DriftItem(
+    component=Component.GPU_GSP,
+    expected="580.95.05",
+    actual="570.86.10",
+    kind=DriftKind.UNEXPECTED,
+    severity=Severity.CRITICAL,
+)
+_COUNTS: dict[str, Any] = {
+    "nodes": 72,
+    "conforming": 70,
+    "drifted": 1,
+    "unreadable": 1,
+    "unobserved": 0,
+    "conformance_ratio": 0.972222,
+}
+
+
+def _operator_samples() -> list[EventData]:
+    """The operator commands' requests and answers (``lockstep_common.operator``)."""
+    sweep = v1.SweepState(
+        id=41,
+        started_at=_AT,
+        finished_at=_AT,
+        seconds=38.5,
+        total=72,
+        done=72,
+        unreadable=1,
+    )
+    return [
+        v1.OpsRefused(
+            command="fleet.remove",
+            kind="forbidden",
+            reason="identity 'reader' may only read: fleet.remove changes the fleet (run it as "
+            "'cli')",
+        ),
+        v1.FleetListRequested(after="gb200-r07-n02", limit=500),
+        v1.FleetListAnswered(nodes=(_NODE,), next_after=None),
+        v1.FleetStatusRequested(),
+        v1.FleetStatusAnswered(
+            fleet=v1.Conformance(**_COUNTS),
+            groups=(v1.PoolConformance(pool="train-a", profile="gb200", **_COUNTS),),
+            drifted_by_kind={DriftKind.UNEXPECTED: 1},
+            sweep=sweep,
+            sweep_running=False,
+            last_finished_sweep=sweep,
+        ),
+        v1.FleetShowRequested(node_id="gb200-r07-n03"),
+        v1.FleetShowAnswered(
+            node=_NODE,
+            observations=(
+                v1.NodeObservation(
+                    source=ObservationSource.AGENT,
+                    readable=True,
+                    observed_at=_AT,
+                    sequence=1207,
+                    components={Component.GPU_GSP: "570.86.10"},
+                    loaded_module="nvidia 570.86.10",
+                ),
+            ),
+            pin_stack_hash=_HASH,
+            drift=v1.DriftState(
+                stack_hash=_HASH, since=_AT, evaluated_at=_AT, items=(_DRIFT_ITEM,)
+            ),
+            history=(
+                v1.HistoryEntry(
+                    source=ObservationSource.AGENT,
+                    item="gsp",
+                    old="580.95.05",
+                    new="570.86.10",
+                    observed_at=_AT,
+                ),
+            ),
+        ),
+        v1.FleetDriftRequested(include_informational=False, limit=100),
+        v1.FleetDriftAnswered(
+            nodes=(
+                v1.DriftedNode(
+                    node="gb200-r07-n03",
+                    site="iad1",
+                    pool="train-a",
+                    profile="gb200",
+                    stack_hash=_HASH,
+                    since=_AT,
+                    items=(_DRIFT_ITEM,),
+                ),
+            ),
+        ),
+        v1.FleetRemoveRequested(node_ids=("gb200-r07-n03",)),
+        v1.FleetRemoveAnswered(removed=("gb200-r07-n03",)),
     ]

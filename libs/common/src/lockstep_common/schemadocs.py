@@ -23,9 +23,12 @@ import yaml
 
 from lockstep_common import subjects
 from lockstep_common.asyncapi import (
+    COMMAND,
+    IDENTITY,
     NODE,
     PROFILE,
     ROLLOUT,
+    SERVICE,
     SITE,
     Route,
     address,
@@ -72,8 +75,25 @@ _ROLLOUT_READERS = ("sre", "audit")
 _GATE_READERS = ("sre",)
 _DRIFT_READERS = ("platform-teams",)
 
+
 # The one table of where each event travels (design.md, "Events"). A class missing here stops
 # generation.
+def _ops(
+    service: str, command: str, request: type[EventData], answer: type[EventData]
+) -> dict[type[EventData], Channel]:
+    """An operator command's request and answer: asked by an operator identity on its own
+    ``ops.<identity>.<service>.<command>`` (granted per identity, ``bus_access``), answered to
+    its inbox."""
+
+    def subject() -> str:
+        return subjects.ops_request(IDENTITY, service, command)
+
+    return {
+        request: Channel(subject, ("operators",)),
+        answer: Channel(subject, readers=("operators",), reply=True),
+    }
+
+
 CHANNELS: dict[type[EventData], Channel] = {
     v1.BundleSubmitted: Channel(subjects.bundle_submitted, ("cli",)),
     v1.BundleAttested: Channel(subjects.bundle_attested, readers=("audit",)),
@@ -121,13 +141,19 @@ CHANNELS: dict[type[EventData], Channel] = {
     ),
     v1.FleetQueryRequested: Channel(subjects.fleet_query),
     v1.FleetQueryAnswered: Channel(subjects.fleet_query, reply=True),
+    v1.OpsRefused: Channel(lambda: subjects.ops_request(IDENTITY, SERVICE, COMMAND), reply=True),
+    **_ops("inventory", "fleet.list", v1.FleetListRequested, v1.FleetListAnswered),
+    **_ops("inventory", "fleet.status", v1.FleetStatusRequested, v1.FleetStatusAnswered),
+    **_ops("inventory", "fleet.show", v1.FleetShowRequested, v1.FleetShowAnswered),
+    **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
+    **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
 }
 
 
 def pattern(cls: type[EventData]) -> str:
     """The logical subject pattern of ``cls``: its subject with ``*`` for every parameter
     (``drift.detected.*.*``), as a NATS permission or subscription spells it."""
-    stand_ins = {ROLLOUT, SITE, NODE, PROFILE}
+    stand_ins = {ROLLOUT, SITE, NODE, PROFILE, IDENTITY, SERVICE, COMMAND}
     return ".".join("*" if t in stand_ins else t for t in CHANNELS[cls].subject().split("."))
 
 

@@ -682,6 +682,268 @@ class FleetQueryAnswered(EventData):
     )
 
 
+# --- operator commands (request/reply on ops.<identity>.<service>.<command>) --------------------
+# The operator CLI asks the service that owns the data; it holds no database credentials
+# (issue 26, item 3). Who asked is the subject's identity token, which the server allows each
+# identity only for itself; a command that cannot be run gets an ``ops.refused`` reply instead
+# of the command's answer. Lists come a page at a time so that every reply stays under NATS's
+# 1 MiB default payload.
+
+MAX_OPS_PAGE = 500  # registered nodes per page (about 300 bytes each)
+MAX_DRIFT_PAGE = 100  # drifted nodes per page (each up to a few dozen items)
+MAX_HISTORY = 200
+Reading = Annotated[str, Field(max_length=1024)]  # a version or member id as a BMC reported it
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+
+
+class OpsRefused(EventData):
+    """An operator command that was not run, and why. Nothing was changed."""
+
+    event_type: ClassVar[str] = "ops.refused"
+    schema_version: ClassVar[int] = 1
+
+    command: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The command asked, e.g. fleet.remove."
+    )
+    kind: Annotated[str, Field(pattern=r"^(forbidden|invalid|not_found|failed)$")] = Field(
+        description="forbidden (this identity may not), invalid (bad request), not_found, "
+        "failed (the service could not answer; asking again may work)."
+    )
+    reason: Text = Field(description="One line naming what is wrong.")
+
+
+class RegisteredNode(Part):
+    """One node's registry entry (the credentials by reference, never a secret)."""
+
+    id: NodeId = Field(description="Node id.")
+    bmc_url: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
+        description="BMC base URL."
+    )
+    profile: Name = Field(description="Hardware profile (SKU).")
+    supplier: Annotated[str, Field(max_length=128)] = Field(default="", description="Builder.")
+    site: SiteId = Field(description="Site.")
+    rack: Annotated[str, Field(max_length=128)] = Field(default="", description="Rack.")
+    fabric_domain: Annotated[str, Field(max_length=128)] = Field(
+        default="", description="NVLink domain."
+    )
+    pool: Annotated[str, Field(max_length=128)] = Field(default="", description="Pool.")
+    credentials: Annotated[str, Field(pattern=r"^(env:|file:/)", max_length=1024)] = Field(
+        description="Where the BMC credentials are (env:PREFIX or file:/path), not them."
+    )
+    power_side: Annotated[str, Field(max_length=32)] = Field(
+        default="", description="Redundant power side."
+    )
+    allow_plain_http: bool = Field(default=False, description="May credentials go over http.")
+
+
+class FleetListRequested(EventData):
+    """``lockstep fleet list``: registered nodes, a page at a time, in node id order."""
+
+    event_type: ClassVar[str] = "ops.fleet.list.requested"
+    schema_version: ClassVar[int] = 1
+
+    after: NodeId | None = Field(default=None, description="Only nodes sorting after this id.")
+    limit: int = Field(default=MAX_OPS_PAGE, ge=1, le=MAX_OPS_PAGE, description="Page size.")
+
+
+class FleetListAnswered(EventData):
+    """One page of the registry."""
+
+    event_type: ClassVar[str] = "ops.fleet.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[RegisteredNode, ...] = Field(max_length=MAX_OPS_PAGE, description="This page.")
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
+class Conformance(Part):
+    """Conformance counts of a group of nodes."""
+
+    nodes: Count = Field(description="Registered nodes.")
+    conforming: Count = Field(description="Observed, readable, no drift but informational.")
+    drifted: Count = Field(description="Nodes with drift beyond informational items.")
+    unreadable: Count = Field(description="Nodes whose BMC did not answer the last sweep.")
+    unobserved: Count = Field(description="Nodes never evaluated.")
+    conformance_ratio: float = Field(ge=0, le=1, description="conforming / nodes (1 if none).")
+
+
+class PoolConformance(Conformance):
+    """Conformance of one (pool, profile) group."""
+
+    pool: Annotated[str, Field(max_length=128)] = Field(description="Pool.")
+    profile: Name = Field(description="Hardware profile.")
+
+
+class SweepState(Part):
+    """One Redfish sweep of the fleet."""
+
+    id: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="Sweep number.")
+    started_at: AwareDatetime = Field(description="When it started.")
+    finished_at: AwareDatetime | None = Field(description="When it finished (None: not yet).")
+    seconds: float | None = Field(ge=0, description="How long it took (None: unfinished).")
+    total: Count = Field(description="Nodes to sweep.")
+    done: Count = Field(description="Nodes read and committed.")
+    unreadable: Count = Field(description="Nodes whose BMC did not answer.")
+    error: Text | None = Field(default=None, description="Why it ended early, if it did.")
+
+
+class FleetStatusRequested(EventData):
+    """``lockstep fleet status``: the fleet at a glance."""
+
+    event_type: ClassVar[str] = "ops.fleet.status.requested"
+    schema_version: ClassVar[int] = 1
+
+
+class FleetStatusAnswered(EventData):
+    """Conformance by pool and profile, drifted nodes by kind, the newest sweeps."""
+
+    event_type: ClassVar[str] = "ops.fleet.status.answered"
+    schema_version: ClassVar[int] = 1
+
+    fleet: Conformance = Field(description="The whole fleet.")
+    groups: tuple[PoolConformance, ...] = Field(
+        max_length=MAX_NODES, description="One per (pool, profile), sorted."
+    )
+    drifted_by_kind: dict[DriftKind, Count] = Field(
+        max_length=MAX_SMALL, description="Drifted nodes per drift kind."
+    )
+    sweep: SweepState | None = Field(description="The newest sweep.")
+    sweep_running: bool = Field(description="The newest sweep is unfinished and running.")
+    last_finished_sweep: SweepState | None = Field(description="The newest finished sweep.")
+
+
+class NodeObservation(Part):
+    """A node's latest report from one source."""
+
+    source: ObservationSource = Field(description="redfish (the BMC) or agent (in-band).")
+    readable: bool = Field(description="Whether the source could be read.")
+    error: Text | None = Field(default=None, description="Why not.")
+    unreadable_since: AwareDatetime | None = Field(
+        default=None, description="First failed read of the current run of failures."
+    )
+    observed_at: AwareDatetime = Field(description="When it was observed.")
+    sequence: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="Report sequence.")
+    components: dict[Component, Reading] = Field(
+        default_factory=dict, max_length=MAX_SMALL, description="Version per component."
+    )
+    conflicts: dict[Component, dict[Reading, Reading]] = Field(
+        default_factory=dict,
+        max_length=MAX_SMALL,
+        description="Components whose members disagree: member -> version.",
+    )
+    members: dict[Reading, Reading] = Field(
+        default_factory=dict, max_length=MAX_ITEMS, description="Inventory member -> version."
+    )
+    loaded_module: Reading | None = Field(default=None, description="Loaded driver module.")
+    firmware_dirs: tuple[Reading, ...] | None = Field(
+        default=None, max_length=MAX_ITEMS, description="Firmware directories present."
+    )
+
+
+class HistoryEntry(Part):
+    """One observed change of one item."""
+
+    source: ObservationSource = Field(description="Who observed it.")
+    item: Reading = Field(description="Component or member.")
+    old: Reading | None = Field(description="Version before (None: new).")
+    new: Reading | None = Field(description="Version after (None: gone).")
+    observed_at: AwareDatetime = Field(description="When.")
+
+
+class DriftState(Part):
+    """A node's current drift set."""
+
+    stack_hash: StackHash | None = Field(description="The pin judged against (None: none).")
+    since: AwareDatetime = Field(description="Drifting since.")
+    evaluated_at: AwareDatetime = Field(description="Last evaluated.")
+    items: tuple[DriftItem, ...] = Field(max_length=MAX_ITEMS, description="Drift items.")
+
+
+class FleetShowRequested(EventData):
+    """``lockstep fleet show NODE``."""
+
+    event_type: ClassVar[str] = "ops.fleet.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+
+
+class FleetShowAnswered(EventData):
+    """Everything the inventory knows about one node."""
+
+    event_type: ClassVar[str] = "ops.fleet.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    node: RegisteredNode = Field(description="Registry entry.")
+    observations: tuple[NodeObservation, ...] = Field(
+        max_length=MAX_SMALL, description="Latest report per source."
+    )
+    pin_stack_hash: StackHash | None = Field(description="The pin that applies (None: none).")
+    drift: DriftState | None = Field(description="Drift set (None: not evaluated yet).")
+    history: tuple[HistoryEntry, ...] = Field(
+        max_length=MAX_HISTORY, description="Recent changes, newest first."
+    )
+
+
+class DriftedNode(Part):
+    """One drifted node of the drift report."""
+
+    node: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site.")
+    pool: Annotated[str, Field(max_length=128)] = Field(description="Pool.")
+    profile: Name = Field(description="Hardware profile.")
+    stack_hash: StackHash | None = Field(description="The pin judged against.")
+    since: AwareDatetime = Field(description="Drifting since.")
+    items: tuple[DriftItem, ...] = Field(max_length=MAX_ITEMS, description="Drift items.")
+
+
+class FleetDriftRequested(EventData):
+    """``lockstep fleet drift``: drifted nodes, a page at a time, in node id order."""
+
+    event_type: ClassVar[str] = "ops.fleet.drift.requested"
+    schema_version: ClassVar[int] = 1
+
+    include_informational: bool = Field(
+        default=False, description="Also nodes whose only items are informational (unknown)."
+    )
+    after: NodeId | None = Field(default=None, description="Only nodes sorting after this id.")
+    limit: int = Field(default=MAX_DRIFT_PAGE, ge=1, le=MAX_DRIFT_PAGE, description="Page size.")
+
+
+class FleetDriftAnswered(EventData):
+    """One page of the drift report."""
+
+    event_type: ClassVar[str] = "ops.fleet.drift.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[DriftedNode, ...] = Field(max_length=MAX_DRIFT_PAGE, description="This page.")
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
+class FleetRemoveRequested(EventData):
+    """``lockstep fleet remove NODE...``: forget nodes, all or none."""
+
+    event_type: ClassVar[str] = "ops.fleet.remove.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_ids: tuple[NodeId, ...] = Field(
+        min_length=1, max_length=MAX_NODES, description="Nodes to forget."
+    )
+
+
+class FleetRemoveAnswered(EventData):
+    """The nodes forgotten."""
+
+    event_type: ClassVar[str] = "ops.fleet.remove.answered"
+    schema_version: ClassVar[int] = 1
+
+    removed: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Nodes forgotten.")
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -710,4 +972,15 @@ CATALOGUE: tuple[type[EventData], ...] = (
     AdmissionCheckAnswered,
     FleetQueryRequested,
     FleetQueryAnswered,
+    OpsRefused,
+    FleetListRequested,
+    FleetListAnswered,
+    FleetStatusRequested,
+    FleetStatusAnswered,
+    FleetShowRequested,
+    FleetShowAnswered,
+    FleetDriftRequested,
+    FleetDriftAnswered,
+    FleetRemoveRequested,
+    FleetRemoveAnswered,
 )
