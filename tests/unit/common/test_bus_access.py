@@ -36,13 +36,20 @@ def test_only_admin_may_update_purge_or_delete_streams_and_consumers() -> None:
             assert not [s for s in grants.publish if DESTRUCTIVE.match(s) or s.endswith("$JS.>")]
 
 
-def test_each_identity_reads_only_its_own_inbox_and_only_inventory_answers() -> None:
+def test_each_identity_reads_only_its_own_inbox_and_only_services_answer() -> None:
     for identity, grants in GRANTS.items():
         inboxes = [s for s in grants.subscribe if s.startswith("_INBOX")]
         assert inboxes == [f"_INBOX_{identity}.>"]
         assert not [s for s in grants.publish if s.startswith("_INBOX")]
-    assert {i for i, g in GRANTS.items() if g.responds} == {"inventory"}
-    assert "lockstep.admission.check" in GRANTS["inventory"].subscribe
+    # Every service answers operator commands about its dead letters; only the inventory the
+    # admission check.
+    assert {i for i, g in GRANTS.items() if g.responds} == set(subscriptions_by_service())
+    assert {i for i, g in GRANTS.items() if "lockstep.admission.check" in g.subscribe} == {
+        "inventory"
+    }
+    for service in subscriptions_by_service():
+        dlq = [s for s in GRANTS[service].subscribe if s.endswith(".dlq.purge")]
+        assert dlq == [f"lockstep.ops.*.{service}.dlq.purge"]
 
 
 def test_a_service_fetches_and_acks_only_its_own_durables() -> None:

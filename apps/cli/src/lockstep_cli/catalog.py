@@ -24,7 +24,9 @@ from lockstep_common.bus_access import (
 )
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.consumer import Subscription
+from lockstep_common.dlq_commands import DLQ_COMMANDS
 from lockstep_common.envelope import EventData
+from lockstep_common.events.v1 import OpsRefused
 from lockstep_common.identities import READER
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace, ops_requests_of
@@ -51,13 +53,15 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
 
 
 def _emits() -> dict[str, tuple[type[EventData], ...]]:
-    """The event classes each service publishes (``router.EMITS``)."""
+    """The event classes each service publishes (``router.EMITS``), and the replies to the
+    operator commands every service answers (``ServiceApp``: its dead letters)."""
+    common: tuple[type[EventData], ...] = (OpsRefused, *(c.answer for c in DLQ_COMMANDS))
     return {
-        "attest": attest_router.EMITS,
-        "healthgate": healthgate_router.EMITS,
-        "inventory": inventory_router.EMITS,
-        "planner": planner_router.EMITS,
-        "updater": updater_router.EMITS,
+        "attest": (*attest_router.EMITS, *common),
+        "healthgate": (*healthgate_router.EMITS, *common),
+        "inventory": (*inventory_router.EMITS, *common),
+        "planner": (*planner_router.EMITS, *common),
+        "updater": (*updater_router.EMITS, *common),
     }
 
 
@@ -71,10 +75,11 @@ def producers() -> dict[type[EventData], tuple[str, ...]]:
 
 
 def _answers() -> dict[str, tuple[type[EventData], ...]]:
-    """Request/reply subjects each service answers (core NATS, not subscriptions)."""
-    return {
-        "inventory": inventory_router.ANSWERS,
-    }
+    """Request/reply subjects each service answers (core NATS, not subscriptions): its own,
+    and the operator commands about its dead letters (``ServiceApp``)."""
+    common = tuple(c.request for c in DLQ_COMMANDS)
+    own = {"inventory": inventory_router.ANSWERS}
+    return {service: (*own.get(service, ()), *common) for service in subscriptions_by_service()}
 
 
 def consumers() -> dict[type[EventData], tuple[str, ...]]:
@@ -130,7 +135,7 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             sends=tuple(pattern(cls) for cls in emits[service] if not CHANNELS[cls].reply),
             consumes=tuple(durables),
             dead_letters=tuple(subject for sub in subs for subject in sub.subjects),
-            answers=tuple(pattern(cls) for cls in answers.get(service, ())),
+            answers=tuple(pattern(cls, service) for cls in answers.get(service, ())),
             streams=streams,
         )
     outside: defaultdict[str, set[str]] = defaultdict(set)

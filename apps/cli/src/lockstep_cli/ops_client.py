@@ -43,6 +43,7 @@ def ask(
     answer: type[A],
     *,
     timeout_s: float = 10.0,
+    not_found_exit: int = 2,
 ) -> A:
     """The service's answer to ``request``; exits with one line when there is none."""
     from lockstep_cli import nats_request
@@ -80,7 +81,8 @@ def ask(
     except InvalidMessage as exc:
         fail(f"unexpected reply on {subject}: {exc}", 1)
     if isinstance(data, OpsRefused):
-        fail(data.reason, 1 if data.kind == "failed" else 2)
+        codes = {"failed": 1, "not_found": not_found_exit}
+        fail(data.reason, codes.get(data.kind, 2))
     if not isinstance(data, answer):
         fail(f"unexpected reply on {subject}: {type(data).__name__}", 1)
     return data

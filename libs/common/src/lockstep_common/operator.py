@@ -34,7 +34,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import asyncpg
 from nats.aio.msg import Msg
@@ -47,9 +47,11 @@ from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import OpsRefused
 from lockstep_common.identities import ADMIN, CLI, READER
 from lockstep_common.responder import MAX_REQUEST_BYTES, answer_side_by_side
-from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import TEXT_MAX
+
+if TYPE_CHECKING:
+    from lockstep_common.service import Resources
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,10 @@ class Refusal(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Asker:
-    """Who asked (from the subject), the request's id and when it was answered."""
+    """Who asked (from the subject), the service asked, the request's id and when it was
+    answered."""
 
+    service: str
     identity: str
     request_id: uuid.UUID
     now: dt.datetime
@@ -201,7 +205,7 @@ class OperatorResponder:
         if not isinstance(env.data, command.request):
             reason = f"expected {command.request.event_type}, got {env.type}"
             return self._refused(name, env.event_id, "invalid", reason)
-        asker = Asker(identity, env.event_id, dt.datetime.now(dt.UTC))
+        asker = Asker(self._service, identity, env.event_id, dt.datetime.now(dt.UTC))
         async with pool.acquire() as conn:
             if not command.writes:
                 reply = await self._read(conn, command, env.data, asker)

@@ -22,7 +22,7 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -31,7 +31,9 @@ from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData, make_envelope
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.events import REGISTRY
-from lockstep_common.service import Resources
+
+if TYPE_CHECKING:
+    from lockstep_common.service import Resources
 
 log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20

@@ -293,4 +293,23 @@ def _operator_samples() -> list[EventData]:
         ),
         v1.FleetRemoveRequested(node_ids=("gb200-r07-n03",)),
         v1.FleetRemoveAnswered(removed=("gb200-r07-n03",)),
+        v1.DlqListRequested(limit=50),
+        v1.DlqListAnswered(letters=(_LETTER,)),
+        v1.DlqShowRequested(id=7),
+        v1.DlqShowAnswered(letter=_LETTER, payload='{"type": "lockstep.bundle.submitted"}'),
+        v1.DlqPurgeRequested(ids=(7,)),
+        v1.DlqPurgeAnswered(purged=(7,)),
     ]
+
+
+_LETTER = v1.DeadLetterEntry(
+    id=7,
+    failed_at=_AT,
+    consumer="lockstep-attest-bundles",
+    stream="LOCKSTEP_BUNDLES",
+    stream_seq=1207,
+    subject="bundle.submitted",
+    error_kind="InvalidMessage",
+    deliveries=1,
+    reason="unknown schema version 7 of lockstep.bundle.submitted",
+)

@@ -147,14 +147,22 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.show", v1.FleetShowRequested, v1.FleetShowAnswered),
     **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
     **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
+    # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
+    **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),
+    **_ops(SERVICE, "dlq.show", v1.DlqShowRequested, v1.DlqShowAnswered),
+    **_ops(SERVICE, "dlq.purge", v1.DlqPurgeRequested, v1.DlqPurgeAnswered),
 }
 
 
-def pattern(cls: type[EventData]) -> str:
+def pattern(cls: type[EventData], service: str | None = None) -> str:
     """The logical subject pattern of ``cls``: its subject with ``*`` for every parameter
-    (``drift.detected.*.*``), as a NATS permission or subscription spells it."""
+    (``drift.detected.*.*``), as a NATS permission or subscription spells it; the service
+    token of an operator command every service answers is ``service``'s own."""
     stand_ins = {ROLLOUT, SITE, NODE, PROFILE, IDENTITY, SERVICE, COMMAND}
-    return ".".join("*" if t in stand_ins else t for t in CHANNELS[cls].subject().split("."))
+    return ".".join(
+        service if t == SERVICE and service else "*" if t in stand_ins else t
+        for t in CHANNELS[cls].subject().split(".")
+    )
 
 
 def routes(parties: Parties) -> dict[type[EventData], Route]:

@@ -8,7 +8,7 @@ from lockstep_inventory.admission import admission_responder
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.fleet_query import fleet_query_responder
 from lockstep_inventory.handlers import Handlers
-from lockstep_inventory.operator_commands import operator_responder
+from lockstep_inventory.operator_commands import COMMANDS
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweep_worker import SweepWorker
@@ -30,7 +30,7 @@ def create_app(settings: Settings) -> ServiceApp:
         SweepWorker(settings, app.source, rules, gauges),
         admission_responder(app.namespace, app.source, settings.admission_max_age_s),
         fleet_query_responder(app.namespace, app.source),
-        operator_responder(app.namespace, app.source),
         gauges,
     )
+    app.add_operator_commands(*COMMANDS)
     return app

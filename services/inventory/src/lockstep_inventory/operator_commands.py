@@ -1,5 +1,6 @@
 """The inventory's operator commands (``lockstep fleet list|status|show|drift|remove``), answered
-over the bus by ``lockstep_common.operator.OperatorResponder``: the CLI holds no DSN.
+over the bus by ``lockstep_common.operator.OperatorResponder`` (``app.py`` adds them to the
+service): the CLI holds no DSN.
 
 Each command is a thin shell over the read models in ``queries.py`` (the same numbers the
 service's gauges report) turned into the catalogue's typed answers; lists come a page at a time
@@ -33,15 +34,12 @@ from lockstep_common.events.v1 import (
     RegisteredNode,
     SweepState,
 )
-from lockstep_common.operator import Asker, Command, OperatorResponder, Refusal
-from lockstep_common.subjects import Namespace
+from lockstep_common.operator import Asker, Command, Refusal
 from lockstep_common.vocabulary import DriftKind, ObservationSource
 from lockstep_inventory import queries
 from lockstep_inventory.adapters import registry, state, sweeps
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.observation import Observation
-
-SERVICE = "inventory"
 
 
 def registered(node: NodeEntry) -> RegisteredNode:
@@ -201,8 +199,3 @@ COMMANDS: tuple[Command[Any], ...] = (
     Command("fleet.drift", FleetDriftRequested, FleetDriftAnswered, fleet_drift),
     Command("fleet.remove", FleetRemoveRequested, FleetRemoveAnswered, fleet_remove, writes=True),
 )
-
-
-def operator_responder(namespace: Namespace, source: str) -> OperatorResponder:
-    """The worker answering the inventory's operator commands."""
-    return OperatorResponder(SERVICE, namespace, source, COMMANDS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, ClassVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from lockstep_common.envelope import EventData
 from lockstep_common.vocabulary import (
@@ -944,6 +944,104 @@ class FleetRemoveAnswered(EventData):
     removed: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Nodes forgotten.")
 
 
+# Every service answers these about its own dead letters (``lockstep dlq``).
+MAX_DLQ_PAGE = 200
+MAX_PAYLOAD_TEXT = 1 << 20  # a dead letter's original, as text or base64 (a NATS message's size)
+
+
+class DeadLetterEntry(Part):
+    """One message a service gave up on, and why."""
+
+    id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="Its id in the service.")
+    failed_at: AwareDatetime = Field(description="When it was given up on.")
+    consumer: Name = Field(description="The durable consumer that gave up on it.")
+    stream: Name = Field(description="The original's stream.")
+    stream_seq: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(
+        description="The original's sequence in its stream."
+    )
+    subject: Annotated[str, Field(min_length=1, max_length=1024)] = Field(
+        description="The original's subject, without the namespace."
+    )
+    error_kind: Name = Field(description="Error class, e.g. InvalidMessage.")
+    deliveries: Count = Field(description="How many times it was delivered.")
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+
+
+class DlqListRequested(EventData):
+    """``lockstep dlq list SERVICE``: the newest dead letters of the service asked."""
+
+    event_type: ClassVar[str] = "ops.dlq.list.requested"
+    schema_version: ClassVar[int] = 1
+
+    limit: int = Field(default=50, ge=1, le=MAX_DLQ_PAGE, description="At most this many.")
+
+
+class DlqListAnswered(EventData):
+    """Dead letters, newest first."""
+
+    event_type: ClassVar[str] = "ops.dlq.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    letters: tuple[DeadLetterEntry, ...] = Field(
+        max_length=MAX_DLQ_PAGE, description="Newest first."
+    )
+
+
+class DlqShowRequested(EventData):
+    """``lockstep dlq show SERVICE ID`` (and ``replay``, which reads it first)."""
+
+    event_type: ClassVar[str] = "ops.dlq.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="The dead letter.")
+
+
+class DlqShowAnswered(EventData):
+    """One dead letter with its original message."""
+
+    event_type: ClassVar[str] = "ops.dlq.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    letter: DeadLetterEntry = Field(description="The dead letter.")
+    payload: Annotated[str, Field(max_length=MAX_PAYLOAD_TEXT)] | None = Field(
+        default=None, description="The original, when it is UTF-8 text."
+    )
+    payload_base64: Annotated[str, Field(max_length=MAX_PAYLOAD_TEXT)] | None = Field(
+        default=None, description="The original in base64, when it is not."
+    )
+
+
+class DlqPurgeRequested(EventData):
+    """``lockstep dlq purge SERVICE``: forget dead letters by id or by age (one of the two)."""
+
+    event_type: ClassVar[str] = "ops.dlq.purge.requested"
+    schema_version: ClassVar[int] = 1
+
+    ids: tuple[Annotated[int, Field(ge=1, le=INT64_MAX)], ...] = Field(
+        default=(), max_length=MAX_NODES, description="These dead letters."
+    )
+    older_than_s: float | None = Field(
+        default=None, ge=0, description="Everything recorded longer ago than this."
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> DlqPurgeRequested:
+        if bool(self.ids) == (self.older_than_s is not None):
+            raise ValueError("give ids or older_than_s, not both and not neither")
+        return self
+
+
+class DlqPurgeAnswered(EventData):
+    """The dead letters forgotten."""
+
+    event_type: ClassVar[str] = "ops.dlq.purge.answered"
+    schema_version: ClassVar[int] = 1
+
+    purged: tuple[Annotated[int, Field(ge=1, le=INT64_MAX)], ...] = Field(
+        max_length=MAX_NODES, description="Their ids."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -983,4 +1081,10 @@ CATALOGUE: tuple[type[EventData], ...] = (
     FleetDriftAnswered,
     FleetRemoveRequested,
     FleetRemoveAnswered,
+    DlqListRequested,
+    DlqListAnswered,
+    DlqShowRequested,
+    DlqShowAnswered,
+    DlqPurgeRequested,
+    DlqPurgeAnswered,
 )
