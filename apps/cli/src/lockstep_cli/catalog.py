@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
@@ -28,6 +29,7 @@ from lockstep_common.dlq_commands import DLQ_COMMANDS
 from lockstep_common.envelope import EventData
 from lockstep_common.events.v1 import OpsRefused
 from lockstep_common.identities import READER
+from lockstep_common.operator import Command
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
@@ -38,7 +40,14 @@ from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import router as planner_router
+from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
+
+# The operator commands a service adds in its app.py (add_operator_commands), where its
+# router does not list them (the inventory's router does: ANSWERS, EMITS).
+OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
+    "updater": updater_operator_commands.COMMANDS
+}
 
 
 def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
@@ -56,12 +65,13 @@ def _emits() -> dict[str, tuple[type[EventData], ...]]:
     """The event classes each service publishes (``router.EMITS``), and the replies to the
     operator commands every service answers (``ServiceApp``: its dead letters)."""
     common: tuple[type[EventData], ...] = (OpsRefused, *(c.answer for c in DLQ_COMMANDS))
+    own = {s: tuple(c.answer for c in commands) for s, commands in OPERATOR_COMMANDS.items()}
     return {
         "attest": (*attest_router.EMITS, *common),
         "healthgate": (*healthgate_router.EMITS, *common),
         "inventory": (*inventory_router.EMITS, *common),
         "planner": (*planner_router.EMITS, *common),
-        "updater": (*updater_router.EMITS, *common),
+        "updater": (*updater_router.EMITS, *own["updater"], *common),
     }
 
 
@@ -78,7 +88,8 @@ def _answers() -> dict[str, tuple[type[EventData], ...]]:
     """Request/reply subjects each service answers (core NATS, not subscriptions): its own,
     and the operator commands about its dead letters (``ServiceApp``)."""
     common = tuple(c.request for c in DLQ_COMMANDS)
-    own = {"inventory": inventory_router.ANSWERS}
+    own = {s: tuple(c.request for c in commands) for s, commands in OPERATOR_COMMANDS.items()}
+    own["inventory"] = inventory_router.ANSWERS  # its operator commands' requests included
     return {service: (*own.get(service, ()), *common) for service in subscriptions_by_service()}
 
 

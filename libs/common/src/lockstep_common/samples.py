@@ -299,6 +299,28 @@ def _operator_samples() -> list[EventData]:
         v1.DlqShowAnswered(letter=_LETTER, payload='{"type": "lockstep.bundle.submitted"}'),
         v1.DlqPurgeRequested(ids=(7,)),
         v1.DlqPurgeAnswered(purged=(7,)),
+        v1.NodeHistoryRequested(node_id="gb200-r07-n03", limit=200),
+        v1.NodeHistoryAnswered(
+            steps=(
+                v1.StepEntry(
+                    rollout_id=_ROLL,
+                    wave=1,
+                    step="activating",
+                    attempt=1,
+                    token=3,
+                    started_at=_AT,
+                    ended_at=_AT,
+                    outcome="ok",
+                    reason="",
+                ),
+            )
+        ),
+        v1.NodeReleaseRequested(
+            node_id="gb200-r07-n03", reason="PSU replaced, diag passed", operator="jdoe"
+        ),
+        v1.NodeReleaseAnswered(release_id="release-0c1f9a2b3d4e"),
+        v1.NodeApproveRemedyRequested(node_id="gb200-r07-n03"),
+        v1.NodeApproveRemedyAnswered(node_id="gb200-r07-n03"),
     ]
 
 

@@ -147,6 +147,14 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.show", v1.FleetShowRequested, v1.FleetShowAnswered),
     **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
     **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
+    **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
+    **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
+    **_ops(
+        "updater",
+        "node.approve-remedy",
+        v1.NodeApproveRemedyRequested,
+        v1.NodeApproveRemedyAnswered,
+    ),
     # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
     **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),
     **_ops(SERVICE, "dlq.show", v1.DlqShowRequested, v1.DlqShowAnswered),

@@ -1042,6 +1042,89 @@ class DlqPurgeAnswered(EventData):
     )
 
 
+# The updater's operator commands (``lockstep node ...``).
+MAX_STEPS = 1000  # steps per history answer: each up to ~1 KiB with its reason
+
+
+class StepEntry(Part):
+    """One update step the updater recorded for a node."""
+
+    rollout_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="Rollout (or release/remedy work item) id."
+    )
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Wave.")
+    step: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="Step.")
+    attempt: Count = Field(description="Attempt number.")
+    token: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="Fencing token.")
+    started_at: AwareDatetime = Field(description="Start.")
+    ended_at: AwareDatetime = Field(description="End.")
+    outcome: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="Outcome.")
+    reason: Text = Field(description="Why it ended so.")
+
+
+class NodeHistoryRequested(EventData):
+    """``lockstep node history NODE``: the node's most recent update steps."""
+
+    event_type: ClassVar[str] = "ops.node.history.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+    limit: int = Field(default=200, ge=1, le=MAX_STEPS, description="Most recent steps.")
+
+
+class NodeHistoryAnswered(EventData):
+    """The node's steps, oldest first."""
+
+    event_type: ClassVar[str] = "ops.node.history.answered"
+    schema_version: ClassVar[int] = 1
+
+    steps: tuple[StepEntry, ...] = Field(max_length=MAX_STEPS, description="Oldest first.")
+
+
+class NodeReleaseRequested(EventData):
+    """``lockstep node release NODE --reason TEXT``: give a quarantined node back."""
+
+    event_type: ClassVar[str] = "ops.node.release.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+    reason: Annotated[str, Field(min_length=1, max_length=500)] = Field(
+        description="Why it may serve again (kept in its history)."
+    )
+    operator: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="The person, as they name themselves (not verified)."
+    )
+
+
+class NodeReleaseAnswered(EventData):
+    """The release recorded; the updater gives the drain back."""
+
+    event_type: ClassVar[str] = "ops.node.release.answered"
+    schema_version: ClassVar[int] = 1
+
+    release_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The release's work item."
+    )
+
+
+class NodeApproveRemedyRequested(EventData):
+    """``lockstep node approve-remedy NODE``: let a GSP runbook held for approval run."""
+
+    event_type: ClassVar[str] = "ops.node.approve-remedy.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+
+
+class NodeApproveRemedyAnswered(EventData):
+    """The remedy released to the updater's workers."""
+
+    event_type: ClassVar[str] = "ops.node.approve-remedy.answered"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1087,4 +1170,10 @@ CATALOGUE: tuple[type[EventData], ...] = (
     DlqShowAnswered,
     DlqPurgeRequested,
     DlqPurgeAnswered,
+    NodeHistoryRequested,
+    NodeHistoryAnswered,
+    NodeReleaseRequested,
+    NodeReleaseAnswered,
+    NodeApproveRemedyRequested,
+    NodeApproveRemedyAnswered,
 )
