@@ -33,6 +33,7 @@ from lockstep_common.operator import Command
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
+from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
@@ -46,7 +47,8 @@ from lockstep_updater import router as updater_router
 # The operator commands a service adds in its app.py (add_operator_commands), where its
 # router does not list them (the inventory's router does: ANSWERS, EMITS).
 OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
-    "updater": updater_operator_commands.COMMANDS
+    "healthgate": healthgate_operator_commands.COMMANDS,
+    "updater": updater_operator_commands.COMMANDS,
 }
 
 
@@ -68,7 +70,7 @@ def _emits() -> dict[str, tuple[type[EventData], ...]]:
     own = {s: tuple(c.answer for c in commands) for s, commands in OPERATOR_COMMANDS.items()}
     return {
         "attest": (*attest_router.EMITS, *common),
-        "healthgate": (*healthgate_router.EMITS, *common),
+        "healthgate": (*healthgate_router.EMITS, *own["healthgate"], *common),
         "inventory": (*inventory_router.EMITS, *common),
         "planner": (*planner_router.EMITS, *common),
         "updater": (*updater_router.EMITS, *own["updater"], *common),

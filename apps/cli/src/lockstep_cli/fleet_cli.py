@@ -341,17 +341,22 @@ def fleet_drift(
 def fleet_stragglers(as_json: Json = False) -> None:
     """Nodes whose busbw or clocks are outliers against their profile's peers, outside any
     rollout (the healthgate's last evaluation per profile), and the component versions they
-    share that their healthy peers do not. Exit 0 none, 1 some, 2 unreachable or not yet run.
+    share that their healthy peers do not (asked of the healthgate). Exit 0 none, 1 some, 3 no
+    answer.
     """
     from lockstep_cli.fleet_views import print_stragglers
-    from lockstep_cli.gate_cli import healthgate_tables
-    from lockstep_healthgate.adapters.pg_store import read_stragglers
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetStragglersAnswered, FleetStragglersRequested
+    from lockstep_healthgate.settings import Settings as GateSettings
 
-    async def findings() -> list[dict[str, Any]]:
-        async with healthgate_tables("stragglers") as conn:
-            return await read_stragglers(conn)
-
-    doc = run(findings())
+    answer = ask(
+        settings_of(GateSettings),
+        "healthgate",
+        "fleet.stragglers",
+        FleetStragglersRequested(),
+        FleetStragglersAnswered,
+    )
+    doc = [f.model_dump(mode="json") for f in answer.findings]
     if as_json:
         print(json.dumps(doc))
     else:

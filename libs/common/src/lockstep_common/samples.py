@@ -321,6 +321,25 @@ def _operator_samples() -> list[EventData]:
         v1.NodeReleaseAnswered(release_id="release-0c1f9a2b3d4e"),
         v1.NodeApproveRemedyRequested(node_id="gb200-r07-n03"),
         v1.NodeApproveRemedyAnswered(node_id="gb200-r07-n03"),
+        v1.GateShowRequested(rollout_id=_ROLL, wave=0),
+        v1.GateShowAnswered(
+            verdicts=(
+                v1.GateVerdictRecord(
+                    rollout_id=_ROLL,
+                    wave=0,
+                    verdict=GateVerdict.TRIPPED,
+                    kind="hard_rule",
+                    reason="XID 79 on gb200-r07-n03",
+                    window_start=_AT,
+                    window_end=_AT,
+                    policy_digest="0" * 64,
+                    event_id=uuid.UUID(int=7),
+                    decision={"verdict": "tripped", "offending_nodes": ["gb200-r07-n03"]},
+                ),
+            )
+        ),
+        v1.FleetStragglersRequested(),
+        v1.FleetStragglersAnswered(findings=()),
     ]
 
 

@@ -155,6 +155,10 @@ CHANNELS: dict[type[EventData], Channel] = {
         v1.NodeApproveRemedyRequested,
         v1.NodeApproveRemedyAnswered,
     ),
+    **_ops("healthgate", "gate.show", v1.GateShowRequested, v1.GateShowAnswered),
+    **_ops(
+        "healthgate", "fleet.stragglers", v1.FleetStragglersRequested, v1.FleetStragglersAnswered
+    ),
     # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
     **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),
     **_ops(SERVICE, "dlq.show", v1.DlqShowRequested, v1.DlqShowAnswered),

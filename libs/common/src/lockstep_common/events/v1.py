@@ -7,7 +7,7 @@ become the JSON Schemas and the AsyncAPI document in ``docs/`` (``lockstep docs 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -1125,6 +1125,71 @@ class NodeApproveRemedyAnswered(EventData):
     node_id: NodeId = Field(description="The node.")
 
 
+# The healthgate's operator commands (``lockstep gate show``, ``lockstep fleet stragglers``).
+MAX_VERDICTS = 1000
+
+
+class GateVerdictRecord(Part):
+    """A wave's persisted gate verdict and what it was judged on."""
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Wave.")
+    verdict: GateVerdict = Field(description="passed, tripped or inconclusive.")
+    kind: Annotated[str, Field(min_length=1, max_length=32)] = Field(
+        description="hard_rule (at once) or judge (after the soak)."
+    )
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why, in one text.")
+    window_start: AwareDatetime = Field(description="Start of the window judged.")
+    window_end: AwareDatetime = Field(description="End of the window judged.")
+    policy_digest: Annotated[str, Field(max_length=128)] = Field(
+        description="sha256 of the policy the judge ran."
+    )
+    event_id: uuid.UUID = Field(description="The id of the gate event emitted.")
+    decision: dict[str, Any] = Field(
+        description="The decision with its per-metric evidence and hard-rule findings, as "
+        "`lockstep gate evaluate --json` prints it (the healthgate's GateDecision)."
+    )
+
+
+class GateShowRequested(EventData):
+    """``lockstep gate show ROLLOUT [--wave N]``."""
+
+    event_type: ClassVar[str] = "ops.gate.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = Field(
+        default=None, description="Only this wave (None: every wave)."
+    )
+
+
+class GateShowAnswered(EventData):
+    """A rollout's gate verdicts, by wave (empty: none yet)."""
+
+    event_type: ClassVar[str] = "ops.gate.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    verdicts: tuple[GateVerdictRecord, ...] = Field(max_length=MAX_VERDICTS, description="By wave.")
+
+
+class FleetStragglersRequested(EventData):
+    """``lockstep fleet stragglers``: the healthgate's last straggler finding per profile."""
+
+    event_type: ClassVar[str] = "ops.fleet.stragglers.requested"
+    schema_version: ClassVar[int] = 1
+
+
+class FleetStragglersAnswered(EventData):
+    """Each profile's last finding (as ``drift.stragglers`` announced it), by profile."""
+
+    event_type: ClassVar[str] = "ops.fleet.stragglers.answered"
+    schema_version: ClassVar[int] = 1
+
+    findings: tuple[StragglersFlagged, ...] = Field(
+        max_length=MAX_SMALL, description="One per profile evaluated (empty: not yet run)."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1176,4 +1241,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     NodeReleaseAnswered,
     NodeApproveRemedyRequested,
     NodeApproveRemedyAnswered,
+    GateShowRequested,
+    GateShowAnswered,
+    FleetStragglersRequested,
+    FleetStragglersAnswered,
 )
