@@ -87,6 +87,35 @@ async def test_start_status_pause_resume_abort_and_audit(cli_env: Planner) -> No
     assert ("carol", "aborted") in trail and trail[0][1] == "intent submitted"
 
 
+async def test_status_and_audit_are_asked_of_the_planner_without_a_database(
+    cli_env: Planner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver@2026.03", "--scope", "site=site-a",
+        "--class", "standard", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    await cli_env.wait_for("wave.planned.")
+    # Nothing listens there: status and audit come from the planner over the bus.
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    code, out = await cli("rollout", "status", rollout_id, "--json")
+    assert code == 0, out
+    status = json.loads(out)
+    assert status["rollout_id"] == rollout_id and status["state"] == "running"
+    assert status["waves"][0]["nodes"] >= 1 and status["nodes_by_step"]
+    code, out = await cli("rollout", "status", rollout_id)
+    assert code == 0 and f"rollout {rollout_id} running" in out, out
+    code, out = await cli("rollout", "audit", rollout_id)
+    assert code == 0 and "intent submitted" in out, out
+    code, out = await cli("rollout", "status", "r-nope")
+    assert code == 1 and "no rollout r-nope" in out
+    code, out = await cli("rollout", "audit", "r-nope")
+    assert code == 1 and "no audit trail for r-nope" in out
+    code, out = await cli("rollout", "status", "bad id")
+    assert code == 2 and "rollout_id" in out
+
+
 async def test_bad_input_is_one_line_and_publishes_nothing(
     cli_env: Planner, tmp_path: Path
 ) -> None:

@@ -40,6 +40,7 @@ from lockstep_healthgate.handlers import Handlers as GateHandlers
 from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
+from lockstep_planner import operator_commands as planner_operator_commands
 from lockstep_planner import router as planner_router
 from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
@@ -48,6 +49,7 @@ from lockstep_updater import router as updater_router
 # router does not list them (the inventory's router does: ANSWERS, EMITS).
 OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
     "healthgate": healthgate_operator_commands.COMMANDS,
+    "planner": planner_operator_commands.COMMANDS,
     "updater": updater_operator_commands.COMMANDS,
 }
 
@@ -72,7 +74,7 @@ def _emits() -> dict[str, tuple[type[EventData], ...]]:
         "attest": (*attest_router.EMITS, *common),
         "healthgate": (*healthgate_router.EMITS, *own["healthgate"], *common),
         "inventory": (*inventory_router.EMITS, *common),
-        "planner": (*planner_router.EMITS, *common),
+        "planner": (*planner_router.EMITS, *own["planner"], *common),
         "updater": (*updater_router.EMITS, *own["updater"], *common),
     }
 

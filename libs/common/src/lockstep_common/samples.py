@@ -340,6 +340,43 @@ def _operator_samples() -> list[EventData]:
         ),
         v1.FleetStragglersRequested(),
         v1.FleetStragglersAnswered(findings=()),
+        v1.RolloutStatusRequested(rollout_id=_ROLL),
+        v1.RolloutStatusAnswered(
+            rollout=v1.RolloutState(
+                rollout_id=_ROLL,
+                intent_id=uuid.UUID(int=1),
+                stack_hash=_HASH,
+                change_class="standard",
+                dry_run=False,
+                state="running",
+                plan_hash="0" * 64,
+                approvals=(),
+                approvals_needed=0,
+                reason="",
+                created_at=_AT,
+                updated_at=_AT,
+                deferred={},
+                waves=(
+                    v1.RolloutWaveState(
+                        number=0,
+                        state="released",
+                        nodes=5,
+                        components=("gpu_vbios",),
+                        gate_passed=False,
+                        succeeded=2,
+                        failed=0,
+                        released_at=_AT,
+                        deadline=_AT,
+                        soak_until=None,
+                    ),
+                ),
+                nodes_by_step={"activated": 2, "waiting": 3},
+            )
+        ),
+        v1.RolloutAuditRequested(rollout_id=_ROLL),
+        v1.RolloutAuditAnswered(
+            entries=(v1.AuditEntry(at=_AT, actor="alice", action="paused", detail="change freeze"),)
+        ),
     ]
 
 

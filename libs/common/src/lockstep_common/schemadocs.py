@@ -159,6 +159,8 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops(
         "healthgate", "fleet.stragglers", v1.FleetStragglersRequested, v1.FleetStragglersAnswered
     ),
+    **_ops("planner", "rollout.status", v1.RolloutStatusRequested, v1.RolloutStatusAnswered),
+    **_ops("planner", "rollout.audit", v1.RolloutAuditRequested, v1.RolloutAuditAnswered),
     # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
     **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),
     **_ops(SERVICE, "dlq.show", v1.DlqShowRequested, v1.DlqShowAnswered),

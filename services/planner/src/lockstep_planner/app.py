@@ -19,6 +19,7 @@ from lockstep_planner.adapters.slurm_jobs import SlurmJobs
 from lockstep_planner.domain.classes import Policy, PolicyError
 from lockstep_planner.handlers import Handlers
 from lockstep_planner.lifecycle import Timing
+from lockstep_planner.operator_commands import COMMANDS
 from lockstep_planner.planning import Planning
 from lockstep_planner.router import subscriptions
 from lockstep_planner.settings import Settings
@@ -100,4 +101,5 @@ def create_app(settings: Settings) -> ServiceApp:
         ),
         QueryGauges(app.metrics.registry, GAUGES),
     )
+    app.add_operator_commands(*COMMANDS)
     return app

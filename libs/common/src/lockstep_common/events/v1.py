@@ -1190,6 +1190,111 @@ class FleetStragglersAnswered(EventData):
     )
 
 
+# The planner's operator commands (``lockstep rollout status|audit``).
+MAX_WAVES = 1000
+MAX_AUDIT = 5000
+Label = Annotated[str, Field(max_length=128)]
+
+
+class RolloutWaveState(Part):
+    """One wave of a rollout as the planner tracks it."""
+
+    number: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Wave number.")
+    state: Label = Field(description="pending, released, soaking, held, passed, ...")
+    nodes: Count = Field(description="Nodes in the wave.")
+    components: tuple[Label, ...] = Field(max_length=MAX_SMALL, description="Components.")
+    gate_passed: bool = Field(description="Its gate passed.")
+    succeeded: Count = Field(description="Nodes done.")
+    failed: Count = Field(description="Nodes failed.")
+    released_at: AwareDatetime | None = Field(description="When released to the updater.")
+    deadline: AwareDatetime | None = Field(description="When it times out.")
+    soak_until: AwareDatetime | None = Field(description="End of its soak.")
+
+
+class RolloutState(Part):
+    """A rollout: its state, approvals, waves and nodes by last device step."""
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    intent_id: uuid.UUID = Field(description="The intent it was planned from.")
+    stack_hash: StackHash = Field(description="Target stack.")
+    change_class: Label = Field(description="Change class.")
+    dry_run: bool = Field(description="Planned only.")
+    state: Label = Field(description="planned, running, paused, halted, aborted, completed.")
+    plan_hash: Annotated[str, Field(max_length=128)] = Field(description="Hash of the plan.")
+    approvals: tuple[Label, ...] = Field(max_length=MAX_SMALL, description="Approvers counted.")
+    approvals_needed: Count = Field(description="Approvals its class needs.")
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why, when halted.")
+    created_at: AwareDatetime = Field(description="Planned at.")
+    updated_at: AwareDatetime = Field(description="Last change.")
+    deferred: dict[str, Any] = Field(
+        description="Wave number -> the occupied fabric domain it waits for, and why."
+    )
+    waves: tuple[RolloutWaveState, ...] = Field(max_length=MAX_WAVES, description="Its waves.")
+    nodes_by_step: dict[Label, Count] = Field(
+        max_length=MAX_ITEMS, description="Nodes by last device step (waiting: none yet)."
+    )
+
+
+class IntentOutcome(Part):
+    """An intent that did not become a rollout, and why."""
+
+    intent_id: uuid.UUID = Field(description="The intent.")
+    state: Label = Field(description="Its state, e.g. refused.")
+    reasons: tuple[Annotated[str, Field(max_length=65536)], ...] = Field(
+        max_length=MAX_ITEMS, description="Why."
+    )
+
+
+class RolloutStatusRequested(EventData):
+    """``lockstep rollout status ROLLOUT``."""
+
+    event_type: ClassVar[str] = "ops.rollout.status.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+
+
+class RolloutStatusAnswered(EventData):
+    """The rollout, or the intent that did not become one."""
+
+    event_type: ClassVar[str] = "ops.rollout.status.answered"
+    schema_version: ClassVar[int] = 1
+
+    rollout: RolloutState | None = Field(default=None, description="The rollout.")
+    intent: IntentOutcome | None = Field(
+        default=None, description="The refused intent of that id, when there is no rollout."
+    )
+
+
+class AuditEntry(Part):
+    """One decision about a rollout."""
+
+    at: AwareDatetime = Field(description="When.")
+    actor: Annotated[str, Field(max_length=256)] = Field(description="Who.")
+    action: Annotated[str, Field(max_length=256)] = Field(description="What.")
+    detail: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+
+
+class RolloutAuditRequested(EventData):
+    """``lockstep rollout audit ROLLOUT``."""
+
+    event_type: ClassVar[str] = "ops.rollout.audit.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
+        description="Rollout id, or fabric:<domain> for a fabric domain's trail."
+    )
+
+
+class RolloutAuditAnswered(EventData):
+    """Every decision about the rollout, oldest first."""
+
+    event_type: ClassVar[str] = "ops.rollout.audit.answered"
+    schema_version: ClassVar[int] = 1
+
+    entries: tuple[AuditEntry, ...] = Field(max_length=MAX_AUDIT, description="Oldest first.")
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1245,4 +1350,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     GateShowAnswered,
     FleetStragglersRequested,
     FleetStragglersAnswered,
+    RolloutStatusRequested,
+    RolloutStatusAnswered,
+    RolloutAuditRequested,
+    RolloutAuditAnswered,
 )
