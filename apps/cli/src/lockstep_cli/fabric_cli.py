@@ -1,8 +1,8 @@
 """``lockstep fabric list|show|pin``: fabric domains the OCI way (seed 002; issue 10,
 deliverable 6).
 
-``list`` and ``show`` read the planner's ``fabric_domains`` table and audit trail read-only, as
-``lockstep rollout status`` does. ``pin`` writes one ``pin`` command to the planner's
+``list`` and ``show`` ask the planner over the bus (``fabric.list``, ``fabric.show``), as
+``lockstep rollout status`` does: no database. ``pin`` writes one ``pin`` command to the planner's
 ``commands`` table and waits for the planner's worker to carry it out, so the planner stays the
 only writer of a domain's state and refuses a pin while the domain is PROVISIONING (OCI's 409)
 under the same row lock its rollouts take. Bad input (a malformed bundle reference, an unknown
@@ -40,16 +40,6 @@ BUNDLE_REF = re.compile(
     r"^(?P<id>[A-Za-z0-9][A-Za-z0-9._:/-]{0,127})(@(?P<version>[^\s@]{1,64}))?$"
 )
 """``ID[@VERSION]``: what ``lockstep rollout plan --bundle`` takes too."""
-AUDIT_SHOWN = 20
-
-_COLUMNS = (
-    "d.domain, d.current_hash, d.target_hash, d.lifecycle, d.recycle_level, d.update_state,"
-    " d.update_reason, d.rollout_id, d.node_ids, d.changed_by, d.changed_at,"
-    " coalesce(c.bundle_id || '@' || c.bundle_version, d.current_hash) AS current,"
-    " coalesce(t.bundle_id || '@' || t.bundle_version, d.target_hash) AS target"
-    " FROM fabric_domains d LEFT JOIN bundles c ON c.stack_hash = d.current_hash"
-    " LEFT JOIN bundles t ON t.stack_hash = d.target_hash"
-)
 
 
 def _settings() -> Settings:
@@ -59,55 +49,33 @@ def _settings() -> Settings:
 
 
 async def _db(settings: Settings) -> asyncpg.Connection:
-    """A read connection on the planner's schema, as ``lockstep rollout`` opens it."""
+    """A connection on the planner's schema, as ``lockstep rollout`` opens it (``pin``)."""
     from lockstep_cli.rollout_cli import _db as planner_db
 
     return await planner_db(settings)
 
 
-def _doc(row: Any) -> dict[str, Any]:
-    """A domain as ``--json`` prints it (OCI's field names where it has one); the reason names
-    bundles as ``ID@VERSION`` where the planner stored their stack hashes."""
-    reason = str(row["update_reason"])
-    for key in ("current", "target"):
-        if row[f"{key}_hash"] and row[key]:
-            reason = reason.replace(row[f"{key}_hash"], row[key])
-    return {
-        "domain": row["domain"],
-        "current": row["current"],
-        "current_stack_hash": row["current_hash"],
-        "target": row["target"],
-        "target_stack_hash": row["target_hash"],
-        "lifecycle": row["lifecycle"],
-        "update_state": row["update_state"],
-        "update_reason": reason,
-        "recycle_level": row["recycle_level"],
-        "rollout_id": row["rollout_id"],
-        "nodes": list(row["node_ids"]),
-        "changed_by": row["changed_by"],
-        "changed_at": row["changed_at"].isoformat(),
-    }
+def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:
+    """Every domain (``fabric.list``), or the one named with its history (``fabric.show``),
+    as ``--json`` prints them; asked of the planner over the bus."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import (
+        FabricListAnswered,
+        FabricListRequested,
+        FabricShowAnswered,
+        FabricShowRequested,
+    )
 
-
-async def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:
-    conn = await _db(settings)
-    try:
-        if domain is None:
-            rows = await conn.fetch(f"SELECT {_COLUMNS} ORDER BY d.domain")
-            return [_doc(r) for r in rows]
-        row = await conn.fetchrow(f"SELECT {_COLUMNS} WHERE d.domain = $1", domain)
-        if row is None:
-            return []
-        audit = await conn.fetch(
-            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1"
-            " ORDER BY id DESC LIMIT $2",
-            f"fabric:{domain}",
-            AUDIT_SHOWN,
-        )
-        history = [{**dict(a), "at": a["at"].isoformat()} for a in reversed(audit)]
-        return [{**_doc(row), "history": history}]
-    finally:
-        await conn.close()
+    if domain is None:
+        listed = ask(settings, "planner", "fabric.list", FabricListRequested(), FabricListAnswered)
+        return [d.model_dump(mode="json") for d in listed.domains]
+    if not 0 < len(domain) <= 128:
+        fail(escape(f"no fabric domain {domain}"))
+    shown = ask(
+        settings, "planner", "fabric.show", FabricShowRequested(domain=domain), FabricShowAnswered
+    )
+    history = [a.model_dump(mode="json") for a in shown.history]
+    return [{**shown.domain.model_dump(mode="json"), "history": history}]
 
 
 def _label(value: str | None) -> str:
@@ -119,7 +87,7 @@ def _label(value: str | None) -> str:
 @fabric_app.command("list")
 def fabric_list(as_json: Json = False) -> None:
     """Every fabric domain: current and target bundle, lifecycle, update state and reason."""
-    docs = run(_domains(_settings(), None))
+    docs = _domains(_settings(), None)
     if as_json:
         print(json.dumps({"domains": docs}))
         return
@@ -145,7 +113,7 @@ def fabric_list(as_json: Json = False) -> None:
 @fabric_app.command("show")
 def fabric_show(domain: DomainArg, as_json: Json = False) -> None:
     """One fabric domain: its state, its nodes, who changed it, and its recent audit lines."""
-    docs = run(_domains(_settings(), domain))
+    docs = _domains(_settings(), domain)
     if not docs:
         fail(escape(f"no fabric domain {domain}"))
     doc = docs[0]

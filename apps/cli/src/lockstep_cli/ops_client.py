@@ -46,6 +46,8 @@ def ask(
     not_found_exit: int = 2,
 ) -> A:
     """The service's answer to ``request``; exits with one line when there is none."""
+    from rich.markup import escape
+
     from lockstep_cli import nats_request
     from lockstep_common import subjects
     from lockstep_common.envelope import make_envelope, source_of
@@ -71,18 +73,19 @@ def ask(
         except nats_request.NoResponders:
             fail(f"nobody answers {subject}: is the {service} service running?", 3)
         except nats_request.Refused as exc:
-            fail(f"NATS refused {subject}: {exc}", 3)
+            fail(f"NATS refused {subject}: {escape(str(exc))}", 3)
         except nats_request.AccessError as exc:
-            fail(str(exc))
+            fail(escape(str(exc)))
         except OSError as exc:  # Unreachable included
-            fail(f"NATS at {','.join(access.servers)} unreachable: {exc}", 3)
+            fail(f"NATS at {','.join(access.servers)} unreachable: {escape(str(exc))}", 3)
     try:
         data = REGISTRY.decode(reply.data, max_bytes=MAX_REPLY_BYTES).data
     except InvalidMessage as exc:
-        fail(f"unexpected reply on {subject}: {exc}", 1)
+        fail(f"unexpected reply on {subject}: {escape(str(exc))}", 1)
     if isinstance(data, OpsRefused):
         codes = {"failed": 1, "not_found": not_found_exit}
-        fail(data.reason, codes.get(data.kind, 2))
+        # The service's text, not markup: "[red]" in a name the operator typed is printed.
+        fail(escape(data.reason), codes.get(data.kind, 2))
     if not isinstance(data, answer):
         fail(f"unexpected reply on {subject}: {type(data).__name__}", 1)
     return data

@@ -377,7 +377,31 @@ def _operator_samples() -> list[EventData]:
         v1.RolloutAuditAnswered(
             entries=(v1.AuditEntry(at=_AT, actor="alice", action="paused", detail="change freeze"),)
         ),
+        v1.FabricListRequested(),
+        v1.FabricListAnswered(domains=(_DOMAIN,)),
+        v1.FabricShowRequested(domain="nvl72-07"),
+        v1.FabricShowAnswered(
+            domain=_DOMAIN,
+            history=(v1.AuditEntry(at=_AT, actor="inventory", action="discovered", detail=""),),
+        ),
     ]
+
+
+_DOMAIN = v1.FabricDomainState(
+    domain="nvl72-07",
+    current="gb200-fabric@1.20.3",
+    current_stack_hash=_HASH,
+    target="gb200-fabric@1.20.3",
+    target_stack_hash=_HASH,
+    lifecycle="AVAILABLE",
+    update_state="NO_UPDATE",
+    update_reason="runs its target",
+    recycle_level="FULL_RECYCLE",
+    rollout_id=None,
+    nodes=("gb200-r07-n03",),
+    changed_by="planner",
+    changed_at=_AT,
+)
 
 
 _LETTER = v1.DeadLetterEntry(

@@ -1,4 +1,5 @@
-"""The planner's operator commands answered over the bus (``lockstep rollout status|audit``),
+"""The planner's operator commands answered over the bus (``lockstep rollout status|audit``,
+``lockstep fabric list|show``),
 by ``lockstep_common.operator.OperatorResponder`` (``app.py`` adds them to the service): the CLI
 reads none of the planner's tables for them. Both only read, each in one snapshot.
 """
@@ -11,6 +12,11 @@ from typing import Any
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import (
     AuditEntry,
+    FabricDomainState,
+    FabricListAnswered,
+    FabricListRequested,
+    FabricShowAnswered,
+    FabricShowRequested,
     IntentOutcome,
     RolloutAuditAnswered,
     RolloutAuditRequested,
@@ -90,7 +96,69 @@ async def rollout_audit(
     return RolloutAuditAnswered(entries=tuple(AuditEntry(**dict(r)) for r in rows))
 
 
+# A domain with its bundles by name (ID@VERSION) where the planner knows them.
+_DOMAIN = (
+    "d.domain, d.current_hash, d.target_hash, d.lifecycle, d.recycle_level, d.update_state,"
+    " d.update_reason, d.rollout_id, d.node_ids, d.changed_by, d.changed_at,"
+    " coalesce(c.bundle_id || '@' || c.bundle_version, d.current_hash) AS current,"
+    " coalesce(t.bundle_id || '@' || t.bundle_version, d.target_hash) AS target"
+    " FROM fabric_domains d LEFT JOIN bundles c ON c.stack_hash = d.current_hash"
+    " LEFT JOIN bundles t ON t.stack_hash = d.target_hash"
+)
+AUDIT_SHOWN = 20
+
+
+def _domain(row: Any) -> FabricDomainState:
+    """The reason names bundles as ``ID@VERSION`` where the planner stored their hashes."""
+    reason = str(row["update_reason"])
+    for key in ("current", "target"):
+        if row[f"{key}_hash"] and row[key]:
+            reason = reason.replace(row[f"{key}_hash"], row[key])
+    return FabricDomainState(
+        domain=row["domain"],
+        current=row["current"],
+        current_stack_hash=row["current_hash"],
+        target=row["target"],
+        target_stack_hash=row["target_hash"],
+        lifecycle=row["lifecycle"],
+        update_state=row["update_state"],
+        update_reason=reason,
+        recycle_level=row["recycle_level"],
+        rollout_id=row["rollout_id"],
+        nodes=tuple(row["node_ids"]),
+        changed_by=row["changed_by"],
+        changed_at=row["changed_at"],
+    )
+
+
+async def fabric_list(conn: Conn, request: FabricListRequested, asker: Asker) -> FabricListAnswered:
+    """Every fabric domain, by id."""
+    del request, asker
+    rows = await conn.fetch(f"SELECT {_DOMAIN} ORDER BY d.domain")
+    return FabricListAnswered(domains=tuple(_domain(r) for r in rows))
+
+
+async def fabric_show(conn: Conn, request: FabricShowRequested, asker: Asker) -> FabricShowAnswered:
+    """One domain and its last audit lines; ``not_found`` when the planner knows none."""
+    del asker
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        row = await conn.fetchrow(f"SELECT {_DOMAIN} WHERE d.domain = $1", request.domain)
+        if row is None:
+            raise Refusal("not_found", f"no fabric domain {request.domain}")
+        audit = await conn.fetch(
+            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1"
+            " ORDER BY id DESC LIMIT $2",
+            f"fabric:{request.domain}",
+            AUDIT_SHOWN,
+        )
+    return FabricShowAnswered(
+        domain=_domain(row), history=tuple(AuditEntry(**dict(a)) for a in reversed(audit))
+    )
+
+
 COMMANDS: tuple[Command[Any], ...] = (
+    Command("fabric.list", FabricListRequested, FabricListAnswered, fabric_list),
+    Command("fabric.show", FabricShowRequested, FabricShowAnswered, fabric_show),
     Command("rollout.status", RolloutStatusRequested, RolloutStatusAnswered, rollout_status),
     Command("rollout.audit", RolloutAuditRequested, RolloutAuditAnswered, rollout_audit),
 )

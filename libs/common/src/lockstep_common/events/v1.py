@@ -1295,6 +1295,73 @@ class RolloutAuditAnswered(EventData):
     entries: tuple[AuditEntry, ...] = Field(max_length=MAX_AUDIT, description="Oldest first.")
 
 
+# ``lockstep fabric list|show`` (the planner's fabric domains).
+MAX_DOMAINS = 5000
+
+
+class FabricDomainState(Part):
+    """A fabric (NVLink) domain as the planner keeps it, OCI's field names where it has one."""
+
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+    current: Annotated[str, Field(max_length=256)] | None = Field(
+        description="The bundle it runs (ID@VERSION, or its stack hash)."
+    )
+    current_stack_hash: Annotated[str, Field(max_length=128)] | None = Field(
+        description="Its stack hash."
+    )
+    target: Annotated[str, Field(max_length=256)] | None = Field(
+        description="The bundle it is pinned to."
+    )
+    target_stack_hash: Annotated[str, Field(max_length=128)] | None = Field(
+        description="Its stack hash."
+    )
+    lifecycle: Label = Field(description="AVAILABLE, OCCUPIED or PROVISIONING.")
+    update_state: Label = Field(description="WILL_UPDATE, NO_UPDATE or SKIP_RECYCLE_ENABLED.")
+    update_reason: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+    recycle_level: Label = Field(description="FULL_RECYCLE or SKIP_RECYCLE.")
+    rollout_id: Annotated[str, Field(max_length=128)] | None = Field(
+        description="The rollout holding it, if any."
+    )
+    nodes: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Its nodes.")
+    changed_by: Annotated[str, Field(max_length=256)] = Field(description="Who changed it last.")
+    changed_at: AwareDatetime = Field(description="When.")
+
+
+class FabricListRequested(EventData):
+    """``lockstep fabric list``."""
+
+    event_type: ClassVar[str] = "ops.fabric.list.requested"
+    schema_version: ClassVar[int] = 1
+
+
+class FabricListAnswered(EventData):
+    """Every fabric domain, by id."""
+
+    event_type: ClassVar[str] = "ops.fabric.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    domains: tuple[FabricDomainState, ...] = Field(max_length=MAX_DOMAINS, description="By id.")
+
+
+class FabricShowRequested(EventData):
+    """``lockstep fabric show DOMAIN``."""
+
+    event_type: ClassVar[str] = "ops.fabric.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+
+
+class FabricShowAnswered(EventData):
+    """One fabric domain and its recent audit lines, oldest first."""
+
+    event_type: ClassVar[str] = "ops.fabric.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    domain: FabricDomainState = Field(description="The domain.")
+    history: tuple[AuditEntry, ...] = Field(max_length=MAX_ITEMS, description="Recent lines.")
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1354,4 +1421,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     RolloutStatusAnswered,
     RolloutAuditRequested,
     RolloutAuditAnswered,
+    FabricListRequested,
+    FabricListAnswered,
+    FabricShowRequested,
+    FabricShowAnswered,
 )
