@@ -95,7 +95,10 @@ async def test_remove_undoes_an_import_all_or_nothing(
     assert await imported() == ["n3"]
 
 
-async def test_pin_refuses_unknown_profiles_and_empty_scopes(env: None, tmp_path: Path) -> None:
+async def test_pin_refuses_unknown_profiles_and_empty_scopes(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    """The registry it checks against is the inventory's (``fleet.list``, ``harness`` runs it)."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("nodes:\n" + node("n1"))
     assert (await cli("fleet", "import", str(fleet)))[0] == 0

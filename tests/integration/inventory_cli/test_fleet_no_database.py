@@ -1,11 +1,11 @@
-"""``lockstep fleet list|status|show|drift|remove`` ask the inventory over the bus: they work
+"""``lockstep fleet list|status|show|drift|remove|pin`` ask the inventory over the bus: they work
 with no database reachable at all (issue 26, item 3: the CLI holds no database credentials)."""
 
 from __future__ import annotations
 
 import pytest
 
-from .conftest import Harness, cli, cli_json, harness
+from .conftest import SITE, Harness, cli, cli_json, harness
 
 pytestmark = pytest.mark.integration
 __all__ = ["harness"]
@@ -29,6 +29,11 @@ async def test_the_moved_commands_need_no_database(
     assert await cli_json("fleet", "drift") == []
     code, out = await cli("fleet", "show", "bad node")
     assert code == 2 and out.count("\n") == 1 and "node_id" in out
+    # A pin checks the registry and takes a known-good node's stack from the inventory too.
+    pinned = await cli_json("fleet", "pin", "--scope", f"site={SITE}", "--from-node", ids[1])
+    assert pinned["sites"] == [SITE]
+    code, out = await cli("fleet", "pin", "--scope", f"site={SITE}", "--from-node", "nope-9")
+    assert code == 2 and out.startswith("error: --from-node: node nope-9 is not registered"), out
     code, out = await cli("fleet", "remove", ids[0])
     assert code == 0 and "removed 1 node(s)" in out
     assert [n["id"] for n in await cli_json("fleet", "list")] == ids[1:]

@@ -184,7 +184,7 @@ def fleet_remove(
     _console().print(f"removed {len(done.removed)} node(s)")
 
 
-def _valid(make: Callable[[], T]) -> T:
+def _valid(make: Callable[[], T], what: str = "") -> T:
     """A request built from the command line; bad input is one line naming it (exit 2)."""
     from pydantic import ValidationError
 
@@ -192,7 +192,7 @@ def _valid(make: Callable[[], T]) -> T:
         return make()
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        where = what or ".".join(str(p) for p in err["loc"]) or "(root)"
         fail(f"{where}: {err['msg']}")
 
 
@@ -422,7 +422,7 @@ def fleet_pin(
         publish_pins,
         stack_yaml,
     )
-    from lockstep_inventory.admin import fleet
+    from lockstep_inventory.domain.fleet_file import NodeEntry
     from lockstep_inventory.domain.pins import SelectorError, parse_selector, selects
 
     settings = _settings()
@@ -432,7 +432,7 @@ def fleet_pin(
         if stack is not None:
             parsed = parse_stack(stack.read_text(), str(stack))
         else:
-            parsed = run(_stack_of_node(settings, str(from_node)))
+            parsed = _stack_of_node(settings, str(from_node))
         selector = parse_selector(scope)
         stack_hash, messages = pins_for(settings.namespace, selector, parsed, rollout_id)
         if save is not None:
@@ -443,7 +443,7 @@ def fleet_pin(
         fail(f"--scope: {exc}")
     except InputError as exc:
         fail(str(exc))
-    nodes = run(fleet(settings))
+    nodes = [NodeEntry.model_validate(n.model_dump()) for n in _registered_nodes()]
     known = _known_profiles(settings) | {n.profile for n in nodes}
     unknown = sorted(set(parsed) - known)
     if unknown:
@@ -472,23 +472,17 @@ def fleet_pin(
         _console().print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
 
 
-async def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
-    """The known-good node's stack; its refusal becomes an input error (exit 2)."""
-    import datetime as dt
+def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
+    """The known-good node's stack, as the inventory judges it (``fleet.golden``); its refusal
+    is one line naming --from-node (exit 2)."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetGoldenAnswered, FleetGoldenRequested
 
-    from lockstep_cli.fleet_bus import InputError
-    from lockstep_common.compatibility.files import load_rules
-    from lockstep_inventory import admin, queries
-    from lockstep_inventory.domain.golden import NotGolden
-
-    rules = load_rules(settings.rules_file)
-    async with admin.connection(settings) as conn:
-        try:
-            return await queries.golden_stack(
-                conn, node_id, rules=rules, today=dt.datetime.now(dt.UTC).date()
-            )
-        except NotGolden as exc:
-            raise InputError(f"--from-node: {exc}") from None
+    request = _valid(lambda: FleetGoldenRequested(node_id=node_id), "--from-node")
+    answer = ask(
+        settings, INVENTORY, "fleet.golden", request, FleetGoldenAnswered, what="--from-node"
+    )
+    return {profile: dict(stack) for profile, stack in answer.stack.items()}
 
 
 @fleet_app.command("admit")

@@ -44,8 +44,10 @@ def ask(
     *,
     timeout_s: float = 10.0,
     not_found_exit: int = 2,
+    what: str = "",
 ) -> A:
-    """The service's answer to ``request``; exits with one line when there is none."""
+    """The service's answer to ``request``; exits with one line when there is none (a
+    refusal's line starts with ``what:`` when given, e.g. the option it is about)."""
     from rich.markup import escape
 
     from lockstep_cli import nats_request
@@ -85,7 +87,8 @@ def ask(
     if isinstance(data, OpsRefused):
         codes = {"failed": 1, "not_found": not_found_exit}
         # The service's text, not markup: "[red]" in a name the operator typed is printed.
-        fail(escape(data.reason), codes.get(data.kind, 2))
+        line = f"{what}: {data.reason}" if what else data.reason
+        fail(escape(line), codes.get(data.kind, 2))
     if not isinstance(data, answer):
         fail(f"unexpected reply on {subject}: {type(data).__name__}", 1)
     return data

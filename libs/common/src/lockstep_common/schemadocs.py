@@ -147,6 +147,7 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.show", v1.FleetShowRequested, v1.FleetShowAnswered),
     **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
     **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
+    **_ops("inventory", "fleet.golden", v1.FleetGoldenRequested, v1.FleetGoldenAnswered),
     **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
     **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
     **_ops(

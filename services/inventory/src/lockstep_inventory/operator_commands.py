@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from lockstep_common.compatibility.table import CompatibilityRules
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import (
     Conformance,
@@ -20,6 +21,8 @@ from lockstep_common.events.v1 import (
     DriftState,
     FleetDriftAnswered,
     FleetDriftRequested,
+    FleetGoldenAnswered,
+    FleetGoldenRequested,
     FleetListAnswered,
     FleetListRequested,
     FleetRemoveAnswered,
@@ -39,6 +42,7 @@ from lockstep_common.vocabulary import DriftKind, ObservationSource
 from lockstep_inventory import queries
 from lockstep_inventory.adapters import registry, state, sweeps
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.golden import NotGolden
 from lockstep_inventory.domain.observation import Observation
 
 
@@ -190,6 +194,23 @@ async def fleet_remove(
     if missing:
         raise Refusal("not_found", f"not in the registry, nothing removed: {', '.join(missing)}")
     return FleetRemoveAnswered(removed=tuple(ids))
+
+
+def golden_command(rules: CompatibilityRules) -> Command[FleetGoldenRequested]:
+    """``fleet.golden``: the stack a known-good node runs, judged by the service's rules."""
+
+    async def fleet_golden(
+        conn: Conn, request: FleetGoldenRequested, asker: Asker
+    ) -> FleetGoldenAnswered:
+        try:
+            stack = await queries.golden_stack(
+                conn, request.node_id, rules=rules, today=asker.now.date()
+            )
+        except NotGolden as exc:
+            raise Refusal("invalid", str(exc)) from None
+        return FleetGoldenAnswered(stack=stack)
+
+    return Command("fleet.golden", FleetGoldenRequested, FleetGoldenAnswered, fleet_golden)
 
 
 COMMANDS: tuple[Command[Any], ...] = (

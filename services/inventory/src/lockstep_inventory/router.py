@@ -23,6 +23,8 @@ from lockstep_common.events.v1 import (
     DeviceVerified,
     DriftDetected,
     DriftResolved,
+    FleetGoldenAnswered,
+    FleetGoldenRequested,
     FleetQueryAnswered,
     FleetQueryRequested,
     InventoryObserved,
@@ -42,6 +44,7 @@ ANSWERS: tuple[type[EventData], ...] = (
     AdmissionCheckRequested,
     FleetQueryRequested,
     *(c.request for c in COMMANDS),
+    FleetGoldenRequested,
 )
 # The event classes this service publishes: drift through the outbox, and the replies.
 # With ``subscriptions()`` and ``ANSWERS``, the source of the producer and consumer lists in docs/.
@@ -52,6 +55,7 @@ EMITS: tuple[type[EventData], ...] = (
     FleetQueryAnswered,
     OpsRefused,
     *(c.answer for c in COMMANDS),
+    FleetGoldenAnswered,
 )
 
 

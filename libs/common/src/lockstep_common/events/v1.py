@@ -1362,6 +1362,26 @@ class FabricShowAnswered(EventData):
     history: tuple[AuditEntry, ...] = Field(max_length=MAX_ITEMS, description="Recent lines.")
 
 
+class FleetGoldenRequested(EventData):
+    """``lockstep fleet pin --from-node NODE``: the stack a known-good node runs."""
+
+    event_type: ClassVar[str] = "ops.fleet.golden.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The known-good node.")
+
+
+class FleetGoldenAnswered(EventData):
+    """``{profile: stack}`` of the node: what its last sweep and agent report say it runs."""
+
+    event_type: ClassVar[str] = "ops.fleet.golden.answered"
+    schema_version: ClassVar[int] = 1
+
+    stack: dict[Name, ProfileStack] = Field(
+        max_length=1, description="The node's profile and the versions it runs."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1425,4 +1445,6 @@ CATALOGUE: tuple[type[EventData], ...] = (
     FabricListAnswered,
     FabricShowRequested,
     FabricShowAnswered,
+    FleetGoldenRequested,
+    FleetGoldenAnswered,
 )
