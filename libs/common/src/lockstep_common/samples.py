@@ -377,8 +377,6 @@ def _operator_samples() -> list[EventData]:
         v1.RolloutAuditAnswered(
             entries=(v1.AuditEntry(at=_AT, actor="alice", action="paused", detail="change freeze"),)
         ),
-        v1.FleetGoldenRequested(node_id="gb200-r07-n03"),
-        v1.FleetGoldenAnswered(stack={"gb200": {Component.GPU_GSP: "580.95.05"}}),
         v1.FabricListRequested(),
         v1.FabricListAnswered(domains=(_DOMAIN,)),
         v1.FabricShowRequested(domain="nvl72-07"),
@@ -386,6 +384,8 @@ def _operator_samples() -> list[EventData]:
             domain=_DOMAIN,
             history=(v1.AuditEntry(at=_AT, actor="inventory", action="discovered", detail=""),),
         ),
+        v1.FleetGoldenRequested(node_id="gb200-r07-n03"),
+        v1.FleetGoldenAnswered(stack={"gb200": {Component.GPU_GSP: "580.95.05"}}),
     ]
 
 
