@@ -45,11 +45,16 @@ from lockstep_planner import router as planner_router
 from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
 
+
+async def _documented_only() -> None:
+    """Stands for the planner worker's pass: the commands are listed here, never run."""
+
+
 # The operator commands a service adds in its app.py (add_operator_commands), where its
 # router does not list them (the inventory's router does: ANSWERS, EMITS).
 OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
     "healthgate": healthgate_operator_commands.COMMANDS,
-    "planner": planner_operator_commands.COMMANDS,
+    "planner": planner_operator_commands.all_commands(_documented_only),
     "updater": updater_operator_commands.COMMANDS,
 }
 

@@ -497,7 +497,7 @@ def rollout_audit(rollout: RolloutArg, as_json: Json = False) -> None:
 # --- pause / resume / abort ---------------------------------------------------------------------
 
 
-async def run_command(
+def run_command(
     settings: Settings,
     rollout_id: str,
     action: str,
@@ -506,35 +506,35 @@ async def run_command(
     wait_s: float,
     key: Path | None = None,
 ) -> str:
-    conn = await _db(settings)
-    try:
-        plan_hash = await conn.fetchval(
-            "SELECT plan_hash FROM rollouts WHERE rollout_id = $1", rollout_id
-        )
-        if plan_hash is None:
+    """Ask the planner to carry out ``action`` (``rollout.control``); its outcome, or
+    ``queued...`` when it has not carried it out yet. An approval is signed here, over the plan
+    hash the planner reports (``rollout.status``): the key never leaves this machine."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import RolloutControlAnswered, RolloutControlRequested
+
+    approval = None
+    if key is not None:
+        doc = _status(settings, rollout_id)
+        if doc is None or "plan_hash" not in doc:
             fail(f"no rollout {rollout_id}", 1)
-        approval = None if key is None else _signed(key, by, rollout_id, plan_hash)
-        command_id = await conn.fetchval(
-            "INSERT INTO commands (rollout_id, action, requested_by, reason, approval)"
-            " VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id",
-            rollout_id,
-            action,
-            by,
-            reason,
-            approval,
+        approval = _signed(key, by, rollout_id, str(doc["plan_hash"]))
+    request = _request(
+        lambda: RolloutControlRequested(
+            rollout_id=rollout_id, action=action, by=by, reason=reason, approval=approval
         )
-        deadline = time.monotonic() + wait_s
-        while True:
-            outcome = await conn.fetchval(
-                "SELECT outcome FROM commands WHERE id = $1 AND done_at IS NOT NULL", command_id
-            )
-            if outcome is not None:
-                return str(outcome)
-            if time.monotonic() > deadline:
-                return "queued: the planner has not carried it out yet (is it running?)"
-            await asyncio.sleep(0.2)
-    finally:
-        await conn.close()
+    )
+    answer = ask(
+        settings,
+        "planner",
+        "rollout.control",
+        request,
+        RolloutControlAnswered,
+        timeout_s=max(wait_s, 1.0),
+        not_found_exit=1,
+    )
+    if answer.outcome == "queued":
+        return "queued: the planner has not carried it out yet (is it running?)"
+    return answer.outcome
 
 
 def _signed(key: Path, approver: str, rollout_id: str, plan_hash: str) -> str:
@@ -573,7 +573,7 @@ def _control(
     key: Path | None = None,
 ) -> None:
     who = by or getpass.getuser()
-    outcome = run(run_command(_settings(), rollout, action, who, reason, wait, key))
+    outcome = run_command(_settings(), rollout, action, who, reason, wait, key)
     if outcome.startswith("done"):
         console.print(f"{rollout}: {action} {outcome}")
         return

@@ -97,6 +97,9 @@ class Command(Generic[Req]):
             command runs inside the transaction that records it.
         writes: whether it changes anything (then the reader may not run it, and it is
             recorded and idempotent by request id).
+        settle: for a write another part of the service carries out (a queued command), run
+            after the write commits, on the same connection, to turn its answer into the
+            outcome; that outcome is the reply, and the one a retry gets.
     """
 
     name: str
@@ -104,6 +107,7 @@ class Command(Generic[Req]):
     answer: type[EventData]
     run: Callable[[Conn, Req, Asker], Awaitable[EventData]]
     writes: bool = False
+    settle: Callable[[Conn, EventData, Asker], Awaitable[EventData]] | None = None
 
 
 def refusal_for(identity: str, command: Command[Any]) -> str | None:
@@ -251,7 +255,8 @@ class OperatorResponder:
                     )
                     if not claimed:
                         return await self._again(conn, command, asker, fingerprint)
-                    reply = self._answered(await command.run(conn, data, asker), asker)
+                    answer = await command.run(conn, data, asker)
+                    reply = self._answered(answer, asker)
                     await conn.execute(
                         "UPDATE operator_requests SET reply = $2 WHERE request_id = $1",
                         asker.request_id,
@@ -260,7 +265,7 @@ class OperatorResponder:
                     log.info(
                         "%s ran %s (request %s)", asker.identity, command.name, asker.request_id
                     )
-                    return reply
+                return await self._settled(conn, command, answer, asker, reply)
             except Refusal as exc:
                 refusal = exc
             except Exception as exc:  # noqa: BLE001 - logged, and the asker told why
@@ -286,6 +291,26 @@ class OperatorResponder:
         if not inserted:
             return await self._again(conn, command, asker, fingerprint)
         return reply
+
+    async def _settled(
+        self, conn: Conn, command: Command[Any], answer: EventData, asker: Asker, reply: Reply
+    ) -> Reply:
+        """The committed write's reply, or its outcome when the command has a ``settle``."""
+        if command.settle is None:
+            return reply
+        # Committed: whatever carries it out now sees it. Its outcome is the reply; should
+        # settling fail, the committed answer stands (the write is done either way).
+        try:
+            settled = self._answered(await command.settle(conn, answer, asker), asker)
+        except Exception:
+            log.exception("%s %s: settling failed", self._service, command.name)
+            return reply
+        await conn.execute(
+            "UPDATE operator_requests SET reply = $2 WHERE request_id = $1",
+            asker.request_id,
+            settled.data,
+        )
+        return settled
 
     async def _again(
         self, conn: Conn, command: Command[Any], asker: Asker, fingerprint: str

@@ -386,6 +386,10 @@ def _operator_samples() -> list[EventData]:
         ),
         v1.FleetGoldenRequested(node_id="gb200-r07-n03"),
         v1.FleetGoldenAnswered(stack={"gb200": {Component.GPU_GSP: "580.95.05"}}),
+        v1.RolloutControlRequested(
+            rollout_id=_ROLL, action="pause", by="alice", reason="change freeze"
+        ),
+        v1.RolloutControlAnswered(command_id=12, outcome="done"),
     ]
 
 

@@ -7,9 +7,11 @@ reads none of the planner's tables for them. Both only read, each in one snapsho
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lockstep_common.db import Conn
+from lockstep_common.envelope import EventData
 from lockstep_common.events.v1 import (
     AuditEntry,
     FabricDomainState,
@@ -20,6 +22,8 @@ from lockstep_common.events.v1 import (
     IntentOutcome,
     RolloutAuditAnswered,
     RolloutAuditRequested,
+    RolloutControlAnswered,
+    RolloutControlRequested,
     RolloutState,
     RolloutStatusAnswered,
     RolloutStatusRequested,
@@ -156,9 +160,73 @@ async def fabric_show(conn: Conn, request: FabricShowRequested, asker: Asker) ->
     )
 
 
+CarryOut = Callable[[], Awaitable[object]]
+"""Carry out the open commands now (the worker's own pass, ``PlannerWorker.commands``)."""
+
+
+async def rollout_control(
+    conn: Conn, request: RolloutControlRequested, asker: Asker
+) -> RolloutControlAnswered:
+    """Queue the command for the planner's worker, in the row it carries out and audits (the
+    name given; the NATS identity that asked is in ``operator_requests``)."""
+    del asker
+    known = await conn.fetchval(
+        "SELECT true FROM rollouts WHERE rollout_id = $1", request.rollout_id
+    )
+    if not known:
+        raise Refusal("not_found", f"no rollout {request.rollout_id}")
+    command_id = await conn.fetchval(
+        "INSERT INTO commands (rollout_id, action, requested_by, reason, approval)"
+        " VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id",
+        request.rollout_id,
+        request.action,
+        request.by,
+        request.reason,
+        request.approval,
+    )
+    return RolloutControlAnswered(command_id=command_id, outcome="queued")
+
+
+def control_command(carry_out: CarryOut) -> Command[RolloutControlRequested]:
+    """``rollout.control``: queued in the write's transaction, then carried out at once by the
+    worker's own pass (``carry_out``) so that the reply is the planner's outcome, not a poll of
+    its table. The row lock waits for a pass of the worker's loop that holds the command."""
+
+    async def settle(conn: Conn, answer: EventData, asker: Asker) -> RolloutControlAnswered:
+        del asker
+        assert isinstance(answer, RolloutControlAnswered)  # noqa: S101 - run() returns it
+        await carry_out()
+        async with conn.transaction():
+            # FOR UPDATE waits for a pass of the worker's loop that holds the row (it took it
+            # with SKIP LOCKED), then reads the row as that pass left it.
+            row = await conn.fetchrow(
+                "SELECT outcome, done_at FROM commands WHERE id = $1 FOR UPDATE",
+                answer.command_id,
+            )
+        outcome = None if row is None or row["done_at"] is None else row["outcome"]
+        if outcome is None:
+            return answer  # not yet: more commands were open than one pass takes
+        return RolloutControlAnswered(command_id=answer.command_id, outcome=str(outcome))
+
+    return Command(
+        "rollout.control",
+        RolloutControlRequested,
+        RolloutControlAnswered,
+        rollout_control,
+        writes=True,
+        settle=settle,
+    )
+
+
 COMMANDS: tuple[Command[Any], ...] = (
     Command("fabric.list", FabricListRequested, FabricListAnswered, fabric_list),
     Command("fabric.show", FabricShowRequested, FabricShowAnswered, fabric_show),
     Command("rollout.status", RolloutStatusRequested, RolloutStatusAnswered, rollout_status),
     Command("rollout.audit", RolloutAuditRequested, RolloutAuditAnswered, rollout_audit),
 )
+
+
+def all_commands(carry_out: CarryOut) -> tuple[Command[Any], ...]:
+    """Every operator command the planner answers (``app.py``; the docs' and the permission
+    matrix's list, ``lockstep_cli.catalog``)."""
+    return (*COMMANDS, control_command(carry_out))

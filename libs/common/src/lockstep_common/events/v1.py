@@ -13,6 +13,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from lockstep_common.envelope import EventData
 from lockstep_common.vocabulary import (
+    TEXT_MAX,
     ChangeClass,
     CheckResult,
     Component,
@@ -1382,6 +1383,43 @@ class FleetGoldenAnswered(EventData):
     )
 
 
+class RolloutControlRequested(EventData):
+    """``lockstep rollout approve|pause|resume|abort ROLLOUT``: a command the planner carries
+    out, with an audit line; its outcome is the reply."""
+
+    event_type: ClassVar[str] = "ops.rollout.control.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    action: Annotated[str, Field(pattern=r"^(approve|pause|resume|abort)$")] = Field(
+        description="approve, pause, resume or abort."
+    )
+    by: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Who asks, as they name themselves (the approver's name for approve); the "
+        "NATS identity that asked is recorded beside it."
+    )
+    reason: Annotated[str, Field(max_length=TEXT_MAX)] = Field(
+        default="", description="Why, for the audit trail."
+    )
+    approval: Annotated[str, Field(max_length=8192)] | None = Field(
+        default=None,
+        description="approve: the approver's signed record (JSON: approver, plan_hash, "
+        "base64 Ed25519 signature over the plan).",
+    )
+
+
+class RolloutControlAnswered(EventData):
+    """What the planner did with the command."""
+
+    event_type: ClassVar[str] = "ops.rollout.control.answered"
+    schema_version: ClassVar[int] = 1
+
+    command_id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="Its id.")
+    outcome: Annotated[str, Field(max_length=65536)] = Field(
+        description="done... or refused: why; queued when the planner has not carried it out."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1447,4 +1485,6 @@ CATALOGUE: tuple[type[EventData], ...] = (
     FabricShowAnswered,
     FleetGoldenRequested,
     FleetGoldenAnswered,
+    RolloutControlRequested,
+    RolloutControlAnswered,
 )
