@@ -308,3 +308,12 @@ async def test_list_and_show_are_asked_of_the_planner_without_a_database(
     assert d0["domain"] == "d0" and d0["history"][0]["action"] == "discovered"
     code, out = await cli("fabric", "show", "d9")
     assert code == 2 and "no fabric domain d9" in out
+    # A pin too: checked, queued and carried out by the planner; its outcome is the reply.
+    await rig.attest(switch_bundle())
+    code, out = await cli("fabric", "pin", "d2", "--bundle", "gb200-fabric", "--by", "bob")
+    assert (code, out.strip()) == (0, "d2: pinned to gb200-fabric"), out
+    assert (await rig.domain("d2"))["changed_by"] == "bob"
+    rows = await rig.planner.app.require().pool.fetch(
+        "SELECT identity, command, outcome FROM operator_requests"
+    )
+    assert [tuple(r) for r in rows] == [("cli", "fabric.pin", "done")]

@@ -4,7 +4,8 @@
 the one this process connects as (the server lets it publish there and nowhere else under
 ``ops.``), and returns the command's typed answer. The service's ``ops.refused`` becomes one
 line and an exit code (``fail``): 2 for what the operator can fix (bad input, an unknown node,
-a command this identity may not run), 1 when the service could not answer. No answer is exit 3.
+a command this identity may not run), 1 for a conflict with the current state or when the
+service could not answer. No answer is exit 3.
 
 A request that gets no reply in time is sent again once with the same request id: a write the
 service already ran answers with its first reply and is not run twice
@@ -85,7 +86,7 @@ def ask(
     except InvalidMessage as exc:
         fail(f"unexpected reply on {subject}: {escape(str(exc))}", 1)
     if isinstance(data, OpsRefused):
-        codes = {"failed": 1, "not_found": not_found_exit}
+        codes = {"failed": 1, "conflict": 1, "not_found": not_found_exit}
         # The service's text, not markup: "[red]" in a name the operator typed is printed.
         line = f"{what}: {data.reason}" if what else data.reason
         fail(escape(line), codes.get(data.kind, 2))

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RefusalKind = Literal["forbidden", "invalid", "not_found", "failed"]
+RefusalKind = Literal["forbidden", "invalid", "not_found", "conflict", "failed"]
 # Who may run what (the server has already proven who is asking): a reader reads.
 MAY_WRITE: frozenset[str] = frozenset({CLI, ADMIN})
 MAY_READ: frozenset[str] = MAY_WRITE | {READER}

@@ -390,6 +390,8 @@ def _operator_samples() -> list[EventData]:
             rollout_id=_ROLL, action="pause", by="alice", reason="change freeze"
         ),
         v1.RolloutControlAnswered(command_id=12, outcome="done"),
+        v1.FabricPinRequested(domain="nvl72-07", bundle="gb200-fabric@1.20.3", by="bob"),
+        v1.FabricPinAnswered(command_id=13, stack_hash=_HASH, outcome="done"),
     ]
 
 

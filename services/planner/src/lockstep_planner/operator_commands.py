@@ -7,6 +7,7 @@ reads none of the planner's tables for them. Both only read, each in one snapsho
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ from lockstep_common.events.v1 import (
     FabricDomainState,
     FabricListAnswered,
     FabricListRequested,
+    FabricPinAnswered,
+    FabricPinRequested,
     FabricShowAnswered,
     FabricShowRequested,
     IntentOutcome,
@@ -30,6 +33,7 @@ from lockstep_common.events.v1 import (
     RolloutWaveState,
 )
 from lockstep_common.operator import Asker, Command, Refusal
+from lockstep_planner.domain.fabric import FabricConflict, FabricDomain, Lifecycle, pin
 
 
 async def rollout_status(
@@ -196,14 +200,7 @@ def control_command(carry_out: CarryOut) -> Command[RolloutControlRequested]:
         del asker
         assert isinstance(answer, RolloutControlAnswered)  # noqa: S101 - run() returns it
         await carry_out()
-        async with conn.transaction():
-            # FOR UPDATE waits for a pass of the worker's loop that holds the row (it took it
-            # with SKIP LOCKED), then reads the row as that pass left it.
-            row = await conn.fetchrow(
-                "SELECT outcome, done_at FROM commands WHERE id = $1 FOR UPDATE",
-                answer.command_id,
-            )
-        outcome = None if row is None or row["done_at"] is None else row["outcome"]
+        outcome = await _outcome(conn, answer.command_id)
         if outcome is None:
             return answer  # not yet: more commands were open than one pass takes
         return RolloutControlAnswered(command_id=answer.command_id, outcome=str(outcome))
@@ -226,7 +223,94 @@ COMMANDS: tuple[Command[Any], ...] = (
 )
 
 
+BUNDLE_REF = re.compile(
+    r"^(?P<id>[A-Za-z0-9][A-Za-z0-9._:/-]{0,127})(@(?P<version>[^\s@]{1,64}))?$"
+)
+"""``ID[@VERSION]``: what ``lockstep rollout plan --bundle`` takes too."""
+
+
+async def _target_of(conn: Conn, domain: str, bundle: str) -> str:
+    """The stack hash a pin of ``domain`` to ``bundle`` sets, refused as the planner would:
+    a malformed reference, an unknown domain or bundle (the operator can fix them), or a
+    conflict (``domain.fabric.pin``: PROVISIONING, OCI's 409)."""
+    ref = BUNDLE_REF.match(bundle)
+    if ref is None:
+        raise Refusal("invalid", f"--bundle {bundle!r}: not a bundle reference (ID[@VERSION])")
+    row = await conn.fetchrow(
+        "SELECT lifecycle, current_hash, target_hash, rollout_id FROM fabric_domains"
+        " WHERE domain = $1",
+        domain,
+    )
+    if row is None:
+        raise Refusal("not_found", f"no fabric domain {domain}")
+    stack_hash: str | None = await conn.fetchval(
+        "SELECT stack_hash FROM bundles WHERE bundle_id = $1"
+        " AND ($2::text IS NULL OR bundle_version = $2) ORDER BY attested_at DESC LIMIT 1",
+        ref["id"],
+        ref["version"],
+    )
+    if stack_hash is None:
+        raise Refusal("invalid", f"--bundle: no attested bundle {bundle}")
+    known = FabricDomain(
+        domain,
+        current=row["current_hash"],
+        target=row["target_hash"],
+        lifecycle=Lifecycle(row["lifecycle"]),
+        rollout=row["rollout_id"],
+    )
+    try:
+        pin(known, stack_hash)
+    except FabricConflict as exc:
+        raise Refusal("conflict", str(exc).replace(stack_hash, bundle)) from None
+    return stack_hash
+
+
+async def fabric_pin(conn: Conn, request: FabricPinRequested, asker: Asker) -> FabricPinAnswered:
+    """Check the pin, then queue it for the planner's worker (the only writer of a domain)."""
+    del asker
+    stack_hash = await _target_of(conn, request.domain, request.bundle)
+    command_id = await conn.fetchval(
+        "INSERT INTO commands (rollout_id, action, requested_by, bundle)"
+        " VALUES ($1, 'pin', $2, $3) RETURNING id",
+        f"fabric:{request.domain}",
+        request.by,
+        stack_hash,
+    )
+    return FabricPinAnswered(command_id=command_id, stack_hash=stack_hash, outcome="queued")
+
+
+async def _outcome(conn: Conn, command_id: int) -> str | None:
+    """The command's outcome once carried out; None when not yet. The row lock waits for a
+    pass of the worker's loop that holds it (taken with SKIP LOCKED)."""
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            "SELECT outcome, done_at FROM commands WHERE id = $1 FOR UPDATE", command_id
+        )
+    return None if row is None or row["done_at"] is None else str(row["outcome"])
+
+
+def pin_command(carry_out: CarryOut) -> Command[FabricPinRequested]:
+    """``fabric.pin``: queued in the write's transaction, carried out at once (as
+    ``rollout.control``)."""
+
+    async def settle(conn: Conn, answer: EventData, asker: Asker) -> FabricPinAnswered:
+        del asker
+        assert isinstance(answer, FabricPinAnswered)  # noqa: S101 - run() returns it
+        await carry_out()
+        outcome = await _outcome(conn, answer.command_id)
+        return answer if outcome is None else answer.model_copy(update={"outcome": outcome})
+
+    return Command(
+        "fabric.pin",
+        FabricPinRequested,
+        FabricPinAnswered,
+        fabric_pin,
+        writes=True,
+        settle=settle,
+    )
+
+
 def all_commands(carry_out: CarryOut) -> tuple[Command[Any], ...]:
     """Every operator command the planner answers (``app.py``; the docs' and the permission
     matrix's list, ``lockstep_cli.catalog``)."""
-    return (*COMMANDS, control_command(carry_out))
+    return (*COMMANDS, control_command(carry_out), pin_command(carry_out))

@@ -706,9 +706,10 @@ class OpsRefused(EventData):
     command: Annotated[str, Field(min_length=1, max_length=128)] = Field(
         description="The command asked, e.g. fleet.remove."
     )
-    kind: Annotated[str, Field(pattern=r"^(forbidden|invalid|not_found|failed)$")] = Field(
+    kind: Annotated[str, Field(pattern=r"^(forbidden|invalid|not_found|conflict|failed)$")] = Field(
         description="forbidden (this identity may not), invalid (bad request), not_found, "
-        "failed (the service could not answer; asking again may work)."
+        "conflict (not now, in this state), failed (the service could not answer; asking "
+        "again may work)."
     )
     reason: Text = Field(description="One line naming what is wrong.")
 
@@ -1420,6 +1421,34 @@ class RolloutControlAnswered(EventData):
     )
 
 
+class FabricPinRequested(EventData):
+    """``lockstep fabric pin DOMAIN --bundle ID[@VERSION]``: set a domain's target bundle."""
+
+    event_type: ClassVar[str] = "ops.fabric.pin.requested"
+    schema_version: ClassVar[int] = 1
+
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+    bundle: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Attested bundle: ID[@VERSION] (the newest attested version without one)."
+    )
+    by: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Who asks, as they name themselves (the identity is recorded beside it)."
+    )
+
+
+class FabricPinAnswered(EventData):
+    """What the planner did with the pin."""
+
+    event_type: ClassVar[str] = "ops.fabric.pin.answered"
+    schema_version: ClassVar[int] = 1
+
+    command_id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="Its id.")
+    stack_hash: StackHash = Field(description="The bundle's stack hash.")
+    outcome: Annotated[str, Field(max_length=65536)] = Field(
+        description="done... or refused: why; queued when the planner has not carried it out."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1487,4 +1516,6 @@ CATALOGUE: tuple[type[EventData], ...] = (
     FleetGoldenAnswered,
     RolloutControlRequested,
     RolloutControlAnswered,
+    FabricPinRequested,
+    FabricPinAnswered,
 )
