@@ -17,7 +17,10 @@ naming why not. The contract of :class:`OperatorResponder`:
   first reply, byte for byte, and changes nothing twice; the same id with another request, or
   from another identity, is refused. Two copies racing wait on the row's key: one runs.
 - **Every write is recorded with the identity that asked**, run or refused (the service's
-  audit, ``operator_requests``). Reads change nothing and are not recorded.
+  audit, ``operator_requests``); one that failed (an error, rolled back) is not, and may be
+  asked again. Reads change nothing and are not recorded.
+- **A queued write can reply with its outcome**: ``Command.settle`` runs after the write
+  commits (the planner's controls: its worker's pass carries the command out at once).
 - **Errors are replies**: a request that cannot be decoded, a command this identity may not
   run, bad input, or a failure get ``ops.refused`` (and a ``Lockstep-Error`` header), never
   silence; a refused command changed nothing.
