@@ -30,7 +30,7 @@ from lockstep_cli.supervisor import provision_topology
 from lockstep_common import natsconn, subjects
 from lockstep_common.bus_access import Permissions, node_agent
 from lockstep_common.errors import ConfigurationError
-from lockstep_common.identities import ADMIN, AGENT, CLI, agent_identity
+from lockstep_common.identities import ADMIN, AGENT, CLI, READER, agent_identity
 from lockstep_common.schemadocs import CHANNELS
 from lockstep_common.service import ServiceApp
 from lockstep_common.settings import ServiceSettings
@@ -86,6 +86,11 @@ def probes() -> list[str]:
     # Another node's reports: no node agent may send them (the agent probed is n1's).
     events += [NS.wire(subjects.health_observed("s1", "n2"))]
     events += [NS.wire(subjects.inventory_observed("s2", "n1"))]
+    # Operator commands in each identity's name: each may ask only as itself.
+    events += [
+        NS.wire(subjects.ops_request(identity, "inventory", "fleet.remove"))
+        for identity in (CLI, READER, agent_identity("n1"), "inventory")
+    ]
     streams = ("LOCKSTEP_DLQ", "LOCKSTEP_PINS", "LOCKSTEP_BUNDLES", "LOCKSTEP_TELEMETRY")
     calls = ("INFO", "CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE", "MSG.GET")
     js = [f"$JS.API.STREAM.{call}.{stream}" for stream in streams for call in calls]
@@ -178,6 +183,7 @@ async def test_every_identity_may_subscribe_only_to_its_inbox_and_what_it_answer
     others = [f"{natsconn.inbox_prefix(i)}.x" for i in grants]
     candidates = [*others, NS.wire("admission.check"), NS.wire(">"), ">", "$JS.API.>"]
     candidates += [NS.wire("drift.detected.s1.n1"), NS.wire("pin.changed.s1")]
+    candidates += [NS.wire(subjects.ops_command_all("inventory", "fleet.remove"))]
     errors: list[str] = []
     nc = await connect_as(stack, identity, errors)
     try:
@@ -264,6 +270,63 @@ async def test_a_rogue_subscriber_can_neither_hear_nor_answer_an_admission_check
     assert refused(rogue_errors, "Subscription", subject)
     assert refused(rogue_errors, "Publish", f"{natsconn.inbox_prefix(CLI)}.guess")
     assert refused(responder_errors, "Publish", f"{natsconn.inbox_prefix(CLI)}.unsolicited")
+
+
+async def test_an_operator_asks_only_in_its_own_name_and_only_the_owner_hears_it(
+    stack: Stack,
+) -> None:
+    """The identity token of ``ops.<identity>.<service>.<command>`` is the server's word: the
+    reader cannot ask as cli (to run a write), cli cannot ask as anyone else, and no service
+    but the owner can subscribe to a command (issue 26, item 3)."""
+    remove = subjects.ops_command_all("inventory", "fleet.remove")
+    owner_errors: list[str] = []
+    owner = await connect_as(stack, "inventory", owner_errors)
+    heard: list[str] = []
+    try:
+
+        async def hear(msg: Msg) -> None:
+            heard.append(NS.logical(msg.subject))
+
+        await owner.subscribe(NS.wire(remove), cb=hear)
+        await owner.flush()
+        outcomes: dict[tuple[str, str], str] = {}
+        for identity, as_whom in ((READER, CLI), (CLI, READER), (READER, READER), (CLI, CLI)):
+            errors: list[str] = []
+            nc = await connect_as(stack, identity, errors)
+            subject = NS.wire(subjects.ops_request(as_whom, "inventory", "fleet.remove"))
+            try:
+                await nc.publish(subject, b"{}")
+                await settled(nc, errors, "Publish")
+                denied = refused(errors, "Publish", subject)
+                outcomes[(identity, as_whom)] = "refused" if denied else "sent"
+            finally:
+                await nc.close()
+
+        async def both_heard() -> bool:
+            return len(heard) == 2
+
+        await until(both_heard, "the owner hearing the two requests it may hear")
+        rogue_errors: list[str] = []
+        rogue = await connect_as(stack, "planner", rogue_errors)
+        try:
+            await rogue.subscribe(NS.wire(remove))
+            await settled(rogue, rogue_errors, "Subscription")
+        finally:
+            await rogue.close()
+    finally:
+        await owner.close()
+    assert outcomes == {
+        (READER, CLI): "refused",
+        (CLI, READER): "refused",
+        (READER, READER): "sent",
+        (CLI, CLI): "sent",
+    }
+    assert sorted(heard) == [
+        subjects.ops_request(CLI, "inventory", "fleet.remove"),
+        subjects.ops_request(READER, "inventory", "fleet.remove"),
+    ]
+    assert refused(rogue_errors, "Subscription", NS.wire(remove))
+    assert owner_errors == []
 
 
 async def test_no_party_but_admin_can_purge_a_stream_or_delete_a_consumer(stack: Stack) -> None:

@@ -1,4 +1,5 @@
-"""``lockstep dlq`` against a real service's dead letters (attest's, real NATS + PostgreSQL)."""
+"""``lockstep dlq`` against a real service's dead letters (attest's, real NATS + PostgreSQL),
+which the service answers over the bus: the CLI has no reachable database here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ from lockstep_attest.settings import Settings
 from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.envelope import EventData, make_envelope
+from lockstep_common.events import REGISTRY
+from lockstep_common.events.v1 import (
+    DlqListAnswered,
+    DlqListRequested,
+    DlqPurgeRequested,
+    OpsRefused,
+)
+from lockstep_common.identities import READER
 from lockstep_common.service import ServiceApp
 from lockstep_common.vocabulary import GateVerdict
 from tests.support import scalar
@@ -37,7 +47,8 @@ async def attest(servers: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) 
     await service.start()
     for name, value in (
         ("LOCKSTEP_NATS_URL", servers.nats_url),
-        ("LOCKSTEP_DATABASE_URL", servers.database_url),
+        # Nothing listens there: the commands ask the service over the bus, never the table.
+        ("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none"),
         ("LOCKSTEP_NAMESPACE", namespace),
         ("LOCKSTEP_ATTEST_DB_SCHEMA", f"{namespace}_attest"),
     ):
@@ -116,3 +127,24 @@ async def test_replay_refuses_a_subject_the_service_does_not_consume(attest: Ser
     code, out = await _cli("dlq", "replay", "attest", str(letter))
     assert code == 1 and "which attest does not consume: not replayed" in out
     assert await _letters(attest) == 1  # kept, for the operator to look at
+
+
+async def test_the_reader_lists_dead_letters_but_may_not_purge_them(attest: ServiceApp) -> None:
+    js = attest.require().js
+    await js.publish(attest.namespace.wire(subjects.bundle_submitted()), POISON)
+    await until(lambda: _eq(_letters(attest), 1), "the poison dead-lettered")
+    nc = attest.require().nc
+
+    async def ask(identity: str, command: str, data: EventData) -> EventData:
+        subject = attest.namespace.wire(subjects.ops_request(identity, "attest", command))
+        reply = await nc.request(subject, make_envelope(data, source="/t").to_json(), timeout=10)
+        return REGISTRY.decode(reply.data, max_bytes=1 << 22).data
+
+    listed = await ask(READER, "dlq.list", DlqListRequested())
+    assert isinstance(listed, DlqListAnswered) and len(listed.letters) == 1
+    letter = listed.letters[0].id
+    refused = await ask(READER, "dlq.purge", DlqPurgeRequested(ids=(letter,)))
+    assert isinstance(refused, OpsRefused) and refused.kind == "forbidden"
+    assert await _letters(attest) == 1
+    row = await attest.require().pool.fetchrow("SELECT identity, outcome FROM operator_requests")
+    assert row is not None and (row["identity"], row["outcome"]) == (READER, "refused")

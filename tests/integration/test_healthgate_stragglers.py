@@ -17,10 +17,13 @@ from typer.testing import CliRunner
 from lockstep_cli.main import app
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import FleetNode, ScopeSelector
+from lockstep_common.service import ServiceApp
 from lockstep_common.vocabulary import Component
 from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.waves import Member, Wave, WaveState
+from lockstep_healthgate.operator_commands import COMMANDS
+from lockstep_healthgate.settings import Settings as GateSettings
 from lockstep_healthgate.store import GateStore, SampleRow
 from lockstep_healthgate.straggler_watch import StragglerConfig, evaluate_once
 from tests.integration.test_healthgate_store_contract import migrated_pool, store
@@ -139,25 +142,40 @@ async def test_unregistered_nodes_and_too_few_peers_are_not_judged(
 async def test_fleet_stragglers_shows_them_and_the_shared_version(
     servers: Any, namespace: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
+    """``lockstep fleet stragglers`` asks the healthgate (its operator commands, answered by a
+    ServiceApp over the bus): the CLI has no database to reach."""
     monkeypatch.setenv("LOCKSTEP_DATA_DIR", str(tmp_path / "no-stack"))
-    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", servers.database_url)
-    monkeypatch.setenv("LOCKSTEP_HEALTHGATE_DB_SCHEMA", f"{namespace}_healthgate")
-    pool: asyncpg.Pool = await migrated_pool(servers, namespace)
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", servers.nats_url)
+    monkeypatch.setenv("LOCKSTEP_NAMESPACE", namespace)
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    service = ServiceApp(
+        "healthgate",
+        GateSettings(
+            nats_url=servers.nats_url,
+            database_url=servers.database_url,
+            namespace=namespace,
+            db_schema=f"{namespace}_healthgate",
+            log_json=False,
+        ),
+        migration_package="lockstep_healthgate.migrations",
+    )
+    service.add_operator_commands(*COMMANDS)
+    await service.start()
     try:
         code, out = await asyncio.to_thread(cli, "fleet", "stragglers")
         assert code == 0 and "no straggler evaluation yet" in out, out
-        store = PgGateStore(pool, source_of("healthgate"))
+        store = PgGateStore(service.require().pool, source_of("healthgate"))
         await add_samples(store, slow=SLOW, start=NOW - timedelta(minutes=5))
         await evaluate_once(store, Fleet(), CONFIG, now=NOW)
+        code, out = await asyncio.to_thread(cli, "fleet", "stragglers")
+        assert code == 1, out  # stragglers exist: a script can alert on it
+        assert "gb200: 2 straggler(s) of 24" in out and all(n in out for n in SLOW)
+        assert f"they share nic {BAD_NIC}: 2 of 2 stragglers, 0 of 22 healthy peers" in out
+        code, out = await asyncio.to_thread(cli, "fleet", "stragglers", "--json")
+        [finding] = json.loads(out)
+        assert {s["node_id"] for s in finding["stragglers"]} == SLOW
     finally:
-        await pool.close()
-    code, out = await asyncio.to_thread(cli, "fleet", "stragglers")
-    assert code == 1, out  # stragglers exist: a script can alert on it
-    assert "gb200: 2 straggler(s) of 24" in out and all(n in out for n in SLOW)
-    assert f"they share nic {BAD_NIC}: 2 of 2 stragglers, 0 of 22 healthy peers" in out
-    code, out = await asyncio.to_thread(cli, "fleet", "stragglers", "--json")
-    [finding] = json.loads(out)
-    assert {s["node_id"] for s in finding["stragglers"]} == SLOW
+        await service.stop()
 
 
 def cli(*args: str) -> tuple[int, str]:

@@ -22,12 +22,13 @@ async def test_migrations_apply_once_and_record_their_checksums(
         schema = f"{namespace}_m"
         first = await db.migrate(conn, schema, db.messaging_migrations())
         second = await db.migrate(conn, schema, db.messaging_migrations())
-        assert first == ["common/0001_messaging"]
+        assert first == ["common/0001_messaging", "common/0002_operator_requests"]
         assert second == []
         rows = await conn.fetch(
             f'SELECT component, version, checksum FROM "{schema}".schema_migrations'
+            " ORDER BY version"
         )
-        assert [(r["component"], r["version"]) for r in rows] == [("common", 1)]
+        assert [(r["component"], r["version"]) for r in rows] == [("common", 1), ("common", 2)]
         assert rows[0]["checksum"] == db.messaging_migrations()[0].checksum
     finally:
         await conn.close()
@@ -73,7 +74,8 @@ async def test_an_admins_migration_creates_tables_the_schemas_owner_owns(
         await conn.execute(f'CREATE ROLE "{owner}" NOLOGIN')
         await conn.execute(f'CREATE SCHEMA "{schema}" AUTHORIZATION "{owner}"')
         assert await db.migrate(conn, schema, db.messaging_migrations()) == [
-            "common/0001_messaging"
+            "common/0001_messaging",
+            "common/0002_operator_requests",
         ]
         owners = await conn.fetch(
             "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = $1", schema

@@ -178,9 +178,11 @@ async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
         subject, data = (await gate_events(app))[1]
         assert subject == "gate.tripped.r2" and data["offending_nodes"] == ["can-4"]
 
-        # `lockstep gate show` reads the persisted verdicts and says why.
-        monkeypatch.setenv("LOCKSTEP_DATABASE_URL", servers.database_url)
-        monkeypatch.setenv("LOCKSTEP_HEALTHGATE_DB_SCHEMA", f"{namespace}_healthgate")
+        # `lockstep gate show` shows the persisted verdicts and says why ...
+        # ... asked of the healthgate over the bus: the CLI has no database to reach.
+        monkeypatch.setenv("LOCKSTEP_NATS_URL", servers.nats_url)
+        monkeypatch.setenv("LOCKSTEP_NAMESPACE", namespace)
+        monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
         code, out = await _cli("gate", "show", "r1")
         assert code == 0, out
         assert "tripped" in out and "hard rule" in out and "can-2" in out and "XID 79" in out

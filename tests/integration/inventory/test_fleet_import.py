@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,15 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def registry() -> list[dict[str, Any]]:
+    """The registry as imported, read from the inventory's tables (``fleet list`` asks the
+    running service, which these tests do not start)."""
+    from lockstep_inventory.admin import fleet
+    from lockstep_inventory.settings import Settings
+
+    return [n.model_dump() for n in asyncio.run(fleet(Settings()))]
+
+
 def test_import_adds_then_updates_and_is_idempotent(env: None, tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"nodes": [node(1), node(2)]}))
@@ -52,14 +62,13 @@ def test_import_adds_then_updates_and_is_idempotent(env: None, tmp_path: Path) -
         '"added": 1, "updated": 1, "unchanged": 1'
         in run("fleet", "import", str(fleet), "--json")[1]
     )
-    code, out = run("fleet", "list", "--json")
-    listed = json.loads(out)
-    assert code == 0 and [n["id"] for n in listed] == ["n001", "n002", "n003"]
+    listed = registry()
+    assert [n["id"] for n in listed] == ["n001", "n002", "n003"]
     assert listed[0]["pool"] == "train-b" and listed[0]["credentials"] == "env:LOCKSTEP_BMC"
     # Plain http for a BMC's credentials only where its entry says so; off unless it does.
     fleet.write_text(json.dumps([node(1, pool="train-b"), node(2, allow_plain_http=True)]))
     assert '"updated": 1, "unchanged": 1' in run("fleet", "import", str(fleet), "--json")[1]
-    listed = json.loads(run("fleet", "list", "--json")[1])
+    listed = registry()
     assert [n["allow_plain_http"] for n in listed] == [False, True, False]
 
 
@@ -70,5 +79,5 @@ def test_one_bad_node_changes_nothing(env: None, tmp_path: Path) -> None:
     fleet.write_text(json.dumps([node(1, pool="changed"), node(2, password="hunter2")]))
     code, out = run("fleet", "import", str(fleet))
     assert code == 2 and "carries a username/password" in out and "hunter2" not in out
-    listed = json.loads(run("fleet", "list", "--json")[1])
+    listed = registry()
     assert [(n["id"], n["pool"]) for n in listed] == [("n001", "train-a")]

@@ -15,10 +15,13 @@ from nats.aio.msg import Msg
 from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
 from lockstep_common.events.v1 import PinChanged, ScopeSelector
+from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.observation import IN_BAND
+from lockstep_inventory.operator_commands import COMMANDS
+from lockstep_inventory.settings import Settings
 
 from .conftest import SITE, Harness, cli, cli_json
 
@@ -141,7 +144,7 @@ async def test_admit_exits_2_on_an_error_reply(env: None, servers: Any, namespac
 
 
 async def test_pin_exits_1_when_no_stream_acknowledges(
-    env: None, namespace: str, tmp_path: Path
+    env: None, servers: Any, namespace: str, tmp_path: Path
 ) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
@@ -149,12 +152,31 @@ async def test_pin_exits_1_when_no_stream_acknowledges(
         " credentials: 'env:LOCKSTEP_TESTBMC'}\n"
     )
     assert (await cli("fleet", "import", str(fleet)))[0] == 0  # a node for the pin to select
-    path = tmp_path / "s.json"
-    path.write_text('{"gb200": {"bios": "1.0"}}')
-    code, out = await cli(
-        "fleet", "pin", "--scope", "site=s1", "--stack", str(path), "--timeout", "1"
+    # The inventory's operator commands answer (the registry the pin checks), but the stream
+    # that would store the pin is gone.
+    answering = ServiceApp(
+        "inventory",
+        Settings(
+            nats_url=servers.nats_url,
+            database_url=servers.database_url,
+            namespace=namespace,
+            db_schema=f"{namespace}_inventory",
+            log_json=False,
+        ),
+        migration_package="lockstep_inventory.migrations",
     )
-    assert code == 1 and "pin for site s1 not acknowledged" in out
+    answering.add_operator_commands(*COMMANDS)
+    await answering.start()
+    await answering.require().js.delete_stream(answering.namespace.stream("PINS"))
+    try:
+        path = tmp_path / "s.json"
+        path.write_text('{"gb200": {"bios": "1.0"}}')
+        code, out = await cli(
+            "fleet", "pin", "--scope", "site=s1", "--stack", str(path), "--timeout", "1"
+        )
+    finally:
+        await answering.stop()
+    assert code == 1 and "pin for site s1 not acknowledged" in out, out
 
 
 async def test_pins_take_effect_in_stream_order_whatever_their_senders_clocks(

@@ -10,7 +10,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from .conftest import cli, cli_json
+from .conftest import Harness, cli, cli_json, harness
+
+__all__ = ["harness"]
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +39,15 @@ async def test_read_commands_never_create_the_schema(
 ) -> None:
     schema = f"{namespace}_nosuch"
     monkeypatch.setenv("LOCKSTEP_INVENTORY_DB_SCHEMA", schema)
-    for command in (["status"], ["list"], ["drift"], ["show", "n1"], ["sweep"], ["remove", "n1"]):
+    code, out = await cli("fleet", "sweep")
+    assert code == 2, out
+    assert f"no inventory schema '{schema}' in this database" in out
+    assert out.count("\n") == 1 and "Traceback" not in out
+    # The commands the inventory answers over the bus: no service, one line saying so (exit 3).
+    for command in (["status"], ["list"], ["drift"], ["show", "n1"], ["remove", "n1"]):
         code, out = await cli("fleet", *command)
-        assert code == 2, (command, out)
-        assert f"no inventory schema '{schema}' in this database" in out
+        assert code == 3, (command, out)
+        assert f"ops.cli.inventory.fleet.{command[0]}: is the inventory service running?" in out
         assert out.count("\n") == 1 and "Traceback" not in out
     assert not await schema_exists(servers, schema)
 
@@ -68,20 +75,30 @@ async def test_import_names_every_bad_node_and_unknown_profiles(
     assert not await schema_exists(servers, f"{namespace}_inventory")
 
 
-async def test_remove_undoes_an_import_all_or_nothing(env: None, tmp_path: Path) -> None:
+async def test_remove_undoes_an_import_all_or_nothing(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    """``fleet remove`` is the inventory's (asked over the bus, ``harness`` runs it)."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("nodes:\n" + node("n1") + node("n2") + node("n3"))
     assert (await cli("fleet", "import", str(fleet)))[0] == 0
+
+    async def imported() -> list[str]:
+        return [n["id"] for n in await cli_json("fleet", "list") if n["id"] in {"n1", "n2", "n3"}]
+
     code, out = await cli("fleet", "remove", "n1", "nope", "n2", "nope-2")
     assert code == 2
     assert out == "error: not in the registry, nothing removed: nope, nope-2\n"
-    assert [n["id"] for n in await cli_json("fleet", "list")] == ["n1", "n2", "n3"]
+    assert await imported() == ["n1", "n2", "n3"]
     code, out = await cli("fleet", "remove", "n1", "n2")
     assert code == 0 and "removed 2 node(s)" in out
-    assert [n["id"] for n in await cli_json("fleet", "list")] == ["n3"]
+    assert await imported() == ["n3"]
 
 
-async def test_pin_refuses_unknown_profiles_and_empty_scopes(env: None, tmp_path: Path) -> None:
+async def test_pin_refuses_unknown_profiles_and_empty_scopes(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    """The registry it checks against is the inventory's (``fleet.list``, ``harness`` runs it)."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("nodes:\n" + node("n1"))
     assert (await cli("fleet", "import", str(fleet)))[0] == 0

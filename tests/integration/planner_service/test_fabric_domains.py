@@ -287,3 +287,33 @@ async def test_a_scheduler_that_does_not_answer_is_transient(rig: Rig) -> None:
     rig.scheduler.occupy(["n001", "n002"], duration_s=1e9)
     url = rig.planner.settings.scheduler_url
     assert await SchedulerJobs(url).busy_nodes() == {"n001", "n002"}
+
+
+async def test_list_and_show_are_asked_of_the_planner_without_a_database(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens there: fabric list and show come from the planner over the bus.
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+
+    async def listed() -> list[dict[str, Any]]:
+        code, out = await cli("fabric", "list", "--json")
+        assert code == 0, out
+        domains: list[dict[str, Any]] = json.loads(out)["domains"]
+        return domains if len(domains) == 5 else []
+
+    domains = await until(listed, what="the planner's five fabric domains")
+    assert [d["domain"] for d in domains] == ["d0", "d1", "d2", "d3", "d4"]
+    assert domains[0]["nodes"] == ["n000", "n001", "n002", "n003"]
+    d0 = await rig.domain("d0")
+    assert d0["domain"] == "d0" and d0["history"][0]["action"] == "discovered"
+    code, out = await cli("fabric", "show", "d9")
+    assert code == 2 and "no fabric domain d9" in out
+    # A pin too: checked, queued and carried out by the planner; its outcome is the reply.
+    await rig.attest(switch_bundle())
+    code, out = await cli("fabric", "pin", "d2", "--bundle", "gb200-fabric", "--by", "bob")
+    assert (code, out.strip()) == (0, "d2: pinned to gb200-fabric"), out
+    assert (await rig.domain("d2"))["changed_by"] == "bob"
+    rows = await rig.planner.app.require().pool.fetch(
+        "SELECT identity, command, outcome FROM operator_requests"
+    )
+    assert [tuple(r) for r in rows] == [("cli", "fabric.pin", "done")]

@@ -8,13 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from typer.testing import CliRunner
 
 from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
 from lockstep_common import subjects
-from lockstep_common.events.v1 import GateInconclusive, WaveCompleted
+from lockstep_common.envelope import make_envelope
+from lockstep_common.events import REGISTRY
+from lockstep_common.events.v1 import (
+    GateInconclusive,
+    OpsRefused,
+    RolloutControlRequested,
+    WaveCompleted,
+)
 from lockstep_common.vocabulary import GateVerdict
 from lockstep_planner.testing.kit import attested
 from tests.integration.planner_service.conftest import Planner
@@ -86,6 +94,59 @@ async def test_start_status_pause_resume_abort_and_audit(cli_env: Planner) -> No
     trail = [(r["actor"], r["action"]) for r in json.loads(out)]
     assert ("alice", "paused") in trail and ("bob", "resumed") in trail
     assert ("carol", "aborted") in trail and trail[0][1] == "intent submitted"
+
+
+async def test_status_and_audit_are_asked_of_the_planner_without_a_database(
+    cli_env: Planner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver@2026.03", "--scope", "site=site-a",
+        "--class", "standard", "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    rollout_id = json.loads(out)["rollout_id"]
+    await cli_env.wait_for("wave.planned.")
+    # Nothing listens there: status and audit come from the planner over the bus.
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    code, out = await cli("rollout", "status", rollout_id, "--json")
+    assert code == 0, out
+    status = json.loads(out)
+    assert status["rollout_id"] == rollout_id and status["state"] == "running"
+    assert status["waves"][0]["nodes"] >= 1 and status["nodes_by_step"]
+    code, out = await cli("rollout", "status", rollout_id)
+    assert code == 0 and f"rollout {rollout_id} running" in out, out
+    code, out = await cli("rollout", "audit", rollout_id)
+    assert code == 0 and "intent submitted" in out, out
+    code, out = await cli("rollout", "status", "r-nope")
+    assert code == 1 and "no rollout r-nope" in out
+    code, out = await cli("rollout", "audit", "r-nope")
+    assert code == 1 and "no audit trail for r-nope" in out
+    code, out = await cli("rollout", "status", "bad id")
+    assert code == 2 and "rollout_id" in out
+    # Controls too: the planner carries the command out and its outcome is the reply.
+    code, out = await cli("rollout", "pause", rollout_id, "--by", "alice", "--reason", "freeze")
+    assert (code, out.strip()) == (0, f"{rollout_id}: pause done"), out
+    assert await cli_env.state(rollout_id) == "paused"
+    code, out = await cli("rollout", "abort", "r-nope")
+    assert code == 1 and "no rollout r-nope" in out
+    # The reader may look, not steer: refused, recorded with who asked, nothing changed.
+    nc = await nats.connect(cli_env.settings.nats_url)
+    try:
+        subject = f"{cli_env.settings.namespace}.ops.reader.planner.rollout.control"
+        request = RolloutControlRequested(rollout_id=rollout_id, action="resume", by="mallory")
+        body = make_envelope(request, source="/t").to_json()
+        reply = REGISTRY.decode(
+            (await nc.request(subject, body, timeout=10)).data, max_bytes=1 << 20
+        )
+    finally:
+        await nc.close()
+    assert isinstance(reply.data, OpsRefused) and reply.data.kind == "forbidden"
+    assert await cli_env.state(rollout_id) == "paused"
+    rows = await cli_env.app.require().pool.fetch(
+        "SELECT identity, outcome FROM operator_requests WHERE command = 'rollout.control'"
+        " ORDER BY asked_at"
+    )
+    assert [tuple(r) for r in rows] == [("cli", "done"), ("cli", "refused"), ("reader", "refused")]
 
 
 async def test_bad_input_is_one_line_and_publishes_nothing(

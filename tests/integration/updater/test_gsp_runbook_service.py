@@ -16,19 +16,25 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
+import nats
 import pytest
 
 from lockstep_cli.polling import until
 from lockstep_common import subjects
+from lockstep_common.envelope import make_envelope
+from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import (
     AttestedComponent,
     BundleAttested,
     DriftDetected,
     DriftItem,
+    NodeApproveRemedyRequested,
+    OpsRefused,
     RolloutPlanned,
     WavePlan,
     WavePlanned,
 )
+from lockstep_common.identities import READER
 from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.agents.state import Phase
@@ -132,7 +138,10 @@ async def test_a_gsp_mismatch_reported_as_drift_is_realigned_end_to_end(rig: Rig
     )
     assert count == 1
     # lockstep node history: the runbook's steps, each with its fencing token.
-    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_NATS_URL", r.servers.nats_url)
+    r.monkeypatch.setenv("LOCKSTEP_NAMESPACE", r.namespace)
+    # The updater answers over the bus: the CLI has no database to reach.
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
     code, out = await asyncio.to_thread(lockstep, "node", "history", node, "--json")
     assert code == 0, out
@@ -163,10 +172,33 @@ async def test_under_approval_the_cli_releases_the_runbook(rig: Rig) -> None:
 
     await until(held, what="the runbook held for approval", timeout_s=60)
     assert await agent_ledger(r, node) == []
-    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_NATS_URL", r.servers.nats_url)
+    r.monkeypatch.setenv("LOCKSTEP_NAMESPACE", r.namespace)
+    # The updater answers over the bus: the CLI has no database to reach.
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
+    # The reader may look, not approve: refused, recorded, still held.
+    nc = await nats.connect(r.servers.nats_url)
+    try:
+        subject = f"{r.namespace}.{subjects.ops_request(READER, 'updater', 'node.approve-remedy')}"
+        body = make_envelope(NodeApproveRemedyRequested(node_id=node), source="/t").to_json()
+        refused = REGISTRY.decode(
+            (await nc.request(subject, body, timeout=10)).data, max_bytes=1 << 20
+        )
+    finally:
+        await nc.close()
+    assert isinstance(refused.data, OpsRefused) and refused.data.kind == "forbidden"
+    assert (await item(r, node)).get("state") == "pending"
     code, out = await asyncio.to_thread(lockstep, "node", "approve-remedy", node)
     assert code == 0 and "GSP remedy approved" in out, out
+    audit = await r.inventory.require().pool.fetch(
+        f'SELECT identity, command, outcome FROM "{r.namespace}_updater".operator_requests'
+        " ORDER BY asked_at"
+    )
+    assert [tuple(a) for a in audit] == [
+        (READER, "node.approve-remedy", "refused"),
+        ("cli", "node.approve-remedy", "done"),
+    ]
 
     async def verified() -> list[dict[str, Any]]:
         return await r.emitted(app, "device.verified.")
@@ -215,7 +247,10 @@ async def test_a_quarantined_node_is_counted_until_an_operator_releases_it(rig: 
 
     await until(quarantined, what="the node quarantined", timeout_s=60)
     assert await quarantined_gauge(r) == 1  # LockstepNodesQuarantined reads this
-    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", r.servers.database_url)
+    r.monkeypatch.setenv("LOCKSTEP_NATS_URL", r.servers.nats_url)
+    r.monkeypatch.setenv("LOCKSTEP_NAMESPACE", r.namespace)
+    # The updater answers over the bus: the CLI has no database to reach.
+    r.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     r.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{r.namespace}_updater")
     # Bad input: one line, exit 2, nothing recorded.
     code, out = await asyncio.to_thread(lockstep, "node", "release", node, "--reason", "  ")

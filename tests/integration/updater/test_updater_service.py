@@ -235,7 +235,10 @@ async def test_a_released_wave_is_flashed_verified_and_completed(rig: Rig) -> No
     assert rig.pushes(rig.rt.fleet[3].id) == []  # not in the wave: untouched
 
     # lockstep node history: every step, with its attempt and fencing token.
-    rig.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", rig.servers.database_url)
+    rig.monkeypatch.setenv("LOCKSTEP_NATS_URL", rig.servers.nats_url)
+    rig.monkeypatch.setenv("LOCKSTEP_NAMESPACE", rig.namespace)
+    # The updater answers over the bus: the CLI has no database to reach.
+    rig.monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     rig.monkeypatch.setenv("LOCKSTEP_UPDATER_DB_SCHEMA", f"{rig.namespace}_updater")
     code, out = await asyncio.to_thread(lockstep, "node", "history", nodes[0], "--json")
     assert code == 0, out

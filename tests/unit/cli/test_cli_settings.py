@@ -44,12 +44,24 @@ def test_an_unreachable_database_is_one_line_with_the_password_hidden(
 ) -> None:
     # Port 1 on loopback: nothing listens there, so the connection is refused at once.
     monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@127.0.0.1:1/db")
-    result = CliRunner().invoke(app, ["fleet", "status"])
+    result = CliRunner().invoke(app, ["fleet", "sweep"])  # still reads the registry itself
     assert result.exit_code == 2
     assert result.output.count("\n") == 1
     assert "unreachable" in result.output
     assert "secret" not in result.output
     assert "u:***@127.0.0.1:1" in result.output
+
+
+def test_status_asks_the_inventory_not_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fleet status`` needs no database: with none reachable and no NATS either, the one line
+    names NATS (exit 3), never the database."""
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@127.0.0.1:1/db")
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://127.0.0.1:1")
+    result = CliRunner().invoke(app, ["fleet", "status"])
+    assert result.exit_code == 3, result.output
+    assert result.output.count("\n") == 1
+    assert "NATS at nats://127.0.0.1:1 unreachable" in result.output
+    assert "postgresql" not in result.output and "secret" not in result.output
 
 
 @pytest.mark.parametrize(

@@ -110,9 +110,10 @@ def test_pin_bad_input_exits_2_before_connecting(tmp_path: Path) -> None:
     assert code == 2 and "--scope: 'rack': unknown key" in out
     code, out = run("fleet", "pin", "--scope", "site=a", "--stack", str(tmp_path / "nope.yaml"))
     assert code == 2 and "nope.yaml" in out
-    # Valid input gets as far as the registry (the scope must select a node), unreachable here.
+    # Valid input gets as far as the registry (the scope must select a node): the inventory,
+    # asked over NATS, unreachable here (exit 3), never the database.
     code, out = run("fleet", "pin", "--scope", "site=a", "--stack", str(stack), "--timeout", "1")
-    assert code == 2 and "PostgreSQL at" in out and "unreachable" in out
+    assert code == 3 and "NATS at" in out and "unreachable" in out and "PostgreSQL" not in out
 
 
 def test_admit_bad_input_exits_2_and_unreachable_nats_exits_3() -> None:

@@ -50,7 +50,7 @@ def progress(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     ]
     served: list[dict[str, Any]] = []
 
-    async def status(settings: Any, rollout_id: str) -> dict[str, Any]:
+    def status(settings: Any, rollout_id: str) -> dict[str, Any]:
         served.append(docs[min(len(served), len(docs) - 1)])
         return served[-1]
 

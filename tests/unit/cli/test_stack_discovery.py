@@ -65,7 +65,7 @@ def test_no_url_and_no_stack_is_one_line_saying_how_to_start_one(tmp_path: Path)
 @pytest.mark.usefixtures("clean_env")
 def test_the_state_file_names_the_servers_and_the_cli_identity(tmp_path: Path) -> None:
     fake_stack(tmp_path)
-    code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "status")
+    code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "sweep")
     lines = out.strip().splitlines()
     assert code == 2 and len(lines) == 2, out
     assert lines[0] == (
@@ -73,6 +73,10 @@ def test_the_state_file_names_the_servers_and_the_cli_identity(tmp_path: Path) -
         f"(from {tmp_path / 'stack.json'} (lockstep up, pid {os.getpid()}) as cli)"
     )
     assert "PostgreSQL at" in lines[1] and "127.0.0.1:1" in lines[1]
+    # `fleet status` asks the inventory over the stack's NATS, as cli: no database.
+    code, out = invoke("fleet", "--data-dir", str(tmp_path), "status")
+    assert code == 3 and out.count("\n") == 1, out
+    assert f"NATS at {STACK_NATS} unreachable" in out
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -81,7 +85,7 @@ def test_lockstep_data_dir_chooses_the_stack(
 ) -> None:
     monkeypatch.setenv("LOCKSTEP_DATA_DIR", str(fake_stack(tmp_path)))
     code, out = invoke("dlq", "-v", "list", "inventory")
-    assert code == 2
+    assert code == 3  # the stack's NATS (nothing listens): the service is asked, no database
     assert f"from {tmp_path / 'stack.json'}" in out and "as cli" in out
 
 
@@ -89,7 +93,7 @@ def test_lockstep_data_dir_chooses_the_stack(
 def test_dlq_replay_talks_as_admin(tmp_path: Path) -> None:
     fake_stack(tmp_path)
     code, out = invoke("dlq", "--data-dir", str(tmp_path), "-v", "replay", "inventory", "1")
-    assert code == 2
+    assert code == 3
     assert f"NATS {STACK_NATS} as admin" in out
 
 
@@ -99,7 +103,7 @@ def test_an_explicit_variable_wins_over_the_state_file(
 ) -> None:
     fake_stack(tmp_path)
     monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://me@127.0.0.1:2/mine")
-    code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "list")
+    code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "sweep")
     assert code == 2
     assert "PostgreSQL postgresql://me@127.0.0.1:2/mine" in out
     assert f"NATS {STACK_NATS} as cli" in out  # what the environment left unset
@@ -129,6 +133,6 @@ def test_both_variables_set_never_read_the_state_file(
     (tmp_path / "stack.json").write_text("not json")  # would be refused if it were read
     monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://127.0.0.1:1")
     monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://me@127.0.0.1:1/x")
-    code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "list")
+    code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "sweep")
     assert code == 2
     assert "(from the environment)" in out

@@ -36,13 +36,20 @@ def test_only_admin_may_update_purge_or_delete_streams_and_consumers() -> None:
             assert not [s for s in grants.publish if DESTRUCTIVE.match(s) or s.endswith("$JS.>")]
 
 
-def test_each_identity_reads_only_its_own_inbox_and_only_inventory_answers() -> None:
+def test_each_identity_reads_only_its_own_inbox_and_only_services_answer() -> None:
     for identity, grants in GRANTS.items():
         inboxes = [s for s in grants.subscribe if s.startswith("_INBOX")]
         assert inboxes == [f"_INBOX_{identity}.>"]  # agent-<node>: filled in per node
         assert not [s for s in grants.publish if s.startswith("_INBOX")]
-    assert {i for i, g in GRANTS.items() if g.responds} == {"inventory"}
-    assert "lockstep.admission.check" in GRANTS["inventory"].subscribe
+    # Every service answers operator commands about its dead letters; only the inventory the
+    # admission check.
+    assert {i for i, g in GRANTS.items() if g.responds} == set(subscriptions_by_service())
+    assert {i for i, g in GRANTS.items() if "lockstep.admission.check" in g.subscribe} == {
+        "inventory"
+    }
+    for service in subscriptions_by_service():
+        dlq = [s for s in GRANTS[service].subscribe if s.endswith(".dlq.purge")]
+        assert dlq == [f"lockstep.ops.*.{service}.dlq.purge"]
 
 
 def test_a_service_fetches_and_acks_only_its_own_durables() -> None:
@@ -71,11 +78,11 @@ def test_outside_parties_send_only_what_channels_say_they_send() -> None:
     assert "lockstep.pin.changed.*" in GRANTS[CLI].publish
 
 
-def test_a_reader_hears_drift_and_gate_verdicts_but_sends_nothing() -> None:
+def test_a_reader_hears_drift_and_gate_verdicts_and_sends_only_its_own_requests() -> None:
     reader = GRANTS[READER]
     assert {"lockstep.drift.detected.*.*", "lockstep.gate.tripped.*"} <= set(reader.subscribe)
     assert "lockstep.telemetry.observed.health.*.*" not in reader.subscribe
-    assert all(s.startswith("$JS.API.") for s in reader.publish)
+    assert [s for s in reader.publish if not s.startswith("$JS.API.")] == ["lockstep.ops.reader.>"]
     assert not [s for s in reader.publish if "CONSUMER" in s]
 
 
@@ -132,3 +139,19 @@ async def test_asynchronous_nats_errors_are_one_debug_line_not_a_traceback(
     [record] = caplog.records
     assert record.levelno == logging.DEBUG and record.exc_info is None
     assert "SSLError" in record.getMessage()
+
+
+def test_operators_ask_only_in_their_own_name_and_only_the_owner_answers() -> None:
+    """Who asked an operator command is the subject's identity token: the server must let each
+    identity publish there only as itself (issue 26, item 3)."""
+    for identity, grants in GRANTS.items():
+        ops = [s for s in grants.publish if s.startswith("lockstep.ops.")]
+        if identity in (CLI, READER):
+            assert ops == [f"lockstep.ops.{identity}.>"]
+        elif identity != ADMIN:
+            assert ops == [], identity
+    answering = {
+        i for i, g in GRANTS.items() if "lockstep.ops.*.inventory.fleet.remove" in g.subscribe
+    }
+    assert answering == {"inventory"}
+    assert not [s for g in GRANTS.values() for s in g.subscribe if s.startswith("lockstep.ops.*.*")]

@@ -81,7 +81,10 @@ def test_every_sample_matches_its_envelope_schema(
 def test_every_channel_address_is_namespaced(asyncapi: dict[str, Any]) -> None:
     channels = asyncapi["channels"]
     replies = {cid for cid, ch in channels.items() if ch["address"] is None}
-    assert replies == {"admission.check.reply", "fleet.query.reply"}
+    assert {c for c in replies if not c.startswith("ops.")} == {
+        "admission.check.reply",
+        "fleet.query.reply",
+    }
     for cid, channel in channels.items():
         if cid not in replies:
             assert channel["address"].startswith("lockstep."), cid
@@ -189,3 +192,17 @@ def test_write_then_stale_round_trip(tmp_path: Path, rendered: dict[str, str]) -
     assert schemadocs.write(tmp_path, PARTIES) == ["events.md", "schemas/gone.event.v1.json"]
     assert not (tmp_path / "schemas" / "gone.event.v1.json").exists()
     assert schemadocs.stale(tmp_path, PARTIES) == []
+
+
+def test_an_operator_command_is_asked_in_the_askers_name_and_may_be_refused(
+    asyncapi: dict[str, Any],
+) -> None:
+    """Each operator command: a request on ops.{identity}.<service>.<command>, answered by its
+    typed answer or by ops.refused on the same reply channel."""
+    channel = asyncapi["channels"]["ops.inventory.fleet.remove"]
+    assert channel["address"] == "lockstep.ops.{identity}.inventory.fleet.remove"
+    assert set(channel["parameters"]) == {"identity"}
+    reply = asyncapi["channels"]["ops.inventory.fleet.remove.reply"]
+    assert set(reply["messages"]) == {"ops.fleet.remove.answered.v1", "ops.refused.v1"}
+    sent = asyncapi["operations"]["ops.inventory.fleet.remove.receive.inventory"]
+    assert sent["reply"]["channel"] == {"$ref": "#/channels/ops.inventory.fleet.remove.reply"}

@@ -574,8 +574,16 @@ class RolloutStory:
         return decided
 
     async def _approve(self, rollout: str) -> None:
-        outcome = await run_command(
-            self.planner, rollout, "approve", APPROVER, "", 30.0, self.setup.approver_key
+        # Asked of the planner over the bus (rollout.control), as `lockstep rollout approve`.
+        outcome = await asyncio.to_thread(
+            run_command,
+            self.planner,
+            rollout,
+            "approve",
+            APPROVER,
+            "",
+            30.0,
+            self.setup.approver_key,
         )
         if not outcome.startswith("done"):
             raise RuntimeError(f"approval of {rollout}: {outcome}")

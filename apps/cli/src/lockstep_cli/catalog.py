@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from lockstep_attest import router as attest_router
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import NODE, SITE
 from lockstep_common.asyncapi import namespace as documented_namespace
 from lockstep_common.bus_access import (
+    OPERATORS,
     SENDER_IDENTITIES,
     Durable,
     Party,
@@ -24,19 +26,38 @@ from lockstep_common.bus_access import (
 )
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.consumer import Subscription
+from lockstep_common.dlq_commands import DLQ_COMMANDS
 from lockstep_common.envelope import EventData
+from lockstep_common.events.v1 import OpsRefused
 from lockstep_common.identities import AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
+from lockstep_common.operator import Command
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
-from lockstep_common.subjects import Namespace
+from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
+from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
 from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
+from lockstep_planner import operator_commands as planner_operator_commands
 from lockstep_planner import router as planner_router
+from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
+
+
+async def _documented_only() -> None:
+    """Stands for the planner worker's pass: the commands are listed here, never run."""
+
+
+# The operator commands a service adds in its app.py (add_operator_commands), where its
+# router does not list them (the inventory's router does: ANSWERS, EMITS).
+OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
+    "healthgate": healthgate_operator_commands.COMMANDS,
+    "planner": planner_operator_commands.all_commands(_documented_only),
+    "updater": updater_operator_commands.COMMANDS,
+}
 
 
 def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
@@ -51,13 +72,16 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
 
 
 def _emits() -> dict[str, tuple[type[EventData], ...]]:
-    """The event classes each service publishes (``router.EMITS``)."""
+    """The event classes each service publishes (``router.EMITS``), and the replies to the
+    operator commands every service answers (``ServiceApp``: its dead letters)."""
+    common: tuple[type[EventData], ...] = (OpsRefused, *(c.answer for c in DLQ_COMMANDS))
+    own = {s: tuple(c.answer for c in commands) for s, commands in OPERATOR_COMMANDS.items()}
     return {
-        "attest": attest_router.EMITS,
-        "healthgate": healthgate_router.EMITS,
-        "inventory": inventory_router.EMITS,
-        "planner": planner_router.EMITS,
-        "updater": updater_router.EMITS,
+        "attest": (*attest_router.EMITS, *common),
+        "healthgate": (*healthgate_router.EMITS, *own["healthgate"], *common),
+        "inventory": (*inventory_router.EMITS, *common),
+        "planner": (*planner_router.EMITS, *own["planner"], *common),
+        "updater": (*updater_router.EMITS, *own["updater"], *common),
     }
 
 
@@ -71,8 +95,12 @@ def producers() -> dict[type[EventData], tuple[str, ...]]:
 
 
 def _answers() -> dict[str, tuple[type[EventData], ...]]:
-    """Request/reply subjects each service answers (core NATS, not subscriptions)."""
-    return {"inventory": inventory_router.ANSWERS}
+    """Request/reply subjects each service answers (core NATS, not subscriptions): its own,
+    and the operator commands about its dead letters (``ServiceApp``)."""
+    common = tuple(c.request for c in DLQ_COMMANDS)
+    own = {s: tuple(c.request for c in commands) for s, commands in OPERATOR_COMMANDS.items()}
+    own["inventory"] = inventory_router.ANSWERS  # its operator commands' requests included
+    return {service: (*own.get(service, ()), *common) for service in subscriptions_by_service()}
 
 
 def consumers() -> dict[type[EventData], tuple[str, ...]]:
@@ -128,7 +156,7 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             sends=tuple(pattern(cls) for cls in emits[service] if not CHANNELS[cls].reply),
             consumes=tuple(durables),
             dead_letters=tuple(subject for sub in subs for subject in sub.subjects),
-            answers=tuple(pattern(cls) for cls in answers.get(service, ())),
+            answers=tuple(pattern(cls, service) for cls in answers.get(service, ())),
             streams=streams,
         )
     outside: defaultdict[str, set[str]] = defaultdict(set)
@@ -142,9 +170,13 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
                 outside[identity].add(node_own_subject(cls) if own else pattern(cls))
         if channel.readers:
             heard.add(pattern(cls))
+    for identity in OPERATORS:
+        outside[identity].add(ops_requests_of(identity))
+    reader_sends = outside.pop(READER, set())
     for identity, sends in outside.items():
         out[identity] = Party(sends=tuple(sorted(sends)))
     out[READER] = Party(
+        sends=tuple(sorted(reader_sends)),
         hears=tuple(sorted(heard)),
         reads=tuple(sorted({stream_for(namespace, subject) for subject in heard})),
     )

@@ -1,11 +1,13 @@
 """``lockstep dlq list|show|replay|purge``: what each service gave up on, for operators.
 
 Every service keeps its dead letters in its own schema's ``dead_letters`` table (the reason,
-the delivery count and the original bytes; ``lockstep_common.deadletter``). These commands
-read that table directly and never migrate anything; ``replay`` publishes the stored bytes
-again on the original subject (a new ``Nats-Msg-Id``, so JetStream does not drop it as a
-duplicate) and removes the row: if it fails again it is dead-lettered again, with a new row.
-Exit codes: 0 done, 1 nothing matched, 2 bad input or an unreachable server.
+the delivery count and the original bytes; ``lockstep_common.deadletter``) and answers these
+commands about them over the bus (``lockstep_common.dlq_commands``): the CLI reads no table.
+``replay`` (as ``admin``) reads the letter, publishes the stored bytes again on the original
+subject (a new ``Nats-Msg-Id``, so JetStream does not drop it as a duplicate) and purges the
+letter: if it fails again it is dead-lettered again, with a new row.
+Exit codes: 0 done, 1 nothing matched or the service could not answer, 2 bad input, 3 no
+answer (NATS or the service unavailable).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import base64
 import importlib
 import json
 import uuid
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
@@ -31,18 +34,24 @@ from lockstep_cli.cli_io import (
 from lockstep_common.identities import ADMIN, CLI
 from lockstep_common.identities import SERVICE_NAMES as SERVICES
 
+if TYPE_CHECKING:
+    from lockstep_common.envelope import EventData
+    from lockstep_common.events.v1 import DlqShowAnswered
+
+A = TypeVar("A", bound="EventData")
+T = TypeVar("T")
+
 dlq_app = typer.Typer(help="Dead letters: list, show, replay or purge them.", no_args_is_help=True)
 console = stdout_console()
 ServiceArg = Annotated[str, typer.Argument(help=f"One of {', '.join(SERVICES)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-COLUMNS = "id, failed_at, consumer, stream, stream_seq, subject, error_kind, deliveries, reason"
 
 
 @dlq_app.callback()
 def dlq_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False) -> None:
-    """Talks to LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL, or else to the `lockstep up`
-    running under --data-dir (LOCKSTEP_DATA_DIR, default .data): as its cli identity, and as
-    admin to replay."""
+    """Asks the service over LOCKSTEP_NATS_URL, or else the `lockstep up` running under
+    --data-dir (LOCKSTEP_DATA_DIR, default .data): as its cli identity, and as admin to
+    replay."""
     choose_stack(data_dir, verbose)
 
 
@@ -53,29 +62,10 @@ def _settings(service: str, identity: str = CLI) -> Any:
     return settings_of(settings_class, identity)
 
 
-async def _fetch(service: str, settings: Any, sql: str, *args: Any) -> list[dict[str, Any]]:
-    from lockstep_common import db
+def _ask(settings: Any, service: str, command: str, request: Any, answer: type[A]) -> A:
+    from lockstep_cli.ops_client import ask
 
-    conn = await db.connect_with_retry(settings.database_url, attempts=3)
-    try:
-        name = settings.db_schema or service  # as ServiceApp names it
-        await db.act_as_owner(conn, name)
-        schema = db.quote_ident(name)
-        rows = await conn.fetch(sql.replace("{table}", f"{schema}.dead_letters"), *args)
-    finally:
-        await conn.close()
-    return [dict(r) for r in rows]
-
-
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
-    payload = out.pop("payload", None)
-    if payload is not None:
-        try:
-            out["payload"] = bytes(payload).decode("utf-8")
-        except UnicodeDecodeError:
-            out["payload_base64"] = base64.b64encode(bytes(payload)).decode()
-    return out
+    return ask(settings, service, command, request, answer, not_found_exit=1)
 
 
 @dlq_app.command("list")
@@ -85,52 +75,73 @@ def dlq_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The newest dead letters of one service, with why each was given up on."""
+    from lockstep_common.events.v1 import DlqListAnswered, DlqListRequested
+
     settings = _settings(service)
-    rows = run(
-        _fetch(
-            service, settings, f"SELECT {COLUMNS} FROM {{table}} ORDER BY id DESC LIMIT $1", limit
-        )
-    )
+    request = _valid(lambda: DlqListRequested(limit=limit))
+    letters = _ask(settings, service, "dlq.list", request, DlqListAnswered).letters
     if as_json:
-        console.print_json(json.dumps([_jsonable(r) for r in rows]))
+        console.print_json(json.dumps([letter.model_dump(mode="json") for letter in letters]))
         return
-    table = Table(title=f"{service}: {len(rows)} dead letter(s), newest first")
+    table = Table(title=f"{service}: {len(letters)} dead letter(s), newest first")
     for column in ("id", "failed at", "subject", "kind", "deliveries", "reason"):
         table.add_column(column, overflow="fold")
-    for r in rows:
+    for r in letters:
         table.add_row(
-            str(r["id"]),
-            r["failed_at"].isoformat(timespec="seconds"),
-            r["subject"],
-            r["error_kind"],
-            str(r["deliveries"]),
-            r["reason"][:200],
+            str(r.id),
+            r.failed_at.isoformat(timespec="seconds"),
+            r.subject,
+            r.error_kind,
+            str(r.deliveries),
+            r.reason[:200],
         )
     console.print(table)
+
+
+def _show(settings: Any, service: str, letter: int) -> DlqShowAnswered:
+    from lockstep_common.events.v1 import DlqShowAnswered, DlqShowRequested
+
+    request = _valid(lambda: DlqShowRequested(id=letter))
+    return _ask(settings, service, "dlq.show", request, DlqShowAnswered)
+
+
+def _valid(make: Callable[[], T]) -> T:
+    """A request from the command line; bad input is one line naming it (exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return make()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"{'.'.join(str(p) for p in err['loc']) or '(input)'}: {err['msg']}")
 
 
 @dlq_app.command("show")
 def dlq_show(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
     """One dead letter in full, with the original message (text, or base64 when binary)."""
-    settings = _settings(service)
-    rows = run(
-        _fetch(service, settings, f"SELECT {COLUMNS}, payload FROM {{table}} WHERE id = $1", letter)
-    )
-    if not rows:
-        fail(f"{service} has no dead letter {letter}", 1)
-    console.print_json(json.dumps(_jsonable(rows[0])))
+    shown = _show(_settings(service), service, letter)
+    doc = shown.letter.model_dump(mode="json")
+    if shown.payload is not None:
+        doc["payload"] = shown.payload
+    if shown.payload_base64 is not None:
+        doc["payload_base64"] = shown.payload_base64
+    console.print_json(json.dumps(doc))
 
 
 @dlq_app.command("replay")
 def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="Its id.")]) -> None:
     """Publish the original message again on its subject, then forget the dead letter."""
+    from lockstep_common.events.v1 import DlqPurgeAnswered, DlqPurgeRequested
+
     settings = _settings(service, ADMIN)
-    rows = run(
-        _fetch(service, settings, "SELECT subject, payload FROM {table} WHERE id = $1", letter)
-    )
-    if not rows or rows[0]["payload"] is None:
+    shown = _show(settings, service, letter)
+    if shown.payload is not None:
+        payload = shown.payload.encode()
+    elif shown.payload_base64 is not None:
+        payload = base64.b64decode(shown.payload_base64)
+    else:
         fail(f"{service} has no dead letter {letter} with its original message", 1)
-    subject, payload = rows[0]["subject"], bytes(rows[0]["payload"])
+    subject = shown.letter.subject
     if not consumes(service, subject):
         # The row is the service's own: a compromised service could write any subject there
         # and have the administrator publish it. Replay only what it could have been sent.
@@ -140,7 +151,7 @@ def dlq_replay(service: ServiceArg, letter: Annotated[int, typer.Argument(help="
             1,
         )
     stream_seq = run(_publish(settings, subject, payload))
-    run(_fetch(service, settings, "DELETE FROM {table} WHERE id = $1 RETURNING id", letter))
+    _ask(settings, service, "dlq.purge", DlqPurgeRequested(ids=(letter,)), DlqPurgeAnswered)
     console.print(f"replayed dead letter {letter} on {subject} (stream sequence {stream_seq})")
 
 
@@ -189,24 +200,16 @@ def dlq_purge(
     """Forget dead letters: by id, or by age (one of the two is required)."""
     if (letters is None) == (older_than_days is None):
         fail("give --id (repeatable) or --older-than-days, not both and not neither")
+    from lockstep_common.events.v1 import DlqPurgeAnswered, DlqPurgeRequested
+
     settings = _settings(service)
-    if letters is not None:
-        rows = run(
-            _fetch(
-                service, settings, "DELETE FROM {table} WHERE id = ANY($1) RETURNING id", letters
-            )
+    request = _valid(
+        lambda: DlqPurgeRequested(
+            ids=tuple(letters or ()),
+            older_than_s=None if older_than_days is None else older_than_days * 86_400,
         )
-    else:
-        assert older_than_days is not None  # noqa: S101 - the check above
-        rows = run(
-            _fetch(
-                service,
-                settings,
-                "DELETE FROM {table} WHERE failed_at < now() - make_interval(secs => $1)"
-                " RETURNING id",
-                older_than_days * 86_400,
-            )
-        )
+    )
+    rows = _ask(settings, service, "dlq.purge", request, DlqPurgeAnswered).purged
     console.print(f"purged {len(rows)} dead letter(s) of {service}")
     if not rows:
         raise typer.Exit(1)

@@ -1,32 +1,27 @@
 """``lockstep fabric list|show|pin``: fabric domains the OCI way (seed 002; issue 10,
 deliverable 6).
 
-``list`` and ``show`` read the planner's ``fabric_domains`` table and audit trail read-only, as
-``lockstep rollout status`` does. ``pin`` writes one ``pin`` command to the planner's
-``commands`` table and waits for the planner's worker to carry it out, so the planner stays the
-only writer of a domain's state and refuses a pin while the domain is PROVISIONING (OCI's 409)
-under the same row lock its rollouts take. Bad input (a malformed bundle reference, an unknown
-domain or bundle) is one line and exit 2; a refused pin is one line and exit 1.
+All three ask the planner over the bus (``fabric.list``, ``fabric.show``, ``fabric.pin``): no
+database. ``pin`` is checked and queued by the planner and carried out at once by its worker's
+own pass, so the planner stays the only writer of a domain's state and refuses a pin while the
+domain is PROVISIONING (OCI's 409) under the same row lock its rollouts take. Bad input (a
+malformed bundle reference, an unknown domain or bundle) is one line and exit 2; a refused pin
+is one line and exit 1.
 """
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
-import re
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, stdout_console
+from lockstep_cli.cli_io import fail, stdout_console
 
 if TYPE_CHECKING:
-    import asyncpg
-
     from lockstep_planner.settings import Settings
 
 fabric_app = typer.Typer(
@@ -36,20 +31,6 @@ fabric_app = typer.Typer(
 console = stdout_console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 DomainArg = Annotated[str, typer.Argument(help="Fabric domain (NVLink domain) id.")]
-BUNDLE_REF = re.compile(
-    r"^(?P<id>[A-Za-z0-9][A-Za-z0-9._:/-]{0,127})(@(?P<version>[^\s@]{1,64}))?$"
-)
-"""``ID[@VERSION]``: what ``lockstep rollout plan --bundle`` takes too."""
-AUDIT_SHOWN = 20
-
-_COLUMNS = (
-    "d.domain, d.current_hash, d.target_hash, d.lifecycle, d.recycle_level, d.update_state,"
-    " d.update_reason, d.rollout_id, d.node_ids, d.changed_by, d.changed_at,"
-    " coalesce(c.bundle_id || '@' || c.bundle_version, d.current_hash) AS current,"
-    " coalesce(t.bundle_id || '@' || t.bundle_version, d.target_hash) AS target"
-    " FROM fabric_domains d LEFT JOIN bundles c ON c.stack_hash = d.current_hash"
-    " LEFT JOIN bundles t ON t.stack_hash = d.target_hash"
-)
 
 
 def _settings() -> Settings:
@@ -58,56 +39,27 @@ def _settings() -> Settings:
     return planner_settings()
 
 
-async def _db(settings: Settings) -> asyncpg.Connection:
-    """A read connection on the planner's schema, as ``lockstep rollout`` opens it."""
-    from lockstep_cli.rollout_cli import _db as planner_db
+def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:
+    """Every domain (``fabric.list``), or the one named with its history (``fabric.show``),
+    as ``--json`` prints them; asked of the planner over the bus."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import (
+        FabricListAnswered,
+        FabricListRequested,
+        FabricShowAnswered,
+        FabricShowRequested,
+    )
 
-    return await planner_db(settings)
-
-
-def _doc(row: Any) -> dict[str, Any]:
-    """A domain as ``--json`` prints it (OCI's field names where it has one); the reason names
-    bundles as ``ID@VERSION`` where the planner stored their stack hashes."""
-    reason = str(row["update_reason"])
-    for key in ("current", "target"):
-        if row[f"{key}_hash"] and row[key]:
-            reason = reason.replace(row[f"{key}_hash"], row[key])
-    return {
-        "domain": row["domain"],
-        "current": row["current"],
-        "current_stack_hash": row["current_hash"],
-        "target": row["target"],
-        "target_stack_hash": row["target_hash"],
-        "lifecycle": row["lifecycle"],
-        "update_state": row["update_state"],
-        "update_reason": reason,
-        "recycle_level": row["recycle_level"],
-        "rollout_id": row["rollout_id"],
-        "nodes": list(row["node_ids"]),
-        "changed_by": row["changed_by"],
-        "changed_at": row["changed_at"].isoformat(),
-    }
-
-
-async def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:
-    conn = await _db(settings)
-    try:
-        if domain is None:
-            rows = await conn.fetch(f"SELECT {_COLUMNS} ORDER BY d.domain")
-            return [_doc(r) for r in rows]
-        row = await conn.fetchrow(f"SELECT {_COLUMNS} WHERE d.domain = $1", domain)
-        if row is None:
-            return []
-        audit = await conn.fetch(
-            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1"
-            " ORDER BY id DESC LIMIT $2",
-            f"fabric:{domain}",
-            AUDIT_SHOWN,
-        )
-        history = [{**dict(a), "at": a["at"].isoformat()} for a in reversed(audit)]
-        return [{**_doc(row), "history": history}]
-    finally:
-        await conn.close()
+    if domain is None:
+        listed = ask(settings, "planner", "fabric.list", FabricListRequested(), FabricListAnswered)
+        return [d.model_dump(mode="json") for d in listed.domains]
+    if not 0 < len(domain) <= 128:
+        fail(escape(f"no fabric domain {domain}"))
+    shown = ask(
+        settings, "planner", "fabric.show", FabricShowRequested(domain=domain), FabricShowAnswered
+    )
+    history = [a.model_dump(mode="json") for a in shown.history]
+    return [{**shown.domain.model_dump(mode="json"), "history": history}]
 
 
 def _label(value: str | None) -> str:
@@ -119,7 +71,7 @@ def _label(value: str | None) -> str:
 @fabric_app.command("list")
 def fabric_list(as_json: Json = False) -> None:
     """Every fabric domain: current and target bundle, lifecycle, update state and reason."""
-    docs = run(_domains(_settings(), None))
+    docs = _domains(_settings(), None)
     if as_json:
         print(json.dumps({"domains": docs}))
         return
@@ -145,7 +97,7 @@ def fabric_list(as_json: Json = False) -> None:
 @fabric_app.command("show")
 def fabric_show(domain: DomainArg, as_json: Json = False) -> None:
     """One fabric domain: its state, its nodes, who changed it, and its recent audit lines."""
-    docs = run(_domains(_settings(), domain))
+    docs = _domains(_settings(), domain)
     if not docs:
         fail(escape(f"no fabric domain {domain}"))
     doc = docs[0]
@@ -168,90 +120,32 @@ def fabric_show(domain: DomainArg, as_json: Json = False) -> None:
         )
 
 
-class PinRefused(Exception):
-    """A pin that is not written or was refused: the exit code and the one line to print."""
+def pin_domain(settings: Settings, domain: str, bundle: str, by: str, wait_s: float) -> str:
+    """Ask the planner to pin ``domain`` to ``bundle`` (``fabric.pin``): it checks the input,
+    queues the pin and carries it out at once; its outcome is the reply. Returns the one line
+    to print; a refusal is one line and its exit code (``ops_client``)."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FabricPinAnswered, FabricPinRequested
 
-    def __init__(self, code: int, line: str) -> None:
-        super().__init__(line)
-        self.code, self.line = code, line
-
-
-async def _target_of(conn: asyncpg.Connection, domain: str, bundle: str) -> str:
-    """The stack hash to pin ``domain`` to, after every check the CLI can make at once (the
-    planner checks the conflict again under its lock).
-
-    Raises:
-        PinRefused: malformed reference or unknown domain or bundle (2), a conflict (1).
-    """
-    from lockstep_planner.domain.fabric import FabricConflict, FabricDomain, Lifecycle, pin
-
-    ref = BUNDLE_REF.match(bundle)
-    if ref is None:
-        raise PinRefused(2, f"--bundle {bundle!r}: not a bundle reference (ID[@VERSION])")
-    row = await conn.fetchrow(
-        "SELECT lifecycle, current_hash, target_hash, rollout_id FROM fabric_domains"
-        " WHERE domain = $1",
-        domain,
-    )
-    if row is None:
-        raise PinRefused(2, f"no fabric domain {domain}")
-    stack_hash: str | None = await conn.fetchval(
-        "SELECT stack_hash FROM bundles WHERE bundle_id = $1"
-        " AND ($2::text IS NULL OR bundle_version = $2) ORDER BY attested_at DESC LIMIT 1",
-        ref["id"],
-        ref["version"],
-    )
-    if stack_hash is None:
-        raise PinRefused(2, f"--bundle: no attested bundle {bundle}")
-    known = FabricDomain(
-        domain,
-        current=row["current_hash"],
-        target=row["target_hash"],
-        lifecycle=Lifecycle(row["lifecycle"]),
-        rollout=row["rollout_id"],
-    )
     try:
-        pin(known, stack_hash)
-    except FabricConflict as exc:
-        raise PinRefused(1, str(exc).replace(stack_hash, bundle)) from None
-    return stack_hash
-
-
-async def pin_domain(
-    settings: Settings, domain: str, bundle: str, by: str, wait_s: float
-) -> tuple[int, str]:
-    """Check the input, write the ``pin`` command, wait for the planner's outcome: (exit code,
-    the one line to print)."""
-    conn = await _db(settings)
-    try:
-        try:
-            stack_hash = await _target_of(conn, domain, bundle)
-        except PinRefused as exc:
-            return exc.code, exc.line
-        command_id = await conn.fetchval(
-            "INSERT INTO commands (rollout_id, action, requested_by, bundle)"
-            " VALUES ($1, 'pin', $2, $3) RETURNING id",
-            f"fabric:{domain}",
-            by,
-            stack_hash,
-        )
-        deadline = time.monotonic() + wait_s
-        outcome = None
-        while outcome is None and time.monotonic() <= deadline:
-            outcome = await conn.fetchval(
-                "SELECT outcome FROM commands WHERE id = $1 AND done_at IS NOT NULL", command_id
-            )
-            if outcome is None:
-                await asyncio.sleep(0.2)
-    finally:
-        await conn.close()
-    if outcome is None:
-        return 1, f"{domain}: pin queued, but the planner has not carried it out yet"
-    text = str(outcome).replace(stack_hash, bundle)
-    if text.startswith("done"):
-        already = "already " if text != "done" else ""
-        return 0, f"{domain}: {already}pinned to {bundle}"
-    return 1, text.removeprefix("refused: ")
+        request = FabricPinRequested(domain=domain, bundle=bundle, by=by)
+    except ValueError:
+        fail(escape(f"--bundle {bundle!r}: not a bundle reference (ID[@VERSION])"))
+    answer = ask(
+        settings,
+        "planner",
+        "fabric.pin",
+        request,
+        FabricPinAnswered,
+        timeout_s=max(wait_s, 1.0),
+    )
+    if answer.outcome == "queued":
+        fail(escape(f"{domain}: pin queued, but the planner has not carried it out yet"), 1)
+    text = answer.outcome.replace(answer.stack_hash, bundle)
+    if not text.startswith("done"):
+        fail(escape(text.removeprefix("refused: ")), 1)
+    already = "already " if text != "done" else ""
+    return f"{domain}: {already}pinned to {bundle}"
 
 
 @fabric_app.command("pin")
@@ -265,7 +159,5 @@ def fabric_pin(
 ) -> None:
     """Set the domain's target bundle. The update itself waits until no job occupies the domain
     and is carried out by a rollout of that bundle; refused while the domain is PROVISIONING."""
-    code, line = run(pin_domain(_settings(), domain, bundle, by or getpass.getuser(), wait))
-    if code:
-        fail(escape(line), code)
+    line = pin_domain(_settings(), domain, bundle, by or getpass.getuser(), wait)
     console.print(line, highlight=False)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -24,6 +25,7 @@ from lockstep_cli.cli_io import (
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from lockstep_common.events.v1 import RegisteredNode
     from lockstep_common.vocabulary import Component
     from lockstep_inventory.settings import Settings
 
@@ -41,6 +43,8 @@ def _console() -> Console:
 
 
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+INVENTORY = "inventory"  # the service that answers these commands (lockstep_common.operator)
+T = TypeVar("T")
 
 
 @fleet_app.callback()
@@ -134,15 +138,33 @@ def fleet_import(
 
 @fleet_app.command("list")
 def fleet_list(as_json: Json = False) -> None:
-    """Every registered node (credential references only, never secrets)."""
-    from lockstep_inventory.admin import fleet
-
-    nodes = run(fleet(_settings()))
+    """Every registered node (credential references only, never secrets), asked of the
+    inventory a page at a time."""
+    nodes = _registered_nodes()
     if as_json:
-        print(json.dumps([n.model_dump() for n in nodes]))
+        print(json.dumps([n.model_dump(mode="json") for n in nodes]))
         return
     for n in nodes:
         _console().print(f"{n.id}  {n.profile:10} {n.site:8} {n.pool:12} {n.bmc_url}")
+
+
+def _registered_nodes() -> list[RegisteredNode]:
+    """The whole registry, from the inventory (``fleet.list``, page by page)."""
+    from lockstep_cli.ops_client import pages
+    from lockstep_common.events.v1 import FleetListAnswered, FleetListRequested
+
+    return [
+        n
+        for page in pages(
+            _settings(),
+            INVENTORY,
+            "fleet.list",
+            lambda after: FleetListRequested(after=after),
+            FleetListAnswered,
+            lambda page: page.next_after,
+        )
+        for n in page.nodes
+    ]
 
 
 @fleet_app.command("remove")
@@ -152,15 +174,26 @@ def fleet_remove(
     """Forget nodes (to undo an import): their registry entries, latest reports and drift.
 
     All or nothing: an id that is not registered is named and nothing is removed. Their
-    history and rollout records stay.
+    history and rollout records stay. The inventory does it, and records who asked.
     """
-    from lockstep_inventory.admin import UnknownNodesError, remove
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetRemoveAnswered, FleetRemoveRequested
+
+    request = _valid(lambda: FleetRemoveRequested(node_ids=tuple(nodes)))
+    done = ask(_settings(), INVENTORY, "fleet.remove", request, FleetRemoveAnswered)
+    _console().print(f"removed {len(done.removed)} node(s)")
+
+
+def _valid(make: Callable[[], T], what: str = "") -> T:
+    """A request built from the command line; bad input is one line naming it (exit 2)."""
+    from pydantic import ValidationError
 
     try:
-        run(remove(_settings(), nodes))
-    except UnknownNodesError as exc:
-        fail(str(exc))
-    _console().print(f"removed {len(set(nodes))} node(s)")
+        return make()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = what or ".".join(str(p) for p in err["loc"]) or "(root)"
+        fail(f"{where}: {err['msg']}")
 
 
 @fleet_app.command("sweep")
@@ -233,21 +266,20 @@ def fleet_status(
     """
     from lockstep_cli.fleet_progress import follow_sweep
     from lockstep_cli.fleet_views import print_status
-    from lockstep_inventory import admin, queries
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetStatusAnswered, FleetStatusRequested
 
     settings = _settings()
 
-    async def status() -> queries.FleetStatus:
-        async with admin.connection(settings) as conn:
-            if watch:
-                await follow_sweep(conn, _console(), show=not as_json)
-            return await queries.fleet_status(conn)
+    def status() -> FleetStatusAnswered:
+        return ask(settings, INVENTORY, "fleet.status", FleetStatusRequested(), FleetStatusAnswered)
 
-    result = run(status())
+    result = follow_sweep(status, _console(), show=not as_json) if watch else status()
+    doc = result.model_dump(mode="json")
     if as_json:
-        print(json.dumps(result.as_json()))
+        print(json.dumps(doc))
     else:
-        print_status(_console(), result)
+        print_status(_console(), doc)
 
 
 @fleet_app.command("show")
@@ -257,18 +289,11 @@ def fleet_show(
 ) -> None:
     """One node: registry entry, latest report per source, pin, drift, recent history."""
     from lockstep_cli.fleet_views import print_show, show_json
-    from lockstep_inventory import admin, queries
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetShowAnswered, FleetShowRequested
 
-    settings = _settings()
-
-    async def detail() -> queries.NodeDetail | None:
-        async with admin.connection(settings) as conn:
-            return await queries.node_detail(conn, node)
-
-    found = run(detail())
-    if found is None:
-        fail(f"no node {node} in the registry")
-    doc = show_json(found)
+    request = _valid(lambda: FleetShowRequested(node_id=node))
+    doc = show_json(ask(_settings(), INVENTORY, "fleet.show", request, FleetShowAnswered))
     if as_json:
         print(json.dumps(doc))
     else:
@@ -289,19 +314,26 @@ def fleet_drift(
 ) -> None:
     """Drift by kind and severity and the worst nodes; --all (or --json) every drifted node
     and each drifted component: kind, severity, expected vs actual."""
-    from lockstep_cli.fleet_views import drift_json, print_drift
-    from lockstep_inventory import admin, queries
+    from lockstep_cli.fleet_views import drift_json
+    from lockstep_cli.ops_client import pages
+    from lockstep_common.events.v1 import FleetDriftAnswered, FleetDriftRequested
 
     settings = _settings()
-
-    async def report() -> list[queries.DriftEntry]:
-        async with admin.connection(settings) as conn:
-            return await queries.drift_report(conn, include_informational=include_all)
-
-    doc = drift_json(run(report()))
+    doc = drift_json(
+        pages(
+            settings,
+            INVENTORY,
+            "fleet.drift",
+            lambda after: FleetDriftRequested(include_informational=include_all, after=after),
+            FleetDriftAnswered,
+            lambda page: page.next_after,
+        )
+    )
     if as_json:
         print(json.dumps(doc))
     else:
+        from lockstep_cli.fleet_views import print_drift
+
         print_drift(_console(), doc, settings.namespace, every_node=include_all)
 
 
@@ -309,17 +341,22 @@ def fleet_drift(
 def fleet_stragglers(as_json: Json = False) -> None:
     """Nodes whose busbw or clocks are outliers against their profile's peers, outside any
     rollout (the healthgate's last evaluation per profile), and the component versions they
-    share that their healthy peers do not. Exit 0 none, 1 some, 2 unreachable or not yet run.
+    share that their healthy peers do not (asked of the healthgate). Exit 0 none, 1 some, 3 no
+    answer.
     """
     from lockstep_cli.fleet_views import print_stragglers
-    from lockstep_cli.gate_cli import healthgate_tables
-    from lockstep_healthgate.adapters.pg_store import read_stragglers
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetStragglersAnswered, FleetStragglersRequested
+    from lockstep_healthgate.settings import Settings as GateSettings
 
-    async def findings() -> list[dict[str, Any]]:
-        async with healthgate_tables("stragglers") as conn:
-            return await read_stragglers(conn)
-
-    doc = run(findings())
+    answer = ask(
+        settings_of(GateSettings),
+        "healthgate",
+        "fleet.stragglers",
+        FleetStragglersRequested(),
+        FleetStragglersAnswered,
+    )
+    doc = [f.model_dump(mode="json") for f in answer.findings]
     if as_json:
         print(json.dumps(doc))
     else:
@@ -385,7 +422,7 @@ def fleet_pin(
         publish_pins,
         stack_yaml,
     )
-    from lockstep_inventory.admin import fleet
+    from lockstep_inventory.domain.fleet_file import NodeEntry
     from lockstep_inventory.domain.pins import SelectorError, parse_selector, selects
 
     settings = _settings()
@@ -395,7 +432,7 @@ def fleet_pin(
         if stack is not None:
             parsed = parse_stack(stack.read_text(), str(stack))
         else:
-            parsed = run(_stack_of_node(settings, str(from_node)))
+            parsed = _stack_of_node(settings, str(from_node))
         selector = parse_selector(scope)
         stack_hash, messages = pins_for(settings.namespace, selector, parsed, rollout_id)
         if save is not None:
@@ -406,7 +443,7 @@ def fleet_pin(
         fail(f"--scope: {exc}")
     except InputError as exc:
         fail(str(exc))
-    nodes = run(fleet(settings))
+    nodes = [NodeEntry.model_validate(n.model_dump()) for n in _registered_nodes()]
     known = _known_profiles(settings) | {n.profile for n in nodes}
     unknown = sorted(set(parsed) - known)
     if unknown:
@@ -435,23 +472,17 @@ def fleet_pin(
         _console().print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
 
 
-async def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
-    """The known-good node's stack; its refusal becomes an input error (exit 2)."""
-    import datetime as dt
+def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
+    """The known-good node's stack, as the inventory judges it (``fleet.golden``); its refusal
+    is one line naming --from-node (exit 2)."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetGoldenAnswered, FleetGoldenRequested
 
-    from lockstep_cli.fleet_bus import InputError
-    from lockstep_common.compatibility.files import load_rules
-    from lockstep_inventory import admin, queries
-    from lockstep_inventory.domain.golden import NotGolden
-
-    rules = load_rules(settings.rules_file)
-    async with admin.connection(settings) as conn:
-        try:
-            return await queries.golden_stack(
-                conn, node_id, rules=rules, today=dt.datetime.now(dt.UTC).date()
-            )
-        except NotGolden as exc:
-            raise InputError(f"--from-node: {exc}") from None
+    request = _valid(lambda: FleetGoldenRequested(node_id=node_id), "--from-node")
+    answer = ask(
+        settings, INVENTORY, "fleet.golden", request, FleetGoldenAnswered, what="--from-node"
+    )
+    return {profile: dict(stack) for profile, stack in answer.stack.items()}
 
 
 @fleet_app.command("admit")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import asyncpg
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -17,9 +17,10 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from lockstep_inventory.admin import sweep_in_progress
+if TYPE_CHECKING:
+    from lockstep_common.events.v1 import FleetStatusAnswered
 
-POLL_S = 0.2  # how often --watch re-reads the sweeps row: cheap, and smooth enough to watch
+POLL_S = 0.2  # how often --watch asks again: cheap, and smooth enough to watch
 
 
 def _progress(console: Console) -> Progress:
@@ -51,21 +52,27 @@ def bar(
         yield update
 
 
-async def follow_sweep(conn: asyncpg.Connection, console: Console, *, show: bool) -> None:
-    """Return once the running sweep (if any) ends, drawing done/total meanwhile when ``show``.
+def follow_sweep(
+    status: Callable[[], FleetStatusAnswered], console: Console, *, show: bool
+) -> FleetStatusAnswered:
+    """The fleet status once the sweep running when called (if any) has ended, drawing
+    done/total meanwhile when ``show``; ``status()`` asks the inventory (``fleet.status``).
 
     Follows the sweep that was running when called, not the ones after it.
     """
-    running = await sweep_in_progress(conn)
+    answer = status()
+    running = answer.sweep if answer.sweep_running else None
     if running is None:
-        return
+        return answer
     first = running.id
     with _progress(console) if show and console.is_terminal else _Quiet() as progress:
         task = progress.add_task(f"sweep {first}", total=running.total)
         while running is not None and running.id == first:
             progress.update(task, completed=running.done, total=running.total)
-            await asyncio.sleep(POLL_S)
-            running = await sweep_in_progress(conn)
+            time.sleep(POLL_S)
+            answer = status()
+            running = answer.sweep if answer.sweep_running else None
+    return answer
 
 
 class _Quiet:

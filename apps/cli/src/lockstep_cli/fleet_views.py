@@ -15,10 +15,12 @@ from lockstep_common.subjects import Namespace
 if TYPE_CHECKING:
     # Types only: `fleet admit` (a Slurm prolog, once per job) shows its answer without
     # loading the sweeper's HTTP client or the database queries.
-    from lockstep_common.events.v1 import AdmissionCheckAnswered, DriftItem
+    from lockstep_common.events.v1 import (
+        AdmissionCheckAnswered,
+        FleetDriftAnswered,
+        FleetShowAnswered,
+    )
     from lockstep_inventory.adapters.sweeper import SweepResult
-    from lockstep_inventory.domain.observation import Observation
-    from lockstep_inventory.queries import DriftEntry, FleetStatus, NodeDetail
     from lockstep_inventory.sweeping import SweepSummary
 
 
@@ -105,8 +107,8 @@ def print_sweep(console: Console, doc: dict[str, Any], *, every_node: bool = Fal
     )
 
 
-def print_status(console: Console, status: FleetStatus) -> None:
-    doc = status.as_json()
+def print_status(console: Console, doc: dict[str, Any]) -> None:
+    """The ``fleet.status`` answer as JSON (``model_dump(mode="json")``), as a table."""
     table = _table(
         "pool", "profile", "nodes", "conforming", "drifted", "unreadable", "unobserved", "ratio"
     )
@@ -141,40 +143,13 @@ def print_status(console: Console, status: FleetStatus) -> None:
         )
 
 
-def _item(i: DriftItem) -> dict[str, Any]:
-    return i.model_dump(mode="json")
-
-
-def _observation(o: Observation) -> dict[str, Any]:
-    return {
-        "readable": o.readable,
-        "error": o.error,
-        "unreadable_since": o.unreadable_since.isoformat() if o.unreadable_since else None,
-        "observed_at": o.observed_at.isoformat(),
-        "sequence": o.sequence,
-        "components": {str(c): v for c, v in sorted(o.components.items())},
-        "conflicts": {str(c): dict(m) for c, m in sorted(o.conflicts.items())},
-        "members": dict(sorted(o.members.items())),
-        "loaded_module": o.loaded_module,
-        "firmware_dirs": list(o.firmware_dirs) if o.firmware_dirs is not None else None,
+def show_json(answer: FleetShowAnswered) -> dict[str, Any]:
+    """``fleet show --json``: the answer, observations keyed by source."""
+    doc = answer.model_dump(mode="json")
+    doc["observations"] = {
+        o.pop("source"): o for o in sorted(doc["observations"], key=lambda o: o["source"])
     }
-
-
-def show_json(d: NodeDetail) -> dict[str, Any]:
-    return {
-        "node": d.node.model_dump(),  # credentials is a reference (env:/file:), never a secret
-        "observations": {str(s): _observation(o) for s, o in sorted(d.observations.items())},
-        "pin_stack_hash": d.pin_stack_hash,
-        "drift": None
-        if d.drift is None
-        else {
-            "stack_hash": d.drift.stack_hash,
-            "since": d.drift.since.isoformat(),
-            "evaluated_at": d.drift.evaluated_at.isoformat(),
-            "items": [_item(i) for i in d.drift.items],
-        },
-        "history": d.history,
-    }
+    return {k: doc[k] for k in ("node", "observations", "pin_stack_hash", "drift", "history")}
 
 
 def print_show(console: Console, doc: dict[str, Any]) -> None:
@@ -230,19 +205,9 @@ def _items_table(items: Iterable[dict[str, Any]]) -> Table:
     return table
 
 
-def drift_json(entries: list[DriftEntry]) -> list[dict[str, Any]]:
-    return [
-        {
-            "node": e.node_id,
-            "site": e.site,
-            "pool": e.pool,
-            "profile": e.profile,
-            "stack_hash": e.stack_hash,
-            "since": e.since.isoformat(),
-            "items": [_item(i) for i in e.items],
-        }
-        for e in entries
-    ]
+def drift_json(pages: Iterable[FleetDriftAnswered]) -> list[dict[str, Any]]:
+    """``fleet drift --json``: every drifted node of every page, in node id order."""
+    return [n.model_dump(mode="json") for page in pages for n in page.nodes]
 
 
 def print_drift(

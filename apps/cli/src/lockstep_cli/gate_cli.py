@@ -1,5 +1,6 @@
 """``lockstep gate evaluate``: the healthgate's judge on a recorded sample file, for SREs and tests;
-``lockstep gate show``: why a live gate decided what it did (the persisted verdicts, read-only).
+``lockstep gate show``: why a live gate decided what it did (the persisted verdicts, asked of the
+healthgate over the bus).
 ``lockstep bench gate`` (lockstep_bench.cli) measures how fast and how good that judge is.
 
 ``evaluate`` runs exactly the judge the service runs (``lockstep_healthgate.domain.judge``), as of
@@ -10,23 +11,19 @@ samples that produced it. Exit codes: 0 passed, 1 tripped, 3 inconclusive, 2 bad
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
+from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
 if TYPE_CHECKING:
-    import asyncpg
-
+    from lockstep_common.events.v1 import GateShowAnswered
     from lockstep_healthgate.domain.decision import GateDecision
-    from lockstep_healthgate.store import VerdictRecord
 
 gate_app = typer.Typer(
     help="Health gate: replay the judge on recorded samples, or show a live gate's verdicts.",
@@ -169,51 +166,14 @@ def gate_evaluate(
     raise typer.Exit(EXIT[decision.verdict])
 
 
-@asynccontextmanager
-async def healthgate_tables(what: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection to the healthgate's schema, straight from its tables: read-only, never
-    migrating (as ``lockstep dlq`` reads dead letters); a schema without the table ``what``
-    needs is one line."""
-    import asyncpg
-
-    from lockstep_common import db
-    from lockstep_healthgate.app import NAME
+def _verdicts(rollout: str, wave: int | None) -> GateShowAnswered:
+    """The healthgate's persisted verdicts, asked of the healthgate over the bus."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import GateShowAnswered, GateShowRequested
     from lockstep_healthgate.settings import Settings
 
-    settings = settings_of(Settings)
-    conn = await db.connect_with_retry(settings.database_url, attempts=3)
-    try:
-        schema = settings.db_schema or NAME  # as ServiceApp names it
-        await conn.execute(f"SET search_path TO {db.quote_ident(schema)}")
-        try:
-            yield conn
-        except asyncpg.UndefinedTableError:
-            fail(f"schema {schema} has no {what} table: has the healthgate service run?")
-    finally:
-        await conn.close()
-
-
-async def _verdicts(rollout: str, wave: int | None) -> list[VerdictRecord]:
-    """The healthgate's persisted verdicts."""
-    from lockstep_healthgate.adapters.pg_store import read_verdicts
-
-    async with healthgate_tables("gate verdicts") as conn:
-        return await read_verdicts(conn, rollout, wave)
-
-
-def _record_json(v: VerdictRecord) -> dict[str, Any]:
-    return {
-        "rollout_id": v.rollout_id,
-        "wave": v.wave,
-        "verdict": v.decision.verdict.value,
-        "kind": v.kind,
-        "reason": v.decision.reason,
-        "window_start": v.window_start.isoformat(),
-        "window_end": v.window_end.isoformat(),
-        "policy_digest": v.policy_digest,
-        "event_id": str(v.event_id),
-        "decision": v.decision.model_dump(mode="json"),
-    }
+    request = GateShowRequested(rollout_id=rollout, wave=wave)
+    return ask(settings_of(Settings), "healthgate", "gate.show", request, GateShowAnswered)
 
 
 @gate_app.command("show")
@@ -225,7 +185,7 @@ def gate_show(
     """Why a live gate decided what it did: each wave's verdict, how it was reached (a hard rule
     at once, or the judge after the soak), the window judged and the per-metric evidence.
 
-    Exit 0 shown, 1 no verdict yet, 2 bad input or an unreachable database.
+    Exit 0 shown, 1 no verdict yet, 2 bad input, 3 no answer from the healthgate.
     """
     from lockstep_common.subjects import token
 
@@ -233,9 +193,11 @@ def gate_show(
         token(rollout, "rollout id")
     except ValueError as exc:
         fail(escape(str(exc)))
-    records = run(_verdicts(rollout, wave))
+    from lockstep_healthgate.domain.decision import GateDecision
+
+    records = _verdicts(rollout, wave).verdicts
     if as_json:
-        print(json.dumps([_record_json(v) for v in records]))
+        print(json.dumps([v.model_dump(mode="json") for v in records]))
     if not records:
         where = f" wave {wave}" if wave is not None else ""
         if not as_json:
@@ -247,11 +209,11 @@ def gate_show(
         how = (
             "hard rule, before the soak ended" if v.kind == "hard_rule" else "judge, after the soak"
         )
-        console.rule(f"rollout {escape(v.rollout_id)} wave {v.wave}: {v.decision.verdict} ({how})")
+        console.rule(f"rollout {escape(v.rollout_id)} wave {v.wave}: {v.verdict} ({how})")
         console.print(
             f"window {v.window_start.isoformat()} .. {v.window_end.isoformat()}  "
             f"policy sha256:{v.policy_digest[:16]}  event {v.event_id}",
             highlight=False,
             markup=False,
         )
-        _show(v.decision)
+        _show(GateDecision.model_validate(v.decision))

@@ -1,57 +1,69 @@
-"""``lockstep node ...``: what Lockstep did to one node (the updater's step records)."""
+"""``lockstep node ...``: what Lockstep did to one node (the updater's step records), asked of
+the updater over the bus (``lockstep_updater.operator_commands``): no database."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
+from lockstep_cli.cli_io import fail, settings_of, stdout_console
+
+if TYPE_CHECKING:
+    from lockstep_common.envelope import EventData
 
 node_app = typer.Typer(help="One node: what Lockstep did to it.", no_args_is_help=True)
 console = stdout_console()
 MAX_REASON = 500
+UPDATER = "updater"
+A = TypeVar("A", bound="EventData")
+T = TypeVar("T")
+
+
+def _ask(command: str, request: EventData, answer: type[A]) -> A:
+    from lockstep_cli.ops_client import ask
+    from lockstep_updater.settings import Settings
+
+    return ask(settings_of(Settings), UPDATER, command, request, answer)
+
+
+def _valid(make: Callable[[], T]) -> T:
+    """A request from the command line; bad input is one line naming it (exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return make()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"{'.'.join(str(p) for p in err['loc']) or '(input)'}: {err['msg']}")
+
+
+def _node(node_id: str) -> str:
+    from lockstep_common.subjects import token
+
+    try:
+        return token(node_id, "node id")
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @node_app.command("history")
 def node_history(
     node_id: Annotated[str, typer.Argument(help="Node id, e.g. node-00042.")],
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Most recent steps shown.")] = 200,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Most recent steps shown.")] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Every update step of the node, oldest first: rollout, wave, step, attempt, fencing
-    token, start, end, outcome and reason (read-only; uses LOCKSTEP_DATABASE_URL and
-    LOCKSTEP_UPDATER_DB_SCHEMA)."""
-    from lockstep_common.subjects import token
-    from lockstep_updater.admin import history
-    from lockstep_updater.settings import Settings
+    token, start, end, outcome and reason (read-only; the updater answers)."""
+    from lockstep_common.events.v1 import NodeHistoryAnswered, NodeHistoryRequested
 
-    try:
-        token(node_id, "node id")
-    except ValueError as exc:
-        fail(str(exc))
-    steps = run(history(settings_of(Settings), node_id, limit))
+    request = _valid(lambda: NodeHistoryRequested(node_id=_node(node_id), limit=limit))
+    steps = _ask("node.history", request, NodeHistoryAnswered).steps
     if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "rollout_id": s.rollout_id,
-                        "wave": s.wave,
-                        "step": s.step,
-                        "attempt": s.attempt,
-                        "token": s.token,
-                        "started_at": s.started_at.isoformat(),
-                        "ended_at": s.ended_at.isoformat(),
-                        "outcome": s.outcome,
-                        "reason": s.reason,
-                    }
-                    for s in steps
-                ]
-            )
-        )
+        print(json.dumps([s.model_dump(mode="json") for s in steps]))
         return
     if not steps:
         console.print(f"no update steps recorded for {node_id}")
@@ -76,16 +88,10 @@ def node_approve_remedy(
     """Let the GSP / driver runbook (seed 004) run on a node whose remedy waits for approval
     (LOCKSTEP_UPDATER_GSP_REMEDY=approval): the updater drains it, reinstalls the pinned driver
     branch as one unit, rebuilds DKMS, reboots, verifies and gives it back."""
-    from lockstep_common.subjects import token
-    from lockstep_updater.admin import approve_remedy
-    from lockstep_updater.settings import Settings
+    from lockstep_common.events.v1 import NodeApproveRemedyAnswered, NodeApproveRemedyRequested
 
-    try:
-        token(node_id, "node id")
-    except ValueError as exc:
-        fail(str(exc))
-    if not run(approve_remedy(settings_of(Settings), node_id)):
-        fail(f"no GSP remedy waits for approval on {node_id}")
+    request = _valid(lambda: NodeApproveRemedyRequested(node_id=_node(node_id)))
+    _ask("node.approve-remedy", request, NodeApproveRemedyAnswered)
     console.print(f"{node_id}: GSP remedy approved; the updater takes it from here")
 
 
@@ -98,27 +104,20 @@ def node_release(
 ) -> None:
     """Give a quarantined node back to its scheduler once it has been repaired or checked:
     the updater resumes Lockstep's drain of it (a drain someone else made stays) and records
-    who released it and why (`lockstep node history`)."""
+    who released it (the NATS identity, and your login name as you give it) and why
+    (`lockstep node history`)."""
     import getpass
 
-    from lockstep_common.subjects import token
-    from lockstep_updater.admin import release
-    from lockstep_updater.settings import Settings
-    from lockstep_updater.store import NotQuarantined
+    from lockstep_common.events.v1 import NodeReleaseAnswered, NodeReleaseRequested
 
-    try:
-        token(node_id, "node id")
-    except ValueError as exc:
-        fail(str(exc))
+    node = _node(node_id)
     why = " ".join(reason.split())
     if not why:
         fail("--reason must say why the node may serve again")
     if len(why) > MAX_REASON:
         fail(f"--reason is {len(why)} characters; at most {MAX_REASON}")
-    try:
-        release_id = run(
-            release(settings_of(Settings), node_id, f"released by {getpass.getuser()}: {why}")
-        )
-    except NotQuarantined as exc:
-        fail(str(exc))
+    request = _valid(
+        lambda: NodeReleaseRequested(node_id=node, reason=why, operator=getpass.getuser()[:64])
+    )
+    release_id = _ask("node.release", request, NodeReleaseAnswered).release_id
     console.print(f"{node_id}: release {release_id} recorded; the updater gives its drain back")

@@ -20,8 +20,9 @@ import getpass
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Group
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from lockstep_common.events.v1 import IntentSubmitted, ScopeSelector, Strategy
     from lockstep_planner.settings import Settings
 
+T = TypeVar("T")
 rollout_app = typer.Typer(
     help="Rollouts: plan, start, follow, pause, resume, abort, audit.", no_args_is_help=True
 )
@@ -443,41 +445,31 @@ def _start_reviewed(plan: str, approval: str | None, wait_s: float, as_json: boo
 # --- status / audit -----------------------------------------------------------------------------
 
 
-async def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
-    conn = await _db(settings)
+def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
+    """The rollout as the planner answers ``rollout.status`` (JSON); None when it knows none."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import RolloutStatusAnswered, RolloutStatusRequested
+
+    request = _request(lambda: RolloutStatusRequested(rollout_id=rollout_id))
+    answer = ask(
+        settings, "planner", "rollout.status", request, RolloutStatusAnswered, not_found_exit=1
+    )
+    if answer.rollout is not None:
+        return answer.rollout.model_dump(mode="json")
+    if answer.intent is not None:
+        return {"rollout_id": rollout_id, "intent": answer.intent.model_dump(mode="json")}
+    return None
+
+
+def _request(make: Callable[[], T]) -> T:
+    """A request from the command line; bad input is one line naming it (exit 2)."""
+    from pydantic import ValidationError
+
     try:
-        row = await conn.fetchrow(
-            "SELECT rollout_id, intent_id, stack_hash, change_class, dry_run, state, plan_hash,"
-            " approvals, approvals_needed, reason, created_at, updated_at,"
-            " coalesce(plan->'fabric'->'deferred', '{}')::text AS deferred FROM rollouts"
-            " WHERE rollout_id = $1",
-            rollout_id,
-        )
-        if row is None:
-            refused = await conn.fetchrow(
-                "SELECT intent_id, state, reasons FROM intents WHERE rollout_id = $1", rollout_id
-            )
-            return None if refused is None else {"rollout_id": rollout_id, "intent": dict(refused)}
-        waves = await conn.fetch(
-            "SELECT number, state, cardinality(node_ids) AS nodes, components, gate_passed,"
-            " succeeded, failed, released_at, deadline, soak_until FROM waves"
-            " WHERE rollout_id = $1 ORDER BY number",
-            rollout_id,
-        )
-        steps = await conn.fetch(
-            "SELECT coalesce(step, 'waiting') AS step, count(*) AS nodes FROM rollout_nodes"
-            " WHERE rollout_id = $1 GROUP BY 1 ORDER BY 1",
-            rollout_id,
-        )
-        return {
-            **dict(row),
-            # wave number -> the occupied fabric domain it waits for, and why
-            "deferred": json.loads(row["deferred"]),
-            "waves": [dict(w) for w in waves],
-            "nodes_by_step": {s["step"]: s["nodes"] for s in steps},
-        }
-    finally:
-        await conn.close()
+        return make()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"{'.'.join(str(p) for p in err['loc']) or '(input)'}: {err['msg']}")
 
 
 ENDED = frozenset({"completed", "aborted"})
@@ -500,7 +492,7 @@ def rollout_status(
 ) -> None:
     """Where a rollout is: its state, each wave's state and gate, nodes by last device step."""
     settings = _settings()
-    doc = run(_status(settings, rollout))
+    doc = _status(settings, rollout)
     if doc is None:
         fail(f"no rollout {rollout}", 1)
     if as_json and not watch:
@@ -561,7 +553,7 @@ def _summary(doc: dict[str, Any]) -> str:
 
 
 async def _watch(settings: Settings, rollout: str, doc: dict[str, Any], *, as_json: bool) -> None:
-    """Poll the planner's tables until the rollout ends: a view redrawn in place on a terminal,
+    """Ask the planner again until the rollout ends: a view redrawn in place on a terminal,
     otherwise a line (or, with --json, a document) each time the summary changes."""
     from rich.live import Live
 
@@ -584,36 +576,35 @@ async def _watch(settings: Settings, rollout: str, doc: dict[str, Any], *, as_js
             if doc["state"] in ENDED:
                 return
             await asyncio.sleep(WATCH_POLL_S)
-            doc = await _status(settings, rollout) or doc
+            doc = _status(settings, rollout) or doc
 
 
 @rollout_app.command("audit")
 def rollout_audit(rollout: RolloutArg, as_json: Json = False) -> None:
-    """Every decision about a rollout, oldest first: when, who, what, why."""
-    rows = run(
-        _fetch(
-            _settings(),
-            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1 ORDER BY id",
-            rollout,
-        )
-    )
-    if not rows:
-        fail(f"no audit trail for {rollout}", 1)
+    """Every decision about a rollout, oldest first: when, who, what, why (the planner
+    answers)."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import RolloutAuditAnswered, RolloutAuditRequested
+
+    request = _request(lambda: RolloutAuditRequested(rollout_id=rollout))
+    rows = ask(
+        _settings(), "planner", "rollout.audit", request, RolloutAuditAnswered, not_found_exit=1
+    ).entries
     if as_json:
-        print(json.dumps(_jsonable(rows)))
+        print(json.dumps([r.model_dump(mode="json") for r in rows]))
         return
     table = Table(title=f"audit trail of {rollout}")
     for column in ("when", "who", "what", "why"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        table.add_row(r["at"].isoformat(timespec="seconds"), r["actor"], r["action"], r["detail"])
+        table.add_row(r.at.isoformat(timespec="seconds"), r.actor, r.action, r.detail)
     console.print(table)
 
 
 # --- pause / resume / abort ---------------------------------------------------------------------
 
 
-async def run_command(
+def run_command(
     settings: Settings,
     rollout_id: str,
     action: str,
@@ -622,35 +613,35 @@ async def run_command(
     wait_s: float,
     key: Path | None = None,
 ) -> str:
-    conn = await _db(settings)
-    try:
-        plan_hash = await conn.fetchval(
-            "SELECT plan_hash FROM rollouts WHERE rollout_id = $1", rollout_id
-        )
-        if plan_hash is None:
+    """Ask the planner to carry out ``action`` (``rollout.control``); its outcome, or
+    ``queued...`` when it has not carried it out yet. An approval is signed here, over the plan
+    hash the planner reports (``rollout.status``): the key never leaves this machine."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import RolloutControlAnswered, RolloutControlRequested
+
+    approval = None
+    if key is not None:
+        doc = _status(settings, rollout_id)
+        if doc is None or "plan_hash" not in doc:
             fail(f"no rollout {rollout_id}", 1)
-        approval = None if key is None else _signed(key, by, rollout_id, plan_hash)
-        command_id = await conn.fetchval(
-            "INSERT INTO commands (rollout_id, action, requested_by, reason, approval)"
-            " VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id",
-            rollout_id,
-            action,
-            by,
-            reason,
-            approval,
+        approval = _signed(key, by, rollout_id, str(doc["plan_hash"]))
+    request = _request(
+        lambda: RolloutControlRequested(
+            rollout_id=rollout_id, action=action, by=by, reason=reason, approval=approval
         )
-        deadline = time.monotonic() + wait_s
-        while True:
-            outcome = await conn.fetchval(
-                "SELECT outcome FROM commands WHERE id = $1 AND done_at IS NOT NULL", command_id
-            )
-            if outcome is not None:
-                return str(outcome)
-            if time.monotonic() > deadline:
-                return "queued: the planner has not carried it out yet (is it running?)"
-            await asyncio.sleep(0.2)
-    finally:
-        await conn.close()
+    )
+    answer = ask(
+        settings,
+        "planner",
+        "rollout.control",
+        request,
+        RolloutControlAnswered,
+        timeout_s=max(wait_s, 1.0),
+        not_found_exit=1,
+    )
+    if answer.outcome == "queued":
+        return "queued: the planner has not carried it out yet (is it running?)"
+    return answer.outcome
 
 
 def _signed(key: Path, approver: str, rollout_id: str, plan_hash: str) -> str:
@@ -689,7 +680,7 @@ def _control(
     key: Path | None = None,
 ) -> None:
     who = by or getpass.getuser()
-    outcome = run(run_command(_settings(), rollout, action, who, reason, wait, key))
+    outcome = run_command(_settings(), rollout, action, who, reason, wait, key)
     if outcome.startswith("done"):
         console.print(f"{rollout}: {action} {outcome}")
         return

@@ -34,12 +34,16 @@ Json = dict[str, Any]
 # stand-ins are valid tokens, swapped for AsyncAPI parameters after the call.
 ROLLOUT, SITE, NODE, ORIGINAL = "PARAM-rollout", "PARAM-site", "PARAM-node", "PARAM-subject"
 PROFILE = "PARAM-profile"
+IDENTITY, SERVICE, COMMAND = "PARAM-identity", "PARAM-service", "PARAM-command"
 _PARAMETERS = {
     ROLLOUT: ("rollout", "Rollout id (one subject token)."),
     PROFILE: ("profile", "Hardware profile (one subject token)."),
     SITE: ("site", "Site id (one subject token)."),
     NODE: ("node", "Node id (one subject token)."),
     ORIGINAL: ("subject", "The original's subject without the namespace (several tokens)."),
+    IDENTITY: ("identity", "The asking NATS identity: the server lets each publish only its own."),
+    SERVICE: ("service", "The service that owns the command."),
+    COMMAND: ("command", "The command (one or more tokens, e.g. fleet.list)."),
 }
 # CloudEvents 1.0 requires specversion, id, source and type; Lockstep also always sends time,
 # schemaversion and data. The model gives id and time defaults (so pydantic marks them optional),
@@ -143,10 +147,9 @@ def document(
     for n, (cls, route) in enumerate(routes.items(), start=1):
         if cls not in examples:
             raise ValueError(f"no example of {cls.__name__}: add one to samples.samples()")
-        _add_event(doc, cls, route, examples[cls], n)
-    requests = {r.subject() for r in routes.values() if not r.reply}
+        _add_event(doc, cls, route, examples[cls], n, routes)
     for cls, route in routes.items():
-        if route.reply and route.subject() not in requests:
+        if route.reply and not any(replies_to(route, r) for r in routes.values() if not r.reply):
             raise ValueError(f"{cls.__name__} replies to {route.subject()}, which nothing requests")
         _add_operations(doc, cls, route, routes)
     _add_dead_letters(doc)
@@ -173,16 +176,44 @@ def _info() -> str:
     )
 
 
-def _add_event(doc: Json, cls: type[EventData], route: Route, sample: EventData, n: int) -> None:
-    key, cid = message_key(cls), channel_id(route)
+def replies_to(reply: Route, request: Route) -> bool:
+    """Whether ``reply`` answers ``request``: the same subject, or, for a reply every command of
+    a family may get (``ops.refused``), a subject whose ``{service}`` and trailing
+    ``{command}`` stand for any."""
+    r, q = reply.subject().split("."), request.subject().split(".")
+    if r and r[-1] == COMMAND:
+        head = r[:-1]
+        return len(q) > len(head) and all(a in (b, SERVICE) for a, b in zip(head, q, strict=False))
+    return r == q
+
+
+def _add_event(
+    doc: Json,
+    cls: type[EventData],
+    route: Route,
+    sample: EventData,
+    n: int,
+    routes: Mapping[type[EventData], Route],
+) -> None:
+    key = message_key(cls)
     jetstream = stream_of(route) is not None
     doc["components"]["messages"][key] = _message(cls, route, sample, n, jetstream=jetstream)
     _add_schemas(doc["components"]["schemas"], cls)
-    fresh = _channel(route)
-    channel = doc["channels"].setdefault(cid, fresh)
-    if channel["address"] != fresh["address"]:
-        raise ValueError(f"two subject patterns would share channel id {cid!r}")
-    channel["messages"][key] = {"$ref": f"#/components/messages/{key}"}
+    cids = [channel_id(route)]
+    if route.reply:  # on the reply channel of every request it answers
+        cids = sorted(
+            {
+                channel_id(r) + ".reply"
+                for r in routes.values()
+                if not r.reply and replies_to(route, r)
+            }
+        )
+    for cid in cids:
+        fresh = _channel(route)
+        channel = doc["channels"].setdefault(cid, fresh)
+        if channel["address"] != fresh["address"]:
+            raise ValueError(f"two subject patterns would share channel id {cid!r}")
+        channel["messages"][key] = {"$ref": f"#/components/messages/{key}"}
 
 
 def _channel(route: Route) -> Json:
@@ -247,7 +278,7 @@ def _add_operations(
     if route.reply:
         return  # described as the reply of the request's operations
     cid, key = channel_id(route), message_key(cls)
-    replies = [c for c, r in routes.items() if r.reply and r.subject() == route.subject()]
+    replies = [c for c, r in routes.items() if r.reply and replies_to(r, route)]
     for action, parties in (("send", route.producers), ("receive", route.consumers)):
         for party in parties:
             op = doc["operations"].setdefault(

@@ -42,6 +42,7 @@ from lockstep_common.identities import (
     AGENT,
     CLI,
     NODE_PLACEHOLDER,
+    READER,
     SITE_PLACEHOLDER,
     agent_identity,
 )
@@ -56,7 +57,15 @@ SENDER_IDENTITIES: Mapping[str, tuple[str, ...]] = {
     "schedulers": (CLI,),
     "node-agent": (AGENT,),
     "bmc-sweeper": (),
+    # Operator commands are granted per identity (OPERATORS), never as the channel's pattern:
+    # `ops.*.inventory.fleet.remove` would let one identity ask in another's name.
+    "operators": (),
 }
+# The identities that ask the services operator commands (``lockstep fleet list``...): each may
+# publish only under its own ``ops.<identity>.>`` (``subjects.ops_requests_of``), so the
+# answering service knows who asked from the subject, checked by the server, and decides what
+# that identity may run (``lockstep_common.operator``: the reader reads, the cli also writes).
+OPERATORS: tuple[str, ...] = (CLI, READER)
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,4 +203,238 @@ def samples() -> list[EventData]:
             ),
             next_after="gb200-r07-n03",
         ),
+        *_operator_samples(),
     ]
+
+
+_NODE = v1.RegisteredNode(
+    id="gb200-r07-n03",
+    bmc_url="https://10.7.3.1",
+    profile="gb200",
+    supplier="acme",
+    site="iad1",
+    rack="r07",
+    fabric_domain="nvl72-07",
+    pool="train-a",
+    credentials="env:IAD1_BMC",
+    power_side="A",
+)
+_DRIFT_ITEM = v1.DriftItem(
+    component=Component.GPU_GSP,
+    expected="580.95.05",
+    actual="570.86.10",
+    kind=DriftKind.UNEXPECTED,
+    severity=Severity.CRITICAL,
+)
+_COUNTS: dict[str, Any] = {
+    "nodes": 72,
+    "conforming": 70,
+    "drifted": 1,
+    "unreadable": 1,
+    "unobserved": 0,
+    "conformance_ratio": 0.972222,
+}
+
+
+def _operator_samples() -> list[EventData]:
+    """The operator commands' requests and answers (``lockstep_common.operator``)."""
+    sweep = v1.SweepState(
+        id=41,
+        started_at=_AT,
+        finished_at=_AT,
+        seconds=38.5,
+        total=72,
+        done=72,
+        unreadable=1,
+    )
+    return [
+        v1.OpsRefused(
+            command="fleet.remove",
+            kind="forbidden",
+            reason="identity 'reader' may only read: fleet.remove changes the fleet (run it as "
+            "'cli')",
+        ),
+        v1.FleetListRequested(after="gb200-r07-n02", limit=500),
+        v1.FleetListAnswered(nodes=(_NODE,), next_after=None),
+        v1.FleetStatusRequested(),
+        v1.FleetStatusAnswered(
+            fleet=v1.Conformance(**_COUNTS),
+            groups=(v1.PoolConformance(pool="train-a", profile="gb200", **_COUNTS),),
+            drifted_by_kind={DriftKind.UNEXPECTED: 1},
+            sweep=sweep,
+            sweep_running=False,
+            last_finished_sweep=sweep,
+        ),
+        v1.FleetShowRequested(node_id="gb200-r07-n03"),
+        v1.FleetShowAnswered(
+            node=_NODE,
+            observations=(
+                v1.NodeObservation(
+                    source=ObservationSource.AGENT,
+                    readable=True,
+                    observed_at=_AT,
+                    sequence=1207,
+                    components={Component.GPU_GSP: "570.86.10"},
+                    loaded_module="nvidia 570.86.10",
+                ),
+            ),
+            pin_stack_hash=_HASH,
+            drift=v1.DriftState(
+                stack_hash=_HASH, since=_AT, evaluated_at=_AT, items=(_DRIFT_ITEM,)
+            ),
+            history=(
+                v1.HistoryEntry(
+                    source=ObservationSource.AGENT,
+                    item="gsp",
+                    old="580.95.05",
+                    new="570.86.10",
+                    observed_at=_AT,
+                ),
+            ),
+        ),
+        v1.FleetDriftRequested(include_informational=False, limit=100),
+        v1.FleetDriftAnswered(
+            nodes=(
+                v1.DriftedNode(
+                    node="gb200-r07-n03",
+                    site="iad1",
+                    pool="train-a",
+                    profile="gb200",
+                    stack_hash=_HASH,
+                    since=_AT,
+                    items=(_DRIFT_ITEM,),
+                ),
+            ),
+        ),
+        v1.FleetRemoveRequested(node_ids=("gb200-r07-n03",)),
+        v1.FleetRemoveAnswered(removed=("gb200-r07-n03",)),
+        v1.DlqListRequested(limit=50),
+        v1.DlqListAnswered(letters=(_LETTER,)),
+        v1.DlqShowRequested(id=7),
+        v1.DlqShowAnswered(letter=_LETTER, payload='{"type": "lockstep.bundle.submitted"}'),
+        v1.DlqPurgeRequested(ids=(7,)),
+        v1.DlqPurgeAnswered(purged=(7,)),
+        v1.NodeHistoryRequested(node_id="gb200-r07-n03", limit=200),
+        v1.NodeHistoryAnswered(
+            steps=(
+                v1.StepEntry(
+                    rollout_id=_ROLL,
+                    wave=1,
+                    step="activating",
+                    attempt=1,
+                    token=3,
+                    started_at=_AT,
+                    ended_at=_AT,
+                    outcome="ok",
+                    reason="",
+                ),
+            )
+        ),
+        v1.NodeReleaseRequested(
+            node_id="gb200-r07-n03", reason="PSU replaced, diag passed", operator="jdoe"
+        ),
+        v1.NodeReleaseAnswered(release_id="release-0c1f9a2b3d4e"),
+        v1.NodeApproveRemedyRequested(node_id="gb200-r07-n03"),
+        v1.NodeApproveRemedyAnswered(node_id="gb200-r07-n03"),
+        v1.GateShowRequested(rollout_id=_ROLL, wave=0),
+        v1.GateShowAnswered(
+            verdicts=(
+                v1.GateVerdictRecord(
+                    rollout_id=_ROLL,
+                    wave=0,
+                    verdict=GateVerdict.TRIPPED,
+                    kind="hard_rule",
+                    reason="XID 79 on gb200-r07-n03",
+                    window_start=_AT,
+                    window_end=_AT,
+                    policy_digest="0" * 64,
+                    event_id=uuid.UUID(int=7),
+                    decision={"verdict": "tripped", "offending_nodes": ["gb200-r07-n03"]},
+                ),
+            )
+        ),
+        v1.FleetStragglersRequested(),
+        v1.FleetStragglersAnswered(findings=()),
+        v1.RolloutStatusRequested(rollout_id=_ROLL),
+        v1.RolloutStatusAnswered(
+            rollout=v1.RolloutState(
+                rollout_id=_ROLL,
+                intent_id=uuid.UUID(int=1),
+                stack_hash=_HASH,
+                change_class="standard",
+                dry_run=False,
+                state="running",
+                plan_hash="0" * 64,
+                approvals=(),
+                approvals_needed=0,
+                reason="",
+                created_at=_AT,
+                updated_at=_AT,
+                deferred={},
+                waves=(
+                    v1.RolloutWaveState(
+                        number=0,
+                        state="released",
+                        nodes=5,
+                        components=("gpu_vbios",),
+                        gate_passed=False,
+                        succeeded=2,
+                        failed=0,
+                        released_at=_AT,
+                        deadline=_AT,
+                        soak_until=None,
+                    ),
+                ),
+                nodes_by_step={"activated": 2, "waiting": 3},
+            )
+        ),
+        v1.RolloutAuditRequested(rollout_id=_ROLL),
+        v1.RolloutAuditAnswered(
+            entries=(v1.AuditEntry(at=_AT, actor="alice", action="paused", detail="change freeze"),)
+        ),
+        v1.FabricListRequested(),
+        v1.FabricListAnswered(domains=(_DOMAIN,)),
+        v1.FabricShowRequested(domain="nvl72-07"),
+        v1.FabricShowAnswered(
+            domain=_DOMAIN,
+            history=(v1.AuditEntry(at=_AT, actor="inventory", action="discovered", detail=""),),
+        ),
+        v1.FleetGoldenRequested(node_id="gb200-r07-n03"),
+        v1.FleetGoldenAnswered(stack={"gb200": {Component.GPU_GSP: "580.95.05"}}),
+        v1.RolloutControlRequested(
+            rollout_id=_ROLL, action="pause", by="alice", reason="change freeze"
+        ),
+        v1.RolloutControlAnswered(command_id=12, outcome="done"),
+        v1.FabricPinRequested(domain="nvl72-07", bundle="gb200-fabric@1.20.3", by="bob"),
+        v1.FabricPinAnswered(command_id=13, stack_hash=_HASH, outcome="done"),
+    ]
+
+
+_DOMAIN = v1.FabricDomainState(
+    domain="nvl72-07",
+    current="gb200-fabric@1.20.3",
+    current_stack_hash=_HASH,
+    target="gb200-fabric@1.20.3",
+    target_stack_hash=_HASH,
+    lifecycle="AVAILABLE",
+    update_state="NO_UPDATE",
+    update_reason="runs its target",
+    recycle_level="FULL_RECYCLE",
+    rollout_id=None,
+    nodes=("gb200-r07-n03",),
+    changed_by="planner",
+    changed_at=_AT,
+)
+
+
+_LETTER = v1.DeadLetterEntry(
+    id=7,
+    failed_at=_AT,
+    consumer="lockstep-attest-bundles",
+    stream="LOCKSTEP_BUNDLES",
+    stream_seq=1207,
+    subject="bundle.submitted",
+    error_kind="InvalidMessage",
+    deliveries=1,
+    reason="unknown schema version 7 of lockstep.bundle.submitted",
+)

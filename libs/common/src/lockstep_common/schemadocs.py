@@ -23,9 +23,12 @@ import yaml
 
 from lockstep_common import subjects
 from lockstep_common.asyncapi import (
+    COMMAND,
+    IDENTITY,
     NODE,
     PROFILE,
     ROLLOUT,
+    SERVICE,
     SITE,
     Route,
     address,
@@ -72,8 +75,25 @@ _ROLLOUT_READERS = ("sre", "audit")
 _GATE_READERS = ("sre",)
 _DRIFT_READERS = ("platform-teams",)
 
+
 # The one table of where each event travels (design.md, "Events"). A class missing here stops
 # generation.
+def _ops(
+    service: str, command: str, request: type[EventData], answer: type[EventData]
+) -> dict[type[EventData], Channel]:
+    """An operator command's request and answer: asked by an operator identity on its own
+    ``ops.<identity>.<service>.<command>`` (granted per identity, ``bus_access``), answered to
+    its inbox."""
+
+    def subject() -> str:
+        return subjects.ops_request(IDENTITY, service, command)
+
+    return {
+        request: Channel(subject, ("operators",)),
+        answer: Channel(subject, readers=("operators",), reply=True),
+    }
+
+
 CHANNELS: dict[type[EventData], Channel] = {
     v1.BundleSubmitted: Channel(subjects.bundle_submitted, ("cli",)),
     v1.BundleAttested: Channel(subjects.bundle_attested, readers=("audit",)),
@@ -125,14 +145,47 @@ CHANNELS: dict[type[EventData], Channel] = {
     # The CLI asks for the sites of the nodes `lockstep agent enroll` is given.
     v1.FleetQueryRequested: Channel(subjects.fleet_query, ("cli",)),
     v1.FleetQueryAnswered: Channel(subjects.fleet_query, reply=True),
+    v1.OpsRefused: Channel(lambda: subjects.ops_request(IDENTITY, SERVICE, COMMAND), reply=True),
+    **_ops("inventory", "fleet.list", v1.FleetListRequested, v1.FleetListAnswered),
+    **_ops("inventory", "fleet.status", v1.FleetStatusRequested, v1.FleetStatusAnswered),
+    **_ops("inventory", "fleet.show", v1.FleetShowRequested, v1.FleetShowAnswered),
+    **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
+    **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
+    **_ops("inventory", "fleet.golden", v1.FleetGoldenRequested, v1.FleetGoldenAnswered),
+    **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
+    **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
+    **_ops(
+        "updater",
+        "node.approve-remedy",
+        v1.NodeApproveRemedyRequested,
+        v1.NodeApproveRemedyAnswered,
+    ),
+    **_ops("healthgate", "gate.show", v1.GateShowRequested, v1.GateShowAnswered),
+    **_ops(
+        "healthgate", "fleet.stragglers", v1.FleetStragglersRequested, v1.FleetStragglersAnswered
+    ),
+    **_ops("planner", "rollout.status", v1.RolloutStatusRequested, v1.RolloutStatusAnswered),
+    **_ops("planner", "rollout.audit", v1.RolloutAuditRequested, v1.RolloutAuditAnswered),
+    **_ops("planner", "rollout.control", v1.RolloutControlRequested, v1.RolloutControlAnswered),
+    **_ops("planner", "fabric.pin", v1.FabricPinRequested, v1.FabricPinAnswered),
+    **_ops("planner", "fabric.list", v1.FabricListRequested, v1.FabricListAnswered),
+    **_ops("planner", "fabric.show", v1.FabricShowRequested, v1.FabricShowAnswered),
+    # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
+    **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),
+    **_ops(SERVICE, "dlq.show", v1.DlqShowRequested, v1.DlqShowAnswered),
+    **_ops(SERVICE, "dlq.purge", v1.DlqPurgeRequested, v1.DlqPurgeAnswered),
 }
 
 
-def pattern(cls: type[EventData]) -> str:
+def pattern(cls: type[EventData], service: str | None = None) -> str:
     """The logical subject pattern of ``cls``: its subject with ``*`` for every parameter
-    (``drift.detected.*.*``), as a NATS permission or subscription spells it."""
-    stand_ins = {ROLLOUT, SITE, NODE, PROFILE}
-    return ".".join("*" if t in stand_ins else t for t in CHANNELS[cls].subject().split("."))
+    (``drift.detected.*.*``), as a NATS permission or subscription spells it; the service
+    token of an operator command every service answers is ``service``'s own."""
+    stand_ins = {ROLLOUT, SITE, NODE, PROFILE, IDENTITY, SERVICE, COMMAND}
+    return ".".join(
+        service if t == SERVICE and service else "*" if t in stand_ins else t
+        for t in CHANNELS[cls].subject().split(".")
+    )
 
 
 def routes(parties: Parties) -> dict[type[EventData], Route]:

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from nats.aio.client import Client as NatsClient
@@ -30,10 +30,12 @@ from lockstep_common import db, deadletter, inbox, natsconn
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription, consumer_spec
 from lockstep_common.consumer_watch import ConsumerWatch, Watched
+from lockstep_common.dlq_commands import DLQ_COMMANDS
 from lockstep_common.envelope import EventRegistry, source_of
 from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
+from lockstep_common.operator import Command, OperatorResponder
 from lockstep_common.query_gauges import RUNTIME_GAUGES, QueryGauges
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings, explain, unknown_variables
@@ -107,6 +109,15 @@ class ServiceApp:
         self._stopping = asyncio.Event()
         self._checks: dict[str, Callable[[], bool]] = {}
         self.resources: Resources | None = None
+        # Every service answers operator commands about its dead letters; add_operator_commands
+        # adds its own (lockstep_common.operator).
+        self._operator_commands: list[Command[Any]] = list(DLQ_COMMANDS)
+
+    def add_operator_commands(self, *commands: Command[Any]) -> None:
+        """Operator commands this service answers (``ops.<identity>.<service>.<command>``)."""
+        if self.resources is not None:
+            raise RuntimeError(f"service {self.name} is already started")
+        self._operator_commands += commands
 
     def add_workers(self, *workers: Worker) -> None:
         """Add background loops that need the app itself (its metrics, namespace, source)."""
@@ -266,6 +277,9 @@ class ServiceApp:
             self._maintain(),
             *(r.run() for r in self._runners),
             *(w.run(self.resources, self._stopping) for w in self._workers),
+            OperatorResponder(self.name, self.namespace, self.source, self._operator_commands).run(
+                self.resources, self._stopping
+            ),
         ]
         if watched:
             self._watcher = AdvisoryWatcher(js, pool, self.namespace, specs[-1])

@@ -165,6 +165,28 @@ def fleet_query() -> str:
     return "fleet.query"
 
 
+def ops_request(identity: str, service: str, command: str) -> str:
+    """Request/reply: an operator command (``fleet.list``) asked of ``service`` by ``identity``.
+
+    The identity is a subject token so that the server, not the payload, says who asked: each
+    operator identity may publish only under its own ``ops.<identity>.>`` (``bus_access``), and
+    the answering service reads the asker from the subject (``lockstep_common.operator``).
+    """
+    tokens = [token(t, "command token") for t in command.split(".")]
+    return ".".join(["ops", token(identity, "identity"), token(service, "service"), *tokens])
+
+
+def ops_command_all(service: str, command: str) -> str:
+    """One operator command of ``service`` from any identity (the service's subscription)."""
+    tokens = [token(t, "command token") for t in command.split(".")]
+    return ".".join(["ops", "*", token(service, "service"), *tokens])
+
+
+def ops_requests_of(identity: str) -> str:
+    """Every operator request ``identity`` may make (a permission pattern)."""
+    return f"ops.{token(identity, 'identity')}.>"
+
+
 def dead_letter(original: str) -> str:
     """Where a message that could not be processed is copied, under its original subject."""
     if original.startswith("dlq."):

@@ -9,6 +9,7 @@ from lockstep_healthgate.adapters.gauges import GAUGES
 from lockstep_healthgate.domain.policy import Policy, PolicyError
 from lockstep_healthgate.handlers import GateConfig, Handlers
 from lockstep_healthgate.maintenance import PartitionKeeper
+from lockstep_healthgate.operator_commands import COMMANDS
 from lockstep_healthgate.policy_files import default_policy, load_policy
 from lockstep_healthgate.router import subscriptions
 from lockstep_healthgate.settings import Settings
@@ -69,4 +70,5 @@ def create_app(settings: Settings) -> ServiceApp:
         ),
         QueryGauges(app.metrics.registry, GAUGES),
     )
+    app.add_operator_commands(*COMMANDS)
     return app

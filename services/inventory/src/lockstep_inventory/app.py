@@ -8,6 +8,7 @@ from lockstep_inventory.admission import admission_responder
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.fleet_query import fleet_query_responder
 from lockstep_inventory.handlers import Handlers
+from lockstep_inventory.operator_commands import COMMANDS, golden_command
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweep_worker import SweepWorker
@@ -31,4 +32,5 @@ def create_app(settings: Settings) -> ServiceApp:
         fleet_query_responder(app.namespace, app.source),
         gauges,
     )
+    app.add_operator_commands(*COMMANDS, golden_command(rules))
     return app

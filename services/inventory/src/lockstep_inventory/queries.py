@@ -176,24 +176,37 @@ class DriftEntry:
     items: tuple[DriftItem, ...]
 
 
-async def drift_report(conn: Conn, *, include_informational: bool = False) -> list[DriftEntry]:
-    """Every node whose drift set is not empty (only ``unknown`` items: left out by default)."""
+async def drift_report(
+    conn: Conn,
+    *,
+    include_informational: bool = False,
+    after: str | None = None,
+    limit: int | None = None,
+) -> list[DriftEntry]:
+    """Every node whose drift set is not empty (only ``unknown`` items: left out by default),
+    by node id; ``after`` and ``limit`` for a page of it."""
     rows = await conn.fetch(
-        "SELECT d.node_id, n.site, n.pool, n.profile, d.stack_hash, d.since, d.items::text,"
-        " d.kinds FROM drift d JOIN nodes n ON n.id = d.node_id"
-        " WHERE cardinality(d.kinds) > 0 ORDER BY d.node_id"
+        "SELECT d.node_id, n.site, n.pool, n.profile, d.stack_hash, d.since, d.items::text"
+        " FROM drift d JOIN nodes n ON n.id = d.node_id"
+        " WHERE cardinality(d.kinds) > 0 AND ($1 OR NOT d.kinds <@ $2::text[])"
+        " AND ($3::text IS NULL OR d.node_id > $3) ORDER BY d.node_id LIMIT $4",
+        include_informational,
+        sorted(INFORMATIONAL),
+        after,
+        limit,
     )
-    out: list[DriftEntry] = []
-    for r in rows:
-        if not include_informational and not set(r["kinds"]) - INFORMATIONAL:
-            continue
-        items = state.parse_items(r["items"])
-        out.append(
-            DriftEntry(
-                r["node_id"], r["site"], r["pool"], r["profile"], r["stack_hash"], r["since"], items
-            )
+    return [
+        DriftEntry(
+            r["node_id"],
+            r["site"],
+            r["pool"],
+            r["profile"],
+            r["stack_hash"],
+            r["since"],
+            state.parse_items(r["items"]),
         )
-    return out
+        for r in rows
+    ]
 
 
 async def golden_stack(

@@ -4,8 +4,8 @@ Consumes in-band reports (``telemetry.observed.inventory.>``, in batches), pins
 (``pin.changed.>``), wave boundaries (``wave.>``, ``rollout.halted|completed.*``) and device
 steps (``device.>``); emits ``drift.detected`` / ``drift.resolved`` through the outbox.
 Its other inputs are not JetStream consumers: the Redfish sweep (``SweepWorker``) and the
-``admission.check`` and ``fleet.query`` request/reply (``responder.Responder``), started in
-``app.py``.
+``admission.check`` and ``fleet.query`` request/reply (``responder.Responder``) and the
+operator commands (``operator_commands.COMMANDS``), started in ``app.py``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from lockstep_common.events.v1 import (
     DeviceVerified,
     DriftDetected,
     DriftResolved,
+    FleetGoldenAnswered,
+    FleetGoldenRequested,
     FleetQueryAnswered,
     FleetQueryRequested,
     InventoryObserved,
+    OpsRefused,
     PinChanged,
     RolloutCompleted,
     RolloutHalted,
@@ -33,10 +36,16 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_inventory.handlers import Handlers
+from lockstep_inventory.operator_commands import COMMANDS
 
 # Core NATS request/reply subjects this service answers (``responder.Responder``); not stored,
 # so not a subscription, but consumed all the same.
-ANSWERS: tuple[type[EventData], ...] = (AdmissionCheckRequested, FleetQueryRequested)
+ANSWERS: tuple[type[EventData], ...] = (
+    AdmissionCheckRequested,
+    FleetQueryRequested,
+    *(c.request for c in COMMANDS),
+    FleetGoldenRequested,
+)
 # The event classes this service publishes: drift through the outbox, and the replies.
 # With ``subscriptions()`` and ``ANSWERS``, the source of the producer and consumer lists in docs/.
 EMITS: tuple[type[EventData], ...] = (
@@ -44,6 +53,9 @@ EMITS: tuple[type[EventData], ...] = (
     DriftResolved,
     AdmissionCheckAnswered,
     FleetQueryAnswered,
+    OpsRefused,
+    *(c.answer for c in COMMANDS),
+    FleetGoldenAnswered,
 )
 
 

@@ -19,6 +19,7 @@ from lockstep_planner.adapters.slurm_jobs import SlurmJobs
 from lockstep_planner.domain.classes import Policy, PolicyError
 from lockstep_planner.handlers import Handlers
 from lockstep_planner.lifecycle import Timing
+from lockstep_planner.operator_commands import all_commands
 from lockstep_planner.planning import Planning
 from lockstep_planner.router import subscriptions
 from lockstep_planner.settings import Settings
@@ -87,18 +88,21 @@ def create_app(settings: Settings) -> ServiceApp:
     def fleet(resources: Resources) -> FleetQuery:
         return FleetQuery(resources.nc, app.namespace, source, timeout_s=settings.fleet_timeout_s)
 
-    app.add_workers(
-        PlannerWorker(
-            planning,
-            store=lambda resources: PostgresStore(resources.pool, source),
-            fleet=fleet,
-            poll_s=settings.worker_poll_s,
-            lease_s=settings.lease_s,
-            max_attempts=settings.max_attempts,
-            occupancy=lambda _: occupancy_of(settings),
-            fabric_sync_s=settings.fabric_sync_s,
-            wake_channel=f"{app.schema}_planner",
-        ),
-        QueryGauges(app.metrics.registry, GAUGES),
+    worker = PlannerWorker(
+        planning,
+        store=lambda resources: PostgresStore(resources.pool, source),
+        fleet=fleet,
+        poll_s=settings.worker_poll_s,
+        lease_s=settings.lease_s,
+        max_attempts=settings.max_attempts,
+        occupancy=lambda _: occupancy_of(settings),
+        fabric_sync_s=settings.fabric_sync_s,
+        wake_channel=f"{app.schema}_planner",
     )
+    app.add_workers(worker, QueryGauges(app.metrics.registry, GAUGES))
+
+    async def carry_out() -> bool:  # an operator's command, at once (rollout.control)
+        return await worker.commands(PostgresStore(app.require().pool, source))
+
+    app.add_operator_commands(*all_commands(carry_out))
     return app

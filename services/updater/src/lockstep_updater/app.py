@@ -6,6 +6,7 @@ from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
 from lockstep_updater.adapters.gauges import GAUGES
 from lockstep_updater.domain.remedy import RemedyPolicy
+from lockstep_updater.operator_commands import COMMANDS
 from lockstep_updater.router import subscriptions
 from lockstep_updater.settings import Settings
 from lockstep_updater.worker import UpdaterWorker
@@ -26,4 +27,5 @@ def create_app(settings: Settings) -> ServiceApp:
     app.add_workers(
         UpdaterWorker(settings, app.namespace, NAME), QueryGauges(app.metrics.registry, GAUGES)
     )
+    app.add_operator_commands(*COMMANDS)
     return app

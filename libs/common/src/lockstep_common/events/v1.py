@@ -7,13 +7,14 @@ become the JSON Schemas and the AsyncAPI document in ``docs/`` (``lockstep docs 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from lockstep_common.envelope import EventData
 from lockstep_common.maintenance import MaintenanceError, parse_schedule
 from lockstep_common.vocabulary import (
+    TEXT_MAX,
     ChangeClass,
     CheckResult,
     Component,
@@ -745,6 +746,772 @@ class FleetQueryAnswered(EventData):
     )
 
 
+# --- operator commands (request/reply on ops.<identity>.<service>.<command>) --------------------
+# The operator CLI asks the service that owns the data; it holds no database credentials
+# (issue 26, item 3). Who asked is the subject's identity token, which the server allows each
+# identity only for itself; a command that cannot be run gets an ``ops.refused`` reply instead
+# of the command's answer. Lists come a page at a time so that every reply stays under NATS's
+# 1 MiB default payload.
+
+MAX_OPS_PAGE = 500  # registered nodes per page (about 300 bytes each)
+MAX_DRIFT_PAGE = 100  # drifted nodes per page (each up to a few dozen items)
+MAX_HISTORY = 200
+Reading = Annotated[str, Field(max_length=1024)]  # a version or member id as a BMC reported it
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+
+
+class OpsRefused(EventData):
+    """An operator command that was not run, and why. Nothing was changed."""
+
+    event_type: ClassVar[str] = "ops.refused"
+    schema_version: ClassVar[int] = 1
+
+    command: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The command asked, e.g. fleet.remove."
+    )
+    kind: Annotated[str, Field(pattern=r"^(forbidden|invalid|not_found|conflict|failed)$")] = Field(
+        description="forbidden (this identity may not), invalid (bad request), not_found, "
+        "conflict (not now, in this state), failed (the service could not answer; asking "
+        "again may work)."
+    )
+    reason: Text = Field(description="One line naming what is wrong.")
+
+
+class RegisteredNode(Part):
+    """One node's registry entry (the credentials by reference, never a secret)."""
+
+    id: NodeId = Field(description="Node id.")
+    bmc_url: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
+        description="BMC base URL."
+    )
+    profile: Name = Field(description="Hardware profile (SKU).")
+    supplier: Annotated[str, Field(max_length=128)] = Field(default="", description="Builder.")
+    site: SiteId = Field(description="Site.")
+    rack: Annotated[str, Field(max_length=128)] = Field(default="", description="Rack.")
+    fabric_domain: Annotated[str, Field(max_length=128)] = Field(
+        default="", description="NVLink domain."
+    )
+    pool: Annotated[str, Field(max_length=128)] = Field(default="", description="Pool.")
+    credentials: Annotated[str, Field(pattern=r"^(env:|file:/)", max_length=1024)] = Field(
+        description="Where the BMC credentials are (env:PREFIX or file:/path), not them."
+    )
+    power_side: Annotated[str, Field(max_length=32)] = Field(
+        default="", description="Redundant power side."
+    )
+    allow_plain_http: bool = Field(default=False, description="May credentials go over http.")
+
+
+class FleetListRequested(EventData):
+    """``lockstep fleet list``: registered nodes, a page at a time, in node id order."""
+
+    event_type: ClassVar[str] = "ops.fleet.list.requested"
+    schema_version: ClassVar[int] = 1
+
+    after: NodeId | None = Field(default=None, description="Only nodes sorting after this id.")
+    limit: int = Field(default=MAX_OPS_PAGE, ge=1, le=MAX_OPS_PAGE, description="Page size.")
+
+
+class FleetListAnswered(EventData):
+    """One page of the registry."""
+
+    event_type: ClassVar[str] = "ops.fleet.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[RegisteredNode, ...] = Field(max_length=MAX_OPS_PAGE, description="This page.")
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
+class Conformance(Part):
+    """Conformance counts of a group of nodes."""
+
+    nodes: Count = Field(description="Registered nodes.")
+    conforming: Count = Field(description="Observed, readable, no drift but informational.")
+    drifted: Count = Field(description="Nodes with drift beyond informational items.")
+    unreadable: Count = Field(description="Nodes whose BMC did not answer the last sweep.")
+    unobserved: Count = Field(description="Nodes never evaluated.")
+    conformance_ratio: float = Field(ge=0, le=1, description="conforming / nodes (1 if none).")
+
+
+class PoolConformance(Conformance):
+    """Conformance of one (pool, profile) group."""
+
+    pool: Annotated[str, Field(max_length=128)] = Field(description="Pool.")
+    profile: Name = Field(description="Hardware profile.")
+
+
+class SweepState(Part):
+    """One Redfish sweep of the fleet."""
+
+    id: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="Sweep number.")
+    started_at: AwareDatetime = Field(description="When it started.")
+    finished_at: AwareDatetime | None = Field(description="When it finished (None: not yet).")
+    seconds: float | None = Field(ge=0, description="How long it took (None: unfinished).")
+    total: Count = Field(description="Nodes to sweep.")
+    done: Count = Field(description="Nodes read and committed.")
+    unreadable: Count = Field(description="Nodes whose BMC did not answer.")
+    error: Text | None = Field(default=None, description="Why it ended early, if it did.")
+
+
+class FleetStatusRequested(EventData):
+    """``lockstep fleet status``: the fleet at a glance."""
+
+    event_type: ClassVar[str] = "ops.fleet.status.requested"
+    schema_version: ClassVar[int] = 1
+
+
+class FleetStatusAnswered(EventData):
+    """Conformance by pool and profile, drifted nodes by kind, the newest sweeps."""
+
+    event_type: ClassVar[str] = "ops.fleet.status.answered"
+    schema_version: ClassVar[int] = 1
+
+    fleet: Conformance = Field(description="The whole fleet.")
+    groups: tuple[PoolConformance, ...] = Field(
+        max_length=MAX_NODES, description="One per (pool, profile), sorted."
+    )
+    drifted_by_kind: dict[DriftKind, Count] = Field(
+        max_length=MAX_SMALL, description="Drifted nodes per drift kind."
+    )
+    sweep: SweepState | None = Field(description="The newest sweep.")
+    sweep_running: bool = Field(description="The newest sweep is unfinished and running.")
+    last_finished_sweep: SweepState | None = Field(description="The newest finished sweep.")
+
+
+class NodeObservation(Part):
+    """A node's latest report from one source."""
+
+    source: ObservationSource = Field(description="redfish (the BMC) or agent (in-band).")
+    readable: bool = Field(description="Whether the source could be read.")
+    error: Text | None = Field(default=None, description="Why not.")
+    unreadable_since: AwareDatetime | None = Field(
+        default=None, description="First failed read of the current run of failures."
+    )
+    observed_at: AwareDatetime = Field(description="When it was observed.")
+    sequence: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="Report sequence.")
+    components: dict[Component, Reading] = Field(
+        default_factory=dict, max_length=MAX_SMALL, description="Version per component."
+    )
+    conflicts: dict[Component, dict[Reading, Reading]] = Field(
+        default_factory=dict,
+        max_length=MAX_SMALL,
+        description="Components whose members disagree: member -> version.",
+    )
+    members: dict[Reading, Reading] = Field(
+        default_factory=dict, max_length=MAX_ITEMS, description="Inventory member -> version."
+    )
+    loaded_module: Reading | None = Field(default=None, description="Loaded driver module.")
+    firmware_dirs: tuple[Reading, ...] | None = Field(
+        default=None, max_length=MAX_ITEMS, description="Firmware directories present."
+    )
+
+
+class HistoryEntry(Part):
+    """One observed change of one item."""
+
+    source: ObservationSource = Field(description="Who observed it.")
+    item: Reading = Field(description="Component or member.")
+    old: Reading | None = Field(description="Version before (None: new).")
+    new: Reading | None = Field(description="Version after (None: gone).")
+    observed_at: AwareDatetime = Field(description="When.")
+
+
+class DriftState(Part):
+    """A node's current drift set."""
+
+    stack_hash: StackHash | None = Field(description="The pin judged against (None: none).")
+    since: AwareDatetime = Field(description="Drifting since.")
+    evaluated_at: AwareDatetime = Field(description="Last evaluated.")
+    items: tuple[DriftItem, ...] = Field(max_length=MAX_ITEMS, description="Drift items.")
+
+
+class FleetShowRequested(EventData):
+    """``lockstep fleet show NODE``."""
+
+    event_type: ClassVar[str] = "ops.fleet.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+
+
+class FleetShowAnswered(EventData):
+    """Everything the inventory knows about one node."""
+
+    event_type: ClassVar[str] = "ops.fleet.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    node: RegisteredNode = Field(description="Registry entry.")
+    observations: tuple[NodeObservation, ...] = Field(
+        max_length=MAX_SMALL, description="Latest report per source."
+    )
+    pin_stack_hash: StackHash | None = Field(description="The pin that applies (None: none).")
+    drift: DriftState | None = Field(description="Drift set (None: not evaluated yet).")
+    history: tuple[HistoryEntry, ...] = Field(
+        max_length=MAX_HISTORY, description="Recent changes, newest first."
+    )
+
+
+class DriftedNode(Part):
+    """One drifted node of the drift report."""
+
+    node: NodeId = Field(description="Node id.")
+    site: SiteId = Field(description="Site.")
+    pool: Annotated[str, Field(max_length=128)] = Field(description="Pool.")
+    profile: Name = Field(description="Hardware profile.")
+    stack_hash: StackHash | None = Field(description="The pin judged against.")
+    since: AwareDatetime = Field(description="Drifting since.")
+    items: tuple[DriftItem, ...] = Field(max_length=MAX_ITEMS, description="Drift items.")
+
+
+class FleetDriftRequested(EventData):
+    """``lockstep fleet drift``: drifted nodes, a page at a time, in node id order."""
+
+    event_type: ClassVar[str] = "ops.fleet.drift.requested"
+    schema_version: ClassVar[int] = 1
+
+    include_informational: bool = Field(
+        default=False, description="Also nodes whose only items are informational (unknown)."
+    )
+    after: NodeId | None = Field(default=None, description="Only nodes sorting after this id.")
+    limit: int = Field(default=MAX_DRIFT_PAGE, ge=1, le=MAX_DRIFT_PAGE, description="Page size.")
+
+
+class FleetDriftAnswered(EventData):
+    """One page of the drift report."""
+
+    event_type: ClassVar[str] = "ops.fleet.drift.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[DriftedNode, ...] = Field(max_length=MAX_DRIFT_PAGE, description="This page.")
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
+class FleetRemoveRequested(EventData):
+    """``lockstep fleet remove NODE...``: forget nodes, all or none."""
+
+    event_type: ClassVar[str] = "ops.fleet.remove.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_ids: tuple[NodeId, ...] = Field(
+        min_length=1, max_length=MAX_NODES, description="Nodes to forget."
+    )
+
+
+class FleetRemoveAnswered(EventData):
+    """The nodes forgotten."""
+
+    event_type: ClassVar[str] = "ops.fleet.remove.answered"
+    schema_version: ClassVar[int] = 1
+
+    removed: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Nodes forgotten.")
+
+
+# Every service answers these about its own dead letters (``lockstep dlq``).
+MAX_DLQ_PAGE = 200
+MAX_PAYLOAD_TEXT = 1 << 20  # a dead letter's original, as text or base64 (a NATS message's size)
+
+
+class DeadLetterEntry(Part):
+    """One message a service gave up on, and why."""
+
+    id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="Its id in the service.")
+    failed_at: AwareDatetime = Field(description="When it was given up on.")
+    consumer: Name = Field(description="The durable consumer that gave up on it.")
+    stream: Name = Field(description="The original's stream.")
+    stream_seq: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(
+        description="The original's sequence in its stream."
+    )
+    subject: Annotated[str, Field(min_length=1, max_length=1024)] = Field(
+        description="The original's subject, without the namespace."
+    )
+    error_kind: Name = Field(description="Error class, e.g. InvalidMessage.")
+    deliveries: Count = Field(description="How many times it was delivered.")
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+
+
+class DlqListRequested(EventData):
+    """``lockstep dlq list SERVICE``: the newest dead letters of the service asked."""
+
+    event_type: ClassVar[str] = "ops.dlq.list.requested"
+    schema_version: ClassVar[int] = 1
+
+    limit: int = Field(default=50, ge=1, le=MAX_DLQ_PAGE, description="At most this many.")
+
+
+class DlqListAnswered(EventData):
+    """Dead letters, newest first."""
+
+    event_type: ClassVar[str] = "ops.dlq.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    letters: tuple[DeadLetterEntry, ...] = Field(
+        max_length=MAX_DLQ_PAGE, description="Newest first."
+    )
+
+
+class DlqShowRequested(EventData):
+    """``lockstep dlq show SERVICE ID`` (and ``replay``, which reads it first)."""
+
+    event_type: ClassVar[str] = "ops.dlq.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="The dead letter.")
+
+
+class DlqShowAnswered(EventData):
+    """One dead letter with its original message."""
+
+    event_type: ClassVar[str] = "ops.dlq.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    letter: DeadLetterEntry = Field(description="The dead letter.")
+    payload: Annotated[str, Field(max_length=MAX_PAYLOAD_TEXT)] | None = Field(
+        default=None, description="The original, when it is UTF-8 text."
+    )
+    payload_base64: Annotated[str, Field(max_length=MAX_PAYLOAD_TEXT)] | None = Field(
+        default=None, description="The original in base64, when it is not."
+    )
+
+
+class DlqPurgeRequested(EventData):
+    """``lockstep dlq purge SERVICE``: forget dead letters by id or by age (one of the two)."""
+
+    event_type: ClassVar[str] = "ops.dlq.purge.requested"
+    schema_version: ClassVar[int] = 1
+
+    ids: tuple[Annotated[int, Field(ge=1, le=INT64_MAX)], ...] = Field(
+        default=(), max_length=MAX_NODES, description="These dead letters."
+    )
+    older_than_s: float | None = Field(
+        default=None, ge=0, description="Everything recorded longer ago than this."
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> DlqPurgeRequested:
+        if bool(self.ids) == (self.older_than_s is not None):
+            raise ValueError("give ids or older_than_s, not both and not neither")
+        return self
+
+
+class DlqPurgeAnswered(EventData):
+    """The dead letters forgotten."""
+
+    event_type: ClassVar[str] = "ops.dlq.purge.answered"
+    schema_version: ClassVar[int] = 1
+
+    purged: tuple[Annotated[int, Field(ge=1, le=INT64_MAX)], ...] = Field(
+        max_length=MAX_NODES, description="Their ids."
+    )
+
+
+# The updater's operator commands (``lockstep node ...``).
+MAX_STEPS = 1000  # steps per history answer: each up to ~1 KiB with its reason
+
+
+class StepEntry(Part):
+    """One update step the updater recorded for a node."""
+
+    rollout_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="Rollout (or release/remedy work item) id."
+    )
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Wave.")
+    step: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="Step.")
+    attempt: Count = Field(description="Attempt number.")
+    token: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="Fencing token.")
+    started_at: AwareDatetime = Field(description="Start.")
+    ended_at: AwareDatetime = Field(description="End.")
+    outcome: Annotated[str, Field(min_length=1, max_length=64)] = Field(description="Outcome.")
+    reason: Text = Field(description="Why it ended so.")
+
+
+class NodeHistoryRequested(EventData):
+    """``lockstep node history NODE``: the node's most recent update steps."""
+
+    event_type: ClassVar[str] = "ops.node.history.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+    limit: int = Field(default=200, ge=1, le=MAX_STEPS, description="Most recent steps.")
+
+
+class NodeHistoryAnswered(EventData):
+    """The node's steps, oldest first."""
+
+    event_type: ClassVar[str] = "ops.node.history.answered"
+    schema_version: ClassVar[int] = 1
+
+    steps: tuple[StepEntry, ...] = Field(max_length=MAX_STEPS, description="Oldest first.")
+
+
+class NodeReleaseRequested(EventData):
+    """``lockstep node release NODE --reason TEXT``: give a quarantined node back."""
+
+    event_type: ClassVar[str] = "ops.node.release.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+    reason: Annotated[str, Field(min_length=1, max_length=500)] = Field(
+        description="Why it may serve again (kept in its history)."
+    )
+    operator: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="The person, as they name themselves (not verified)."
+    )
+
+
+class NodeReleaseAnswered(EventData):
+    """The release recorded; the updater gives the drain back."""
+
+    event_type: ClassVar[str] = "ops.node.release.answered"
+    schema_version: ClassVar[int] = 1
+
+    release_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The release's work item."
+    )
+
+
+class NodeApproveRemedyRequested(EventData):
+    """``lockstep node approve-remedy NODE``: let a GSP runbook held for approval run."""
+
+    event_type: ClassVar[str] = "ops.node.approve-remedy.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+
+
+class NodeApproveRemedyAnswered(EventData):
+    """The remedy released to the updater's workers."""
+
+    event_type: ClassVar[str] = "ops.node.approve-remedy.answered"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The node.")
+
+
+# The healthgate's operator commands (``lockstep gate show``, ``lockstep fleet stragglers``).
+MAX_VERDICTS = 1000
+
+
+class GateVerdictRecord(Part):
+    """A wave's persisted gate verdict and what it was judged on."""
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Wave.")
+    verdict: GateVerdict = Field(description="passed, tripped or inconclusive.")
+    kind: Annotated[str, Field(min_length=1, max_length=32)] = Field(
+        description="hard_rule (at once) or judge (after the soak)."
+    )
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why, in one text.")
+    window_start: AwareDatetime = Field(description="Start of the window judged.")
+    window_end: AwareDatetime = Field(description="End of the window judged.")
+    policy_digest: Annotated[str, Field(max_length=128)] = Field(
+        description="sha256 of the policy the judge ran."
+    )
+    event_id: uuid.UUID = Field(description="The id of the gate event emitted.")
+    decision: dict[str, Any] = Field(
+        description="The decision with its per-metric evidence and hard-rule findings, as "
+        "`lockstep gate evaluate --json` prints it (the healthgate's GateDecision)."
+    )
+
+
+class GateShowRequested(EventData):
+    """``lockstep gate show ROLLOUT [--wave N]``."""
+
+    event_type: ClassVar[str] = "ops.gate.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = Field(
+        default=None, description="Only this wave (None: every wave)."
+    )
+
+
+class GateShowAnswered(EventData):
+    """A rollout's gate verdicts, by wave (empty: none yet)."""
+
+    event_type: ClassVar[str] = "ops.gate.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    verdicts: tuple[GateVerdictRecord, ...] = Field(max_length=MAX_VERDICTS, description="By wave.")
+
+
+class FleetStragglersRequested(EventData):
+    """``lockstep fleet stragglers``: the healthgate's last straggler finding per profile."""
+
+    event_type: ClassVar[str] = "ops.fleet.stragglers.requested"
+    schema_version: ClassVar[int] = 1
+
+
+class FleetStragglersAnswered(EventData):
+    """Each profile's last finding (as ``drift.stragglers`` announced it), by profile."""
+
+    event_type: ClassVar[str] = "ops.fleet.stragglers.answered"
+    schema_version: ClassVar[int] = 1
+
+    findings: tuple[StragglersFlagged, ...] = Field(
+        max_length=MAX_SMALL, description="One per profile evaluated (empty: not yet run)."
+    )
+
+
+# The planner's operator commands (``lockstep rollout status|audit``).
+MAX_WAVES = 1000
+MAX_AUDIT = 5000
+Label = Annotated[str, Field(max_length=128)]
+
+
+class RolloutWaveState(Part):
+    """One wave of a rollout as the planner tracks it."""
+
+    number: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Wave number.")
+    state: Label = Field(description="pending, released, soaking, held, passed, ...")
+    nodes: Count = Field(description="Nodes in the wave.")
+    components: tuple[Label, ...] = Field(max_length=MAX_SMALL, description="Components.")
+    gate_passed: bool = Field(description="Its gate passed.")
+    succeeded: Count = Field(description="Nodes done.")
+    failed: Count = Field(description="Nodes failed.")
+    released_at: AwareDatetime | None = Field(description="When released to the updater.")
+    deadline: AwareDatetime | None = Field(description="When it times out.")
+    soak_until: AwareDatetime | None = Field(description="End of its soak.")
+
+
+class RolloutState(Part):
+    """A rollout: its state, approvals, waves and nodes by last device step."""
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    intent_id: uuid.UUID = Field(description="The intent it was planned from.")
+    stack_hash: StackHash = Field(description="Target stack.")
+    change_class: Label = Field(description="Change class.")
+    dry_run: bool = Field(description="Planned only.")
+    state: Label = Field(description="planned, running, paused, halted, aborted, completed.")
+    plan_hash: Annotated[str, Field(max_length=128)] = Field(description="Hash of the plan.")
+    approvals: tuple[Label, ...] = Field(max_length=MAX_SMALL, description="Approvers counted.")
+    approvals_needed: Count = Field(description="Approvals its class needs.")
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why, when halted.")
+    created_at: AwareDatetime = Field(description="Planned at.")
+    updated_at: AwareDatetime = Field(description="Last change.")
+    deferred: dict[str, Any] = Field(
+        description="Wave number -> the occupied fabric domain it waits for, and why."
+    )
+    waves: tuple[RolloutWaveState, ...] = Field(max_length=MAX_WAVES, description="Its waves.")
+    nodes_by_step: dict[Label, Count] = Field(
+        max_length=MAX_ITEMS, description="Nodes by last device step (waiting: none yet)."
+    )
+
+
+class IntentOutcome(Part):
+    """An intent that did not become a rollout, and why."""
+
+    intent_id: uuid.UUID = Field(description="The intent.")
+    state: Label = Field(description="Its state, e.g. refused.")
+    reasons: tuple[Annotated[str, Field(max_length=65536)], ...] = Field(
+        max_length=MAX_ITEMS, description="Why."
+    )
+
+
+class RolloutStatusRequested(EventData):
+    """``lockstep rollout status ROLLOUT``."""
+
+    event_type: ClassVar[str] = "ops.rollout.status.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+
+
+class RolloutStatusAnswered(EventData):
+    """The rollout, or the intent that did not become one."""
+
+    event_type: ClassVar[str] = "ops.rollout.status.answered"
+    schema_version: ClassVar[int] = 1
+
+    rollout: RolloutState | None = Field(default=None, description="The rollout.")
+    intent: IntentOutcome | None = Field(
+        default=None, description="The refused intent of that id, when there is no rollout."
+    )
+
+
+class AuditEntry(Part):
+    """One decision about a rollout."""
+
+    at: AwareDatetime = Field(description="When.")
+    actor: Annotated[str, Field(max_length=256)] = Field(description="Who.")
+    action: Annotated[str, Field(max_length=256)] = Field(description="What.")
+    detail: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+
+
+class RolloutAuditRequested(EventData):
+    """``lockstep rollout audit ROLLOUT``."""
+
+    event_type: ClassVar[str] = "ops.rollout.audit.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
+        description="Rollout id, or fabric:<domain> for a fabric domain's trail."
+    )
+
+
+class RolloutAuditAnswered(EventData):
+    """Every decision about the rollout, oldest first."""
+
+    event_type: ClassVar[str] = "ops.rollout.audit.answered"
+    schema_version: ClassVar[int] = 1
+
+    entries: tuple[AuditEntry, ...] = Field(max_length=MAX_AUDIT, description="Oldest first.")
+
+
+# ``lockstep fabric list|show`` (the planner's fabric domains).
+MAX_DOMAINS = 5000
+
+
+class FabricDomainState(Part):
+    """A fabric (NVLink) domain as the planner keeps it, OCI's field names where it has one."""
+
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+    current: Annotated[str, Field(max_length=256)] | None = Field(
+        description="The bundle it runs (ID@VERSION, or its stack hash)."
+    )
+    current_stack_hash: Annotated[str, Field(max_length=128)] | None = Field(
+        description="Its stack hash."
+    )
+    target: Annotated[str, Field(max_length=256)] | None = Field(
+        description="The bundle it is pinned to."
+    )
+    target_stack_hash: Annotated[str, Field(max_length=128)] | None = Field(
+        description="Its stack hash."
+    )
+    lifecycle: Label = Field(description="AVAILABLE, OCCUPIED or PROVISIONING.")
+    update_state: Label = Field(description="WILL_UPDATE, NO_UPDATE or SKIP_RECYCLE_ENABLED.")
+    update_reason: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+    recycle_level: Label = Field(description="FULL_RECYCLE or SKIP_RECYCLE.")
+    rollout_id: Annotated[str, Field(max_length=128)] | None = Field(
+        description="The rollout holding it, if any."
+    )
+    nodes: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Its nodes.")
+    changed_by: Annotated[str, Field(max_length=256)] = Field(description="Who changed it last.")
+    changed_at: AwareDatetime = Field(description="When.")
+
+
+class FabricListRequested(EventData):
+    """``lockstep fabric list``."""
+
+    event_type: ClassVar[str] = "ops.fabric.list.requested"
+    schema_version: ClassVar[int] = 1
+
+
+class FabricListAnswered(EventData):
+    """Every fabric domain, by id."""
+
+    event_type: ClassVar[str] = "ops.fabric.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    domains: tuple[FabricDomainState, ...] = Field(max_length=MAX_DOMAINS, description="By id.")
+
+
+class FabricShowRequested(EventData):
+    """``lockstep fabric show DOMAIN``."""
+
+    event_type: ClassVar[str] = "ops.fabric.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+
+
+class FabricShowAnswered(EventData):
+    """One fabric domain and its recent audit lines, oldest first."""
+
+    event_type: ClassVar[str] = "ops.fabric.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    domain: FabricDomainState = Field(description="The domain.")
+    history: tuple[AuditEntry, ...] = Field(max_length=MAX_ITEMS, description="Recent lines.")
+
+
+class FleetGoldenRequested(EventData):
+    """``lockstep fleet pin --from-node NODE``: the stack a known-good node runs."""
+
+    event_type: ClassVar[str] = "ops.fleet.golden.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_id: NodeId = Field(description="The known-good node.")
+
+
+class FleetGoldenAnswered(EventData):
+    """``{profile: stack}`` of the node: what its last sweep and agent report say it runs."""
+
+    event_type: ClassVar[str] = "ops.fleet.golden.answered"
+    schema_version: ClassVar[int] = 1
+
+    stack: dict[Name, ProfileStack] = Field(
+        max_length=1, description="The node's profile and the versions it runs."
+    )
+
+
+class RolloutControlRequested(EventData):
+    """``lockstep rollout approve|pause|resume|abort ROLLOUT``: a command the planner carries
+    out, with an audit line; its outcome is the reply."""
+
+    event_type: ClassVar[str] = "ops.rollout.control.requested"
+    schema_version: ClassVar[int] = 1
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    action: Annotated[str, Field(pattern=r"^(approve|pause|resume|abort)$")] = Field(
+        description="approve, pause, resume or abort."
+    )
+    by: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Who asks, as they name themselves (the approver's name for approve); the "
+        "NATS identity that asked is recorded beside it."
+    )
+    reason: Annotated[str, Field(max_length=TEXT_MAX)] = Field(
+        default="", description="Why, for the audit trail."
+    )
+    approval: Annotated[str, Field(max_length=8192)] | None = Field(
+        default=None,
+        description="approve: the approver's signed record (JSON: approver, plan_hash, "
+        "base64 Ed25519 signature over the plan).",
+    )
+
+
+class RolloutControlAnswered(EventData):
+    """What the planner did with the command."""
+
+    event_type: ClassVar[str] = "ops.rollout.control.answered"
+    schema_version: ClassVar[int] = 1
+
+    command_id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="Its id.")
+    outcome: Annotated[str, Field(max_length=65536)] = Field(
+        description="done... or refused: why; queued when the planner has not carried it out."
+    )
+
+
+class FabricPinRequested(EventData):
+    """``lockstep fabric pin DOMAIN --bundle ID[@VERSION]``: set a domain's target bundle."""
+
+    event_type: ClassVar[str] = "ops.fabric.pin.requested"
+    schema_version: ClassVar[int] = 1
+
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+    bundle: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Attested bundle: ID[@VERSION] (the newest attested version without one)."
+    )
+    by: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Who asks, as they name themselves (the identity is recorded beside it)."
+    )
+
+
+class FabricPinAnswered(EventData):
+    """What the planner did with the pin."""
+
+    event_type: ClassVar[str] = "ops.fabric.pin.answered"
+    schema_version: ClassVar[int] = 1
+
+    command_id: Annotated[int, Field(ge=1, le=INT64_MAX)] = Field(description="Its id.")
+    stack_hash: StackHash = Field(description="The bundle's stack hash.")
+    outcome: Annotated[str, Field(max_length=65536)] = Field(
+        description="done... or refused: why; queued when the planner has not carried it out."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -775,4 +1542,45 @@ CATALOGUE: tuple[type[EventData], ...] = (
     AdmissionCheckAnswered,
     FleetQueryRequested,
     FleetQueryAnswered,
+    OpsRefused,
+    FleetListRequested,
+    FleetListAnswered,
+    FleetStatusRequested,
+    FleetStatusAnswered,
+    FleetShowRequested,
+    FleetShowAnswered,
+    FleetDriftRequested,
+    FleetDriftAnswered,
+    FleetRemoveRequested,
+    FleetRemoveAnswered,
+    DlqListRequested,
+    DlqListAnswered,
+    DlqShowRequested,
+    DlqShowAnswered,
+    DlqPurgeRequested,
+    DlqPurgeAnswered,
+    NodeHistoryRequested,
+    NodeHistoryAnswered,
+    NodeReleaseRequested,
+    NodeReleaseAnswered,
+    NodeApproveRemedyRequested,
+    NodeApproveRemedyAnswered,
+    GateShowRequested,
+    GateShowAnswered,
+    FleetStragglersRequested,
+    FleetStragglersAnswered,
+    RolloutStatusRequested,
+    RolloutStatusAnswered,
+    RolloutAuditRequested,
+    RolloutAuditAnswered,
+    FabricListRequested,
+    FabricListAnswered,
+    FabricShowRequested,
+    FabricShowAnswered,
+    FleetGoldenRequested,
+    FleetGoldenAnswered,
+    RolloutControlRequested,
+    RolloutControlAnswered,
+    FabricPinRequested,
+    FabricPinAnswered,
 )
