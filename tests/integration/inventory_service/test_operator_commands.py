@@ -22,7 +22,7 @@ from lockstep_common.events.v1 import (
     FleetStatusRequested,
     OpsRefused,
 )
-from lockstep_common.identities import AGENT, CLI, READER
+from lockstep_common.identities import CLI, READER, agent_identity
 from tests.integration.inventory_service.conftest import Harness
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ async def test_the_reader_reads_but_its_write_is_refused_recorded_and_changes_no
     assert row["request_id"] == env.event_id and row["request"]["node_ids"] == [before[0]]
 
     # Not an operator identity at all: nothing, read or write.
-    other = await ask(harness, AGENT, "fleet.status", FleetStatusRequested())
+    other = await ask(harness, agent_identity("n1"), "fleet.status", FleetStatusRequested())
     assert isinstance(other, OpsRefused) and other.kind == "forbidden"
     assert "may not run operator commands" in other.reason
 
