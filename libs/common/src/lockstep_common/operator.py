@@ -165,6 +165,8 @@ class OperatorResponder:
         self._commands = {c.name: c for c in commands}
         self._concurrency = concurrency
         self._resources: Resources | None = None
+        self.subscribed = asyncio.Event()
+        """Set once every command's subscription reached the server."""
 
     def subjects(self) -> list[str]:
         """One subscription per command, any asker: ``ops.*.<service>.<command>``."""
@@ -182,6 +184,7 @@ class OperatorResponder:
             f"{self._service}-ops",
             self._handle,
             self._concurrency,
+            self.subscribed,
         )
 
     async def _handle(self, msg: Msg) -> None:

@@ -56,9 +56,12 @@ async def answer_side_by_side(
     queue: str,
     handle: Callable[[Msg], Awaitable[None]],
     concurrency: int | None,
+    subscribed: asyncio.Event | None = None,
 ) -> None:
     """Answer requests on ``subscriptions`` (one queue group) until ``stopping``, up to
-    ``concurrency`` at once (None: the database pool's size), each with ``handle``."""
+    ``concurrency`` at once (None: the database pool's size), each with ``handle``; set
+    ``subscribed`` once the server has every subscription (a request sent after that finds an
+    answerer, where one sent before gets NATS's "no responders")."""
     slots = asyncio.Semaphore(concurrency or resources.pool.get_max_size())
     answering: set[asyncio.Task[None]] = set()
 
@@ -79,6 +82,9 @@ async def answer_side_by_side(
         task.add_done_callback(answering.discard)
 
     subs = [await resources.nc.subscribe(s, queue=queue, cb=dispatch) for s in subscriptions]
+    if subscribed is not None:
+        await resources.nc.flush()  # the server has processed our SUBs
+        subscribed.set()
     try:
         await stopping.wait()
     finally:

@@ -63,6 +63,15 @@ class Resources:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
+async def _answering(operator: OperatorResponder, task: asyncio.Task[None]) -> None:
+    """Wait until ``operator`` (run by ``task``) has subscribed, or its task ended: ready means
+    answering, so an operator command sent once ``start()`` returns finds its answerer, not
+    NATS's "no responders"."""
+    subscribed = asyncio.ensure_future(operator.subscribed.wait())
+    await asyncio.wait({subscribed, task}, return_when=asyncio.FIRST_COMPLETED)
+    subscribed.cancel()
+
+
 class ServiceApp:
     """One running Lockstep service.
 
@@ -272,19 +281,22 @@ class ServiceApp:
                 ) from None
             raise
         self.resources = Resources(pool, nc, js, port)
+        operator = OperatorResponder(
+            self.name, self.namespace, self.source, self._operator_commands
+        )
         tasks = [
             self.relay.run(),
             self._maintain(),
             *(r.run() for r in self._runners),
             *(w.run(self.resources, self._stopping) for w in self._workers),
-            OperatorResponder(self.name, self.namespace, self.source, self._operator_commands).run(
-                self.resources, self._stopping
-            ),
+            operator.run(self.resources, self._stopping),
         ]
+        answering = len(tasks) - 1
         if watched:
             self._watcher = AdvisoryWatcher(js, pool, self.namespace, specs[-1])
             tasks.append(self._watcher.run())
         self.resources.tasks = [asyncio.create_task(t) for t in tasks]
+        await _answering(operator, self.resources.tasks[answering])
         self.metrics.ready.set(1)
         log.info(
             "%s ready: schema=%s namespace=%s metrics=http://%s:%d/metrics",
