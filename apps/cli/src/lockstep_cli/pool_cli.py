@@ -12,7 +12,6 @@ Exit codes: 0 done, 1 not recorded in time or not found, 2 bad input or an unrea
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 from datetime import UTC, datetime
@@ -125,33 +124,17 @@ def _request(
 
 async def _publish(settings: Settings, data: MaintenanceWindowsRequested, timeout_s: float) -> str:
     """Publish the request and wait for JetStream's acknowledgement; its event id."""
-    import nats
-
+    from lockstep_cli.publish import publish_as_cli
     from lockstep_common import subjects
-    from lockstep_common.envelope import make_envelope, source_of
-    from lockstep_common.natsconn import AccessError, connect
-    from lockstep_common.subjects import Namespace
 
-    subject = Namespace(settings.namespace).wire(subjects.maintenance_requested())
-    env = make_envelope(data, source=source_of("cli"))
-    try:
-        nc = await asyncio.wait_for(
-            connect(settings.nats_access(), name="lockstep-cli", allow_reconnect=False),
-            timeout_s,
-        )
-    except AccessError as exc:
-        fail(str(exc))
-    except (OSError, TimeoutError, nats.errors.Error) as exc:
-        fail(f"NATS unreachable: {type(exc).__name__} {exc}")
-    try:
-        await nc.jetstream().publish(
-            subject, env.to_json(), timeout=timeout_s, headers={"Nats-Msg-Id": str(env.event_id)}
-        )
-    except (TimeoutError, nats.errors.Error) as exc:
-        fail(f"request not acknowledged on {subject}: {type(exc).__name__} {exc}", 1)
-    finally:
-        await nc.close()
-    return str(env.event_id)
+    return await publish_as_cli(
+        settings.nats_access(),
+        settings.namespace,
+        subjects.maintenance_requested(),
+        data,
+        timeout_s,
+        "request",
+    )
 
 
 async def set_windows(

@@ -139,32 +139,17 @@ async def _resolve(settings: Settings, bundle: str) -> str:
 
 
 async def publish_intent(settings: Settings, data: IntentSubmitted, timeout_s: float) -> None:
-    import nats
-
+    from lockstep_cli.publish import publish_as_cli
     from lockstep_common import subjects
-    from lockstep_common.envelope import make_envelope, source_of
-    from lockstep_common.natsconn import AccessError, connect
-    from lockstep_common.subjects import Namespace
 
-    subject = Namespace(settings.namespace).wire(subjects.intent_submitted())
-    env = make_envelope(data, source=source_of("cli"))
-    try:
-        nc = await asyncio.wait_for(
-            connect(settings.nats_access(), name="lockstep-cli", allow_reconnect=False),
-            timeout_s,
-        )
-    except AccessError as exc:
-        fail(str(exc))
-    except (OSError, TimeoutError, nats.errors.Error) as exc:
-        fail(f"NATS unreachable: {type(exc).__name__} {exc}")
-    try:
-        await nc.jetstream().publish(
-            subject, env.to_json(), timeout=timeout_s, headers={"Nats-Msg-Id": str(env.event_id)}
-        )
-    except (TimeoutError, nats.errors.Error) as exc:
-        fail(f"intent not acknowledged on {subject}: {type(exc).__name__} {exc}", 1)
-    finally:
-        await nc.close()
+    await publish_as_cli(
+        settings.nats_access(),
+        settings.namespace,
+        subjects.intent_submitted(),
+        data,
+        timeout_s,
+        "intent",
+    )
 
 
 async def await_decision(settings: Settings, intent_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
