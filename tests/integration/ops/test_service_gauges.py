@@ -190,3 +190,28 @@ async def test_healthgate_verdicts_by_verdict_and_kind(connect: Any) -> None:
     )
     await gauges.refresh(conn)
     assert values(gauges, stragglers) == {("gb200",): 2, ("hgx-h100",): 0}
+
+
+async def test_a_dry_run_is_no_planned_rollout(connect: Any) -> None:
+    """A plan that was only looked at (issue 31) is not counted as a rollout waiting to start."""
+    conn = await connect("planner")
+    for rollout_id, dry_run in (("r-dry", True), ("r-real", False)):
+        intent = uuid.uuid4()
+        await conn.execute(
+            "INSERT INTO intents (intent_id, event_id, rollout_id, payload, submitted_by,"
+            " received_at) VALUES ($1, $2, $3, '{}', 'cli', now())",
+            intent,
+            uuid.uuid4(),
+            rollout_id,
+        )
+        await conn.execute(
+            "INSERT INTO rollouts (rollout_id, intent_id, stack_hash, change_class, scope,"
+            " dry_run, state, plan_hash, plan, approvals_needed, created_at, updated_at)"
+            " VALUES ($1, $2, 'h', 'routine', '{}', $3, 'planned', 'p', '{}', 1, now(), now())",
+            rollout_id,
+            intent,
+            dry_run,
+        )
+    gauges = QueryGauges(CollectorRegistry(), PLANNER)
+    await gauges.refresh(conn)
+    assert values(gauges, PLANNER[0])[("planned",)] == 1

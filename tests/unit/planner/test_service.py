@@ -452,6 +452,17 @@ async def test_a_dry_run_plans_and_releases_nothing() -> None:
     assert rig.state(again) is RolloutState.RUNNING
 
 
+async def test_a_refused_dry_run_announces_no_halted_rollout() -> None:
+    """A dry run whose scope selects nothing is refused in the audit trail and to whoever asked,
+    but no consumer hears of a halted rollout (issue 31): nothing was started to halt."""
+    rig = Rig()
+    await rig.attest()
+    rollout_id = await rig.submit(dry_run=True, scope=ScopeSelector(pools=("nowhere",)))
+    assert not emitted(rig.store, RolloutHalted) and not emitted(rig.store, RolloutPlanned)
+    [refused] = [a for a in rig.store.audit_of(rollout_id) if a.action == "refused"]
+    assert "scope matches no node" in refused.detail
+
+
 async def test_a_routine_change_starts_only_with_a_signed_approval_of_its_plan() -> None:
     rig = Rig()
     await rig.attest()

@@ -139,9 +139,9 @@ async def test_a_domain_over_the_default_budget_is_refused_naming_the_setting() 
     rig = Rig(nodes)
     rig.bundle = attested(image(Component.NVSWITCH, "2.0", activation="reset"))
     await rig.attest()
-    await rig.submit(change_class=ChangeClass.POWER_FABRIC, dry_run=True)
-    [halted] = emitted(rig.store, RolloutHalted)
+    rollout_id = await rig.submit(change_class=ChangeClass.POWER_FABRIC, dry_run=True)
+    [refused] = [a for a in rig.store.audit_of(rollout_id) if a.action == "refused"]
     assert (
         "fabric domain nvl-0 takes 18 nodes of pool p0 out at once, over its max_unavailable of "
         "4 (set LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE to at least 18 to move it)"
-    ) in halted.reason
+    ) in refused.detail

@@ -324,10 +324,15 @@ async def _not_reviewed(tx: PlannerTx, reviewed_hash: str, made: Plan) -> list[s
 
 
 async def refuse(tx: PlannerTx, row: IntentRow, reasons: Sequence[str], now: datetime) -> None:
-    """Close the intent as refused, naming every reason, and say so."""
+    """Close the intent as refused, naming every reason, and say so: in the audit trail, and
+    with ``rollout.halted`` unless it was a dry run (a plan that was only looked at halts no
+    rollout, and the consumers of ``rollout.halted`` must not hear of one; issue 31)."""
     await tx.decide_intent(row.intent_id, "refused", reasons, now)
     text = "; ".join(reasons)
     await note(tx, row.rollout_id, PLANNER, "refused", text, now)
+    log.info("intent %s refused: %s", row.intent_id, text)
+    if row.intent.dry_run:
+        return
     tx.events.emit(
         subjects.rollout_halted(row.rollout_id),
         RolloutHalted(
@@ -339,7 +344,6 @@ async def refuse(tx: PlannerTx, row: IntentRow, reasons: Sequence[str], now: dat
         about=row.rollout_id,
         correlation_id=str(row.intent_id),
     )
-    log.info("intent %s refused: %s", row.intent_id, text)
 
 
 async def plan_intent(

@@ -15,8 +15,8 @@ _OPEN = ", ".join(
 GAUGES = (
     QueryGauge(
         "lockstep_planner_rollouts",
-        "Rollouts by state",
-        "SELECT state, count(*) FROM rollouts GROUP BY state",
+        "Rollouts by state (dry runs are plans looked at, not rollouts: not counted)",
+        "SELECT state, count(*) FROM rollouts WHERE NOT dry_run GROUP BY state",
         labels=("state",),
         fill=tuple((s.value,) for s in RolloutState),
     ),
