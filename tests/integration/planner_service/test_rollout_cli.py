@@ -61,10 +61,14 @@ async def test_plan_prints_the_whole_plan_and_releases_nothing(cli_env: Planner)
         "--class", "standard",
     )  # fmt: skip
     assert code == 0, out
-    assert "dry run, nothing released" in out and "estimated duration" in out
+    assert "dry run, nothing stored or released" in out and "estimated duration" in out
     assert "strata covered" in out
     assert "start exactly this plan: lockstep rollout start --plan " in out
-    assert await cli_env.emitted("wave.planned.") == []
+    # A dry run is answered, not recorded: no intent, no rollout, nothing published.
+    pool = cli_env.app.require().pool
+    assert await pool.fetchval("SELECT count(*) FROM intents") == 0
+    assert await pool.fetchval("SELECT count(*) FROM rollouts") == 0
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
 
 
 async def test_start_status_pause_resume_abort_and_audit(cli_env: Planner) -> None:
@@ -277,8 +281,9 @@ async def test_a_bad_reviewed_plan_is_one_line_and_publishes_nothing(
         (["--plan", str(planless)], "no plan"),
         (["--plan", str(forged)], "plan_hash missing or not 64 lower-case hex digits"),
         (["--plan", str(tmp_path / "absent.json")], "neither a plan hash nor a readable file"),
-        (["--plan", "0" * 64], f"no plan with hash {'0' * 64}"),
-        (["--plan", "0" * 64, "--class", "routine"], "leave out --class"),
+        (["--plan", "0" * 64], f"no rollout was planned with hash {'0' * 64}"),
+        (["--plan", "0" * 64, "--class", "routine"], "--bundle, --scope and --class are required"),
+        (["--plan", str(planless), "--class", "routine"], "--bundle, --scope and --class are"),
         (["--class", "routine"], "--bundle, --scope and --class are required"),
     ):
         code, out = await cli("rollout", "start", *args)

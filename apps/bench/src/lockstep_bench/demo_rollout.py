@@ -27,7 +27,6 @@ import asyncio
 import json
 import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,10 +41,10 @@ from rich.console import Console
 
 from lockstep_attest.testing.bundles import DriverPackage, Kit, make_kit
 from lockstep_cli.polling import until
-from lockstep_cli.rollout_cli import await_decision, print_plan, publish_intent, run_command
+from lockstep_cli.rollout_cli import print_plan, run_command, start_rollout
 from lockstep_common import db, subjects
 from lockstep_common.envelope import make_envelope, source_of
-from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
+from lockstep_common.events.v1 import BundleSubmitted, PlanAsk, ScopeSelector
 from lockstep_common.identities import CLI
 from lockstep_common.natsconn import connect
 from lockstep_common.pldm import ComponentSpec, FormatRevision, RecordSpec, build_package
@@ -550,21 +549,19 @@ class RolloutStory:
         return stack_hash
 
     async def _plan(self, stack_hash: str, ticket: str, *, show: bool = True) -> dict[str, Any]:
-        data = IntentSubmitted(
-            intent_id=uuid.uuid4(),
-            stack_hash=stack_hash,
-            scope=SCOPE,
-            change_class=ChangeClass.ROUTINE,
-            approval_ref=ticket,
-            submitted_by="alice",
-        )
+        asked = PlanAsk(stack_hash=stack_hash, scope=SCOPE, change_class=ChangeClass.ROUTINE)
         self.console.rule(f"a routine intent ({ticket}): every gb200 node of site-ams1, planned")
-        await publish_intent(self.planner, data, 5.0)
-        decided = await await_decision(self.planner, data.intent_id, 60)
+        # Asked of the planner over the bus (rollout.start), as `lockstep rollout start`.
+        decided = await asyncio.to_thread(
+            start_rollout, self.planner, asked, approval=ticket, by="alice", wait_s=60
+        )
         if decided["state"] != "planned":
-            raise RuntimeError(f"the planner refused the intent: {decided['reasons']}")
+            raise RuntimeError(f"the planner did not plan the intent: {decided['reasons']}")
+        summary = decided.pop("summary")
         if show:
-            print_plan(decided, self.console)
+            print_plan(
+                summary, f"state {decided['rollout_state']}", self.console, decided["rollout_id"]
+            )
         else:
             waves = decided["plan"]["waves"]
             self.console.print(

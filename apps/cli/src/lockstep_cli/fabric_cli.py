@@ -19,7 +19,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, stdout_console
+from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
 if TYPE_CHECKING:
     from lockstep_planner.settings import Settings
@@ -34,9 +34,9 @@ DomainArg = Annotated[str, typer.Argument(help="Fabric domain (NVLink domain) id
 
 
 def _settings() -> Settings:
-    from lockstep_cli.rollout_cli import _settings as planner_settings
+    from lockstep_planner.settings import Settings
 
-    return planner_settings()
+    return settings_of(Settings)
 
 
 def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:

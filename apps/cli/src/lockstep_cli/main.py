@@ -70,7 +70,7 @@ GROUPS: dict[str, Lazy] = {
     "rollout": Lazy(
         "lockstep_cli.rollout_cli",
         "rollout_app",
-        "Rollouts: plan, start, follow, pause, resume, abort, audit.",
+        "Rollouts: plan, start, list, follow, pause, resume, abort, audit.",
     ),
     "fabric": Lazy(
         "lockstep_cli.fabric_cli",

@@ -21,9 +21,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, run, stdout_console
+from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from lockstep_common.events.v1 import MaintenanceWindowsRequested
     from lockstep_planner.settings import Settings
 
@@ -41,17 +43,24 @@ AUDIT_SHOWN = 20
 
 
 def _settings() -> Settings:
-    from lockstep_cli.rollout_cli import _settings as planner_settings
+    from lockstep_planner.settings import Settings
 
-    return planner_settings()
+    return settings_of(Settings)
+
+
+async def _db(settings: Settings) -> asyncpg.Connection:
+    from lockstep_common import db
+
+    conn = await db.connect_with_retry(settings.database_url, attempts=3)
+    # The planner's schema, as ServiceApp names it; nothing here migrates anything.
+    await conn.execute(f"SET search_path TO {db.quote_ident(settings.db_schema or 'planner')}")
+    return conn
 
 
 async def windows_view(settings: Settings, key: tuple[str, str] | None) -> list[dict[str, Any]]:
     """What the planner holds: every pool's and site's windows, or one's with its recent audit
     lines (``key`` = (scope, name)); [] when ``key`` has neither windows nor history. The one
     read of ``lockstep pool``: a request/reply to the planner can replace it whole."""
-    from lockstep_cli.rollout_cli import _db
-
     conn = await _db(settings)
     try:
         if key is None:

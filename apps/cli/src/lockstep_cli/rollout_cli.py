@@ -1,15 +1,17 @@
-"""``lockstep rollout plan|start|status|pause|resume|abort|audit``: rollouts, for operators.
+"""``lockstep rollout plan|start|list|status|pause|resume|abort|approve|audit``: rollouts, for
+operators.
 
-``plan`` and ``start`` publish ``intent.submitted`` (the ``cli`` NATS identity may) and wait
-for the planner's answer: the plan, or the refusal with every reason. The bundle is named as
-``ID[@VERSION]`` and resolved to its stack hash among the bundles the planner has seen
-attested. ``status`` and ``audit`` read the planner's tables read-only (as ``lockstep dlq``
-does). ``pause``, ``resume`` and ``abort`` write one row to the planner's ``commands`` table
-and wait for the planner's worker to carry it out: the planner stays the only writer of a
-rollout's state, so every change goes through its state table, its audit trail and its events
-(``rollout.halted`` for an abort), and a command given while the planner is down is carried
-out when it is back.
-Exit codes: 0 done, 1 refused or not found, 2 bad input or an unreachable server.
+Every command asks the planner over the bus (``ops.<identity>.planner.rollout.<command>``,
+``lockstep_cli.ops_client``); none reads or writes its tables, and none needs a database DSN.
+``plan`` is a dry run the planner answers without storing or publishing anything; ``start`` is
+a write whose request id becomes the intent's id (a retried request is the same intent and gets
+the same decision), and its reply is the planner's decision: planned (running, or awaiting the
+class's approvals), or refused naming every reason. A plan comes as its summary; its node lists
+(``--json``) a page at a time, because a 12,500-node plan is over NATS's 1 MiB. The bundle is
+named as ``ID[@VERSION]`` and resolved by the planner among the bundles it has seen attested.
+Controls (pause, resume, abort, approve) are carried out by the planner's worker and their
+outcome is the reply; ``status``, ``audit`` and ``list`` read.
+Exit codes: 0 done, 1 refused or not found, 2 bad input, 3 no answer.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import asyncio
 import contextlib
 import getpass
 import json
+import re
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -32,15 +34,21 @@ from rich.text import Text
 from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
-    import asyncpg
     from rich.console import Console
 
-    from lockstep_common.events.v1 import IntentSubmitted, ScopeSelector, Strategy
-    from lockstep_planner.settings import Settings
+    from lockstep_common.events.v1 import (
+        PlanAsk,
+        PlanSummary,
+        RolloutPlanRequested,
+        ScopeSelector,
+        Strategy,
+    )
+    from lockstep_common.settings import ServiceSettings
 
 T = TypeVar("T")
 rollout_app = typer.Typer(
-    help="Rollouts: plan, start, follow, pause, resume, abort, audit.", no_args_is_help=True
+    help="Rollouts: plan, start, list, follow, pause, resume, abort, audit.",
+    no_args_is_help=True,
 )
 console = stdout_console()
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
@@ -48,41 +56,26 @@ RolloutArg = Annotated[str, typer.Argument(help="Rollout id (r-...).")]
 Wait = Annotated[float, typer.Option("--wait", help="Seconds to wait for the planner.")]
 By = Annotated[str | None, typer.Option("--by", help="Who asks (default: the login name).")]
 Reason = Annotated[str, typer.Option("--reason", help="Why, for the audit trail.")]
+HASH = re.compile(r"[0-9a-f]{64}")
+PLANNER = "planner"
 
 
-def _settings() -> Settings:
-    from lockstep_planner.settings import Settings
+def _settings() -> ServiceSettings:
+    """Where the planner is asked: the bus settings only (``LOCKSTEP_NATS_*``, namespace)."""
+    from pydantic_settings import SettingsConfigDict
 
-    return settings_of(Settings)
+    from lockstep_common.settings import ServiceSettings
 
+    class Operator(ServiceSettings):
+        model_config = SettingsConfigDict(
+            env_prefix="LOCKSTEP_CLI_", extra="forbid", validate_default=True, populate_by_name=True
+        )
 
-async def _db(settings: Settings) -> asyncpg.Connection:
-    from lockstep_common import db
-
-    conn = await db.connect_with_retry(settings.database_url, attempts=3)
-    # The planner's schema, as ServiceApp names it; nothing here migrates anything.
-    await conn.execute(f"SET search_path TO {db.quote_ident(settings.db_schema or 'planner')}")
-    return conn
-
-
-async def _fetch(settings: Settings, sql: str, *args: Any) -> list[dict[str, Any]]:
-    conn = await _db(settings)
-    try:
-        return [dict(r) for r in await conn.fetch(sql, *args)]
-    finally:
-        await conn.close()
+    return settings_of(Operator)
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return value
+    return json.loads(json.dumps(value, default=str))
 
 
 # --- plan / start -------------------------------------------------------------------------------
@@ -113,7 +106,7 @@ def _strategy(path: Path | None) -> Strategy:
 
 
 def _scope(text: str) -> ScopeSelector:
-    from lockstep_inventory.domain.pins import SelectorError, parse_selector
+    from lockstep_common.scope_text import SelectorError, parse_selector
 
     try:
         return parse_selector(text)
@@ -121,71 +114,9 @@ def _scope(text: str) -> ScopeSelector:
         fail(f"--scope: {exc}")
 
 
-async def _resolve(settings: Settings, bundle: str) -> str:
-    """``ID[@VERSION]`` -> the stack hash of that attested bundle (the newest attested version
-    when none is named)."""
-    bundle_id, _, version = bundle.partition("@")
-    rows = await _fetch(
-        settings,
-        "SELECT stack_hash, bundle_version FROM bundles WHERE bundle_id = $1"
-        " AND ($2 = '' OR bundle_version = $2) ORDER BY attested_at DESC LIMIT 1",
-        bundle_id,
-        version,
-    )
-    if not rows:
-        named = f"{bundle_id} version {version}" if version else bundle_id
-        fail(f"--bundle: no attested bundle {named} (none announced by bundle.attested)", 1)
-    return str(rows[0]["stack_hash"])
-
-
-async def publish_intent(settings: Settings, data: IntentSubmitted, timeout_s: float) -> None:
-    from lockstep_cli.publish import publish_as_cli
-    from lockstep_common import subjects
-
-    await publish_as_cli(
-        settings.nats_access(),
-        settings.namespace,
-        subjects.intent_submitted(),
-        data,
-        timeout_s,
-        "intent",
-    )
-
-
-async def await_decision(settings: Settings, intent_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + wait_s
-    while True:
-        rows = await _fetch(
-            settings,
-            "SELECT i.state, i.reasons, i.rollout_id, r.state AS rollout_state, r.plan_hash,"
-            " r.plan, r.dry_run FROM intents i LEFT JOIN rollouts r USING (rollout_id)"
-            " WHERE i.intent_id = $1",
-            intent_id,
-        )
-        if rows and rows[0]["state"] in ("planned", "refused"):
-            row = rows[0]
-            row["plan"] = json.loads(row["plan"]) if row["plan"] else None
-            return row
-        if time.monotonic() > deadline:
-            fail(
-                f"intent {intent_id} published, but the planner did not decide within "
-                f"{wait_s:g} s; follow it with `lockstep rollout status r-{intent_id.hex[:16]}`",
-                1,
-            )
-        await asyncio.sleep(0.2)
-
-
-def _submit(
-    bundle: str,
-    scope: str,
-    change_class: str,
-    strategy: Path | None,
-    approval: str | None,
-    dry_run: bool,
-    wait_s: float,
-    as_json: bool,
-) -> None:
-    from lockstep_common.events.v1 import IntentSubmitted
+def _ask(bundle: str, scope: str, change_class: str, strategy: Path | None) -> PlanAsk:
+    """What to plan, from the command line; bad input is one line naming the option."""
+    from lockstep_common.events.v1 import PlanAsk
     from lockstep_common.vocabulary import ChangeClass
 
     try:
@@ -193,91 +124,236 @@ def _submit(
     except ValueError:
         fail(f"--class {change_class!r}: use one of {', '.join(c.value for c in ChangeClass)}")
     selector, plan_strategy = _scope(scope), _strategy(strategy)
-    stack_hash = run(_resolve(_settings(), bundle))
-    data = IntentSubmitted(
-        intent_id=uuid.uuid4(),
-        stack_hash=stack_hash,
-        scope=selector,
-        change_class=klass,
-        approval_ref=approval,
-        submitted_by=getpass.getuser(),
-        strategy=plan_strategy,
-        dry_run=dry_run,
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?", bundle):
+        fail(f"--bundle {bundle!r}: not a bundle reference (ID[@VERSION])")
+    return _request(
+        lambda: PlanAsk(bundle=bundle, scope=selector, change_class=klass, strategy=plan_strategy)
     )
-    _send(data, wait_s, as_json)
 
 
-def _send(data: IntentSubmitted, wait_s: float, as_json: bool) -> None:
-    """Publish the intent, wait for the planner's decision and print it."""
+def _plan_pages(
+    settings: ServiceSettings, make: Callable[[int | None], RolloutPlanRequested], wait_s: float
+) -> tuple[PlanSummary | None, tuple[str, ...], list[tuple[str, int]]]:
+    """The plan's summary (or the reasons it cannot be made) and, when ``make`` asks pages,
+    where every node goes. Every page must come from the same plan (a dry run is planned again
+    for each page: a fleet that changed meanwhile is an error, not a mix of two plans)."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import RolloutPlanAnswered
+
+    first = ask(
+        settings, PLANNER, "rollout.plan", make(0), RolloutPlanAnswered,
+        timeout_s=wait_s, not_found_exit=1,
+    )  # fmt: skip
+    if first.plan is None:
+        return None, first.reasons, []
+    places = list(zip(first.nodes, first.places, strict=True))
+    after = first.next_offset
+    while after is not None:
+        page = ask(
+            settings, PLANNER, "rollout.plan", make(after), RolloutPlanAnswered,
+            timeout_s=wait_s, not_found_exit=1,
+        )  # fmt: skip
+        if page.plan is None or page.plan.plan_hash != first.plan.plan_hash:
+            fail("the plan changed while its pages were read (the fleet changed): ask again", 1)
+        places.extend(zip(page.nodes, page.places, strict=True))
+        after = page.next_offset
+    return first.plan, (), places
+
+
+def plan_document(
+    summary: PlanSummary, places: list[tuple[str, int]] | None, **head: Any
+) -> dict[str, Any]:
+    """What ``--json`` prints of a plan: the summary with, when its pages were read, each
+    wave's nodes and each exclusion's node (``plan.waves[i].nodes``, ``plan.excluded``)."""
+    plan = summary.model_dump(mode="json")
+    plan["intent"] = plan.pop("ask")
+    if places is not None:
+        by_wave: dict[int, list[str]] = {}
+        excluded = []
+        for node, place in places:
+            if place >= 0:
+                by_wave.setdefault(place, []).append(node)
+            else:
+                excluded.append({"node": node, "reason": summary.excluded[-1 - place].reason})
+        for wave in plan["waves"]:
+            wave["nodes"], wave["node_count"] = by_wave.get(wave["number"], []), wave["nodes"]
+        plan["excluded_counts"], plan["excluded"] = plan["excluded"], excluded
+    return {**head, "plan_hash": summary.plan_hash, "plan": plan}
+
+
+def _print_refused(what: str, reasons: tuple[str, ...] | list[str]) -> None:
+    console.print(f"[red]refused[/] {what}:")
+    for reason in reasons:
+        console.print(f"  - {reason}", highlight=False)
+
+
+def _plan(
+    bundle: str,
+    scope: str,
+    change_class: str,
+    strategy: Path | None,
+    wait_s: float,
+    as_json: bool,
+) -> None:
+    """A dry run: the plan the planner would make now; nothing stored or published."""
+    from lockstep_common.events.v1 import RolloutPlanRequested
+
+    asked = _ask(bundle, scope, change_class, strategy)
     settings = _settings()
-    run(publish_intent(settings, data, 5.0))
-    decided = run(await_decision(settings, data.intent_id, wait_s))
+    summary, reasons, places = _plan_pages(
+        settings,
+        lambda offset: RolloutPlanRequested(ask=asked, offset=offset if as_json else None),
+        wait_s,
+    )
+    if summary is None:
+        if as_json:
+            print(json.dumps({"state": "refused", "dry_run": True, "reasons": list(reasons)}))
+        else:
+            _print_refused("plan", reasons)
+        raise typer.Exit(1)
     if as_json:
-        print(json.dumps(_jsonable({"intent_id": data.intent_id, **decided})))
+        doc = plan_document(summary, places, state="planned", dry_run=True, reasons=[])
+        print(json.dumps(_jsonable(doc)))
+        return
+    print_plan(summary, "dry run, nothing stored or released")
+    again = f"--bundle {bundle} --scope {scope or chr(39) * 2} --class {change_class}"
+    again += f" --strategy {strategy}" if strategy is not None else ""
+    console.print(
+        f"start exactly this plan: lockstep rollout start --plan {summary.plan_hash} {again}",
+        highlight=False,
+    )
+
+
+def start_rollout(
+    settings: ServiceSettings,
+    asked: PlanAsk | None,
+    *,
+    plan_hash: str | None = None,
+    approval: str | None = None,
+    by: str | None = None,
+    wait_s: float = 60.0,
+    with_nodes: bool = True,
+) -> dict[str, Any]:
+    """Ask the planner to plan and start (``rollout.start``); its decision as a document:
+    ``state`` planned, refused or pending, with the plan (``plan_document``) when planned."""
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import (
+        RolloutPlanRequested,
+        RolloutStartAnswered,
+        RolloutStartRequested,
+    )
+
+    request = _request(
+        lambda: RolloutStartRequested(
+            ask=asked, plan_hash=plan_hash, approval_ref=approval, by=by or getpass.getuser()
+        )
+    )
+    answer = ask(
+        settings, PLANNER, "rollout.start", request, RolloutStartAnswered,
+        timeout_s=max(wait_s, 1.0), not_found_exit=1,
+    )  # fmt: skip
+    head = {
+        "intent_id": str(answer.intent_id),
+        "rollout_id": answer.rollout_id,
+        "state": answer.decision,
+        "rollout_state": answer.state,
+        "approvals_needed": answer.approvals_needed,
+        "reasons": list(answer.reasons),
+        "dry_run": False,
+    }
+    if answer.plan is None:
+        return head
+    places = None
+    if with_nodes:
+        rollout_id = answer.rollout_id
+        _, _, places = _plan_pages(
+            settings,
+            lambda offset: RolloutPlanRequested(rollout_id=rollout_id, offset=offset),
+            wait_s,
+        )
+    return {**plan_document(answer.plan, places, **head), "summary": answer.plan}
+
+
+def _start(
+    asked: PlanAsk | None,
+    plan_hash: str | None,
+    approval: str | None,
+    wait_s: float,
+    as_json: bool,
+) -> None:
+    decided = start_rollout(
+        _settings(), asked, plan_hash=plan_hash, approval=approval, wait_s=wait_s,
+        with_nodes=as_json,
+    )  # fmt: skip
+    summary = decided.pop("summary", None)
+    if as_json:
+        print(json.dumps(_jsonable(decided)))
     elif decided["state"] == "refused":
-        console.print(f"[red]refused[/] intent {data.intent_id}:")
-        for reason in decided["reasons"]:
-            console.print(f"  - {reason}", highlight=False)
+        _print_refused(f"intent {decided['intent_id']}", decided["reasons"])
+    elif decided["state"] == "pending":
+        console.print(
+            f"intent {decided['intent_id']} recorded, not decided yet: "
+            f"{'; '.join(decided['reasons'])}; follow it with "
+            f"`lockstep rollout status {decided['rollout_id']}`",
+            highlight=False,
+        )
     else:
-        print_plan(decided)
-    if decided["state"] == "refused":
+        state = decided["rollout_state"]
+        if state == "planned" and decided["approvals_needed"]:
+            state = f"planned, awaiting {decided['approvals_needed']} signed approval(s)"
+        print_plan(summary, f"state {state}", rollout_id=decided["rollout_id"])
+    if decided["state"] != "planned":
         raise typer.Exit(1)
 
 
-def print_plan(decided: dict[str, Any], out: Console = console) -> None:
-    plan = decided["plan"]
-    rid, state = decided["rollout_id"], decided["rollout_state"]
-    head = "dry run, nothing released" if decided["dry_run"] else f"state {state}"
-    out.print(f"rollout [bold]{rid}[/] ({head}); plan hash {decided['plan_hash']}")
+def print_plan(
+    summary: PlanSummary, head: str, out: Console = console, rollout_id: str | None = None
+) -> None:
+    """A plan as the operator reads it: its waves, strata with their controls, exclusions."""
+    what = f"rollout [bold]{rollout_id}[/]" if rollout_id else "plan"
+    out.print(f"{what} of {summary.bundle} ({head}); plan hash {summary.plan_hash}")
     table = Table(title="waves")
     for column in ("wave", "nodes", "components", "starts (est.)", "gated by (est.)"):
         table.add_column(column)
-    times = {e["number"]: e for e in plan["estimates"]}
-    for wave in plan["waves"]:
-        est = times.get(wave["number"], {})
+    for wave in summary.waves:
         table.add_row(
-            str(wave["number"]),
-            str(len(wave["nodes"])),
-            ", ".join(plan["components"].get(str(wave["number"]), []))
-            or ", ".join(c for s in wave["stages"] for c in s["components"]),
-            _duration(est.get("start_s", 0)),
-            _duration(est.get("end_s", 0)),
+            str(wave.number),
+            str(wave.nodes),
+            ", ".join(wave.components),
+            _duration(wave.start_s),
+            _duration(wave.end_s),
         )
-    fabric = plan.get("fabric") or {}
-    for number, wait in sorted(fabric.get("deferred", {}).items(), key=lambda d: int(d[0])):
-        nodes = fabric["domains"][wait["domain"]]
-        table.add_row(number, str(len(nodes)), f"deferred: {wait['reason']}", "when free", "-")
+    for deferred in summary.deferred:
+        table.add_row(
+            str(deferred.number),
+            str(deferred.nodes),
+            f"deferred: {deferred.reason}",
+            "when free",
+            "-",
+        )
     out.print(table)
     strata = Table(title="strata covered by the canary, with their control groups")
     for column in ("profile", "supplier", "stack", "canary", "controls"):
         strata.add_column(column, overflow="fold")
-    for s in plan["strata"]:
+    for s in summary.strata:
         strata.add_row(
-            s["profile"],
-            s["supplier"],
-            s["stack"][:12],
-            _some(s["canary"]),
-            _some(s["controls"]) or "(none untouched)",
+            s.profile,
+            s.supplier,
+            s.stack[:12],
+            _some(s.canary, s.canary_count),
+            _some(s.controls, s.controls_count) or "(none untouched)",
         )
     out.print(strata)
-    excluded: dict[str, int] = {}
-    for e in plan["excluded"]:
-        excluded[e["reason"]] = excluded.get(e["reason"], 0) + 1
-    for reason, n in sorted(excluded.items()):
-        out.print(f"excluded: {n} node(s): {reason}", highlight=False)
+    for e in sorted(summary.excluded, key=lambda e: e.reason):
+        out.print(f"excluded: {e.nodes} node(s): {e.reason}", highlight=False)
     out.print(
-        f"estimated duration {_duration(plan['makespan_s'])} "
-        f"(lower bound {_duration(plan['lower_bound_s'])})"
+        f"estimated duration {_duration(summary.makespan_s)} "
+        f"(lower bound {_duration(summary.lower_bound_s)})"
     )
-    if decided["dry_run"]:
-        out.print(
-            f"start exactly this plan: lockstep rollout start --plan {decided['plan_hash']}",
-            highlight=False,
-        )
 
 
-def _some(ids: list[str], shown: int = 6) -> str:
-    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+def _some(ids: tuple[str, ...], count: int, shown: int = 6) -> str:
+    return ", ".join(ids[:shown]) + (f" and {count - shown} more" if count > shown else "")
 
 
 def _duration(seconds: float) -> str:
@@ -307,12 +383,13 @@ def rollout_plan(
     scope: ScopeOpt,
     change_class: ClassOpt,
     strategy: StrategyOpt = None,
-    approval: ApprovalOpt = None,
     wait: Wait = 60.0,
     as_json: Json = False,
 ) -> None:
-    """Plan only (a dry run): print the waves, strata, controls and estimated duration."""
-    _submit(bundle, scope, change_class, strategy, approval, True, wait, as_json)
+    """Plan only (a dry run): print the waves, strata, controls and estimated duration. The
+    planner stores and publishes nothing; the same request over the same fleet is the same
+    plan and plan hash."""
+    _plan(bundle, scope, change_class, strategy, wait, as_json)
 
 
 PlanOpt = Annotated[
@@ -320,8 +397,9 @@ PlanOpt = Annotated[
     typer.Option(
         "--plan",
         help="Start exactly a reviewed plan: the JSON `rollout plan --json` printed, or its plan "
-        "hash. Its bundle, scope, class and strategy are taken from it; refused, naming the "
-        "difference, if the fleet changed since.",
+        "hash (with the --bundle, --scope, --class and --strategy it was planned from, or alone "
+        "for a plan the planner made a rollout of); refused, naming the difference, if the "
+        "fleet changed since.",
     ),
 ]
 
@@ -344,51 +422,49 @@ def rollout_start(
     strategy: StrategyOpt = None,
     approval: ApprovalOpt = None,
     plan: PlanOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only (`rollout plan`).")] = False,
     wait: Wait = 60.0,
     as_json: Json = False,
 ) -> None:
-    """Plan and start: the canary is released once the class's approvals are in."""
-    if plan is not None:
-        given = [
-            name
-            for name, value in (
-                ("--bundle", bundle),
-                ("--scope", scope),
-                ("--class", change_class),
-                ("--strategy", strategy),
-                ("--dry-run", dry_run or None),
-            )
-            if value is not None
-        ]
-        if given:
-            fail(f"--plan starts the reviewed plan as it was asked; leave out {', '.join(given)}")
-        _start_reviewed(plan, approval, wait, as_json)
+    """Plan and start: the planner answers with its decision; the canary is released once the
+    class's approvals are in."""
+    asked = None
+    if bundle is not None or scope is not None or change_class is not None or strategy:
+        if bundle is None or scope is None or change_class is None:
+            fail("--bundle, --scope and --class are required (or --plan FILE|HASH)")
+        if dry_run:
+            if plan is not None:
+                fail("--dry-run plans the request; leave out --plan")
+            _plan(bundle, scope, change_class, strategy, wait, as_json)
+            return
+        asked = _ask(bundle, scope, change_class, strategy)
+    if plan is None:
+        if asked is None:
+            fail("--bundle, --scope and --class are required (or --plan FILE|HASH)")
+        _start(asked, None, approval, wait, as_json)
         return
-    if bundle is None or scope is None or change_class is None:
-        fail("--bundle, --scope and --class are required (or --plan FILE|HASH)")
-    _submit(bundle, scope, change_class, strategy, approval, dry_run, wait, as_json)
+    if dry_run:
+        fail("--plan starts the reviewed plan; leave out --dry-run")
+    if HASH.fullmatch(plan) and not Path(plan).exists():
+        _start(asked, plan, approval, wait, as_json)
+        return
+    if asked is not None:
+        fail("--plan FILE starts the reviewed plan as it was asked; leave out --bundle, "
+             "--scope, --class and --strategy")  # fmt: skip
+    plan_hash, asked = _reviewed(plan)
+    _start(asked, plan_hash, approval, wait, as_json)
 
 
-def _reviewed(plan: str) -> tuple[str, dict[str, Any]]:
-    """``--plan FILE|HASH`` -> (plan hash, what its intent asked). A file is what ``rollout plan
-    --json`` printed; a hash is looked up among the plans the planner made. Nothing in either is
-    trusted: the planner plans the request again and starts it only if the hash comes out the
-    same, and the hash covers what was asked (it seeds the plan)."""
-    import re
+def _reviewed(plan: str) -> tuple[str, PlanAsk]:
+    """``--plan FILE`` -> (plan hash, what it was planned from). The file is what ``rollout
+    plan --json`` printed. Nothing in it is trusted: the planner plans the request again and
+    starts it only if the hash comes out the same, and the hash covers what was asked (it seeds
+    the plan)."""
+    from pydantic import ValidationError
+
+    from lockstep_common.events.v1 import PlanAsk
 
     path = Path(plan)
-    if re.fullmatch(r"[0-9a-f]{64}", plan) and not path.exists():
-        rows = run(
-            _fetch(
-                _settings(),
-                "SELECT plan FROM rollouts WHERE plan_hash = $1 ORDER BY created_at DESC LIMIT 1",
-                plan,
-            )
-        )
-        if not rows:
-            fail(f"--plan: no plan with hash {plan} (review one with `lockstep rollout plan`)", 1)
-        return plan, json.loads(rows[0]["plan"]).get("intent") or {}
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
@@ -398,39 +474,70 @@ def _reviewed(plan: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(doc, dict) or not isinstance(doc.get("plan"), dict):
         fail(f"--plan {plan}: not the JSON `lockstep rollout plan --json` prints (no plan)")
     hash_ = doc.get("plan_hash")
-    if not isinstance(hash_, str) or not re.fullmatch(r"[0-9a-f]{64}", hash_):
+    if not isinstance(hash_, str) or not HASH.fullmatch(hash_):
         fail(f"--plan {plan}: plan_hash missing or not 64 lower-case hex digits")
-    return hash_, doc["plan"].get("intent") or {}
-
-
-def _start_reviewed(plan: str, approval: str | None, wait_s: float, as_json: bool) -> None:
-    from pydantic import ValidationError
-
-    from lockstep_common.events.v1 import IntentSubmitted
-
-    plan_hash, asked = _reviewed(plan)
+    asked = doc["plan"].get("intent") or {}
     try:
-        data = IntentSubmitted.model_validate(
-            {
-                **asked,
-                "intent_id": str(uuid.uuid4()),
-                "approval_ref": approval,
-                "submitted_by": getpass.getuser(),
-                "plan_hash": plan_hash,
-            },
-            strict=False,
-        )
+        return hash_, PlanAsk.model_validate(asked, strict=False)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        fail(f"--plan {plan}: what the plan asked is not an intent: {where}: {err['msg']}")
-    _send(data, wait_s, as_json)
+        fail(f"--plan {plan}: what the plan asked is not a plan request: {where}: {err['msg']}")
+
+
+@rollout_app.command("list")
+def rollout_list(
+    state: Annotated[
+        str | None, typer.Option("--state", help="Only rollouts in this state, e.g. running.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Show at most this many.")] = 50,
+    as_json: Json = False,
+) -> None:
+    """Rollouts, newest first, with their state (dry runs are not rollouts)."""
+    from lockstep_cli.ops_client import pages
+    from lockstep_common.events.v1 import (
+        MAX_ROLLOUTS_PAGE,
+        RolloutListAnswered,
+        RolloutListRequested,
+    )
+
+    shown: list[Any] = []
+    for page in pages(
+        _settings(),
+        PLANNER,
+        "rollout.list",
+        lambda before: _request(
+            lambda: RolloutListRequested(
+                before=before, state=state, limit=min(MAX_ROLLOUTS_PAGE, limit - len(shown))
+            )
+        ),
+        RolloutListAnswered,
+        lambda page: page.next_before if len(shown) < limit else None,
+    ):
+        shown.extend(page.rollouts)
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in shown]))
+        return
+    table = Table(title="rollouts, newest first")
+    for column in ("rollout", "state", "class", "bundle", "nodes", "approvals", "planned at"):
+        table.add_column(column, overflow="fold")
+    for r in shown:
+        table.add_row(
+            r.rollout_id,
+            r.state,
+            r.change_class,
+            r.bundle,
+            str(r.nodes),
+            f"{r.approvals}/{r.approvals_needed}",
+            r.created_at.isoformat(timespec="seconds"),
+        )
+    console.print(table)
 
 
 # --- status / audit -----------------------------------------------------------------------------
 
 
-def _status(settings: Settings, rollout_id: str) -> dict[str, Any] | None:
+def _status(settings: ServiceSettings, rollout_id: str) -> dict[str, Any] | None:
     """The rollout as the planner answers ``rollout.status`` (JSON); None when it knows none."""
     from lockstep_cli.ops_client import ask
     from lockstep_common.events.v1 import RolloutStatusAnswered, RolloutStatusRequested
@@ -537,7 +644,9 @@ def _summary(doc: dict[str, Any]) -> str:
     return f"{doc['state']} {waves} steps {steps or '-'}"
 
 
-async def _watch(settings: Settings, rollout: str, doc: dict[str, Any], *, as_json: bool) -> None:
+async def _watch(
+    settings: ServiceSettings, rollout: str, doc: dict[str, Any], *, as_json: bool
+) -> None:
     """Ask the planner again until the rollout ends: a view redrawn in place on a terminal,
     otherwise a line (or, with --json, a document) each time the summary changes."""
     from rich.live import Live
@@ -590,7 +699,7 @@ def rollout_audit(rollout: RolloutArg, as_json: Json = False) -> None:
 
 
 def run_command(
-    settings: Settings,
+    settings: ServiceSettings,
     rollout_id: str,
     action: str,
     by: str,
@@ -636,7 +745,7 @@ def _signed(key: Path, approver: str, rollout_id: str, plan_hash: str) -> str:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-    from lockstep_planner.domain.approvals import approval_message
+    from lockstep_common.approvals import approval_message
 
     try:
         private = load_pem_private_key(key.read_bytes(), password=None)

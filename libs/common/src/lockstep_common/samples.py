@@ -407,7 +407,72 @@ def _operator_samples() -> list[EventData]:
         v1.RolloutControlAnswered(command_id=12, outcome="done"),
         v1.FabricPinRequested(domain="nvl72-07", bundle="gb200-fabric@1.20.3", by="bob"),
         v1.FabricPinAnswered(command_id=13, stack_hash=_HASH, outcome="done"),
+        v1.RolloutPlanRequested(ask=_ASK, offset=0),
+        v1.RolloutPlanAnswered(plan=_PLAN, nodes=("gb200-r07-n03", "gb200-r07-n04"), places=(0, 1)),
+        v1.RolloutStartRequested(ask=_ASK, approval_ref="CAB-2026-1207", by="alice"),
+        v1.RolloutStartAnswered(
+            intent_id=uuid.UUID("5b1a4d0e-8c7f-4f4b-9a51-2f0c6a1d7e10"),
+            rollout_id=_ROLL,
+            decision="planned",
+            state="planned",
+            approvals_needed=1,
+            plan=_PLAN,
+        ),
+        v1.RolloutListRequested(state="running"),
+        v1.RolloutListAnswered(
+            rollouts=(
+                v1.RolloutListed(
+                    rollout_id=_ROLL,
+                    state="running",
+                    change_class="routine",
+                    bundle="gb200-driver@2026.03",
+                    nodes=256,
+                    approvals=1,
+                    approvals_needed=1,
+                    created_at=_AT,
+                    updated_at=_AT,
+                    reason="",
+                ),
+            )
+        ),
     ]
+
+
+_ASK = v1.PlanAsk(
+    bundle="gb200-driver@2026.03",
+    scope=v1.ScopeSelector(sites=("site-ams1",)),
+    change_class=ChangeClass.ROUTINE,
+)
+_PLAN = v1.PlanSummary(
+    plan_hash=_HASH,
+    ask=v1.PlanAsk(stack_hash=_HASH, change_class=ChangeClass.ROUTINE),
+    bundle="gb200-driver@2026.03",
+    starts_at=_AT,
+    makespan_s=7200,
+    lower_bound_s=5400,
+    waves=(
+        v1.PlanWaveSummary(
+            number=0, nodes=1, components=("driver",), failure_budget=0, start_s=0, end_s=1800
+        ),
+        v1.PlanWaveSummary(
+            number=1, nodes=1, components=("driver",), failure_budget=0, start_s=1800, end_s=7200
+        ),
+    ),
+    deferred=(),
+    strata=(
+        v1.PlanStratum(
+            profile="gb200",
+            supplier="acme",
+            stack=_HASH,
+            canary=("gb200-r07-n03",),
+            canary_count=1,
+            controls=("gb200-r07-n04",),
+            controls_count=1,
+        ),
+    ),
+    excluded=(),
+    nodes=2,
+)
 
 
 _DOMAIN = v1.FabricDomainState(

@@ -168,6 +168,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("planner", "rollout.audit", v1.RolloutAuditRequested, v1.RolloutAuditAnswered),
     **_ops("planner", "rollout.control", v1.RolloutControlRequested, v1.RolloutControlAnswered),
     **_ops("planner", "fabric.pin", v1.FabricPinRequested, v1.FabricPinAnswered),
+    **_ops("planner", "rollout.plan", v1.RolloutPlanRequested, v1.RolloutPlanAnswered),
+    **_ops("planner", "rollout.start", v1.RolloutStartRequested, v1.RolloutStartAnswered),
+    **_ops("planner", "rollout.list", v1.RolloutListRequested, v1.RolloutListAnswered),
     **_ops("planner", "fabric.list", v1.FabricListRequested, v1.FabricListAnswered),
     **_ops("planner", "fabric.show", v1.FabricShowRequested, v1.FabricShowAnswered),
     # Every service answers these about its own dead letters (lockstep_common.dlq_commands).

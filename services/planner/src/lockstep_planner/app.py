@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from lockstep_common.compatibility.files import load_rules
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.events.v1 import FleetNode
 from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import Resources, ServiceApp
@@ -23,7 +26,7 @@ from lockstep_planner.operator_commands import all_commands
 from lockstep_planner.planning import Planning
 from lockstep_planner.router import subscriptions
 from lockstep_planner.settings import Settings
-from lockstep_planner.store import Occupancy
+from lockstep_planner.store import IntentRow, Occupancy
 from lockstep_planner.worker import PlannerWorker
 
 NAME = "planner"
@@ -104,5 +107,30 @@ def create_app(settings: Settings) -> ServiceApp:
     async def carry_out() -> bool:  # an operator's command, at once (rollout.control)
         return await worker.commands(PostgresStore(app.require().pool, source))
 
-    app.add_operator_commands(*all_commands(carry_out))
+    desk = PlanningDesk(app, worker, fleet, source, settings.lease_s)
+    app.add_operator_commands(*all_commands(carry_out, desk))
     return app
+
+
+class PlanningDesk:
+    """Planning on request (``rollout plan|start``) with the worker's own code."""
+
+    def __init__(
+        self,
+        app: ServiceApp,
+        worker: PlannerWorker,
+        fleet: Callable[[Resources], FleetQuery],
+        source: str,
+        lease_s: float,
+    ) -> None:
+        self.planning = worker.planning
+        self.lease_s = lease_s
+        self._app, self._worker, self._fleet, self._source = app, worker, fleet, source
+
+    async def fleet(self) -> Sequence[FleetNode]:
+        return await self._fleet(self._app.require()).nodes(None)
+
+    async def plan_now(self, row: IntentRow) -> str:
+        resources = self._app.require()
+        store = PostgresStore(resources.pool, self._source)
+        return await self._worker.plan_claimed(store, self._fleet(resources), row)

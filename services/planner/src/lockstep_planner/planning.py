@@ -346,19 +346,31 @@ async def refuse(tx: PlannerTx, row: IntentRow, reasons: Sequence[str], now: dat
     )
 
 
-async def plan_intent(
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What planning an intent comes to, before anything is written: the rollout with its waves,
+    or every reason it cannot be."""
+
+    reasons: tuple[str, ...]
+    rollout: RolloutRow | None = None
+    waves: tuple[WaveRow, ...] = ()
+    made: Plan | None = None
+
+
+async def decide(
     tx: PlannerTx,
     row: IntentRow,
     fleet: Sequence[FleetNode],
     planning: Planning,
     now: datetime,
-) -> RolloutRow | None:
-    """Plan one claimed intent inside ``tx``: the rollout, or None when refused."""
+) -> Decision:
+    """Plan ``row``'s intent over ``fleet``: reads ``tx`` (bundles, fabric domains, windows,
+    reviewed plans, the nodes live rollouts hold) and writes nothing, so a dry run
+    (``rollout plan``) answers with exactly what a start would do."""
     intent = row.intent
     bundle = await tx.bundle(intent.stack_hash)
     if bundle is None:
-        await refuse(tx, row, [f"bundle with stack {intent.stack_hash} is not attested"], now)
-        return None
+        return Decision((f"bundle with stack {intent.stack_hash} is not attested",))
     moves_fabric = bundle_of(bundle.stack_hash, bundle.components).moves_fabric
     domains = await tx.fabric_domains(
         {n.fabric_domain for n in fleet if n.fabric_domain} if moves_fabric else ()
@@ -398,8 +410,7 @@ async def plan_intent(
             held = sorted(set(busy.values()))
             reasons.append(f"node(s) already held by live rollout(s) {some(held)}: {some(busy)}")
     if reasons or made is None:
-        await refuse(tx, row, reasons, now)
-        return None
+        return Decision(tuple(reasons))
     policy = planning.policy[ChangeClass(intent.change_class)]
     waves = _wave_rows(row.rollout_id, made, nodes)
     waves += _deferred_waves(row.rollout_id, made, nodes, waves, fabric, policy)
@@ -418,6 +429,27 @@ async def plan_intent(
         created_at=now,
         updated_at=now,
     )
+    return Decision((), rollout, tuple(waves), made)
+
+
+async def plan_intent(
+    tx: PlannerTx,
+    row: IntentRow,
+    fleet: Sequence[FleetNode],
+    planning: Planning,
+    now: datetime,
+) -> RolloutRow | None:
+    """Plan one claimed intent inside ``tx`` (:func:`decide`) and record the decision: the
+    rollout, or None when refused."""
+    intent = row.intent
+    decision = await decide(tx, row, fleet, planning, now)
+    rollout, made = decision.rollout, decision.made
+    if rollout is None or made is None:
+        await refuse(tx, row, decision.reasons, now)
+        return None
+    waves = list(decision.waves)
+    fabric = rollout.plan["fabric"]
+    policy = planning.policy[ChangeClass(intent.change_class)]
     await tx.add_rollout(rollout, [] if intent.dry_run else waves)
     await tx.decide_intent(row.intent_id, "planned", (), now)
     tx.events.emit(

@@ -189,8 +189,11 @@ class PlannerTx(Protocol):
         """The attested bundle of a stack hash."""
         ...
 
-    async def add_intent(self, intent: IntentRow) -> bool:
-        """Record an intent once per intent id; False when its id was already recorded."""
+    async def add_intent(self, intent: IntentRow, *, held_s: float | None = None) -> bool:
+        """Record an intent once per intent id; False when its id was already recorded. With
+        ``held_s``, recorded already claimed (``planning``, attempt 1, fencing token 1) for that
+        long: whoever recorded it plans it now, and the worker takes it over only if that
+        lease lapses."""
         ...
 
     async def claim_intent(self, lease_s: float, now: datetime) -> IntentRow | None:

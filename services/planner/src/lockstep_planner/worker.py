@@ -48,6 +48,7 @@ from lockstep_planner.store import (
     Command,
     DueWave,
     FleetSource,
+    IntentRow,
     Occupancy,
     PlannerStore,
     PlannerTx,
@@ -198,21 +199,27 @@ class PlannerWorker:
                         self._clock(),
                     )
             return True
+        await self.plan_claimed(store, fleet, row)
+        return True
+
+    async def plan_claimed(self, store: PlannerStore, fleet: FleetSource, row: IntentRow) -> str:
+        """Plan an intent this worker holds (claimed, or recorded held by ``rollout start``):
+        ``decided``, or why not yet (it is planned again once its lease lapses)."""
         try:
             nodes = await fleet.nodes(None)  # all of it: a scope may cut a fabric domain
         except TransientError as exc:
             log.warning("intent %s: %s; retried when its lease lapses", row.intent_id, exc)
-            return True
+            return f"the fleet could not be read: {exc}"
         async with store.transaction() as tx:
             if not await tx.still_holds(row):
                 log.warning("intent %s was taken over; discarding this plan", row.intent_id)
-                return True
+                return "taken over by another pass of the planner"
             # The fleet was just read: the fabric domains learn their nodes from it too.
             await sync(tx, nodes, None, self._clock())
             # The plan itself runs here, in the transaction: it is pure CPU (under 2 s for
             # 12,500 nodes, `lockstep bench plan`), and its result must commit with the fence.
             await plan_intent(tx, row, nodes, self.planning, self._clock())
-        return True
+        return "decided"
 
     async def timers(self, store: PlannerStore, limit: int = 32) -> bool:
         """Pass soaked waves whose gate passed; halt rollouts whose released wave missed its

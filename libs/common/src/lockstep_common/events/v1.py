@@ -1512,6 +1512,239 @@ class FabricPinAnswered(EventData):
     )
 
 
+# ``lockstep rollout plan|start|list`` (issue 26, item 3): the planner plans on request and
+# answers with its decision. A 12,500-node plan is over NATS's 1 MiB: the answer is the plan's
+# summary, and where each node goes comes a page at a time (``offset``), each page under
+# PLAN_PAGE_BYTES of node ids.
+PLAN_PAGE_BYTES = 384 * 1024
+MAX_SHOWN = 64  # canary and control nodes named per stratum in a summary (the counts are whole)
+MAX_ROLLOUTS_PAGE = 100
+BundleRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?$")]
+
+
+class PlanAsk(Part):
+    """What a plan is asked for: a target, a scope, a class and a strategy (the plan's seed is a
+    digest of these, so the same ask over the same fleet is the same plan)."""
+
+    bundle: BundleRef | None = Field(
+        default=None,
+        description="Attested bundle ID[@VERSION] (the newest attested version without one); "
+        "or give stack_hash.",
+    )
+    stack_hash: StackHash | None = Field(
+        default=None, description="The target by its stack hash (what a reviewed plan asked)."
+    )
+    scope: ScopeSelector = Field(default_factory=ScopeSelector, description="Which nodes.")
+    change_class: ChangeClass = Field(description="Decides approvals, canary width and soak.")
+    strategy: Strategy = Field(default_factory=Strategy, description="Strategy overrides.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Self:
+        if (self.bundle is None) == (self.stack_hash is None):
+            raise ValueError("give the target as exactly one of bundle or stack_hash")
+        return self
+
+
+class PlanWaveSummary(Part):
+    """One wave of a plan, counted."""
+
+    number: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="0 is the canary.")
+    nodes: Count = Field(description="Nodes in it.")
+    components: tuple[Label, ...] = Field(max_length=MAX_SMALL, description="What it moves.")
+    failure_budget: Count = Field(description="Failed nodes tolerated before it halts.")
+    start_s: Count = Field(description="Estimated start, seconds after the plan starts.")
+    end_s: Count = Field(description="Estimated end of its gate (last soak included).")
+
+
+class DeferredWave(Part):
+    """A wave waiting for an occupied fabric domain to be free."""
+
+    number: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Its wave number.")
+    domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
+    reason: Annotated[str, Field(max_length=1024)] = Field(description="Why it waits.")
+    nodes: Count = Field(description="Nodes in it.")
+
+
+class PlanStratum(Part):
+    """A stratum (profile, supplier, current stack) the canary covers, with its controls."""
+
+    profile: Name = Field(description="Hardware profile.")
+    supplier: Annotated[str, Field(max_length=128)] = Field(description="Builder.")
+    stack: Annotated[str, Field(max_length=128)] = Field(description="Stack hash it runs now.")
+    canary: tuple[NodeId, ...] = Field(
+        max_length=MAX_SHOWN, description="Its canary nodes (the first MAX_SHOWN)."
+    )
+    canary_count: Count = Field(description="All its canary nodes.")
+    controls: tuple[NodeId, ...] = Field(
+        max_length=MAX_SHOWN, description="Its control nodes, untouched (the first MAX_SHOWN)."
+    )
+    controls_count: Count = Field(description="All its control nodes.")
+
+
+class Exclusions(Part):
+    """Nodes in scope the plan leaves alone, for one reason."""
+
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why.")
+    nodes: Count = Field(description="How many.")
+
+
+class PlanSummary(Part):
+    """A plan without its node lists: what ``lockstep rollout plan`` prints."""
+
+    plan_hash: StackHash = Field(description="What an approval signs; start --plan checks it.")
+    ask: PlanAsk = Field(description="What it was planned from (the target as stack_hash).")
+    bundle: Annotated[str, Field(max_length=256)] = Field(description="Target as ID@VERSION.")
+    starts_at: AwareDatetime = Field(description="The estimates count from here.")
+    makespan_s: Count = Field(description="Estimated duration.")
+    lower_bound_s: Count = Field(description="No plan of these waves can finish sooner.")
+    waves: tuple[PlanWaveSummary, ...] = Field(max_length=MAX_WAVES, description="Canary first.")
+    deferred: tuple[DeferredWave, ...] = Field(
+        max_length=MAX_DOMAINS, description="Waves waiting for an occupied fabric domain."
+    )
+    strata: tuple[PlanStratum, ...] = Field(max_length=MAX_ITEMS, description="Strata.")
+    excluded: tuple[Exclusions, ...] = Field(
+        max_length=MAX_NODES, description="Nodes left alone, by reason."
+    )
+    nodes: Count = Field(description="Nodes placed: in a wave or excluded (the pages' length).")
+
+
+class RolloutPlanRequested(EventData):
+    """``lockstep rollout plan`` (a dry run: nothing is stored or published), or the plan of a
+    planned rollout (``rollout_id``); with ``offset``, a page of where each node goes."""
+
+    event_type: ClassVar[str] = "ops.rollout.plan.requested"
+    schema_version: ClassVar[int] = 1
+
+    ask: PlanAsk | None = Field(default=None, description="Plan this (a dry run).")
+    rollout_id: RolloutId | None = Field(default=None, description="Or: this rollout's plan.")
+    offset: Annotated[int, Field(ge=0, le=MAX_NODES)] | None = Field(
+        default=None, description="The page of nodes from here (None: the summary only)."
+    )
+
+    @model_validator(mode="after")
+    def _one_plan(self) -> Self:
+        if (self.ask is None) == (self.rollout_id is None):
+            raise ValueError("give exactly one of ask or rollout_id")
+        return self
+
+
+class RolloutPlanAnswered(EventData):
+    """The plan's summary and, when asked, a page of where its nodes go; or why it cannot be
+    planned."""
+
+    event_type: ClassVar[str] = "ops.rollout.plan.answered"
+    schema_version: ClassVar[int] = 1
+
+    plan: PlanSummary | None = Field(default=None, description="The plan (None: refused).")
+    reasons: tuple[Annotated[str, Field(max_length=65536)], ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Why it cannot be planned."
+    )
+    nodes: tuple[NodeId, ...] = Field(
+        default=(), max_length=MAX_NODES, description="This page's nodes, in node id order."
+    )
+    places: tuple[Annotated[int, Field(ge=-MAX_NODES, le=INT32_MAX)], ...] = Field(
+        default=(),
+        max_length=MAX_NODES,
+        description="Where each node goes: its wave number, or -1-i for plan.excluded[i].",
+    )
+    next_offset: Annotated[int, Field(ge=0, le=MAX_NODES)] | None = Field(
+        default=None, description="Ask again from here for the next page (None: done)."
+    )
+
+
+class RolloutStartRequested(EventData):
+    """``lockstep rollout start``: plan and start (once the class's approvals are in). The
+    request id is the intent's id, so a retried request is the same intent and the same
+    decision."""
+
+    event_type: ClassVar[str] = "ops.rollout.start.requested"
+    schema_version: ClassVar[int] = 1
+
+    ask: PlanAsk | None = Field(
+        default=None, description="What to plan (None: what the plan of plan_hash was asked)."
+    )
+    plan_hash: StackHash | None = Field(
+        default=None,
+        description="Start only if the plan comes out with this hash (the reviewed one); "
+        "refused, naming the difference, otherwise.",
+    )
+    approval_ref: Name | None = Field(default=None, description="Change ticket reference.")
+    by: Name = Field(description="Who asks, as they name themselves (the identity is recorded).")
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if self.ask is None and self.plan_hash is None:
+            raise ValueError("give ask, plan_hash, or both")
+        return self
+
+
+class RolloutStartAnswered(EventData):
+    """The planner's decision: planned (running, or awaiting approval), refused with every
+    reason, or pending when it could not plan yet (it goes on trying)."""
+
+    event_type: ClassVar[str] = "ops.rollout.start.answered"
+    schema_version: ClassVar[int] = 1
+
+    intent_id: uuid.UUID = Field(description="The intent (the request's id).")
+    rollout_id: RolloutId = Field(description="The rollout it is, or would have been.")
+    decision: Annotated[str, Field(pattern=r"^(planned|refused|pending)$")] = Field(
+        description="planned, refused or pending."
+    )
+    state: Label | None = Field(
+        default=None, description="The rollout's state: running, or planned (awaiting approval)."
+    )
+    approvals_needed: Count = Field(default=0, description="Signed approvals its class needs.")
+    reasons: tuple[Annotated[str, Field(max_length=65536)], ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Why refused, or why still pending."
+    )
+    plan: PlanSummary | None = Field(default=None, description="The plan, when planned.")
+
+
+class RolloutListed(Part):
+    """One rollout, for ``lockstep rollout list``."""
+
+    rollout_id: RolloutId = Field(description="Rollout.")
+    state: Label = Field(description="planned, running, paused, halted, aborted, completed.")
+    change_class: Label = Field(description="Change class.")
+    bundle: Annotated[str, Field(max_length=256)] = Field(description="Target as ID@VERSION.")
+    nodes: Count = Field(description="Nodes in its waves.")
+    approvals: Count = Field(description="Approvals counted.")
+    approvals_needed: Count = Field(description="Approvals its class needs.")
+    created_at: AwareDatetime = Field(description="Planned at.")
+    updated_at: AwareDatetime = Field(description="Last change.")
+    reason: Annotated[str, Field(max_length=65536)] = Field(description="Why, when halted.")
+
+
+class RolloutListRequested(EventData):
+    """``lockstep rollout list``: rollouts, newest first, a page at a time (dry runs are not
+    rollouts)."""
+
+    event_type: ClassVar[str] = "ops.rollout.list.requested"
+    schema_version: ClassVar[int] = 1
+
+    before: RolloutId | None = Field(
+        default=None, description="Only rollouts planned before this one (the next page)."
+    )
+    state: Label | None = Field(default=None, description="Only rollouts in this state.")
+    limit: int = Field(
+        default=MAX_ROLLOUTS_PAGE, ge=1, le=MAX_ROLLOUTS_PAGE, description="Page size."
+    )
+
+
+class RolloutListAnswered(EventData):
+    """One page of rollouts, newest first."""
+
+    event_type: ClassVar[str] = "ops.rollout.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    rollouts: tuple[RolloutListed, ...] = Field(
+        max_length=MAX_ROLLOUTS_PAGE, description="This page, newest first."
+    )
+    next_before: RolloutId | None = Field(
+        default=None, description="Ask again with before= this for the next page (None: done)."
+    )
+
+
 CATALOGUE: tuple[type[EventData], ...] = (
     BundleSubmitted,
     BundleAttested,
@@ -1583,4 +1816,10 @@ CATALOGUE: tuple[type[EventData], ...] = (
     RolloutControlAnswered,
     FabricPinRequested,
     FabricPinAnswered,
+    RolloutPlanRequested,
+    RolloutPlanAnswered,
+    RolloutStartRequested,
+    RolloutStartAnswered,
+    RolloutListRequested,
+    RolloutListAnswered,
 )

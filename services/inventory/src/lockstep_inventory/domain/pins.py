@@ -22,26 +22,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lockstep_common.events.v1 import ScopeSelector
+
+# Re-exported: the inventory's callers name them from here.
+from lockstep_common.scope_text import SelectorError as SelectorError  # noqa: PLC0414
+from lockstep_common.scope_text import parse_selector as parse_selector  # noqa: PLC0414
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import version_set, versions_of
-
-_AXES = {
-    "site": "sites",
-    "pool": "pools",
-    "profile": "profiles",
-    "fabric_domain": "fabric_domains",
-    "node": "nodes",
-}
-
-
-class SelectorError(ValueError):
-    """A scope selector that cannot be parsed; the message names the bad part."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,29 +83,6 @@ def pin_of(node: NodeEntry, pins: Iterable[Pin]) -> Pin | None:
         ):
             best = pin
     return best
-
-
-def parse_selector(text: str) -> ScopeSelector:
-    """``site=ams1,pool=training,pool=batch,profile=gb200,node=n1`` -> ScopeSelector.
-
-    Keys: site, pool, profile, fabric_domain, node; repeat a key for several values. An empty
-    text selects everything.
-    """
-    axes: dict[str, list[str]] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not value:
-            raise SelectorError(f"{part!r}: expected key=value")
-        if key not in _AXES:
-            raise SelectorError(f"{key!r}: unknown key (use {', '.join(_AXES)})")
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,256}", value):
-            raise SelectorError(f"{part!r}: value has characters outside A-Z a-z 0-9 _ . : -")
-        axes.setdefault(_AXES[key], []).append(value)
-    try:
-        return ScopeSelector.model_validate({k: tuple(v) for k, v in axes.items()})
-    except ValueError as exc:
-        raise SelectorError(str(exc)) from None
 
 
 def stack_of(members: Mapping[str, str]) -> dict[Component, str]:

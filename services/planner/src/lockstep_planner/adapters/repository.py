@@ -173,10 +173,14 @@ class PostgresTx:
             r["attested_at"],
         )
 
-    async def add_intent(self, intent: IntentRow) -> bool:
+    async def add_intent(self, intent: IntentRow, *, held_s: float | None = None) -> bool:
+        held = held_s is not None
         result: str = await self.conn.execute(
             "INSERT INTO intents (intent_id, event_id, rollout_id, payload, submitted_by,"
-            " received_at) VALUES ($1, $2, $3, $4::jsonb, $5, $6)"
+            " received_at, state, attempts, lease_token, lease_until)"
+            " VALUES ($1, $2, $3, $4::jsonb, $5, $6,"
+            " CASE WHEN $7 THEN 'planning' ELSE 'pending' END, $7::int, $7::int,"
+            " CASE WHEN $7 THEN now() + make_interval(secs => $8) END)"
             " ON CONFLICT (intent_id) DO NOTHING",
             intent.intent_id,
             intent.event_id,
@@ -184,8 +188,15 @@ class PostgresTx:
             intent.intent.model_dump_json(),
             intent.intent.submitted_by,
             intent.received_at,
+            held,
+            held_s or 0.0,
         )
         return result.endswith(" 1")
+
+    async def intent(self, intent_id: uuid.UUID) -> IntentRow | None:
+        """The intent as recorded (its claim included)."""
+        r = await self.conn.fetchrow("SELECT * FROM intents WHERE intent_id = $1", intent_id)
+        return None if r is None else _intent(r)
 
     async def claim_intent(self, lease_s: float, now: datetime) -> IntentRow | None:
         r = await self.conn.fetchrow(

@@ -21,12 +21,8 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-PREFIX = b"lockstep-approval-v1\n"
-
-
-def approval_message(rollout_id: str, plan_hash: str) -> bytes:
-    """The bytes an approver signs."""
-    return PREFIX + f"rollout {rollout_id}\nplan {plan_hash}\n".encode()
+# What is signed is shared with the CLI that signs it.
+from lockstep_common.approvals import approval_message
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lockstep_common import canonical
+from lockstep_common.approvals import approval_message
 from lockstep_common.events.v1 import (
     AttestedComponent,
     BundleAttested,
@@ -20,7 +21,7 @@ from lockstep_common.events.v1 import (
     Strategy,
 )
 from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
-from lockstep_planner.domain.approvals import Approval, approval_message
+from lockstep_planner.domain.approvals import Approval
 
 OLD_DRIVER, NEW_DRIVER = "570.86.10", "570.124.06"
 

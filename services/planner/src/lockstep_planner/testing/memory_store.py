@@ -79,9 +79,12 @@ class MemoryTx:
     async def bundle(self, stack_hash: str) -> BundleRow | None:
         return self.t.bundles.get(stack_hash)
 
-    async def add_intent(self, intent: IntentRow) -> bool:
+    async def add_intent(self, intent: IntentRow, *, held_s: float | None = None) -> bool:
         if intent.intent_id in self.t.intents:
             return False
+        if held_s is not None:
+            intent = dataclasses.replace(intent, state="planning", attempts=1, lease_token=1)
+            self.t.leases[intent.intent_id] = self._now + timedelta(seconds=held_s)
         self.t.intents[intent.intent_id] = intent
         return True
 
