@@ -20,10 +20,14 @@ from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import (
     GateInconclusive,
     OpsRefused,
+    PlanAsk,
     RolloutControlRequested,
+    RolloutStartAnswered,
+    RolloutStartRequested,
     WaveCompleted,
 )
-from lockstep_common.vocabulary import GateVerdict
+from lockstep_common.responder import MAX_REQUEST_BYTES
+from lockstep_common.vocabulary import ChangeClass, GateVerdict
 from lockstep_planner.testing.kit import attested
 from tests.integration.planner_service.conftest import Planner
 
@@ -290,3 +294,107 @@ async def test_a_bad_reviewed_plan_is_one_line_and_publishes_nothing(
         assert code in (1, 2) and message in out, (args, out)
         assert len(out.strip().splitlines()) == 1 and "Traceback" not in out
     assert await cli_env.app.require().pool.fetchval("SELECT count(*) FROM intents") == 0
+
+
+async def test_plan_start_and_list_are_asked_of_the_planner_without_a_database(
+    cli_env: Planner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens there: every rollout command is answered by the planner over the bus.
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    argv = ["--bundle", "gb200-driver", "--scope", "site=site-a"]
+    code, out = await cli("rollout", "plan", *argv, "--class", "routine", "--json")
+    assert code == 0, out
+    dry = json.loads(out)
+    assert dry["dry_run"] and sum(len(w["nodes"]) for w in dry["plan"]["waves"]) == 20
+    code, out = await cli(
+        "rollout", "start", *argv, "--class", "routine", "--approval", "CHG-1", "--json"
+    )
+    assert code == 0, out
+    routine = json.loads(out)
+    # The decision is the reply: planned, awaiting its class's signed approval.
+    assert (routine["state"], routine["rollout_state"]) == ("planned", "planned")
+    assert routine["approvals_needed"] == 1 and routine["plan_hash"] == dry["plan_hash"]
+    code, out = await cli("rollout", "list", "--json")
+    assert code == 0, out
+    assert [(r["rollout_id"], r["state"]) for r in json.loads(out)] == [
+        (routine["rollout_id"], "planned")
+    ]
+    code, out = await cli("rollout", "abort", routine["rollout_id"], "--reason", "test")
+    assert code == 0, out
+    code, out = await cli("rollout", "start", *argv, "--class", "standard")
+    assert code == 0 and "state running" in out, out
+    code, out = await cli("rollout", "list", "--json")
+    listed = [(r["state"], r["change_class"]) for r in json.loads(out)]
+    assert listed == [("running", "standard"), ("aborted", "routine")], "newest first"
+    code, out = await cli("rollout", "list", "--state", "aborted")
+    assert code == 0 and routine["rollout_id"] in out and "running" not in out, out
+    code, out = await cli("rollout", "list", "--limit", "1", "--json")
+    assert [r["state"] for r in json.loads(out)] == ["running"]
+
+
+async def test_a_dry_run_whose_scope_selects_nothing_publishes_nothing(cli_env: Planner) -> None:
+    code, out = await cli(
+        "rollout", "plan", "--bundle", "gb200-driver", "--scope", "pool=nowhere",
+        "--class", "standard",
+    )  # fmt: skip
+    assert code == 1 and "refused" in out and "scope matches no node" in out, out
+    pool = cli_env.app.require().pool
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0  # no rollout.halted
+    assert await pool.fetchval("SELECT count(*) FROM intents") == 0
+
+
+async def _ask(cli_env: Planner, identity: str, command: str, body: bytes) -> Any:
+    nc = await nats.connect(cli_env.settings.nats_url)
+    try:
+        subject = f"{cli_env.settings.namespace}.ops.{identity}.planner.{command}"
+        reply = await nc.request(subject, body, timeout=30)
+    finally:
+        await nc.close()
+    return reply.data
+
+
+async def test_hostile_start_requests_change_nothing_and_a_retry_is_the_same_decision(
+    cli_env: Planner,
+) -> None:
+    bundle = await cli_env.app.require().pool.fetchval("SELECT stack_hash FROM bundles")
+    request = RolloutStartRequested(
+        ask=PlanAsk(stack_hash=bundle, change_class=ChangeClass.STANDARD), by="mallory"
+    )
+    env = make_envelope(request, source="/t")
+
+    def decoded(data: bytes) -> Any:
+        return REGISTRY.decode(data, max_bytes=1 << 20).data
+
+    # The reader may look, not start: refused, recorded with who asked, nothing planned.
+    refused = decoded(await _ask(cli_env, "reader", "rollout.start", env.to_json()))
+    assert isinstance(refused, OpsRefused) and refused.kind == "forbidden"
+    # Not an envelope, an envelope of another command, one over the request limit.
+    for body in (
+        b"{not json",
+        make_envelope(
+            RolloutControlRequested(rollout_id="r-1", action="pause", by="x"), source="/t"
+        ).to_json(),
+        b" " * (MAX_REQUEST_BYTES + 1),
+    ):
+        bad = decoded(await _ask(cli_env, "cli", "rollout.start", body))
+        assert isinstance(bad, OpsRefused) and bad.kind == "invalid", bad
+    pool = cli_env.app.require().pool
+    assert await pool.fetchval("SELECT count(*) FROM intents") == 0
+    # The same request id twice (a retry after a lost reply): one intent, the same decision.
+    env = make_envelope(request, source="/t")  # the reader's id is spent on its refusal
+    first = await _ask(cli_env, "cli", "rollout.start", env.to_json())
+    again = await _ask(cli_env, "cli", "rollout.start", env.to_json())
+    answered = decoded(first)
+    assert isinstance(answered, RolloutStartAnswered) and answered.decision == "planned"
+    assert answered.intent_id == env.event_id and again == first
+    assert await pool.fetchval("SELECT count(*) FROM intents") == 1
+    assert await pool.fetchval("SELECT count(*) FROM rollouts") == 1
+    # The same id with another request is refused, not taken for the first.
+    other = env.model_copy(update={"data": request.model_copy(update={"by": "eve"})})
+    reused = decoded(await _ask(cli_env, "cli", "rollout.start", other.to_json()))
+    assert isinstance(reused, OpsRefused) and "already used for another request" in reused.reason
+    rows = await pool.fetch(
+        "SELECT identity, outcome FROM operator_requests WHERE command = 'rollout.start'"
+        " ORDER BY asked_at"
+    )
+    assert [tuple(r) for r in rows] == [("reader", "refused"), ("cli", "done")]
