@@ -55,3 +55,25 @@ async def test_the_newest_plan_with_a_hash_is_found_and_an_unknown_hash_is_none(
         found = await tx.plan_with_hash(reviewed)
         assert found == {"marker": "newer", "waves": [{"number": 0, "nodes": ["n1"]}]}
         assert await tx.plan_with_hash("c" * 64) is None
+
+
+async def test_an_intent_recorded_held_is_planned_by_its_holder_not_claimed_by_the_worker(
+    backend: Backend,
+) -> None:
+    """``rollout start`` records its intent held (``add_intent(held_s=...)``): the worker's claim
+    passes it by while the hold lasts, and the holder's claim (token 1) is the one that holds."""
+    held, _ = rollout("a" * 64, T0, "held")
+    waiting, _ = rollout("b" * 64, T0 + timedelta(minutes=1), "waiting")
+    async with backend.store.transaction() as tx:
+        assert await tx.add_intent(held, held_s=600)
+        assert not await tx.add_intent(held, held_s=600)  # once per intent id
+        assert await tx.add_intent(waiting)
+    async with backend.store.transaction() as tx:
+        claimed = await tx.claim_intent(60, T0 + timedelta(minutes=2))
+        assert claimed is not None and claimed.intent_id == waiting.intent_id
+        assert await tx.claim_intent(60, T0 + timedelta(minutes=2)) is None
+        holder = IntentRow(
+            held.intent_id, held.event_id, held.rollout_id, held.intent, T0,
+            state="planning", attempts=1, lease_token=1,
+        )  # fmt: skip
+        assert await tx.still_holds(holder)

@@ -433,8 +433,8 @@ def rollout_start(
         if bundle is None or scope is None or change_class is None:
             fail("--bundle, --scope and --class are required (or --plan FILE|HASH)")
         if dry_run:
-            if plan is not None:
-                fail("--dry-run plans the request; leave out --plan")
+            if plan is not None or approval is not None:
+                fail("--dry-run only plans the request; leave out --plan and --approval")
             _plan(bundle, scope, change_class, strategy, wait, as_json)
             return
         asked = _ask(bundle, scope, change_class, strategy)
