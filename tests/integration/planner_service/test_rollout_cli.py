@@ -22,6 +22,8 @@ from lockstep_common.events.v1 import (
     OpsRefused,
     PlanAsk,
     RolloutControlRequested,
+    RolloutListAnswered,
+    RolloutListRequested,
     RolloutStartAnswered,
     RolloutStartRequested,
     WaveCompleted,
@@ -165,6 +167,7 @@ async def test_bad_input_is_one_line_and_publishes_nothing(
         (["--bundle", "gb200-driver", "--class", "weekly"], "--class 'weekly'"),
         (["--bundle", "gb200-driver", "--scope", "rack=1"], "--scope: 'rack': unknown key"),
     ]
+    bad.append((["--bundle", "gb200 driver"], "--bundle 'gb200 driver': not a bundle reference"))
     strategy = tmp_path / "s.yaml"
     strategy.write_text("wave_fractions: [0.5, 0.2]\nsoak: 3\n")
     bad.append((["--bundle", "gb200-driver", "--strategy", str(strategy)], "--strategy"))
@@ -398,3 +401,65 @@ async def test_hostile_start_requests_change_nothing_and_a_retry_is_the_same_dec
         " ORDER BY asked_at"
     )
     assert [tuple(r) for r in rows] == [("reader", "refused"), ("cli", "done")]
+
+
+async def test_the_reader_may_plan_and_list_but_not_start(
+    cli_env: Planner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The CLI asks on ops.reader.> as the server would let the reader (this test server
+    # authenticates nobody; the permission matrix is tested against one that does).
+    secret = tmp_path / "reader.pass"
+    secret.write_text("unused")
+    secret.chmod(0o600)
+    monkeypatch.setenv("LOCKSTEP_NATS_USER", "reader")
+    monkeypatch.setenv("LOCKSTEP_NATS_PASSWORD_FILE", str(secret))
+    argv = ["--bundle", "gb200-driver", "--scope", "site=site-a", "--class", "standard"]
+    code, out = await cli("rollout", "plan", *argv)
+    assert code == 0 and "dry run, nothing stored or released" in out, out
+    code, out = await cli("rollout", "start", *argv)
+    assert code == 2 and "identity 'reader' may only read" in out, out
+    assert len(out.strip().splitlines()) == 1
+    code, out = await cli("rollout", "list", "--json")
+    assert (code, json.loads(out)) == (0, [])
+    pool = cli_env.app.require().pool
+    assert await pool.fetchval("SELECT count(*) FROM intents") == 0
+    assert [
+        tuple(r) for r in await pool.fetch("SELECT identity, outcome FROM operator_requests")
+    ] == [("reader", "refused")]
+
+
+async def test_rollout_list_pages_newest_first(cli_env: Planner) -> None:
+    started = []
+    for _ in range(3):
+        code, out = await cli(
+            "rollout", "start", "--bundle", "gb200-driver", "--scope", "site=site-a",
+            "--class", "routine", "--json",
+        )  # fmt: skip
+        assert code == 0, out
+        started.append(json.loads(out)["rollout_id"])
+        code, out = await cli("rollout", "abort", started[-1])
+        assert code == 0, out
+    seen: list[str] = []
+    before = None
+    nc = await nats.connect(cli_env.settings.nats_url)
+    try:
+        subject = f"{cli_env.settings.namespace}.ops.cli.planner.rollout.list"
+        while True:
+            body = make_envelope(RolloutListRequested(before=before, limit=2), source="/t")
+            answered = await nc.request(subject, body.to_json(), timeout=10)
+            reply = REGISTRY.decode(answered.data, max_bytes=1 << 20)
+            assert isinstance(reply.data, RolloutListAnswered)
+            seen.extend(r.rollout_id for r in reply.data.rollouts)
+            before = reply.data.next_before
+            if before is None:
+                break
+        unknown = make_envelope(RolloutListRequested(before="r-nope"), source="/t").to_json()
+        refused = REGISTRY.decode(
+            (await nc.request(subject, unknown, timeout=10)).data, max_bytes=1 << 20
+        )
+    finally:
+        await nc.close()
+    assert seen == started[::-1]
+    assert isinstance(refused.data, OpsRefused) and refused.data.kind == "not_found"
+    code, out = await cli("rollout", "list")
+    assert code == 0 and all(r in out for r in started) and "aborted" in out, out
