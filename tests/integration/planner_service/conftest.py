@@ -58,7 +58,12 @@ class Inventory:
     asked: int = 0
     pages: list[int] = field(default_factory=list)
 
+    silent: bool = False
+    """Answer nothing (an inventory that is down)."""
+
     async def answer(self, msg: Msg) -> None:
+        if self.silent:
+            return
         self.asked += 1
         request = REGISTRY.decode(msg.data, max_bytes=1 << 20).data
         assert isinstance(request, FleetQueryRequested)

@@ -463,3 +463,24 @@ async def test_rollout_list_pages_newest_first(cli_env: Planner) -> None:
     assert isinstance(refused.data, OpsRefused) and refused.data.kind == "not_found"
     code, out = await cli("rollout", "list")
     assert code == 0 and all(r in out for r in started) and "aborted" in out, out
+
+
+async def test_a_start_the_planner_cannot_plan_yet_says_so_and_is_planned_later(
+    cli_env: Planner,
+) -> None:
+    cli_env.settings = cli_env.settings.model_copy(update={"fleet_timeout_s": 1.0, "lease_s": 2.0})
+    await cli_env.restart()
+    cli_env.inventory.silent = True  # the inventory is down: the fleet cannot be read
+    code, out = await cli(
+        "rollout", "start", "--bundle", "gb200-driver", "--scope", "site=site-a",
+        "--class", "standard",
+    )  # fmt: skip
+    assert code == 1 and "recorded, not decided yet: the fleet could not be read" in out, out
+    rollout_id = out.split("lockstep rollout status ")[1].split("`")[0]
+    assert await cli_env.state(rollout_id) is None
+    cli_env.inventory.silent = False  # back: the worker plans the intent once the hold lapses
+
+    async def running() -> bool:
+        return await cli_env.state(rollout_id) == "running"
+
+    await until(running, what="the held intent planned by the worker")

@@ -463,8 +463,9 @@ def plan_command(desk: Desk) -> Command[RolloutPlanRequested]:
     return Command("rollout.plan", RolloutPlanRequested, RolloutPlanAnswered, run)
 
 
-async def _decided(conn: Conn, intent_id: uuid.UUID) -> RolloutStartAnswered:
-    """The planner's decision on an intent, as ``rollout start`` is answered."""
+async def _decided(conn: Conn, intent_id: uuid.UUID, why: str = "") -> RolloutStartAnswered:
+    """The planner's decision on an intent, as ``rollout start`` is answered (``why``: why it
+    is not decided yet, when it is not)."""
     row = await conn.fetchrow(
         "SELECT i.state AS decision, i.reasons, i.rollout_id, r.state, r.plan, r.plan_hash,"
         " r.approvals_needed FROM intents i LEFT JOIN rollouts r USING (rollout_id)"
@@ -478,7 +479,10 @@ async def _decided(conn: Conn, intent_id: uuid.UUID) -> RolloutStartAnswered:
             intent_id=intent_id,
             rollout_id=row["rollout_id"],
             decision="pending",
-            reasons=("the planner has not decided yet; it goes on trying",),
+            reasons=(
+                f"{why or 'the planner has not decided yet'}; it plans it again once the hold "
+                "of this request lapses",
+            ),
         )
     if row["plan"] is None:
         return RolloutStartAnswered(
@@ -552,9 +556,10 @@ def start_command(desk: Desk) -> Command[RolloutStartRequested]:
         del asker
         assert isinstance(answer, RolloutStartAnswered)  # noqa: S101 - run() returns it
         row = await _tx(conn).intent(answer.intent_id)
+        why = ""
         if row is not None and row.state == "planning":
-            await desk.plan_now(row)
-        return await _decided(conn, answer.intent_id)
+            why = await desk.plan_now(row)
+        return await _decided(conn, answer.intent_id, why)
 
     return Command(
         "rollout.start",
