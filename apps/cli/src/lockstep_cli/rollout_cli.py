@@ -116,7 +116,7 @@ def _scope(text: str) -> ScopeSelector:
 
 def _ask(bundle: str, scope: str, change_class: str, strategy: Path | None) -> PlanAsk:
     """What to plan, from the command line; bad input is one line naming the option."""
-    from lockstep_common.events.v1 import PlanAsk
+    from lockstep_common.events.v1 import BUNDLE_REF_PATTERN, PlanAsk
     from lockstep_common.vocabulary import ChangeClass
 
     try:
@@ -124,7 +124,7 @@ def _ask(bundle: str, scope: str, change_class: str, strategy: Path | None) -> P
     except ValueError:
         fail(f"--class {change_class!r}: use one of {', '.join(c.value for c in ChangeClass)}")
     selector, plan_strategy = _scope(scope), _strategy(strategy)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?", bundle):
+    if not re.fullmatch(BUNDLE_REF_PATTERN, bundle):
         fail(f"--bundle {bundle!r}: not a bundle reference (ID[@VERSION])")
     return _request(
         lambda: PlanAsk(bundle=bundle, scope=selector, change_class=klass, strategy=plan_strategy)

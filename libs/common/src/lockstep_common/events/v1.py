@@ -1519,7 +1519,9 @@ class FabricPinAnswered(EventData):
 PLAN_PAGE_BYTES = 384 * 1024
 MAX_SHOWN = 64  # canary and control nodes named per stratum in a summary (the counts are whole)
 MAX_ROLLOUTS_PAGE = 100
-BundleRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?$")]
+BUNDLE_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?$"
+"""``ID[@VERSION]``, as operators name an attested bundle."""
+BundleRef = Annotated[str, Field(pattern=BUNDLE_REF_PATTERN)]
 
 
 class PlanAsk(Part):
