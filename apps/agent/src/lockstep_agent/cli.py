@@ -1,0 +1,97 @@
+"""``lockstep-agent``: the node agent's command line.
+
+``probe`` prints what this node runs (no bus, no credentials: a newcomer's first command on a
+GPU box); ``run`` reports it to the bus until stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lockstep_agent.probes.node import NodeFacts, probe_node
+
+app = typer.Typer(
+    name="lockstep-agent",
+    help="Lockstep's node agent: probe this GPU node and report it to the bus.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _group() -> None:
+    """Lockstep's node agent: probe this GPU node and report it to the bus."""
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"lockstep-agent: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def describe(facts: NodeFacts) -> list[str]:
+    """The facts as ``name: value`` lines for a person."""
+    f, n = facts.files, facts.nvml
+    lines = [
+        f"kernel: {f.kernel or '-'}",
+        f"nvidia module loaded: {f.loaded_module or '-'}",
+        "driver (/proc): "
+        + (
+            f"{f.driver.version} ({'open' if f.driver.open_module else 'proprietary'} module)"
+            if f.driver
+            else "-"
+        ),
+        f"firmware dirs: {', '.join(f.firmware_dirs) or '-'}",
+        f"cuda toolkit: {f.cuda or '-'}",
+        f"nccl: {f.nccl or '-'}",
+    ]
+    lines += [f"nic {dev} firmware: {v}" for dev, v in f.nic_firmware.items()]
+    if facts.dkms.error:
+        lines.append(f"dkms: {facts.dkms.error}")
+    lines += [
+        f"dkms: {e.module}/{e.version} {e.kernel or ''} {e.status}".replace("  ", " ")
+        for e in facts.dkms.entries
+    ]
+    if n.error:
+        lines.append(f"nvml: {n.error}")
+    else:
+        lines.append(f"nvml: driver {n.driver_version}, cuda {n.cuda_driver_version}")
+    for g in n.gpus:
+        lines.append(
+            f"gpu {g.index}: {g.name or '?'} vbios {g.vbios or '-'} gsp {g.gsp_firmware or '-'} "
+            f"sm {g.sm_clock_mhz or '-'} MHz {g.temperature_c or '-'} C "
+            f"throttle {','.join(g.throttle_reasons) or '-'}"
+        )
+    counts = facts.xids.counts()
+    lines.append("xids this boot: " + (", ".join(f"{c} x{n}" for c, n in counts.items()) or "none"))
+    return lines
+
+
+@app.command()
+def probe(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
+    root: Annotated[
+        Path,
+        typer.Option(
+            help="Filesystem root to read (a copy of a node's files; NVML and DKMS "
+            "are asked only of /)."
+        ),
+    ] = Path("/"),
+) -> None:
+    """Print what this node runs: driver, module, firmware, CUDA, NCCL, NICs, GPUs, XIDs."""
+    if not root.is_dir():
+        _fail(f"--root {root}: not a directory")
+    facts = probe_node(root, None)
+    if as_json:
+        sys.stdout.write(json.dumps(facts.model_dump(mode="json"), indent=1) + "\n")
+    else:
+        typer.echo("\n".join(describe(facts)))
+
+
+def main() -> None:
+    """Console script entry point."""
+    app()
