@@ -6,10 +6,13 @@ GPU box); ``run`` reports it to the bus until stopped.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -28,7 +31,7 @@ def _group() -> None:
     """Lockstep's node agent: probe this GPU node and report it to the bus."""
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"lockstep-agent: {message}", err=True)
     raise typer.Exit(2)
 
@@ -90,6 +93,37 @@ def probe(
         sys.stdout.write(json.dumps(facts.model_dump(mode="json"), indent=1) + "\n")
     else:
         typer.echo("\n".join(describe(facts)))
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Option("--config", help="The agent's TOML configuration.")],
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+) -> None:
+    """Report this node's inventory and health to the bus until stopped (SIGTERM, SIGINT)."""
+    from lockstep_agent.config import ConfigError, load
+    from lockstep_agent.runner import AgentStopped, Runner
+    from lockstep_agent.spool import SpoolError
+    from lockstep_common.natsconn import AccessError
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        cfg = load(config)
+        runner = Runner(cfg)
+    except (ConfigError, AccessError, SpoolError) as exc:
+        _fail(str(exc))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, runner.stop.set)
+        await runner.run()
+
+    try:
+        asyncio.run(main())
+    except AgentStopped as exc:
+        typer.echo(f"lockstep-agent: node {cfg.node}: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def main() -> None:
