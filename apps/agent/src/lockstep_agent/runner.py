@@ -14,15 +14,16 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from typing import Any
 
 from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
 
-from lockstep_agent.agent import NodeAgent
+from lockstep_agent.agent import NodeAgent, ProbedReading
 from lockstep_agent.config import AgentConfig
 from lockstep_agent.probes.node import probe_node
 from lockstep_agent.probes.xid import Cursor
-from lockstep_agent.sender import Sender
+from lockstep_agent.reports import Counters
+from lockstep_agent.sender import Sender, drain
 from lockstep_agent.spool import Spool
 from lockstep_common import natsconn
 from lockstep_common.subjects import Namespace
@@ -30,6 +31,7 @@ from lockstep_common.subjects import Namespace
 log = logging.getLogger(__name__)
 SPOOL_FILE = "spool.sqlite"
 CONNECT_TIMEOUT_S = 2.0
+DRAIN_BATCH = 256
 
 
 class AgentStopped(RuntimeError):
@@ -66,18 +68,20 @@ class Runner:
         # Read now, so an unreadable or exposed credential is one line before anything starts.
         self._options = config.access().options()
         self.spool = Spool(config.data_dir / SPOOL_FILE, config.spool_limit)
-        root = config.root
+        root, counters = config.root, Counters()
 
-        def read(cursor: Cursor | None) -> Any:
-            return probe_node(root, cursor)
+        def read(cursor: Cursor | None) -> ProbedReading:
+            return ProbedReading(probe_node(root, cursor), counters)
 
         self.agent = NodeAgent(
             config.node, config.site, Namespace(config.namespace), read, self.spool
         )
         self.stop = asyncio.Event()
+        self.sender = Sender(stopping=self.stop)
         self._wake = asyncio.Event()
         self._fatal: str | None = None
         self.nc: NatsClient | None = None
+        self.js: JetStreamContext | None = None
 
     async def _on_error(self, exc: Exception) -> None:
         reason = fatal_reason(exc, self.config)
@@ -106,7 +110,8 @@ class Runner:
             error_cb=self._on_error,
             reconnected_cb=self._on_connected,
         )
-        self.agent.sender = Sender(self.nc.jetstream(), self.spool)
+        # One context: its publish_async reply subscription is made once, not per drain.
+        self.js = self.nc.jetstream()
         await self._on_connected()
 
     async def run(self) -> None:
@@ -152,5 +157,5 @@ class Runner:
             raise AgentStopped(self._fatal)
 
     async def _drain(self) -> None:
-        if self.nc is not None and self.nc.is_connected:
-            await self.agent.drain()
+        if self.nc is not None and self.js is not None and self.nc.is_connected:
+            await drain(self.sender, self.spool, self.js, DRAIN_BATCH)

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (
@@ -45,6 +47,37 @@ class Outgoing:
     subject: str
     payload: bytes
     msg_id: str
+
+
+class ReportBuffer(Protocol):
+    """Where reports wait for their acknowledgement: the contract ``Spool`` (on disk, a real
+    node) and ``MemorySpool`` (in memory, a simulated node) both keep, and the contract test
+    (tests/unit/agent/test_spool.py) runs on both."""
+
+    limit: int
+
+    def put(self, reports: Iterable[Outgoing], state: Mapping[str, str] | None = None) -> int:
+        """Store reports and state at once; the number of oldest reports dropped."""
+        ...
+
+    def pending(self, limit: int | None = None) -> list[Outgoing]:
+        """Stored reports, oldest first."""
+        ...
+
+    def acked(self, msg_ids: Iterable[str]) -> None:
+        """Forget acknowledged reports."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    @property
+    def dropped(self) -> int:
+        """Reports dropped because the buffer was full."""
+        ...
+
+    def state(self, key: str) -> str | None:
+        """One stored state value."""
+        ...
 
 
 class SpoolError(RuntimeError):
@@ -138,3 +171,47 @@ class Spool:
         """One value of the agent's state, None when never stored."""
         row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
+
+
+class MemorySpool:
+    """``ReportBuffer`` in memory: a simulated node's (a simulator runs thousands; a restart
+    of the simulator is a restart of its nodes' agents, which start empty)."""
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError(f"spool limit must be > 0, got {limit}")
+        self.limit = limit
+        self._reports: OrderedDict[str, Outgoing] = OrderedDict()
+        self._state: dict[str, str] = {}
+        self._dropped = 0
+
+    def put(self, reports: Iterable[Outgoing], state: Mapping[str, str] | None = None) -> int:
+        batch = list(reports)  # checked whole before anything changes, as one transaction
+        if any(not isinstance(r.payload, bytes) for r in batch):
+            raise TypeError("a report's payload must be bytes")
+        for r in batch:
+            self._reports.setdefault(r.msg_id, r)
+        self._state.update(state or {})
+        over = max(0, len(self._reports) - self.limit)
+        for _ in range(over):
+            self._reports.popitem(last=False)  # the oldest report is worth the least
+        self._dropped += over
+        return over
+
+    def pending(self, limit: int | None = None) -> list[Outgoing]:
+        out = list(self._reports.values())
+        return out if limit is None else out[:limit]
+
+    def acked(self, msg_ids: Iterable[str]) -> None:
+        for m in msg_ids:
+            self._reports.pop(m, None)
+
+    def __len__(self) -> int:
+        return len(self._reports)
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    def state(self, key: str) -> str | None:
+        return self._state.get(key)
