@@ -12,10 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from lockstep_agent.runner import SPOOL_FILE
+from lockstep_cli.polling import until
 from lockstep_devstack import agents
 from lockstep_devstack.nats import NatsServer
 from lockstep_devstack.tls import server_tls
-from tests.integration.agent.test_agent_restart import NODE, SITE, _config, _server
+from tests.integration.agent.test_agent_restart import (
+    NODE,
+    SITE,
+    _config,
+    _server,
+    _start,
+    _topology,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +95,36 @@ def test_another_nodes_key_is_refused(running: tuple[Path, NatsServer]) -> None:
         f"agent-{NODE}'s reports (is {other} another node's key?): "
     ), line
     assert line.endswith(f'.s1.{NODE}"')
+
+
+async def test_a_running_agent_revoked_stops_with_one_line(
+    running: tuple[Path, NatsServer],
+) -> None:
+    base, server = running
+    await _topology(server)
+    seed = agents.seed_path(agents.seed_dir(base), NODE)
+    kept = base / "kept.nk"
+    shutil.copy(seed, kept)
+    kept.chmod(0o600)
+    log = base / "agent.log"
+    proc = _start(_config(base, server, nkey_file=f'"{kept}"'), log)
+    try:
+        spool = base / "agent" / SPOOL_FILE
+
+        async def reported() -> bool:
+            # Reporting for real: the spool exists and has been drained at least once.
+            return spool.exists() and "connected to NATS as" in log.read_text()
+
+        await until(reported, what="the agent connected and reporting", timeout_s=30)
+        agents.revoke(base, [NODE])
+        server.reload()
+        assert proc.wait(timeout=30) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    last = log.read_text().strip().splitlines()[-1]
+    assert last == (
+        f"lockstep-agent: node {NODE}: the NATS server refused agent-{NODE}'s key (not "
+        f"enrolled, revoked, or another node's key in {kept})"
+    )

@@ -110,3 +110,18 @@ def test_probe_of_a_root_that_is_no_directory(tmp_path: Path) -> None:
     assert _error(["probe", "--root", str(tmp_path / "nope")]) == (
         f"lockstep-agent: --root {tmp_path / 'nope'}: not a directory"
     )
+
+
+def test_the_shipped_example_config_is_valid() -> None:
+    from lockstep_agent.config import load
+
+    example = Path(__file__).resolve().parents[3] / "deploy" / "agent" / "agent.toml"
+    cfg = load(example)
+    assert (cfg.node, cfg.identity) == ("gpu-0001", "agent-gpu-0001")
+    assert cfg.access().servers == (
+        "tls://nats-1.example.net:4222",
+        "tls://nats-2.example.net:4222",
+    )
+    unit = example.with_name("lockstep-agent.service").read_text()
+    assert "lockstep-agent run --config /etc/lockstep-agent/agent.toml" in unit
+    assert f"StateDirectory={cfg.data_dir.name}" in unit
