@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,14 +25,17 @@ class NodeFacts(BaseModel):
     xids: XidScan = XidScan()
 
 
-def probe_node(root: Path, xid_cursor: Cursor | None) -> NodeFacts:
+def probe_node(root: Path, xid_cursor: Cursor | None, nvml: Any | None = None) -> NodeFacts:
     """Run every probe on the machine whose filesystem is at ``root`` (``/`` on a node). NVML
-    is asked only of the machine's own root: a fake root has no GPUs of its own."""
+    is asked only of the machine's own root (a fake root has no GPUs of its own), unless
+    ``nvml`` gives a stand-in for the ``pynvml`` module (a benchmark's)."""
+    if nvml is not None or root == Path("/"):
+        gpus = probe_nvml(nvml)
+    else:
+        gpus = NvmlFacts(error="not probed: not the machine's own root")
     return NodeFacts(
         files=probe_files(root),
         dkms=probe_dkms(root),
-        nvml=probe_nvml()
-        if root == Path("/")
-        else NvmlFacts(error="not probed: not the machine's own root"),
+        nvml=gpus,
         xids=probe_xids(root, xid_cursor),
     )
