@@ -11,6 +11,8 @@
     cadence_s = 10.0
     spool_limit = 8640                    # reports kept during an outage (12 h at 10 s)
     root = "/"                            # the filesystem the probes read
+    metrics_port = 9464                   # /metrics, /healthz, /readyz (default: not served)
+    metrics_host = "127.0.0.1"
 
 Every problem is one line naming the file and the field (``ConfigError``); nothing is started
 before the whole file is good. The credential itself is read at connect time
@@ -55,6 +57,8 @@ class AgentConfig(BaseModel):
     cadence_s: float = Field(default=10.0, gt=0, le=3600)
     spool_limit: int = Field(default=8640, gt=0, le=10_000_000)
     root: Path = Path("/")
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
 
     @field_validator("node", "site", "namespace")
     @classmethod

@@ -20,12 +20,14 @@ from nats.js import JetStreamContext
 
 from lockstep_agent.agent import NodeAgent, ProbedReading
 from lockstep_agent.config import AgentConfig
+from lockstep_agent.metrics import AgentMetrics
 from lockstep_agent.probes.node import probe_node
 from lockstep_agent.probes.xid import Cursor
 from lockstep_agent.reports import Counters
 from lockstep_agent.sender import Sender, drain
 from lockstep_agent.spool import Spool
 from lockstep_common import natsconn
+from lockstep_common.observability import HttpEndpoint
 from lockstep_common.subjects import Namespace
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,14 @@ class Runner:
         self.spool = Spool(config.data_dir / SPOOL_FILE, config.spool_limit)
         root, counters = config.root, Counters()
 
+        self.metrics = AgentMetrics()
+        self.endpoint = HttpEndpoint(self.metrics.base, self._readiness)
+
         def read(cursor: Cursor | None) -> ProbedReading:
-            return ProbedReading(probe_node(root, cursor), counters)
+            reading = ProbedReading(probe_node(root, cursor), counters)
+            self.metrics.nvml_up.set(1 if reading.facts.nvml.available else 0)
+            self.metrics.gpus.set(len(reading.facts.nvml.gpus))
+            return reading
 
         self.agent = NodeAgent(
             config.node, config.site, Namespace(config.namespace), read, self.spool
@@ -123,17 +131,24 @@ class Runner:
         log.info(
             "lockstep-agent for node %s (site %s) starting", self.config.node, self.config.site
         )
+        endpoint = self.endpoint
+        if self.config.metrics_port is not None:
+            port = await endpoint.start(self.config.metrics_host, self.config.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         connecting = asyncio.create_task(self._connect(), name="connect")
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         try:
             while not self.stop.is_set():
                 if loop.time() >= next_at:
-                    await asyncio.to_thread(self.agent.cycle)
+                    with self.metrics.cycle_seconds.time():
+                        await asyncio.to_thread(self.agent.cycle)
+                    self.metrics.cycles.inc()
                     # The next cycle one period later; after an overrun, one period from now.
                     next_at = max(next_at + self.config.cadence_s, loop.time())
                 self._wake.clear()
                 await self._drain()
+                self.metrics.update(self.agent, self.sender.stats, connected=self._connected())
                 waits = {
                     asyncio.ensure_future(self.stop.wait()),
                     asyncio.ensure_future(self._wake.wait()),
@@ -146,6 +161,7 @@ class Runner:
                 for w in pending:
                     w.cancel()
         finally:
+            await endpoint.stop()
             connecting.cancel()
             with contextlib.suppress(BaseException):
                 await connecting
@@ -155,6 +171,12 @@ class Runner:
             self.spool.close()
         if self._fatal is not None:
             raise AgentStopped(self._fatal)
+
+    def _connected(self) -> bool:
+        return self.nc is not None and self.nc.is_connected
+
+    def _readiness(self) -> dict[str, bool]:
+        return {"nats": self._connected()}
 
     async def _drain(self) -> None:
         if self.nc is not None and self.js is not None and self.nc.is_connected:
