@@ -59,7 +59,7 @@ def test_a_server_certificate_of_another_ca_is_refused(running: tuple[Path, Nats
     base, server = running
     other = server_tls(base / "other-ca")
     done = _run(_config(base, server, ca_file=f'"{other.ca}"'))
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert _last_line(done) == (
         f"lockstep-agent: node {NODE}: the NATS server's certificate is not trusted by CA file "
         f"{other.ca}: unable to get local issuer certificate"
@@ -75,7 +75,7 @@ def test_a_revoked_node_is_told_so(running: tuple[Path, NatsServer]) -> None:
     agents.revoke(base, [NODE])
     server.reload()
     done = _run(_config(base, server, nkey_file=f'"{kept}"'))
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert _last_line(done) == (
         f"lockstep-agent: node {NODE}: the NATS server refused agent-{NODE}'s key (not "
         f"enrolled, revoked, or another node's key in {kept})"
@@ -88,7 +88,7 @@ def test_another_nodes_key_is_refused(running: tuple[Path, NatsServer]) -> None:
     server.reload()
     other = agents.seed_path(agents.seed_dir(base), "gpu-0002")
     done = _run(_config(base, server, nkey_file=f'"{other}"'))
-    assert done.returncode == 1
+    assert done.returncode == 3
     line = _last_line(done)
     assert line.startswith(
         f"lockstep-agent: node {NODE}: the NATS server does not let this key publish "
@@ -118,7 +118,7 @@ async def test_a_running_agent_revoked_stops_with_one_line(
         await until(reported, what="the agent connected and reporting", timeout_s=30)
         agents.revoke(base, [NODE])
         server.reload()
-        assert proc.wait(timeout=30) == 1
+        assert proc.wait(timeout=30) == 3
     finally:
         if proc.poll() is None:
             proc.kill()

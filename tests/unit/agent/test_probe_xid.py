@@ -112,3 +112,13 @@ def test_an_xid_line_written_by_a_user_process_is_not_counted() -> None:
     assert forged is not None and forged.facility == 1
     assert scan([forged], BOOT, None).counts() == {}
     assert scan([KmsgRecord(5000, forged.message)], BOOT, None).counts() == {"79": 1}
+
+
+def test_a_kernel_log_the_agent_may_not_read_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kmsg").mkdir()  # reading a directory fails as a refused open does
+    before = Cursor(boot_id=BOOT, seq=7)
+    result = probe_xids(tmp_path, before)
+    assert result.counts() == {}
+    assert result.cursor == before  # nothing counted, nothing skipped
+    assert result.error == f"{tmp_path / 'dev/kmsg'}: Is a directory"

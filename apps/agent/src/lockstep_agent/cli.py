@@ -18,6 +18,12 @@ import typer
 
 from lockstep_agent.probes.node import NodeFacts, probe_node
 
+# Exit statuses the systemd unit does not restart on (RestartPreventExitStatus): a restart cannot
+# fix a bad config or credential, nor a server that refuses the node. A crash (Python's 1) is
+# restarted.
+BAD_INPUT = 2
+STOPPED = 3
+
 app = typer.Typer(
     name="lockstep-agent",
     help="Lockstep's node agent: probe this GPU node and report it to the bus.",
@@ -33,7 +39,7 @@ def _group() -> None:
 
 def _fail(message: str) -> NoReturn:
     typer.echo(f"lockstep-agent: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(BAD_INPUT)
 
 
 def describe(facts: NodeFacts) -> list[str]:
@@ -70,6 +76,8 @@ def describe(facts: NodeFacts) -> list[str]:
             f"throttle {','.join(g.throttle_reasons) or '-'}"
         )
     counts = facts.xids.counts()
+    if facts.xids.error:
+        lines.append(f"xids: kernel log not read: {facts.xids.error}")
     lines.append("xids this boot: " + (", ".join(f"{c} x{n}" for c, n in counts.items()) or "none"))
     return lines
 
@@ -123,7 +131,7 @@ def run(
         asyncio.run(main())
     except AgentStopped as exc:
         typer.echo(f"lockstep-agent: node {cfg.node}: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(STOPPED) from None
 
 
 def main() -> None:

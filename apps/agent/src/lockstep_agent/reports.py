@@ -66,6 +66,8 @@ def members(facts: NodeFacts) -> dict[str, str]:
         out["cuda_driver"] = nvml.cuda_driver_version
     if nvml.error:
         out["nvml_error"] = nvml.error
+    if facts.xids.error:
+        out["xid_error"] = facts.xids.error  # XIDs unknown, not zero
     for g in nvml.gpus:
         for key, value in (
             ("vbios", g.vbios),

@@ -71,6 +71,8 @@ class XidScan(BaseModel):
 
     events: tuple[XidEvent, ...] = ()
     cursor: Cursor | None = None
+    error: str | None = None
+    """Why the kernel log could not be read (the cursor is then kept as it was)."""
 
     def counts(self) -> dict[str, int]:
         """XID code -> how many, as the health event carries them."""
@@ -161,5 +163,10 @@ def boot_id(root: Path) -> str:
 
 
 def probe_xids(root: Path, after: Cursor | None) -> XidScan:
-    """The XIDs logged on this boot after ``after``."""
-    return scan(read_kmsg(root / KMSG), boot_id(root), after)
+    """The XIDs logged on this boot after ``after``. A kernel log the agent may not read (not
+    root, no CAP_SYSLOG, ``kernel.dmesg_restrict=1``) is reported, never raised."""
+    try:
+        records = read_kmsg(root / KMSG)
+    except OSError as exc:
+        return XidScan(cursor=after, error=f"{root / KMSG}: {exc.strerror or exc}")
+    return scan(records, boot_id(root), after)
