@@ -9,6 +9,7 @@ import pytest
 
 from lockstep_agent.probes.xid import (
     Cursor,
+    KernelLog,
     KmsgRecord,
     parse_record,
     parse_xid,
@@ -122,3 +123,22 @@ def test_a_kernel_log_the_agent_may_not_read_is_reported(tmp_path: Path) -> None
     assert result.counts() == {}
     assert result.cursor == before  # nothing counted, nothing skipped
     assert result.error == f"{tmp_path / 'dev/kmsg'}: Is a directory"
+
+
+def test_following_this_machines_kernel_log() -> None:
+    """On the real /dev/kmsg: the followed log returns only what was logged since the last
+    read, and a line a process writes there is logged as facility user, so never an XID."""
+    log = KernelLog(Path("/dev/kmsg"))
+    try:
+        try:
+            log.read()
+            with Path("/dev/kmsg").open("w") as kmsg:
+                kmsg.write("lockstep-agent test: NVRM: Xid (PCI:0000:9b:00): 79, pid=1, forged\n")
+        except OSError as exc:
+            pytest.skip(f"/dev/kmsg cannot be read and written here: {exc}")
+        new = log.read()
+    finally:
+        log.close()
+    assert [r.message for r in new][-1].endswith("79, pid=1, forged")
+    assert new[-1].facility == 1  # user: the kernel's own records are facility 0
+    assert scan(new, BOOT, None).counts() == {}

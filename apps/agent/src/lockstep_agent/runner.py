@@ -22,7 +22,7 @@ from lockstep_agent.agent import NodeAgent, ProbedReading
 from lockstep_agent.config import AgentConfig
 from lockstep_agent.metrics import AgentMetrics
 from lockstep_agent.probes.node import probe_node
-from lockstep_agent.probes.xid import Cursor
+from lockstep_agent.probes.xid import KMSG, Cursor, KernelLog
 from lockstep_agent.reports import Counters
 from lockstep_agent.sender import Sender, drain
 from lockstep_agent.spool import Spool
@@ -75,8 +75,10 @@ class Runner:
         self.metrics = AgentMetrics()
         self.endpoint = HttpEndpoint(self.metrics.base, self._readiness)
 
+        self.kernel_log = KernelLog(root / KMSG)
+
         def read(cursor: Cursor | None) -> ProbedReading:
-            reading = ProbedReading(probe_node(root, cursor), counters)
+            reading = ProbedReading(probe_node(root, cursor, kernel_log=self.kernel_log), counters)
             self.metrics.nvml_up.set(1 if reading.facts.nvml.available else 0)
             self.metrics.gpus.set(len(reading.facts.nvml.gpus))
             return reading
@@ -169,6 +171,7 @@ class Runner:
                 with contextlib.suppress(Exception):
                     await self.nc.close()
             self.spool.close()
+            self.kernel_log.close()
         if self._fatal is not None:
             raise AgentStopped(self._fatal)
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from lockstep_agent.probes.dkms import DkmsFacts, probe_dkms
 from lockstep_agent.probes.files import FileFacts, probe_files
 from lockstep_agent.probes.nvml import NvmlFacts, probe_nvml
-from lockstep_agent.probes.xid import Cursor, XidScan, probe_xids
+from lockstep_agent.probes.xid import Cursor, KernelLog, XidScan, probe_xids
 
 
 class NodeFacts(BaseModel):
@@ -25,10 +25,16 @@ class NodeFacts(BaseModel):
     xids: XidScan = XidScan()
 
 
-def probe_node(root: Path, xid_cursor: Cursor | None, nvml: Any | None = None) -> NodeFacts:
+def probe_node(
+    root: Path,
+    xid_cursor: Cursor | None,
+    nvml: Any | None = None,
+    kernel_log: KernelLog | None = None,
+) -> NodeFacts:
     """Run every probe on the machine whose filesystem is at ``root`` (``/`` on a node). NVML
     is asked only of the machine's own root (a fake root has no GPUs of its own), unless
-    ``nvml`` gives a stand-in for the ``pynvml`` module (a benchmark's)."""
+    ``nvml`` gives a stand-in for the ``pynvml`` module (a benchmark's). ``kernel_log``: the
+    kernel log the running agent follows (default: read whole)."""
     if nvml is not None or root == Path("/"):
         gpus = probe_nvml(nvml)
     else:
@@ -37,5 +43,5 @@ def probe_node(root: Path, xid_cursor: Cursor | None, nvml: Any | None = None) -
         files=probe_files(root),
         dkms=probe_dkms(root),
         nvml=gpus,
-        xids=probe_xids(root, xid_cursor),
+        xids=probe_xids(root, xid_cursor, kernel_log),
     )

@@ -4,13 +4,13 @@ The NVIDIA driver reports each XID as one kernel log line (NVIDIA, "XID Errors",
 
     NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s ...
 
-``/dev/kmsg`` gives every record with its sequence number (Linux,
-Documentation/ABI/testing/dev-kmsg: ``PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS;MESSAGE``, then
-continuation lines that start with a space). The cursor is the last sequence number counted
-with the boot it belongs to (``/proc/sys/kernel/random/boot_id``): a new boot restarts the
-numbering, so a cursor of another boot counts from the start. The caller stores the cursor in
-the same transaction as the report that carries the counts (``spool.Spool.put``), so a restart
-neither loses an XID nor counts one twice.
+``/dev/kmsg``, kept open and followed (``KernelLog``), gives every record with its sequence
+number (Linux, Documentation/ABI/testing/dev-kmsg: ``PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS;
+MESSAGE``, then continuation lines that start with a space). The cursor is the last sequence
+number counted with the boot it belongs to (``/proc/sys/kernel/random/boot_id``): a new boot
+restarts the numbering, so a cursor of another boot counts from the start. The caller stores
+the cursor in the same transaction as the report that carries the counts (``spool.Spool.put``),
+so a restart neither loses an XID nor counts one twice.
 """
 
 from __future__ import annotations
@@ -120,38 +120,62 @@ def scan(records: Iterable[KmsgRecord], boot_id: str, after: Cursor | None) -> X
     return XidScan(events=tuple(events), cursor=cursor)
 
 
-def read_kmsg(path: Path) -> list[KmsgRecord]:
-    """Every record ``path`` holds now: ``/dev/kmsg`` read without blocking, one record per
-    read, or a file of records (a capture) read line by line."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return []
-    if not stat.S_ISCHR(mode):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        return [r for r in map(parse_record, text.splitlines()) if r is not None]
+def _read_records(fd: int) -> list[KmsgRecord]:
+    """The records an open ``/dev/kmsg`` has for us now, one per read, without blocking."""
     out: list[KmsgRecord] = []
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while True:
+    while True:
+        try:
+            chunk = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return out
+        except OSError as exc:
+            # EPIPE: records were overwritten while we read; the next read goes on with the
+            # oldest one left (dev-kmsg ABI).
+            if exc.errno == errno.EPIPE:
+                continue
+            raise
+        if not chunk:
+            return out
+        record = parse_record(chunk.decode("utf-8", errors="replace").split("\n", 1)[0])
+        if record is not None:
+            out.append(record)
+
+
+class KernelLog:
+    """The kernel log, followed: ``/dev/kmsg`` stays open, so each ``read`` returns only the
+    records logged since the previous one (the first: every record the ring buffer still
+    holds). A file of records (a capture) is read whole every time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def read(self) -> list[KmsgRecord]:
+        """New records (OSError when the log cannot be opened or read)."""
+        if self._fd is None:
             try:
-                chunk = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                # EPIPE: records were overwritten while we read; the next read goes on with
-                # the oldest one left (dev-kmsg ABI).
-                if exc.errno == errno.EPIPE:
-                    continue
-                raise
-            if not chunk:
-                break
-            record = parse_record(chunk.decode("utf-8", errors="replace").split("\n", 1)[0])
-            if record is not None:
-                out.append(record)
+                mode = self.path.stat().st_mode
+            except FileNotFoundError:
+                return []
+            if not stat.S_ISCHR(mode):
+                text = self.path.read_text(encoding="utf-8", errors="replace")
+                return [r for r in map(parse_record, text.splitlines()) if r is not None]
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        return _read_records(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_kmsg(path: Path) -> list[KmsgRecord]:
+    """Every record ``path`` holds now (``/dev/kmsg`` or a capture)."""
+    log = KernelLog(path)
+    try:
+        return log.read()
     finally:
-        os.close(fd)
-    return out
+        log.close()
 
 
 def boot_id(root: Path) -> str:
@@ -162,11 +186,12 @@ def boot_id(root: Path) -> str:
         return "unknown"
 
 
-def probe_xids(root: Path, after: Cursor | None) -> XidScan:
-    """The XIDs logged on this boot after ``after``. A kernel log the agent may not read (not
-    root, no CAP_SYSLOG, ``kernel.dmesg_restrict=1``) is reported, never raised."""
+def probe_xids(root: Path, after: Cursor | None, log: KernelLog | None = None) -> XidScan:
+    """The XIDs logged on this boot after ``after`` (``log``: the followed kernel log, else
+    ``root``'s read whole). A kernel log the agent may not read (not root, no CAP_SYSLOG,
+    ``kernel.dmesg_restrict=1``) is reported, never raised."""
     try:
-        records = read_kmsg(root / KMSG)
+        records = (log or KernelLog(root / KMSG)).read()
     except OSError as exc:
         return XidScan(cursor=after, error=f"{root / KMSG}: {exc.strerror or exc}")
     return scan(records, boot_id(root), after)
