@@ -125,3 +125,38 @@ def test_the_shipped_example_config_is_valid() -> None:
     unit = example.with_name("lockstep-agent.service").read_text()
     assert "lockstep-agent run --config /etc/lockstep-agent/agent.toml" in unit
     assert f"StateDirectory={cfg.data_dir.name}" in unit
+
+
+def test_command_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
+    cmd = tmp_path / "cmd.json"
+    cmd.write_text(
+        json.dumps(
+            {
+                "command_id": "c1",
+                "action": "install-driver",
+                "work_item": "w1",
+                "fencing_token": 3,
+                "package": "nvidia-driver-580",
+                "version": "580.65.06-0ubuntu1",
+                "package_sha256": "a" * 64,
+            }
+        )
+    )
+    result = runner.invoke(
+        app, ["command", str(cmd), "--config", str(_config(tmp_path)), "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["status"] == "dry-run"
+    assert out["ran"][0][1:] in (
+        ["download", "nvidia-driver-580=580.65.06-0ubuntu1"],
+        ["download", "nvidia-driver-580-580.65.06-0ubuntu1"],
+    )
+
+
+def test_command_file_that_is_no_command(tmp_path: Path) -> None:
+    cmd = tmp_path / "cmd.json"
+    cmd.write_text('{"command_id": "c1", "action": "format-disk"}')
+    line = _error(["command", str(cmd), "--config", str(_config(tmp_path))])
+    assert line.startswith(f"lockstep-agent: command {cmd}: ")
+    assert "validation error" in line

@@ -23,6 +23,7 @@ from lockstep_agent.probes.node import NodeFacts, probe_node
 # restarted.
 BAD_INPUT = 2
 STOPPED = 3
+COMMAND_JOURNAL = "commands.sqlite"
 
 app = typer.Typer(
     name="lockstep-agent",
@@ -132,6 +133,38 @@ def run(
     except AgentStopped as exc:
         typer.echo(f"lockstep-agent: node {cfg.node}: {exc}", err=True)
         raise typer.Exit(STOPPED) from None
+
+
+@app.command()
+def command(
+    file: Annotated[Path, typer.Argument(help="The command, as JSON (InbandCommand).")],
+    config: Annotated[Path, typer.Option("--config", help="The agent's TOML configuration.")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would run; run and journal nothing.")
+    ] = False,
+) -> None:
+    """Carry out one in-band command from a file (install-driver, rebuild-dkms, reboot), once
+    per command id, journaled in <data_dir>/commands.sqlite; prints the outcome as JSON."""
+    from lockstep_agent.commands import Executor, load_command
+    from lockstep_agent.config import ConfigError, load
+
+    try:
+        cfg = load(config)
+        cmd = load_command(file.read_text(encoding="utf-8"))
+    except ConfigError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"command {file}: {exc.strerror}")
+    except ValueError as exc:  # not JSON, or not a command (pydantic's errors are ValueErrors)
+        _fail(f"command {file}: {' '.join(str(exc).split())}")
+    executor = Executor(cfg.data_dir / COMMAND_JOURNAL)
+    try:
+        outcome = executor.execute(cmd, dry_run=dry_run)
+    finally:
+        executor.close()
+    sys.stdout.write(outcome.model_dump_json(indent=1) + "\n")
+    if outcome.status not in ("done", "dry-run"):
+        raise typer.Exit(1)
 
 
 def main() -> None:
