@@ -527,3 +527,36 @@ def bench_startup(
             "measured without compiled bytecode (every run compiled what it imports): "
             "./dev compiles it"
         )
+
+
+@bench_app.command("agent")
+def bench_agent(
+    cycles: Annotated[int, typer.Option(min=10, help="Report cycles to run.")] = 300,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """One node agent's CPU per report cycle and its RSS, on 8 GPUs' worth of probes (a fake
+    node root and an NVML stand-in), every probe, the disk spool and the sender included."""
+    from lockstep_bench.agent import run_bench
+
+    try:
+        result = run_bench(cycles)
+    except RuntimeError as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench agent: {cycles} cycles, {result['gpus']} GPUs")
+    table.add_column("")
+    table.add_column("value")
+    table.add_row("CPU per cycle, median (s)", f"{result['cpu_s_per_cycle_median']:.4f}")
+    table.add_row("CPU per cycle, p99 (s)", f"{result['cpu_s_per_cycle_p99']:.4f}")
+    table.add_row(
+        f"of one core at a {result['cadence_s']:.0f} s cadence (goal <= "
+        f"{result['goal_cpu_percent']} %)",
+        f"{result['cpu_percent_of_core']:.3f} %",
+    )
+    table.add_row(
+        f"peak RSS (goal <= {result['goal_rss_mb']:.0f} MB)", f"{result['rss_mb']:.1f} MB"
+    )
+    table.add_row("RSS with the modules imported (baseline)", f"{result['rss_imported_mb']:.1f} MB")
+    console.print(table)

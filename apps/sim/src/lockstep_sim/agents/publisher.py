@@ -1,18 +1,25 @@
-"""``AgentFleet``: N simulated node agents publishing inventory and health to JetStream.
+"""``AgentFleet``: N simulated nodes, each running the node agent's code (``lockstep_agent``)
+with simulated probes, publishing inventory and health to JetStream.
+
+Each simulated node is a ``lockstep_agent.agent.NodeAgent`` whose reading comes from the node's
+model (``software.NodeSoftware``: ``SimReading``) instead of the machine's probes, and whose
+buffer is a ``MemorySpool``; the whole fleet's buffers are published by one
+``lockstep_agent.sender.Sender``, the real agent's publisher. So the cycle (sequence, events,
+envelope, ``Nats-Msg-Id``), the buffering (bounded, oldest dropped and counted) and the
+publishing (kept until JetStream acknowledged it, retried with the same id, pipelined and
+bounded, prompt to stop) are the real agent's, not a second implementation.
 
 Each report cycle measures, for every node, one ``telemetry.observed.inventory.<site>.<node>``
-and one ``telemetry.observed.health.<site>.<node>`` event into a bounded local buffer, then
-publishes the buffer to JetStream, with the event id as ``Nats-Msg-Id``. A report leaves the
-buffer only once JetStream acknowledged it; while NATS (or the TELEMETRY stream's leader) is
-unavailable the reports wait and are retried with a jittered, doubling backoff, so an outage
-delays them instead of losing them. A retry of a report that was in fact stored is dropped by
-the stream's duplicate window (``StreamPolicy.duplicate_window_s``, 10 minutes by default;
-after a longer outage a retry may be stored twice: telemetry tolerates that). When the buffer
-is full the oldest report is dropped and counted (``FleetStats.dropped``): telemetry is worth
-less the older it gets, and an agent must not grow without bound.
+and one ``telemetry.observed.health.<site>.<node>`` event into its buffer, then publishes the
+buffers. While NATS (or the TELEMETRY stream's leader) is unavailable the reports wait and are
+retried with a jittered, doubling backoff, so an outage delays them instead of losing them. A
+retry of a report that was in fact stored is dropped by the stream's duplicate window
+(``StreamPolicy.duplicate_window_s``, 10 minutes by default; after a longer outage a retry may
+be stored twice: telemetry tolerates that). When a node's buffer is full its oldest report is
+dropped and counted (``FleetStats.dropped``).
 
-Publishes are pipelined with nats-py ``publish_async`` and bounded by a semaphore, so 12,500
-nodes at a 10 s cadence need ~2,500 msg/s, which one process sustains with room to spare.
+Publishes are pipelined and bounded (``max_in_flight``), so 12,500 nodes at a 10 s cadence
+need ~2,500 msg/s, which one process sustains with room to spare.
 
 Each node publishes on its own connection when given one (``js`` a mapping node -> JetStream
 context): a node agent's identity is allowed its own node's subjects only (issue 26), so the
@@ -27,24 +34,23 @@ import contextlib
 import logging
 import random
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 
-import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
 
+from lockstep_agent.agent import NodeAgent
+from lockstep_agent.probes.xid import Cursor
+from lockstep_agent.sender import Queued, Sender
+from lockstep_agent.spool import MemorySpool
 from lockstep_common import subjects
-from lockstep_common.envelope import MSG_ID_HEADER, EventData, make_envelope
+from lockstep_common.events.v1 import HealthObserved, InventoryObserved
 from lockstep_common.subjects import Namespace
-from lockstep_sim.agents.reports import agent_source, health_event, inventory_event
-from lockstep_sim.agents.software import NodeSoftware
+from lockstep_sim.agents.reports import health_event, inventory_event
+from lockstep_sim.agents.software import HealthSample, NodeSoftware, SoftwareState
 
 log = logging.getLogger(__name__)
-_NATS_ERRORS = (nats.errors.Error, OSError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,23 +132,31 @@ class FleetStats:
         return self.reports / self.busy_s if self.busy_s else 0.0
 
 
-@dataclass(slots=True)
-class _Report:
-    """One message in the buffer, sent as is (same payload, same Msg-Id) on every retry."""
+@dataclass(frozen=True, slots=True)
+class SimReading:
+    """A simulated node's reading: its model's state and health sample in place of the probes'
+    facts (``lockstep_agent.agent.Reading``). The heartbeat is the model's report counter, so a
+    scenario that restarts a node's agent shows as a reset, as a real restart would."""
 
-    subject: str
-    payload: bytes
-    msg_id: str
-    health: bool
-    node: str
-    attempts: int = 0
+    state: SoftwareState
+    sample: HealthSample
+
+    @property
+    def xid_cursor(self) -> Cursor | None:
+        return None  # the model's XIDs are its own sample's, no kernel log
+
+    def inventory(self, node: str, site: str, sequence: int, now: datetime) -> InventoryObserved:
+        return inventory_event(node, site, self.state, sequence, now)
+
+    def health(self, node: str, site: str, heartbeat: int, now: datetime) -> HealthObserved:
+        return health_event(node, site, self.sample, now)
 
 
-@dataclass(slots=True)
-class _Cycle:
-    pending: set[asyncio.Future[PubAck]] = field(default_factory=set)
-    acked: int = 0
-    failed: int = 0
+def _reader(node: NodeSoftware) -> Callable[[Cursor | None], SimReading]:
+    def read(_cursor: Cursor | None) -> SimReading:
+        return SimReading(node.state, node.sample_health())
+
+    return read
 
 
 class AgentFleet:
@@ -173,21 +187,41 @@ class AgentFleet:
                 for i in range(config.nodes)
             )
         self.nodes: dict[str, NodeSoftware] = {n.node_id: n for n in nodes}
-        self.sequences: dict[str, int] = dict.fromkeys(self.nodes, 0)
-        self.stats = FleetStats()
-        self._subjects = {
-            node: (
-                namespace.wire(subjects.inventory_observed(config.site, node)),
-                namespace.wire(subjects.health_observed(config.site, node)),
+        # Each node runs the agent's cycle with its model as the probes and an in-memory
+        # buffer of ``buffer_cycles`` cycles' reports.
+        self.agents: dict[str, NodeAgent] = {
+            node_id: NodeAgent(
+                node_id,
+                config.site,
+                namespace,
+                _reader(node),
+                MemorySpool(config.buffer_cycles * 2),
             )
-            for node in self.nodes
+            for node_id, node in self.nodes.items()
         }
-        self._buffer: OrderedDict[str, _Report] = OrderedDict()
-        self.buffer_limit = config.buffer_cycles * 2 * max(1, len(self.nodes))
-        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._health_subjects = {
+            namespace.wire(subjects.health_observed(config.site, n)) for n in self.nodes
+        }
+        self.stats = FleetStats()
         self._stopping = asyncio.Event()
+        self.sender = Sender(
+            max_in_flight=config.max_in_flight,
+            ack_timeout_s=config.ack_timeout_s,
+            stop_grace_s=config.stop_grace_s,
+            stopping=self._stopping,
+        )
         self._task: asyncio.Task[None] | None = None
         self._rng = random.Random(config.seed)  # noqa: S311 - backoff jitter only
+
+    @property
+    def sequences(self) -> dict[str, int]:
+        """Each node's last inventory sequence measured."""
+        return {node: agent.sequence for node, agent in self.agents.items()}
+
+    @property
+    def buffer_limit(self) -> int:
+        """Most reports the fleet's buffers hold together."""
+        return sum(a.spool.limit for a in self.agents.values())
 
     def start(self) -> None:
         """Start reporting in the background (idempotent)."""
@@ -206,7 +240,7 @@ class AgentFleet:
     @property
     def buffered(self) -> int:
         """Reports waiting for an acknowledgement."""
-        return len(self._buffer)
+        return sum(len(a.spool) for a in self.agents.values())
 
     async def _run(self) -> None:
         backoff = self.config.backoff_initial_s
@@ -216,7 +250,7 @@ class AgentFleet:
             if time.monotonic() >= next_sample:
                 self.sample_cycle()
                 next_sample += self.config.period_s
-            if self._buffer and time.monotonic() >= retry_at:
+            if self.buffered and time.monotonic() >= retry_at:
                 if await self.publish_buffer():
                     backoff = self.config.backoff_initial_s
                 else:
@@ -229,7 +263,7 @@ class AgentFleet:
             if next_sample < time.monotonic():
                 self.stats.overruns += 1
                 next_sample = time.monotonic()
-            wake = next_sample if not self._buffer else min(next_sample, retry_at)
+            wake = next_sample if not self.buffered else min(next_sample, retry_at)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._stopping.wait(), timeout=max(wake - time.monotonic(), 0.0)
@@ -242,127 +276,42 @@ class AgentFleet:
         return await self.publish_buffer()
 
     def sample_cycle(self) -> None:
-        """Measure one inventory and one health report of every node into the buffer."""
-        site = self.config.site
-        for node_id, node in self.nodes.items():
-            now = datetime.now(UTC)
-            seq = self.sequences[node_id] = self.sequences[node_id] + 1
-            inv_subject, health_subject = self._subjects[node_id]
-            inventory = inventory_event(node_id, site, node.state, seq, now)
-            self._enqueue(inv_subject, inventory, node_id, health=False)
-            health = health_event(node_id, site, node.sample_health(), now)
-            self._enqueue(health_subject, health, node_id, health=True)
+        """Measure one inventory and one health report of every node into its buffer."""
+        for agent in self.agents.values():
+            agent.cycle()
+        self.stats.dropped = sum(a.spool.dropped for a in self.agents.values())
 
-    def _enqueue(self, subject: str, data: EventData, node_id: str, *, health: bool) -> None:
-        env = make_envelope(data, source=agent_source(node_id), subject=node_id)
-        while len(self._buffer) >= self.buffer_limit:
-            self._buffer.popitem(last=False)  # the oldest report is worth the least
-            self.stats.dropped += 1
-        msg_id = str(env.event_id)
-        self._buffer[msg_id] = _Report(subject, env.to_json(), msg_id, health, node_id)
+    def _js_of(self, node: str) -> JetStreamContext:
+        return self._js[node] if isinstance(self._js, Mapping) else self._js
 
     async def publish_buffer(self) -> bool:
-        """Publish every buffered report, oldest first, and wait for the acks.
+        """Publish every buffered report, each node's oldest first, and wait for the acks.
 
         Returns:
-            True when every report was acknowledged (the buffer is empty), False after a NATS
+            True when every report was acknowledged (the buffers are empty), False after a NATS
             error or ack timeout: the publish stops at the first error and the unacknowledged
             reports stay buffered for the next try.
         """
         started = time.monotonic()
-        cycle = _Cycle()
-        ok = True
-        for report in list(self._buffer.values()):
-            if self._stopping.is_set():
-                break
-            try:
-                await self._publish(cycle, report)
-            except _NATS_ERRORS as exc:
-                log.warning("publish failed, backing off: %s", exc)
-                self.stats.errors += 1
-                ok = False
-                break
-        ok = await self._settle(cycle) and ok
+        queued = [
+            Queued(agent.spool, report, self._js_of(node))
+            for node, agent in self.agents.items()
+            for report in agent.spool.pending()
+        ]
+        ok, acked = await self.sender.send(queued)
         elapsed = time.monotonic() - started
-        self.stats.last_cycle_s = elapsed
-        self.stats.busy_s += elapsed
-        if not ok:
-            self.stats.failed_cycles += 1
-        elif not self._stopping.is_set():
-            self.stats.cycles += 1
-        return ok and not self._buffer
-
-    async def _publish(self, cycle: _Cycle, report: _Report) -> None:
-        await self._acquire_slot()
-        try:
-            js = self._js[report.node] if isinstance(self._js, Mapping) else self._js
-            fut = await js.publish_async(
-                report.subject, report.payload, headers={MSG_ID_HEADER: report.msg_id}
-            )
-        except BaseException:
-            self._slots.release()
-            raise
-        if report.attempts:
-            self.stats.retried += 1
-        report.attempts += 1
-        cycle.pending.add(fut)
-        fut.add_done_callback(lambda f: self._done(cycle, f, report))
-
-    async def _acquire_slot(self) -> None:
-        """Take an in-flight slot; raise TimeoutError if acks stop coming back.
-
-        Without the bound a server that stops acknowledging would park the loop here forever
-        (and stop() with it): the slots are only returned by acks.
-        """
-        if not self._slots.locked():
-            await self._slots.acquire()
-            return
-        deadline = time.monotonic() + self.config.ack_timeout_s
-        while True:
-            if self._stopping.is_set() or time.monotonic() > deadline:
-                raise TimeoutError("no publish acknowledgements are coming back")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._slots.acquire(), timeout=0.1)
-                return
-
-    def _done(self, cycle: _Cycle, fut: asyncio.Future[PubAck], report: _Report) -> None:
-        self._slots.release()
-        cycle.pending.discard(fut)
-        if fut.cancelled() or fut.exception() is not None:
-            cycle.failed += 1
-            return
-        self._buffer.pop(report.msg_id, None)
-        cycle.acked += 1
-        self.stats.acked += 1
-        if fut.result().duplicate:
-            self.stats.duplicates += 1
-        if report.health:
-            self.stats.reports += 1
-
-    async def _settle(self, cycle: _Cycle) -> bool:
-        """Wait (bounded) for the cycle's acks; cancel and count the ones that never came.
-
-        A stop() while waiting cuts the wait to ``stop_grace_s`` so stopping stays prompt even
-        when the server has gone quiet.
-        """
-        if cycle.pending:
-            acks: asyncio.Future[Any] = asyncio.gather(*cycle.pending, return_exceptions=True)
-            stopper: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
-            await asyncio.wait(
-                {acks, stopper},
-                timeout=self.config.ack_timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            stopper.cancel()
-            if cycle.pending and self._stopping.is_set():
-                await asyncio.wait(set(cycle.pending), timeout=self.config.stop_grace_s)
-        late = set(cycle.pending)
-        for fut in late:
-            fut.cancel()
-        if late:
-            # Let the cancel callbacks run so the in-flight slots are returned.
-            await asyncio.sleep(0)
-        if cycle.failed:
-            self.stats.errors += cycle.failed
-            log.warning("%d publishes of the cycle were not acknowledged", cycle.failed)
-        return cycle.failed == 0
+        sent = self.sender.stats
+        st = self.stats
+        st.reports += sum(q.report.subject in self._health_subjects for q in acked)
+        st.acked, st.duplicates, st.errors, st.retried = (
+            sent.acked,
+            sent.duplicates,
+            sent.errors,
+            sent.retried,
+        )
+        st.failed_cycles = sent.failed_passes
+        st.last_cycle_s = elapsed
+        st.busy_s += elapsed
+        if ok and not self._stopping.is_set():
+            st.cycles += 1
+        return ok and not self.buffered

@@ -1,21 +1,17 @@
-"""Turn a node's in-band state into ``InventoryObserved`` / ``HealthObserved`` events (no I/O)."""
+"""Turn a simulated node's in-band state into ``InventoryObserved`` / ``HealthObserved`` events
+(no I/O): the simulated probes' side of ``lockstep_agent``'s reading (``publisher.SimReading``).
+The source every agent report carries is the agent's own (``lockstep_agent.reports``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from lockstep_common.envelope import source_of
+from lockstep_agent.reports import agent_source
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
-from lockstep_common.identities import agent_identity
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_sim.agents.software import HealthSample, SoftwareState
 
-
-def agent_source(node_id: str) -> str:
-    """The ``source`` of ``node_id``'s agent: the identity it connects as, ``agent-<node>``,
-    the one allowed to publish that node's subjects (consumers refuse any other:
-    ``lockstep_common.provenance``)."""
-    return source_of(agent_identity(node_id))
+__all__ = ["agent_source", "components", "health_event", "inventory_event", "members"]
 
 
 def components(state: SoftwareState) -> dict[Component, str]:
