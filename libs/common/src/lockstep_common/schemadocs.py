@@ -152,6 +152,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
     **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
     **_ops("inventory", "fleet.golden", v1.FleetGoldenRequested, v1.FleetGoldenAnswered),
+    **_ops("inventory", "fleet.import", v1.FleetImportRequested, v1.FleetImportAnswered),
+    **_ops("inventory", "fleet.sweep", v1.FleetSweepRequested, v1.FleetSweepAnswered),
+    **_ops("inventory", "fleet.swept", v1.FleetSweptRequested, v1.FleetSweptAnswered),
     **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
     **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
     **_ops(
