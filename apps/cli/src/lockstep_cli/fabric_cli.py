@@ -19,10 +19,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lockstep_cli.cli_io import fail, stdout_console
+from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
 if TYPE_CHECKING:
-    from lockstep_planner.settings import Settings
+    from lockstep_common.operator_settings import OperatorSettings as Settings
 
 fabric_app = typer.Typer(
     help="Fabric domains: current and target bundle, update state, lifecycle; pin a target.",
@@ -34,9 +34,10 @@ DomainArg = Annotated[str, typer.Argument(help="Fabric domain (NVLink domain) id
 
 
 def _settings() -> Settings:
-    from lockstep_cli.rollout_cli import _settings as planner_settings
+    """Where the planner is asked, from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
+    from lockstep_common.operator_settings import OperatorSettings
 
-    return planner_settings()
+    return settings_of(OperatorSettings)
 
 
 def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from lockstep_common.events.v1 import RegisteredNode
+    from lockstep_common.operator_settings import OperatorSettings
     from lockstep_common.vocabulary import Component
-    from lockstep_inventory.settings import Settings
 
 fleet_app = typer.Typer(
     help="The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
@@ -54,21 +54,21 @@ def fleet_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False)
     choose_stack(data_dir, verbose)
 
 
-def _settings() -> Settings:
-    """The inventory's settings from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
-    from lockstep_inventory.settings import Settings
+def _settings() -> OperatorSettings:
+    """Where the inventory is asked, from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
+    from lockstep_common.operator_settings import OperatorSettings
 
-    return settings_of(Settings)
+    return settings_of(OperatorSettings)
 
 
-def _known_profiles(settings: Settings) -> frozenset[str]:
-    """The hardware profiles the inventory's compatibility rules describe (its rules file, or
-    the packaged table): the profiles a fleet file or a stack may name."""
+def _known_profiles(settings: OperatorSettings) -> frozenset[str]:
+    """The hardware profiles the inventory's compatibility rules describe (its rules file,
+    LOCKSTEP_INVENTORY_RULES_FILE, or the packaged table): the profiles a stack may name."""
     from lockstep_common.compatibility.files import load_rules
     from lockstep_common.errors import ConfigurationError
 
     try:
-        return frozenset(load_rules(settings.rules_file).profile_architecture)
+        return frozenset(load_rules(settings.inventory_rules_file).profile_architecture)
     except ConfigurationError as exc:
         fail(str(exc))
 
@@ -401,10 +401,9 @@ def fleet_stragglers(as_json: Json = False) -> None:
     from lockstep_cli.fleet_views import print_stragglers
     from lockstep_cli.ops_client import ask
     from lockstep_common.events.v1 import FleetStragglersAnswered, FleetStragglersRequested
-    from lockstep_healthgate.settings import Settings as GateSettings
 
     answer = ask(
-        settings_of(GateSettings),
+        _settings(),
         "healthgate",
         "fleet.stragglers",
         FleetStragglersRequested(),
@@ -476,8 +475,8 @@ def fleet_pin(
         publish_pins,
         stack_yaml,
     )
-    from lockstep_inventory.domain.fleet_file import NodeEntry
-    from lockstep_inventory.domain.pins import SelectorError, parse_selector, selects
+    from lockstep_common.fleet_file import NodeEntry
+    from lockstep_common.scopes import SelectorError, parse_selector, selects
 
     settings = _settings()
     if (stack is None) == (from_node is None):
@@ -526,7 +525,7 @@ def fleet_pin(
         _console().print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
 
 
-def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
+def _stack_of_node(settings: OperatorSettings, node_id: str) -> dict[str, dict[Component, str]]:
     """The known-good node's stack, as the inventory judges it (``fleet.golden``); its refusal
     is one line naming --from-node (exit 2)."""
     from lockstep_cli.ops_client import ask
