@@ -4,16 +4,20 @@ with each node's outcome; any unreadable BMC is a non-zero exit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
+import asyncpg
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common import subjects
-from lockstep_common.envelope import make_envelope
+from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY
-from lockstep_common.events.v1 import FleetSweepRequested, OpsRefused
+from lockstep_common.events.v1 import FleetSweepAnswered, FleetSweepRequested, OpsRefused
 from lockstep_common.identities import CLI, READER
-from lockstep_inventory.adapters import registry
+from lockstep_inventory.adapters import registry, sweeps
 
 from .conftest import Harness, cli, harness
 
@@ -75,3 +79,41 @@ async def test_the_reader_may_not_sweep(harness: Harness) -> None:
     refused = REGISTRY.decode(reply.data, max_bytes=1 << 20).data
     assert isinstance(refused, OpsRefused) and refused.kind == "forbidden"
     assert await sweeps_by(harness) == []
+
+
+async def test_a_second_sweep_asked_meanwhile_is_refused_not_queued(
+    harness: Harness, servers: Any
+) -> None:
+    """Each request waiting would hold one of the inventory's connections; the first one asked
+    waits for the sweep already running (here: the lock a test holds), the next is refused."""
+
+    async def sweep(identity: str = CLI) -> EventData:
+        subject = harness.ns.wire(subjects.ops_request(identity, "inventory", "fleet.sweep"))
+        env = make_envelope(FleetSweepRequested(), source="/t")
+        reply = await harness.nc.request(subject, env.to_json(), timeout=60)
+        return REGISTRY.decode(reply.data, max_bytes=1 << 20).data
+
+    holder = await asyncpg.connect(servers.database_url)
+    try:
+        # The sweep lock's key is the inventory schema's (adapters/sweeps.py).
+        await holder.execute(f'SET search_path TO "{harness.settings.db_schema}"')
+        await holder.execute(f"SELECT pg_advisory_lock({sweeps.SWEEP_LOCK_KEY})")
+        first = asyncio.ensure_future(sweep())
+
+        async def first_waits() -> bool:
+            return bool(
+                await holder.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                )
+            )
+
+        await until(first_waits, what="the first sweep waiting for the running one")
+        second = await sweep()
+        assert isinstance(second, OpsRefused) and second.kind == "conflict", second
+        assert "a sweep cli asked for is running" in second.reason
+        await holder.execute(f"SELECT pg_advisory_unlock({sweeps.SWEEP_LOCK_KEY})")
+        done = await first
+        assert isinstance(done, FleetSweepAnswered) and done.sweep is not None
+        assert done.sweep.total == 4
+    finally:
+        await holder.close()

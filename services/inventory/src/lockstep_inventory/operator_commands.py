@@ -52,7 +52,7 @@ from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.golden import NotGolden
 from lockstep_inventory.domain.observation import Observation
 from lockstep_inventory.domain.pins import stack_of
-from lockstep_inventory.sweeping import UNAVAILABLE, SweepSummary
+from lockstep_inventory.sweeping import UNAVAILABLE, SweepBusyError, SweepSummary
 
 
 def registered(node: NodeEntry) -> RegisteredNode:
@@ -242,7 +242,12 @@ def sweep_commands(worker: SweepsNow) -> tuple[Command[Any], ...]:
         missing = [i for i in asked if i not in registered]
         if missing:
             raise Refusal("not_found", f"not in the registry: {', '.join(missing)}")
-        summary = await worker.sweep_now([registered[i] for i in asked], by=asker.identity)
+        try:
+            summary = await worker.sweep_now([registered[i] for i in asked], by=asker.identity)
+        except SweepBusyError as exc:
+            raise Refusal(
+                "conflict", f"{exc}; lockstep fleet status --watch follows it to the end"
+            ) from None
         row = await conn.fetchrow("SELECT * FROM sweeps WHERE id = $1", summary.sweep_id)
         return FleetSweepAnswered(
             sweep=_sweep(None if row is None else sweeps.SweepRow(**dict(row))),

@@ -37,12 +37,21 @@ class SweepWorker:
         self.rules = rules
         self.gauges = gauges
         self._pool: asyncpg.Pool | None = None
+        self._asked: str | None = None  # who asked for the on-demand sweep under way
 
     async def sweep_now(self, nodes: Sequence[NodeEntry], by: str) -> SweepSummary:
-        """Sweep ``nodes`` now (waiting for a sweep already running), committed like the
-        periodic sweep; ``by`` (who asked) goes into the sweep's record."""
+        """Sweep ``nodes`` now (after a periodic sweep already running), committed like the
+        periodic sweep; ``by`` (who asked) goes into the sweep's record.
+
+        One on-demand sweep at a time: another asked meanwhile raises :class:`SweepBusyError`
+        at once rather than queueing, so that impatient askers cannot hold the pool's
+        connections (each waiting request holds one) that the consumers need.
+        """
         if self._pool is None:
             raise RuntimeError("the inventory is still starting: ask again")
+        if self._asked is not None:
+            raise SweepBusyError(f"a sweep {self._asked} asked for is running")
+        self._asked = by
         try:
             return await run_sweep(
                 self._pool,
@@ -54,6 +63,7 @@ class SweepWorker:
                 wait=True,
             )
         finally:
+            self._asked = None
             if self.gauges is not None:
                 self.gauges.poke.set()
 
