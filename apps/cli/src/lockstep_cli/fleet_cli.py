@@ -255,10 +255,11 @@ def fleet_sweep(
 
     The inventory's own sweep worker does it, with the inventory's credentials (this command
     never holds a BMC's), and commits it like its periodic sweep (state and drift events), after
-    a periodic sweep already running; another `fleet sweep` under way is refused (exit 1). Prints a summary (unreadable BMCs with the reason, each
+    a periodic sweep already running. Prints a summary (unreadable BMCs with the reason, each
     component's versions with their node counts); --all one row per node, --json everything.
-    Exit 0: every BMC read; 1: some unreadable (or the sweep did not finish); 2: bad input (an
-    unregistered node: nothing swept); 3: no answer.
+    Exit 0: every BMC read; 1: some unreadable, the sweep did not finish, or another `fleet
+    sweep` is under way (refused); 2: bad input (an unregistered node: nothing swept); 3: no
+    answer.
     """
     from lockstep_cli.fleet_views import print_sweep, sweep_doc
     from lockstep_cli.ops_client import ask, pages
