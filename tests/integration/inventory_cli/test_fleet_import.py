@@ -269,3 +269,24 @@ async def test_an_unusable_credentials_file_is_refused_in_one_line(
         creds.chmod(0o600)
         code, out = await cli("fleet", "import", str(fleet), "--credentials", f"file:{creds}")
         assert code == 0 and "48 added" in out, out
+
+
+async def test_chunks_of_an_import_never_finished_are_dropped_after_a_day(
+    harness: Harness,
+) -> None:
+    pool = harness.app.require().pool
+    abandoned = uuid.uuid4()
+    staged = await ask(harness, chunk(abandoned, 0, 2, node(1)))
+    assert isinstance(staged, FleetImportAnswered) and not staged.committed
+    await pool.execute(
+        "UPDATE import_chunks SET staged_at = now() - interval '25 hours' WHERE import_id = $1",
+        abandoned,
+    )
+    done = await ask(harness, chunk(uuid.uuid4(), 0, 1, node(2)))
+    assert isinstance(done, FleetImportAnswered) and done.committed
+    assert await pool.fetchval("SELECT count(*) FROM import_chunks") == 0
+    assert list(await imported(harness)) == ["n00002"]
+    # Its last chunk, late: the import is gone, so it stages anew and commits nothing.
+    late = await ask(harness, chunk(abandoned, 1, 2, node(3)))
+    assert isinstance(late, FleetImportAnswered) and not late.committed and late.staged == 1
+    assert list(await imported(harness)) == ["n00002"]
