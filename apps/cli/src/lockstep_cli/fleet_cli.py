@@ -261,9 +261,12 @@ def fleet_sweep(
     sweep` is under way (refused); 2: bad input (an unregistered node: nothing swept); 3: no
     answer.
     """
+    from lockstep_cli.fleet_progress import bar, while_sweeping
     from lockstep_cli.fleet_views import print_sweep, sweep_doc
     from lockstep_cli.ops_client import ask, pages
     from lockstep_common.events.v1 import (
+        FleetStatusAnswered,
+        FleetStatusRequested,
         FleetSweepAnswered,
         FleetSweepRequested,
         FleetSweptAnswered,
@@ -272,10 +275,19 @@ def fleet_sweep(
 
     settings = _settings()
     request = _valid(lambda: FleetSweepRequested(node_ids=tuple(node or ())), "--node")
-    try:
-        done = ask(
+
+    def sweep() -> FleetSweepAnswered:
+        return ask(
             settings, INVENTORY, "fleet.sweep", request, FleetSweepAnswered, timeout_s=timeout
         )
+
+    def status() -> FleetStatusAnswered:
+        return ask(settings, INVENTORY, "fleet.status", FleetStatusRequested(), FleetStatusAnswered)
+
+    try:
+        # On a terminal, a bar of the running sweep's progress while the inventory sweeps.
+        with bar(_console(), "sweeping", enabled=not as_json) as draw:
+            done = while_sweeping(sweep, status, draw)
     except KeyboardInterrupt:
         fail(
             "interrupted: the inventory carries on with the sweep and commits what it reads "
