@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from lockstep_common.events.v1 import FleetStatusAnswered
 
 POLL_S = 0.2  # how often --watch asks again: cheap, and smooth enough to watch
+SWEEP_POLL_S = 1.0  # a bar beside a sweep asks less often: each answer counts the whole fleet
 T = TypeVar("T")
 
 
@@ -81,7 +82,7 @@ def while_sweeping(
     worker.start()
     reporting = True
     while worker.is_alive():
-        worker.join(POLL_S)
+        worker.join(SWEEP_POLL_S)
         if not (reporting and worker.is_alive()):
             continue
         try:
