@@ -431,6 +431,24 @@ def _operator_samples() -> list[EventData]:
         v1.RolloutAuditAnswered(
             entries=(v1.AuditEntry(at=_AT, actor="alice", action="paused", detail="change freeze"),)
         ),
+        v1.PoolShowRequested(scope="pool", name="train-a"),
+        v1.PoolShowAnswered(
+            windows=(
+                v1.PoolWindows(
+                    scope="pool",
+                    name="train-a",
+                    timezone="Europe/Berlin",
+                    windows=("sat,sun 22:00-06:00",),
+                    set_by="alice",
+                    set_at=_AT,
+                ),
+            ),
+            history=(
+                v1.AuditEntry(
+                    at=_AT, actor="alice", action="windows set", detail="sat,sun 22:00-06:00"
+                ),
+            ),
+        ),
         v1.FabricListRequested(),
         v1.FabricListAnswered(domains=(_DOMAIN,)),
         v1.FabricShowRequested(domain="nvl72-07"),

@@ -172,6 +172,7 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("planner", "rollout.control", v1.RolloutControlRequested, v1.RolloutControlAnswered),
     **_ops("planner", "fabric.pin", v1.FabricPinRequested, v1.FabricPinAnswered),
     **_ops("planner", "fabric.list", v1.FabricListRequested, v1.FabricListAnswered),
+    **_ops("planner", "pool.show", v1.PoolShowRequested, v1.PoolShowAnswered),
     **_ops("planner", "fabric.show", v1.FabricShowRequested, v1.FabricShowAnswered),
     # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
     **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),

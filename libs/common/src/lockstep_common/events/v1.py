@@ -1476,6 +1476,62 @@ class RolloutAuditAnswered(EventData):
     entries: tuple[AuditEntry, ...] = Field(max_length=MAX_AUDIT, description="Oldest first.")
 
 
+# ``lockstep pool show`` (the planner's maintenance windows).
+MAX_POOL_HISTORY = 20
+
+
+class PoolWindows(Part):
+    """A pool's or a site's maintenance windows as the planner holds them."""
+
+    scope: Literal["pool", "site"] = Field(description="What ``name`` names: a pool or a site.")
+    name: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The pool or site."
+    )
+    timezone: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        description="IANA time zone of the windows."
+    )
+    windows: tuple[Annotated[str, Field(min_length=1, max_length=64)], ...] = Field(
+        max_length=MAX_SMALL, description="Weekly windows, each 'DAYS HH:MM-HH:MM'."
+    )
+    set_by: Name = Field(description="Who set them.")
+    set_at: AwareDatetime = Field(description="When the planner recorded them.")
+
+
+class PoolShowRequested(EventData):
+    """``lockstep pool show [NAME]``: every pool's and site's windows, or one's with its recent
+    audit lines."""
+
+    event_type: ClassVar[str] = "ops.pool.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    scope: Literal["pool", "site"] | None = Field(
+        default=None, description="With ``name``: the one to show (None: all)."
+    )
+    name: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="The pool or site (None: all)."
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Self:
+        if (self.scope is None) != (self.name is None):
+            raise ValueError("scope and name go together")
+        return self
+
+
+class PoolShowAnswered(EventData):
+    """The windows asked for, and the one's recent audit lines (oldest first)."""
+
+    event_type: ClassVar[str] = "ops.pool.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    windows: tuple[PoolWindows, ...] = Field(
+        max_length=MAX_ITEMS, description="By scope and name; none: no restriction anywhere."
+    )
+    history: tuple[AuditEntry, ...] = Field(
+        default=(), max_length=MAX_POOL_HISTORY, description="The one's recent audit lines."
+    )
+
+
 # ``lockstep fabric list|show`` (the planner's fabric domains).
 MAX_DOMAINS = 5000
 
@@ -1695,6 +1751,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     RolloutStatusAnswered,
     RolloutAuditRequested,
     RolloutAuditAnswered,
+    PoolShowRequested,
+    PoolShowAnswered,
     FabricListRequested,
     FabricListAnswered,
     FabricShowRequested,
