@@ -138,7 +138,17 @@ def fleet_import(
             },
             strict=False,
         )
-        answer = ask(settings, INVENTORY, "fleet.import", request, FleetImportAnswered, what=source)
+        # The last chunk writes every node of the import in one transaction: more than the
+        # default 10 s may pass on a loaded database before its answer.
+        answer = ask(
+            settings,
+            INVENTORY,
+            "fleet.import",
+            request,
+            FleetImportAnswered,
+            timeout_s=IMPORT_TIMEOUT_S,
+            what=source,
+        )
     if answer is None or not answer.committed:  # the last chunk's answer commits the import
         fail(f"{source}: the inventory did not commit import {import_id}", 1)
     summary = {
@@ -156,6 +166,7 @@ def fleet_import(
         )
 
 
+IMPORT_TIMEOUT_S = 120.0
 CHUNK_BYTES = 256 << 10
 """Nodes per ``fleet.import`` request, by encoded size: well inside NATS's default 1 MiB."""
 
