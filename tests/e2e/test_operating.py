@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -163,3 +164,78 @@ def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) ->
         assert up.interrupt() == 0, "".join(up.output)
     after = lockstep(workdir, "fleet", "list")
     assert after.returncode == 2 and "no stack running under .data" in after.stderr
+
+
+SIM = (LOCKSTEP, "sim", "serve", "--nodes", "4", "--profile", "mixed")
+NO_DATABASE = "postgresql://nobody@127.0.0.1:1/nothing"
+"""A DSN that reaches nothing: what the operator's commands get in place of the admin's."""
+
+
+def test_the_walkthrough_needs_no_database_credentials(workdir: Path) -> None:
+    """Issue 26 item 3: `lockstep env --as cli` and `--as reader` carry no DSN, and the
+    walkthrough's operator commands work with `--as cli`'s exports alone (a DSN that reaches no
+    database set on top, so that none can fall back to one): the services answer every one
+    over the bus."""
+    up = Up(workdir / ".data")
+    up.wait_until_up()
+    port = free_port()
+    sim = subprocess.Popen(
+        [*SIM, "--host-base", "127.79.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        exported = lockstep(workdir, "env", "--as", "cli")
+        assert exported.returncode == 0, exported.stderr
+        assert "LOCKSTEP_DATABASE_URL" not in exported.stdout
+        as_reader = lockstep(workdir, "env", "--as", "reader")
+        assert as_reader.returncode == 0 and "LOCKSTEP_DATABASE_URL" not in as_reader.stdout
+        as_admin = lockstep(workdir, "env", "--as", "admin")
+        assert "LOCKSTEP_DATABASE_URL" in as_admin.stdout  # migrations, topology: the admin's
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+        for line in exported.stdout.splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = shlex.split(value)[0]
+        env["LOCKSTEP_DATABASE_URL"] = NO_DATABASE
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [LOCKSTEP, *args],
+                cwd=workdir,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+
+        creds = workdir / "bmc.json"
+        creds.write_text(
+            json.dumps({"default": {"username": "operator", "password": "lockstep-sim"}})
+        )
+        creds.chmod(0o600)
+        url = f"http://127.79.0.1:{port}/fleet.json"
+        imported = eventually(
+            lambda: cli("fleet", "import", url, "--credentials", f"file:{creds}"), "import"
+        )
+        assert "imported 4 node(s): 4 added" in imported.stdout
+        swept = cli("fleet", "sweep", "--json")
+        assert swept.returncode == 0, swept.stderr
+        assert json.loads(swept.stdout)["sweep"]["unreadable"] == 0
+        (workdir / "stack.yaml").write_text(STACK)
+        pinned = cli("fleet", "pin", "--scope", "site=site-ams1", "--stack", "stack.yaml", "--json")
+        assert pinned.returncode == 0, pinned.stderr
+        status = cli("fleet", "status")
+        assert status.returncode == 0, status.stderr
+        removed = cli("fleet", "remove", "node-00003")
+        assert removed.returncode == 0 and "removed 1 node(s)" in removed.stdout, removed.stderr
+        dlq = cli("dlq", "list", "inventory", "--json")
+        assert dlq.returncode == 0 and json.loads(dlq.stdout) == [], dlq.stderr
+        rollouts = cli("rollout", "list", "--json")
+        assert rollouts.returncode == 0 and json.loads(rollouts.stdout) == [], rollouts.stderr
+        for done in (imported, swept, pinned, status, removed, dlq, rollouts):
+            assert "127.0.0.1:1" not in done.stderr and "nobody" not in done.stderr
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=30)
+        assert up.interrupt() == 0, "".join(up.output)

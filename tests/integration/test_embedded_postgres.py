@@ -380,27 +380,6 @@ def test_a_cluster_without_passwords_is_refused_with_one_line(
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def test_an_operator_uses_the_admins_dsn_on_any_services_tables(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """``fleet import``, one of the commands that still write a service's tables (the others
-    ask the services over the bus)."""
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(
-        "- {id: n1, bmc_url: 'https://127.0.0.1:1', profile: gb200, site: s1,"
-        " credentials: 'env:LOCKSTEP_TESTBMC'}\n"
-    )
-    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", _url(stack, "admin"))
-    imported = CliRunner().invoke(cli_app, ["fleet", "import", str(fleet), "--json"])
-    assert imported.exit_code == 0, imported.output
-    assert '"added": 1' in imported.output
-    # With the default settings instead: refused, in one line.
-    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", _logins(stack)["the default settings"])
-    refused = CliRunner().invoke(cli_app, ["fleet", "import", str(fleet)])
-    assert refused.exit_code == 2
-    assert refused.output.count("\n") == 1 and "refused the login" in refused.output
-
-
 def test_an_edited_hba_is_replaced_and_a_link_in_its_place_is_not_followed(
     stopped: Path,
 ) -> None:

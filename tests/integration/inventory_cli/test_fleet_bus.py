@@ -14,12 +14,14 @@ from nats.aio.msg import Msg
 
 from lockstep_cli.polling import until
 from lockstep_common import canonical, subjects
+from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.events.v1 import PinChanged, ScopeSelector
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.observation import IN_BAND
+from lockstep_inventory.importing import import_command
 from lockstep_inventory.operator_commands import COMMANDS
 from lockstep_inventory.settings import Settings
 
@@ -151,7 +153,6 @@ async def test_pin_exits_1_when_no_stream_acknowledges(
         "nodes:\n- {id: n1, bmc_url: 'https://127.0.0.1:1', profile: gb200, site: s1,"
         " credentials: 'env:LOCKSTEP_TESTBMC'}\n"
     )
-    assert (await cli("fleet", "import", str(fleet)))[0] == 0  # a node for the pin to select
     # The inventory's operator commands answer (the registry the pin checks), but the stream
     # that would store the pin is gone.
     answering = ServiceApp(
@@ -165,8 +166,9 @@ async def test_pin_exits_1_when_no_stream_acknowledges(
         ),
         migration_package="lockstep_inventory.migrations",
     )
-    answering.add_operator_commands(*COMMANDS)
+    answering.add_operator_commands(*COMMANDS, import_command(packaged_rules()))
     await answering.start()
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0  # a node for the pin to select
     await answering.require().js.delete_stream(answering.namespace.stream("PINS"))
     try:
         path = tmp_path / "s.json"

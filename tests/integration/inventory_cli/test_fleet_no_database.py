@@ -1,7 +1,11 @@
-"""``lockstep fleet list|status|show|drift|remove|pin`` ask the inventory over the bus: they work
-with no database reachable at all (issue 26, item 3: the CLI holds no database credentials)."""
+"""``lockstep fleet import|list|status|show|drift|remove|sweep|pin`` ask the inventory over the
+bus: they work with no database reachable at all (issue 26, item 3: the CLI holds no database
+credentials)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +16,7 @@ __all__ = ["harness"]
 
 
 async def test_the_moved_commands_need_no_database(
-    env: None, harness: Harness, monkeypatch: pytest.MonkeyPatch
+    env: None, harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     await harness.sweep()
     # Port 1 on loopback: nothing listens there. A command that touched the database would
@@ -39,3 +43,10 @@ async def test_the_moved_commands_need_no_database(
     assert [n["id"] for n in await cli_json("fleet", "list")] == ids[1:]
     rows = await harness.app.require().pool.fetch("SELECT identity, command FROM operator_requests")
     assert [(r["identity"], r["command"]) for r in rows] == [("cli", "fleet.remove")]
+    # The import and the sweep too: the inventory writes and reads its BMCs.
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps([harness.nodes[0].model_dump()]))
+    code, out = await cli("fleet", "import", str(fleet))
+    assert (code, out) == (0, "imported 1 node(s): 1 added, 0 updated, 0 unchanged\n")
+    swept = await cli_json("fleet", "sweep")
+    assert sorted(n["id"] for n in swept["nodes"]) == ids and swept["sweep"]["unreadable"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -21,7 +22,9 @@ async def test_sweep_prints_every_node_and_an_unreadable_one_with_its_reason(
     dead = harness.nodes[0].model_copy(update={"id": "dead-1", "bmc_url": "http://127.71.9.9:9"})
     async with harness.app.require().pool.acquire() as conn:
         await registry.import_nodes(conn, [dead])
-    doc = await cli_json("fleet", "sweep")
+    code, out = await cli("fleet", "sweep", "--json")
+    assert code == 1, out  # an unreadable BMC: not a clean sweep
+    doc = json.loads(out)
     by_id = {n["id"]: n for n in doc["nodes"]}
     assert sorted(by_id) == sorted([*(n.id for n in harness.nodes), "dead-1"])
     assert by_id["dead-1"]["readable"] is False and by_id["dead-1"]["error"]
@@ -33,7 +36,7 @@ async def test_sweep_prints_every_node_and_an_unreadable_one_with_its_reason(
         assert len(by_id[n.id]["members"]) >= len(golden)
 
     code, out = await cli("fleet", "sweep", "--node", "dead-1")
-    assert code == 0 and "dead-1" in out and "UNREADABLE" in out and "1 unreadable" in out
+    assert code == 1 and "dead-1" in out and "UNREADABLE" in out and "1 unreadable" in out
 
     pool = harness.app.require().pool
     before = await pool.fetchval("SELECT count(*) FROM sweeps")

@@ -50,6 +50,21 @@ async def test_windows_are_set_audited_announced_shown_and_cleared(cli_env: Plan
     assert doc["windows"] is None and [h["actor"] for h in doc["history"]] == ["alice", "bob"]
 
 
+async def test_pool_set_and_show_need_no_database(
+    cli_env: Planner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 3: the planner answers ``pool.show`` over the bus (set was a publish
+    already); nothing listens on port 1, so a command touching the database would fail."""
+    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    code, out = await cli("pool", "set", "p0", "--window", "sat 22:00-23:00", "--by", "carol")
+    assert code == 0 and "pool p0: windows set by carol" in out, out
+    code, out = await cli("pool", "show", "--json")
+    assert code == 0, out
+    assert [(d["name"], d["set_by"]) for d in json.loads(out)["windows"]] == [("p0", "carol")]
+    code, out = await cli("pool", "show", "nope")
+    assert code == 1 and "no windows were ever set for pool nope" in out
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -39,25 +39,21 @@ def test_a_malformed_server_url_is_one_line_naming_the_variable(
     assert "secret" not in result.output and "zq" not in result.output
 
 
-def test_an_unreachable_database_is_one_line_with_the_password_hidden(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("command", ["status", "sweep", "import"])
+def test_fleet_commands_ask_the_inventory_not_the_database(
+    command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # Port 1 on loopback: nothing listens there, so the connection is refused at once.
-    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@127.0.0.1:1/db")
-    result = CliRunner().invoke(app, ["fleet", "sweep"])  # still reads the registry itself
-    assert result.exit_code == 2
-    assert result.output.count("\n") == 1
-    assert "unreachable" in result.output
-    assert "secret" not in result.output
-    assert "u:***@127.0.0.1:1" in result.output
-
-
-def test_status_asks_the_inventory_not_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``fleet status`` needs no database: with none reachable and no NATS either, the one line
-    names NATS (exit 3), never the database."""
+    """``fleet status``, ``sweep`` and ``import`` need no database: with none reachable and no
+    NATS either, the one line names NATS (exit 3), never the database."""
     monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://u:secret@127.0.0.1:1/db")
     monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://127.0.0.1:1")
-    result = CliRunner().invoke(app, ["fleet", "status"])
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "- {id: n1, bmc_url: 'https://127.0.0.1:1', profile: gb200, site: s1,"
+        " credentials: 'env:LOCKSTEP_TESTBMC'}\n"
+    )
+    args = [command, str(fleet)] if command == "import" else [command]
+    result = CliRunner().invoke(app, ["fleet", *args])
     assert result.exit_code == 3, result.output
     assert result.output.count("\n") == 1
     assert "NATS at nats://127.0.0.1:1 unreachable" in result.output

@@ -8,13 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from lockstep_cli.fleet_bus import InputError, admission_request, parse_stack, pins_for
-from lockstep_cli.fleet_views import sweep_node
 from lockstep_cli.main import app
 from lockstep_common import canonical
 from lockstep_common.vocabulary import Component
-from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.pins import parse_selector
-from lockstep_redfish.models import SoftwareInventory
 
 pytestmark = pytest.mark.unit
 HASH = "a" * 64
@@ -78,26 +75,6 @@ def test_admission_request_validation() -> None:
         admission_request(HASH, [])
     with pytest.raises(InputError, match="node_ids"):
         admission_request(HASH, ["bad node"])
-
-
-def test_sweep_node_shows_conflicts_as_version_sets_and_unreadable_reasons() -> None:
-    members = tuple(
-        SoftwareInventory.model_validate(
-            {"@odata.id": f"/redfish/v1/x/{i}", "Id": i, "Name": i, "Version": v}
-        )
-        for i, v in (("FW_BMC_0", "24.09"), ("FW_BMC_1", "24.10"))
-    )
-    doc = sweep_node(SweepResult("n1", readable=True, members=members))
-    assert doc["components"]["bmc"] == "24.09|24.10"
-    assert doc["members"] == {"FW_BMC_0": "24.09", "FW_BMC_1": "24.10"}
-    bad = sweep_node(SweepResult("n2", readable=False, error="connection refused"))
-    assert bad == {
-        "id": "n2",
-        "readable": False,
-        "error": "connection refused",
-        "components": {},
-        "members": {},
-    }
 
 
 def test_pin_bad_input_exits_2_before_connecting(tmp_path: Path) -> None:

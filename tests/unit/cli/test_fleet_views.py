@@ -32,7 +32,7 @@ def sweep_doc(count: int = NODES) -> dict[str, Any]:
         n.setdefault("components", {})
     unreadable = sum(1 for n in nodes if not n["readable"])
     sweep = {"id": 9, "total": count, "unreadable": unreadable, "seconds": 41.0}
-    return {"sweep": sweep | {"drift_detected": [], "drift_resolved": []}, "nodes": nodes}
+    return {"sweep": sweep | {"drift_detected": 0, "drift_resolved": 0}, "nodes": nodes}
 
 
 def printed(show: Any, *args: Any, **kwargs: Any) -> str:

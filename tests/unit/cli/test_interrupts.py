@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,21 +17,20 @@ from lockstep_cli.supervisor import Interrupted, stop_signals_unwind
 pytestmark = pytest.mark.unit
 
 
-def test_an_interrupted_sweep_says_how_many_nodes_were_committed(
+def test_an_interrupted_sweep_says_the_inventory_carries_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def interrupted_sweep(
-        settings: Any, node_ids: Any, *, on_busy: Any, on_progress: Callable[[int, int], None]
-    ) -> None:
-        on_progress(256, 1000)  # one chunk committed ...
-        raise KeyboardInterrupt  # ... then Ctrl-C
+    """The inventory sweeps (``fleet.sweep``); Ctrl-C while waiting for it stops the waiting."""
 
-    monkeypatch.setattr("lockstep_inventory.admin.sweep_fleet", interrupted_sweep)
-    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the inventory sweeps
+
+    monkeypatch.setattr("lockstep_cli.ops_client.ask", interrupted)
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://127.0.0.1:1")
     result = CliRunner().invoke(app, ["fleet", "sweep"])
     assert result.exit_code == 130, result.output
-    assert "interrupted: 256 of 1000 node(s) read and committed" in result.output
-    assert "the next sweep reads every node again" in result.output
+    assert "interrupted: the inventory carries on with the sweep" in result.output
+    assert "lockstep fleet status --watch" in result.output
     assert "Traceback" not in result.output
 
 

@@ -67,12 +67,13 @@ def test_the_state_file_names_the_servers_and_the_cli_identity(tmp_path: Path) -
     fake_stack(tmp_path)
     code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "sweep")
     lines = out.strip().splitlines()
-    assert code == 2 and len(lines) == 2, out
+    assert code == 3 and len(lines) == 2, out
     assert lines[0] == (
         f"stack: NATS {STACK_NATS} as cli, PostgreSQL {STACK_DB}, namespace lockstep "
         f"(from {tmp_path / 'stack.json'} (lockstep up, pid {os.getpid()}) as cli)"
     )
-    assert "PostgreSQL at" in lines[1] and "127.0.0.1:1" in lines[1]
+    # The inventory sweeps, asked over the stack's NATS as cli: no database.
+    assert f"NATS at {STACK_NATS} unreachable" in lines[1]
     # `fleet status` asks the inventory over the stack's NATS, as cli: no database.
     code, out = invoke("fleet", "--data-dir", str(tmp_path), "status")
     assert code == 3 and out.count("\n") == 1, out
@@ -102,11 +103,11 @@ def test_an_explicit_variable_wins_over_the_state_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_stack(tmp_path)
-    monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://me@127.0.0.1:2/mine")
+    monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://127.0.0.1:2")
     code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "sweep")
-    assert code == 2
-    assert "PostgreSQL postgresql://me@127.0.0.1:2/mine" in out
-    assert f"NATS {STACK_NATS} as cli" in out  # what the environment left unset
+    assert code == 3
+    assert "NATS nats://127.0.0.1:2 as anonymous" in out  # no user with the URL it named
+    assert f"PostgreSQL {STACK_DB}" in out  # what the environment left unset
     assert "and the environment" in out
     assert "127.0.0.1:2" in out.strip().splitlines()[-1]
 
@@ -134,5 +135,5 @@ def test_both_variables_set_never_read_the_state_file(
     monkeypatch.setenv("LOCKSTEP_NATS_URL", "nats://127.0.0.1:1")
     monkeypatch.setenv("LOCKSTEP_DATABASE_URL", "postgresql://me@127.0.0.1:1/x")
     code, out = invoke("fleet", "--data-dir", str(tmp_path), "-v", "sweep")
-    assert code == 2
+    assert code == 3
     assert "(from the environment)" in out

@@ -13,7 +13,6 @@ answer (NATS or the service unavailable).
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import uuid
 from collections.abc import Callable
@@ -58,8 +57,9 @@ def dlq_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False) -
 def _settings(service: str, identity: str = CLI) -> Any:
     if service not in SERVICES:
         fail(f"unknown service {service!r}; choose from {', '.join(SERVICES)}")
-    settings_class = importlib.import_module(f"lockstep_{service}.settings").Settings
-    return settings_of(settings_class, identity)
+    from lockstep_common.operator_settings import OperatorSettings
+
+    return settings_of(OperatorSettings, identity)
 
 
 def _ask(settings: Any, service: str, command: str, request: Any, answer: type[A]) -> A:

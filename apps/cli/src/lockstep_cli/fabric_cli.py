@@ -22,7 +22,7 @@ from rich.table import Table
 from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
 if TYPE_CHECKING:
-    from lockstep_planner.settings import Settings
+    from lockstep_common.operator_settings import OperatorSettings as Settings
 
 fabric_app = typer.Typer(
     help="Fabric domains: current and target bundle, update state, lifecycle; pin a target.",
@@ -34,9 +34,10 @@ DomainArg = Annotated[str, typer.Argument(help="Fabric domain (NVLink domain) id
 
 
 def _settings() -> Settings:
-    from lockstep_planner.settings import Settings
+    """Where the planner is asked, from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
+    from lockstep_common.operator_settings import OperatorSettings
 
-    return settings_of(Settings)
+    return settings_of(OperatorSettings)
 
 
 def _domains(settings: Settings, domain: str | None) -> list[dict[str, Any]]:

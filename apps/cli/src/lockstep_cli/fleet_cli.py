@@ -18,7 +18,6 @@ from lockstep_cli.cli_io import (
     fail,
     run,
     settings_of,
-    stderr_console,
     stdout_console,
 )
 
@@ -26,8 +25,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from lockstep_common.events.v1 import RegisteredNode
+    from lockstep_common.operator_settings import OperatorSettings
     from lockstep_common.vocabulary import Component
-    from lockstep_inventory.settings import Settings
 
 fleet_app = typer.Typer(
     help="The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
@@ -49,26 +48,27 @@ T = TypeVar("T")
 
 @fleet_app.callback()
 def fleet_stack(data_dir: StackDirOption = None, verbose: VerboseOption = False) -> None:
-    """Talks to LOCKSTEP_NATS_URL / LOCKSTEP_DATABASE_URL, or else to the `lockstep up`
-    running under --data-dir (LOCKSTEP_DATA_DIR, default .data) as its cli identity."""
+    """Asks the inventory over LOCKSTEP_NATS_URL, or else over the NATS of the `lockstep up`
+    running under --data-dir (LOCKSTEP_DATA_DIR, default .data), as its cli identity: no
+    database, no BMC credentials here."""
     choose_stack(data_dir, verbose)
 
 
-def _settings() -> Settings:
-    """The inventory's settings from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
-    from lockstep_inventory.settings import Settings
+def _settings() -> OperatorSettings:
+    """Where the inventory is asked, from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
+    from lockstep_common.operator_settings import OperatorSettings
 
-    return settings_of(Settings)
+    return settings_of(OperatorSettings)
 
 
-def _known_profiles(settings: Settings) -> frozenset[str]:
-    """The hardware profiles the inventory's compatibility rules describe (its rules file, or
-    the packaged table): the profiles a fleet file or a stack may name."""
+def _known_profiles(settings: OperatorSettings) -> frozenset[str]:
+    """The hardware profiles the inventory's compatibility rules describe (its rules file,
+    LOCKSTEP_INVENTORY_RULES_FILE, or the packaged table): the profiles a stack may name."""
     from lockstep_common.compatibility.files import load_rules
     from lockstep_common.errors import ConfigurationError
 
     try:
-        return frozenset(load_rules(settings.rules_file).profile_architecture)
+        return frozenset(load_rules(settings.inventory_rules_file).profile_architecture)
     except ConfigurationError as exc:
         fail(str(exc))
 
@@ -90,26 +90,30 @@ def fleet_import(
     credentials: Annotated[
         str | None,
         typer.Option(
-            help="Credential reference for nodes that name none (env:PREFIX or file:/path)."
+            help="Credential reference for nodes that name none (env:PREFIX or file:/path; a "
+            "file only its owner may read, as the inventory checks where it sweeps)."
         ),
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """Validate the whole file, then add or update every node in one transaction.
+    """Validate the whole file, then have the inventory add or update every node, all or nothing.
 
-    Uses LOCKSTEP_DATABASE_URL (and LOCKSTEP_INVENTORY_DB_SCHEMA). Nothing is written when any
-    node is invalid; secrets are refused (reference them with env: or file:).
+    The file is checked here first (every bad node named; secrets are refused: reference them
+    with env: or file:), then sent to the inventory in chunks that fit the bus. The inventory
+    checks each chunk again: profiles its compatibility rules know, and every file: reference a
+    regular file only its owner may read, where it sweeps. It writes every node in one
+    transaction when the last chunk arrives, and records who asked (the reader identity is
+    refused). Nothing is written when anything is refused.
     """
-    from lockstep_inventory.admin import import_fleet
-    from lockstep_inventory.domain.fleet_file import FleetFileError, parse_fleet
+    import uuid
+
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import FleetImportAnswered, FleetImportRequested
+    from lockstep_common.fleet_file import FleetFileError, parse_fleet
 
     settings = _settings()
     try:
-        nodes = parse_fleet(
-            _read(source),
-            default_credentials=credentials,
-            known_profiles=_known_profiles(settings),
-        )
+        nodes = parse_fleet(_read(source), default_credentials=credentials)
     except OSError as exc:
         fail(f"{source}: {exc}")
     except FleetFileError as exc:
@@ -120,20 +124,68 @@ def fleet_import(
             f"{source}: {len(exc.problems)} invalid nodes, nothing imported:\n  "
             + "\n  ".join(exc.problems)
         )
-    result = run(import_fleet(settings, nodes))
+    import_id = uuid.uuid4()
+    chunks = _chunks([n.model_dump() for n in nodes])
+    answer: FleetImportAnswered | None = None
+    for number, (first, chunk) in enumerate(chunks):
+        request = FleetImportRequested.model_validate(
+            {
+                "import_id": import_id,
+                "chunk": number,
+                "chunks": len(chunks),
+                "first_index": first,
+                "nodes": chunk,
+            },
+            strict=False,
+        )
+        # The last chunk writes every node of the import in one transaction: more than the
+        # default 10 s may pass on a loaded database before its answer.
+        answer = ask(
+            settings,
+            INVENTORY,
+            "fleet.import",
+            request,
+            FleetImportAnswered,
+            timeout_s=IMPORT_TIMEOUT_S,
+            what=source,
+        )
+    if answer is None or not answer.committed:  # the last chunk's answer commits the import
+        fail(f"{source}: the inventory did not commit import {import_id}", 1)
     summary = {
-        "nodes": len(nodes),
-        "added": result.added,
-        "updated": result.updated,
-        "unchanged": result.unchanged,
+        "nodes": answer.nodes,
+        "added": answer.added,
+        "updated": answer.updated,
+        "unchanged": answer.unchanged,
     }
     if as_json:
         print(json.dumps(summary))
     else:
         _console().print(
-            f"imported {len(nodes)} node(s): {result.added} added, {result.updated} "
-            f"updated, {result.unchanged} unchanged"
+            f"imported {answer.nodes} node(s): {answer.added} added, {answer.updated} "
+            f"updated, {answer.unchanged} unchanged"
         )
+
+
+IMPORT_TIMEOUT_S = 120.0
+CHUNK_BYTES = 256 << 10
+"""Nodes per ``fleet.import`` request, by encoded size: well inside NATS's default 1 MiB."""
+
+
+def _chunks(nodes: list[dict[str, Any]]) -> list[tuple[int, list[dict[str, Any]]]]:
+    """``(index of its first node, nodes)`` per request: at most ``MAX_OPS_PAGE`` nodes and
+    about ``CHUNK_BYTES`` each."""
+    from lockstep_common.events.v1 import MAX_OPS_PAGE
+
+    chunks: list[tuple[int, list[dict[str, Any]]]] = []
+    size = 0
+    for index, node in enumerate(nodes):
+        length = len(json.dumps(node))
+        if not chunks or len(chunks[-1][1]) >= MAX_OPS_PAGE or size + length > CHUNK_BYTES:
+            chunks.append((index, []))
+            size = 0
+        chunks[-1][1].append(node)
+        size += length
+    return chunks
 
 
 @fleet_app.command("list")
@@ -204,52 +256,78 @@ def fleet_sweep(
     every_node: Annotated[
         bool, typer.Option("--all", help="One row per node instead of the summary.")
     ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the sweep to finish.", min=1)
+    ] = 900.0,
     as_json: Json = False,
 ) -> None:
-    """Read every registered BMC (or --node ones) once and commit what was read.
+    """Have the inventory read every registered BMC (or --node ones) now, and show each node's
+    outcome.
 
-    State and drift events are committed exactly as the service's own sweep does (the service's
-    relay publishes the events). Prints a summary (unreadable BMCs with the reason, each
+    The inventory's own sweep worker does it, with the inventory's credentials (this command
+    never holds a BMC's), and commits it like its periodic sweep (state and drift events), after
+    a periodic sweep already running. Prints a summary (unreadable BMCs with the reason, each
     component's versions with their node counts); --all one row per node, --json everything.
-    Unreadable BMCs still exit 0. Waits for a sweep already running (one sweeper at a time).
+    Exit 0: every BMC read; 1: some unreadable, the sweep did not finish, or another `fleet
+    sweep` is under way (refused); 2: bad input (an unregistered node: nothing swept); 3: no
+    answer.
     """
-    from lockstep_cli.fleet_progress import bar
-    from lockstep_cli.fleet_views import print_sweep, sweep_json
-    from lockstep_inventory.adapters.sweeper import sweep_gc
-    from lockstep_inventory.admin import UnknownNodesError, sweep_fleet
+    from lockstep_cli.fleet_progress import bar, while_sweeping
+    from lockstep_cli.fleet_views import print_sweep, sweep_doc
+    from lockstep_cli.ops_client import ask, pages
+    from lockstep_common.events.v1 import (
+        FleetStatusAnswered,
+        FleetStatusRequested,
+        FleetSweepAnswered,
+        FleetSweepRequested,
+        FleetSweptAnswered,
+        FleetSweptRequested,
+    )
 
     settings = _settings()
+    request = _valid(lambda: FleetSweepRequested(node_ids=tuple(node or ())), "--node")
 
-    def busy() -> None:
-        stderr_console().print("another sweep is running; waiting for it to finish")
+    def sweep() -> FleetSweepAnswered:
+        return ask(
+            settings, INVENTORY, "fleet.sweep", request, FleetSweepAnswered, timeout_s=timeout
+        )
 
-    committed = [0, 0]  # (nodes committed, nodes to sweep), as the sweep reports them
+    def status() -> FleetStatusAnswered:
+        return ask(settings, INVENTORY, "fleet.status", FleetStatusRequested(), FleetStatusAnswered)
 
-    def progress(done: int, total: int) -> None:
-        committed[:] = [done, total]
-        if draw is not None:
-            draw(done, total)
-
-    with sweep_gc(), bar(_console(), "sweeping", enabled=not as_json) as draw:
-        try:
-            summary = run(sweep_fleet(settings, node or (), on_busy=busy, on_progress=progress))
-        except UnknownNodesError as exc:
-            fail(str(exc))
-        except KeyboardInterrupt:
-            # Each chunk of results commits in its own transaction as the sweep goes
-            # (sweeping.py): what was committed stays, the rest was never written.
-            done, total = committed
-            fail(
-                f"interrupted: {done} of {total or 'the'} node(s) read and committed "
-                "(their versions and drift events are kept); the rest were not written, and "
-                "the next sweep reads every node again",
-                130,
-            )
-    doc = sweep_json(summary)
+    try:
+        # On a terminal, a bar of the running sweep's progress while the inventory sweeps.
+        with bar(_console(), "sweeping", enabled=not as_json) as draw:
+            done = while_sweeping(sweep, status, draw)
+    except KeyboardInterrupt:
+        fail(
+            "interrupted: the inventory carries on with the sweep and commits what it reads "
+            "(lockstep fleet status --watch follows it)",
+            130,
+        )
+    if done.sweep is None or done.sweep.finished_at is None or done.sweep.error:
+        why = "" if done.sweep is None or not done.sweep.error else f": {done.sweep.error}"
+        fail(f"the inventory's sweep did not finish{why} (its log says why)", 1)
+    sweep_id = done.sweep.id
+    nodes = [
+        n
+        for page in pages(
+            settings,
+            INVENTORY,
+            "fleet.swept",
+            lambda after: FleetSweptRequested(sweep_id=sweep_id, after=after),
+            FleetSweptAnswered,
+            lambda page: page.next_after,
+        )
+        for n in page.nodes
+    ]
+    doc = sweep_doc(done, nodes)
     if as_json:
         print(json.dumps(doc))
     else:
         print_sweep(_console(), doc, every_node=every_node)
+    if done.sweep.unreadable:
+        raise typer.Exit(1)
 
 
 @fleet_app.command("status")
@@ -347,10 +425,9 @@ def fleet_stragglers(as_json: Json = False) -> None:
     from lockstep_cli.fleet_views import print_stragglers
     from lockstep_cli.ops_client import ask
     from lockstep_common.events.v1 import FleetStragglersAnswered, FleetStragglersRequested
-    from lockstep_healthgate.settings import Settings as GateSettings
 
     answer = ask(
-        settings_of(GateSettings),
+        _settings(),
         "healthgate",
         "fleet.stragglers",
         FleetStragglersRequested(),
@@ -422,8 +499,8 @@ def fleet_pin(
         publish_pins,
         stack_yaml,
     )
-    from lockstep_inventory.domain.fleet_file import NodeEntry
-    from lockstep_inventory.domain.pins import SelectorError, parse_selector, selects
+    from lockstep_common.fleet_file import NodeEntry
+    from lockstep_common.scopes import SelectorError, parse_selector, selects
 
     settings = _settings()
     if (stack is None) == (from_node is None):
@@ -472,7 +549,7 @@ def fleet_pin(
         _console().print(f"pinned {scope} to stack {stack_hash} ({len(sites)} site(s))")
 
 
-def _stack_of_node(settings: Settings, node_id: str) -> dict[str, dict[Component, str]]:
+def _stack_of_node(settings: OperatorSettings, node_id: str) -> dict[str, dict[Component, str]]:
     """The known-good node's stack, as the inventory judges it (``fleet.golden``); its refusal
     is one line naming --from-node (exit 2)."""
     from lockstep_cli.ops_client import ask

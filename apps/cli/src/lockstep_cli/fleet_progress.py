@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from lockstep_common.events.v1 import FleetStatusAnswered
 
 POLL_S = 0.2  # how often --watch asks again: cheap, and smooth enough to watch
+SWEEP_POLL_S = 1.0  # a bar beside a sweep asks less often: each answer counts the whole fleet
+T = TypeVar("T")
 
 
 def _progress(console: Console) -> Progress:
@@ -50,6 +53,48 @@ def bar(
             progress.update(task, completed=done, total=total)
 
         yield update
+
+
+def while_sweeping(
+    work: Callable[[], T],
+    status: Callable[[], FleetStatusAnswered],
+    on_progress: Callable[[int, int], None] | None,
+) -> T:
+    """``work()`` (asking the inventory to sweep, which answers once it is done), reporting
+    the running sweep's done/total from ``status()`` meanwhile when ``on_progress`` is given.
+
+    ``work`` runs on a daemon thread, so Ctrl-C stops the waiting at once; its result, or what
+    it raised (a one-line exit included), comes back here. A status that cannot be asked stops
+    the reporting, never the sweep.
+    """
+    if on_progress is None:
+        return work()
+    outcome: list[T] = []
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, name="lockstep-sweep", daemon=True)
+    worker.start()
+    reporting = True
+    while worker.is_alive():
+        worker.join(SWEEP_POLL_S)
+        if not (reporting and worker.is_alive()):
+            continue
+        try:
+            answer = status()
+        except BaseException:  # noqa: BLE001 - e.g. the one-line exit of a failed ask
+            reporting = False
+            continue
+        if answer.sweep_running and answer.sweep is not None:
+            on_progress(answer.sweep.done, answer.sweep.total)
+    if raised:
+        raise raised[0]
+    return outcome[0]
 
 
 def follow_sweep(

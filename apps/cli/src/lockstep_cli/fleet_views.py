@@ -19,9 +19,9 @@ if TYPE_CHECKING:
         AdmissionCheckAnswered,
         FleetDriftAnswered,
         FleetShowAnswered,
+        FleetSweepAnswered,
+        SweptNode,
     )
-    from lockstep_inventory.adapters.sweeper import SweepResult
-    from lockstep_inventory.sweeping import SweepSummary
 
 
 def _table(*headers: str, title: str | None = None) -> Table:
@@ -33,32 +33,20 @@ def _table(*headers: str, title: str | None = None) -> Table:
     return table
 
 
-def sweep_node(result: SweepResult) -> dict[str, Any]:
-    """One node of a sweep: components as a pin would name them (conflicts as ``a|b``)."""
-    from lockstep_inventory.domain.pins import stack_of
-    from lockstep_inventory.sweeping import UNAVAILABLE
-
-    members = {m.Id: m.Version or UNAVAILABLE for m in result.members}
-    return {
-        "id": result.node_id,
-        "readable": result.readable,
-        "error": result.error,
-        "components": {str(c): v for c, v in sorted(stack_of(members).items())},
-        "members": dict(sorted(members.items())),
-    }
-
-
-def sweep_json(summary: SweepSummary) -> dict[str, Any]:
+def sweep_doc(done: FleetSweepAnswered, nodes: Iterable[SweptNode]) -> dict[str, Any]:
+    """A sweep (``fleet.sweep``'s answer) and its nodes' outcomes (``fleet.swept``), as JSON."""
+    sweep = done.sweep
+    assert sweep is not None  # noqa: S101 - the caller reports a sweep that did not finish
     return {
         "sweep": {
-            "id": summary.sweep_id,
-            "total": summary.total,
-            "unreadable": summary.unreadable,
-            "seconds": round(summary.seconds, 3),
-            "drift_detected": sorted(summary.outcome.detected),
-            "drift_resolved": sorted(summary.outcome.resolved),
+            "id": sweep.id,
+            "total": sweep.total,
+            "unreadable": sweep.unreadable,
+            "seconds": round(sweep.seconds or 0.0, 3),
+            "drift_detected": done.drift_detected,
+            "drift_resolved": done.drift_resolved,
         },
-        "nodes": [sweep_node(r) for r in sorted(summary.results, key=lambda r: r.node_id)],
+        "nodes": [n.model_dump(mode="json") for n in nodes],
     }
 
 
@@ -102,7 +90,7 @@ def print_sweep(console: Console, doc: dict[str, Any], *, every_node: bool = Fal
     bad = f"[red]{s['unreadable']} unreadable[/]" if s["unreadable"] else "0 unreadable"
     console.print(
         f"sweep {s['id']}: {s['total']} node(s) in {s['seconds']:.1f}s, {bad}, drift detected on "
-        f"{len(s['drift_detected'])}, resolved on {len(s['drift_resolved'])}"
+        f"{s['drift_detected']}, resolved on {s['drift_resolved']}"
         + ("" if every_node else " (--all: every node; --json: everything, for scripts)")
     )
 

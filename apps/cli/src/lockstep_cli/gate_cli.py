@@ -170,10 +170,10 @@ def _verdicts(rollout: str, wave: int | None) -> GateShowAnswered:
     """The healthgate's persisted verdicts, asked of the healthgate over the bus."""
     from lockstep_cli.ops_client import ask
     from lockstep_common.events.v1 import GateShowAnswered, GateShowRequested
-    from lockstep_healthgate.settings import Settings
+    from lockstep_common.operator_settings import OperatorSettings
 
     request = GateShowRequested(rollout_id=rollout, wave=wave)
-    return ask(settings_of(Settings), "healthgate", "gate.show", request, GateShowAnswered)
+    return ask(settings_of(OperatorSettings), "healthgate", "gate.show", request, GateShowAnswered)
 
 
 @gate_app.command("show")

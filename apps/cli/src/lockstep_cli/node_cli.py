@@ -25,9 +25,9 @@ T = TypeVar("T")
 
 def _ask(command: str, request: EventData, answer: type[A]) -> A:
     from lockstep_cli.ops_client import ask
-    from lockstep_updater.settings import Settings
+    from lockstep_common.operator_settings import OperatorSettings
 
-    return ask(settings_of(Settings), UPDATER, command, request, answer)
+    return ask(settings_of(OperatorSettings), UPDATER, command, request, answer)
 
 
 def _valid(make: Callable[[], T]) -> T:

@@ -24,10 +24,8 @@ from rich.table import Table
 from lockstep_cli.cli_io import fail, run, settings_of, stdout_console
 
 if TYPE_CHECKING:
-    import asyncpg
-
-    from lockstep_common.events.v1 import MaintenanceWindowsRequested
-    from lockstep_planner.settings import Settings
+    from lockstep_common.events.v1 import MaintenanceWindowsRequested, PoolWindows
+    from lockstep_common.operator_settings import OperatorSettings as Settings
 
 pool_app = typer.Typer(
     help="Maintenance windows per pool and per site: set them, show them.",
@@ -43,62 +41,51 @@ AUDIT_SHOWN = 20
 
 
 def _settings() -> Settings:
-    from lockstep_planner.settings import Settings
+    """Where the planner is asked, from LOCKSTEP_* (a bad variable: exit 2 naming it)."""
+    from lockstep_common.operator_settings import OperatorSettings
 
-    return settings_of(Settings)
-
-
-async def _db(settings: Settings) -> asyncpg.Connection:
-    from lockstep_common import db
-
-    conn = await db.connect_with_retry(settings.database_url, attempts=3)
-    # The planner's schema, as ServiceApp names it; nothing here migrates anything.
-    await conn.execute(f"SET search_path TO {db.quote_ident(settings.db_schema or 'planner')}")
-    return conn
+    return settings_of(OperatorSettings)
 
 
 async def windows_view(settings: Settings, key: tuple[str, str] | None) -> list[dict[str, Any]]:
     """What the planner holds: every pool's and site's windows, or one's with its recent audit
-    lines (``key`` = (scope, name)); [] when ``key`` has neither windows nor history. The one
-    read of ``lockstep pool``: a request/reply to the planner can replace it whole."""
-    conn = await _db(settings)
-    try:
-        if key is None:
-            rows = await conn.fetch("SELECT * FROM maintenance_windows ORDER BY scope, name")
-            return [_doc(r) for r in rows]
-        row = await conn.fetchrow(
-            "SELECT * FROM maintenance_windows WHERE scope = $1 AND name = $2", *key
-        )
-        audit = await conn.fetch(
-            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1"
-            " ORDER BY id DESC LIMIT $2",
-            f"{key[0]}:{key[1]}",
-            AUDIT_SHOWN,
-        )
-    finally:
-        await conn.close()
-    if row is None and not audit:
+    lines (``key`` = (scope, name)); [] when ``key`` has neither windows nor history. Asked of
+    the planner over the bus (``pool.show``): no database."""
+    import asyncio
+
+    from lockstep_cli.ops_client import ask
+    from lockstep_common.events.v1 import PoolShowAnswered, PoolShowRequested
+
+    scope, name = key if key is not None else (None, None)
+    request = PoolShowRequested.model_validate({"scope": scope, "name": name})
+    answer = await asyncio.to_thread(
+        ask, settings, "planner", "pool.show", request, PoolShowAnswered
+    )
+    docs = [_doc(w) for w in answer.windows]
+    if key is None:
+        return docs
+    if not docs and not answer.history:
         return []
-    doc = _doc(row) if row is not None else {"scope": key[0], "name": key[1], "windows": None}
-    history = [{**dict(a), "at": a["at"].isoformat()} for a in reversed(audit)]
+    doc = docs[0] if docs else {"scope": key[0], "name": key[1], "windows": None}
+    history = [{**a.model_dump(), "at": a.at.isoformat()} for a in answer.history]
     return [{**doc, "history": history}]
 
 
-def _doc(row: Any) -> dict[str, Any]:
+def _doc(held: PoolWindows) -> dict[str, Any]:
     from lockstep_common.maintenance import parse_schedule
 
-    schedule = parse_schedule(row["windows"], row["timezone"])
+    schedule = parse_schedule(held.windows, held.timezone)
     now = datetime.now(UTC)
     opens = schedule.next_open(now)
     return {
-        "scope": row["scope"],
-        "name": row["name"],
-        "timezone": row["timezone"],
-        "windows": list(row["windows"]),
+        "scope": held.scope,
+        "name": held.name,
+        "timezone": held.timezone,
+        "windows": list(held.windows),
         "open_now": schedule.open_at(now),
         "next_opens": opens.isoformat() if opens else None,
-        "set_by": row["set_by"],
-        "set_at": row["set_at"].isoformat(),
+        "set_by": held.set_by,
+        "set_at": held.set_at.isoformat(),
     }
 
 

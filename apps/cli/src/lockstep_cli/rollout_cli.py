@@ -106,7 +106,7 @@ def _strategy(path: Path | None) -> Strategy:
 
 
 def _scope(text: str) -> ScopeSelector:
-    from lockstep_common.scope_text import SelectorError, parse_selector
+    from lockstep_common.scopes import SelectorError, parse_selector
 
     try:
         return parse_selector(text)

@@ -162,9 +162,10 @@ def exports(data_dir: Path, identity: str) -> str:
     """Shell ``export`` lines giving a command ``identity``'s access to the running stack."""
     state = load(data_dir)
     env = nats_access(data_dir, state, identity).env()
-    if identity in OPERATORS:
-        # The database administrator's DSN (it names its password file): operators' commands
-        # read every service's tables. Nobody else gets it.
+    if identity == ADMIN:
+        # The database administrator's DSN (it names its password file), for the admin's own
+        # work: migrations and topology. Operator commands ask the services over the bus, so
+        # `cli` and `reader` get no DSN (issue 26: no operator tool holds the database admin).
         env["LOCKSTEP_DATABASE_URL"] = state.database_url
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
 
@@ -198,7 +199,7 @@ def connection_defaults(
         out["nats_user"] = access.user
         out["nats_password_file"] = access.password_file
         out["nats_ca_file"] = access.ca_file
-    if not has_db:
+    if not has_db and identity == ADMIN:
         out["database_url"] = state.database_url
     where = f"{data_dir / STATE_FILE} (lockstep up, pid {state.pid}) as {identity}"
     return out, where if not (has_nats or has_db) else f"{where} and the environment"

@@ -308,6 +308,45 @@ def _operator_samples() -> list[EventData]:
         ),
         v1.FleetRemoveRequested(node_ids=("gb200-r07-n03",)),
         v1.FleetRemoveAnswered(removed=("gb200-r07-n03",)),
+        v1.FleetImportRequested(
+            import_id=uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-8091a2b3c4d5"),
+            chunk=0,
+            chunks=1,
+            nodes=(
+                v1.RegisteredNode(
+                    id="gb200-r07-n03",
+                    bmc_url="https://10.7.0.3",
+                    profile="gb200",
+                    site="iad1",
+                    pool="train-a",
+                    credentials="file:/etc/lockstep/bmc.json",
+                ),
+            ),
+        ),
+        v1.FleetImportAnswered(
+            import_id=uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-8091a2b3c4d5"),
+            staged=1,
+            chunks=1,
+            committed=True,
+            nodes=1,
+            added=1,
+        ),
+        v1.FleetSweepRequested(node_ids=("gb200-r07-n03",)),
+        v1.FleetSweepAnswered(
+            sweep=v1.SweepState(
+                id=42,
+                started_at=_AT,
+                finished_at=_AT,
+                seconds=1.5,
+                total=1,
+                done=1,
+                unreadable=1,
+            ),
+        ),
+        v1.FleetSweptRequested(sweep_id=42),
+        v1.FleetSweptAnswered(
+            nodes=(v1.SweptNode(id="gb200-r07-n03", readable=False, error="timed out after 10s"),),
+        ),
         v1.DlqListRequested(limit=50),
         v1.DlqListAnswered(letters=(_LETTER,)),
         v1.DlqShowRequested(id=7),
@@ -391,6 +430,24 @@ def _operator_samples() -> list[EventData]:
         v1.RolloutAuditRequested(rollout_id=_ROLL),
         v1.RolloutAuditAnswered(
             entries=(v1.AuditEntry(at=_AT, actor="alice", action="paused", detail="change freeze"),)
+        ),
+        v1.PoolShowRequested(scope="pool", name="train-a"),
+        v1.PoolShowAnswered(
+            windows=(
+                v1.PoolWindows(
+                    scope="pool",
+                    name="train-a",
+                    timezone="Europe/Berlin",
+                    windows=("sat,sun 22:00-06:00",),
+                    set_by="alice",
+                    set_at=_AT,
+                ),
+            ),
+            history=(
+                v1.AuditEntry(
+                    at=_AT, actor="alice", action="windows set", detail="sat,sun 22:00-06:00"
+                ),
+            ),
         ),
         v1.FabricListRequested(),
         v1.FabricListAnswered(domains=(_DOMAIN,)),

@@ -152,6 +152,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
     **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
     **_ops("inventory", "fleet.golden", v1.FleetGoldenRequested, v1.FleetGoldenAnswered),
+    **_ops("inventory", "fleet.import", v1.FleetImportRequested, v1.FleetImportAnswered),
+    **_ops("inventory", "fleet.sweep", v1.FleetSweepRequested, v1.FleetSweepAnswered),
+    **_ops("inventory", "fleet.swept", v1.FleetSweptRequested, v1.FleetSweptAnswered),
     **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
     **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
     **_ops(
@@ -172,6 +175,7 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("planner", "rollout.start", v1.RolloutStartRequested, v1.RolloutStartAnswered),
     **_ops("planner", "rollout.list", v1.RolloutListRequested, v1.RolloutListAnswered),
     **_ops("planner", "fabric.list", v1.FabricListRequested, v1.FabricListAnswered),
+    **_ops("planner", "pool.show", v1.PoolShowRequested, v1.PoolShowAnswered),
     **_ops("planner", "fabric.show", v1.FabricShowRequested, v1.FabricShowAnswered),
     # Every service answers these about its own dead letters (lockstep_common.dlq_commands).
     **_ops(SERVICE, "dlq.list", v1.DlqListRequested, v1.DlqListAnswered),

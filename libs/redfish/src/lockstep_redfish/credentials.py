@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -93,6 +94,44 @@ class FileCredentials:
         if entry is None:
             raise CredentialError(f"no BMC credentials for {node_id} in {self._path}")
         return entry.username, entry.password.get_secret_value()
+
+
+def reference_problem(reference: str) -> str | None:
+    """Why the registry reference ``reference`` cannot be used here (None: it can).
+
+    A ``file:`` reference must name a regular file only its owner may read or write, as ssh
+    insists for a private key (``StrictModes``): a missing file, a directory, or a secret
+    readable by group or others is refused when a fleet is imported, not found unreadable on
+    every BMC at the next sweep. Its content is checked the way a sweep reads it. An ``env:``
+    reference names variables of the process that sweeps; their absence is reported per node
+    by the sweep. The reason names the path, never a value.
+    """
+    kind, _, where = reference.partition(":")
+    if kind != "file":
+        return None
+    problem = _file_problem(Path(where))
+    return None if problem is None else f"{reference}: {problem}"
+
+
+def _file_problem(path: Path) -> str | None:
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if not stat.S_ISREG(mode):
+        return "is a directory, not a credentials file" if stat.S_ISDIR(mode) else "not a file"
+    if mode & 0o077:
+        return (
+            f"group or others may read it (mode {stat.S_IMODE(mode):04o}); it holds secrets: "
+            f"chmod 600 {path}"
+        )
+    try:
+        FileCredentials(path)
+    except CredentialError as exc:
+        return str(exc).removeprefix(f"{path}: ")
+    return None
 
 
 class RegistryCredentials:

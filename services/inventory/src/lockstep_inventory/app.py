@@ -8,7 +8,8 @@ from lockstep_inventory.admission import admission_responder
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.fleet_query import fleet_query_responder
 from lockstep_inventory.handlers import Handlers
-from lockstep_inventory.operator_commands import COMMANDS, golden_command
+from lockstep_inventory.importing import import_command
+from lockstep_inventory.operator_commands import COMMANDS, golden_command, sweep_commands
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweep_worker import SweepWorker
@@ -26,11 +27,14 @@ def create_app(settings: Settings) -> ServiceApp:
         migration_package="lockstep_inventory.migrations",
     )
     gauges = GaugeRefresher(FleetGauges(app.metrics.registry), settings.metrics_interval_s)
+    sweeper = SweepWorker(settings, app.source, rules, gauges)
     app.add_workers(
-        SweepWorker(settings, app.source, rules, gauges),
+        sweeper,
         admission_responder(app.namespace, app.source, settings.admission_max_age_s),
         fleet_query_responder(app.namespace, app.source),
         gauges,
     )
-    app.add_operator_commands(*COMMANDS, golden_command(rules))
+    app.add_operator_commands(
+        *COMMANDS, golden_command(rules), import_command(rules), *sweep_commands(sweeper)
+    )
     return app

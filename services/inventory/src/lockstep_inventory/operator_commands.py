@@ -11,7 +11,9 @@ nothing removed) when an id is not registered.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from lockstep_common.compatibility.table import CompatibilityRules
 from lockstep_common.db import Conn
@@ -31,11 +33,16 @@ from lockstep_common.events.v1 import (
     FleetShowRequested,
     FleetStatusAnswered,
     FleetStatusRequested,
+    FleetSweepAnswered,
+    FleetSweepRequested,
+    FleetSweptAnswered,
+    FleetSweptRequested,
     HistoryEntry,
     NodeObservation,
     PoolConformance,
     RegisteredNode,
     SweepState,
+    SweptNode,
 )
 from lockstep_common.operator import Asker, Command, Refusal
 from lockstep_common.vocabulary import DriftKind, ObservationSource
@@ -44,6 +51,8 @@ from lockstep_inventory.adapters import registry, state, sweeps
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.golden import NotGolden
 from lockstep_inventory.domain.observation import Observation
+from lockstep_inventory.domain.pins import stack_of
+from lockstep_inventory.sweeping import UNAVAILABLE, SweepBusyError, SweepSummary
 
 
 def registered(node: NodeEntry) -> RegisteredNode:
@@ -211,6 +220,76 @@ def golden_command(rules: CompatibilityRules) -> Command[FleetGoldenRequested]:
         return FleetGoldenAnswered(stack=stack)
 
     return Command("fleet.golden", FleetGoldenRequested, FleetGoldenAnswered, fleet_golden)
+
+
+class SweepsNow(Protocol):
+    """Who carries out an on-demand sweep: the service's sweep worker (``sweep_worker``)."""
+
+    async def sweep_now(self, nodes: Sequence[NodeEntry], by: str) -> SweepSummary: ...
+
+
+def sweep_commands(worker: SweepsNow) -> tuple[Command[Any], ...]:
+    """``fleet.sweep`` (carried out by the service's sweep worker, with the service's own
+    credentials, while the request waits) and ``fleet.swept`` (each node's outcome)."""
+
+    async def fleet_sweep(
+        conn: Conn, request: FleetSweepRequested, asker: Asker
+    ) -> FleetSweepAnswered:
+        registered = await state.nodes(conn)
+        if not registered:
+            raise Refusal("invalid", "no nodes are registered (lockstep fleet import first)")
+        asked = list(dict.fromkeys(request.node_ids)) or sorted(registered)
+        missing = [i for i in asked if i not in registered]
+        if missing:
+            raise Refusal("not_found", f"not in the registry: {', '.join(missing)}")
+        try:
+            summary = await worker.sweep_now([registered[i] for i in asked], by=asker.identity)
+        except SweepBusyError as exc:
+            raise Refusal(
+                "conflict", f"{exc}; lockstep fleet status --watch follows it to the end"
+            ) from None
+        row = await conn.fetchrow("SELECT * FROM sweeps WHERE id = $1", summary.sweep_id)
+        return FleetSweepAnswered(
+            sweep=_sweep(None if row is None else sweeps.SweepRow(**dict(row))),
+            drift_detected=len(summary.outcome.detected),
+            drift_resolved=len(summary.outcome.resolved),
+        )
+
+    return (
+        Command("fleet.sweep", FleetSweepRequested, FleetSweepAnswered, fleet_sweep, writes=True),
+        Command("fleet.swept", FleetSweptRequested, FleetSweptAnswered, fleet_swept),
+    )
+
+
+async def fleet_swept(conn: Conn, request: FleetSweptRequested, asker: Asker) -> FleetSweptAnswered:
+    """One page of a sweep's node outcomes: the Redfish reports it committed (a node's report
+    carries the number of the sweep that read it)."""
+    del asker
+    rows = await conn.fetch(
+        "SELECT node_id, readable, error, members FROM observations"
+        " WHERE source = 'redfish' AND sequence = $1 AND ($2::text IS NULL OR node_id > $2)"
+        " ORDER BY node_id LIMIT $3",
+        request.sweep_id,
+        request.after,
+        request.limit + 1,
+    )
+    page = rows[: request.limit]
+    nodes = []
+    for r in page:
+        members = {k: v or UNAVAILABLE for k, v in json.loads(r["members"]).items()}
+        nodes.append(
+            SweptNode(
+                id=r["node_id"],
+                readable=r["readable"],
+                error=r["error"],
+                components=dict(sorted(stack_of(members).items())),
+                members=dict(sorted(members.items())),
+            )
+        )
+    return FleetSweptAnswered(
+        nodes=tuple(nodes),
+        next_after=page[-1]["node_id"] if len(rows) > request.limit else None,
+    )
 
 
 COMMANDS: tuple[Command[Any], ...] = (

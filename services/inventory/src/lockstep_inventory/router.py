@@ -25,8 +25,14 @@ from lockstep_common.events.v1 import (
     DriftResolved,
     FleetGoldenAnswered,
     FleetGoldenRequested,
+    FleetImportAnswered,
+    FleetImportRequested,
     FleetQueryAnswered,
     FleetQueryRequested,
+    FleetSweepAnswered,
+    FleetSweepRequested,
+    FleetSweptAnswered,
+    FleetSweptRequested,
     InventoryObserved,
     OpsRefused,
     PinChanged,
@@ -45,6 +51,9 @@ ANSWERS: tuple[type[EventData], ...] = (
     FleetQueryRequested,
     *(c.request for c in COMMANDS),
     FleetGoldenRequested,
+    FleetImportRequested,
+    FleetSweepRequested,
+    FleetSweptRequested,
 )
 # The event classes this service publishes: drift through the outbox, and the replies.
 # With ``subscriptions()`` and ``ANSWERS``, the source of the producer and consumer lists in docs/.
@@ -56,6 +65,9 @@ EMITS: tuple[type[EventData], ...] = (
     OpsRefused,
     *(c.answer for c in COMMANDS),
     FleetGoldenAnswered,
+    FleetImportAnswered,
+    FleetSweepAnswered,
+    FleetSweptAnswered,
 )
 
 

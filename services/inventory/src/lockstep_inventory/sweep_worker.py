@@ -1,19 +1,23 @@
-"""The service's periodic Redfish sweep (a ``Worker``): the first at start, then every interval."""
+"""The service's Redfish sweeps (a ``Worker``): periodic (the first at start, then every
+interval) and on demand (``lockstep fleet sweep``, asked over the bus: ``sweep_now``). Either way
+the service reads the BMCs with its own credentials; the operator CLI never holds them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 import asyncpg
 
 from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.service import Resources
 from lockstep_inventory.adapters import state
+from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.fleet_metrics import GaugeRefresher
 from lockstep_inventory.settings import Settings
-from lockstep_inventory.sweeping import SweepBusyError, run_sweep
+from lockstep_inventory.sweeping import SweepBusyError, SweepSummary, run_sweep
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,39 @@ class SweepWorker:
         self.source = source
         self.rules = rules
         self.gauges = gauges
+        self._pool: asyncpg.Pool | None = None
+        self._asked: str | None = None  # who asked for the on-demand sweep under way
+
+    async def sweep_now(self, nodes: Sequence[NodeEntry], by: str) -> SweepSummary:
+        """Sweep ``nodes`` now (after a periodic sweep already running), committed like the
+        periodic sweep; ``by`` (who asked) goes into the sweep's record.
+
+        One on-demand sweep at a time: another asked meanwhile raises :class:`SweepBusyError`
+        at once rather than queueing, so that impatient askers cannot hold the pool's
+        connections (each waiting request holds one) that the consumers need.
+        """
+        if self._pool is None:
+            raise RuntimeError("the inventory is still starting: ask again")
+        if self._asked is not None:
+            raise SweepBusyError(f"a sweep {self._asked} asked for is running")
+        self._asked = by
+        try:
+            return await run_sweep(
+                self._pool,
+                nodes,
+                self.settings,
+                by=by,
+                source=self.source,
+                rules=self.rules,
+                wait=True,
+            )
+        finally:
+            self._asked = None
+            if self.gauges is not None:
+                self.gauges.poke.set()
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
+        self._pool = resources.pool
         if self.settings.sweep_interval_s == 0:
             log.info("periodic sweeps are off (sweep_interval_s=0)")
             return

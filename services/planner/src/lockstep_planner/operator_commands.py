@@ -31,6 +31,9 @@ from lockstep_common.events.v1 import (
     IntentOutcome,
     IntentSubmitted,
     PlanAsk,
+    PoolShowAnswered,
+    PoolShowRequested,
+    PoolWindows,
     RolloutAuditAnswered,
     RolloutAuditRequested,
     RolloutControlAnswered,
@@ -186,6 +189,42 @@ async def fabric_show(conn: Conn, request: FabricShowRequested, asker: Asker) ->
     )
 
 
+async def pool_show(conn: Conn, request: PoolShowRequested, asker: Asker) -> PoolShowAnswered:
+    """Every pool's and site's maintenance windows, or the one asked for with its recent audit
+    lines (``lockstep pool show``); an answer with neither when none was ever set."""
+    del asker
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        if request.scope is None or request.name is None:
+            rows = await conn.fetch("SELECT * FROM maintenance_windows ORDER BY scope, name")
+            return PoolShowAnswered(windows=tuple(_windows(r) for r in rows))
+        row = await conn.fetchrow(
+            "SELECT * FROM maintenance_windows WHERE scope = $1 AND name = $2",
+            request.scope,
+            request.name,
+        )
+        audit = await conn.fetch(
+            "SELECT at, actor, action, detail FROM audit WHERE rollout_id = $1"
+            " ORDER BY id DESC LIMIT $2",
+            f"{request.scope}:{request.name}",
+            AUDIT_SHOWN,
+        )
+    return PoolShowAnswered(
+        windows=() if row is None else (_windows(row),),
+        history=tuple(AuditEntry(**dict(a)) for a in reversed(audit)),
+    )
+
+
+def _windows(row: Any) -> PoolWindows:
+    return PoolWindows(
+        scope=row["scope"],
+        name=row["name"],
+        timezone=row["timezone"],
+        windows=tuple(row["windows"]),
+        set_by=row["set_by"],
+        set_at=row["set_at"],
+    )
+
+
 CarryOut = Callable[[], Awaitable[object]]
 """Carry out the open commands now (the worker's own pass, ``PlannerWorker.commands``)."""
 
@@ -240,6 +279,7 @@ def control_command(carry_out: CarryOut) -> Command[RolloutControlRequested]:
 COMMANDS: tuple[Command[Any], ...] = (
     Command("fabric.list", FabricListRequested, FabricListAnswered, fabric_list),
     Command("fabric.show", FabricShowRequested, FabricShowAnswered, fabric_show),
+    Command("pool.show", PoolShowRequested, PoolShowAnswered, pool_show),
     Command("rollout.status", RolloutStatusRequested, RolloutStatusAnswered, rollout_status),
     Command("rollout.audit", RolloutAuditRequested, RolloutAuditAnswered, rollout_audit),
 )

@@ -1009,6 +1009,122 @@ class FleetRemoveAnswered(EventData):
     removed: tuple[NodeId, ...] = Field(max_length=MAX_NODES, description="Nodes forgotten.")
 
 
+MAX_IMPORT_CHUNKS = 10_000
+
+
+class FleetImportRequested(EventData):
+    """``lockstep fleet import``: one chunk of a fleet file (a whole file of 12,500 nodes does
+    not fit one message). The inventory stages each chunk, validated on arrival, and adds or
+    updates every node of the import in one transaction when its last chunk arrives: all or
+    nothing."""
+
+    event_type: ClassVar[str] = "ops.fleet.import.requested"
+    schema_version: ClassVar[int] = 1
+
+    import_id: uuid.UUID = Field(description="The import this chunk belongs to.")
+    chunk: Annotated[int, Field(ge=0, lt=MAX_IMPORT_CHUNKS)] = Field(
+        description="This chunk's number, from 0."
+    )
+    chunks: Annotated[int, Field(ge=1, le=MAX_IMPORT_CHUNKS)] = Field(
+        description="How many chunks the import has."
+    )
+    first_index: Annotated[int, Field(ge=0, le=MAX_IMPORT_CHUNKS * MAX_OPS_PAGE)] = Field(
+        default=0, description="The file's index of this chunk's first node (to name bad nodes)."
+    )
+    nodes: tuple[RegisteredNode, ...] = Field(
+        min_length=1, max_length=MAX_OPS_PAGE, description="This chunk's nodes."
+    )
+
+    @model_validator(mode="after")
+    def _chunk_in_range(self) -> Self:
+        if self.chunk >= self.chunks:
+            raise ValueError(f"chunk {self.chunk} of {self.chunks}: chunks count from 0")
+        return self
+
+
+class FleetImportAnswered(EventData):
+    """A chunk staged, or (its last chunk) the import committed and what it changed."""
+
+    event_type: ClassVar[str] = "ops.fleet.import.answered"
+    schema_version: ClassVar[int] = 1
+
+    import_id: uuid.UUID = Field(description="The import.")
+    staged: Count = Field(description="Chunks of this import received so far.")
+    chunks: Annotated[int, Field(ge=1, le=MAX_IMPORT_CHUNKS)] = Field(
+        description="Chunks the import has."
+    )
+    committed: bool = Field(description="Every chunk arrived and the nodes were written.")
+    nodes: Count = Field(default=0, description="Nodes the import holds (when committed).")
+    added: Count = Field(default=0, description="Nodes new to the registry.")
+    updated: Count = Field(default=0, description="Registered nodes whose entry changed.")
+    unchanged: Count = Field(default=0, description="Registered nodes already as imported.")
+
+
+class FleetSweepRequested(EventData):
+    """``lockstep fleet sweep``: the inventory reads these BMCs (none named: every registered
+    one) now, with its own credentials, and commits what it read like its periodic sweep."""
+
+    event_type: ClassVar[str] = "ops.fleet.sweep.requested"
+    schema_version: ClassVar[int] = 1
+
+    node_ids: tuple[NodeId, ...] = Field(
+        default=(), max_length=MAX_NODES, description="Nodes to sweep (empty: all)."
+    )
+
+
+class FleetSweepAnswered(EventData):
+    """The sweep carried out (each node's outcome: ``fleet.swept``)."""
+
+    event_type: ClassVar[str] = "ops.fleet.sweep.answered"
+    schema_version: ClassVar[int] = 1
+
+    sweep: SweepState | None = Field(
+        description="The sweep (None: accepted, but it did not finish; see the service's log)."
+    )
+    drift_detected: Count = Field(default=0, description="Nodes whose drift it detected.")
+    drift_resolved: Count = Field(default=0, description="Nodes whose drift it resolved.")
+
+
+class SweptNode(Part):
+    """One node's outcome of a sweep."""
+
+    id: NodeId = Field(description="Node id.")
+    readable: bool = Field(description="Whether its BMC was read.")
+    error: Text | None = Field(default=None, description="Why not.")
+    components: dict[Component, Reading] = Field(
+        default_factory=dict,
+        max_length=MAX_SMALL,
+        description="Version per component (members that disagree: their versions, a|b).",
+    )
+    members: dict[Reading, Reading] = Field(
+        default_factory=dict, max_length=MAX_ITEMS, description="Inventory member -> version."
+    )
+
+
+class FleetSweptRequested(EventData):
+    """Each node's outcome of a sweep, a page at a time, in node id order (a node swept again
+    since shows in the newer sweep only)."""
+
+    event_type: ClassVar[str] = "ops.fleet.swept.requested"
+    schema_version: ClassVar[int] = 1
+
+    sweep_id: Annotated[int, Field(ge=0, le=INT64_MAX)] = Field(description="The sweep.")
+    after: NodeId | None = Field(default=None, description="Only nodes sorting after this id.")
+    limit: int = Field(default=MAX_DRIFT_PAGE, ge=1, le=MAX_DRIFT_PAGE, description="Page size.")
+
+
+class FleetSweptAnswered(EventData):
+    """One page of a sweep's node outcomes."""
+
+    event_type: ClassVar[str] = "ops.fleet.swept.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[SweptNode, ...] = Field(max_length=MAX_DRIFT_PAGE, description="This page.")
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
 # Every service answers these about its own dead letters (``lockstep dlq``).
 MAX_DLQ_PAGE = 200
 MAX_PAYLOAD_TEXT = 1 << 20  # a dead letter's original, as text or base64 (a NATS message's size)
@@ -1358,6 +1474,62 @@ class RolloutAuditAnswered(EventData):
     schema_version: ClassVar[int] = 1
 
     entries: tuple[AuditEntry, ...] = Field(max_length=MAX_AUDIT, description="Oldest first.")
+
+
+# ``lockstep pool show`` (the planner's maintenance windows).
+MAX_POOL_HISTORY = 20
+
+
+class PoolWindows(Part):
+    """A pool's or a site's maintenance windows as the planner holds them."""
+
+    scope: Literal["pool", "site"] = Field(description="What ``name`` names: a pool or a site.")
+    name: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The pool or site."
+    )
+    timezone: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        description="IANA time zone of the windows."
+    )
+    windows: tuple[Annotated[str, Field(min_length=1, max_length=64)], ...] = Field(
+        max_length=MAX_SMALL, description="Weekly windows, each 'DAYS HH:MM-HH:MM'."
+    )
+    set_by: Name = Field(description="Who set them.")
+    set_at: AwareDatetime = Field(description="When the planner recorded them.")
+
+
+class PoolShowRequested(EventData):
+    """``lockstep pool show [NAME]``: every pool's and site's windows, or one's with its recent
+    audit lines."""
+
+    event_type: ClassVar[str] = "ops.pool.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    scope: Literal["pool", "site"] | None = Field(
+        default=None, description="With ``name``: the one to show (None: all)."
+    )
+    name: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="The pool or site (None: all)."
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Self:
+        if (self.scope is None) != (self.name is None):
+            raise ValueError("scope and name go together")
+        return self
+
+
+class PoolShowAnswered(EventData):
+    """The windows asked for, and the one's recent audit lines (oldest first)."""
+
+    event_type: ClassVar[str] = "ops.pool.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    windows: tuple[PoolWindows, ...] = Field(
+        max_length=MAX_ITEMS, description="By scope and name; none: no restriction anywhere."
+    )
+    history: tuple[AuditEntry, ...] = Field(
+        default=(), max_length=MAX_POOL_HISTORY, description="The one's recent audit lines."
+    )
 
 
 # ``lockstep fabric list|show`` (the planner's fabric domains).
@@ -1788,6 +1960,12 @@ CATALOGUE: tuple[type[EventData], ...] = (
     FleetDriftAnswered,
     FleetRemoveRequested,
     FleetRemoveAnswered,
+    FleetImportRequested,
+    FleetImportAnswered,
+    FleetSweepRequested,
+    FleetSweepAnswered,
+    FleetSweptRequested,
+    FleetSweptAnswered,
     DlqListRequested,
     DlqListAnswered,
     DlqShowRequested,
@@ -1808,6 +1986,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     RolloutStatusAnswered,
     RolloutAuditRequested,
     RolloutAuditAnswered,
+    PoolShowRequested,
+    PoolShowAnswered,
     FabricListRequested,
     FabricListAnswered,
     FabricShowRequested,

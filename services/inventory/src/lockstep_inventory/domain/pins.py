@@ -26,13 +26,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lockstep_common.events.v1 import ScopeSelector
-
-# Re-exported: the inventory's callers name them from here.
-from lockstep_common.scope_text import SelectorError as SelectorError  # noqa: PLC0414
-from lockstep_common.scope_text import parse_selector as parse_selector  # noqa: PLC0414
+from lockstep_common.scopes import SelectorError, parse_selector, selects
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import version_set, versions_of
+
+__all__ = ["Pin", "SelectorError", "parse_selector", "pin_of", "scope_key", "selects", "stack_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,18 +53,6 @@ class Pin:
     def pinned(self, profile: str) -> Mapping[Component, str] | None:
         """Component -> version for a profile, or None when the stack does not name it."""
         return self.stack.get(profile)
-
-
-def selects(site: str, s: ScopeSelector, node: NodeEntry) -> bool:
-    """True when ``node`` is in ``site`` and in scope ``s`` (what a pin for them covers)."""
-    return (
-        node.site == site
-        and (not s.sites or node.site in s.sites)
-        and (not s.pools or node.pool in s.pools)
-        and (not s.profiles or node.profile in s.profiles)
-        and (not s.fabric_domains or node.fabric_domain in s.fabric_domains)
-        and (not s.nodes or node.id in s.nodes)
-    )
 
 
 def scope_key(scope: ScopeSelector) -> str:

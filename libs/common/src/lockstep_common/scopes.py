@@ -1,14 +1,13 @@
-"""Scope selectors as operators type them: ``site=ams1,pool=training,node=n1``.
-
-Shared by the CLI, which parses what the operator typed before anything is asked, and the
-inventory, which takes selectors in pins; both read the same grammar here.
-"""
+"""Scope selectors as an operator writes them (``--scope site=ams1,pool=batch``) and which
+registered nodes one selects: the same answer in the CLI (checking a pin before publishing it)
+and in the inventory (applying it)."""
 
 from __future__ import annotations
 
 import re
 
 from lockstep_common.events.v1 import ScopeSelector
+from lockstep_common.fleet_file import NodeEntry
 
 _AXES = {
     "site": "sites",
@@ -21,6 +20,18 @@ _AXES = {
 
 class SelectorError(ValueError):
     """A scope selector that cannot be parsed; the message names the bad part."""
+
+
+def selects(site: str, s: ScopeSelector, node: NodeEntry) -> bool:
+    """True when ``node`` is in ``site`` and in scope ``s`` (what a pin for them covers)."""
+    return (
+        node.site == site
+        and (not s.sites or node.site in s.sites)
+        and (not s.pools or node.pool in s.pools)
+        and (not s.profiles or node.profile in s.profiles)
+        and (not s.fabric_domains or node.fabric_domain in s.fabric_domains)
+        and (not s.nodes or node.id in s.nodes)
+    )
 
 
 def parse_selector(text: str) -> ScopeSelector:
