@@ -120,10 +120,14 @@ def settings_of(settings_class: type[S], identity: str = "cli", *, find_stack: b
     if _choice.get("verbose"):
         from lockstep_common.db import redact_dsn
 
+        # Only the admin's commands (migrations, topology) use a database; an operator
+        # command asks the services over the bus, so naming a DSN for it would mislead.
+        database = (
+            f"PostgreSQL {redact_dsn(settings.database_url)}, " if identity == "admin" else ""
+        )
         stderr_console().print(
             f"stack: NATS {settings.nats_url} as {settings.nats_user or 'anonymous'}, "
-            f"PostgreSQL {redact_dsn(settings.database_url)}, namespace "
-            f"{settings.namespace} (from {source})",
+            f"{database}namespace {settings.namespace} (from {source})",
             highlight=False,
         )
     return settings
