@@ -39,16 +39,9 @@ from lockstep_updater.domain.progress import FirmwareProgress, Progress, documen
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
 from lockstep_updater.steps import STEPS
-from lockstep_updater.steps.context import (
-    ExecutorPolicy,
-    InBandChannel,
-    LostClaim,
-    NotYet,
-    StepContext,
-    Stop,
-    failure_end,
-    sha384_of,
-)
+from lockstep_updater.steps.context import InBandChannel, StepContext, sha384_of
+from lockstep_updater.steps.ends import LostClaim, NotYet, Stop, failure_end
+from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.store import Claim, UpdaterStore
 
 log = logging.getLogger(__name__)

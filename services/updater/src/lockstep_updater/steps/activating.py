@@ -13,7 +13,8 @@ from lockstep_redfish.update import FirmwareUpdate
 from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import FirmwareProgress, Progress, RollbackProgress, firmware
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.steps.context import Events, NotYet, StepContext, Stop, ending
+from lockstep_updater.steps.context import Events, StepContext
+from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
 from lockstep_updater.store import Claim
 

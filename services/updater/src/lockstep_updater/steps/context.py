@@ -30,70 +30,29 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
 )
 from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
-from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
+from lockstep_redfish import BmcTarget, RedfishClient
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.session import BmcSession
-from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
-from lockstep_updater.domain.progress import ComponentPlan, FirmwareProgress, Progress, document
+from lockstep_updater.domain.progress import (
+    ComponentPlan,
+    FirmwareProgress,
+    Progress,
+    document,
+    load,
+)
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.windows import closed
 from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
-from lockstep_updater.store import REMEDY, ROLLBACK, Claim, Target, UpdaterStore, UpdaterTx
+from lockstep_updater.steps.ends import CHANGED, KEEPS_CORDON, LostClaim, Stop, failure_end
+from lockstep_updater.steps.policy import ExecutorPolicy
+from lockstep_updater.store import REMEDY, ROLLBACK, UPDATE, Claim, Target, UpdaterStore, UpdaterTx
 
 log = logging.getLogger(__name__)
 S = NodeStep
 Events = list[tuple[DeviceOutcome, EventData]]
-CHANGED = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.VERIFYING, S.IN_BAND})
-"""Steps after which the running firmware may have changed: a failure quarantines the node."""
-KEEPS_CORDON = frozenset({S.DRAINING, *CHANGED, S.QUARANTINED})
-"""Steps in which the node must stay cordoned (uncordoning gives it back, once, itself)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutorPolicy:
-    """Bounds of the executor (seconds)."""
-
-    lease_s: float = 900.0  # longer than one step's longest wait (a task deadline)
-    retry_s: float = 5.0  # before a step that could not finish is tried again
-    drain_poll_s: float = 5.0
-    drain_deadline_s: float = 3600.0
-    # A node waiting for its pool's budget is woken when a place frees (``UpdaterTx.advance``
-    # with ``parked``); this re-check is only the level-triggered net behind that wake.
-    budget_recheck_s: float = 60.0
-    # How long a worker follows a pushed image's task before it gives the node back to the
-    # queue (re-claimed after ``retry_s``): a GPU stages for a quarter of an hour (seed 000),
-    # and a worker held that long caps how many nodes of a wave stage at once.
-    task_hold_s: float = 60.0
-    max_errors: int = 20  # failed tries of one step in a row before the node ends
-    # A step that cannot read its node from the inventory waits (not a try of the node's):
-    # retry_s, then twice as long each time, up to this, with jitter.
-    inventory_backoff_max_s: float = 60.0
-    remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
-    reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
-    update: UpdatePolicy = field(default_factory=UpdatePolicy)
-    transport: RetryPolicy = field(default_factory=RetryPolicy)
-
-
-class LostClaim(Exception):
-    """Another claim took the item over: this worker stops touching it."""
-
-
-class Stop(Exception):
-    """The step ends here, in ``target`` (raised from deep inside a step)."""
-
-    def __init__(self, target: NodeStep, reason: str) -> None:
-        super().__init__(reason)
-        self.target = target
-        self.reason = reason
-
-
-class NotYet(Exception):
-    """The step waits on a device (a BMC's task still running after ``task_hold_s``, a BMC
-    not answering yet after a reset): it is run again after ``retry_s``, by whoever claims
-    the item then."""
 
 
 def _always() -> bool:
@@ -153,8 +112,15 @@ class StepContext:
         return node
 
     async def target(self, claim: Claim) -> Target | None:
+        """The attested bundle the item's rollout moves its nodes to, None while unknown."""
         async with self.store.transaction() as tx:
             return await tx.target(claim.rollout_id)
+
+    async def update_item(self, claim: Claim) -> tuple[NodeStep, Progress] | None:
+        """The state and progress of the node's update item in the claim's rollout, if any."""
+        async with self.store.transaction() as tx:
+            found = await tx.update_item(claim.rollout_id, claim.node_id)
+        return None if found is None else (found[0], load(UPDATE, found[1]))
 
     def session(self, node: FleetNode) -> BmcSession:
         return self.client.session(
@@ -236,6 +202,34 @@ class StepContext:
             rollback=claim.kind == ROLLBACK,
             starts_work=starts_work,
         )
+
+    async def take_out(self, claim: Claim, node: FleetNode, progress: Progress) -> Decision:
+        """The pool's out-of-service budget checked and, on PROCEED, the move to draining
+        committed in one transaction, under the pool's lock: two workers cannot both take the
+        pool's last place."""
+        async with self.store.transaction() as tx:
+            if not await tx.still_holds(claim, self.policy.lease_s):
+                raise LostClaim
+            decision = await self.decide(tx, claim, node, takes_out=True, starts_work=True)
+            if decision.verdict is Verdict.PROCEED:
+                progress.cordoned_at = self.wall()
+                await tx.advance(claim, S.DRAINING, progress=document(progress))
+        return decision
+
+    async def keep_cordon_only_if_held(self, claim: Claim) -> None:
+        """After a cordon: a cordon sent by a worker whose lease lapsed meanwhile may take
+        effect after another claim moved the item on, even after that claim gave the node
+        back: it would stay cordoned by Lockstep with nothing left to release it (found by
+        the chaos test). Under the item's lock (its next move waits), the stale worker gives
+        its cordon back unless the item still keeps the node out of service; then it stops
+        (:class:`LostClaim`)."""
+        async with self.store.transaction() as tx:
+            if await tx.still_holds(claim, self.policy.lease_s):
+                return
+            step = await tx.step_now(claim)
+            if step not in KEEPS_CORDON:
+                await self.scheduler.resume(claim.node_id)
+        raise LostClaim
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -362,25 +356,6 @@ def first_before(plan: ComponentPlan) -> str | None:
     """The version a component ran before (the first member's that was read)."""
     before = [v for v in plan.before.values() if v]
     return before[0] if before else None
-
-
-def failure_end(claim: Claim) -> NodeStep:
-    """Where a failure of the claimed step ends the node."""
-    return S.QUARANTINED if claim.state in CHANGED else S.FAILED
-
-
-def stop_unless_proceed(decision: Decision) -> None:
-    """A guard's verdict other than PROCEED ends the step (refused: failed; else cancelled)."""
-    if decision.verdict is Verdict.PROCEED:
-        return
-    if decision.verdict is Verdict.REFUSE:
-        raise Stop(S.FAILED, f"refused: {decision.reason}")
-    raise Stop(S.CANCELLED, decision.reason)
-
-
-def ending(decision: Decision) -> NodeStep:
-    """How a node the guard stopped after its cordon ends, once given back."""
-    return S.FAILED if decision.verdict is Verdict.REFUSE else S.CANCELLED
 
 
 def entry_for(target: Target, node: FleetNode, name: str) -> AttestedComponent:

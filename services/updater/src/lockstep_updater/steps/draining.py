@@ -9,7 +9,8 @@ from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import Progress
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import DrainState, ExplainsDrain, ForeignDrain
-from lockstep_updater.steps.context import KEEPS_CORDON, LostClaim, StepContext, Stop, ending
+from lockstep_updater.steps.context import StepContext
+from lockstep_updater.steps.ends import Stop, ending
 from lockstep_updater.store import REMEDY, Claim
 
 S = NodeStep
@@ -31,7 +32,7 @@ async def run(
         # did not change, so no device.failed for the gate to blame the image for.
         progress.skipped = True
         raise Stop(S.FAILED, f"left untouched: {exc}") from None
-    await _keep_cordon_only_if_held(ctx, claim)
+    await ctx.keep_cordon_only_if_held(claim)
     state = await ctx.scheduler.drain_state(claim.node_id)
     now = ctx.wall()
     if state is DrainState.DRAINED:
@@ -52,18 +53,3 @@ async def run(
         raise Stop(S.UNCORDONING, f"{reason}: {why}" if why else reason)
     else:
         await ctx.commit(claim, S.DRAINING, "draining", progress, ctx.policy.drain_poll_s)
-
-
-async def _keep_cordon_only_if_held(ctx: StepContext, claim: Claim) -> None:
-    """A cordon sent by a worker whose lease lapsed meanwhile may take effect after
-    another claim moved the item on, even after that claim gave the node back: it would
-    stay cordoned by Lockstep with nothing left to release it (found by the chaos test).
-    Under the item's lock (its next move waits), the stale worker gives its cordon back
-    unless the item still keeps the node out of service; then it stops."""
-    async with ctx.store.transaction() as tx:
-        if await tx.still_holds(claim, ctx.policy.lease_s):
-            return
-        step = await tx.step_now(claim)
-        if step not in KEEPS_CORDON:
-            await ctx.scheduler.resume(claim.node_id)
-    raise LostClaim

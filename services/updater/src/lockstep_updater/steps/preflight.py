@@ -17,13 +17,8 @@ from lockstep_updater.domain.progress import ComponentPlan, Progress, UpdateProg
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.domain.targets import applicable_members, targets_for
 from lockstep_updater.steps import in_band
-from lockstep_updater.steps.context import (
-    Events,
-    StepContext,
-    Stop,
-    entry_for,
-    stop_unless_proceed,
-)
+from lockstep_updater.steps.context import Events, StepContext, entry_for
+from lockstep_updater.steps.ends import Stop, stop_unless_proceed
 from lockstep_updater.store import Claim
 
 S = NodeStep

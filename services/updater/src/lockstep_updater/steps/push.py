@@ -22,14 +22,8 @@ from lockstep_redfish.update import FirmwareUpdate
 from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import ComponentPlan, FirmwareProgress, PushTask
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.steps.context import (
-    NotYet,
-    StepContext,
-    Stop,
-    entry_for,
-    failure_end,
-    stop_unless_proceed,
-)
+from lockstep_updater.steps.context import StepContext, entry_for
+from lockstep_updater.steps.ends import NotYet, Stop, failure_end, stop_unless_proceed
 from lockstep_updater.store import Claim, Target
 
 S = NodeStep

@@ -11,11 +11,11 @@ from lockstep_updater.domain.progress import (
     Progress,
     RollbackProgress,
     UpdateProgress,
-    load,
 )
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
-from lockstep_updater.steps.context import StepContext, Stop
-from lockstep_updater.store import UPDATE, Claim
+from lockstep_updater.steps.context import StepContext
+from lockstep_updater.steps.ends import Stop
+from lockstep_updater.store import Claim
 
 S = NodeStep
 
@@ -24,15 +24,14 @@ async def run(
     ctx: StepContext, claim: Claim, node: FleetNode, progress: Progress, started: float
 ) -> None:
     assert isinstance(progress, RollbackProgress)  # noqa: S101 - STEPS runs it for rollbacks
-    async with ctx.store.transaction() as tx:
-        update = await tx.update_item(claim.rollout_id, claim.node_id)
+    update = await ctx.update_item(claim)
     if update is not None and update[0] not in TERMINAL:
         await ctx.commit(
             claim, S.PREFLIGHT, "waiting for the update to end", progress, ctx.policy.retry_s
         )
         return
-    done = UpdateProgress() if update is None else load(UPDATE, update[1])
-    assert isinstance(done, UpdateProgress)  # noqa: S101 - load's model for UPDATE
+    done = UpdateProgress() if update is None else update[1]
+    assert isinstance(done, UpdateProgress)  # noqa: S101 - the model of an update item
     activated = {
         name: plan
         for name, plan in done.components.items()

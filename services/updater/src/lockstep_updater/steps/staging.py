@@ -8,7 +8,8 @@ from lockstep_common.events.v1 import DeviceStaged, FleetNode
 from lockstep_common.vocabulary import DeviceOutcome
 from lockstep_updater.domain.progress import Progress, UpdateProgress, firmware
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.steps.context import Events, StepContext, Stop
+from lockstep_updater.steps.context import Events, StepContext
+from lockstep_updater.steps.ends import Stop
 from lockstep_updater.steps.push import push
 from lockstep_updater.store import Claim
 
