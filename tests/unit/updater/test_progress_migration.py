@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+from lockstep_common.envelope import make_envelope, source_of
+from lockstep_common.events.v1 import DriftDetected, DriftItem
+from lockstep_common.vocabulary import Component, DriftKind, Severity
+from lockstep_updater import handlers
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.progress import (
     BY_KIND,
@@ -21,8 +25,10 @@ from lockstep_updater.domain.progress import (
     document,
     load,
 )
+from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.store import RELEASE, REMEDY, ROLLBACK, UPDATE
+from lockstep_updater.testing.memory_store import MemoryStore
 
 pytestmark = pytest.mark.unit
 DATA = Path(__file__).resolve().parents[2] / "data" / "updater" / "progress-v0"
@@ -145,3 +151,38 @@ def _kept(old: Any, new: Any) -> bool:
             and all(_kept(a, b) for a, b in zip(old, new, strict=True))
         )
     return bool(old == new and type(old) is type(new))
+
+
+async def test_a_remedy_this_release_records_is_versioned_and_keeps_its_pin() -> None:
+    store = MemoryStore()
+    drift = DriftDetected(
+        node_id="n1",
+        site="site-a",
+        stack_hash=None,
+        items=(
+            DriftItem(
+                component=Component.GPU_GSP,
+                expected="580.95.05",
+                actual=None,
+                kind=DriftKind.GSP_MISMATCH,
+                severity=Severity.CRITICAL,
+                detail="no /lib/firmware/nvidia/580.95.05/ for the loaded module",
+            ),
+            DriftItem(
+                component=Component.DRIVER,
+                expected="580.95.05",
+                actual="570.172.08",
+                kind=DriftKind.UNEXPECTED,
+                severity=Severity.CRITICAL,
+                detail="the node's pin names 580.95.05",
+            ),
+        ),
+    )
+    async with store.transaction() as tx:
+        envelope = make_envelope(drift, source=source_of("inventory"))
+        await handlers.drift_detected(tx, envelope, RemedyPolicy.AUTOMATIC)
+    stored = store.item("n1").progress
+    assert stored["schema_version"] == SCHEMA_VERSION
+    progress = load(REMEDY, stored)
+    assert isinstance(progress, RemedyProgress) and progress.in_band is None
+    assert progress.pin == "580.95.05" == stored["pin"]  # as the previous release stored it
