@@ -24,6 +24,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import clip_text
 from lockstep_updater.domain.guard import outside_plan, outside_wave
+from lockstep_updater.domain.progress import RemedyProgress, document
 from lockstep_updater.domain.remedy import Intake, RemedyPolicy, intake, remedy_id
 from lockstep_updater.store import UpdaterTx
 
@@ -112,7 +113,7 @@ async def drift_detected(tx: UpdaterTx, env: Envelope[DriftDetected], policy: Re
         data.node_id,
         remedy_id(env.event_id.hex),
         held=decision.intake is Intake.HOLD,
-        progress={"pin": decision.pin} if decision.pin else {},
+        progress=document(RemedyProgress(pin=decision.pin or None)),
         correlation_id=env.correlation_id or str(env.event_id),
     )
     if added:

@@ -1,0 +1,101 @@
+"""``activating``: switch the staged images in (activate, or for a flip back switch banks),
+under the fence and the guard with ``activate_sent`` recorded first; the activation's tasks are
+followed in turns. One-way parts have no inactive bank: their write is the activation, so it
+waits for the drained node (seed 000: PSU/BBU power firmware)."""
+
+from __future__ import annotations
+
+from lockstep_common.events.v1 import DeviceActivated, FleetNode
+from lockstep_common.vocabulary import DeviceOutcome
+from lockstep_redfish.errors import BmcError, BmcUnavailable
+from lockstep_redfish.tasks import TaskRef
+from lockstep_redfish.update import FirmwareUpdate
+from lockstep_updater.domain.guard import Verdict
+from lockstep_updater.domain.progress import FirmwareProgress, Progress, RollbackProgress, firmware
+from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.steps.context import Events, StepContext
+from lockstep_updater.steps.ends import NotYet, Stop, ending
+from lockstep_updater.steps.push import push
+from lockstep_updater.store import Claim
+
+S = NodeStep
+LEADS_TO = frozenset({S.ACTIVATING, S.AWAITING_BMC, S.UNCORDONING, S.QUARANTINED})
+
+
+async def run(
+    ctx: StepContext, claim: Claim, node: FleetNode, progress: Progress, started: float
+) -> None:
+    held = firmware(progress)
+    rollback = isinstance(held, RollbackProgress) and held.rollback
+    events: Events = []
+    target = await ctx.target(claim)
+    if target is None:
+        raise Stop(S.QUARANTINED, "the plan's attested bundle is no longer known")
+    plans = held.components
+    staged = [n for n, p in plans.items() if not p.done and p.banks == "ab"]
+    if staged and not held.activate_sent:
+        decision = await ctx.check(
+            claim, node, takes_out=False, progress=held, mark="activate_sent"
+        )
+        if decision.verdict is not Verdict.PROCEED:
+            held.ending = ending(decision)
+            raise Stop(S.UNCORDONING, decision.reason)
+        paths = tuple(t for n in staged for t in plans[n].targets)
+        async with ctx.session(node) as bmc:
+            update = FirmwareUpdate(bmc, ctx.policy.update)
+            try:
+                if rollback:
+                    refs = await update.switch_bank(paths)
+                else:
+                    refs = await update.activate(paths)
+            except BmcUnavailable:
+                raise
+            except BmcError as exc:
+                raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+            # Followed in turns, as a staging task: recorded before the first poll.
+            held.activations = [(r.monitor, r.task) for r in refs]
+            held.activated_at = ctx.wall()
+            await ctx.save(claim, held)
+    if held.activations:
+        await _follow_activations(ctx, claim, node, held)
+    events += [
+        (DeviceOutcome.ACTIVATED, ctx.device(DeviceActivated, claim, n, plans[n], started))
+        for n in staged
+        if not rollback  # its outcome is device.rolled_back, once read back
+    ]
+    for name, plan in plans.items():
+        if plan.done or plan.banks == "ab" or plan.staged:
+            continue
+        await push(ctx, claim, node, target, name, plan, held, stage=False)
+        plan.staged = True
+        events.append(
+            (DeviceOutcome.ACTIVATED, ctx.device(DeviceActivated, claim, name, plan, started))
+        )
+    await ctx.commit(claim, S.AWAITING_BMC, "", held, events=events)
+
+
+async def _follow_activations(
+    ctx: StepContext, claim: Claim, node: FleetNode, progress: FirmwareProgress
+) -> None:
+    """One turn of following the activation's recorded tasks; each that ended is struck
+    off; :class:`NotYet` while one still runs (the deadline counts from the activation)."""
+    now = ctx.wall()
+    since = now if progress.activated_at is None else progress.activated_at
+    async with ctx.session(node) as bmc:
+        update = FirmwareUpdate(bmc, ctx.policy.update)
+        while progress.activations:
+            monitor, task = progress.activations[0]
+            waited = max(0.0, ctx.wall() - since)
+            try:
+                outcome = await update.follow(
+                    TaskRef(monitor, task), hold_s=ctx.policy.task_hold_s, waited_s=waited
+                )
+            except BmcUnavailable:
+                raise
+            except BmcError as exc:
+                raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+            if outcome is None:
+                raise NotYet("activate: the BMC's task is still running")
+            progress.activations.pop(0)
+            if progress.activations:  # the last is committed with the step's end
+                await ctx.save(claim, progress)

@@ -1,0 +1,33 @@
+"""The executor's bounds (``ExecutorPolicy``), read by every step through its context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lockstep_redfish import RetryPolicy
+from lockstep_redfish.update import UpdatePolicy
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorPolicy:
+    """Bounds of the executor (seconds)."""
+
+    lease_s: float = 900.0  # longer than one step's longest wait (a task deadline)
+    retry_s: float = 5.0  # before a step that could not finish is tried again
+    drain_poll_s: float = 5.0
+    drain_deadline_s: float = 3600.0
+    # A node waiting for its pool's budget is woken when a place frees (``UpdaterTx.advance``
+    # with ``parked``); this re-check is only the level-triggered net behind that wake.
+    budget_recheck_s: float = 60.0
+    # How long a worker follows a pushed image's task before it gives the node back to the
+    # queue (re-claimed after ``retry_s``): a GPU stages for a quarter of an hour (seed 000),
+    # and a worker held that long caps how many nodes of a wave stage at once.
+    task_hold_s: float = 60.0
+    max_errors: int = 20  # failed tries of one step in a row before the node ends
+    # A step that cannot read its node from the inventory waits (not a try of the node's):
+    # retry_s, then twice as long each time, up to this, with jitter.
+    inventory_backoff_max_s: float = 60.0
+    remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
+    reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
+    update: UpdatePolicy = field(default_factory=UpdatePolicy)
+    transport: RetryPolicy = field(default_factory=RetryPolicy)
