@@ -82,6 +82,11 @@ GROUPS: dict[str, Lazy] = {
         "pool_app",
         "Maintenance windows per pool and per site: set them, show them.",
     ),
+    "approver": Lazy(
+        "lockstep_cli.approver_cli",
+        "approver_app",
+        "Approvers: make the Ed25519 key pair that signs rollout approvals.",
+    ),
     "agent": Lazy(
         "lockstep_cli.agent_cli",
         "agent_app",

@@ -152,6 +152,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.drift", v1.FleetDriftRequested, v1.FleetDriftAnswered),
     **_ops("inventory", "fleet.remove", v1.FleetRemoveRequested, v1.FleetRemoveAnswered),
     **_ops("inventory", "fleet.golden", v1.FleetGoldenRequested, v1.FleetGoldenAnswered),
+    **_ops("attest", "bundle.submit", v1.BundleSubmitRequested, v1.BundleSubmitAnswered),
+    **_ops("attest", "bundle.list", v1.BundleListRequested, v1.BundleListAnswered),
+    **_ops("attest", "bundle.show", v1.BundleShowRequested, v1.BundleShowAnswered),
     **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
     **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
     **_ops(
