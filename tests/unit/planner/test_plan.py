@@ -41,7 +41,7 @@ def fleet(count: int, **fields: Any) -> list[Node]:
 
 
 def test_waves_bring_the_scope_to_5_25_and_100_percent_after_the_canary() -> None:
-    assert sizes(planned(request(fleet(200)))) == [2, 8, 40, 150]
+    assert sizes(planned(request(fleet(200)))) == [5, 5, 40, 150]
 
 
 def test_every_stratum_grows_by_its_share_whatever_its_rack_depth() -> None:
@@ -56,14 +56,15 @@ def test_every_stratum_grows_by_its_share_whatever_its_rack_depth() -> None:
         for i in wave.node_ids:
             moved["gb200" if i.startswith("g") else "hgx-h100"] += 1
         shares.append((moved["gb200"], moved["hgx-h100"]))
-    assert shares == [(2, 2), (4, 10), (18, 50), (72, 200)]
+    assert shares == [(5, 5), (5, 10), (18, 50), (72, 200)]
 
 
 def test_a_wave_the_canary_already_filled_is_dropped_and_numbers_stay_consecutive() -> None:
     nodes = [node(i, profile=("gb200", "h100", "b200")[i % 3]) for i in range(20)]
     result = planned(request(nodes))
-    # 5% and 25% of 20 are 1 and 5 nodes: the canary's 6 already cover both waves.
-    assert sizes(result) == [6, 14]
+    # 5% and 25% of each profile's 6 or 7 are 1 and 2 nodes: the canary's 5 of each already
+    # cover both waves.
+    assert sizes(result) == [15, 5]
     assert [w.number for w in result.waves] == [0, 1]
 
 
@@ -348,7 +349,7 @@ def test_a_component_for_another_profile_is_not_applied_to_a_node() -> None:
 
 def test_a_strategy_may_add_smaller_waves_but_not_skip_the_classs_rings() -> None:
     slower = planned(request(fleet(200), strategy=Strategy(wave_fractions=(0.05, 0.1, 0.25, 1.0))))
-    assert sizes(slower) == [2, 8, 10, 30, 150]
+    assert sizes(slower) == [5, 5, 10, 30, 150]
     [reason] = refused(request(fleet(200), strategy=Strategy(wave_fractions=(0.05, 1.0))))
     assert reason == (
         "strategy: wave 2 after the canary (1.0) may not run ahead of the class's (0.25); "
@@ -369,7 +370,7 @@ def test_a_strategy_may_lengthen_the_class_soak_and_asking_to_shorten_it_is_refu
 
 def test_failure_budget_is_the_class_share_of_each_wave() -> None:
     result = planned(request(fleet(200)))
-    assert [w.failure_budget for w in result.waves] == [0, 0, 0, 1]  # 1% of 2, 8, 40, 150
+    assert [w.failure_budget for w in result.waves] == [0, 0, 0, 1]  # 1% of 5, 5, 40, 150
     power = planned(request(fleet(200), change_class=ChangeClass.POWER_FABRIC))
     assert {w.failure_budget for w in power.waves} == {0}
 
@@ -377,7 +378,7 @@ def test_failure_budget_is_the_class_share_of_each_wave() -> None:
 def test_controls_are_left_for_the_last_wave() -> None:
     result = planned(request(fleet(200)))
     controls = {n for c in result.strata for n in c.controls}
-    assert len(controls) == 2
+    assert len(controls) == 5  # as many as the canary
     assert controls <= set(result.waves[-1].node_ids)
 
 
