@@ -368,6 +368,19 @@ def test_a_strategy_may_lengthen_the_class_soak_and_asking_to_shorten_it_is_refu
     )
 
 
+def test_a_canary_size_that_cannot_take_effect_is_refused_not_ignored() -> None:
+    """Issue 31: a strategy field that cannot take effect is refused with the reason."""
+    wider = planned(request(fleet(40), strategy=Strategy(canary_nodes=8)))
+    assert sizes(wider)[0] == 8
+    [narrower] = refused(request(fleet(40), strategy=Strategy(canary_nodes=3)))
+    assert narrower == (
+        "strategy: canary_nodes 3 is fewer than the 5 node(s) the change class's canary takes "
+        "(canary_min_per_stratum 5 in each of 1 stratum); a strategy may only widen the canary"
+    )
+    [whole] = refused(request(fleet(40), strategy=Strategy(canary_nodes=41)))
+    assert whole.startswith("strategy: canary_nodes 41 is more than the 40 node(s)")
+
+
 def test_failure_budget_is_the_class_share_of_each_wave() -> None:
     result = planned(request(fleet(200)))
     assert [w.failure_budget for w in result.waves] == [0, 0, 0, 1]  # 1% of 5, 5, 40, 150
