@@ -112,3 +112,12 @@ def test_secrets_are_files_outside_git_and_no_password_is_written_in_the_file() 
             assert not re.search(r"://[^/@\s]+:[^/@\s]+@", node), f"{path}: credentials in a URL"
 
     walk(doc["services"], "services")
+
+
+def test_compose_waits_for_a_service_to_finish_stopping_before_killing_it() -> None:
+    from lockstep_common.settings import ServiceSettings
+
+    grace = ServiceSettings.model_fields["shutdown_grace_s"].default
+    for name in SERVICE_NAMES:
+        period = services()[name]["stop_grace_period"]
+        assert period.endswith("s") and float(period[:-1]) > grace, (name, period)
