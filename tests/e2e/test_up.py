@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -168,8 +169,11 @@ async def publish_one(cli: NatsAccess) -> None:
 def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path) -> None:
     up = Up(data_dir)
     text = up.wait_until_up()
+    state = json.loads((data_dir / "stack.json").read_text())
     for name in ("inventory", "planner", "updater", "healthgate", "attest"):
         assert re.search(rf"{name}\s.*http://127\.0\.0\.1:\d+/metrics", text), text
+        # The README's promise: stack.json has each service's metrics port too (issue 31).
+        assert state["metrics"][name] in text, state
     tree = descendants(up.proc.pid)
     assert len(tree) >= 7, f"expected NATS, PostgreSQL and 5 services under lockstep up: {tree}"
     dsn = database_url(text)
