@@ -59,6 +59,18 @@ def test_every_stratum_grows_by_its_share_whatever_its_rack_depth() -> None:
     assert shares == [(5, 5), (5, 10), (18, 50), (72, 200)]
 
 
+def test_every_wave_moves_enough_of_a_stratum_for_the_gate_to_judge_it() -> None:
+    """Issue 31: 25% of 30 is 8, 3 after the canary's 5, too few for the gate's 5 canary nodes
+    (inconclusive: the rollout stops there). A wave takes at least the class's canary minimum
+    of a stratum it moves, and a tail smaller than that goes with the wave before it."""
+    assert sizes(planned(request(fleet(30)))) == [5, 5, 20]
+    assert sizes(planned(request(fleet(13)))) == [5, 8]  # 25%: 4 -> 5 would leave 3 behind
+    # From 10 nodes up (a canary of 5 and 5 controls): a stratum of fewer leaves fewer than 5
+    # after its canary, which no plan can make judgeable.
+    for result in (planned(request(fleet(n))) for n in range(10, 80)):
+        assert all(size >= 5 for size in sizes(result)), sizes(result)
+
+
 def test_a_wave_the_canary_already_filled_is_dropped_and_numbers_stay_consecutive() -> None:
     nodes = [node(i, profile=("gb200", "h100", "b200")[i % 3]) for i in range(20)]
     result = planned(request(nodes))

@@ -137,6 +137,7 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
         fractions=fractions,
         controls=canary.control_ids,
         bucket_rank={b: rank(request.seed, f"rack:{b[0]}/{b[1]}") for b in buckets},
+        min_per_stratum=policy.canary_min_per_stratum,
     )
     specs = [stage_specs(w, request.bundle, fabric_cap=caps.get(FABRIC_SLOTS)) for w in waves]
     windows = {name: Windows(pool.windows, now=now) for name, pool in request.pools.items()}
