@@ -121,3 +121,10 @@ def test_compose_waits_for_a_service_to_finish_stopping_before_killing_it() -> N
     for name in SERVICE_NAMES:
         period = services()[name]["stop_grace_period"]
         assert period.endswith("s") and float(period[:-1]) > grace, (name, period)
+
+
+def test_the_planner_reads_an_approvers_directory() -> None:
+    """Issue 31: without one, no class that needs an approval could ever start."""
+    planner = services()["planner"]
+    where = planner["environment"]["LOCKSTEP_PLANNER_APPROVERS_DIR"]
+    assert f"./approvers:{where}:ro" in planner["volumes"]
