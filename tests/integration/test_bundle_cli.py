@@ -97,11 +97,13 @@ async def test_submit_then_list_and_show_every_check(attest: tuple[ServiceApp, K
     raw = bytearray((tampered / "images" / "psu.bin").read_bytes())
     raw[100] ^= 0x01
     (tampered / "images" / "psu.bin").write_bytes(bytes(raw))
-    code, out = await _cli("bundle", "submit", str(tampered), "--note", "tampered on purpose")
-    assert code == 0 and "bundle show" in out, out
-    bad = good + 1
-    rejected = await until(lambda: _verdict(bad), "the tampered bundle's verdict")
-    assert rejected["bundle"]["state"] == "rejected"
+    # --wait: the verdict as show prints it, exit 1 for a rejection.
+    args = ("bundle", "submit", str(tampered), "--note", "tampered on purpose")
+    code, out = await _cli(*args, "--wait", "120", "--json")
+    assert code == 1, out
+    rejected = json.loads(out)
+    bad = rejected["bundle"]["job_id"]
+    assert bad == good + 1 and rejected["bundle"]["state"] == "rejected"
     failed = [c for c in rejected["checks"] if c["result"] == "fail"]
     assert failed and "psu.bin" in rejected["bundle"]["reason"]
     code, out = await _cli("bundle", "show", str(bad))

@@ -22,7 +22,7 @@ from lockstep_cli.cli_io import StackDirOption, choose_stack, fail, settings_of,
 
 if TYPE_CHECKING:
     from lockstep_common.envelope import EventData
-    from lockstep_common.events.v1 import BundleSummary
+    from lockstep_common.events.v1 import BundleShowAnswered, BundleSummary
 
 console = stdout_console()
 ATTEST = "attest"
@@ -54,6 +54,15 @@ def submit(
         ),
     ],
     note: Annotated[str | None, typer.Option(help="Why it is submitted.")] = None,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            min=0.1,
+            help="Wait up to this many seconds for the verdict and print it as `show` does "
+            "(exit 1 rejected, 3 not verified in time).",
+        ),
+    ] = None,
     data_dir: StackDirOption = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -68,6 +77,9 @@ def submit(
     except ValidationError as exc:
         fail(f"{escape(path[:80])}: {exc.errors()[0]['msg']}")
     answer = _ask("bundle.submit", request, BundleSubmitAnswered)
+    if wait is not None:
+        _print(_verdict(answer.job_id, wait), as_json)
+        return
     if as_json:
         print(answer.model_dump_json())
         return
@@ -131,7 +143,31 @@ def show(job_id: JobArg, data_dir: StackDirOption = None, as_json: JsonOpt = Fal
     from lockstep_common.events.v1 import BundleShowAnswered, BundleShowRequested
 
     choose_stack(data_dir, False)
-    answer = _ask("bundle.show", BundleShowRequested(job_id=job_id), BundleShowAnswered)
+    _print(_ask("bundle.show", BundleShowRequested(job_id=job_id), BundleShowAnswered), as_json)
+
+
+def _verdict(job_id: int, wait_s: float) -> BundleShowAnswered:
+    """The submission once verified, asked again until then (``polling.until``); exit 3 when
+    it is not verified within ``wait_s``."""
+    import asyncio
+
+    from lockstep_cli.cli_io import run
+    from lockstep_cli.polling import until
+    from lockstep_common.events.v1 import BundleShowAnswered, BundleShowRequested
+
+    async def verified() -> BundleShowAnswered | None:
+        request = BundleShowRequested(job_id=job_id)
+        answer = await asyncio.to_thread(_ask, "bundle.show", request, BundleShowAnswered)
+        return None if answer.bundle.state in ("pending", "running") else answer
+
+    try:
+        return run(until(verified, f"bundle {job_id}'s verdict", timeout_s=wait_s, poll_s=0.5))
+    except TimeoutError:
+        fail(f"bundle {job_id} not verified within {wait_s:g}s: `lockstep bundle show {job_id}`", 3)
+
+
+def _print(answer: BundleShowAnswered, as_json: bool) -> None:
+    """A submission as ``show`` prints it; exit 1 when the bundle was rejected."""
     if as_json:
         print(answer.model_dump_json())
     else:
