@@ -170,6 +170,7 @@ def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path
     up = Up(data_dir)
     text = up.wait_until_up()
     state = json.loads((data_dir / "stack.json").read_text())
+    assert (data_dir / "approvers").is_dir()  # the planner's approvers trust store
     for name in ("inventory", "planner", "updater", "healthgate", "attest"):
         assert re.search(rf"{name}\s.*http://127\.0\.0\.1:\d+/metrics", text), text
         # The README's promise: stack.json has each service's metrics port too (issue 31).

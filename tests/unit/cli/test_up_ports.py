@@ -41,3 +41,16 @@ def test_the_state_file_keeps_every_services_metrics_url(tmp_path: Path) -> None
     )
     stack_state.save(tmp_path, state)
     assert stack_state.load(tmp_path).metrics == metrics
+
+
+def test_a_local_stack_gives_the_planner_an_approvers_directory(tmp_path: Path) -> None:
+    """Without one no class that needs an approval could start under `lockstep up`."""
+    from lockstep_cli.supervisor import local_defaults
+
+    env = local_defaults(tmp_path, {})
+    approvers = tmp_path / "approvers"
+    assert env == {"LOCKSTEP_PLANNER_APPROVERS_DIR": str(approvers)}
+    assert approvers.is_dir() and approvers.stat().st_mode & 0o077 == 0
+    # One the environment names is the operator's: left alone, nothing made.
+    assert local_defaults(tmp_path / "other", {"LOCKSTEP_PLANNER_APPROVERS_DIR": "/x"}) == {}
+    assert not (tmp_path / "other").exists()
