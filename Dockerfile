@@ -17,7 +17,7 @@ RUN python -c "import tomllib; pins = tomllib.load(open('pyproject.toml', 'rb'))
 
 # Never root: the services need no privilege (their metrics port is unprivileged).
 RUN useradd --system --uid 10001 --home-dir /var/lib/lockstep --shell /usr/sbin/nologin lockstep \
- RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin lockstepRUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin lockstep install -d -o lockstep -m 0700 /var/lib/lockstep
+ && install -d -o lockstep -m 0700 /var/lib/lockstep
 USER lockstep
 WORKDIR /var/lib/lockstep
 

@@ -10,8 +10,9 @@
 #   exit 2  bad request (malformed hash in the comment) or an error answer
 #   exit 3  no answer: fail closed, unless LOCKSTEP_ADMIT_FAIL_OPEN=1 (then admitted, logged)
 #
-# Configuration: LOCKSTEP_NATS_URL, LOCKSTEP_NAMESPACE (and optional LOCKSTEP_CLI,
-# LOCKSTEP_ADMIT_TIMEOUT) from the environment or /etc/lockstep/prolog.env.
+# Configuration: LOCKSTEP_NATS_URL, LOCKSTEP_NAMESPACE, LOCKSTEP_NATS_USER,
+# LOCKSTEP_NATS_PASSWORD_FILE, LOCKSTEP_NATS_CA_FILE (and optional LOCKSTEP_CLI,
+# LOCKSTEP_ADMIT_TIMEOUT) from the environment or /etc/lockstep/prolog.env (README.md).
 set -euo pipefail
 # Slurm runs prologs without a search path.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

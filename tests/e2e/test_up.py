@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -168,8 +169,12 @@ async def publish_one(cli: NatsAccess) -> None:
 def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path) -> None:
     up = Up(data_dir)
     text = up.wait_until_up()
+    state = json.loads((data_dir / "stack.json").read_text())
+    assert (data_dir / "approvers").is_dir()  # the planner's approvers trust store
     for name in ("inventory", "planner", "updater", "healthgate", "attest"):
         assert re.search(rf"{name}\s.*http://127\.0\.0\.1:\d+/metrics", text), text
+        # The README's promise: stack.json has each service's metrics port too (issue 31).
+        assert state["metrics"][name] in text, state
     tree = descendants(up.proc.pid)
     assert len(tree) >= 7, f"expected NATS, PostgreSQL and 5 services under lockstep up: {tree}"
     dsn = database_url(text)
@@ -304,6 +309,15 @@ def _shows_the_driver_step(out: str) -> None:
     assert reports and reports[1] == reports[2] == step[1], out
 
 
+def _says_what_it_keeps(out: str, data_dir: Path) -> None:
+    """It says what it leaves behind and how to remove it; the private keys are 0600 (issue
+    31: /tmp/lockstep-demo-* was left, 135 MB with a 0644 signing key, without a word)."""
+    assert f"state kept in {data_dir} (" in out, out
+    assert f"remove it with: rm -rf {data_dir}" in out, out
+    for key in (data_dir / "release" / "signing-key.pem", *data_dir.glob("policy/*.key.pem")):
+        assert key.stat().st_mode & 0o077 == 0, key
+
+
 def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     env["COLUMNS"] = "200"
@@ -324,6 +338,7 @@ def test_demo_tells_the_whole_story_in_under_three_minutes(data_dir: Path) -> No
         assert text in out, f"{text!r} not in the demo's output:\n{out}"
 
     shows("relay published it: stream LOCKSTEP_BUNDLES seq 1")
+    _says_what_it_keeps(out, data_dir)
     shows("delivered twice, applied 1 time(s); audit rows: 1")
     shows("dead-lettered (InvalidMessage): unknown schema version 7")
     shows("bundle.attested: gb200-golden 2026.11.1")

@@ -85,6 +85,19 @@ def planner_policy(path: Path, **routine_changes: Any) -> Path:
     return path
 
 
+def packaged_timing(path: Path) -> Path:
+    """The packaged change classes as shipped, but for the routine class's soaks (hours, made
+    seconds here) and its approval (pre-approved: approvals are not what this tests)."""
+    doc = yaml.safe_load(
+        resources.files("lockstep_planner").joinpath("data/change_classes.yaml").read_bytes()
+    )
+    routine = doc["classes"]["routine"]
+    routine.update(canary_soak_s=SOAK_S, layer_soak_s=0, wave_soak_s=SOAK_S)
+    routine["approvals"]["count"] = 0
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 def gate_policy(path: Path) -> Path:
     """The packaged gate policy with the smallest minimums a small fleet can meet."""
     text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
@@ -289,11 +302,14 @@ async def running_stack(
     planner: dict[str, Any] | None = None,
     routine: dict[str, Any] | None = None,
     driver: DriverPackage | None = None,
+    packaged: bool = False,
 ) -> AsyncIterator[Stack]:
     """The five services over a fresh simulated fleet of ``NODES``, swept once; ``updater`` and
     ``planner`` override those services' settings (a scheduler, a budget, a deadline),
     ``routine`` the routine change class (``planner_policy``); ``driver`` adds that driver
-    package's in-band step to the bundle, and the agents' channel to the updater."""
+    package's in-band step to the bundle, and the agents' channel to the updater; ``packaged``
+    runs the packaged change classes (``packaged_timing``) and the packaged gate policy as
+    shipped."""
     monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_AGENT_USERNAME", OPERATOR_USERNAME)
@@ -334,7 +350,11 @@ async def running_stack(
         "planner": planner_app(
             PlannerSettings(
                 **common(servers, namespace, "planner"),
-                policy_file=planner_policy(tmp_path / "classes.yaml", **(routine or {})),
+                policy_file=(
+                    packaged_timing(tmp_path / "classes.yaml")
+                    if packaged
+                    else planner_policy(tmp_path / "classes.yaml", **(routine or {}))
+                ),
                 **{
                     "approvers_dir": trust,
                     "worker_poll_s": 0.05,
@@ -369,7 +389,7 @@ async def running_stack(
         "healthgate": healthgate_app(
             GateSettings(
                 **common(servers, namespace, "healthgate"),
-                policy_file=gate_policy(tmp_path / "gate.toml"),
+                policy_file=None if packaged else gate_policy(tmp_path / "gate.toml"),
                 eval_poll_s=0.1,
                 eval_grace_s=0.5,
                 heartbeat_watch_s=0.5,

@@ -190,3 +190,33 @@ async def test_stop_ends_within_its_grace_even_with_a_connection_never_given_bac
     await pool.acquire()  # held by "a task that is gone": never released
     await asyncio.wait_for(app.stop(), timeout=10)  # without the bound: waits forever
     assert pool.is_closing() and app.resources is None
+
+
+@pytest.mark.parametrize("name", ["attest", "updater", "healthgate"])
+async def test_stopping_ends_within_the_grace_even_when_nats_never_drains(
+    name: str, servers: Any, namespace: str
+) -> None:
+    """Issue 31: in a container these were killed at ``down`` (NATS going down with them, and
+    nats-py's drain waits 30 s): the whole stop is bounded by ``shutdown_grace_s``."""
+    app_module = importlib.import_module(f"lockstep_{name}.app")
+    settings_module = importlib.import_module(f"lockstep_{name}.settings")
+    app: ServiceApp = app_module.create_app(
+        settings_module.Settings(
+            nats_url=servers.nats_url,
+            database_url=servers.database_url,
+            namespace=namespace,
+            db_schema=f"{namespace}_{name}",
+            shutdown_grace_s=2.0,
+        )
+    )
+    await app.start()
+    nc = app.require().nc
+    never = asyncio.Event()
+
+    async def hangs() -> None:
+        await never.wait()
+
+    nc.drain = hangs  # type: ignore[method-assign]
+    # Fails (TimeoutError) when a step waits on the server past the grace.
+    await asyncio.wait_for(app.stop(), timeout=2.0 + 3.0)
+    assert nc.is_closed

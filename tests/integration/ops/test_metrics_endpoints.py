@@ -27,7 +27,7 @@ _SERIES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_cou
 READ_FROM_TABLES = {
     "planner": "lockstep_planner_waves",
     "updater": "lockstep_updater_nodes",
-    "healthgate": "lockstep_healthgate_verdicts",
+    "healthgate": "lockstep_healthgate_verdicts_stored",
     "inventory": "lockstep_outbox_oldest_pending_age_seconds",
     "attest": "lockstep_dead_letters_stored",
 }

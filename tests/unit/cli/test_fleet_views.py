@@ -99,3 +99,23 @@ def test_piped_output_keeps_long_lines_whole_and_a_terminal_gets_no_colour_per_d
     tty = Terminal()
     stdout_console(tty).print("node-00042 runs 97.00.6C.00.03")
     assert "\x1b[" not in tty.getvalue()
+
+
+def test_piped_output_is_as_wide_as_its_content_rules_and_tables_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31: the demo's log piped to a file was 4,096 columns wide (198 kB, 127 lines)."""
+    from rich.table import Table
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    piped = io.StringIO()
+    console = stdout_console(piped)
+    console.rule("a section")
+    table = Table(title="nodes")
+    for column in ("node", "version"):
+        table.add_column(column)
+    table.add_row("node-00042", "97.00.6C.00.03")
+    console.print(table)
+    widths = [len(line) for line in piped.getvalue().splitlines()]
+    assert max(widths) <= 80, widths
+    assert "a section" in piped.getvalue()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -26,7 +27,7 @@ def run(*args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("file", "code", "verdict", "says"),
     [
-        ("healthy.csv", 0, "passed", "every metric within its floor"),
+        ("healthy.csv", 0, "passed", "every reported metric within its floor"),
         ("busbw_regression.csv", 1, "tripped", "critical metric nccl_busbw_gbps worse"),
         ("fatal_xid.json", 1, "tripped", "hard rule fatal_xid broken on 1 canary node(s)"),
         ("fleet_wide.csv", 3, "inconclusive", "environmental: control degraded like the canary"),
@@ -64,10 +65,43 @@ def test_the_fatal_xid_names_its_node_and_time() -> None:
     assert "canary-00003: XID 79 at 2026-01-01T00:00:25Z" in out
 
 
-def test_the_default_policy_holds_a_file_that_lacks_its_metrics() -> None:
-    code, out = run("gate", "evaluate", "--samples", str(DATA / "healthy.csv"), "--json")
-    assert code == 3
-    assert "too little data for sm_clock_mhz" in json.loads(out)["reason"]
+def _aa_sample(path: Path, *, canary_busbw: float = 378.0) -> Path:
+    """An A/A sample as agents that measure only busbw and the SM clock report it: 50 canary
+    and 50 control nodes of one stratum, five reports each (seeded: the same file each run)."""
+    rng = np.random.default_rng(31)
+    lines = ["node,group,metric,value,time,stratum"]
+    for group, busbw in (("canary", canary_busbw), ("control", 378.0)):
+        for n in range(50):
+            node_busbw, node_clock = rng.normal(busbw, 2.0), rng.normal(1980.0, 8.0)
+            for t in range(5):
+                at = f"2026-01-01T00:0{t}:00Z"
+                lines.append(f"{group}-{n:03d},{group},nccl_busbw_gbps,"
+                             f"{rng.normal(node_busbw, 1.0):.2f},{at},gb200")  # fmt: skip
+                lines.append(f"{group}-{n:03d},{group},sm_clock_mhz,"
+                             f"{rng.normal(node_clock, 4.0):.1f},{at},gb200")  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_default_policy_judges_the_metrics_reported_and_names_the_others(
+    tmp_path: Path,
+) -> None:
+    """Issue 31: a healthy A/A sample of only the metrics the agents have passes the packaged
+    policy; the metrics nobody reported are named, not held against the update."""
+    code, out = run("gate", "evaluate", "--samples", str(_aa_sample(tmp_path / "aa.csv")), "--json")
+    assert code == 0, out
+    decision = json.loads(out)
+    assert decision["verdict"] == "passed"
+    judged = {m["metric"]: m["outcome"] for m in decision["metrics"]}
+    assert judged["nccl_busbw_gbps"] == judged["sm_clock_mhz"] == "passed"
+    assert judged["gpu_power_w"] == "not_reported"
+    assert (
+        "not judged (no node reported them): gpu_temperature_c, gpu_power_w" in (decision["reason"])
+    )
+    # The same agents, a canary 5% slower on busbw: what was reported is still judged.
+    slow = _aa_sample(tmp_path / "slow.csv", canary_busbw=359.0)
+    code, out = run("gate", "evaluate", "--samples", str(slow), "--json")
+    assert code == 1 and "critical metric nccl_busbw_gbps worse" in json.loads(out)["reason"]
 
 
 def test_at_re_derives_the_verdict_as_of_an_earlier_time() -> None:

@@ -23,8 +23,8 @@ def _decision(canary_busbw: float, *, xid: bool = False, temp: bool = True) -> o
             normal_nodes(rng, 12, 378.0, node_sd=3, sample_sd=1),
         )
     }
-    if temp:
-        metrics[TEMP.name] = ([[60.0] * 5] * 10, [[60.0] * 5] * 12)
+    # Without ``temp`` the canary stopped reporting it while the control did not: no data.
+    metrics[TEMP.name] = ([[60.0] * 5] * 10 if temp else [], [[60.0] * 5] * 12)
     extra = [Sample("canary-004", Group.CANARY, "xid_79", 2.0, T0)] if xid else []
     table = fleet(metrics, extra=extra)
     return evaluate(table, policy(BUSBW, TEMP), now=end(table))

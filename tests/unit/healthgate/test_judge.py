@@ -67,7 +67,7 @@ def test_identical_distributions_pass() -> None:
     table = fleet({NAME: (busbw(rng, 30, 378.0), busbw(rng, 60, 378.0))})
     decision = evaluate(table, policy(), now=end(table))
     assert decision.verdict is GateVerdict.PASSED
-    assert decision.reason == "every metric within its floor and no hard rule broken"
+    assert decision.reason == "every reported metric within its floor and no hard rule broken"
 
 
 def test_constant_series_equal_on_both_sides_pass() -> None:
@@ -166,12 +166,44 @@ def test_no_canary_samples_at_all_is_inconclusive() -> None:
     assert decision.metrics[0].detail == "too little data: no canary samples"
 
 
-def test_a_metric_nobody_reported_is_no_data() -> None:
+def test_a_metric_nobody_reported_is_named_and_not_judged() -> None:
+    """An agent that does not measure a metric says nothing about the update: the gate judges
+    what was reported and says which it could not (issue 31)."""
     rng = np.random.default_rng(9)
     table = fleet({NAME: (busbw(rng, 10, 378.0), busbw(rng, 10, 378.0))})
     decision = evaluate(table, policy(BUSBW, TEMP), now=end(table))
+    assert decision.verdict is GateVerdict.PASSED, decision.reason
+    outcomes = [j.outcome for j in decision.metrics]
+    assert outcomes == [MetricOutcome.PASSED, MetricOutcome.NOT_REPORTED]
+    assert "not judged (no node reported them): gpu_temperature_c" in decision.reason
+    assert decision.score == 100.0
+
+
+def test_a_required_metric_nobody_reported_is_no_data() -> None:
+    rng = np.random.default_rng(9)
+    table = fleet({NAME: (busbw(rng, 10, 378.0), busbw(rng, 10, 378.0))})
+    required = TEMP.model_copy(update={"required": True})
+    decision = evaluate(table, policy(BUSBW, required), now=end(table))
     assert decision.verdict is GateVerdict.INCONCLUSIVE
     assert [j.outcome for j in decision.metrics] == [MetricOutcome.PASSED, MetricOutcome.NO_DATA]
+
+
+def test_a_metric_the_control_reports_but_the_canary_does_not_is_no_data() -> None:
+    """The update may have broken what reports it: that is never a pass."""
+    rng = np.random.default_rng(9)
+    temps: tuple[list[list[float]], list[list[float]]] = ([], [[60.0] * 5] * 10)
+    table = fleet({NAME: (busbw(rng, 10, 378.0), busbw(rng, 10, 378.0)), TEMP.name: temps})
+    decision = evaluate(table, policy(BUSBW, TEMP), now=end(table))
+    assert decision.verdict is GateVerdict.INCONCLUSIVE
+    assert "too little data for gpu_temperature_c" in decision.reason
+
+
+def test_no_metric_reported_at_all_is_never_a_pass() -> None:
+    rng = np.random.default_rng(9)
+    table = fleet({TEMP.name: (busbw(rng, 10, 60.0), busbw(rng, 10, 60.0))})
+    decision = evaluate(table, policy(BUSBW), now=end(table))
+    assert decision.verdict is GateVerdict.INCONCLUSIVE
+    assert "no metric of the policy was reported" in decision.reason
 
 
 def test_samples_after_now_are_not_considered() -> None:

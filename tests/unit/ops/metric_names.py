@@ -23,6 +23,8 @@ from lockstep_updater.adapters.gauges import GAUGES as UPDATER
 ROOT = Path(__file__).resolve().parents[3]
 SOURCES = [*ROOT.glob("libs/*/src/**/*.py"), *ROOT.glob("services/*/src/**/*.py")]
 
+# Families prometheus_client's process, platform and GC collectors add to every registry.
+CLIENT_COLLECTED = ("process_", "python_")
 # Series Prometheus itself adds to every scrape (prometheus.io/docs "Jobs and instances").
 PROMETHEUS_OWN = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
 
@@ -55,7 +57,9 @@ def registered() -> frozenset[str]:
     # prometheus_client names a counter's family without its _total, a histogram's without
     # its _bucket/_sum/_count.
     exposed = {"counter": "_total", "histogram": "_count", "gauge": ""}
-    names = {f.name + exposed[f.type] for f in registry.collect()}
+    # prometheus_client's own process_* and python_* collectors are not declared in our sources.
+    ours = [f for f in registry.collect() if not f.name.startswith(CLIENT_COLLECTED)]
+    names = {f.name + exposed[f.type] for f in ours}
     names |= {g.name for g in (*RUNTIME_GAUGES, *PLANNER, *UPDATER, *HEALTHGATE)}
     return frozenset(names)
 

@@ -57,7 +57,7 @@ def test_postgres_and_the_five_services_come_from_one_build() -> None:
         assert svc[name]["entrypoint"] == ["python", "-m", f"lockstep_{name}"]
         main = ROOT / "services" / name / "src" / f"lockstep_{name}" / "__main__.py"
         assert main.is_file()
-    assert (ROOT / "Dockerfile").read_text().count("\nFROM ") == 1
+    # The Dockerfile itself: tests/unit/ops/test_dockerfile.py.
 
 
 def test_the_topology_job_creates_r3_streams_with_the_services_replicas() -> None:
@@ -112,3 +112,19 @@ def test_secrets_are_files_outside_git_and_no_password_is_written_in_the_file() 
             assert not re.search(r"://[^/@\s]+:[^/@\s]+@", node), f"{path}: credentials in a URL"
 
     walk(doc["services"], "services")
+
+
+def test_compose_waits_for_a_service_to_finish_stopping_before_killing_it() -> None:
+    from lockstep_common.settings import ServiceSettings
+
+    grace = ServiceSettings.model_fields["shutdown_grace_s"].default
+    for name in SERVICE_NAMES:
+        period = services()[name]["stop_grace_period"]
+        assert period.endswith("s") and float(period[:-1]) > grace, (name, period)
+
+
+def test_the_planner_reads_an_approvers_directory() -> None:
+    """Issue 31: without one, no class that needs an approval could ever start."""
+    planner = services()["planner"]
+    where = planner["environment"]["LOCKSTEP_PLANNER_APPROVERS_DIR"]
+    assert f"./approvers:{where}:ro" in planner["volumes"]

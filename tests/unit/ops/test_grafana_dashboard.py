@@ -59,9 +59,9 @@ def test_rollouts_and_fleet_conformance_are_shown() -> None:
     assert queried() >= {
         "lockstep_planner_rollouts",
         "lockstep_planner_waves",
-        "lockstep_healthgate_verdicts",
+        "lockstep_healthgate_verdicts_stored",
         "lockstep_updater_nodes",
-        "lockstep_updater_pushes_sent",
+        "lockstep_updater_open_wave_pushed_images",
         "lockstep_inventory_fleet_conformance_ratio",
         "lockstep_inventory_drifted_nodes",
         "lockstep_inventory_unreadable_bmcs",

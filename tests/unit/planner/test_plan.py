@@ -41,7 +41,7 @@ def fleet(count: int, **fields: Any) -> list[Node]:
 
 
 def test_waves_bring_the_scope_to_5_25_and_100_percent_after_the_canary() -> None:
-    assert sizes(planned(request(fleet(200)))) == [2, 8, 40, 150]
+    assert sizes(planned(request(fleet(200)))) == [5, 5, 40, 150]
 
 
 def test_every_stratum_grows_by_its_share_whatever_its_rack_depth() -> None:
@@ -56,14 +56,27 @@ def test_every_stratum_grows_by_its_share_whatever_its_rack_depth() -> None:
         for i in wave.node_ids:
             moved["gb200" if i.startswith("g") else "hgx-h100"] += 1
         shares.append((moved["gb200"], moved["hgx-h100"]))
-    assert shares == [(2, 2), (4, 10), (18, 50), (72, 200)]
+    assert shares == [(5, 5), (5, 10), (18, 50), (72, 200)]
+
+
+def test_every_wave_moves_enough_of_a_stratum_for_the_gate_to_judge_it() -> None:
+    """Issue 31: 25% of 30 is 8, 3 after the canary's 5, too few for the gate's 5 canary nodes
+    (inconclusive: the rollout stops there). A wave takes at least the class's canary minimum
+    of a stratum it moves, and a tail smaller than that goes with the wave before it."""
+    assert sizes(planned(request(fleet(30)))) == [5, 5, 20]
+    assert sizes(planned(request(fleet(13)))) == [5, 8]  # 25%: 4 -> 5 would leave 3 behind
+    # From 10 nodes up (a canary of 5 and 5 controls): a stratum of fewer leaves fewer than 5
+    # after its canary, which no plan can make judgeable.
+    for result in (planned(request(fleet(n))) for n in range(10, 80)):
+        assert all(size >= 5 for size in sizes(result)), sizes(result)
 
 
 def test_a_wave_the_canary_already_filled_is_dropped_and_numbers_stay_consecutive() -> None:
     nodes = [node(i, profile=("gb200", "h100", "b200")[i % 3]) for i in range(20)]
     result = planned(request(nodes))
-    # 5% and 25% of 20 are 1 and 5 nodes: the canary's 6 already cover both waves.
-    assert sizes(result) == [6, 14]
+    # 5% and 25% of each profile's 6 or 7 are 1 and 2 nodes: the canary's 5 of each already
+    # cover both waves.
+    assert sizes(result) == [15, 5]
     assert [w.number for w in result.waves] == [0, 1]
 
 
@@ -348,7 +361,7 @@ def test_a_component_for_another_profile_is_not_applied_to_a_node() -> None:
 
 def test_a_strategy_may_add_smaller_waves_but_not_skip_the_classs_rings() -> None:
     slower = planned(request(fleet(200), strategy=Strategy(wave_fractions=(0.05, 0.1, 0.25, 1.0))))
-    assert sizes(slower) == [2, 8, 10, 30, 150]
+    assert sizes(slower) == [5, 5, 10, 30, 150]
     [reason] = refused(request(fleet(200), strategy=Strategy(wave_fractions=(0.05, 1.0))))
     assert reason == (
         "strategy: wave 2 after the canary (1.0) may not run ahead of the class's (0.25); "
@@ -367,9 +380,22 @@ def test_a_strategy_may_lengthen_the_class_soak_and_asking_to_shorten_it_is_refu
     )
 
 
+def test_a_canary_size_that_cannot_take_effect_is_refused_not_ignored() -> None:
+    """Issue 31: a strategy field that cannot take effect is refused with the reason."""
+    wider = planned(request(fleet(40), strategy=Strategy(canary_nodes=8)))
+    assert sizes(wider)[0] == 8
+    [narrower] = refused(request(fleet(40), strategy=Strategy(canary_nodes=3)))
+    assert narrower == (
+        "strategy: canary_nodes 3 is fewer than the 5 node(s) the change class's canary takes "
+        "(canary_min_per_stratum 5 in each of 1 stratum); a strategy may only widen the canary"
+    )
+    [whole] = refused(request(fleet(40), strategy=Strategy(canary_nodes=41)))
+    assert whole.startswith("strategy: canary_nodes 41 is more than the 40 node(s)")
+
+
 def test_failure_budget_is_the_class_share_of_each_wave() -> None:
     result = planned(request(fleet(200)))
-    assert [w.failure_budget for w in result.waves] == [0, 0, 0, 1]  # 1% of 2, 8, 40, 150
+    assert [w.failure_budget for w in result.waves] == [0, 0, 0, 1]  # 1% of 5, 5, 40, 150
     power = planned(request(fleet(200), change_class=ChangeClass.POWER_FABRIC))
     assert {w.failure_budget for w in power.waves} == {0}
 
@@ -377,7 +403,7 @@ def test_failure_budget_is_the_class_share_of_each_wave() -> None:
 def test_controls_are_left_for_the_last_wave() -> None:
     result = planned(request(fleet(200)))
     controls = {n for c in result.strata for n in c.controls}
-    assert len(controls) == 2
+    assert len(controls) == 5  # as many as the canary
     assert controls <= set(result.waves[-1].node_ids)
 
 

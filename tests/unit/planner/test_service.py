@@ -276,7 +276,7 @@ async def test_gate_passed_after_the_soak_releases_the_next_wave() -> None:
 async def test_every_wave_has_a_control_even_the_one_that_moves_the_controls() -> None:
     """The healthgate never passes a stratum without a control; the wave that moves the chosen
     controls is compared with nodes earlier waves moved (found by the end-to-end rollout)."""
-    rig = Rig()
+    rig = Rig([fleet_node(i) for i in range(40)])  # three waves after a canary of 5
     await rig.attest()
     rollout_id = await rig.submit()
     waves = sorted(
@@ -396,7 +396,8 @@ async def test_a_wave_without_progress_by_its_deadline_halts_the_rollout() -> No
     rig = Rig()
     await rig.attest()
     rollout_id = await rig.submit()
-    rig.later(TIMING.deadline_min_s - 1)
+    allowed = max(TIMING.deadline_min_s, TIMING.deadline_factor * rig.wave(rollout_id, 0).planned_s)
+    rig.later(allowed - 1)
     await rig.worker.timers(rig.store)
     assert rig.state(rollout_id) is RolloutState.RUNNING
     rig.later(2)

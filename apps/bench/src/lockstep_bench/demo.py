@@ -111,6 +111,17 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
     console.print(
         f"[bold green]demo finished[/] in {time.monotonic() - started:.0f}s: every process stopped."
     )
+    console.print(kept(base), highlight=False, soft_wrap=True)
+
+
+def kept(base: Path) -> str:
+    """What the demo leaves behind, and how to remove it: its state is kept for a look at the
+    logs and databases, and it holds the demo bundle's private signing key (mode 0600)."""
+    size = sum(p.stat().st_size for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+    return (
+        f"state kept in {base} ({size / 1e6:.0f} MB: logs, databases, and the demo's private "
+        f"signing and approver keys, mode 0600); remove it with: rm -rf {base}"
+    )
 
 
 @dataclass

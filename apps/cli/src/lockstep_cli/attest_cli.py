@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from lockstep_cli import bundle_ops
 from lockstep_cli.cli_io import errors, stdout_console
 
 bundle_app = typer.Typer(help="Build and verify release bundles.", no_args_is_help=True)
@@ -228,3 +229,9 @@ def sfr_verify(
         as_json,
         str(file),
     )
+
+
+# Submitting and reading verdicts ask the attest service over the bus (bundle_ops.py).
+bundle_app.command("submit")(bundle_ops.submit)
+bundle_app.command("list")(bundle_ops.list_bundles)
+bundle_app.command("show")(bundle_ops.show)

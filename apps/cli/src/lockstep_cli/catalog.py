@@ -12,7 +12,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from lockstep_attest import operator_commands as attest_operator_commands
 from lockstep_attest import router as attest_router
+from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import NODE, SITE
 from lockstep_common.asyncapi import namespace as documented_namespace
@@ -54,6 +56,7 @@ async def _documented_only() -> None:
 # The operator commands a service adds in its app.py (add_operator_commands), where its
 # router does not list them (the inventory's router does: ANSWERS, EMITS).
 OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
+    "attest": attest_operator_commands.commands(BundleSource.of([], 0)),
     "healthgate": healthgate_operator_commands.COMMANDS,
     "planner": planner_operator_commands.all_commands(_documented_only),
     "updater": updater_operator_commands.COMMANDS,
@@ -77,7 +80,7 @@ def _emits() -> dict[str, tuple[type[EventData], ...]]:
     common: tuple[type[EventData], ...] = (OpsRefused, *(c.answer for c in DLQ_COMMANDS))
     own = {s: tuple(c.answer for c in commands) for s, commands in OPERATOR_COMMANDS.items()}
     return {
-        "attest": (*attest_router.EMITS, *common),
+        "attest": (*attest_router.EMITS, *own["attest"], *common),
         "healthgate": (*healthgate_router.EMITS, *own["healthgate"], *common),
         "inventory": (*inventory_router.EMITS, *common),
         "planner": (*planner_router.EMITS, *own["planner"], *common),

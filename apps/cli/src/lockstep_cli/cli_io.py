@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 PIPE_WIDTH = 4096
 """Columns a table may take when standard output is a pipe or a file: as wide as its content."""
+RULE_WIDTH = 80
+"""Columns of a rule (a section heading) when piped: a rule fills the console's width, and at
+``PIPE_WIDTH`` every one was 4,096 characters of a log file (issue 31)."""
 
 
 def stdout_console(stream: TextIO | None = None) -> Console:
@@ -35,8 +38,34 @@ def stdout_console(stream: TextIO | None = None) -> Console:
 
     out = stream or sys.stdout
     piped = not out.isatty()
-    width = PIPE_WIDTH if piped and "COLUMNS" not in os.environ else None
-    return Console(file=stream, highlight=False, soft_wrap=piped, width=width)
+    if piped and "COLUMNS" not in os.environ:
+        return _pipe_console()(file=stream, highlight=False, soft_wrap=True, width=PIPE_WIDTH)
+    return Console(file=stream, highlight=False, soft_wrap=piped)
+
+
+@functools.cache
+def _pipe_console() -> type[Console]:
+    """A console whose lines are as wide as their content, rules included (rich is imported
+    when this is first called)."""
+    from rich.align import AlignMethod
+    from rich.console import Console
+    from rich.rule import Rule
+    from rich.style import Style
+    from rich.text import Text
+
+    class PipeConsole(Console):
+        def rule(
+            self,
+            title: str | Text = "",
+            *,
+            characters: str = "─",
+            style: str | Style = "rule.line",
+            align: AlignMethod = "center",
+        ) -> None:
+            rule = Rule(title=title, characters=characters, style=style, align=align)
+            self.print(rule, width=RULE_WIDTH)
+
+    return PipeConsole
 
 
 @functools.cache

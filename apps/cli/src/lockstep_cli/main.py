@@ -17,7 +17,9 @@ from lockstep_cli.cli_io import choose_stack, fail
 from lockstep_cli.lazy_group import Lazy, LazyGroup
 from lockstep_cli.stack_start import (
     chosen_services,
+    moved_ports,
     start_refusals_are_one_line,
+    started_servers,
     usable_data_dir,
 )
 
@@ -81,6 +83,11 @@ GROUPS: dict[str, Lazy] = {
         "lockstep_cli.pool_cli",
         "pool_app",
         "Maintenance windows per pool and per site: set them, show them.",
+    ),
+    "approver": Lazy(
+        "lockstep_cli.approver_cli",
+        "approver_app",
+        "Approvers: make the Ed25519 key pair that signs rollout approvals.",
     ),
     "agent": Lazy(
         "lockstep_cli.agent_cli",
@@ -235,8 +242,11 @@ def up(
                         str(stack.database_url),
                         tuple(stack.access or ()),
                         stack.access is not None and stack.nats is not None,
+                        {svc.label: svc.metrics_url for svc in services},
                     ),
                 )
+                if (moved := moved_ports(started_servers(stack))) is not None:
+                    report(moved)
                 table = Table(title="Lockstep is up (Ctrl-C to stop)")
                 table.add_column("part")
                 table.add_column("where")

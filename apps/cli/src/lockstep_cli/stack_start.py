@@ -9,10 +9,14 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from lockstep_cli.cli_io import fail
+
+if TYPE_CHECKING:
+    from lockstep_devstack.stack import Stack
 
 
 def usable_data_dir(data_dir: Path) -> None:
@@ -79,3 +83,35 @@ def bench_servers() -> Iterator[tuple[str, str]]:
             yield servers.urls()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+CONVENTIONAL_PORTS = (("NATS", 4222), ("PostgreSQL", 5432))
+
+
+def started_servers(stack: Stack) -> dict[str, str]:
+    """The URL of each server ``up`` started itself (not one the environment named)."""
+    found = {}
+    if stack.nats is not None and stack.nats_url:
+        found["NATS"] = str(stack.nats_url)
+    if stack.postgres is not None and stack.database_url:
+        found["PostgreSQL"] = str(stack.database_url)
+    return found
+
+
+def moved_ports(started: dict[str, str]) -> str | None:
+    """One line naming each embedded server (name -> its URL, only those ``up`` started) that
+    is not on its conventional port because that port was taken, or None when none moved: a
+    client pointed at 4222 or 5432 would otherwise reach another program, or nothing."""
+    from urllib.parse import urlparse
+
+    moved = []
+    for name, usual in CONVENTIONAL_PORTS:
+        url = started.get(name)
+        if url is None:
+            continue
+        port = urlparse(url.split(",")[0]).port
+        if port is not None and port != usual:
+            moved.append(f"{name} on {port} ({usual} was taken)")
+    if not moved:
+        return None
+    return f"note: {', '.join(moved)}; stack.json and `lockstep env` have the ports in use"

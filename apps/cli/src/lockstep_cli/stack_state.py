@@ -1,9 +1,9 @@
 """Where a running ``lockstep up`` is: a state file in its data directory, for other commands.
 
 ``lockstep up`` writes ``<data-dir>/stack.json`` (its pid, the NATS and PostgreSQL URLs, the NATS
-identities) once everything is ready and removes it when it stops. ``lockstep env`` turns it
-into the ``LOCKSTEP_*`` variables one identity needs; secrets stay in their files, and only the
-files' paths are printed.
+identities, each service's metrics URL) once everything is ready and removes it when it stops.
+``lockstep env`` turns it into the ``LOCKSTEP_*`` variables one identity needs; secrets stay in
+their files, and only the files' paths are printed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import shlex
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ class StackState:
     database_url: str
     identities: tuple[str, ...]
     secure: bool
+    metrics: Mapping[str, str] = field(default_factory=dict)
+    """Each service process (as ``up`` labels it) -> its Prometheus metrics URL."""
 
 
 def save(data_dir: Path, state: StackState) -> Path:
@@ -88,6 +90,7 @@ def load(data_dir: Path) -> StackState:
             database_url=str(raw["database_url"]),
             identities=tuple(str(i) for i in raw["identities"]),
             secure=bool(raw["secure"]),
+            metrics={str(k): str(v) for k, v in raw.get("metrics", {}).items()},
         )
     except FileNotFoundError:
         fail(

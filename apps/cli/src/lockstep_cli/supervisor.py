@@ -316,7 +316,7 @@ def running_system(
     services: list[ServiceProcess] = []
     with stack:
         scaled = {STREAM_REPLICAS_VAR: str(stack.stream_replicas)} if nats_cluster > 1 else {}
-        env = {**(extra_env or {}), **scaled}
+        env = {**local_defaults(data_dir, os.environ), **(extra_env or {}), **scaled}
         try:
             if stack.nats is not None:  # an external NATS is its operator's to provision
                 apps = [service_app(n, {**stack.nats_env(n), **env}) for n in SERVICES]
@@ -334,6 +334,21 @@ def running_system(
             yield stack, services
         finally:
             stop_services(services)
+
+
+APPROVERS_DIR_VAR = "LOCKSTEP_PLANNER_APPROVERS_DIR"
+
+
+def local_defaults(data_dir: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """Settings a local stack gives its services unless the environment names its own: the
+    planner's approvers trust store ``<data-dir>/approvers`` (made 0700; one ``NAME.pem`` per
+    approver, ``lockstep approver keygen``, read when the planner starts), without which no
+    change class that needs an approval could ever start."""
+    if APPROVERS_DIR_VAR in environ:
+        return {}
+    approvers = data_dir / "approvers"
+    approvers.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return {APPROVERS_DIR_VAR: str(approvers)}
 
 
 class StackSettings(ServiceSettings):

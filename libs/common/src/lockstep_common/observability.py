@@ -13,7 +13,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 
@@ -24,6 +32,11 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.service = service
         r = self.registry
+        # The process's own: CPU seconds, resident memory, open file descriptors, start time
+        # (process_*, from /proc), the interpreter and its garbage collector (python_*), as
+        # prometheus_client's default registry has them; one process, one service each.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
         self.messages = Counter(
             "lockstep_messages_total",
             "Messages handled by consumers, by outcome",

@@ -30,6 +30,16 @@ _SCOPE = v1.ScopeSelector(sites=("iad1",), pools=("train-a",))
 _CHECK = v1.CheckVerdict(
     check="image_digest", result=CheckResult.PASS, reason="sha384 matches", duration_ms=812.5
 )
+_BUNDLE = v1.BundleSummary(
+    job_id=12,
+    bundle_uri="/srv/bundles/gb200-2026.11",
+    submitted_by="cli",
+    submitted_at=_AT,
+    state="attested",
+    bundle_id="gb200-golden",
+    bundle_version="2026.11.1",
+    stack_hash=_HASH,
+)
 _EVIDENCE = v1.MetricEvidence(
     metric="nccl_busbw_ratio", treatment=0.97, control=0.98, p_value=0.41, passed=True
 )
@@ -353,6 +363,12 @@ def _operator_samples() -> list[EventData]:
         v1.DlqShowAnswered(letter=_LETTER, payload='{"type": "lockstep.bundle.submitted"}'),
         v1.DlqPurgeRequested(ids=(7,)),
         v1.DlqPurgeAnswered(purged=(7,)),
+        v1.BundleSubmitRequested(bundle_uri="/srv/bundles/gb200-2026.11", note="release 11"),
+        v1.BundleSubmitAnswered(job_id=12, bundle_uri="/srv/bundles/gb200-2026.11"),
+        v1.BundleListRequested(limit=50),
+        v1.BundleListAnswered(bundles=(_BUNDLE,)),
+        v1.BundleShowRequested(job_id=12),
+        v1.BundleShowAnswered(bundle=_BUNDLE, checks=(_CHECK,)),
         v1.NodeHistoryRequested(node_id="gb200-r07-n03", limit=200),
         v1.NodeHistoryAnswered(
             steps=(

@@ -155,6 +155,9 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("inventory", "fleet.import", v1.FleetImportRequested, v1.FleetImportAnswered),
     **_ops("inventory", "fleet.sweep", v1.FleetSweepRequested, v1.FleetSweepAnswered),
     **_ops("inventory", "fleet.swept", v1.FleetSweptRequested, v1.FleetSweptAnswered),
+    **_ops("attest", "bundle.submit", v1.BundleSubmitRequested, v1.BundleSubmitAnswered),
+    **_ops("attest", "bundle.list", v1.BundleListRequested, v1.BundleListAnswered),
+    **_ops("attest", "bundle.show", v1.BundleShowRequested, v1.BundleShowAnswered),
     **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
     **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
     **_ops(

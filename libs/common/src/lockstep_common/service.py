@@ -308,7 +308,15 @@ class ServiceApp:
         )
 
     async def stop(self) -> None:
-        """Finish in-flight work (bounded by ``shutdown_grace_s``) and disconnect."""
+        """Finish in-flight work and disconnect, all within ``shutdown_grace_s``: a container
+        engine kills a process that outlives its stop timeout (compose.yaml's
+        ``stop_grace_period``), and when the whole deployment goes down at once NATS and
+        PostgreSQL may be gone already, so no step may wait on them past the deadline."""
+        deadline = asyncio.get_running_loop().time() + self.settings.shutdown_grace_s
+
+        def left() -> float:
+            return max(deadline - asyncio.get_running_loop().time(), 0.0)
+
         self._stopping.set()
         self.metrics.ready.set(0)
         res, self.resources = self.resources, None
@@ -320,19 +328,24 @@ class ServiceApp:
             self._watcher.stop()
         if self.relay:
             self.relay.stop()
-        _, pending = await asyncio.wait(res.tasks, timeout=self.settings.shutdown_grace_s)
+        _, pending = await asyncio.wait(res.tasks, timeout=left())
         for task in pending:
             task.cancel()
         results = await asyncio.gather(*res.tasks, return_exceptions=True)
         for task, result in zip(res.tasks, results, strict=True):
             if isinstance(result, Exception):
                 log.error("task %s ended with an error: %s", task.get_name(), result)
-        with contextlib.suppress(Exception):
-            await res.nc.drain()
+        try:
+            # Bounded: draining waits on a server that may be going down too (nats-py's own
+            # drain timeout is 30 s).
+            await asyncio.wait_for(res.nc.drain(), timeout=left())
+        except Exception:  # noqa: BLE001 - stopping regardless: close it
+            with contextlib.suppress(Exception):
+                await res.nc.close()
         try:
             # Bounded: a connection a cancelled task never gave back would hold close() forever
             # (asyncpg waits for every connection's release; found by the chaos test's kills).
-            await asyncio.wait_for(res.pool.close(), timeout=self.settings.shutdown_grace_s)
+            await asyncio.wait_for(res.pool.close(), timeout=max(left(), 0.1))
         except TimeoutError:
             log.warning("%s: closing the database pool timed out; terminating it", self.name)
             res.pool.terminate()

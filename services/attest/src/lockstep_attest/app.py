@@ -11,6 +11,7 @@ from prometheus_client import Gauge
 from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.adapters.trust_store import TrustStoreError, load_trust_store
 from lockstep_attest.domain.policy import Policy
+from lockstep_attest.operator_commands import commands
 from lockstep_attest.router import subscriptions
 from lockstep_attest.settings import Settings
 from lockstep_attest.worker import AttestWorker, Context
@@ -85,6 +86,7 @@ def create_app(settings: Settings) -> ServiceApp:
         migration_package="lockstep_attest.migrations",
         workers=[worker],
     )
+    app.add_operator_commands(*commands(ctx.bundles))
     app.add_check("worker", worker.on_time)
     Gauge(
         "lockstep_attest_job_age_seconds",

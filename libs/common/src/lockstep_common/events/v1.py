@@ -1223,6 +1223,95 @@ class DlqPurgeAnswered(EventData):
     )
 
 
+# The attest service's operator commands (``lockstep bundle submit|list|show``).
+MAX_BUNDLE_PAGE = 100  # submissions per list answer: each up to ~3 KiB with its reason
+JobId = Annotated[int, Field(ge=1, le=INT64_MAX)]
+BundleUri = Annotated[str, Field(min_length=1, max_length=2048)]
+
+
+class BundleSubmitRequested(EventData):
+    """``lockstep bundle submit PATH``: verify the bundle at this path (read by the attest
+    service from its bundle roots: the images stay where they are)."""
+
+    event_type: ClassVar[str] = "ops.bundle.submit.requested"
+    schema_version: ClassVar[int] = 1
+
+    bundle_uri: BundleUri = Field(description="Absolute path or file:// URI of the bundle.")
+    note: Text | None = Field(default=None, description="Free-text reason for the submission.")
+
+
+class BundleSubmitAnswered(EventData):
+    """The submission recorded as a job; its verdict follows (``bundle show``)."""
+
+    event_type: ClassVar[str] = "ops.bundle.submit.answered"
+    schema_version: ClassVar[int] = 1
+
+    job_id: JobId = Field(description="The submission's id, for bundle show.")
+    bundle_uri: BundleUri = Field(description="The bundle, as submitted.")
+
+
+class BundleSummary(Part):
+    """One submission and, once verified, its verdict."""
+
+    job_id: JobId = Field(description="The submission's id.")
+    bundle_uri: BundleUri = Field(description="The bundle, as submitted.")
+    submitted_by: Name = Field(description="The identity that submitted it.")
+    submitted_at: AwareDatetime = Field(description="When.")
+    state: Literal["pending", "running", "attested", "rejected"] = Field(
+        description="Waiting, being verified, or its verdict."
+    )
+    bundle_id: Name | None = Field(default=None, description="From the manifest, if it parsed.")
+    bundle_version: Name | None = Field(default=None, description="From the manifest.")
+    stack_hash: StackHash | None = Field(default=None, description="Golden stack hash.")
+    reason: Text | None = Field(default=None, description="A rejection's first failed check.")
+
+
+class BundleListRequested(EventData):
+    """``lockstep bundle list``: submissions, newest first, a page at a time."""
+
+    event_type: ClassVar[str] = "ops.bundle.list.requested"
+    schema_version: ClassVar[int] = 1
+
+    before: JobId | None = Field(default=None, description="Only submissions older than this.")
+    limit: int = Field(default=MAX_BUNDLE_PAGE, ge=1, le=MAX_BUNDLE_PAGE, description="Page.")
+
+
+class BundleListAnswered(EventData):
+    """One page of submissions, newest first."""
+
+    event_type: ClassVar[str] = "ops.bundle.list.answered"
+    schema_version: ClassVar[int] = 1
+
+    bundles: tuple[BundleSummary, ...] = Field(max_length=MAX_BUNDLE_PAGE, description="Page.")
+    next_before: JobId | None = Field(
+        default=None, description="Ask again with before= this for the next page (None: done)."
+    )
+
+
+class BundleShowRequested(EventData):
+    """``lockstep bundle show ID``: one submission with every check of its verdict."""
+
+    event_type: ClassVar[str] = "ops.bundle.show.requested"
+    schema_version: ClassVar[int] = 1
+
+    job_id: JobId = Field(description="The submission.")
+
+
+class BundleShowAnswered(EventData):
+    """The submission, and every check with its outcome (none while it waits)."""
+
+    event_type: ClassVar[str] = "ops.bundle.show.answered"
+    schema_version: ClassVar[int] = 1
+
+    bundle: BundleSummary = Field(description="The submission.")
+    checks: tuple[CheckVerdict, ...] = Field(
+        default=(), max_length=MAX_ITEMS, description="Every check, in order."
+    )
+    reused_from: JobId | None = Field(
+        default=None, description="The verdict repeats this submission's (identical bytes)."
+    )
+
+
 # The updater's operator commands (``lockstep node ...``).
 MAX_STEPS = 1000  # steps per history answer: each up to ~1 KiB with its reason
 
@@ -1972,6 +2061,12 @@ CATALOGUE: tuple[type[EventData], ...] = (
     DlqShowAnswered,
     DlqPurgeRequested,
     DlqPurgeAnswered,
+    BundleSubmitRequested,
+    BundleSubmitAnswered,
+    BundleListRequested,
+    BundleListAnswered,
+    BundleShowRequested,
+    BundleShowAnswered,
     NodeHistoryRequested,
     NodeHistoryAnswered,
     NodeReleaseRequested,

@@ -313,7 +313,12 @@ def make_kit(
         }
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2))
     key_pem = tmp / "signing-key.pem"
-    key_pem.write_bytes(_pem_private(signing_key))
+    # A private key: its owner's alone from the moment it exists (the demo keeps it after it
+    # ends, in a directory others may enter).
+    key_pem.unlink(missing_ok=True)
+    fd = os.open(key_pem, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(_pem_private(signing_key))
     make_trust_store(
         trust,
         signing_key=signing_key,

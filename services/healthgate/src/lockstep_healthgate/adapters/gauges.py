@@ -8,7 +8,7 @@ from lockstep_common.vocabulary import GateVerdict
 
 GAUGES = (
     QueryGauge(
-        "lockstep_healthgate_verdicts",
+        "lockstep_healthgate_verdicts_stored",
         "Gate verdicts recorded (one per wave, never deleted), by verdict and how it was"
         " reached (hard_rule at once, soak after the soak)",
         "SELECT verdict, kind, count(*) FROM verdicts GROUP BY verdict, kind",

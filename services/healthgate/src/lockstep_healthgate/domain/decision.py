@@ -20,6 +20,9 @@ class MetricOutcome(enum.StrEnum):
     WORSE = "worse"  # the whole interval lies beyond the floor in the harmful direction
     NO_DATA = "no_data"  # too few nodes or samples: never a pass
     ENVIRONMENTAL = "environmental"  # control degraded like the canary: not the rollout's doing
+    # No node, canary or control, reported it: nothing to judge, and nothing against the update
+    # (a metric the canary stopped reporting while the control did not is NO_DATA).
+    NOT_REPORTED = "not_reported"
 
 
 class HardRule(enum.StrEnum):

@@ -12,7 +12,10 @@ Method (Kayenta's NetflixACAJudge, peers.md section 10, with the node as the uni
 3. Per stratum, the canary's node values against the control's: the Hodges-Lehmann shift and
    Lehmann's distribution-free interval (:mod:`.stats`) and the Mann-Whitney U p-value. A
    metric is worse only when the whole interval lies beyond the effect-size floor in the harmful
-   direction. Fewer nodes than the minimum, or too few for an interval, is no data.
+   direction. Fewer nodes than the minimum, or too few for an interval, is no data. A metric
+   that no node of the stratum reported at all, canary or control, is not judged (an agent
+   that does not measure it says nothing about the update): it is named in the reason and
+   left out of the score, unless the policy marks it ``required`` (then it is no data).
 4. Environmental check: each group against its own baseline samples (the same test), or when
    there are none against the policy's expected value (the median's sign-test interval). When the
    control and the canary are both degraded, the metric is environmental: the rollout is not
@@ -69,6 +72,7 @@ _PRECEDENCE = (
     MetricOutcome.ENVIRONMENTAL,
     MetricOutcome.NO_DATA,
     MetricOutcome.PASSED,
+    MetricOutcome.NOT_REPORTED,
 )
 
 
@@ -198,7 +202,12 @@ class _Stratum:
 
 
 def judge_metric(
-    metric: MetricDefinition, policy: Policy, table: SampleTable, stratum: _Stratum
+    metric: MetricDefinition,
+    policy: Policy,
+    table: SampleTable,
+    stratum: _Stratum,
+    *,
+    reported: bool = True,
 ) -> MetricJudgement:
     """One metric in one stratum (steps 3 and 4)."""
 
@@ -217,6 +226,11 @@ def judge_metric(
 
     canary, control = stratum.canary.value, stratum.control.value
     need = policy.minimum
+    if not reported and not metric.required:
+        return made(
+            MetricOutcome.NOT_REPORTED,
+            "not judged: no node, canary or control, reported this metric",
+        )
     if len(canary) == 0 and len(control) == 0:
         return made(MetricOutcome.NO_DATA, "too little data: no usable samples of this metric")
     if len(canary) < need.canary_nodes or len(control) < need.control_nodes:
@@ -266,9 +280,19 @@ def _split(values: NodeValues, table: SampleTable, stratum: int, canary: bool) -
     return NodeValues(values.node[sel], values.value[sel])
 
 
+def _reported(table: SampleTable, now: float) -> set[tuple[int, int]]:
+    """(metric code, stratum) of every metric some node of the stratum reported up to ``now``."""
+    if not table.rows:
+        return set()
+    seen = table.time <= now
+    pairs = zip(table.metric[seen], table.node_stratum[table.node[seen]], strict=True)
+    return {(int(m), int(s)) for m, s in set(pairs)}
+
+
 def judge_metrics(table: SampleTable, policy: Policy, *, now: float) -> tuple[MetricJudgement, ...]:
     """Every metric of the policy in every stratum that has canary nodes."""
     values = node_values(table, policy, now=now)
+    reported = _reported(table, now)
     live = np.unique(table.node[table.time <= now]) if table.rows else np.zeros(0, np.int64)
     canary_strata = sorted(
         {int(s) for s in table.node_stratum[live[table.node_canary[live]]]},
@@ -299,7 +323,9 @@ def judge_metrics(table: SampleTable, policy: Policy, *, now: float) -> tuple[Me
                     _split(before, table, s, canary=False).value,
                 ),
             )
-            out.append(judge_metric(metric, policy, table, stratum))
+            code = table.metric_code(metric.name)
+            heard = code is not None and (code, s) in reported
+            out.append(judge_metric(metric, policy, table, stratum, reported=heard))
     return tuple(out)
 
 
@@ -322,7 +348,10 @@ def decide(
         )
         for m in policy.metrics
     }
-    total = sum(m.weight for m in policy.metrics)
+    # Only the metrics that were reported are judged and scored; the others are named.
+    unjudged = [n for n, o in per_metric.items() if o is MetricOutcome.NOT_REPORTED]
+    judged = [m for m in policy.metrics if per_metric[m.name] is not MetricOutcome.NOT_REPORTED]
+    total = sum(m.weight for m in judged) or 1.0
     worse = [m for m in policy.metrics if per_metric[m.name] is MetricOutcome.WORSE]
     score = round(100.0 * (1 - sum(m.weight for m in worse) / total), 6)
     tripping = [r for r in rules if not r.environmental]
@@ -366,9 +395,15 @@ def decide(
         held.append(f"too little data for {', '.join(nodata)}")
     if score < policy.pass_score:
         held.append(f"score {score:g} below pass {policy.pass_score:g} ({names})")
+    if not judged:
+        held.append("too little data: no metric of the policy was reported")
+    passed = "every reported metric within its floor and no hard rule broken"
+    reason = "; ".join(held) or passed
+    if unjudged:
+        reason += f"; not judged (no node reported them): {', '.join(unjudged)}"
     return GateDecision(
         verdict=GateVerdict.INCONCLUSIVE if held else GateVerdict.PASSED,
-        reason="; ".join(held) or "every metric within its floor and no hard rule broken",
+        reason=reason,
         score=score,
         metrics=tuple(metrics),
         rules=tuple(rules),

@@ -77,6 +77,11 @@ class MetricDefinition(_Model):
     floor: float = Field(ge=0, description="Effect-size floor: smaller shifts never count.")
     floor_kind: FloorKind = Field(default=FloorKind.RELATIVE, description="relative or absolute.")
     critical: bool = Field(default=False, description="Worse alone trips the gate.")
+    required: bool = Field(
+        default=False,
+        description="Nobody reporting it holds the gate (too little data); otherwise a metric "
+        "no node reported is named and left unjudged.",
+    )
     weight: float = Field(default=1.0, gt=0, le=1000, description="Weight in the score.")
     missing: MissingRule = Field(default=MissingRule.REMOVE, description="remove or zero.")
     aggregate: Aggregate = Field(default=Aggregate.MEDIAN, description="Per-node aggregate.")

@@ -125,6 +125,10 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
         min_total=strategy.canary_nodes or 0,
         seed=request.seed,
     )
+    if strategy.canary_nodes is not None:
+        refusal = _canary_refusal(strategy.canary_nodes, units, policy, request.seed)
+        if refusal:
+            raise PlanRefused([refusal])
     in_canary = {u.key for u in canary.units}
     buckets = {(n.site, n.rack) for n in moving}
     waves = assign_waves(
@@ -133,6 +137,7 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
         fractions=fractions,
         controls=canary.control_ids,
         bucket_rank={b: rank(request.seed, f"rack:{b[0]}/{b[1]}") for b in buckets},
+        min_per_stratum=policy.canary_min_per_stratum,
     )
     specs = [stage_specs(w, request.bundle, fabric_cap=caps.get(FABRIC_SLOTS)) for w in waves]
     windows = {name: Windows(pool.windows, now=now) for name, pool in request.pools.items()}
@@ -193,6 +198,28 @@ def _overrides(
             f"wave soak of {policy.wave_soak_s} s; a strategy may only lengthen it"
         )
     return problems
+
+
+def _canary_refusal(asked: int, units: list[Unit], policy: ClassPolicy, seed: str) -> str | None:
+    """Why a strategy's ``canary_nodes`` cannot take effect, or None: one the class's canary
+    already exceeds would be silently ignored, and one above the nodes that move asks for a
+    canary that is the whole rollout (docs/rollouts.md, "What a strategy may change")."""
+    moving = sum(u.size for u in units)
+    if asked > moving:
+        return (
+            f"strategy: canary_nodes {asked} is more than the {moving} node(s) this rollout "
+            "moves; a canary must leave nodes for the waves after it"
+        )
+    own = choose_canary(units, min_per_stratum=policy.canary_min_per_stratum, seed=seed)
+    taken = sum(len(s.canary) for s in own.strata)
+    if asked < taken:
+        return (
+            f"strategy: canary_nodes {asked} is fewer than the {taken} node(s) the change "
+            f"class's canary takes (canary_min_per_stratum {policy.canary_min_per_stratum} in "
+            f"each of {len(own.strata)} strat{'um' if len(own.strata) == 1 else 'a'}); "
+            "a strategy may only widen the canary"
+        )
+    return None
 
 
 def _unplaceable(

@@ -41,7 +41,7 @@ GAUGES = (
         "SELECT 1 FROM node_work l WHERE l.node_id = w.node_id AND l.id > w.id)",
     ),
     QueryGauge(
-        "lockstep_updater_pushes_sent",
+        "lockstep_updater_open_wave_pushed_images",
         "Component images pushed to BMCs in the waves in progress (each at most once)",
         "SELECT count(*) FROM node_work w JOIN waves v USING (rollout_id, wave),"
         " jsonb_each(w.progress -> 'components') c"
