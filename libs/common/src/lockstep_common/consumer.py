@@ -52,6 +52,7 @@ from lockstep_common.errors import (
 )
 from lockstep_common.observability import Metrics
 from lockstep_common.outbox import Emitter
+from lockstep_common.periodic import pause
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ConsumerSpec
 
@@ -320,8 +321,7 @@ class ConsumerRunner:
         log.warning(
             "consumer %s: fetch failed, retrying in %.1fs: %s", self.durable, seconds, describe(exc)
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        await pause(self._stopping, seconds)
 
     def _decode_all(self, msgs: list[Msg]) -> _Batch:
         batch = _Batch(msgs, [], [])

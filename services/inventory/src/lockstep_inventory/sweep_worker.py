@@ -9,6 +9,7 @@ import logging
 import asyncpg
 
 from lockstep_common.compatibility.rules import CompatibilityRules
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_inventory.adapters import state
 from lockstep_inventory.fleet_metrics import GaugeRefresher
@@ -37,17 +38,20 @@ class SweepWorker:
         if self.settings.sweep_interval_s == 0:
             log.info("periodic sweeps are off (sweep_interval_s=0)")
             return
-        while not stopping.is_set():
-            sweep = asyncio.ensure_future(self._sweep_once(resources.pool))
-            stop = asyncio.ensure_future(stopping.wait())
-            await asyncio.wait([sweep, stop], return_when=asyncio.FIRST_COMPLETED)
-            if not sweep.done():  # stopping: cancel; the sweeper deletes its sessions
-                sweep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweep
-            stop.cancel()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self.settings.sweep_interval_s)
+        every = Every(self.settings.sweep_interval_s, what="periodic sweep")
+        await every.run(lambda: self._sweep_until_stopped(resources.pool, stopping), stopping)
+
+    async def _sweep_until_stopped(self, pool: asyncpg.Pool, stopping: asyncio.Event) -> None:
+        """One sweep, cancelled if the service stops meanwhile (the sweeper deletes its
+        sessions as it unwinds)."""
+        sweep = asyncio.ensure_future(self._sweep_once(pool))
+        stop = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait([sweep, stop], return_when=asyncio.FIRST_COMPLETED)
+        if not sweep.done():
+            sweep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweep
+        stop.cancel()
 
     async def _sweep_once(self, pool: asyncpg.Pool) -> None:
         try:
