@@ -24,6 +24,7 @@ from typing import TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from lockstep_common.backoff import Backoff
 from lockstep_common.errors import ConfigurationError, MigrationError, TransientError
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ async def connect_with_retry(
             return await asyncpg.connect(dsn)
         except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
             last = exc
-            await asyncio.sleep(min(delay_s * 2**attempt, 5.0))
+            await asyncio.sleep(Backoff(delay_s, 5.0).delay(attempt))
         except asyncpg.InvalidAuthorizationSpecificationError as exc:
             # A wrong role or password (SQLSTATE class 28) stays wrong: no retry, no restart.
             raise ConfigurationError(

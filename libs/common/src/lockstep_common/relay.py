@@ -22,6 +22,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from nats.js import JetStreamContext
 
+from lockstep_common.backoff import Backoff
 from lockstep_common.envelope import MSG_ID_HEADER
 from lockstep_common.errors import describe
 from lockstep_common.observability import Metrics
@@ -95,7 +96,7 @@ class OutboxRelay:
                     failures = 0
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     failures += 1
-                    delay = min(0.2 * 2**failures, self.config.poll_s * 10)
+                    delay = Backoff(0.2, self.config.poll_s * 10).delay(failures)
                     log.warning(
                         "outbox relay pass failed, retrying in %.1fs: %s", delay, describe(exc)
                     )
@@ -117,7 +118,7 @@ class OutboxRelay:
             if ok:
                 await conn.execute(_MARK, ok)
             for error, (ids, attempts) in failed.items():
-                delay = min(2.0 ** min(attempts, 20), self.config.retry_horizon_s)
+                delay = Backoff(1.0, self.config.retry_horizon_s).delay(attempts)
                 await conn.execute(_FAIL, ids, error[:1000], delay)
         self._metrics.outbox_published.inc(len(ok))
         if failed:
