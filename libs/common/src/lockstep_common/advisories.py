@@ -23,6 +23,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockstep_common import deadletter
+from lockstep_common.db import OUTAGE
 from lockstep_common.errors import describe
 from lockstep_common.periodic import pause
 from lockstep_common.subjects import Namespace
@@ -102,7 +103,7 @@ class AdvisoryWatcher:
             return
         try:
             await self._record(msg.subject, advisory, stream, seq, consumer, deliveries)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except OUTAGE as exc:
             log.warning("advisory watcher: cannot record yet, will retry: %s", exc)
             await msg.nak(delay=2.0)
             return

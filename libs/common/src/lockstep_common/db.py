@@ -29,6 +29,9 @@ from lockstep_common.errors import ConfigurationError, MigrationError, Transient
 
 log = logging.getLogger(__name__)
 
+OUTAGE: tuple[type[Exception], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a lost or refusing database raises: a background loop logs it and tries next round."""
+
 # A connection as handed out by a pool or opened directly; both speak the same protocol.
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lockstep_common.db import OUTAGE
 from lockstep_common.periodic import Every
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class QueryGauges(Collector):
         every = Every(
             self.interval_s,
             what="gauge refresh",
-            expected=(OSError, asyncpg.PostgresError, asyncpg.InterfaceError),
+            expected=OUTAGE,
         )
         await every.run(lambda: self._refresh_from(resources), stopping)
 

@@ -23,6 +23,7 @@ from asyncpg.pool import PoolConnectionProxy
 from nats.js import JetStreamContext
 
 from lockstep_common.backoff import Backoff
+from lockstep_common.db import OUTAGE
 from lockstep_common.envelope import MSG_ID_HEADER
 from lockstep_common.errors import describe
 from lockstep_common.observability import Metrics
@@ -94,7 +95,7 @@ class OutboxRelay:
                 try:
                     published = await self.relay_once()
                     failures = 0
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                except OUTAGE as exc:
                     failures += 1
                     delay = Backoff(0.2, self.config.poll_s * 10).delay(failures)
                     log.warning(
@@ -184,14 +185,14 @@ class OutboxRelay:
             conn = await self._pool.acquire()
             await conn.add_listener(f"{self.config.schema}_outbox", self._on_notify)
             self._listen_conn = conn
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except OUTAGE as exc:
             log.warning("outbox relay cannot LISTEN (falling back to polling): %s", exc)
 
     async def _unlisten(self) -> None:
         conn, self._listen_conn = self._listen_conn, None
         if conn is None:
             return
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        with contextlib.suppress(*OUTAGE):
             await conn.remove_listener(f"{self.config.schema}_outbox", self._on_notify)
         with contextlib.suppress(OSError, asyncpg.InterfaceError):
             await self._pool.release(conn)

@@ -394,7 +394,7 @@ class ServiceApp:
         every = Every(
             s.maintenance_interval_s,
             what="maintenance",
-            expected=(OSError, asyncpg.PostgresError, asyncpg.InterfaceError),
+            expected=db.OUTAGE,
         )
         await every.run(purge, self._stopping)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import asyncpg
-
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.db import OUTAGE
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_healthgate.adapters import partitions
@@ -37,7 +36,7 @@ class PartitionKeeper:
         every = Every(
             self._interval_s,
             what="sample partition maintenance",
-            expected=(OSError, asyncpg.PostgresError, asyncpg.InterfaceError),
+            expected=OUTAGE,
         )
         await every.run(lambda: self.maintain(resources), stopping)
 

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-import asyncpg
-
 from lockstep_common import subjects
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.db import OUTAGE
 from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import (
     FleetNode,
@@ -165,7 +164,7 @@ class StragglerWatch:
             self._config.interval_s,
             what="straggler evaluation",
             wait_first=True,
-            expected=(TransientError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError),
+            expected=(TransientError, *OUTAGE),
         )
         await every.run(
             lambda: evaluate_once(store, fleet, self._config, now=self._clock.now()), stopping

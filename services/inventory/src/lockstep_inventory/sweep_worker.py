@@ -9,6 +9,7 @@ import logging
 import asyncpg
 
 from lockstep_common.compatibility.rules import CompatibilityRules
+from lockstep_common.db import OUTAGE
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_inventory.adapters import state
@@ -71,7 +72,7 @@ class SweepWorker:
             )
         except SweepBusyError:
             log.info("another sweeper holds the sweep lock; skipping this round")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except OUTAGE as exc:
             log.warning("sweep failed (will retry next round): %s", exc)
         except Exception:
             # Anything else is a bug or a bad registry row: log it and keep sweeping next

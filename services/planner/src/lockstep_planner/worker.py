@@ -23,6 +23,7 @@ from datetime import datetime
 import asyncpg
 
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.db import OUTAGE
 from lockstep_common.errors import TransientError
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
@@ -119,13 +120,13 @@ class PlannerWorker:
             try:
                 conn = await resources.pool.acquire()
                 await conn.add_listener(self._wake_channel, self._on_notify)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except OUTAGE as exc:
                 log.warning("planner worker cannot LISTEN (polling only): %s", exc)
         try:
             yield
         finally:
             if conn is not None:
-                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                with contextlib.suppress(*OUTAGE):
                     await conn.remove_listener(self._wake_channel or "", self._on_notify)
                 with contextlib.suppress(OSError, asyncpg.InterfaceError):
                     await resources.pool.release(conn)
