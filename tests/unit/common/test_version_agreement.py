@@ -24,8 +24,9 @@ from lockstep_attest.domain.checks import anti_rollback
 from lockstep_common.compatibility.rules import driver_below
 from lockstep_common.versions import DOT_INTEGER, compare_versions, is_dot_integer, newest
 from lockstep_redfish.readback import Readback, judge
-from lockstep_updater.domain.inband import AgentState, fallback_for
+from lockstep_updater.domain.inband import fallback_for
 from tests.reference import REFERENCE
+from tests.unit.updater.test_inband import MISMATCH
 
 pytestmark = pytest.mark.unit
 
@@ -88,19 +89,7 @@ def rules_driver(a: str, b: str) -> int | None:
     return -1 if driver_below(a, b) else None
 
 
-STATE = AgentState(
-    phase="gsp_mismatch",
-    driver="0",
-    loaded_module=None,
-    gsp_firmware=None,
-    firmware_dirs=(),
-    dkms="built",
-    cuda="13.0",
-    nccl="2.27.7",
-    fabric_manager=None,
-    module_rejected=False,
-    diag_passed=False,
-)
+STATE = MISMATCH  # a node agent's state; only its firmware directories matter here
 
 
 def inband_fallback(a: str, b: str) -> int | None:
