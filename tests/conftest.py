@@ -27,6 +27,7 @@ import pytest
 
 from lockstep_cli.scratch import drop_namespace
 from lockstep_devstack import Stack
+from tests.speed import slowdown
 
 # CI runs every property test on the same examples (derandomize): a rare counterexample found
 # by chance must not fail an unrelated submission. Developers' runs stay random and keep
@@ -97,9 +98,31 @@ async def namespace(servers: Servers) -> AsyncIterator[str]:
     await drop_namespace(servers.nats_url, servers.database_url, name)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test by its layer folder, so ``-m unit`` never starts a server."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test by its layer folder, so ``-m unit`` never starts a server; give the
+    tests that start servers their hang timeouts scaled to this machine's speed."""
     for item in items:
         for layer in ("unit", "integration", "e2e"):
             if f"{os.sep}{layer}{os.sep}" in str(item.path):
                 item.add_marker(getattr(pytest.mark, layer))
+    _scale_timeouts(config, [i for i in items if i.get_closest_marker("unit") is None])
+
+
+def _scale_timeouts(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limits (the ini's ``timeout``, or a test's own marker) are the reference
+    machine's: on a slower or busier one (``tests.speed.slowdown``) each is stretched by the
+    measured factor, so a test that waits for a condition is not killed for the machine's pace.
+    Unit tests wait for nothing and keep theirs."""
+    if not items:
+        return
+    factor = slowdown()
+    if factor <= 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        base = default
+        if marker is not None:
+            base = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
+        if base > 0:
+            item.add_marker(pytest.mark.timeout(base * factor), append=False)

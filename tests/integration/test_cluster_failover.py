@@ -59,6 +59,7 @@ from tests.integration.rollout_stack import (
     register_fleet,
 )
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+from tests.speed import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # How long the killed server stays down at least (A1: 5-30 s); it also stays down until another
@@ -214,10 +215,12 @@ async def stack(
 
 
 async def until_true(what: str, check: Any, timeout_s: float = SETTLE_S) -> None:
+    """Wait until ``check()`` holds, ``timeout_s`` on the reference machine (``tests.speed``)."""
+
     async def done() -> bool | None:
         return True if await check() else None
 
-    await until(done, what=what, timeout_s=timeout_s)
+    await until(done, what=what, timeout_s=scaled(timeout_s))
 
 
 async def outbox(stack: Stack) -> list[dict[str, Any]]:

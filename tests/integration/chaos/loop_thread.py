@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from tests.speed import scaled
+
 T = TypeVar("T")
 
 
@@ -37,8 +39,9 @@ class LoopThread:
         self.loop.close()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 120.0) -> T:
-        """The coroutine's result (or its exception), waiting at most ``timeout_s``."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+        """The coroutine's result (or its exception), waiting at most ``timeout_s`` on the
+        reference machine (``tests.speed``: longer on a slower one)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(scaled(timeout_s))
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on the loop's thread: the simulator's state (faults, drains)

@@ -57,6 +57,7 @@ from lockstep_sim.fleet import POOLS
 from tests.integration.chaos.invariants import Program, violations
 from tests.integration.chaos.loop_thread import LoopThread
 from tests.integration.chaos.world import NODES, SERVICES, World
+from tests.speed import scaled
 
 pytestmark = pytest.mark.integration
 EXAMPLES = int(os.environ.get("LOCKSTEP_CHAOS_EXAMPLES", "200"))
@@ -198,7 +199,7 @@ def test_without_chaos_a_program_completes_its_rollout(world: Any) -> None:
     assert {step for _, step, _ in seen.work.values()} == {"done"}
     # The world is fast enough for 200 programs: a whole rollout (two waves, two soaks) takes
     # about 7 s here.
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < scaled(30)
 
 
 @pytest.mark.timeout(EXAMPLES * PROGRAM_BUDGET_S + 300)

@@ -58,6 +58,7 @@ from tests.integration.chaos.services import (
     service_factories,
 )
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+from tests.speed import scaled
 
 NODES = 10  # a canary of 5 against 5 controls, then a wave of 5: the healthgate's minimum
 TERMINAL_ROLLOUT = frozenset({"aborted", "completed"})
@@ -211,7 +212,7 @@ class World:
             )
             return json.loads(rows[0]["payload"])["data"] if rows else None
 
-        bundle = await until(attested, what="bundle.attested", timeout_s=60)
+        bundle = await until(attested, what="bundle.attested", timeout_s=scaled(60))
         self.stack_hash = bundle["stack_hash"]
         self.attested_sha384 = frozenset(c["sha384"] for c in bundle["components"])
 
@@ -223,7 +224,7 @@ class World:
                     return False
             return True
 
-        await until(known, what="the bundle recorded by planner and updater", timeout_s=60)
+        await until(known, what="the bundle recorded by planner and updater", timeout_s=scaled(60))
 
     # -- knobs -------------------------------------------------------------------------------
 
@@ -525,7 +526,9 @@ class World:
     ) -> Observation:
         """End the program: faults cleared, every service back, ``settle_s`` for the rollout to
         end by itself, then an abort unless it did (or ``abort`` is false: it must end by
-        itself); then wait until the rollout and every node of it reached an end."""
+        itself); then wait until the rollout and every node of it reached an end. Both times
+        are the reference machine's (``tests.speed``): a slower one gets longer."""
+        timeout_s, settle_s = scaled(timeout_s), scaled(settle_s)
         program = self.program
         assert program is not None
         t0 = time.monotonic()
@@ -615,7 +618,9 @@ class World:
                 )
 
             t0 = time.monotonic()
-            await until(applied, what="the rollout's pin applied", timeout_s=20, poll_s=0.05)
+            await until(
+                applied, what="the rollout's pin applied", timeout_s=scaled(20), poll_s=0.05
+            )
             self.timings.setdefault("pin", []).append(time.monotonic() - t0)
             # The drift judged against the pin goes with it: a sweep that reads the same
             # versions as before does not judge a node again (the inventory emits on change).

@@ -245,6 +245,19 @@ def test_component_below_its_lowest_supported_version_is_rejected(kit: Kit, copy
     )
 
 
+def test_a_floor_that_cannot_be_ordered_against_the_version_is_rejected(
+    kit: Kit, copy: Path
+) -> None:
+    def floor_of_another_shape(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["profiles"]["gb200"]["gpu_vbios"]["lowest_supported_version"] = "GB300Nvl-24.12-8"
+
+    _rewrite_manifest(kit, copy, floor_of_another_shape)
+    assert any(
+        "cannot be ordered against the lowest supported GB300Nvl-24.12-8" in p
+        for p in failures(verify(kit, copy))
+    )
+
+
 def test_older_bundle_than_the_pinned_one_needs_a_signed_approval(kit: Kit, tmp_path: Path) -> None:
     newer = kit.manifest.model_copy(update={"created_at": NOW + timedelta(days=1)})
     verdict = verify(kit, kit.bundle, pinned=newer)

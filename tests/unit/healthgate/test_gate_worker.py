@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from lockstep_common.clock import ManualClock
 from lockstep_common.events.v1 import (
     GateInconclusive,
     GatePassed,
@@ -32,15 +33,7 @@ DONE_AT = T0 + timedelta(minutes=5)
 DUE = DONE_AT + timedelta(seconds=SOAK)
 
 
-class Clock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-
-def worker(clock: Clock, *, max_attempts: int = 3) -> GateWorker:
+def worker(clock: ManualClock, *, max_attempts: int = 3) -> GateWorker:
     return GateWorker(
         CONFIG,
         source="/test",
@@ -70,14 +63,14 @@ async def soaked_wave(store: MemoryGateStore, faults: dict[str, Fault] | None = 
 async def test_nothing_is_judged_before_the_soak_and_grace_have_passed() -> None:
     store = MemoryGateStore()
     await soaked_wave(store)
-    assert not await worker(Clock(DUE + timedelta(seconds=5))).step(store)
+    assert not await worker(ManualClock(DUE + timedelta(seconds=5))).step(store)
     assert store.events == []
 
 
 async def test_a_healthy_wave_passes_once_with_its_evidence_persisted() -> None:
     store = MemoryGateStore()
     await soaked_wave(store)
-    clock = Clock(DUE + timedelta(seconds=11))
+    clock = ManualClock(DUE + timedelta(seconds=11))
     assert await worker(clock).step(store)
     (passed,) = store.events
     assert isinstance(passed, GatePassed), passed
@@ -91,7 +84,7 @@ async def test_a_healthy_wave_passes_once_with_its_evidence_persisted() -> None:
         w = await tx.wave("r1", 0)
     assert w is not None and w.state is WaveState.DECIDED
     # Nothing left to claim: a second pass, or a restarted worker, emits nothing more.
-    clock.at += timedelta(hours=1)
+    clock.advance(3600)
     assert not await worker(clock).step(store)
     assert len(store.events) == 1
 
@@ -101,7 +94,7 @@ async def test_a_slower_canary_trips_on_the_critical_busbw_metric() -> None:
     # 5% slower, yet above the hard rule's 92% bar: only the judge can see it.
     await soaked_wave(store, faults=dict.fromkeys(CANARY, Fault(busbw_ratio=0.95)))
     assert store.events == []
-    assert await worker(Clock(DUE + timedelta(seconds=11))).step(store)
+    assert await worker(ManualClock(DUE + timedelta(seconds=11))).step(store)
     (tripped,) = store.events
     assert isinstance(tripped, GateTripped)
     assert "nccl_busbw_gbps" in tripped.evidence[0].metric
@@ -111,13 +104,13 @@ async def test_a_slower_canary_trips_on_the_critical_busbw_metric() -> None:
 async def test_a_claim_taken_over_after_its_lease_lapsed_cannot_commit() -> None:
     store = MemoryGateStore()
     await soaked_wave(store)
-    clock = Clock(DUE + timedelta(seconds=11))
+    clock = ManualClock(DUE + timedelta(seconds=11))
     async with store.transaction() as tx:
-        stale = await tx.claim_due(clock(), 10, 60)
+        stale = await tx.claim_due(clock.now(), 10, 60)
         assert stale is not None
         wave = await tx.wave(stale.rollout_id, stale.wave)
     assert wave is not None
-    clock.at += timedelta(seconds=61)  # the first holder stalled past its lease
+    clock.advance(61)  # the first holder stalled past its lease
     assert await worker(clock).step(store)  # the take-over judges and commits
     await worker(clock).judge(store, stale, wave)  # the stale holder wakes up: discarded
     assert len(store.events) == 1
@@ -126,11 +119,11 @@ async def test_a_claim_taken_over_after_its_lease_lapsed_cannot_commit() -> None
 async def test_a_wave_that_keeps_failing_evaluation_is_held_inconclusive() -> None:
     store = MemoryGateStore()
     await soaked_wave(store)
-    clock = Clock(DUE + timedelta(seconds=11))
+    clock = ManualClock(DUE + timedelta(seconds=11))
     for _ in range(2):  # two claims whose holders died
         async with store.transaction() as tx:
-            assert await tx.claim_due(clock(), 10, 60) is not None
-        clock.at += timedelta(seconds=61)
+            assert await tx.claim_due(clock.now(), 10, 60) is not None
+        clock.advance(61)
     assert await worker(clock, max_attempts=2).step(store)
     (held,) = store.events
     assert isinstance(held, GateInconclusive)
@@ -143,7 +136,7 @@ async def test_a_rollout_that_ended_during_the_soak_is_not_judged() -> None:
     halted = RolloutHalted(rollout_id="r1", wave=0, reason="operator abort", halted_by="ops")
     async with store.transaction() as tx:
         await handlers.on_rollout_ended(tx, env(halted, DONE_AT + timedelta(seconds=30)))
-    assert not await worker(Clock(DUE + timedelta(seconds=11))).step(store)
+    assert not await worker(ManualClock(DUE + timedelta(seconds=11))).step(store)
     assert store.events == []
 
 
@@ -164,8 +157,8 @@ async def test_a_canary_node_silent_during_the_soak_trips_before_the_soak_ends()
     store = MemoryGateStore()
     await soaking_wave_with_silence(store, silent=["can-1"])
     # 20 s into the soak nobody can be called silent yet (the limit is 3 x 10 s).
-    assert await worker(Clock(DONE_AT + timedelta(seconds=20))).watch(store) == 0
-    assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(store) == 1
+    assert await worker(ManualClock(DONE_AT + timedelta(seconds=20))).watch(store) == 0
+    assert await worker(ManualClock(DONE_AT + timedelta(seconds=61))).watch(store) == 1
     (tripped,) = store.events
     assert isinstance(tripped, GateTripped) and tripped.offending_nodes == ("can-1",)
     assert "heartbeat_missing" in tripped.evidence[0].metric
@@ -175,10 +168,10 @@ async def test_a_canary_node_silent_during_the_soak_trips_before_the_soak_ends()
 async def test_silence_on_control_nodes_or_everywhere_does_not_blame_the_rollout() -> None:
     store = MemoryGateStore()
     await soaking_wave_with_silence(store, silent=["ctl-3"])
-    assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(store) == 0
+    assert await worker(ManualClock(DONE_AT + timedelta(seconds=61))).watch(store) == 0
     everyone = MemoryGateStore()
     await soaking_wave_with_silence(everyone, silent=[*CANARY, *CONTROL])
-    assert await worker(Clock(DONE_AT + timedelta(seconds=61))).watch(everyone) == 0
+    assert await worker(ManualClock(DONE_AT + timedelta(seconds=61))).watch(everyone) == 0
     assert store.events == everyone.events == []
 
 
@@ -193,7 +186,7 @@ async def test_a_soak_in_which_no_node_reported_is_held_not_blamed_on_the_rollou
     async with store.transaction() as tx:
         await handlers.on_wave_completed(tx, env(done, DONE_AT))
     # A telemetry outage: nothing from anyone during the soak.
-    assert await worker(Clock(DUE + timedelta(seconds=11))).step(store)
+    assert await worker(ManualClock(DUE + timedelta(seconds=11))).step(store)
     (held,) = store.events
     assert isinstance(held, GateInconclusive), held
     decision = store.tables.verdicts["r1", 0].decision

@@ -13,8 +13,8 @@ from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.compatibility.rules import (
     RulesError,
     check_compatibility,
+    driver_below,
     parse_rules,
-    version_key,
 )
 from lockstep_common.events.v1 import DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
@@ -170,7 +170,8 @@ def test_packaged_table_holds_the_standards_rows() -> None:
     assert len(rules.cuda_toolkit_minimum) == 22  # 13.0 GA and every 12.x GA/update row
     assert {b.prefix for b in rules.branches} == {"535", "550", "570", "580", "595", "610"}
     assert rules.profile_architecture == {"gb200": "blackwell", "hgx-h100": "hopper"}
-    assert version_key("570.172.08") == (570, 172, 8)
+    assert driver_below("570.86.10", "570.172.08")  # as numbers: 86 < 172
+    assert not driver_below("570.172.08", "570.172.8")  # leading zeros do not count
 
 
 def _table() -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -60,6 +60,19 @@ ALICE, BOB = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
 APPROVERS = {"alice": ALICE.public_key(), "bob": BOB.public_key()}
 
 
+class StoreClock:
+    """The worker's ``Clock`` reads the memory store's lease clock, which the tests move."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def now(self) -> datetime:
+        return self.store.now
+
+    def monotonic(self) -> float:
+        return self.store.now.timestamp()
+
+
 def worker(store: MemoryStore) -> PlannerWorker:
     return PlannerWorker(
         Planning(packaged_policy(), 4, TIMING, APPROVERS, rules=packaged_rules()),
@@ -68,7 +81,7 @@ def worker(store: MemoryStore) -> PlannerWorker:
         poll_s=0.01,
         lease_s=60,
         max_attempts=3,
-        clock=lambda: store.now,
+        clock=StoreClock(store),
     )
 
 

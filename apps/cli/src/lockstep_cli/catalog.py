@@ -15,6 +15,7 @@ from typing import Any
 from lockstep_attest import operator_commands as attest_operator_commands
 from lockstep_attest import router as attest_router
 from lockstep_attest.adapters.bundle_source import BundleSource
+from lockstep_attest.domain import jobs as attest_jobs
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import NODE, SITE
 from lockstep_common.asyncapi import namespace as documented_namespace
@@ -34,10 +35,12 @@ from lockstep_common.events.v1 import OpsRefused
 from lockstep_common.identities import AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
 from lockstep_common.operator import Command
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
+from lockstep_common.statediagram import Machine
 from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
 from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
+from lockstep_healthgate.domain import waves as gated_waves
 from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
 from lockstep_healthgate.policy_files import default_policy
@@ -45,8 +48,11 @@ from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import operator_commands as planner_operator_commands
 from lockstep_planner import router as planner_router
+from lockstep_planner.domain import fabric, rollout
 from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
+from lockstep_updater.domain import step_notes
+from lockstep_updater.domain import steps as node_steps
 
 
 async def _documented_only() -> None:
@@ -125,12 +131,72 @@ def consumers() -> dict[type[EventData], tuple[str, ...]]:
     return {cls: tuple(sorted(names)) for cls, names in found.items()}
 
 
+def machines() -> tuple[Machine[Any], ...]:
+    """The persisted state machines whose diagrams ``docs generate`` draws into the docs."""
+    return (
+        Machine(
+            "node step",
+            "updater.md",
+            "lockstep_updater.domain.steps.ALLOWED",
+            node_steps.ALLOWED,
+            node_steps.INITIAL,
+            step_notes.ENTRY,
+            step_notes.LABELS,
+        ),
+        Machine(
+            "attest job",
+            "bundles.md",
+            "lockstep_attest.domain.jobs.ALLOWED",
+            attest_jobs.ALLOWED,
+            attest_jobs.INITIAL,
+            attest_jobs.ENTRY,
+            attest_jobs.LABELS,
+        ),
+        Machine(
+            "rollout",
+            "rollouts.md",
+            "lockstep_planner.domain.rollout.ROLLOUT_ALLOWED",
+            rollout.ROLLOUT_ALLOWED,
+            rollout.RolloutState.PLANNED,
+            "intent planned (plan committed)",
+            rollout.ROLLOUT_LABELS,
+        ),
+        Machine(
+            "wave",
+            "rollouts.md",
+            "lockstep_planner.domain.rollout.WAVE_ALLOWED",
+            rollout.WAVE_ALLOWED,
+            rollout.WaveState.PENDING,
+            "rollout planned",
+            rollout.WAVE_LABELS,
+        ),
+        Machine(
+            "fabric domain",
+            "rollouts.md",
+            "lockstep_planner.domain.fabric.ALLOWED",
+            fabric.ALLOWED,
+            fabric.Lifecycle.AVAILABLE,
+            "learned from the fleet",
+        ),
+        Machine(
+            "gated wave",
+            "healthgate.md",
+            "lockstep_healthgate.domain.waves.ALLOWED",
+            gated_waves.ALLOWED,
+            gated_waves.INITIAL,
+            gated_waves.ENTRY,
+            gated_waves.LABELS,
+        ),
+    )
+
+
 def parties() -> Parties:
     """Who produces and consumes each event class, for ``schemadocs``."""
     return Parties(
         producers=producers(),
         consumers=consumers(),
         access=bus_permissions(documented_namespace()),
+        machines=machines(),
     )
 
 

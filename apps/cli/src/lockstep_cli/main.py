@@ -46,7 +46,7 @@ GROUPS: dict[str, Lazy] = {
     "docs": Lazy(
         "lockstep_cli.docs_cli",
         "docs_app",
-        "Generated documentation (JSON Schemas, AsyncAPI, event table).",
+        "Generated documentation (JSON Schemas, AsyncAPI, event table, state diagrams).",
     ),
     "bundle": Lazy("lockstep_cli.attest_cli", "bundle_app", "Build and verify release bundles."),
     "attest": Lazy("lockstep_cli.attest_cli", "attest_app", "Verify single pieces of evidence."),

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lockstep_common.backoff import Backoff
+
 NOT_RESTARTABLE = frozenset({2, 3})  # settings, topology/migration mismatch (service.run_service)
 
 
@@ -40,6 +42,6 @@ class RestartPolicy:
             return None
         if now - self.started_at >= self.stable_s:
             self.crashes = 0  # it had recovered: this is a new incident
-        delay = min(self.base_s * 2.0**self.crashes, self.cap_s)
+        delay = Backoff(self.base_s, self.cap_s).delay(self.crashes)
         self.crashes += 1
         return delay

@@ -23,7 +23,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockstep_common import deadletter
+from lockstep_common.db import OUTAGE
 from lockstep_common.errors import describe
+from lockstep_common.periodic import pause
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ADVISORY_MAX_DELIVERIES, ADVISORY_TERMINATED, ConsumerSpec
 
@@ -85,8 +87,7 @@ class AdvisoryWatcher:
                     if self._stopping.is_set():
                         break
                     log.warning("advisory watcher: NATS error, pausing: %s", describe(exc))
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), timeout=2.0)
+                    await pause(self._stopping, 2.0)
         finally:
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()
@@ -102,7 +103,7 @@ class AdvisoryWatcher:
             return
         try:
             await self._record(msg.subject, advisory, stream, seq, consumer, deliveries)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except OUTAGE as exc:
             log.warning("advisory watcher: cannot record yet, will retry: %s", exc)
             await msg.nak(delay=2.0)
             return

@@ -40,6 +40,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 
 from lockstep_common import deadletter, inbox, provenance
+from lockstep_common.backoff import Backoff
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData, EventRegistry
 from lockstep_common.errors import (
@@ -52,10 +53,12 @@ from lockstep_common.errors import (
 )
 from lockstep_common.observability import Metrics
 from lockstep_common.outbox import Emitter
+from lockstep_common.periodic import pause
 from lockstep_common.subjects import Namespace
 from lockstep_common.topology import ConsumerSpec
 
 log = logging.getLogger(__name__)
+_FETCH_BACKOFF = Backoff(0.2, 10.0)  # a failed fetch: 0.4 s doubling to 10 s
 
 
 class HandlerContext(Emitter):
@@ -292,7 +295,7 @@ class ConsumerRunner:
                     await self._release(ahead)
                     ahead = None
                     failures += 1
-                    await self._pause(min(0.2 * 2**failures, 10.0), exc)
+                    await self._pause(_FETCH_BACKOFF.delay(failures), exc)
         finally:
             await self._release(ahead)
             with contextlib.suppress(Exception):
@@ -320,8 +323,7 @@ class ConsumerRunner:
         log.warning(
             "consumer %s: fetch failed, retrying in %.1fs: %s", self.durable, seconds, describe(exc)
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        await pause(self._stopping, seconds)
 
     def _decode_all(self, msgs: list[Msg]) -> _Batch:
         batch = _Batch(msgs, [], [])

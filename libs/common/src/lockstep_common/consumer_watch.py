@@ -12,7 +12,6 @@ its limit with messages still waiting, which is what the ``LockstepConsumerStall
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from nats.errors import Error as NatsError
 
 from lockstep_common.errors import describe
 from lockstep_common.observability import Metrics
+from lockstep_common.periodic import Every
 
 if TYPE_CHECKING:
     from lockstep_common.service import Resources
@@ -107,7 +107,5 @@ class ConsumerWatch:
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Poll every ``interval_s`` until stopped."""
-        while not stopping.is_set():
-            await self.poll(resources)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self.interval_s)
+        every = Every(self.interval_s, what="consumer ack-pending watch")
+        await every.run(lambda: self.poll(resources), stopping)

@@ -24,9 +24,13 @@ from typing import TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from lockstep_common.backoff import Backoff
 from lockstep_common.errors import ConfigurationError, MigrationError, TransientError
 
 log = logging.getLogger(__name__)
+
+OUTAGE: tuple[type[Exception], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a lost or refusing database raises: a background loop logs it and tries next round."""
 
 # A connection as handed out by a pool or opened directly; both speak the same protocol.
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -182,7 +186,7 @@ async def connect_with_retry(
             return await asyncpg.connect(dsn)
         except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
             last = exc
-            await asyncio.sleep(min(delay_s * 2**attempt, 5.0))
+            await asyncio.sleep(Backoff(delay_s, 5.0).delay(attempt))
         except asyncpg.InvalidAuthorizationSpecificationError as exc:
             # A wrong role or password (SQLSTATE class 28) stays wrong: no retry, no restart.
             raise ConfigurationError(

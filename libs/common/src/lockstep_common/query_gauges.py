@@ -14,7 +14,6 @@ so ``delta()`` over a restart never sees a false jump from 0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +24,9 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from lockstep_common.db import OUTAGE
+from lockstep_common.periodic import Every
 
 if TYPE_CHECKING:
     from lockstep_common.service import Resources
@@ -114,14 +116,16 @@ class QueryGauges(Collector):
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Refresh every ``interval_s`` until stopped; an outage is logged, never fatal."""
-        while not stopping.is_set():
-            try:
-                async with resources.pool.acquire() as conn:
-                    await self.refresh(conn)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("gauges not refreshed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self.interval_s)
+        every = Every(
+            self.interval_s,
+            what="gauge refresh",
+            expected=OUTAGE,
+        )
+        await every.run(lambda: self._refresh_from(resources), stopping)
+
+    async def _refresh_from(self, resources: Resources) -> None:
+        async with resources.pool.acquire() as conn:
+            await self.refresh(conn)
 
 
 RUNTIME_GAUGES = (

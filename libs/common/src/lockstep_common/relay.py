@@ -22,6 +22,8 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from nats.js import JetStreamContext
 
+from lockstep_common.backoff import Backoff
+from lockstep_common.db import OUTAGE
 from lockstep_common.envelope import MSG_ID_HEADER
 from lockstep_common.errors import describe
 from lockstep_common.observability import Metrics
@@ -93,9 +95,9 @@ class OutboxRelay:
                 try:
                     published = await self.relay_once()
                     failures = 0
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                except OUTAGE as exc:
                     failures += 1
-                    delay = min(0.2 * 2**failures, self.config.poll_s * 10)
+                    delay = Backoff(0.2, self.config.poll_s * 10).delay(failures)
                     log.warning(
                         "outbox relay pass failed, retrying in %.1fs: %s", delay, describe(exc)
                     )
@@ -117,7 +119,7 @@ class OutboxRelay:
             if ok:
                 await conn.execute(_MARK, ok)
             for error, (ids, attempts) in failed.items():
-                delay = min(2.0 ** min(attempts, 20), self.config.retry_horizon_s)
+                delay = Backoff(1.0, self.config.retry_horizon_s).delay(attempts)
                 await conn.execute(_FAIL, ids, error[:1000], delay)
         self._metrics.outbox_published.inc(len(ok))
         if failed:
@@ -183,14 +185,14 @@ class OutboxRelay:
             conn = await self._pool.acquire()
             await conn.add_listener(f"{self.config.schema}_outbox", self._on_notify)
             self._listen_conn = conn
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except OUTAGE as exc:
             log.warning("outbox relay cannot LISTEN (falling back to polling): %s", exc)
 
     async def _unlisten(self) -> None:
         conn, self._listen_conn = self._listen_conn, None
         if conn is None:
             return
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        with contextlib.suppress(*OUTAGE):
             await conn.remove_listener(f"{self.config.schema}_outbox", self._on_notify)
         with contextlib.suppress(OSError, asyncpg.InterfaceError):
             await self._pool.release(conn)

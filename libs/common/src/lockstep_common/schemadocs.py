@@ -5,7 +5,9 @@
 document (``asyncapi.yaml``) and the event table (``events.md``). Which services produce and
 consume an event is not typed here: the caller passes what the services' own routers declare
 (``EMITS`` and ``subscriptions()``, collected by ``lockstep_cli.catalog``), so the documents
-cannot disagree with the code. ``lockstep docs
+cannot disagree with the code. The state diagrams in hand-written pages (``updater.md``,
+``bundles.md``, ``rollouts.md``, ``healthgate.md``) are drawn the same way, from the transition
+tables the caller passes (``Parties.machines``, see ``statediagram``). ``lockstep docs
 generate`` writes them; ``lockstep docs check`` and the unit tests fail when the committed files
 differ from what the models and routers generate.
 """
@@ -41,6 +43,7 @@ from lockstep_common.bus_access import Permissions, access_markdown
 from lockstep_common.envelope import EventData
 from lockstep_common.events import REGISTRY, v1
 from lockstep_common.samples import samples
+from lockstep_common.statediagram import Machine, MissingMarkers, splice
 from lockstep_common.vocabulary import DeviceOutcome, GateVerdict
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -56,6 +59,8 @@ class Parties:
     producers: ByClass
     consumers: ByClass
     access: Mapping[str, Permissions] = field(default_factory=dict)
+    machines: Sequence[Machine[Any]] = ()
+    """The state machines whose diagrams go into hand-written pages (``statediagram``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +261,35 @@ def render(parties: Parties) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def diagram_pages(docs_dir: Path, parties: Parties) -> dict[str, str]:
+    """The hand-written pages that hold state diagrams, each with its diagrams redrawn from the
+    tables (path relative to ``docs_dir`` -> text).
+
+    Raises:
+        statediagram.MissingMarkers: a page lacks the markers of a diagram it should hold.
+    """
+    out: dict[str, str] = {}
+    for machine in parties.machines:
+        page = out.get(machine.doc)
+        if page is None:
+            page = _read(docs_dir / machine.doc)
+            if page is None:
+                raise MissingMarkers(f"{machine.doc}: no such page for the {machine.name} diagram")
+        out[machine.doc] = splice(page, machine)
+    return out
+
+
+def _wanted(docs_dir: Path, parties: Parties) -> dict[str, str]:
+    return {**render(parties), **diagram_pages(docs_dir, parties)}
+
+
 def stale(docs_dir: Path, parties: Parties) -> list[str]:
-    """Paths under ``docs_dir`` that differ from ``render()``, are missing, or are obsolete.
+    """Paths under ``docs_dir`` that differ from ``render()``, are missing, or are obsolete;
+    and hand-written pages whose generated diagrams differ from their tables.
 
     Obsolete means a schema file in ``schemas/`` that no registered class generates any more.
     """
-    wanted = render(parties)
+    wanted = _wanted(docs_dir, parties)
     changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
     return sorted(changed + _obsolete(docs_dir, wanted))
 
@@ -272,7 +300,7 @@ def write(docs_dir: Path, parties: Parties) -> list[str]:
     Returns:
         The paths (relative to ``docs_dir``) written or deleted, sorted.
     """
-    wanted = render(parties)
+    wanted = _wanted(docs_dir, parties)
     changed = [p for p, text in wanted.items() if _read(docs_dir / p) != text]
     for rel in changed:
         path = docs_dir / rel

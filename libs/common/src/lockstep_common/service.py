@@ -36,6 +36,7 @@ from lockstep_common.errors import ConfigurationError, describe
 from lockstep_common.events import REGISTRY
 from lockstep_common.observability import HttpEndpoint, Metrics, configure_logging
 from lockstep_common.operator import Command, OperatorResponder
+from lockstep_common.periodic import Every
 from lockstep_common.query_gauges import RUNTIME_GAUGES, QueryGauges
 from lockstep_common.relay import OutboxRelay, RelayConfig
 from lockstep_common.settings import ServiceSettings, explain, unknown_variables
@@ -387,26 +388,28 @@ class ServiceApp:
         starts (a service restarted more often than the interval must still purge), then every
         ``maintenance_interval_s``."""
         s = self.settings
-        while not self._stopping.is_set():
-            if self.resources is None or self.relay is None:
-                return
-            try:
-                purged = await self.relay.purge()
-                async with self.resources.pool.acquire() as conn:
-                    forgotten = await inbox.purge(conn, s.inbox_retention_s)
-                    letters = await deadletter.purge(conn, s.dead_letter_retention_s)
-                log.info(
-                    "maintenance: purged %d outbox rows, %d inbox ids, %d dead letters",
-                    purged,
-                    forgotten,
-                    letters,
-                )
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning(
-                    "maintenance failed (will retry in %.0fs): %s", s.maintenance_interval_s, exc
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=s.maintenance_interval_s)
+        resources, relay = self.resources, self.relay
+        if resources is None or relay is None:
+            return
+
+        async def purge() -> None:
+            purged = await relay.purge()
+            async with resources.pool.acquire() as conn:
+                forgotten = await inbox.purge(conn, s.inbox_retention_s)
+                letters = await deadletter.purge(conn, s.dead_letter_retention_s)
+            log.info(
+                "maintenance: purged %d outbox rows, %d inbox ids, %d dead letters",
+                purged,
+                forgotten,
+                letters,
+            )
+
+        every = Every(
+            s.maintenance_interval_s,
+            what="maintenance",
+            expected=db.OUTAGE,
+        )
+        await every.run(purge, self._stopping)
 
 
 def _failed(task: asyncio.Task[None]) -> bool:

@@ -6,7 +6,8 @@ transaction and the sink its events go to. Two ways to get one, the same for eve
 - ``PooledStore.transaction()``: a pooled connection for a worker, its events committed to the
   outbox with the transaction (``outbox.emitting``);
 - ``in_runtime_transaction(make_tx, handler)``: a handler run inside the consumer runtime's
-  transaction, so its writes, its inbox claim and its events commit or roll back together.
+  transaction, so its writes, its inbox claim and its events commit or roll back together;
+  ``Joined(make_tx)`` is that for one service's transaction type (its ``joined``).
 """
 
 from __future__ import annotations
@@ -62,3 +63,19 @@ def in_runtime_transaction(
         await handler(make_tx(ctx.conn, ctx), env)
 
     return run
+
+
+class Joined(Generic[T]):
+    """A service's ``joined``: ``joined(handler)`` is ``in_runtime_transaction(make_tx,
+    handler)`` for the service's own transaction type, declared once in its repository
+    (``joined = Joined(PostgresTx)``) instead of a wrapper function per service."""
+
+    __slots__ = ("_make_tx",)
+
+    def __init__(self, make_tx: Callable[[Conn, EventSink], T]) -> None:
+        self._make_tx = make_tx
+
+    def __call__(
+        self, handler: Callable[[T, Envelope[E]], Awaitable[None]]
+    ) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
+        return in_runtime_transaction(self._make_tx, handler)

@@ -7,7 +7,8 @@ sources (``credentials``) and errors placed in Lockstep's error hierarchy (``err
 The write side: :class:`FirmwareUpdate` (``update``: push, follow the task, activate, reset,
 read back) for a :class:`FirmwareImage` and an :class:`UpdateRequest`, within an
 :class:`UpdatePolicy` / :class:`TaskPolicy`; the pure decisions it rests on are in
-``preflight``, ``readback`` and ``versions``; :class:`ImageServer` serves ``SimpleUpdate``.
+``preflight`` and ``readback`` (versions ordered by ``lockstep_common.versions``);
+:class:`ImageServer` serves ``SimpleUpdate``.
 Nothing here does I/O at import time, and nothing imports a service.
 """
 

@@ -5,7 +5,7 @@ design.md non-negotiable 4 (read before write; "already at target" is success) a
 UpdateService / SoftwareInventory properties a client must honour (standards.md 1.1, 1.3):
 ``ServiceEnabled``, ``MaxImageSizeBytes``, ``@Redfish.OperationApplyTimeSupport``, ``Stage``
 (UpdateService v1_16_0), and per target ``Updateable``, ``WriteProtected`` and
-``LowestSupportedVersion`` (ordered with ``VersionScheme``, see ``versions``).
+``LowestSupportedVersion`` (ordered with ``VersionScheme``, see ``lockstep_common.versions``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from lockstep_common.versions import compare_versions
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.models import UpdatableSoftware, UpdateService
-from lockstep_redfish.versions import compare_versions
 
 IMMEDIATE = "Immediate"  # Settings.OperationApplyTime: the default when none is sent
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from lockstep_redfish.versions import compare_versions
+from lockstep_common.versions import compare_versions
 
 
 class Readback(StrEnum):

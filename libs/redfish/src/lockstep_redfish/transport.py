@@ -28,6 +28,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 from multidict import CIMultiDictProxy
 
+from lockstep_common.backoff import Backoff
 from lockstep_redfish.errors import RETRYABLE, BmcUnavailable, BmcUntrusted, RedfishReplyError
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (0-based ``attempt`` just failed)."""
-        backoff = self.backoff_s * 2.0**attempt * _JITTER.uniform(0.5, 1.0)
+        backoff = Backoff(self.backoff_s, jitter=0.5, rng=_JITTER).delay(attempt)
         if retry_after is None:
             return backoff
         return max(backoff, min(retry_after, self.max_retry_after_s))

@@ -13,12 +13,11 @@ tests.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from lockstep_attest.adapters.bundle_reader import BundleReadError, load_bundle
 from lockstep_attest.adapters.bundle_source import BundleRefused, BundleSource
@@ -30,12 +29,14 @@ from lockstep_attest.store import AttestStore, Job, VerdictRow
 from lockstep_attest.verification import judge, needs_sha512
 from lockstep_common import subjects
 from lockstep_common.bundle import Manifest
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.events.v1 import (
     AttestedComponent,
     BundleAttested,
     BundleRejected,
     CheckVerdict,
 )
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import CheckResult, clip_text
 
@@ -86,16 +87,24 @@ class AttestWorker:
     """The job loop (a ``lockstep_common.service.Worker``)."""
 
     def __init__(
-        self, ctx: Context, *, poll_s: float, lease_s: float, max_attempts: int, reuse_s: float
+        self,
+        ctx: Context,
+        *,
+        poll_s: float,
+        lease_s: float,
+        max_attempts: int,
+        reuse_s: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.ctx = ctx
+        self._clock = clock
         self._poll_s, self._lease_s = poll_s, lease_s
         self._max_attempts, self._reuse_s = max_attempts, reuse_s
-        self._busy_since: float | None = None  # time.monotonic() when the job in hand began
+        self._busy_since: float | None = None  # clock.monotonic() when the job in hand began
 
     def job_age_s(self) -> float:
         """How long the job in hand has been verified so far (0 when idle)."""
-        return 0.0 if self._busy_since is None else time.monotonic() - self._busy_since
+        return 0.0 if self._busy_since is None else self._clock.monotonic() - self._busy_since
 
     def on_time(self) -> bool:
         """False while a job is held past its lease: stuck (a read that never returns), and
@@ -106,14 +115,7 @@ class AttestWorker:
         """Claim and verify until stopped."""
         # The pool exists only once the service has started, so the store is built here.
         store = PostgresStore(resources.pool, self.ctx.source)
-        while not stopping.is_set():
-            try:
-                if await self.step(store):
-                    continue
-            except Exception:
-                log.exception("attest worker: job loop error; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
+        await Every(self._poll_s, what="attest job loop").run(lambda: self.step(store), stopping)
 
     async def step(self, store: AttestStore) -> bool:
         """Claim one job and see it through; False when there was none to claim."""
@@ -121,7 +123,7 @@ class AttestWorker:
             job = await tx.claim_job(self._lease_s)
         if job is None:
             return False
-        self._busy_since = time.monotonic()
+        self._busy_since = self._clock.monotonic()
         try:
             await self.process(store, job)
         finally:
@@ -130,7 +132,7 @@ class AttestWorker:
 
     async def process(self, store: AttestStore, job: Job) -> None:
         """Verify one claimed job and commit its verdict, if we still hold it."""
-        started = datetime.now(UTC)
+        started = self._clock.now()
         bundle: LoadedBundle | None = None
         checks: list[CheckVerdict]
         reused: int | None = None

@@ -14,11 +14,12 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import numpy as np
 
 from lockstep_common import subjects
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
 from lockstep_common.errors import InvalidMessage, TransientError
@@ -59,10 +60,6 @@ from lockstep_healthgate.store import GateTx, SampleRow, VerdictKind, VerdictRec
 
 log = logging.getLogger(__name__)
 OBSERVED_AFTER_SENT = timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class WaveNotYetKnown(TransientError):
@@ -304,18 +301,23 @@ class Handlers:
     """The healthgate's handlers, bound to its configuration: each runs its ``on_*`` function
     over the consumer's transaction."""
 
-    def __init__(self, config: GateConfig) -> None:
+    def __init__(self, config: GateConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self.clock = clock
 
     async def health_observed(
         self, ctx: HandlerContext, envs: list[Envelope[HealthObserved]]
     ) -> None:
         """A pulled batch of health reports (``on_health_observed``)."""
-        await on_health_observed(PgGateTx(ctx.conn, ctx), envs, config=self.config, now=_now())
+        await on_health_observed(
+            PgGateTx(ctx.conn, ctx), envs, config=self.config, now=self.clock.now()
+        )
 
     async def device_failed(self, ctx: HandlerContext, env: Envelope[DeviceFailed]) -> None:
         """A failed device step (``on_device_failed``)."""
-        await on_device_failed(PgGateTx(ctx.conn, ctx), env, config=self.config, now=_now())
+        await on_device_failed(
+            PgGateTx(ctx.conn, ctx), env, config=self.config, now=self.clock.now()
+        )
 
     async def wave_planned(self, ctx: HandlerContext, env: Envelope[WavePlanned]) -> None:
         """A wave released (``on_wave_planned``)."""

@@ -12,15 +12,14 @@ processes take turns (``take_straggler_turn``), so a change is announced once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
-import asyncpg
-
 from lockstep_common import subjects
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.db import OUTAGE
 from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import (
     FleetNode,
@@ -30,6 +29,7 @@ from lockstep_common.events.v1 import (
     StragglersFlagged,
 )
 from lockstep_common.fleet_query import FleetQuery
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
 from lockstep_healthgate.adapters.pg_store import PgGateStore
@@ -138,8 +138,16 @@ async def evaluate_once(
 class StragglerWatch:
     """A ``lockstep_common.service.Worker`` running :func:`evaluate_once` every interval."""
 
-    def __init__(self, config: StragglerConfig, *, namespace: Namespace, source: str) -> None:
+    def __init__(
+        self,
+        config: StragglerConfig,
+        *,
+        namespace: Namespace,
+        source: str,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._config = config
+        self._clock = clock
         self._namespace = namespace
         self._source = source
 
@@ -152,17 +160,12 @@ class StragglerWatch:
         )
         store = PgGateStore(resources.pool, self._source)
         # First wait: a window of samples has to gather, and the inventory to come up.
-        while not await _stopped(stopping, self._config.interval_s):
-            try:
-                await evaluate_once(store, fleet, self._config, now=datetime.now(UTC))
-            except (TransientError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning(
-                    "straggler evaluation failed (next in %gs): %s", self._config.interval_s, exc
-                )
-
-
-async def _stopped(stopping: asyncio.Event, wait_s: float) -> bool:
-    """Wait up to ``wait_s``; True when stopping was asked for meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stopping.wait(), timeout=wait_s)
-    return stopping.is_set()
+        every = Every(
+            self._config.interval_s,
+            what="straggler evaluation",
+            wait_first=True,
+            expected=(TransientError, *OUTAGE),
+        )
+        await every.run(
+            lambda: evaluate_once(store, fleet, self._config, now=self._clock.now()), stopping
+        )

@@ -16,13 +16,12 @@ silent node cannot trip anything at ingest, since silence sends no sample.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
 
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import GateVerdict
 from lockstep_healthgate.adapters.pg_store import PgGateStore
@@ -40,10 +39,6 @@ from lockstep_healthgate.store import Claim, GateStore, VerdictKind
 log = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class GateWorker:
     """The evaluation loop (a ``lockstep_common.service.Worker``)."""
 
@@ -57,7 +52,7 @@ class GateWorker:
         lease_s: float,
         max_attempts: int,
         watch_s: float = 10.0,
-        clock: Callable[[], datetime] = _now,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self._source = source
@@ -70,27 +65,25 @@ class GateWorker:
         """Claim and judge until stopped."""
         store = PgGateStore(resources.pool, self._source)
         watched = -math.inf
-        while not stopping.is_set():
-            try:
-                if time.monotonic() - watched >= self._watch_s:
-                    watched = time.monotonic()
-                    await self.watch(store)
-                if await self.step(store):
-                    continue
-            except Exception:
-                log.exception("healthgate worker: evaluation loop error; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self._poll_s)
+
+        async def claim_one() -> bool:
+            nonlocal watched
+            if time.monotonic() - watched >= self._watch_s:
+                watched = time.monotonic()
+                await self.watch(store)
+            return await self.step(store)
+
+        await Every(self._poll_s, what="healthgate evaluation").run(claim_one, stopping)
 
     async def watch(self, store: GateStore) -> int:
         """One round of the heartbeat rule on the soaking waves; returns the trips."""
         async with store.transaction() as tx:
-            return await watch_heartbeats(tx, self.config, now=self._clock())
+            return await watch_heartbeats(tx, self.config, now=self._clock.now())
 
     async def step(self, store: GateStore) -> bool:
         """Claim one soaked wave and judge it; False when none was due."""
         async with store.transaction() as tx:
-            claim = await tx.claim_due(self._clock(), self._grace_s, self._lease_s)
+            claim = await tx.claim_due(self._clock.now(), self._grace_s, self._lease_s)
             wave = None if claim is None else await tx.wave(claim.rollout_id, claim.wave)
         if claim is None or wave is None:
             return False

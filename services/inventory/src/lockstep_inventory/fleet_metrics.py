@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import logging
 
-import asyncpg
 from prometheus_client import CollectorRegistry, Gauge
 
+from lockstep_common.db import OUTAGE
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import DriftKind
 from lockstep_inventory.queries import INFORMATIONAL, FleetStatus, fleet_status
@@ -85,7 +85,7 @@ class GaugeRefresher:
             try:
                 async with resources.pool.acquire() as conn:
                     self.gauges.update(await fleet_status(conn))
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except OUTAGE as exc:
                 log.warning("fleet gauges not refreshed: %s", exc)
             waits = [asyncio.ensure_future(e.wait()) for e in (stopping, self.poke)]
             with contextlib.suppress(TimeoutError):

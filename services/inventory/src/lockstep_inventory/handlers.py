@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from lockstep_common import canonical
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.compatibility.rules import CompatibilityRules
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
@@ -39,10 +40,6 @@ from lockstep_inventory.store import InventoryStore, NodeStore
 
 log = logging.getLogger(__name__)
 OBSERVED_AFTER_SENT = dt.timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def report_of(data: InventoryObserved) -> Observation:
@@ -212,15 +209,16 @@ class Handlers:
     """The inventory's handlers, bound to the compatibility rules the service loaded: each
     runs its ``on_*`` function over the consumer's transaction."""
 
-    def __init__(self, rules: CompatibilityRules) -> None:
+    def __init__(self, rules: CompatibilityRules, clock: Clock = SYSTEM_CLOCK) -> None:
         self.rules = rules
+        self.clock = clock
 
     async def inventory_observed(
         self, ctx: HandlerContext, envs: list[Envelope[InventoryObserved]]
     ) -> None:
         """A pulled batch of node reports, applied in stream order in one transaction."""
         await on_inventory_observed(
-            PgInventoryStore(ctx.conn), ctx, envs, rules=self.rules, now=_now()
+            PgInventoryStore(ctx.conn), ctx, envs, rules=self.rules, now=self.clock.now()
         )
 
     async def pin_changed(self, ctx: HandlerContext, env: Envelope[PinChanged]) -> None:
@@ -231,7 +229,7 @@ class Handlers:
             env,
             stream_seq=ctx.stream_seq(env),
             rules=self.rules,
-            now=_now(),
+            now=self.clock.now(),
         )
 
     async def wave_planned(self, ctx: HandlerContext, env: Envelope[WavePlanned]) -> None:
@@ -242,18 +240,22 @@ class Handlers:
             env,
             stream_seq=ctx.stream_seq(env),
             rules=self.rules,
-            now=_now(),
+            now=self.clock.now(),
         )
 
     async def wave_completed(self, ctx: HandlerContext, env: Envelope[WaveCompleted]) -> None:
         """A wave ends (``on_wave_completed``)."""
-        await on_wave_completed(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
+        await on_wave_completed(
+            PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=self.clock.now()
+        )
 
     async def rollout_ended(
         self, ctx: HandlerContext, env: Envelope[RolloutHalted | RolloutCompleted]
     ) -> None:
         """A rollout halts or completes (``on_rollout_ended``)."""
-        await on_rollout_ended(PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=_now())
+        await on_rollout_ended(
+            PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=self.clock.now()
+        )
 
     async def device_changed(
         self, ctx: HandlerContext, env: Envelope[DeviceActivated | DeviceVerified]
@@ -278,5 +280,5 @@ class Handlers:
             env,
             stream_seq=ctx.stream_seq(env),
             rules=self.rules,
-            now=_now(),
+            now=self.clock.now(),
         )

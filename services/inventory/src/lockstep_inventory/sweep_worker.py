@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from lockstep_common.compatibility.rules import CompatibilityRules
+from lockstep_common.db import OUTAGE
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.fleet_file import NodeEntry
@@ -72,17 +74,20 @@ class SweepWorker:
         if self.settings.sweep_interval_s == 0:
             log.info("periodic sweeps are off (sweep_interval_s=0)")
             return
-        while not stopping.is_set():
-            sweep = asyncio.ensure_future(self._sweep_once(resources.pool))
-            stop = asyncio.ensure_future(stopping.wait())
-            await asyncio.wait([sweep, stop], return_when=asyncio.FIRST_COMPLETED)
-            if not sweep.done():  # stopping: cancel; the sweeper deletes its sessions
-                sweep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweep
-            stop.cancel()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self.settings.sweep_interval_s)
+        every = Every(self.settings.sweep_interval_s, what="periodic sweep")
+        await every.run(lambda: self._sweep_until_stopped(resources.pool, stopping), stopping)
+
+    async def _sweep_until_stopped(self, pool: asyncpg.Pool, stopping: asyncio.Event) -> None:
+        """One sweep, cancelled if the service stops meanwhile (the sweeper deletes its
+        sessions as it unwinds)."""
+        sweep = asyncio.ensure_future(self._sweep_once(pool))
+        stop = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait([sweep, stop], return_when=asyncio.FIRST_COMPLETED)
+        if not sweep.done():
+            sweep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweep
+        stop.cancel()
 
     async def _sweep_once(self, pool: asyncpg.Pool) -> None:
         try:
@@ -102,7 +107,7 @@ class SweepWorker:
             )
         except SweepBusyError:
             log.info("another sweeper holds the sweep lock; skipping this round")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except OUTAGE as exc:
             log.warning("sweep failed (will retry next round): %s", exc)
         except Exception:
             # Anything else is a bug or a bad registry row: log it and keep sweeping next

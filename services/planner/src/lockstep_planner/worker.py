@@ -18,11 +18,14 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import asyncpg
 
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.db import OUTAGE
 from lockstep_common.errors import TransientError
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import ChangeClass
@@ -58,10 +61,6 @@ from lockstep_planner.store import (
 log = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class PlannerWorker:
     """The loop (a ``lockstep_common.service.Worker``)."""
 
@@ -76,7 +75,7 @@ class PlannerWorker:
         max_attempts: int,
         occupancy: Callable[[Resources], Occupancy | None] = lambda _: None,
         fabric_sync_s: float = 30.0,
-        clock: Callable[[], datetime] = _now,
+        clock: Clock = SYSTEM_CLOCK,
         wake_channel: str | None = None,
     ) -> None:
         self.planning = planning
@@ -96,21 +95,19 @@ class PlannerWorker:
         occupancy = self._occupancy(resources)
         async with self._listening(resources):
             await self.announce(store)
-            while not stopping.is_set():
-                busy = False
-                self._wake.clear()  # a notice from now on is for work this pass may miss
-                try:
-                    busy = await self.step(store, fleet, occupancy)
-                except Exception:
-                    log.exception("planner worker: loop error; retrying")
-                if not busy:
-                    await self._idle(stopping)
 
-    async def _idle(self, stopping: asyncio.Event) -> None:
-        """Until stopped, woken by a committed intent or command, or ``poll_s`` has passed."""
+            async def one_pass() -> bool:
+                self._wake.clear()  # a notice from now on is for work this pass may miss
+                return await self.step(store, fleet, occupancy)
+
+            every = Every(self._poll_s, what="planner worker", pause=self._idle)
+            await every.run(one_pass, stopping)
+
+    async def _idle(self, stopping: asyncio.Event, seconds: float) -> None:
+        """Until stopped, woken by a committed intent or command, or ``seconds`` have passed."""
         waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(self._wake.wait())]
         try:
-            await asyncio.wait(waits, timeout=self._poll_s, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waits:
                 w.cancel()
@@ -124,13 +121,13 @@ class PlannerWorker:
             try:
                 conn = await resources.pool.acquire()
                 await conn.add_listener(self._wake_channel, self._on_notify)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except OUTAGE as exc:
                 log.warning("planner worker cannot LISTEN (polling only): %s", exc)
         try:
             yield
         finally:
             if conn is not None:
-                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                with contextlib.suppress(*OUTAGE):
                     await conn.remove_listener(self._wake_channel or "", self._on_notify)
                 with contextlib.suppress(OSError, asyncpg.InterfaceError):
                     await resources.pool.release(conn)
@@ -156,7 +153,7 @@ class PlannerWorker:
         """One pass: commands, fabric domains when due, timers, then one intent. True when
         anything was done."""
         did = await self.commands(store)
-        now = self._clock()
+        now = self._clock.now()
         due = self._synced is None or (now - self._synced).total_seconds() >= self._fabric_sync_s
         if occupancy is not None and due:
             did = await self.fabric(store, fleet, occupancy) or did
@@ -167,14 +164,14 @@ class PlannerWorker:
         """Learn the fabric domains from the fleet and their occupancy from the scheduler, and
         release a waiting wave whose domain became AVAILABLE. True when a wave was released.
         (Without a scheduler, domains are learned only when an intent is planned.)"""
-        self._synced = self._clock()  # a silent inventory or scheduler is asked next period
+        self._synced = self._clock.now()  # a silent inventory or scheduler is asked next period
         try:
             nodes = await fleet.nodes(None)
             busy = await occupancy.busy_nodes()
         except TransientError as exc:
             log.warning("fabric domains not refreshed: %s", exc)
             return False
-        now = self._clock()
+        now = self._clock.now()
         async with store.transaction() as tx:
             freed = await sync(tx, nodes, busy, now)
             for rollout_id in sorted(freed):
@@ -186,7 +183,7 @@ class PlannerWorker:
     async def intent(self, store: PlannerStore, fleet: FleetSource) -> bool:
         """Claim one intent and plan it; False when none was waiting."""
         async with store.transaction() as tx:
-            row = await tx.claim_intent(self._lease_s, self._clock())
+            row = await tx.claim_intent(self._lease_s, self._clock.now())
         if row is None:
             return False
         if row.attempts > self._max_attempts:
@@ -196,7 +193,7 @@ class PlannerWorker:
                         tx,
                         row,
                         [f"planning did not complete in {self._max_attempts} attempts"],
-                        self._clock(),
+                        self._clock.now(),
                     )
             return True
         await self.plan_claimed(store, fleet, row)
@@ -215,16 +212,16 @@ class PlannerWorker:
                 log.warning("intent %s was taken over; discarding this plan", row.intent_id)
                 return "taken over by another pass of the planner"
             # The fleet was just read: the fabric domains learn their nodes from it too.
-            await sync(tx, nodes, None, self._clock())
+            await sync(tx, nodes, None, self._clock.now())
             # The plan itself runs here, in the transaction: it is pure CPU (under 2 s for
             # 12,500 nodes, `lockstep bench plan`), and its result must commit with the fence.
-            await plan_intent(tx, row, nodes, self.planning, self._clock())
+            await plan_intent(tx, row, nodes, self.planning, self._clock.now())
         return "decided"
 
     async def timers(self, store: PlannerStore, limit: int = 32) -> bool:
         """Pass soaked waves whose gate passed; halt rollouts whose released wave missed its
         deadline; release again a released wave none of whose nodes moved for a while."""
-        now = self._clock()
+        now = self._clock.now()
         async with store.transaction() as tx:
             due = await tx.due(now, limit, self.planning.timing.redrive_s)
             for item in due:
@@ -255,7 +252,7 @@ class PlannerWorker:
 
     async def commands(self, store: PlannerStore, limit: int = 32) -> bool:
         """Carry out operators' pause, resume and abort, each with an audit line."""
-        now = self._clock()
+        now = self._clock.now()
         async with store.transaction() as tx:
             todo = await tx.open_commands(limit)
             for command in todo:

@@ -13,8 +13,9 @@ loop does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
+
+from lockstep_common.periodic import pause
 
 FAN_OUT = 2
 
@@ -46,8 +47,7 @@ class IdleClaims:
         if not self.polling:
             self.polling = True
             try:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), timeout=self.poll_s)
+                await pause(stopping, self.poll_s)
             finally:
                 self.polling = False
             return

@@ -14,6 +14,7 @@ import logging
 
 from lockstep_common.envelope import source_of
 from lockstep_common.fleet_query import FleetQuery
+from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.subjects import Namespace
 from lockstep_redfish.image_server import ImageServer
@@ -82,33 +83,26 @@ class UpdaterWorker:
     async def _reaper(self, executor: Executor, stopping: asyncio.Event) -> None:
         """Every ``reap_interval_s``, give back the drains of workers that died (``reap``): a
         node is left cordoned without an owner at most ``orphan_ttl_s`` + that interval."""
-        while not stopping.is_set():
-            try:
-                await executor.reap(self.settings.orphan_ttl_s)
-            except Exception:
-                log.exception("updater reaper: error; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=self.settings.reap_interval_s)
+        s = self.settings
+        every = Every(s.reap_interval_s, what="updater reaper")
+        await every.run(lambda: executor.reap(s.orphan_ttl_s), stopping)
 
     async def _redriver(self, executor: Executor, stopping: asyncio.Event) -> None:
         """Every half ``wave_redrive_s``, publish again the completions nobody acted on
         (``Executor.redrive_completions``): one is re-driven within 1.5 intervals."""
         s = self.settings
-        while not stopping.is_set():
-            try:
-                await executor.redrive_completions(s.wave_redrive_s, s.wave_redrives_max)
-            except Exception:
-                log.exception("updater re-drive: error; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=s.wave_redrive_s / 2)
+        every = Every(s.wave_redrive_s / 2, what="updater re-drive")
+        await every.run(
+            lambda: executor.redrive_completions(s.wave_redrive_s, s.wave_redrives_max), stopping
+        )
 
     async def _loop(self, executor: Executor, stopping: asyncio.Event) -> None:
         executor.on_claim = self.idle.found  # every loop shares the executor and the idle gate
         executor.chains = lambda: not stopping.is_set()
-        while not stopping.is_set():
-            try:
-                if await executor.step():
-                    continue
-            except Exception:
-                log.exception("updater worker: step error; retrying")
-            await self.idle.wait(stopping)  # one idle loop polls, the others park
+        # A step that ran is followed at once by the next claim; with nothing claimable, one
+        # idle loop polls and the others park (``IdleClaims``), in place of a fixed interval.
+        every = Every(self.settings.worker_poll_s, what="updater worker step", pause=self._idle)
+        await every.run(executor.step, stopping)
+
+    async def _idle(self, stopping: asyncio.Event, _seconds: float) -> None:
+        await self.idle.wait(stopping)

@@ -131,10 +131,22 @@ async def drain_node(request: web.Request) -> web.Response:
     node_id = request.match_info["id"]
     reason, by = _text(body, "reason"), _text(body, "by")
 
+    delay = sched.next_drain_delay()
+
     async def drain() -> None:
-        await asyncio.sleep(sched.next_drain_delay())
-        sched.tick()
-        sched.drain(node_id, reason, by)
+        if not delay:
+            sched.tick()
+            sched.drain(node_id, reason, by)
+            return
+        # A slowed drain is counted, so a test can wait until it landed instead of sleeping.
+        sched.slowed_drains_waiting += 1
+        try:
+            await asyncio.sleep(delay)
+            sched.tick()
+            sched.drain(node_id, reason, by)
+        finally:
+            sched.slowed_drains_waiting -= 1
+            sched.slowed_drains_done += 1
 
     await asyncio.shield(asyncio.ensure_future(drain()))  # a caller gone does not stop it
     return web.json_response(node_json(sched.node(node_id)))

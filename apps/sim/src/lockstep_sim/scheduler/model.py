@@ -157,6 +157,8 @@ class Scheduler:
         self._rng = random.Random(seed)  # noqa: S311 - simulation
         self._throttled: dict[str | None, int] = {}  # node id (None: any) -> drains to refuse
         self._drain_delays: list[float] = []  # real seconds, one per coming drain request
+        self.slowed_drains_waiting = 0  # slowed drain requests not yet taken effect
+        self.slowed_drains_done = 0  # slowed drain requests that took effect (or were refused)
 
     def now(self) -> float:
         """Simulated seconds since the scheduler started."""

@@ -28,6 +28,7 @@ from lockstep_common.compatibility.table import (
     parse_rules,
 )
 from lockstep_common.events.v1 import DriftItem
+from lockstep_common.versions import DOT_INTEGER, compare_versions, is_dot_integer
 from lockstep_common.vocabulary import Component, DriftKind, Severity
 
 __all__ = [
@@ -36,18 +37,18 @@ __all__ = [
     "CompatibilityRules",
     "RulesError",
     "check_compatibility",
+    "driver_below",
     "parse_rules",
-    "version_key",
 ]
 
 _NCCL_CUDA = re.compile(r"\+cuda(\d+)(\.\d+)*$")
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """Numeric key of a dotted version ("570.172.08" -> (570, 172, 8)); ValueError otherwise."""
-    if not re.fullmatch(r"\d+(\.\d+)*", version):
-        raise ValueError(f"not a dotted numeric version: {version!r}")
-    return tuple(int(part) for part in version.split("."))
+def driver_below(driver: str, floor: str) -> bool:
+    """Whether a driver version is below a rule's floor, both ``DotIntegerNotation`` (the caller
+    has refused a non-numeric driver; the packaged floors are numeric), in the one version
+    ordering (``lockstep_common.versions``)."""
+    return compare_versions(driver, floor, DOT_INTEGER) == -1
 
 
 @cache  # called for every toolkit row on every judgement; versions are few
@@ -81,7 +82,7 @@ def _cuda_items(rules: CompatibilityRules, cuda: str, driver: str) -> list[Drift
         return [
             _broken(Component.CUDA, None, cuda, "cuda_major_floor", f"no row for CUDA {key[0]}")
         ]
-    if version_key(driver) < version_key(floor.min_driver):
+    if driver_below(driver, floor.min_driver):
         return [
             _broken(
                 Component.DRIVER,
@@ -94,7 +95,7 @@ def _cuda_items(rules: CompatibilityRules, cuda: str, driver: str) -> list[Drift
         ]
     rows = [t for t in rules.cuda_toolkit_minimum if _cuda_key(t.cuda) == key]
     rows = rows or [t for t in rules.cuda_toolkit_minimum if _cuda_key(t.cuda) == (*key[:2], 0)]
-    if rows and version_key(driver) < version_key(rows[0].min_driver):
+    if rows and driver_below(driver, rows[0].min_driver):
         return [
             _broken(
                 Component.DRIVER,
@@ -219,9 +220,7 @@ def check_compatibility(
     items = _gsp_evidence(driver, firmware_dirs, loaded_module)
     if driver is None:
         return items
-    try:
-        version_key(driver)
-    except ValueError:
+    if not is_dot_integer(driver):
         return [*items, _broken(Component.DRIVER, None, driver, "driver_version", "not numeric")]
     for invariant in rules.equal_to_driver:
         actual = tuple_.get(invariant.component)

@@ -11,24 +11,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
 
 import asyncpg
 
 from lockstep_attest.domain.jobs import INITIAL, JobState, transition
-from lockstep_attest.store import AttestTx, Job, VerdictRow
-from lockstep_common.consumer import HandlerContext
+from lockstep_attest.store import Job, VerdictRow
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import CheckVerdict
 from lockstep_common.outbox import EventSink
-from lockstep_common.stores import PooledStore, in_runtime_transaction
+from lockstep_common.stores import Joined, PooledStore
 from lockstep_common.vocabulary import CheckResult
-
-E = TypeVar("E", bound=EventData)
 
 
 def _constant(state: JobState) -> str:
@@ -52,13 +46,6 @@ class PostgresStore(PooledStore["PostgresTx"]):
 
     def __init__(self, pool: asyncpg.Pool, source: str) -> None:
         super().__init__(pool, source, PostgresTx)
-
-
-def joined(
-    handler: Callable[[AttestTx, Envelope[E]], Awaitable[None]],
-) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
-    """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
-    return in_runtime_transaction(PostgresTx, handler)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +192,8 @@ class PostgresTx:
             bundle_id,
         )
         return None if row is None else (row["stack_hash"], json.loads(row["manifest"]))
+
+
+joined = Joined(PostgresTx)
+"""``joined(handler)``: ``handler`` run in the consumer runtime's transaction (its inbox claim
+and outbox)."""

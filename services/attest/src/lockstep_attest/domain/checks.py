@@ -16,8 +16,8 @@ from lockstep_attest.domain.evidence import ImageFacts, LoadedBundle
 from lockstep_attest.domain.findings import Finding
 from lockstep_attest.domain.policy import Policy
 from lockstep_attest.domain.trust import TrustStore
-from lockstep_attest.domain.versions import older
 from lockstep_common.bundle import Banks, ComponentEntry, ImageFormat, Manifest
+from lockstep_common.versions import older
 from lockstep_common.vocabulary import Component
 
 COSE_SHA384 = -43
@@ -281,13 +281,20 @@ def anti_rollback(b: LoadedBundle, pinned: Manifest | None, approved: bool) -> l
         return []
     m, out = b.manifest, []
     for name, e in _entries(m):
-        if e.lowest_supported_version and older(e.version, e.lowest_supported_version):
+        lowest = e.lowest_supported_version
+        below = None if not lowest else older(e.version, lowest)
+        if below:
+            out.append(
+                Finding(
+                    "rollback", False, f"{name}: {e.version} is below the lowest supported {lowest}"
+                )
+            )
+        elif lowest and below is None:  # no guessing which is newer (lockstep_common.versions)
             out.append(
                 Finding(
                     "rollback",
                     False,
-                    f"{name}: {e.version} is below the lowest "
-                    f"supported {e.lowest_supported_version}",
+                    f"{name}: {e.version} cannot be ordered against the lowest supported {lowest}",
                 )
             )
     if pinned is not None and not approved:

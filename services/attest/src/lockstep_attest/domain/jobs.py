@@ -39,6 +39,16 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.DONE: frozenset(),
 }
 
+ENTRY = "bundle.submitted"
+"""What creates a job (the arrow into ``pending`` in docs/bundles.md's diagram)."""
+
+LABELS: dict[tuple[str, str], str] = {
+    ("pending", "running"): "claimed (token + 1)",
+    ("running", "running"): "lease lapsed, re-claimed (token + 1)",
+    ("running", "done"): "verdict committed by the token's holder",
+}
+"""Why each move happens, on the arrows of the diagram ``lockstep docs generate`` draws."""
+
 
 transition = Transitions("attest job", ALLOWED)
 """``transition(current, target)``: ``target`` if the table allows the move, else

@@ -48,6 +48,18 @@ ALLOWED: dict[WaveState, frozenset[WaveState]] = {
     WaveState.CLOSED: frozenset(),
 }
 OPEN = frozenset({WaveState.UPDATING, WaveState.SOAKING})
+INITIAL = WaveState.UPDATING
+ENTRY = "wave.planned"
+"""What opens a gated wave (the arrow into ``updating`` in docs/healthgate.md's diagram)."""
+
+LABELS: dict[tuple[str, str], str] = {
+    ("updating", "soaking"): "wave.completed",
+    ("updating", "decided"): "a hard rule tripped",
+    ("updating", "closed"): "rollout halted or completed",
+    ("soaking", "decided"): "soak judged, or a hard rule or silence tripped",
+    ("soaking", "closed"): "rollout halted or completed",
+}
+"""Why each move happens, on the arrows of the diagram ``lockstep docs generate`` draws."""
 
 
 transition = Transitions("gated wave", ALLOWED)

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
 from lockstep_common import outbox
-from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import AttestedComponent, IntentSubmitted, WaveStratum
 from lockstep_common.outbox import EventSink
-from lockstep_common.stores import PooledStore, in_runtime_transaction
+from lockstep_common.stores import Joined, PooledStore
 from lockstep_planner.domain.approvals import Approval
 from lockstep_planner.domain.fabric import FabricDomain, Lifecycle, RecycleLevel
 from lockstep_planner.domain.rollout import RolloutState, WaveState
@@ -33,13 +31,11 @@ from lockstep_planner.store import (
     DueWave,
     FabricRow,
     IntentRow,
-    PlannerTx,
     RolloutRow,
     WaveRow,
     WindowsRow,
 )
 
-E = TypeVar("E", bound=EventData)
 LIVE_STATES = [
     s.value
     for s in (RolloutState.PLANNED, RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.HALTED)
@@ -51,13 +47,6 @@ class PostgresStore(PooledStore["PostgresTx"]):
 
     def __init__(self, pool: asyncpg.Pool, source: str) -> None:
         super().__init__(pool, source, PostgresTx)
-
-
-def joined(
-    handler: Callable[[PlannerTx, Envelope[E]], Awaitable[None]],
-) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
-    """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
-    return in_runtime_transaction(PostgresTx, handler)
 
 
 def _json(value: Any) -> str:
@@ -502,3 +491,8 @@ def _fabric(r: asyncpg.Record) -> FabricRow:
         rollout=r["rollout_id"],
     )
     return FabricRow(domain, tuple(r["node_ids"]), r["changed_by"], r["changed_at"])
+
+
+joined = Joined(PostgresTx)
+"""``joined(handler)``: ``handler`` run in the consumer runtime's transaction (its inbox claim
+and outbox)."""

@@ -87,6 +87,26 @@ WAVE_ALLOWED: dict[WaveState, frozenset[WaveState]] = {
     WaveState.CANCELLED: frozenset(),
 }
 
+ROLLOUT_LABELS: dict[tuple[str, str], str] = {
+    ("planned", "running"): "approved, first wave released",
+    ("running", "paused"): "lockstep rollout pause, or a gate inconclusive",
+    ("running", "halted"): "a gate tripped, or a wave missed its deadline",
+    ("running", "completed"): "the last wave passed",
+    ("paused", "running"): "lockstep rollout resume",
+    ("halted", "aborted"): "closed by an operator",
+}
+WAVE_LABELS: dict[tuple[str, str], str] = {
+    ("pending", "released"): "wave.planned sent",
+    ("released", "soaking"): "wave.completed",
+    ("released", "tripped"): "a hard rule tripped",
+    ("released", "timed_out"): "no progress by the deadline",
+    ("soaking", "passed"): "gate.passed, soak over",
+    ("soaking", "tripped"): "gate.tripped",
+    ("soaking", "held"): "gate.inconclusive",
+    ("held", "passed"): "accepted by lockstep rollout resume",
+}
+"""Why each move happens, on the arrows of the diagrams ``lockstep docs generate`` draws."""
+
 transition = Transitions("rollout", ROLLOUT_ALLOWED)
 """``transition(current, target)``: ``target`` if ``ROLLOUT_ALLOWED`` allows the move, else
 :class:`InvalidTransition`."""

@@ -35,6 +35,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from lockstep_common.backoff import Backoff
 from lockstep_updater.ports import OWNER, DrainState, ForeignDrain, SchedulerUnavailable
 
 CORDONED_BY = "lockstep.dev/cordoned-by"
@@ -187,8 +188,8 @@ class KubernetesScheduler:
             self._blocked.pop(node_id, None)
             return
         # Doubling backoff per refusal, capped (as kubectl drain retries a 429 every 5 s).
-        delay = self.backoff_s if blocked is None else min(blocked.delay_s * 2, self.backoff_max_s)
         refusals = 1 if blocked is None else blocked.refusals + 1
+        delay = Backoff(self.backoff_s, self.backoff_max_s).delay(refusals - 1)
         self._blocked[node_id] = _Backoff(delay, now + delay, refusals, refused)
 
     async def drain_state(self, node_id: str) -> DrainState:

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
 from lockstep_common import outbox
-from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
-from lockstep_common.envelope import Envelope, EventData
 from lockstep_common.events.v1 import AttestedComponent, WavePlanned
 from lockstep_common.outbox import EventSink
-from lockstep_common.stores import PooledStore, in_runtime_transaction
+from lockstep_common.stores import Joined, PooledStore
 from lockstep_updater.domain.guard import Facts, RemedyFacts
 from lockstep_updater.domain.steps import (
     OUT_OF_SERVICE,
@@ -41,11 +39,8 @@ from lockstep_updater.store import (
     NotQuarantined,
     StepRecord,
     Target,
-    UpdaterTx,
     WaveResult,
 )
-
-E = TypeVar("E", bound=EventData)
 
 
 def _list(states: frozenset[NodeStep]) -> str:
@@ -110,13 +105,6 @@ class PostgresStore(PooledStore["PostgresTx"]):
 
     def __init__(self, pool: asyncpg.Pool, source: str) -> None:
         super().__init__(pool, source, PostgresTx)
-
-
-def joined(
-    handler: Callable[[UpdaterTx, Envelope[E]], Awaitable[None]],
-) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
-    """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
-    return in_runtime_transaction(PostgresTx, handler)
 
 
 def _claim(row: asyncpg.Record) -> Claim:
@@ -667,3 +655,8 @@ async def step_history(conn: Conn, node_id: str, limit: int) -> list[StepRecord]
         )
         for r in rows
     ]
+
+
+joined = Joined(PostgresTx)
+"""``joined(handler)``: ``handler`` run in the consumer runtime's transaction (its inbox claim
+and outbox)."""

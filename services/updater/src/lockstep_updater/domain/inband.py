@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lockstep_common.versions import DOT_INTEGER, newest
 from lockstep_common.vocabulary import Component
 
 IN_BAND = frozenset(
@@ -168,11 +169,7 @@ def _after_sent(state: AgentState, version: str, sent: Mapping[str, Any]) -> Nex
 
 def fallback_for(state: AgentState, target: str) -> str | None:
     """The previous known-good branch (seed 004 "Rollback"): a version whose GSP firmware
-    directory the node still holds, other than the target's (the newest); None if none. A
-    loaded module without its directory is the broken half, never a fallback."""
-    others = [v for v in state.firmware_dirs if v != target]
-    return max(others, key=_version_key) if others else None
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+    directory the node still holds, other than the target's (the newest, in the one version
+    ordering); None if none, or if the candidates cannot be ordered (no guessing which branch
+    is newer). A loaded module without its directory is the broken half, never a fallback."""
+    return newest((v for v in state.firmware_dirs if v != target), DOT_INTEGER)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep_redfish.versions import compare_versions
+from lockstep_common.versions import compare_versions
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,8 @@
-"""Ordering firmware version strings, or saying that they cannot be ordered (pure).
+"""The one ordering of firmware and software version strings, or saying that they cannot be
+ordered (pure). Every call site orders versions through it: the Redfish preflight and read-back
+(``LowestSupportedVersion``, a downgrade), the compatibility rules (a driver below a floor),
+attest's anti-rollback check and the updater's in-band fallback branch; a test holds them to
+the same answer on every version string in the reference captures.
 
 SoftwareInventory ``Version`` is free-form (standards.md 1.3: the GB200 mockup alone shows
 ``97.00.6C.00.03``, ``0x00 0x0b 0x03 0x04``, ``01.03.0262.0000_n04``, ``GB200Nvl-24.12-8``),
@@ -14,12 +18,16 @@ the first difference, which must be between two fields of the same kind: decimal
 NVIDIA writes ``6C`` after ``52``), or letters followed by a number, with the same letters
 (``n04`` < ``n05``). Anything else is ``None``: the caller must not guess (a refusal, for
 ``LowestSupportedVersion``): ordering ``GB200Nvl`` against ``GB300Nvl`` would be inventing facts.
+Fields equal as numbers (``01`` and ``1``) are equal: the comparison goes on to the next field.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
+
+DOT_INTEGER = "DotIntegerNotation"  # SoftwareInventory.VersionScheme, as NVIDIA drivers are written
 
 _SEPARATORS = re.compile(r"[.\-_+ ]+")
 _DOT_INTEGER = re.compile(r"\d+(\.\d+)*")
@@ -75,7 +83,9 @@ def _heuristic(a: str, b: str) -> int | None:
         return None
     for x, y in zip(left, right, strict=True):
         if x != y:
-            return _field(x, y)
+            order = _field(x, y)
+            if order != 0:
+                return order  # -1, 1, or None: these two fields cannot be ordered
     return 0
 
 
@@ -85,10 +95,39 @@ def compare_versions(a: str, b: str, scheme: str | None = None) -> int | None:
     back to the heuristic."""
     if a == b:
         return 0
-    if scheme == "DotIntegerNotation" and _DOT_INTEGER.fullmatch(a) and _DOT_INTEGER.fullmatch(b):
+    if scheme == DOT_INTEGER and _DOT_INTEGER.fullmatch(a) and _DOT_INTEGER.fullmatch(b):
         return _dot_integer(a, b)
     if scheme == "SemVer":
         sem_a, sem_b = _SEMVER.fullmatch(a), _SEMVER.fullmatch(b)
         if sem_a and sem_b:
             return _semver(sem_a, sem_b)
     return _heuristic(a, b)
+
+
+def is_dot_integer(version: str) -> bool:
+    """Whether ``version`` is written in ``DotIntegerNotation`` (``570.172.08``)."""
+    return _DOT_INTEGER.fullmatch(version) is not None
+
+
+def older(a: str, b: str, scheme: str | None = None) -> bool | None:
+    """Whether ``a`` is strictly below ``b``; None when they cannot be ordered."""
+    order = compare_versions(a, b, scheme)
+    return None if order is None else order < 0
+
+
+def newest(versions: Iterable[str], scheme: str | None = None) -> str | None:
+    """The version above every other one; None when there is none, or when one of them cannot
+    be ordered against it (the caller must not guess which is newer)."""
+    candidates = list(dict.fromkeys(versions))
+    if not candidates:
+        return None
+    best = candidates[0]
+    for v in candidates[1:]:
+        order = compare_versions(v, best, scheme)
+        if order is None:
+            return None
+        if order > 0:
+            best = v
+    if any(compare_versions(best, v, scheme) is None for v in candidates):
+        return None
+    return best
