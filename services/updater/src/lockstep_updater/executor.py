@@ -23,14 +23,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Callable
 from datetime import datetime
 from typing import cast
 
+from lockstep_common.backoff import Backoff
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.errors import PermanentError
 from lockstep_common.fleet_query import InventoryUnavailable
+from lockstep_common.periodic import Every
 from lockstep_redfish.errors import BmcError, BmcUnavailable, CredentialError, ImageDigestMismatch
 from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.credentials import FleetCredentials
@@ -46,7 +47,6 @@ from lockstep_updater.store import Claim, UpdaterStore
 
 log = logging.getLogger(__name__)
 S = NodeStep
-_JITTER = random.Random()  # noqa: S311 - backoff jitter, not cryptography
 
 __all__ = ["Executor", "ExecutorPolicy", "LostClaim", "NotYet", "Stop", "sha384_of"]
 
@@ -193,11 +193,17 @@ class Executor:
     async def _renew(self, claim: Claim) -> None:
         """Keep the lease while a step runs longer than it (a task may run for hours): the
         lease then lapses only when this process stops, which is what it is for."""
-        while True:
-            await asyncio.sleep(self.policy.lease_s / 3)
+        lost = asyncio.Event()
+
+        async def renew() -> None:
             async with self.store.transaction() as tx:
                 if not await tx.still_holds(claim, self.policy.lease_s):
-                    return
+                    lost.set()
+
+        # A renewal the database refused is logged and tried again a third of a lease later:
+        # two more chances before the lease can lapse under a step that is still running.
+        every = Every(self.policy.lease_s / 3, what=f"lease of {claim.node_id}", wait_first=True)
+        await every.run(renew, lost)
 
     async def drain_all(self, limit: int = 10_000) -> int:
         """Run steps until none is claimable now (tests and benchmarks); returns the count."""
@@ -339,8 +345,8 @@ class Executor:
         nodes a retry every ``retry_s`` against a slow inventory was a congestion collapse)."""
         waits = progress.inventory_waits
         progress.inventory_waits = waits + 1
-        ceiling = min(self.policy.retry_s * 2**waits, self.policy.inventory_backoff_max_s)
-        pause = _JITTER.uniform(ceiling / 2, ceiling)
+        backoff = Backoff(self.policy.retry_s, self.policy.inventory_backoff_max_s, jitter=0.5)
+        pause = backoff.delay(waits)
         reason = f"waiting for the inventory: {exc}"
         await self.ctx.commit(claim, claim.state, reason, progress, pause)
 
