@@ -28,7 +28,7 @@ from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
-from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
+from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector, Strategy
 from lockstep_common.natsconn import NatsAccess
 from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
@@ -49,6 +49,7 @@ from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
 from lockstep_updater.settings import Settings as UpdaterSettings
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+from tests.speed import scaled
 
 NODES = 10  # a canary of 5 and 5 controls, then a wave of 5 compared with the canary
 SOAK_S = 3  # each wave soaks this long: ~12 health reports per node at the agents' cadence
@@ -170,7 +171,9 @@ class Stack:
             return found if len(found) >= count else None
 
         try:
-            return await until(enough, what=f"{count} {prefix} from {service}", timeout_s=40)
+            return await until(
+                enough, what=f"{count} {prefix} from {service}", timeout_s=scaled(40)
+            )
         except TimeoutError as exc:
             raise AssertionError(await self.story()) from exc
 
@@ -209,11 +212,11 @@ class Stack:
             if e["action"] == PUSH and e.get("status") == 202
         ]
 
-    async def start_rollout(self) -> dict[str, Any]:
+    async def start_rollout(self, strategy: Strategy | None = None) -> dict[str, Any]:
         """The release kit submitted to the attest service; once ``bundle.attested`` reached the
         planner and the updater, a routine intent moving the whole fleet to it."""
         bundle = await self.attest_bundle()
-        await self.submit_intent(bundle)
+        await self.submit_intent(bundle, strategy)
         return bundle
 
     async def attest_bundle(self) -> dict[str, Any]:
@@ -235,8 +238,8 @@ class Stack:
         await until(known, what="the bundle recorded by planner and updater")
         return bundle
 
-    async def submit_intent(self, bundle: dict[str, Any]) -> None:
-        """A routine intent moving the whole fleet to ``bundle``."""
+    async def submit_intent(self, bundle: dict[str, Any], strategy: Strategy | None = None) -> None:
+        """A routine intent moving the whole fleet to ``bundle`` (with ``strategy``, if any)."""
         await self.publish(
             subjects.intent_submitted(),
             IntentSubmitted(
@@ -246,6 +249,7 @@ class Stack:
                 change_class=ChangeClass.ROUTINE,
                 approval_ref="CAB-1313",
                 submitted_by="alice",
+                strategy=strategy or Strategy(),
             ),
         )
 

@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from lockstep_cli.main import app as cli_app
 from lockstep_cli.polling import until
-from lockstep_common.events.v1 import WavePlanned
+from lockstep_common.events.v1 import Strategy, WavePlanned
 from lockstep_common.subjects import wave_planned
 from lockstep_common.vocabulary import Component
 from lockstep_sim.agents.software import NodeSoftware
@@ -38,6 +38,7 @@ from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_updater.ports import OWNER
 from tests.integration.k8s_fake import FakeKubernetes
 from tests.integration.rollout_stack import NODES, Stack, running_stack
+from tests.speed import scaled
 
 pytestmark = pytest.mark.integration
 Launch = Callable[..., AbstractAsyncContextManager[Stack]]
@@ -75,7 +76,9 @@ async def quiet(stack: Stack, wave: int) -> dict[str, Any]:
         return found[0] if found else None
 
     try:
-        return await until(done, what=f"wave.completed {wave} from the updater", timeout_s=40)
+        return await until(
+            done, what=f"wave.completed {wave} from the updater", timeout_s=scaled(40)
+        )
     except TimeoutError as exc:
         raise AssertionError(await stack.story()) from exc
 
@@ -98,7 +101,7 @@ async def flip_backs_ended(stack: Stack, rollout: str) -> dict[str, tuple[str, s
         return found if found and all(s in ENDED for s, _ in found.values()) else None
 
     try:
-        return await until(ended, what="the canary's flip-backs to end", timeout_s=60)
+        return await until(ended, what="the canary's flip-backs to end", timeout_s=scaled(60))
     except TimeoutError as exc:
         raise AssertionError(await stack.story()) from exc
 
@@ -184,9 +187,12 @@ async def test_f3_a_corrupted_wave_five_times_the_approved_size_is_refused(launc
     the bus by a test identity. Pass: the updater refuses the whole wave, halts the rollout
     with a ``rollout.halted`` naming the reason (the alert), and 0 nodes outside the canary
     are touched."""
-    # Canary 5, then wave 1 of 1 node (60% of the scope of 10 after it), then wave 2 of 4.
-    async with launch(routine={"wave_fractions": [0.6, 1.0]}) as stack:
-        await stack.start_rollout()
+    # Canary 5, then wave 1 of 1 node (60% of the scope of 10 after it), then wave 2 of 4. A
+    # wave moves at least the class's canary minimum of a stratum (so that the gate can judge
+    # it), so the class asks 1 and the strategy raises the canary back to 5.
+    routine = {"wave_fractions": [0.6, 1.0], "canary_min_per_stratum": 1}
+    async with launch(routine=routine) as stack:
+        await stack.start_rollout(Strategy(canary_nodes=5))
         (plan,) = await stack.wait("planner", "rollout.planned.")
         approved = {w["number"]: w["node_ids"] for w in plan["waves"]}
         assert [len(approved[i]) for i in sorted(approved)] == [5, 1, 4], approved
@@ -239,14 +245,14 @@ async def test_f4_missing_health_signal_never_promotes(stack: Stack) -> None:
         ]
         return found or None
 
-    (judged,) = await until(verdict, what="the canary's gate verdict", timeout_s=40)
+    (judged,) = await until(verdict, what="the canary's gate verdict", timeout_s=scaled(40))
     assert judged["wave"] == 0 and judged["verdict"] in {"inconclusive", "tripped"}, judged
 
     async def stopped() -> str | None:
         state = await planner_state(stack, rollout)
         return state if state in {"paused", "halted"} else None
 
-    await until(stopped, what="the planner holding the rollout", timeout_s=20)
+    await until(stopped, what="the planner holding the rollout", timeout_s=scaled(20))
     pool = stack.apps["planner"].require().pool
 
     async def timer_ran_out() -> bool:
@@ -260,7 +266,7 @@ async def test_f4_missing_health_signal_never_promotes(stack: Stack) -> None:
             )
         )
 
-    await until(timer_ran_out, what="the canary's soak timer past its end", timeout_s=20)
+    await until(timer_ran_out, what="the canary's soak timer past its end", timeout_s=scaled(20))
     assert await stack.emitted("healthgate", "gate.passed.") == []
     assert [w["wave"] for w in await stack.emitted("planner", "wave.planned.")] == [0]
     assert await stack.emitted("planner", "rollout.completed.") == []
@@ -297,7 +303,7 @@ async def test_f5_an_environmental_regression_is_not_blamed_on_the_rollout(
     async def paused() -> bool:
         return await planner_state(stack, rollout) == "paused"
 
-    await until(paused, what="the planner pausing for a human", timeout_s=20)
+    await until(paused, what="the planner pausing for a human", timeout_s=scaled(20))
     assert await stack.emitted("healthgate", "gate.tripped.") == []
     assert await stack.emitted("planner", "rollout.halted.") == []
     assert await stack.emitted("updater", "rollout.halted.") == []
@@ -332,7 +338,7 @@ async def test_f6_abort_stops_new_flashes_within_1s_and_gives_every_node_back(
     async def pushed() -> bool:
         return bool(stack.all_pushes())
 
-    await until(pushed, what="the canary's first accepted push", timeout_s=40)
+    await until(pushed, what="the canary's first accepted push", timeout_s=scaled(40))
     code, out = await cli("rollout", "abort", rollout, "--by", "oncall", "--reason", "F6")
     assert code == 0, out
     (abort,) = await stack.envelopes("planner", "rollout.halted.")
@@ -390,7 +396,7 @@ async def test_f2_out_of_service_stays_within_budget_sampled_every_100ms_under_k
                 async def reached(count: int = kill) -> bool:
                     return len(stack.all_pushes()) >= count
 
-                await until(reached, what=f"{kill} accepted pushes", timeout_s=60)
+                await until(reached, what=f"{kill} accepted pushes", timeout_s=scaled(60))
                 await stack.restart("updater")
             (done,) = await stack.wait("planner", "rollout.completed.")
         finally:
