@@ -32,7 +32,7 @@ from lockstep_common.consumer import Subscription
 from lockstep_common.dlq_commands import DLQ_COMMANDS
 from lockstep_common.envelope import EventData
 from lockstep_common.events.v1 import OpsRefused
-from lockstep_common.identities import AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
+from lockstep_common.identities import ADMIN, AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
 from lockstep_common.operator import Command
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.statediagram import Machine
@@ -242,6 +242,7 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
     for identity in OPERATORS:
         outside[identity].add(ops_requests_of(identity))
     reader_sends = outside.pop(READER, set())
+    outside.pop(ADMIN, None)  # admin's grants are bus_access.admin_permissions, all of them
     for identity, sends in outside.items():
         out[identity] = Party(sends=tuple(sorted(sends)))
     out[READER] = Party(
