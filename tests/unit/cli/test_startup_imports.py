@@ -48,6 +48,7 @@ HEAVY = (
     "lockstep_planner",
     "lockstep_updater",
     "lockstep_healthgate",
+    "lockstep_gate",  # numpy, scipy
     "lockstep_attest",
     "lockstep_sim.runtime",
     "lockstep_cli.supervisor",
@@ -60,6 +61,7 @@ SERVICES = {
     "lockstep_planner",
     "lockstep_updater",
     "lockstep_healthgate",
+    "lockstep_gate",  # numpy, scipy
     "lockstep_attest",
 }
 

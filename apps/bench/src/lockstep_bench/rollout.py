@@ -177,7 +177,7 @@ def planner_policy(path: Path, soak_s: int) -> Path:
 def gate_policy(path: Path, cadence_s: float) -> Path:
     """The packaged gate policy with the smallest minimums Mann-Whitney's 98% interval allows
     (5 against 5) and the heartbeat rule at the agents' cadence."""
-    text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
+    text = resources.files("lockstep_gate").joinpath("data/default_policy.toml").read_text()
     head, _, rest = text.partition("[minimum]")
     rest = rest.split("\n[hard_rules]", 1)[1]
     minimum = (

@@ -38,12 +38,12 @@ from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.statediagram import Machine
 from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
+from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.domain import waves as gated_waves
 from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
-from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import operator_commands as planner_operator_commands
