@@ -101,7 +101,7 @@ def packaged_timing(path: Path) -> Path:
 
 def gate_policy(path: Path) -> Path:
     """The packaged gate policy with the smallest minimums a small fleet can meet."""
-    text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
+    text = resources.files("lockstep_gate").joinpath("data/default_policy.toml").read_text()
     head, _, rest = text.partition("[minimum]")
     rest = rest.split("\n[hard_rules]", 1)[1]
     path.write_text(head + GATE_POLICY + "\n[hard_rules]" + rest)

@@ -176,6 +176,26 @@ async def test_every_identity_may_publish_exactly_what_it_declares(
     assert wrong == [], f"{identity}: server disagrees with the matrix (declared)"
 
 
+async def test_the_cli_may_not_submit_an_intent_but_may_ask_the_planner_to_start(
+    stack: Stack,
+) -> None:
+    """Issue 26: ``rollout start`` asks the planner (``rollout.start``), which records the
+    intent itself; an intent published by the cli identity is refused by the server, so no
+    operator tool can skip the planner's checks and audit of who asked."""
+    intent = NS.wire(subjects.intent_submitted())
+    start = NS.wire(subjects.ops_request(CLI, "planner", "rollout.start"))
+    errors: list[str] = []
+    nc = await connect_as(stack, CLI, errors)
+    try:
+        await nc.publish(intent, b"{}")
+        await nc.publish(start, b"{}")
+        await settled(nc, errors, "Publish")
+    finally:
+        await nc.close()
+    assert refused(errors, "Publish", intent), errors
+    assert not refused(errors, "Publish", start), errors
+
+
 @pytest.mark.parametrize("identity", [*sorted(concrete())])
 async def test_every_identity_may_subscribe_only_to_its_inbox_and_what_it_answers(
     stack: Stack, grants: dict[str, Permissions], identity: str

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lockstep_common.vocabulary import ChangeClass
-from lockstep_healthgate.policy_files import default_policy
+from lockstep_gate.policy_files import default_policy
 from lockstep_planner.adapters.policy_file import packaged_policy
 
 pytestmark = pytest.mark.unit

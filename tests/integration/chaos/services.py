@@ -56,7 +56,7 @@ def planner_policy(path: Path) -> Path:
 
 
 def gate_policy(path: Path) -> Path:
-    text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
+    text = resources.files("lockstep_gate").joinpath("data/default_policy.toml").read_text()
     head, _, rest = text.partition("[minimum]")
     path.write_text(head + GATE_MINIMUM + "\n[hard_rules]" + rest.split("\n[hard_rules]", 1)[1])
     return path

@@ -17,13 +17,13 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from lockstep_attest.adapters.bundle_reader import BundleReadError
-from lockstep_attest.adapters.trust_store import load_trust_store
-from lockstep_attest.builder import build_bundle
-from lockstep_attest.domain import jws
-from lockstep_attest.domain.policy import Policy
 from lockstep_attest.testing.bundles import KID, Kit, make_kit, sfr_payload
-from lockstep_attest.verification import Verdict, verify_bundle
+from lockstep_attestation import jws
+from lockstep_attestation.builder import build_bundle
+from lockstep_attestation.bundle_reader import BundleReadError
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust_store import load_trust_store
+from lockstep_attestation.verification import Verdict, verify_bundle
 from lockstep_common.bundle import Manifest
 
 pytestmark = pytest.mark.unit

@@ -11,8 +11,8 @@ import cbor2
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from lockstep_attest.adapters.key_files import load_public_key
-from lockstep_attest.domain import corim, cose
+from lockstep_attestation import corim, cose
+from lockstep_attestation.key_files import load_public_key
 from tests.reference import REFERENCE as SHARED_REFERENCE
 
 pytestmark = pytest.mark.unit

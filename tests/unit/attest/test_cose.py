@@ -10,10 +10,10 @@ import cbor2
 import pytest
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from lockstep_attest.adapters.key_files import load_public_key
-from lockstep_attest.domain import cose
-from lockstep_attest.domain.jws import create_signature
 from lockstep_attest.testing.keys import key_for
+from lockstep_attestation import cose
+from lockstep_attestation.jws import create_signature
+from lockstep_attestation.key_files import load_public_key
 from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from lockstep_attest.adapters.trust_store import load_trust_store
-from lockstep_attest.builder import build_bundle
-from lockstep_attest.domain.policy import Policy
 from lockstep_attest.testing.bundles import KID, DriverPackage, Kit, make_kit
-from lockstep_attest.verification import Verdict, verify_bundle
 from lockstep_attest.worker import attested_components
+from lockstep_attestation.builder import build_bundle
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust_store import load_trust_store
+from lockstep_attestation.verification import Verdict, verify_bundle
 
 pytestmark = pytest.mark.unit
 NOW = datetime.now(UTC)

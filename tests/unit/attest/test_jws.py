@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from lockstep_attest.adapters.key_files import load_public_key
-from lockstep_attest.domain import jws
 from lockstep_attest.testing.keys import key_for
+from lockstep_attestation import jws
+from lockstep_attestation.key_files import load_public_key
 from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit

@@ -17,10 +17,10 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockstep_attest.adapters.key_files import load_srp_keys
-from lockstep_attest.domain import cose, jws, safe
-from lockstep_attest.domain.safe import SfrError, SfrIssue, SfrReport, SrpKeySet
 from lockstep_attest.testing.keys import key_for
+from lockstep_attestation import cose, jws, safe
+from lockstep_attestation.key_files import load_srp_keys
+from lockstep_attestation.safe import SfrError, SfrIssue, SfrReport, SrpKeySet
 from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit

@@ -9,16 +9,6 @@ import pytest
 from cryptography import x509
 from signxml.algorithms import DigestAlgorithm, SignatureMethod
 
-from lockstep_attest.domain.swid import (
-    DS_NS,
-    SWID_NS,
-    RimError,
-    SwidRim,
-    parse_xml,
-    rim_matches,
-    verify_swid_rim,
-    xml_bytes,
-)
 from lockstep_attest.testing.rim_fixtures import (
     DEFAULT_MEASUREMENTS,
     INSIDE_VALIDITY,
@@ -30,6 +20,16 @@ from lockstep_attest.testing.rim_fixtures import (
     sha384_hex,
     sign_swid,
     swid_document,
+)
+from lockstep_attestation.swid import (
+    DS_NS,
+    SWID_NS,
+    RimError,
+    SwidRim,
+    parse_xml,
+    rim_matches,
+    verify_swid_rim,
+    xml_bytes,
 )
 
 pytestmark = pytest.mark.unit

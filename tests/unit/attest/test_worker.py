@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from lockstep_attest.adapters.bundle_source import BundleSource
-from lockstep_attest.adapters.trust_store import load_trust_store
 from lockstep_attest.domain.jobs import JobState
-from lockstep_attest.domain.policy import Policy
-from lockstep_attest.domain.trust import TrustStore
 from lockstep_attest.store import Job
 from lockstep_attest.testing.bundles import Kit, make_kit
 from lockstep_attest.testing.memory_store import MemoryStore
 from lockstep_attest.worker import AttestWorker, Context
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust import TrustStore
+from lockstep_attestation.trust_store import load_trust_store
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import source_of

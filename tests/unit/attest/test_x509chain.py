@@ -21,7 +21,6 @@ from cryptography.x509.verification import (
 from signxml.exceptions import InvalidCertificate
 from signxml.verifier import SignatureConfiguration, XMLVerifier
 
-from lockstep_attest.domain.x509chain import ChainError, is_anchor, validate_chain
 from lockstep_attest.testing.rim_fixtures import (
     CA_USAGE,
     INSIDE_VALIDITY,
@@ -32,6 +31,7 @@ from lockstep_attest.testing.rim_fixtures import (
     make_chain,
     sign_swid,
 )
+from lockstep_attestation.x509chain import ChainError, is_anchor, validate_chain
 
 pytestmark = pytest.mark.unit
 

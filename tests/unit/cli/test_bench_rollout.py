@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from lockstep_bench.rollout import RolloutOptions, gate_policy, lower_bound, planner_policy
 from lockstep_cli.main import app
 from lockstep_common.vocabulary import ChangeClass
-from lockstep_healthgate.policy_files import load_policy
+from lockstep_gate.policy_files import load_policy
 from lockstep_planner.adapters.policy_file import read_policy
 
 pytestmark = pytest.mark.unit

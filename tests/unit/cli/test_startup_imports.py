@@ -48,7 +48,9 @@ HEAVY = (
     "lockstep_planner",
     "lockstep_updater",
     "lockstep_healthgate",
+    "lockstep_gate",  # numpy, scipy
     "lockstep_attest",
+    "lockstep_attestation",  # cryptography, lxml, cbor2
     "lockstep_sim.runtime",
     "lockstep_cli.supervisor",
     "lockstep_bench",
@@ -111,6 +113,8 @@ def test_fleet_admit_loads_no_database_server_or_service_runtime_code() -> None:
 # which coerces every command's options with it.
 NOT_FOR_ADMIT = SERVICES | {
     "lockstep_bench",
+    "lockstep_gate",
+    "lockstep_attestation",
     "nats",
     "aiohttp",
     "asyncio",

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import pytest
 
-from lockstep_attest.domain.checks import anti_rollback
+from lockstep_attestation.checks import anti_rollback
 from lockstep_common.compatibility.rules import driver_below
 from lockstep_common.versions import DOT_INTEGER, compare_versions, is_dot_integer, newest
 from lockstep_redfish.readback import Readback, judge

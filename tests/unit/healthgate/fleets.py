@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from lockstep_healthgate.domain.policy import MetricDefinition, Policy
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, Group, Phase, Sample, SampleTable
+from lockstep_gate.policy import MetricDefinition, Policy
+from lockstep_gate.samples import DEFAULT_STRATUM, Group, Phase, Sample, SampleTable
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 STEP = 10.0

@@ -7,9 +7,9 @@ import pytest
 
 from lockstep_common.events.v1 import GateInconclusive, GatePassed, GateTripped
 from lockstep_common.vocabulary import GateVerdict
+from lockstep_gate.judge import evaluate
+from lockstep_gate.samples import Group, Sample
 from lockstep_healthgate.domain.evidence import event_evidence, gate_event
-from lockstep_healthgate.domain.judge import evaluate
-from lockstep_healthgate.domain.samples import Group, Sample
 from tests.unit.healthgate.fleets import BUSBW, T0, TEMP, end, fleet, normal_nodes, policy
 
 pytestmark = pytest.mark.unit

@@ -14,10 +14,10 @@ from lockstep_common.events.v1 import (
     RolloutHalted,
     WaveCompleted,
 )
+from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import handlers
 from lockstep_healthgate.domain.waves import WaveState
 from lockstep_healthgate.handlers import GateConfig
-from lockstep_healthgate.policy_files import default_policy
 from lockstep_healthgate.testing.memory_store import MemoryGateStore
 from lockstep_healthgate.testing.reports import Fault
 from lockstep_healthgate.testing.waves import planned_wave, rounds

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_healthgate.domain.decision import HardRule, RuleFinding
-from lockstep_healthgate.domain.hard_rules import check_hard_rules
-from lockstep_healthgate.domain.judge import evaluate
-from lockstep_healthgate.domain.samples import Group, Sample, SampleTable
+from lockstep_gate.decision import HardRule, RuleFinding
+from lockstep_gate.hard_rules import check_hard_rules
+from lockstep_gate.judge import evaluate
+from lockstep_gate.samples import Group, Sample, SampleTable
 from tests.unit.healthgate.fleets import BUSBW, STEP, T0, at, policy, series
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_healthgate.domain.decision import MetricOutcome
-from lockstep_healthgate.domain.judge import evaluate
-from lockstep_healthgate.domain.samples import Group, Phase, Sample, SampleTable
+from lockstep_gate.decision import MetricOutcome
+from lockstep_gate.judge import evaluate
+from lockstep_gate.samples import Group, Phase, Sample, SampleTable
 from tests.unit.healthgate.fleets import (
     BUSBW,
     TEMP,

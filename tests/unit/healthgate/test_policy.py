@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep_healthgate.domain.policy import DEFAULT_FATAL_XIDS, FloorKind, Harmful, PolicyError
-from lockstep_healthgate.policy_files import default_policy, load_policy
+from lockstep_gate.policy import DEFAULT_FATAL_XIDS, FloorKind, Harmful, PolicyError
+from lockstep_gate.policy_files import default_policy, load_policy
 
 pytestmark = pytest.mark.unit
 DATA = Path(__file__).resolve().parents[2] / "data" / "gate"

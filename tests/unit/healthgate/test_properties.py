@@ -11,10 +11,10 @@ import pytest
 from hypothesis import strategies as st
 
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_healthgate.domain.judge import evaluate
-from lockstep_healthgate.domain.policy import Policy
-from lockstep_healthgate.domain.samples import SampleTable
-from lockstep_healthgate.policy_files import default_policy
+from lockstep_gate.judge import evaluate
+from lockstep_gate.policy import Policy
+from lockstep_gate.policy_files import default_policy
+from lockstep_gate.samples import SampleTable
 from lockstep_healthgate.testing.synthetic import (
     EXPECTED_BUSBW,
     Scenario,

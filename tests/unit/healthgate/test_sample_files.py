@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep_healthgate.sample_files import SampleFileError, read_samples
+from lockstep_gate.sample_files import SampleFileError, read_samples
 
 pytestmark = pytest.mark.unit
 HEADER = "node,group,metric,value,time\n"

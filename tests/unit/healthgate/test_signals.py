@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from lockstep_common.events.v1 import HealthObserved
+from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate.domain.signals import may_break_hard_rule, signals_of, throttled
-from lockstep_healthgate.policy_files import default_policy
 
 pytestmark = pytest.mark.unit
 AT = datetime(2026, 1, 1, tzinfo=UTC)

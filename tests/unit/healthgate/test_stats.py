@@ -10,7 +10,7 @@ import pytest
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from lockstep_healthgate.domain.stats import (
+from lockstep_gate.stats import (
     aggregate_segments,
     kth_differences,
     median_interval,

@@ -75,7 +75,7 @@ def test_temperatures_drift_with_the_simulated_day_for_every_node_alike() -> Non
 
 def test_benign_xids_are_rare_application_level_codes_outside_the_fatal_set() -> None:
     policy = tomllib.loads(
-        resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
+        resources.files("lockstep_gate").joinpath("data/default_policy.toml").read_text()
     )
     fatal = {str(code) for code in policy["hard_rules"]["fatal_xids"]}
     assert not fatal & set(BENIGN_XIDS)

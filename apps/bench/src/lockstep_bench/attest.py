@@ -33,10 +33,10 @@ def _baseline(images: list[Path]) -> float:
 
 def run_bench(gib: float, runs: int) -> dict[str, Any]:
     """Build the bundle once; alternate baseline and verification ``runs`` times."""
-    from lockstep_attest.adapters.trust_store import load_trust_store
-    from lockstep_attest.domain.policy import Policy
     from lockstep_attest.testing.bundles import make_kit
-    from lockstep_attest.verification import verify_bundle
+    from lockstep_attestation.policy import Policy
+    from lockstep_attestation.trust_store import load_trust_store
+    from lockstep_attestation.verification import verify_bundle
 
     tmp = Path(tempfile.mkdtemp(prefix="lockstep-bench-attest-"))
     try:

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_healthgate.domain.decision import GateDecision
-from lockstep_healthgate.domain.hard_rules import BUSBW
-from lockstep_healthgate.domain.judge import evaluate
-from lockstep_healthgate.domain.policy import Policy
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM
-from lockstep_healthgate.policy_files import default_policy
+from lockstep_gate.decision import GateDecision
+from lockstep_gate.hard_rules import BUSBW
+from lockstep_gate.judge import evaluate
+from lockstep_gate.policy import Policy
+from lockstep_gate.policy_files import default_policy
+from lockstep_gate.samples import DEFAULT_STRATUM
 from lockstep_healthgate.testing.synthetic import EXPECTED_BUSBW, Scenario, end_of_soak, generate
 
 TRIAL = Scenario(canary=50, control=500, samples_per_node=10)

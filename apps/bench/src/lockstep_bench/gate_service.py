@@ -45,9 +45,9 @@ from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.provenance import source_for
 from lockstep_common.service import ServiceApp
 from lockstep_common.subjects import Namespace
+from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate.app import create_app
 from lockstep_healthgate.domain.signals import signals_of
-from lockstep_healthgate.policy_files import default_policy
 from lockstep_healthgate.settings import Settings
 from lockstep_healthgate.testing.reports import HEALTHY, Fault, report
 from lockstep_healthgate.testing.waves import planned_wave

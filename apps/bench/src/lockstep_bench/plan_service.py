@@ -11,10 +11,14 @@ each profile (NVSwitch firmware included, so whole domains move and are pinned),
 ``bundle.attested``; every other pool gets a nightly window (``daily 22:00-06:00`` UTC), sent
 as ``lockstep pool set`` sends it, as the in-memory path's pools have one; the packaged routine
 class with approvals waived, so the rollout starts.
-The clock runs from just before the ``intent.submitted`` publish until ``rollout.planned``
-arrives on the bus: the intent consumed and recorded, the worker woken, the fleet read over
-``fleet.query`` (500 nodes a page), fabric domains learned, the plan made, the rollout, its
-waves, pins and audit lines committed, and the event relayed from the outbox.
+The intent is published as ``intent.submitted``, not asked as ``rollout.start``: the bench's
+server is unauthenticated (its own, or LOCKSTEP_NATS_URL's, as the services' own integration
+tests run), where it stands in for each producer, as ``admin`` may (the ``cli`` identity may
+not, issue 26); the worker's claim of a published intent is the path it times, the same
+planning code ``rollout.start`` runs. The clock runs from just before that publish until
+``rollout.planned`` arrives on the bus: the intent consumed and recorded, the worker woken,
+the fleet read over ``fleet.query`` (500 nodes a page), fabric domains learned, the plan made,
+the rollout, its waves, pins and audit lines committed, and the event relayed from the outbox.
 
 ``core_s`` is ``domain.plan`` alone in the same run, on the same fleet, bundle and windows with
 the same budget per pool (the in-memory path's: a tenth of a pool, at least a domain, set as

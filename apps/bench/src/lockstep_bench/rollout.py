@@ -6,9 +6,10 @@ one role per service), over one simulated fleet of ``nodes`` gb200 nodes whose B
 scheduler run at a scaled clock (``time_scale`` real seconds per simulated minute) and whose
 node agents publish inventory and health to NATS. The fleet is imported into the inventory and
 swept; a signed release kit moving the GPU VBIOS is submitted (``bundle.submitted``, as the
-``cli`` identity), attested, and a routine intent moving the whole fleet is published. The
-clock runs from that publish until the planner records the rollout ``completed``: planning,
-the canary, its gate, every wave and its gate.
+``cli`` identity), attested, and a routine rollout moving the whole fleet is started as
+``lockstep rollout start`` starts it (``rollout.start`` asked of the planner as the ``cli``
+identity, ``bench.start``). The clock runs from that request until the planner records the
+rollout ``completed``: planning, the canary, its gate, every wave and its gate.
 
 The change class is the packaged ``routine`` one (canary, then waves to 5%, 25% and 100%) with
 its soaks shortened to what the node agents' cadence allows (the gate needs 3 reports per node
@@ -20,7 +21,7 @@ test does: three strata of a tiny fleet cannot each hold 5 canary and 5 control 
 
 Figures (JSON keys):
 
-- ``seconds``: the makespan, intent published -> rollout completed (wall clock).
+- ``seconds``: the makespan, ``rollout.start`` asked -> rollout completed (wall clock).
 - ``lower_bound_s``: what no control plane could beat on the plan the planner made, from the
   planner's own waves (``planner.waves``: members, ``max_unavailable``, ``soak_s``), the
   simulator's durations and the budgets. Per wave ``w`` with ``max_unavailable`` ``c_w`` and
@@ -39,7 +40,7 @@ Figures (JSON keys):
   plane latencies (claims, polls, the relay, the gate's evaluation) are what the ratio shows.
 - ``ratio``: ``seconds / lower_bound_s`` (goal <= 1.15).
 - ``cpu_s_per_node``: CPU seconds (user + system, ``/proc/<pid>/stat``) the five service
-  processes spent between the intent's publish and the rollout's completion, divided by
+  processes spent between the rollout's start and the rollout's completion, divided by
   ``nodes``. Not counted: NATS, PostgreSQL, and this process (simulator, agents, bench).
   ``cpu_s`` gives each service's share, ``bench_cpu_s`` this process's.
 - ``peak_mb``: each service process's peak resident set (``VmHWM`` in ``/proc/<pid>/status``),
@@ -60,7 +61,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,13 +72,14 @@ from typing import Any
 import asyncpg
 import yaml
 
+from lockstep_bench.start import StartRefused, start_rollout
 from lockstep_bench.update import GPU, VERSION, gpu_package
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, ServiceProcess, running_system
 from lockstep_common import db, subjects
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import EventData, make_envelope
-from lockstep_common.events.v1 import BundleSubmitted, IntentSubmitted, ScopeSelector
+from lockstep_common.events.v1 import BundleSubmitted, PlanAsk, ScopeSelector
 from lockstep_common.identities import CLI
 from lockstep_common.natsconn import connect
 from lockstep_common.provenance import source_for
@@ -176,7 +177,7 @@ def planner_policy(path: Path, soak_s: int) -> Path:
 def gate_policy(path: Path, cadence_s: float) -> Path:
     """The packaged gate policy with the smallest minimums Mann-Whitney's 98% interval allows
     (5 against 5) and the heartbeat rule at the agents' cadence."""
-    text = resources.files("lockstep_healthgate").joinpath("data/default_policy.toml").read_text()
+    text = resources.files("lockstep_gate").joinpath("data/default_policy.toml").read_text()
     head, _, rest = text.partition("[minimum]")
     rest = rest.split("\n[hard_rules]", 1)[1]
     minimum = (
@@ -287,7 +288,7 @@ def run_bench(opts: RolloutOptions, say: Callable[[str], None] = lambda _: None)
         ) as (stack, services):
             try:
                 return asyncio.run(_run(opts, stack, services, kit.bundle, scheduler_port, say))
-            except (BenchFailed, TimeoutError) as exc:
+            except (BenchFailed, StartRefused, TimeoutError) as exc:
                 raise BenchFailed(f"{exc} (service logs: {_tails(services)})") from exc
     finally:
         if opts.data_dir is None:
@@ -314,6 +315,16 @@ class _Bench:
             env = make_envelope(data, source=source_for(data))  # as its producer
             await nc.jetstream().publish(
                 self.ns.wire(subject), env.to_json(), headers={"Nats-Msg-Id": str(env.event_id)}
+            )
+        finally:
+            await nc.close()
+
+    async def start(self, ask: PlanAsk) -> None:
+        """``rollout start`` as the ``cli`` identity: the planner records and plans the intent."""
+        nc = await connect(self.stack.nats_client(CLI), name="lockstep-bench")
+        try:
+            await start_rollout(
+                nc, self.ns, CLI, ask, approval_ref="BENCH-13", timeout_s=self.opts.timeout_s
             )
         finally:
             await nc.close()
@@ -429,16 +440,8 @@ async def _measure(
     machine0 = machine_cpu_seconds()
     say(f"rolling out over {opts.nodes} nodes")
     started = time.perf_counter()
-    await bench.publish(
-        subjects.intent_submitted(),
-        IntentSubmitted(
-            intent_id=uuid.uuid4(),
-            stack_hash=stack_hash,
-            scope=ScopeSelector(),
-            change_class=ChangeClass.ROUTINE,
-            approval_ref="BENCH-13",
-            submitted_by="bench",
-        ),
+    await bench.start(
+        PlanAsk(stack_hash=stack_hash, scope=ScopeSelector(), change_class=ChangeClass.ROUTINE)
     )
     rollout, state = await until(bench.finished, "the rollout to end", opts.timeout_s, poll_s=0.05)
     seconds = time.perf_counter() - started

@@ -68,7 +68,7 @@ def bundle_build(
     kid: Annotated[str, typer.Option(help="Key id recorded in the signature.")],
 ) -> None:
     """Fill in image digests and sizes, and sign the canonical manifest (manifest.jws)."""
-    from lockstep_attest.builder import BuildError, build_bundle
+    from lockstep_attestation.builder import BuildError, build_bundle
 
     try:
         manifest = build_bundle(directory, key, kid)
@@ -89,9 +89,9 @@ def bundle_verify(
     as_json: AsJson = False,
 ) -> None:
     """Run every check; exit 0 only when the bundle is attested."""
-    from lockstep_attest.adapters.trust_store import TrustStoreError, load_trust_store
-    from lockstep_attest.domain.policy import Policy
-    from lockstep_attest.verification import verify_bundle
+    from lockstep_attestation.policy import Policy
+    from lockstep_attestation.trust_store import TrustStoreError, load_trust_store
+    from lockstep_attestation.verification import verify_bundle
     from lockstep_common.bundle import Manifest
 
     try:
@@ -130,7 +130,7 @@ def rim_verify(
     """Verify a RIM's signature and certificate chain; exit 0 only when valid."""
     from cryptography import x509
 
-    from lockstep_attest.domain import swid
+    from lockstep_attestation import swid
 
     try:
         anchor = x509.load_pem_x509_certificate(trust_anchor.read_bytes())
@@ -176,8 +176,8 @@ def sfr_verify(
     """Verify a report's signature (and that it covers an image); exit 0 only when valid."""
     import hashlib
 
-    from lockstep_attest.adapters.key_files import load_srp_keys
-    from lockstep_attest.domain import safe
+    from lockstep_attestation import safe
+    from lockstep_attestation.key_files import load_srp_keys
 
     try:
         keys = load_srp_keys(srp_keys)

@@ -32,18 +32,18 @@ from lockstep_common.consumer import Subscription
 from lockstep_common.dlq_commands import DLQ_COMMANDS
 from lockstep_common.envelope import EventData
 from lockstep_common.events.v1 import OpsRefused
-from lockstep_common.identities import AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
+from lockstep_common.identities import ADMIN, AGENT, NODE_PLACEHOLDER, READER, SITE_PLACEHOLDER
 from lockstep_common.operator import Command
 from lockstep_common.schemadocs import CHANNELS, Parties, pattern
 from lockstep_common.statediagram import Machine
 from lockstep_common.subjects import Namespace, ops_requests_of
 from lockstep_common.topology import EVENT_STREAMS, advisory_stream, stream_for
+from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.domain import waves as gated_waves
 from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
-from lockstep_healthgate.policy_files import default_policy
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import operator_commands as planner_operator_commands
@@ -242,6 +242,7 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
     for identity in OPERATORS:
         outside[identity].add(ops_requests_of(identity))
     reader_sends = outside.pop(READER, set())
+    outside.pop(ADMIN, None)  # admin's grants are bus_access.admin_permissions, all of them
     for identity, sends in outside.items():
         out[identity] = Party(sends=tuple(sorted(sends)))
     out[READER] = Party(

@@ -3,7 +3,7 @@
 healthgate over the bus).
 ``lockstep bench gate`` (lockstep_bench.cli) measures how fast and how good that judge is.
 
-``evaluate`` runs exactly the judge the service runs (``lockstep_healthgate.domain.judge``), as of
+``evaluate`` runs exactly the judge the service runs (``lockstep_gate.judge``), as of
 the last sample's time unless ``--at`` says otherwise, so a verdict can be re-derived from the
 samples that produced it. Exit codes: 0 passed, 1 tripped, 3 inconclusive, 2 bad input.
 """
@@ -23,7 +23,7 @@ from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
 if TYPE_CHECKING:
     from lockstep_common.events.v1 import GateShowAnswered
-    from lockstep_healthgate.domain.decision import GateDecision
+    from lockstep_gate.decision import GateDecision
 
 gate_app = typer.Typer(
     help="Health gate: replay the judge on recorded samples, or show a live gate's verdicts.",
@@ -147,10 +147,10 @@ def gate_evaluate(
 
     Exit 0 passed, 1 tripped, 3 inconclusive, 2 bad input.
     """
-    from lockstep_healthgate.domain.judge import evaluate
-    from lockstep_healthgate.domain.policy import PolicyError
-    from lockstep_healthgate.policy_files import default_policy, load_policy
-    from lockstep_healthgate.sample_files import SampleFileError, read_samples
+    from lockstep_gate.judge import evaluate
+    from lockstep_gate.policy import PolicyError
+    from lockstep_gate.policy_files import default_policy, load_policy
+    from lockstep_gate.sample_files import SampleFileError, read_samples
 
     try:
         rules = load_policy(policy) if policy else default_policy()
@@ -193,7 +193,7 @@ def gate_show(
         token(rollout, "rollout id")
     except ValueError as exc:
         fail(escape(str(exc)))
-    from lockstep_healthgate.domain.decision import GateDecision
+    from lockstep_gate.decision import GateDecision
 
     records = _verdicts(rollout, wave).verdicts
     if as_json:

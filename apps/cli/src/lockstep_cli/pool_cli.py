@@ -2,9 +2,9 @@
 
 ``set`` checks what is typed (``lockstep_common.maintenance``: days, times, the time zone, no
 window that never opens, no two that overlap) before anything is sent, then publishes
-``maintenance.requested`` as the ``cli`` identity, as ``rollout start`` publishes an intent: the
-planner is the only writer of windows, records the change with who asked in its audit trail
-(``pool:NAME`` / ``site:NAME``) and announces it to the updater. ``set`` then waits for that
+``maintenance.requested`` as the ``cli`` identity: the planner is the only writer of windows,
+records the change with who asked in its audit trail (``pool:NAME`` / ``site:NAME``) and
+announces it to the updater. ``set`` then waits for that
 audit line (``--wait``). ``show`` reads what the planner holds, read-only (``windows_view``,
 the one read, as ``fabric show`` reads); with a name, the last audit lines too.
 Exit codes: 0 done, 1 not recorded in time or not found, 2 bad input or an unreachable server.

@@ -1,5 +1,6 @@
 """Publish one event as the ``cli`` identity and wait for JetStream's acknowledgement: what
-``rollout start`` (an intent) and ``pool set`` (maintenance windows) send to the planner."""
+``pool set`` sends the planner maintenance windows this way (``rollout start`` asks the planner
+``rollout.start`` instead: the cli may not publish an intent, issue 26)."""
 
 from __future__ import annotations
 

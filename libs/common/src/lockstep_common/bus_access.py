@@ -57,6 +57,9 @@ SENDER_IDENTITIES: Mapping[str, tuple[str, ...]] = {
     "schedulers": (CLI,),
     "node-agent": (AGENT,),
     "bmc-sweeper": (),
+    # Already granted the whole namespace (admin_permissions); named so that its sends are
+    # producers the consumers accept (provenance.PRODUCERS), never a party of its own.
+    "admin": (ADMIN,),
     # Operator commands are granted per identity (OPERATORS), never as the channel's pattern:
     # `ops.*.inventory.fleet.remove` would let one identity ask in another's name.
     "operators": (),

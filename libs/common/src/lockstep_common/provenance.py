@@ -30,7 +30,7 @@ from lockstep_common import subjects
 from lockstep_common.envelope import Envelope, EventData, source_of
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.events import v1
-from lockstep_common.identities import AGENT, CLI, agent_identity
+from lockstep_common.identities import ADMIN, AGENT, CLI, agent_identity
 from lockstep_common.vocabulary import DeviceOutcome
 
 # Services' identities are their names (``lockstep_common.identities``).
@@ -48,7 +48,7 @@ PRODUCERS: Mapping[type[EventData], tuple[str, ...]] = {
     v1.BundleSubmitted: (CLI,),
     v1.BundleAttested: (ATTEST,),
     v1.BundleRejected: (ATTEST,),
-    v1.IntentSubmitted: (CLI,),
+    v1.IntentSubmitted: (ADMIN,),
     v1.RolloutPlanned: (PLANNER,),
     v1.RolloutHalted: (PLANNER, UPDATER),
     v1.RolloutCompleted: (PLANNER,),

@@ -103,7 +103,10 @@ CHANNELS: dict[type[EventData], Channel] = {
     v1.BundleSubmitted: Channel(subjects.bundle_submitted, ("cli",)),
     v1.BundleAttested: Channel(subjects.bundle_attested, readers=("audit",)),
     v1.BundleRejected: Channel(subjects.bundle_rejected, readers=("audit",)),
-    v1.IntentSubmitted: Channel(subjects.intent_submitted, ("cli",)),
+    # The cli no longer sends it (issue 26): `lockstep rollout start` asks the planner
+    # (`rollout.start`), which records the intent itself. `admin` may (it publishes anything of
+    # the namespace): an intent republished by hand, or by a bench or test on its own server.
+    v1.IntentSubmitted: Channel(subjects.intent_submitted, ("admin",)),
     v1.RolloutPlanned: Channel(lambda: subjects.rollout_planned(ROLLOUT), readers=_ROLLOUT_READERS),
     v1.RolloutHalted: Channel(lambda: subjects.rollout_halted(ROLLOUT), readers=_ROLLOUT_READERS),
     v1.RolloutCompleted: Channel(

@@ -9,12 +9,12 @@ from pathlib import Path
 from prometheus_client import Gauge
 
 from lockstep_attest.adapters.bundle_source import BundleSource
-from lockstep_attest.adapters.trust_store import TrustStoreError, load_trust_store
-from lockstep_attest.domain.policy import Policy
 from lockstep_attest.operator_commands import commands
 from lockstep_attest.router import subscriptions
 from lockstep_attest.settings import Settings
 from lockstep_attest.worker import AttestWorker, Context
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust_store import TrustStoreError, load_trust_store
 from lockstep_common.envelope import source_of
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.service import ServiceApp

@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockstep_attest.adapters.bundle_reader import BundleReadError, load_bundle
 from lockstep_attest.adapters.bundle_source import BundleRefused, BundleSource
 from lockstep_attest.adapters.repository import PostgresStore
-from lockstep_attest.domain.evidence import LoadedBundle
-from lockstep_attest.domain.policy import Policy
-from lockstep_attest.domain.trust import TrustStore
 from lockstep_attest.store import AttestStore, Job, VerdictRow
-from lockstep_attest.verification import judge, needs_sha512
+from lockstep_attestation.bundle_reader import BundleReadError, load_bundle
+from lockstep_attestation.evidence import LoadedBundle
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust import TrustStore
+from lockstep_attestation.verification import judge, needs_sha512
 from lockstep_common import subjects
 from lockstep_common.bundle import Manifest
 from lockstep_common.clock import SYSTEM_CLOCK, Clock

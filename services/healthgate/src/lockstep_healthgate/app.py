@@ -5,12 +5,12 @@ from __future__ import annotations
 from lockstep_common.errors import ConfigurationError
 from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
+from lockstep_gate.policy import Policy, PolicyError
+from lockstep_gate.policy_files import default_policy, load_policy
 from lockstep_healthgate.adapters.gauges import GAUGES
-from lockstep_healthgate.domain.policy import Policy, PolicyError
 from lockstep_healthgate.handlers import GateConfig, Handlers
 from lockstep_healthgate.maintenance import PartitionKeeper
 from lockstep_healthgate.operator_commands import COMMANDS
-from lockstep_healthgate.policy_files import default_policy, load_policy
 from lockstep_healthgate.router import subscriptions
 from lockstep_healthgate.settings import Settings
 from lockstep_healthgate.straggler_watch import StragglerConfig, StragglerWatch

@@ -31,12 +31,8 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
-from lockstep_healthgate.adapters import partitions
-from lockstep_healthgate.adapters.pg_store import PgGateTx
-from lockstep_healthgate.domain.decision import GateDecision
-from lockstep_healthgate.domain.evidence import gate_event
-from lockstep_healthgate.domain.gating import instant_decision
-from lockstep_healthgate.domain.hard_rules import (
+from lockstep_gate.decision import GateDecision
+from lockstep_gate.hard_rules import (
     BUSBW,
     BUSBW_EXPECTED,
     DCGM_DIAG,
@@ -45,7 +41,11 @@ from lockstep_healthgate.domain.hard_rules import (
     HEARTBEAT,
     XID_PREFIX,
 )
-from lockstep_healthgate.domain.policy import Policy
+from lockstep_gate.policy import Policy
+from lockstep_healthgate.adapters import partitions
+from lockstep_healthgate.adapters.pg_store import PgGateTx
+from lockstep_healthgate.domain.evidence import gate_event
+from lockstep_healthgate.domain.gating import instant_decision
 from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.signals import may_break_hard_rule, signals_of
 from lockstep_healthgate.domain.waves import (

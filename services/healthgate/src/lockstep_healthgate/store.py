@@ -16,7 +16,7 @@ from datetime import date, datetime
 from typing import Any, Protocol
 
 from lockstep_common.outbox import EventSink
-from lockstep_healthgate.domain.decision import GateDecision
+from lockstep_gate.decision import GateDecision
 from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.waves import Wave, WaveState
 

@@ -24,8 +24,8 @@ from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import GateVerdict
+from lockstep_gate.decision import GateDecision
 from lockstep_healthgate.adapters.pg_store import PgGateStore
-from lockstep_healthgate.domain.decision import GateDecision
 from lockstep_healthgate.domain.gating import soak_decision
 from lockstep_healthgate.domain.waves import OPEN, Wave, judged_window, sample_table
 from lockstep_healthgate.handlers import (

@@ -16,9 +16,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from lockstep_attest.builder import build_bundle
-from lockstep_attest.domain import jws
 from lockstep_attest.testing import rim_fixtures
+from lockstep_attestation import jws
+from lockstep_attestation.builder import build_bundle
 from lockstep_common.bundle import Manifest
 from lockstep_common.pldm import (
     ComponentSpec,

@@ -6,7 +6,7 @@ from typing import Any
 
 import cbor2
 
-from lockstep_attest.domain import corim, cose
+from lockstep_attestation import corim, cose
 
 COSE_SHA384 = -43
 

@@ -26,7 +26,7 @@ from signxml.algorithms import (
 )
 from signxml.signer import XMLSigner
 
-from lockstep_attest.domain.swid import HASH_NAMESPACES, RIM_NS, SWID_NS, parse_xml, xml_bytes
+from lockstep_attestation.swid import HASH_NAMESPACES, RIM_NS, SWID_NS, parse_xml, xml_bytes
 
 SHA384_NS = "http://www.w3.org/2001/04/xmlenc#sha384"
 # NVIDIA's real validity windows (standards.md 5.1); a time inside all of them:

@@ -18,9 +18,8 @@ import asyncpg
 
 from lockstep_common.db import Conn
 from lockstep_common.outbox import EventSink, emitting
-from lockstep_healthgate.adapters import partitions
-from lockstep_healthgate.domain.decision import GateDecision
-from lockstep_healthgate.domain.hard_rules import (
+from lockstep_gate.decision import GateDecision
+from lockstep_gate.hard_rules import (
     BUSBW,
     BUSBW_EXPECTED,
     DCGM_DIAG,
@@ -29,6 +28,7 @@ from lockstep_healthgate.domain.hard_rules import (
     HEARTBEAT,
     XID_PREFIX,
 )
+from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.domain.readings import Columns, ColumnsBuilder
 from lockstep_healthgate.domain.signals import (
     ECC_SBE,

@@ -12,8 +12,8 @@ from lockstep_common.events.v1 import (
     MetricEvidence,
 )
 from lockstep_common.vocabulary import GateVerdict, clip_text
-from lockstep_healthgate.domain.decision import GateDecision, MetricJudgement, MetricOutcome
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM
+from lockstep_gate.decision import GateDecision, MetricJudgement, MetricOutcome
+from lockstep_gate.samples import DEFAULT_STRATUM
 
 GateEvent = GatePassed | GateTripped | GateInconclusive
 _EVENT: dict[GateVerdict, type[GateEvent]] = {

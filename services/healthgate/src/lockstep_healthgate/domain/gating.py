@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
-from lockstep_healthgate.domain.decision import GateDecision
-from lockstep_healthgate.domain.hard_rules import NO_HEARTBEATS, check_hard_rules
-from lockstep_healthgate.domain.judge import decide, evaluate
-from lockstep_healthgate.domain.policy import Policy
-from lockstep_healthgate.domain.samples import SampleTable
+from lockstep_gate.decision import GateDecision
+from lockstep_gate.hard_rules import NO_HEARTBEATS, check_hard_rules
+from lockstep_gate.judge import decide, evaluate
+from lockstep_gate.policy import Policy
+from lockstep_gate.samples import SampleTable
 
 INSTANT_NOTE = "decided by a hard rule before the soak ended: the metrics were not judged"
 

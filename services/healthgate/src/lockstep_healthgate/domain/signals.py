@@ -19,7 +19,7 @@ import math
 from collections.abc import Collection
 
 from lockstep_common.events.v1 import HealthObserved
-from lockstep_healthgate.domain.hard_rules import (
+from lockstep_gate.hard_rules import (
     BUSBW,
     BUSBW_EXPECTED,
     DCGM_DIAG,
@@ -28,7 +28,7 @@ from lockstep_healthgate.domain.hard_rules import (
     HEARTBEAT,
     XID_PREFIX,
 )
-from lockstep_healthgate.domain.policy import Policy
+from lockstep_gate.policy import Policy
 
 SM_CLOCK = "sm_clock_mhz"
 TEMPERATURE = "gpu_temperature_c"

@@ -22,8 +22,8 @@ import numpy as np
 
 from lockstep_common.events.v1 import WavePlanned
 from lockstep_common.transitions import Transitions
+from lockstep_gate.samples import DEFAULT_STRATUM, SampleTable
 from lockstep_healthgate.domain.readings import Columns
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, SampleTable
 
 
 class WaveState(enum.StrEnum):

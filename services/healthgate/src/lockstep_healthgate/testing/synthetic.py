@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lockstep_healthgate.domain.hard_rules import HEARTBEAT
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, SampleTable
+from lockstep_gate.hard_rules import HEARTBEAT
+from lockstep_gate.samples import DEFAULT_STRATUM, SampleTable
 
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the soak window starts here
 INTERVAL = 10.0  # seconds between reports (the design load's cadence)

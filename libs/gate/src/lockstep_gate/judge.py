@@ -38,7 +38,7 @@ from datetime import datetime
 import numpy as np
 
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_healthgate.domain.decision import (
+from lockstep_gate.decision import (
     Comparison,
     Environment,
     GateDecision,
@@ -47,8 +47,8 @@ from lockstep_healthgate.domain.decision import (
     MetricOutcome,
     RuleFinding,
 )
-from lockstep_healthgate.domain.hard_rules import BUSBW, check_hard_rules
-from lockstep_healthgate.domain.policy import (
+from lockstep_gate.hard_rules import BUSBW, check_hard_rules
+from lockstep_gate.policy import (
     Aggregate,
     Harmful,
     MetricDefinition,
@@ -56,8 +56,8 @@ from lockstep_healthgate.domain.policy import (
     Outliers,
     Policy,
 )
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, Floats, Ints, SampleTable
-from lockstep_healthgate.domain.stats import (
+from lockstep_gate.samples import DEFAULT_STRATUM, Floats, Ints, SampleTable
+from lockstep_gate.stats import (
     Shift,
     aggregate_segments,
     mann_whitney_p,

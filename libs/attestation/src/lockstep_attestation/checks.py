@@ -11,11 +11,11 @@ import json
 from collections.abc import Iterator
 from datetime import datetime
 
-from lockstep_attest.domain import corim, safe, swid
-from lockstep_attest.domain.evidence import ImageFacts, LoadedBundle
-from lockstep_attest.domain.findings import Finding
-from lockstep_attest.domain.policy import Policy
-from lockstep_attest.domain.trust import TrustStore
+from lockstep_attestation import corim, safe, swid
+from lockstep_attestation.evidence import ImageFacts, LoadedBundle
+from lockstep_attestation.findings import Finding
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust import TrustStore
 from lockstep_common.bundle import Banks, ComponentEntry, ImageFormat, Manifest
 from lockstep_common.versions import older
 from lockstep_common.vocabulary import Component

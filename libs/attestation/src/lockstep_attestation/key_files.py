@@ -13,8 +13,8 @@ from types import MappingProxyType
 
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
-from lockstep_attest.domain.keys import KeyLoadError, parse_public_key
-from lockstep_attest.domain.safe import KNOWN_SRP_KIDS, SfrError, SrpKeySet
+from lockstep_attestation.keys import KeyLoadError, parse_public_key
+from lockstep_attestation.safe import KNOWN_SRP_KIDS, SfrError, SrpKeySet
 
 
 def load_public_key(path: str | PathLike[str]) -> PublicKeyTypes:

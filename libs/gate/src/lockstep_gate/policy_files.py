@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from lockstep_healthgate.domain.policy import Policy, PolicyError, parse_policy
+from lockstep_gate.policy import Policy, PolicyError, parse_policy
 
 DEFAULT_POLICY = "default_policy.toml"
 
@@ -26,8 +26,8 @@ def _decode(text: str, *, json_file: bool, origin: str) -> dict[str, Any]:
 
 @cache
 def default_policy() -> Policy:
-    """The policy shipped in ``lockstep_healthgate/data/default_policy.toml``."""
-    text = resources.files("lockstep_healthgate").joinpath("data", DEFAULT_POLICY).read_text()
+    """The policy shipped in ``lockstep_gate/data/default_policy.toml``."""
+    text = resources.files("lockstep_gate").joinpath("data", DEFAULT_POLICY).read_text()
     return parse_policy(
         _decode(text, json_file=False, origin=DEFAULT_POLICY), origin=DEFAULT_POLICY
     )

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
-from lockstep_attest.domain import corim, cose, jws
-from lockstep_attest.domain.corim import amap, seq
+from lockstep_attestation import corim, cose, jws
+from lockstep_attestation.corim import amap, seq
 
 
 class SfrError(ValueError):

@@ -30,10 +30,10 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from lockstep_healthgate.domain.decision import ENVIRONMENT_SENSITIVE, HardRule, RuleFinding
-from lockstep_healthgate.domain.policy import Policy
-from lockstep_healthgate.domain.samples import DEFAULT_STRATUM, Bools, Floats, Ints, SampleTable
-from lockstep_healthgate.domain.stats import more_often_p, segments
+from lockstep_gate.decision import ENVIRONMENT_SENSITIVE, HardRule, RuleFinding
+from lockstep_gate.policy import Policy
+from lockstep_gate.samples import DEFAULT_STRATUM, Bools, Floats, Ints, SampleTable
+from lockstep_gate.stats import more_often_p, segments
 
 DCGM_DIAG = "dcgm_diag_passed"
 XID_PREFIX = "xid_"

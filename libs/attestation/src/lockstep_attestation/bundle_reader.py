@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from lockstep_attest.domain.evidence import ImageFacts, LoadedBundle
+from lockstep_attestation.evidence import ImageFacts, LoadedBundle
 from lockstep_common.bundle import MANIFEST_FILE, SIGNATURE_FILE, ImageFormat, Manifest
 from lockstep_common.pldm import PldmFormatError, parse_package_file
 

@@ -18,8 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from lockstep_attest.adapters.key_files import load_srp_keys
-from lockstep_attest.domain.trust import Revocations, TrustedKey, TrustStore
+from lockstep_attestation.key_files import load_srp_keys
+from lockstep_attestation.trust import Revocations, TrustedKey, TrustStore
 
 
 class TrustStoreError(ValueError):

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from lockstep_attest.adapters.bundle_reader import load_bundle
-from lockstep_attest.domain import checks, jws, safe, signature
-from lockstep_attest.domain.evidence import LoadedBundle
-from lockstep_attest.domain.findings import Finding
-from lockstep_attest.domain.policy import Policy
-from lockstep_attest.domain.trust import TrustError, TrustStore
+from lockstep_attestation import checks, jws, safe, signature
+from lockstep_attestation.bundle_reader import load_bundle
+from lockstep_attestation.evidence import LoadedBundle
+from lockstep_attestation.findings import Finding
+from lockstep_attestation.policy import Policy
+from lockstep_attestation.trust import TrustError, TrustStore
 from lockstep_common.bundle import Manifest
 from lockstep_common.events.v1 import CheckVerdict
 from lockstep_common.vocabulary import CheckResult, clip_text

@@ -15,7 +15,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from lockstep_attest.domain import jws
+from lockstep_attestation import jws
 from lockstep_common.bundle import MANIFEST_FILE, SIGNATURE_FILE, Manifest, signed_bytes
 
 

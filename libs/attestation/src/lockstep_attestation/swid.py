@@ -30,7 +30,7 @@ from signxml.algorithms import DigestAlgorithm, SignatureMethod
 from signxml.exceptions import InvalidCertificate, InvalidDigest, SignXMLException
 from signxml.verifier import SignatureConfiguration, XMLVerifier
 
-from lockstep_attest.domain.x509chain import MAX_CHAIN_LENGTH, ChainError, validate_chain
+from lockstep_attestation.x509chain import MAX_CHAIN_LENGTH, ChainError, validate_chain
 
 SWID_NS = "http://standards.iso.org/iso/19770/-2/2015/schema.xsd"
 DS_NS = "http://www.w3.org/2000/09/xmldsig#"

@@ -16,8 +16,8 @@ import cbor2
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
-from lockstep_attest.domain.jws import JwsError, create_signature, verify_signature
-from lockstep_attest.domain.keys import describe_key
+from lockstep_attestation.jws import JwsError, create_signature, verify_signature
+from lockstep_attestation.keys import describe_key
 
 
 class CoseError(ValueError):

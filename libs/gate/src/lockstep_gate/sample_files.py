@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from lockstep_healthgate.domain.samples import (
+from lockstep_gate.samples import (
     DEFAULT_STRATUM,
     Group,
     Phase,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from lockstep_healthgate.domain.samples import Bools, Floats, Ints
+from lockstep_gate.samples import Bools, Floats, Ints
 
 WINDOW = 1 << 17  # candidates partitioned directly; below this all pairs are enumerated
 

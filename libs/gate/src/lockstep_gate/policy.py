@@ -1,7 +1,7 @@
 """The gate policy: which metrics are compared, how, and which hard rules trip at once.
 
 Policy is data (issue 11): an operator edits a TOML file (the packaged default is
-``lockstep_healthgate/data/default_policy.toml``); this module only validates it. The knobs follow
+``lockstep_gate/data/default_policy.toml``); this module only validates it. The knobs follow
 Kayenta's NetflixACAJudge (peers.md section 10): per metric a direction, an effect-size floor, a
 ``critical`` flag, a weight, a missing-value rule (``remove``/``replace`` there, ``remove``/``zero``
 here) and an outlier strategy (``remove`` by IQR fences, or ``keep``); a 98% interval; a score with

@@ -1,7 +1,7 @@
 """Compact JWS (RFC 7515) with the RFC 7518 / RFC 8037 signature algorithms, on ``cryptography``.
 
 The algorithm layer (:func:`check_key`, :func:`verify_signature`, :func:`create_signature`) is
-shared with :mod:`lockstep_attest.domain.cose`: RFC 9053 section 2 uses the same ECDSA ``r||s``
+shared with :mod:`lockstep_attestation.cose`: RFC 9053 section 2 uses the same ECDSA ``r||s``
 encoding, the same RSA-PSS parameters (RFC 8230) and the same EdDSA as JOSE.
 """
 
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 
-from lockstep_attest.domain.keys import KeyLoadError, b64url_decode, b64url_encode, describe_key
+from lockstep_attestation.keys import KeyLoadError, b64url_decode, b64url_encode, describe_key
 
 
 class JwsError(ValueError):

@@ -18,7 +18,7 @@ from uuid import UUID
 import cbor2
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
-from lockstep_attest.domain import cose
+from lockstep_attestation import cose
 
 
 class CorimError(ValueError):

@@ -10,11 +10,11 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
-from lockstep_attest.domain import jws
-from lockstep_attest.domain.evidence import LoadedBundle
-from lockstep_attest.domain.findings import Finding
-from lockstep_attest.domain.trust import TrustError, TrustStore
-from lockstep_attest.domain.x509chain import ChainError, validate_chain
+from lockstep_attestation import jws
+from lockstep_attestation.evidence import LoadedBundle
+from lockstep_attestation.findings import Finding
+from lockstep_attestation.trust import TrustError, TrustStore
+from lockstep_attestation.x509chain import ChainError, validate_chain
 from lockstep_common.bundle import signed_bytes
 
 MANIFEST_ALGORITHMS = frozenset({"ES384", "EdDSA"})
