@@ -6,15 +6,18 @@ hear one; ``lockstep-agent run`` answers commands."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from lockstep_agent.command_channel import CommandChannel
 from lockstep_agent.commands import Executor
@@ -27,7 +30,7 @@ from lockstep_common.provenance import UPDATER
 from lockstep_devstack import agents
 from lockstep_devstack.nats import NatsServer
 from lockstep_updater.adapters.agent_commands import NatsAgentCommands
-from lockstep_updater.ports import AgentRefused, AgentUnavailable
+from lockstep_updater.ports import AgentOutcomeUnknown, AgentRefused, AgentUnavailable
 from tests.integration.agent.test_agent_restart import (
     NODE,
     NS,
@@ -43,13 +46,17 @@ OTHER = "gpu-0002"
 
 
 class RecordingHost:
-    """Runs nothing; records what it was asked to run (a rebuild that succeeds)."""
+    """Runs nothing; records what it was asked to run (a rebuild that succeeds), once
+    ``finish`` is set (set from the start unless a test holds a command running)."""
 
     def __init__(self) -> None:
         self.ran: list[tuple[str, ...]] = []
+        self.finish = threading.Event()
+        self.finish.set()
 
     def run(self, argv: Sequence[str], cwd: Path | None = None) -> tuple[int, str]:
         self.ran.append(tuple(argv))
+        self.finish.wait(timeout=60)
         return 0, ""
 
 
@@ -59,6 +66,7 @@ class Stack:
         self.host = RecordingHost()
         self.errors: dict[str, list[str]] = {}
         self._conns: list[NatsClient] = []
+        self.sub: Subscription | None = None
 
     async def connect(self, identity: str) -> NatsClient:
         seen = self.errors.setdefault(identity, [])
@@ -74,7 +82,7 @@ class Stack:
 
     async def agent(self, node: str = NODE) -> Executor:
         executor = Executor(self.base / node / "commands.sqlite", self.host, manager="apt")
-        await CommandChannel(executor, NS, SITE, node).subscribe(
+        self.sub = await CommandChannel(executor, NS, SITE, node).subscribe(
             await self.connect(agent_identity(node))
         )
         return executor
@@ -131,6 +139,45 @@ async def test_a_repeated_command_id_runs_once(stack: Stack) -> None:
     again = await updater.command(_rebuild())
     assert again == first
     assert stack.host.ran == [("dkms", "autoinstall")]
+
+
+async def test_a_repeat_sent_while_the_command_runs_waits_for_it_and_it_runs_once(
+    stack: Stack,
+) -> None:
+    await stack.agent()
+    updater = await stack.updater()
+    stack.host.finish.clear()
+    first = asyncio.create_task(updater.command(_rebuild()))
+
+    async def running() -> bool:
+        return bool(stack.host.ran)
+
+    await until(running, what="the first command running")
+    again = asyncio.create_task(updater.command(_rebuild()))
+
+    async def queued() -> bool:
+        return stack.sub is not None and stack.sub.pending_msgs >= 1
+
+    await until(queued, what="the repeat waiting at the agent")
+    stack.host.finish.set()
+    answers = await asyncio.gather(first, again)
+    assert answers[0] == answers[1]
+    assert answers[0].status == "done"  # not "interrupted": it was still running
+    assert stack.host.ran == [("dkms", "autoinstall")]
+
+
+async def test_an_agent_that_does_not_answer_in_time_leaves_the_outcome_unknown(
+    stack: Stack,
+) -> None:
+    await stack.agent()
+    stack.host.finish.clear()
+    updater = NatsAgentCommands(await stack.connect(UPDATER), NS, source_of(UPDATER), timeout_s=1)
+    try:
+        with pytest.raises(AgentOutcomeUnknown, match="ask again with the same command id"):
+            await updater.command(_rebuild())
+    finally:
+        stack.host.finish.set()
+    assert stack.host.ran == [("dkms", "autoinstall")]  # it did run: unknown, not "not sent"
 
 
 async def test_a_lapsed_fencing_token_is_refused_and_nothing_runs(stack: Stack) -> None:
