@@ -80,8 +80,9 @@ class Stack:
         self._conns.append(nc)
         return nc
 
-    async def agent(self, node: str = NODE) -> Executor:
-        executor = Executor(self.base / node / "commands.sqlite", self.host, manager="apt")
+    async def agent(self, node: str = NODE, copy: int = 0) -> Executor:
+        journal = self.base / node / str(copy) / "commands.sqlite"
+        executor = Executor(journal, self.host, manager="apt")
         self.sub = await CommandChannel(executor, NS, SITE, node).subscribe(
             await self.connect(agent_identity(node))
         )
@@ -178,6 +179,16 @@ async def test_an_agent_that_does_not_answer_in_time_leaves_the_outcome_unknown(
     finally:
         stack.host.finish.set()
     assert stack.host.ran == [("dkms", "autoinstall")]  # it did run: unknown, not "not sent"
+
+
+async def test_two_agent_processes_of_one_node_run_a_command_once(stack: Stack) -> None:
+    """A restarted agent overlapping the old process: each command goes to one of them."""
+    await stack.agent(copy=0)
+    await stack.agent(copy=1)
+    updater = await stack.updater()
+    for n in range(6):
+        assert (await updater.command(_rebuild(f"c-{n}"))).status == "done"
+    assert stack.host.ran == [("dkms", "autoinstall")] * 6
 
 
 async def test_a_lapsed_fencing_token_is_refused_and_nothing_runs(stack: Stack) -> None:

@@ -34,6 +34,7 @@ from lockstep_common.responder import decode, refuse
 from lockstep_common.subjects import Namespace
 
 log = logging.getLogger(__name__)
+QUEUE = "lockstep-agent"
 
 
 class CommandChannel:
@@ -51,7 +52,9 @@ class CommandChannel:
         async def on_command(msg: Msg) -> None:
             await self.answer(nc, msg)
 
-        sub = await nc.subscribe(self.subject, cb=on_command)
+        # One queue group: were two processes running for this node (a restart overlapping the
+        # old one), the server hands each command to one of them, never to both.
+        sub = await nc.subscribe(self.subject, queue=QUEUE, cb=on_command)
         await nc.flush()
         return sub
 
