@@ -60,6 +60,8 @@ def test_install_exact_version_with_apt_once_and_refuse_other_bytes(tmp_path: Pa
     version, digest = _candidate()
     ex = Executor(tmp_path / "journal.sqlite", manager="apt")
     cmd = InbandCommand(
+        site="s1",
+        node_id="n1",
         command_id="install-1",
         action="install-driver",
         work_item="w1",

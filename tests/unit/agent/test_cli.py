@@ -132,6 +132,8 @@ def test_command_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> Non
     cmd.write_text(
         json.dumps(
             {
+                "site": "s1",
+                "node_id": "n1",
                 "command_id": "c1",
                 "action": "install-driver",
                 "work_item": "w1",
@@ -152,6 +154,25 @@ def test_command_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> Non
         ["download", "nvidia-driver-580=580.65.06-0ubuntu1"],
         ["download", "nvidia-driver-580-580.65.06-0ubuntu1"],
     )
+
+
+def test_command_file_for_another_node_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    cmd = tmp_path / "cmd.json"
+    cmd.write_text(
+        json.dumps(
+            {
+                "site": "s1",
+                "node_id": "n2",
+                "command_id": "c1",
+                "action": "reboot",
+                "work_item": "w1",
+                "fencing_token": 3,
+            }
+        )
+    )
+    line = _error(["command", str(cmd), "--config", str(_config(tmp_path))])
+    assert line == f"lockstep-agent: command {cmd}: names node n2 at s1, not this node n1"
+    assert not (tmp_path / "data" / "commands.sqlite").exists()
 
 
 def test_command_file_that_is_no_command(tmp_path: Path) -> None:

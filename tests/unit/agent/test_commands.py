@@ -38,6 +38,8 @@ class FakeHost:
 
 def _cmd(**overrides: Any) -> InbandCommand:
     values: dict[str, Any] = {
+        "site": "s1",
+        "node_id": "n1",
         "command_id": "c1",
         "action": "install-driver",
         "work_item": "w1",

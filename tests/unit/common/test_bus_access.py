@@ -41,15 +41,26 @@ def test_each_identity_reads_only_its_own_inbox_and_only_services_answer() -> No
         inboxes = [s for s in grants.subscribe if s.startswith("_INBOX")]
         assert inboxes == [f"_INBOX_{identity}.>"]  # agent-<node>: filled in per node
         assert not [s for s in grants.publish if s.startswith("_INBOX")]
-    # Every service answers operator commands about its dead letters; only the inventory the
-    # admission check.
-    assert {i for i, g in GRANTS.items() if g.responds} == set(subscriptions_by_service())
+    # Every service answers operator commands about its dead letters, node agents the
+    # updater's commands; only the inventory the admission check.
+    assert {i for i, g in GRANTS.items() if g.responds} == {*subscriptions_by_service(), AGENT}
     assert {i for i, g in GRANTS.items() if "lockstep.admission.check" in g.subscribe} == {
         "inventory"
     }
     for service in subscriptions_by_service():
         dlq = [s for s in GRANTS[service].subscribe if s.endswith(".dlq.purge")]
         assert dlq == [f"lockstep.ops.*.{service}.dlq.purge"]
+
+
+def test_only_the_updater_sends_node_commands_and_each_agent_hears_only_its_own() -> None:
+    senders = {i for i, g in GRANTS.items() if any(".agent.command." in s for s in g.publish)}
+    assert senders == {"updater"}  # and admin's lockstep.> (dead-letter replay)
+    assert "lockstep.agent.command.*.*" in GRANTS["updater"].publish
+    hearers = {i for i, g in GRANTS.items() if any(".agent.command." in s for s in g.subscribe)}
+    assert hearers == {AGENT}
+    assert [s for s in GRANTS[AGENT].subscribe if ".agent.command." in s] == [
+        "lockstep.agent.command.<site>.<node>"
+    ]
 
 
 def test_a_service_fetches_and_acks_only_its_own_durables() -> None:
@@ -70,7 +81,7 @@ def test_outside_parties_send_only_what_channels_say_they_send() -> None:
         "lockstep.telemetry.observed.health.s1.n1",
         "lockstep.telemetry.observed.inventory.s1.n1",
     )
-    assert one.subscribe == ("_INBOX_agent-n1.>",)
+    assert one.subscribe == ("_INBOX_agent-n1.>", "lockstep.agent.command.s1.n1")
     for bad in ("*", ">", "n1.n2", ""):
         with pytest.raises(ValueError, match="subject token"):
             node_agent(GRANTS[AGENT], "s1", bad)

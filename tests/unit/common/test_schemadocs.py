@@ -85,6 +85,7 @@ def test_every_channel_address_is_namespaced(asyncapi: dict[str, Any]) -> None:
     assert {c for c in replies if not c.startswith("ops.")} == {
         "admission.check.reply",
         "fleet.query.reply",
+        "agent.command.reply",
     }
     for cid, channel in channels.items():
         if cid not in replies:

@@ -23,7 +23,6 @@ from lockstep_agent.probes.node import NodeFacts, probe_node
 # restarted.
 BAD_INPUT = 2
 STOPPED = 3
-COMMAND_JOURNAL = "commands.sqlite"
 
 app = typer.Typer(
     name="lockstep-agent",
@@ -145,7 +144,7 @@ def command(
 ) -> None:
     """Carry out one in-band command from a file (install-driver, rebuild-dkms, reboot), once
     per command id, journaled in <data_dir>/commands.sqlite; prints the outcome as JSON."""
-    from lockstep_agent.commands import Executor, load_command
+    from lockstep_agent.commands import COMMAND_JOURNAL, Executor, load_command
     from lockstep_agent.config import ConfigError, load
 
     try:
@@ -157,6 +156,8 @@ def command(
         _fail(f"command {file}: {exc.strerror}")
     except ValueError as exc:  # not JSON, or not a command (pydantic's errors are ValueErrors)
         _fail(f"command {file}: {' '.join(str(exc).split())}")
+    if (cmd.site, cmd.node_id) != (cfg.site, cfg.node):
+        _fail(f"command {file}: names node {cmd.node_id} at {cmd.site}, not this node {cfg.node}")
     executor = Executor(cfg.data_dir / COMMAND_JOURNAL)
     try:
         outcome = executor.execute(cmd, dry_run=dry_run)

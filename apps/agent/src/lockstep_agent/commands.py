@@ -1,8 +1,8 @@
 """In-band commands on a real host: install the driver package at an exact version, rebuild
 DKMS, reboot; each run at most once, and only for the work item that holds the fence.
 
-Not yet reachable over the bus (docs/agent.md, "Not built yet"): this is the executor the
-command channel will call. Its contract, whatever carries the command:
+Reached over the bus (``node.command``: ``lockstep_agent.command_channel``) and from a file
+(``lockstep-agent command FILE``). Its contract, whatever carries the command:
 
 - **Once per id.** Every command is journaled on disk before anything runs (``started``) and
   its outcome after; a command whose id is in the journal is answered from it and never run
@@ -32,38 +32,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from lockstep_common.events.v1 import NodeCommandAnswered, NodeCommandRequested
 
-Action = Literal["install-driver", "rebuild-dkms", "reboot"]
 Status = Literal["done", "failed", "refused", "interrupted", "dry-run"]
-PACKAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}$"  # Debian policy 5.6.1/5.6.12, RPM
 TIMEOUT_S = 1800.0
+COMMAND_JOURNAL = "commands.sqlite"  # in the agent's data_dir
 
-
-class InbandCommand(BaseModel):
-    """One command for this node's agent."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    command_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-    action: Action
-    work_item: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-    fencing_token: int = Field(ge=0, le=2**63 - 1)
-    package: str | None = Field(default=None, pattern=PACKAGE_PATTERN)
-    version: str | None = Field(default=None, pattern=PACKAGE_PATTERN)
-    package_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-
-
-class Outcome(BaseModel):
-    """What became of a command."""
-
-    model_config = ConfigDict(frozen=True)
-
-    command_id: str
-    status: Status
-    detail: str = ""
-    ran: tuple[tuple[str, ...], ...] = ()
-    """The commands run (or, for a dry run, that would be)."""
+# The one protocol definition, shared with the updater that sends these over NATS
+# (``node.command`` in the event catalogue; ``lockstep_agent.command_channel`` answers them).
+InbandCommand = NodeCommandRequested
+Outcome = NodeCommandAnswered
 
 
 class Host(Protocol):
@@ -136,7 +114,8 @@ class Executor:
         journal.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not journal.exists():
             os.close(os.open(journal, os.O_WRONLY | os.O_CREAT, 0o600))
-        self._db = sqlite3.connect(journal, isolation_level=None)
+        # One caller at a time (the command channel awaits each command), from a worker thread.
+        self._db = sqlite3.connect(journal, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._host = host or RealHost()

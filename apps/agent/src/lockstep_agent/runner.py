@@ -1,4 +1,5 @@
-"""``lockstep-agent run``: probe, spool and publish every ``cadence_s`` until stopped.
+"""``lockstep-agent run``: probe, spool and publish every ``cadence_s`` until stopped, and
+answer the updater's in-band commands (``command_channel``).
 
 The agent measures and spools whether or not NATS is there: it connects in the background
 (nats-py retries the first connection and every reconnection by itself, ``max_reconnect_attempts
@@ -19,6 +20,8 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from lockstep_agent.agent import NodeAgent, ProbedReading
+from lockstep_agent.command_channel import CommandChannel
+from lockstep_agent.commands import COMMAND_JOURNAL, Executor, Host
 from lockstep_agent.config import AgentConfig
 from lockstep_agent.metrics import AgentMetrics
 from lockstep_agent.probes.node import probe_node
@@ -65,7 +68,7 @@ def fatal_reason(exc: BaseException, config: AgentConfig) -> str | None:
 class Runner:
     """The running agent: its spool, its connection and its cycle."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, host: Host | None = None) -> None:
         self.config = config
         # Read now, so an unreadable or exposed credential is one line before anything starts.
         self._options = config.access().options()
@@ -85,6 +88,11 @@ class Runner:
 
         self.agent = NodeAgent(
             config.node, config.site, Namespace(config.namespace), read, self.spool
+        )
+        # The updater's in-band commands (node.command), answered once connected.
+        self.executor = Executor(config.data_dir / COMMAND_JOURNAL, host)
+        self.commands = CommandChannel(
+            self.executor, Namespace(config.namespace), config.site, config.node
         )
         self.stop = asyncio.Event()
         self.sender = Sender(stopping=self.stop)
@@ -122,6 +130,8 @@ class Runner:
         )
         # One context: its publish_async reply subscription is made once, not per drain.
         self.js = self.nc.jetstream()
+        # nats-py subscribes again by itself after each reconnection.
+        await self.commands.subscribe(self.nc)
         await self._on_connected()
 
     async def run(self) -> None:
@@ -172,6 +182,7 @@ class Runner:
                     await self.nc.close()
             self.spool.close()
             self.kernel_log.close()
+            self.executor.close()
         if self._fatal is not None:
             raise AgentStopped(self._fatal)
 

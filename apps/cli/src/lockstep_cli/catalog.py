@@ -229,10 +229,15 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             streams=streams,
         )
     outside: defaultdict[str, set[str]] = defaultdict(set)
+    answering: defaultdict[str, set[str]] = defaultdict(set)
     heard: set[str] = set()
     for cls, channel in CHANNELS.items():
         if channel.reply:
             continue
+        for answerer in channel.answerers:
+            for identity in SENDER_IDENTITIES[answerer]:
+                own = identity == AGENT  # a node's agent answers for its own node only
+                answering[identity].add(node_own_subject(cls) if own else pattern(cls))
         for sender in channel.senders:
             for identity in SENDER_IDENTITIES[sender]:
                 own = identity == AGENT  # a node's agent sends for its own node only
@@ -244,7 +249,11 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
     reader_sends = outside.pop(READER, set())
     outside.pop(ADMIN, None)  # admin's grants are bus_access.admin_permissions, all of them
     for identity, sends in outside.items():
-        out[identity] = Party(sends=tuple(sorted(sends)))
+        out[identity] = Party(
+            sends=tuple(sorted(sends)), answers=tuple(sorted(answering.pop(identity, set())))
+        )
+    for identity, answered in answering.items():
+        out[identity] = Party(answers=tuple(sorted(answered)))
     out[READER] = Party(
         sends=tuple(sorted(reader_sends)),
         hears=tuple(sorted(heard)),

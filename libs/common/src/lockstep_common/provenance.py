@@ -72,6 +72,7 @@ PRODUCERS: Mapping[type[EventData], tuple[str, ...]] = {
     v1.StragglersFlagged: (HEALTHGATE,),
     v1.AdmissionCheckRequested: (CLI,),
     v1.FleetQueryRequested: (CLI, HEALTHGATE, PLANNER, UPDATER),
+    v1.NodeCommandRequested: (UPDATER,),
     v1.MaintenanceWindowsRequested: (CLI,),
     v1.MaintenanceWindowsChanged: (PLANNER,),
 }
@@ -111,6 +112,7 @@ _SUBJECT_OF: Mapping[type[EventData], Callable[[Any], str]] = {
     v1.StragglersFlagged: lambda d: subjects.drift_stragglers(d.profile),
     v1.AdmissionCheckRequested: lambda _: subjects.admission_check(),
     v1.FleetQueryRequested: lambda _: subjects.fleet_query(),
+    v1.NodeCommandRequested: lambda d: subjects.node_command(d.site, d.node_id),
     v1.MaintenanceWindowsRequested: lambda _: subjects.maintenance_requested(),
     v1.MaintenanceWindowsChanged: lambda _: subjects.maintenance_changed(),
 }

@@ -214,6 +214,25 @@ def samples() -> list[EventData]:
             next_after="gb200-r07-n03",
         ),
         *_operator_samples(),
+        v1.NodeCommandRequested(
+            site="iad1",
+            node_id="gb200-r07-n03",
+            command_id="wi-4711-install-driver",
+            action="install-driver",
+            work_item="wi-4711",
+            fencing_token=12,
+            package="nvidia-driver-580-open",
+            version="580.65.06-0ubuntu1",
+            package_sha256="3b4c" * 16,
+        ),
+        v1.NodeCommandAnswered(
+            command_id="wi-4711-install-driver",
+            status="done",
+            ran=(
+                ("apt-get", "download", "nvidia-driver-580-open=580.65.06-0ubuntu1"),
+                ("apt-get", "install", "-y", "--no-install-recommends", "./nvidia-driver.deb"),
+            ),
+        ),
     ]
 
 

@@ -68,12 +68,14 @@ class Channel:
     """Where one event class travels, as far as the services' code cannot say it: the subject
     builder (called with stand-in tokens), who sends it from outside Lockstep's services (the
     CLI, node agents, schedulers), and who reads it outside them (people, audit, schedulers).
-    ``reply`` marks a request/reply answer."""
+    ``reply`` marks a request/reply answer; ``answerers``, outside senders that answer the
+    request (a node's agent answers its own node's commands only)."""
 
     subject: Callable[[], str]
     senders: tuple[str, ...] = ()
     readers: tuple[str, ...] = ()
     reply: bool = False
+    answerers: tuple[str, ...] = ()
 
 
 _ROLLOUT_READERS = ("sre", "audit")
@@ -153,6 +155,13 @@ CHANNELS: dict[type[EventData], Channel] = {
     # The CLI asks for the sites of the nodes `lockstep agent enroll` is given.
     v1.FleetQueryRequested: Channel(subjects.fleet_query, ("cli",)),
     v1.FleetQueryAnswered: Channel(subjects.fleet_query, reply=True),
+    # The updater's in-band steps ask one node's agent; only that node's agent answers.
+    v1.NodeCommandRequested: Channel(
+        lambda: subjects.node_command(SITE, NODE), answerers=("node-agent",)
+    ),
+    v1.NodeCommandAnswered: Channel(
+        lambda: subjects.node_command(SITE, NODE), ("node-agent",), reply=True
+    ),
     v1.OpsRefused: Channel(lambda: subjects.ops_request(IDENTITY, SERVICE, COMMAND), reply=True),
     **_ops("inventory", "fleet.list", v1.FleetListRequested, v1.FleetListAnswered),
     **_ops("inventory", "fleet.status", v1.FleetStatusRequested, v1.FleetStatusAnswered),
@@ -230,7 +239,7 @@ def routes(parties: Parties) -> dict[type[EventData], Route]:
         out[cls] = Route(
             channel.subject,
             producers + channel.senders,
-            consumers + channel.readers,
+            consumers + channel.answerers + channel.readers,
             channel.reply,
         )
     return out

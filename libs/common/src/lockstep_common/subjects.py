@@ -165,6 +165,11 @@ def fleet_query() -> str:
     return "fleet.query"
 
 
+def node_command(site: str, node_id: str) -> str:
+    """Request/reply: a command for one node's agent (the updater asks, that agent answers)."""
+    return f"agent.command.{token(site, 'site')}.{token(node_id, 'node id')}"
+
+
 def ops_request(identity: str, service: str, command: str) -> str:
     """Request/reply: an operator command (``fleet.list``) asked of ``service`` by ``identity``.
 

@@ -46,6 +46,10 @@ class Enrolled:
     public_key: str
 
 
+COMMAND_REPLY_EXPIRES = "35m"
+"""An agent's reply permission to a command it received lasts this long (nats-server duration)."""
+
+
 def seed_dir(data_dir: Path) -> Path:
     """Where ``enroll`` writes the seeds by default (the stack's own agents read them)."""
     return data_dir / "secrets" / "agents"
@@ -161,15 +165,15 @@ def nats_users(record: Mapping[str, Enrolled], template: Permissions) -> list[di
     out: list[dict[str, object]] = []
     for e in sorted(record.values(), key=lambda e: e.node):
         grants = node_agent(template, e.site, e.node)
-        out.append(
-            {
-                "nkey": e.public_key,
-                "permissions": {
-                    "publish": {"allow": list(grants.publish)},
-                    "subscribe": {"allow": list(grants.subscribe)},
-                },
-            }
-        )
+        permissions: dict[str, object] = {
+            "publish": {"allow": list(grants.publish)},
+            "subscribe": {"allow": list(grants.subscribe)},
+        }
+        if grants.responds:
+            # The agent answers the updater's commands (node.command): once per request it
+            # received, within the longest a command may run (a package manager's 30 min).
+            permissions["allow_responses"] = {"max": 1, "expires": COMMAND_REPLY_EXPIRES}
+        out.append({"nkey": e.public_key, "permissions": permissions})
     return out
 
 

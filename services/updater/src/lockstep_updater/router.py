@@ -27,6 +27,7 @@ from lockstep_common.events.v1 import (
     FleetQueryRequested,
     GateTripped,
     MaintenanceWindowsChanged,
+    NodeCommandRequested,
     RolloutHalted,
     RolloutPlanned,
     WaveCompleted,
@@ -38,7 +39,7 @@ from lockstep_updater.domain.remedy import RemedyPolicy
 
 # The event classes this service publishes: with ``subscriptions()``, the source of the
 # producer and consumer lists in docs/ and of the NATS permission matrix (fleet.query is a
-# request it sends).
+# request it sends, and so is node.command to one node's agent).
 EMITS: tuple[type[EventData], ...] = (
     DeviceStaged,
     DeviceActivated,
@@ -48,6 +49,7 @@ EMITS: tuple[type[EventData], ...] = (
     WaveCompleted,
     RolloutHalted,
     FleetQueryRequested,
+    NodeCommandRequested,
 )
 
 

@@ -746,6 +746,53 @@ class FleetQueryAnswered(EventData):
     )
 
 
+# --- in-band commands (request/reply on agent.command.<site>.<node>) ---------------------------
+# The updater asks one node's agent to act on the node; only the updater may publish these
+# subjects and only that node's agent may hear them (``bus_access``). The agent runs a command
+# at most once per id, for the work item holding the highest fencing token, and installs only
+# the package whose SHA-256 the attested bundle names (``lockstep_agent.commands``).
+
+AGENT_PACKAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}$"  # Debian policy 5.6.1/5.6.12, RPM
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
+
+
+class NodeCommandRequested(EventData):
+    """One command for one node's agent: install the driver package, rebuild DKMS, reboot."""
+
+    event_type: ClassVar[str] = "node.command.requested"
+    schema_version: ClassVar[int] = 1
+
+    site: SiteId = Field(description="Site of the node (its subject's).")
+    node_id: NodeId = Field(description="The node whose agent runs it (its subject's).")
+    command_id: str = Field(
+        pattern=AGENT_ID_PATTERN, description="Once per id: a repeat is answered, not run."
+    )
+    action: Literal["install-driver", "rebuild-dkms", "reboot"]
+    work_item: str = Field(pattern=AGENT_ID_PATTERN, description="The updater's work item.")
+    fencing_token: int = Field(
+        ge=0, le=INT64_MAX, description="The work item's lease token; a lower one is refused."
+    )
+    package: str | None = Field(default=None, pattern=AGENT_PACKAGE_PATTERN)
+    version: str | None = Field(default=None, pattern=AGENT_PACKAGE_PATTERN)
+    package_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="The attested package's digest."
+    )
+
+
+class NodeCommandAnswered(EventData):
+    """What became of a command on the node."""
+
+    event_type: ClassVar[str] = "node.command.answered"
+    schema_version: ClassVar[int] = 1
+
+    command_id: str
+    status: Literal["done", "failed", "refused", "interrupted", "dry-run"]
+    detail: str = Field(default="", max_length=4096)
+    ran: tuple[tuple[str, ...], ...] = Field(
+        default=(), max_length=16, description="The programs run (a dry run: would be)."
+    )
+
+
 # --- operator commands (request/reply on ops.<identity>.<service>.<command>) --------------------
 # The operator CLI asks the service that owns the data; it holds no database credentials
 # (issue 26, item 3). Who asked is the subject's identity token, which the server allows each
@@ -2099,4 +2146,6 @@ CATALOGUE: tuple[type[EventData], ...] = (
     RolloutStartAnswered,
     RolloutListRequested,
     RolloutListAnswered,
+    NodeCommandRequested,
+    NodeCommandAnswered,
 )
