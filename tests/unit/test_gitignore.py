@@ -32,3 +32,26 @@ def test_the_walkthrough_writes_nothing_git_would_commit() -> None:
             [GIT, "-C", str(ROOT), "check-ignore", "-q", name], check=False
         ).returncode
         assert ignored == 0, f"{name}: the README writes it in the repository, git would commit it"
+
+
+FIRST_ROLLOUT = (
+    "signing.key",
+    "approver/alice.key",
+    "trust/trust.json",
+    "release/first/manifest.json",
+    "classes.yaml",
+    "start.json",
+)
+"""What "Your first rollout" writes in the working directory: two private keys among them."""
+
+
+@pytest.mark.skipif(GIT is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_the_first_rollout_writes_nothing_git_would_commit() -> None:
+    assert GIT is not None
+    readme = (ROOT / "README.md").read_text()
+    for name in FIRST_ROLLOUT:
+        assert name.split("/")[0] in readme, f"{name}: the README no longer writes it"
+        ignored = subprocess.run(
+            [GIT, "-C", str(ROOT), "check-ignore", "-q", name], check=False
+        ).returncode
+        assert ignored == 0, f"{name}: the README writes it in the repository, git would commit it"
