@@ -12,6 +12,7 @@ that went down (the driver was reloaded), report what is known, never a negative
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -85,20 +86,45 @@ def members(facts: NodeFacts) -> dict[str, str]:
     return {k[:256]: as_version(v) for k, v in list(out.items())[:MAX_MEMBERS]}
 
 
-def inventory_event(
-    node_id: str, site: str, facts: NodeFacts, sequence: int, now: datetime
+def agent_inventory(
+    node_id: str,
+    site: str,
+    sequence: int,
+    now: datetime,
+    *,
+    components: dict[Component, str],
+    members: dict[str, str],
+    firmware_dirs: Iterable[str],
+    loaded_module: str | None,
 ) -> InventoryObserved:
-    """The inventory report of one reading."""
+    """The one shape of an agent's inventory report, whatever read the node: the probes here,
+    or the simulator's model of a node (``lockstep_sim.agents.reports``)."""
     return InventoryObserved(
         node_id=node_id,
         site=site,
         source=ObservationSource.AGENT,
         observed_at=now,
         sequence=sequence,
+        components=components,
+        members=members,
+        firmware_dirs=tuple(firmware_dirs),
+        loaded_module_version=loaded_module,
+    )
+
+
+def inventory_event(
+    node_id: str, site: str, facts: NodeFacts, sequence: int, now: datetime
+) -> InventoryObserved:
+    """The inventory report of one reading."""
+    return agent_inventory(
+        node_id,
+        site,
+        sequence,
+        now,
         components=components(facts),
         members=members(facts),
         firmware_dirs=facts.files.firmware_dirs,
-        loaded_module_version=facts.files.loaded_module,
+        loaded_module=facts.files.loaded_module,
     )
 
 

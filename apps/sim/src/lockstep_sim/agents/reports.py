@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from lockstep_agent.reports import agent_source
+from lockstep_agent.reports import agent_inventory, agent_source
 from lockstep_common.events.v1 import HealthObserved, InventoryObserved
-from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_common.vocabulary import Component
 from lockstep_sim.agents.software import HealthSample, SoftwareState
 
 __all__ = ["agent_source", "components", "health_event", "inventory_event", "members"]
@@ -45,17 +45,16 @@ def members(state: SoftwareState) -> dict[str, str]:
 def inventory_event(
     node_id: str, site: str, state: SoftwareState, sequence: int, now: datetime
 ) -> InventoryObserved:
-    """The inventory report of one node."""
-    return InventoryObserved(
-        node_id=node_id,
-        site=site,
-        source=ObservationSource.AGENT,
-        observed_at=now,
-        sequence=sequence,
+    """The inventory report of one node, in the agent's one shape of it."""
+    return agent_inventory(
+        node_id,
+        site,
+        sequence,
+        now,
         components=components(state),
         members=members(state),
         firmware_dirs=state.firmware_dirs,
-        loaded_module_version=state.loaded_module,
+        loaded_module=state.loaded_module,
     )
 
 
