@@ -96,6 +96,7 @@ class FakeKubernetes:
 
     async def __aenter__(self) -> FakeKubernetes:
         app = web.Application()
+        app.router.add_get("/api/v1/nodes", self._list_nodes)
         app.router.add_get("/api/v1/nodes/{name}", self._get_node)
         app.router.add_patch("/api/v1/nodes/{name}", self._patch_node)
         app.router.add_get("/api/v1/pods", self._list_pods)
@@ -132,6 +133,10 @@ class FakeKubernetes:
             },
             "spec": {"unschedulable": node.unschedulable},
         }
+
+    async def _list_nodes(self, request: web.Request) -> web.Response:
+        items = [self._node_json(n) for n in self.nodes.values()]
+        return web.json_response({"apiVersion": "v1", "kind": "NodeList", "items": items})
 
     async def _get_node(self, request: web.Request) -> web.Response:
         node = self.nodes.get(request.match_info["name"])

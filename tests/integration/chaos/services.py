@@ -130,6 +130,7 @@ def service_factories(
                 redfish_poll_s=0.02,
                 verify_settle_s=0.5,
                 fleet_timeout_s=1.0,
+                reap_interval_s=0.3,  # a drain that lands after its item ended is swept soon
             )
         ),
         "healthgate": lambda: healthgate_app(

@@ -50,7 +50,13 @@ from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_sim.scheduler.errors import TooManyRequests
 from lockstep_updater.ports import OWNER
-from tests.integration.chaos.invariants import NOT_A_TOUCH, PUSHES, Observation, Program
+from tests.integration.chaos.invariants import (
+    NOT_A_TOUCH,
+    PUSHES,
+    Observation,
+    Program,
+    nothing_cordoned_without_reason,
+)
 from tests.integration.chaos.services import (
     CADENCE_S,
     MAX_UNAVAILABLE,
@@ -576,6 +582,13 @@ class World:
                 state in ("done", "cancelled", "failed", "quarantined")
                 for _, state, _ in (*seen.work.values(), *seen.rollbacks.values())
             )
+            if done:
+                # At rest only once no drain of Lockstep's lacks its reason: a cordon that
+                # landed after its item ended is the updater's to give back (its reaper's
+                # sweep, within reap_interval_s); one it never gives back times out here.
+                seen.at_rest = True
+                done = not nothing_cordoned_without_reason(seen)
+                seen.at_rest = False
             return seen if done else None
 
         try:

@@ -54,6 +54,7 @@ async def test_cordon_evicts_then_drained_then_resume_gives_the_node_back(
     assert [(e.name, e.status) for e in fake.evictions] == [("train-gpu-1", 201)]
     assert fake.evictions[0].body["kind"] == "Eviction"
     assert await k8s.drain_state("gpu-1") is DrainState.DRAINED  # the DaemonSet pod stays
+    assert await k8s.own_drains() == ["gpu-1"]  # what the reaper's stray sweep lists
     assert ("kube-system", "dcgm-gpu-1") in fake.pods
     assert await k8s.resume("gpu-1") is True
     assert not node.unschedulable and node.annotations == {}
@@ -100,6 +101,7 @@ async def test_a_foreign_cordon_is_recognised_and_kept(
     assert await k8s.drain_state("gpu-2") is DrainState.NOT_DRAINED
     assert await k8s.resume("gpu-2") is False
     assert node.unschedulable and node.annotations == {"ops/reason": "bad PSU"}
+    assert await k8s.own_drains() == []  # a foreign cordon is never listed as Lockstep's
     assert fake.evictions == []
 
 

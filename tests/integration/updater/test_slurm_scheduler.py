@@ -82,11 +82,13 @@ async def test_a_drain_is_lockstep_s_by_its_reason_and_given_back_only_then(
     assert await sched.drain_state(theirs) is DrainState.NOT_DRAINED
     assert await sched.resume(theirs) is False
     assert slurm.node(theirs) == before
+    assert await sched.own_drains() == [ours]  # what the reaper's stray sweep lists
 
     assert await sched.resume(ours) is True
     node = slurm.node(ours)
     assert "DRAIN" not in node.flags and node.reason is None
     assert await sched.resume(ours) is False  # nothing of Lockstep's left to undo
+    assert await sched.own_drains() == []
 
 
 async def test_a_node_slurm_does_not_know_is_refused_for_good(slurm: SlurmCluster) -> None:

@@ -501,3 +501,26 @@ async def test_maintenance_windows_keep_the_latest_announcement(store: UpdaterSt
         assert await tx.record_maintenance("pool", "p0", "UTC", None, t1 + timedelta(seconds=1))
     async with store.transaction() as tx:
         assert await tx.maintenance("p0", "elsewhere") == []
+
+
+async def test_a_node_is_held_out_by_an_item_under_way_or_a_latest_quarantine_only(
+    store: UpdaterStore,
+) -> None:
+    # What the reaper's sweep of stray drains asks (``Executor.give_back_strays``).
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2", "n3"}))
+        await tx.record_wave(wave(0, "n1", "n2", "n3"), None)
+        one, two, three = await tx.claim(60), await tx.claim(60), await tx.claim(60)
+    assert one is not None and two is not None and three is not None
+    async with store.transaction() as tx:
+        await tx.advance(one, NodeStep.CANCELLED)
+        for target in (NodeStep.STAGING, NodeStep.CORDONING, NodeStep.DRAINING):
+            await tx.advance(two, target)
+        path = (NodeStep.STAGING, NodeStep.CORDONING, NodeStep.DRAINING, NodeStep.ACTIVATING)
+        for target in (*path, NodeStep.AWAITING_BMC, NodeStep.QUARANTINED):
+            await tx.advance(three, target)
+    async with store.transaction() as tx:
+        assert not await tx.holds_node_out("n1")  # its item ended: a drain would be a stray
+        assert await tx.holds_node_out("n2")  # draining: its own item holds it
+        assert await tx.holds_node_out("n3")  # quarantined: kept out by design
+        assert not await tx.holds_node_out("n-unknown")

@@ -85,6 +85,7 @@ class CountingExecutor:
     def __init__(self, stopping: asyncio.Event) -> None:
         self.stopping = stopping
         self.ttls: list[float] = []
+        self.swept = 0
 
     async def reap(self, ttl_s: float) -> int:
         self.ttls.append(ttl_s)
@@ -94,6 +95,10 @@ class CountingExecutor:
             raise OSError("scheduler away")  # one failed pass does not end the reaper
         return 0
 
+    async def give_back_strays(self) -> list[str]:
+        self.swept += 1
+        return []
+
 
 async def test_the_worker_reaps_every_interval_with_the_configured_ttl_until_stopped() -> None:
     settings = Settings(orphan_ttl_s=1234, reap_interval_s=0.01)
@@ -102,3 +107,4 @@ async def test_the_worker_reaps_every_interval_with_the_configured_ttl_until_sto
     executor = CountingExecutor(stopping)
     await asyncio.wait_for(worker._reaper(executor, stopping), timeout=10)  # type: ignore[arg-type]
     assert executor.ttls == [1234, 1234]
+    assert executor.swept == 1  # the pass whose reap raised swept nothing; the next one did

@@ -38,7 +38,7 @@ from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.progress import FirmwareProgress, Progress, document, load
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
+from lockstep_updater.ports import Images, ListsOwnDrains, NodeAgent, NodeFacts, Scheduler
 from lockstep_updater.steps import STEPS
 from lockstep_updater.steps.context import InBandChannel, StepContext, sha384_of
 from lockstep_updater.steps.ends import LostClaim, NotYet, Stop, failure_end
@@ -235,6 +235,23 @@ class Executor:
                 except LostClaim:
                     log.warning("%s: orphaned item taken over by another claim", claim.node_id)
         return count
+
+    async def give_back_strays(self) -> list[str]:
+        """Give back every drain of Lockstep's that no work item holds: a cordon that took
+        effect after its item ended (its worker killed with the request on the wire, a Slurm
+        ``scontrol`` outliving its updater: found by the chaos test), which nothing else would
+        ever release. Decided and resumed under the node's item locks, so an item moving
+        meanwhile waits. A scheduler that cannot list its drains is not swept."""
+        if not isinstance(self.scheduler, ListsOwnDrains):
+            return []
+        given = []
+        for node_id in await self.scheduler.own_drains():
+            async with self.store.transaction() as tx:
+                if await tx.holds_node_out(node_id) or not await self.scheduler.resume(node_id):
+                    continue
+            log.warning("%s: gave back a drain of Lockstep's that no work item held", node_id)
+            given.append(node_id)
+        return given
 
     async def redrive_completions(self, after_s: float, max_redrives: int) -> int:
         """Publish again the ``wave.completed`` of each completed wave the planner has not

@@ -28,6 +28,7 @@ __all__ = [
     "ExplainsDrain",
     "ForeignDrain",
     "Images",
+    "ListsOwnDrains",
     "NodeAgent",
     "NodeFacts",
     "Scheduler",
@@ -74,6 +75,17 @@ class ExplainsDrain(Protocol):
 
     def drain_blocker(self, node_id: str) -> str | None:
         """Why the node is not drained yet (starting ``pdb:`` for a budget); None: unknown."""
+        ...
+
+
+@runtime_checkable
+class ListsOwnDrains(Protocol):
+    """A scheduler that can list every node Lockstep holds drained: how a cordon that took
+    effect after its work item ended (sent by a worker killed mid-request; a Slurm
+    ``scontrol`` child outliving its updater) is found and given back (``Executor.strays``)."""
+
+    async def own_drains(self) -> list[str]:
+        """The nodes whose drain or cordon is Lockstep's now, finished or not."""
         ...
 
 

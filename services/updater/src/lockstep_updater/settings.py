@@ -76,7 +76,10 @@ class Settings(ServiceSettings):
         "is given back and its item failed (> lease_s).",
     )
     reap_interval_s: float = Field(
-        default=60.0, gt=0, description="Between searches for such orphaned drains, seconds."
+        default=60.0,
+        gt=0,
+        description="Between searches for such orphaned drains, and for drains of Lockstep's "
+        "that landed after their work item ended (given back), seconds.",
     )
     wave_redrive_s: float = Field(
         default=300.0,

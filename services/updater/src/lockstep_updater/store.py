@@ -206,6 +206,12 @@ class UpdaterTx(Protocol):
         move of the item waits for it)."""
         ...
 
+    async def holds_node_out(self, node_id: str) -> bool:
+        """Lock the node's work items (a later move of any of them waits until the transaction
+        ends) and say whether one of them may keep the node out of service: an item not yet
+        ended (it may cordon, or hold its cordon), or a latest item that ended quarantined."""
+        ...
+
     async def facts(self, claim: Claim, pool: str) -> Facts:
         """What the blast-radius check needs, read now in this transaction."""
         ...

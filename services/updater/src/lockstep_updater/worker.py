@@ -82,10 +82,16 @@ class UpdaterWorker:
 
     async def _reaper(self, executor: Executor, stopping: asyncio.Event) -> None:
         """Every ``reap_interval_s``, give back the drains of workers that died (``reap``): a
-        node is left cordoned without an owner at most ``orphan_ttl_s`` + that interval."""
+        node is left cordoned without an owner at most ``orphan_ttl_s`` + that interval; and
+        the drains that landed after their item ended (``give_back_strays``), within one."""
         s = self.settings
+
+        async def one_round() -> None:
+            await executor.reap(s.orphan_ttl_s)
+            await executor.give_back_strays()
+
         every = Every(s.reap_interval_s, what="updater reaper")
-        await every.run(lambda: executor.reap(s.orphan_ttl_s), stopping)
+        await every.run(one_round, stopping)
 
     async def _redriver(self, executor: Executor, stopping: asyncio.Event) -> None:
         """Every half ``wave_redrive_s``, publish again the completions nobody acted on

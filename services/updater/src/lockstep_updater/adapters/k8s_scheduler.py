@@ -17,6 +17,7 @@ them but without its ``--force`` and ``--disable-eviction``:
 - ``drain_state``: drained once no evictable pod is left on the node (DaemonSet pods, mirror
   pods and pods that already ended do not count, as in ``kubectl drain``).
 - ``resume``: uncordons and removes the annotations, only when Lockstep cordoned the node.
+- ``own_drains``: the nodes cordoned with Lockstep's annotation (one list of the nodes).
 
 The client is synchronous (urllib3); each call runs in a worker thread. 5xx, timeouts and
 connection errors are ``TransientError``: the executor retries the step later.
@@ -206,6 +207,19 @@ class KubernetesScheduler:
         if blocked is None:
             return None
         return f"{PDB}: {blocked.last} (a PodDisruptionBudget; {blocked.refusals} tries)"
+
+    async def own_drains(self) -> list[str]:
+        """Every node cordoned with Lockstep's annotation (one list of the nodes)."""
+        nodes = await self._call("nodes", self.api.list_node)
+        return [
+            node.metadata.name
+            for node in nodes.items
+            if node.metadata
+            and node.metadata.name
+            and node.spec
+            and node.spec.unschedulable
+            and (node.metadata.annotations or {}).get(CORDONED_BY) == OWNER
+        ]
 
     async def resume(self, node_id: str) -> bool:
         _, by, version = await self._node(node_id)

@@ -342,6 +342,15 @@ class PostgresTx:
         )
         return NodeStep(state)
 
+    async def holds_node_out(self, node_id: str) -> bool:
+        rows = await self.conn.fetch(
+            "SELECT state FROM node_work WHERE node_id = $1 ORDER BY id DESC FOR UPDATE",
+            node_id,
+        )
+        states = [r["state"] for r in rows]
+        latest_quarantined = bool(states) and states[0] == NodeStep.QUARANTINED.value
+        return latest_quarantined or any(s not in _TERMINAL_NAMES for s in states)
+
     async def claim_orphan(
         self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
     ) -> Claim | None:

@@ -38,6 +38,27 @@ class SimScheduler:
             raise SchedulerUnavailable(f"{method} {url}: HTTP {reply.status}")
         return reply.status, data if isinstance(data, dict) else {}
 
+    async def own_drains(self) -> list[str]:
+        url = f"{self.base_url}/scheduler/nodes"
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=self._timeout) as http,
+                http.get(url) as reply,
+            ):
+                data = await reply.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise SchedulerUnavailable(f"GET {url}: {exc}") from None
+        nodes = data.get("nodes") if reply.status == 200 and isinstance(data, dict) else None
+        if not isinstance(nodes, list):
+            raise SchedulerUnavailable(f"GET {url}: HTTP {reply.status}")
+        return [
+            str(n["id"])
+            for n in nodes
+            if isinstance(n, dict)
+            and isinstance(n.get("drain"), dict)
+            and n["drain"].get("by") == OWNER
+        ]
+
     async def cordon(self, node_id: str, reason: str) -> None:
         status, data = await self._call("POST", node_id, "drain", {"reason": reason, "by": OWNER})
         if status == 409:

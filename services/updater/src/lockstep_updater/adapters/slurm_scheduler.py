@@ -7,6 +7,7 @@
 - drain_state: ``scontrol --oneliner show node X``, read by ``domain.slurm_node``: DRAIN with
   jobs still allocated is draining, DRAIN on an idle node is drained.
 - resume: ``State=RESUME`` only when the drain's reason is Lockstep's.
+- own_drains: every node whose drain reason is Lockstep's (``scontrol --oneliner show node``).
 
 Jobs are never cancelled: the updater runs no ``scancel`` and no ``State=DOWN`` (which would
 kill the jobs on the node); a drain that does not complete by the executor's drain deadline is
@@ -98,6 +99,22 @@ class SlurmScheduler:
         if node.name != node_id:
             raise SlurmRefused(f"scontrol show node {node_id}: answered for {node.name}")
         return node
+
+    async def own_drains(self) -> list[str]:
+        """Every node whose drain reason is Lockstep's (``scontrol --oneliner show node``:
+        one line a node)."""
+        text = await self._run(["--oneliner", "show", "node"])
+        out = []
+        for line in text.splitlines():
+            if "NodeName=" not in line:
+                continue  # blank, or "No nodes in the system"
+            try:
+                node = parse_node(line)
+            except UnreadableNode as exc:
+                raise SlurmRefused(f"scontrol show node: {exc}") from None
+            if node.ours:
+                out.append(node.name)
+        return out
 
     async def cordon(self, node_id: str, reason: str) -> None:
         node = await self.node(node_id)

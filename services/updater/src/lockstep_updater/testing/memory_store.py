@@ -377,6 +377,11 @@ class MemoryTx:
     async def step_now(self, claim: Claim) -> NodeStep:
         return self.tables.items[claim.id].state
 
+    async def holds_node_out(self, node_id: str) -> bool:
+        items = [i for _, i in sorted(self.tables.items.items()) if i.node_id == node_id]
+        latest_quarantined = bool(items) and items[-1].state is NodeStep.QUARANTINED
+        return latest_quarantined or any(i.state not in TERMINAL for i in items)
+
     async def claim_orphan(
         self, idle_s: float, lease_s: float, states: frozenset[NodeStep]
     ) -> Claim | None:
