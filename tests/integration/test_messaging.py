@@ -538,6 +538,12 @@ async def test_retention_purges_run_as_a_service_starts(servers: Any, namespace:
             " error_kind, deliveries, detected_by, failed_at)"
             f" VALUES ('c', 's', 1, 'x', 'r', 'k', 1, 'consumer', {old})"
         )
+        await conn.execute(
+            f'INSERT INTO "{schema}".operator_requests (request_id, identity, command, digest,'
+            " request, outcome, reply, asked_at)"
+            f" VALUES (gen_random_uuid(), 'cli', 'fleet.import', 'd', '{{}}', 'done', ''::bytea,"
+            f" {old})"
+        )
     finally:
         await conn.close()
     again = make_app(servers, namespace, "producer")
@@ -546,7 +552,7 @@ async def test_retention_purges_run_as_a_service_starts(servers: Any, namespace:
     async def remaining() -> int:
         counts = [
             await scalar(pool(again), f"SELECT count(*) FROM {table}")
-            for table in ("outbox", "inbox", "dead_letters")
+            for table in ("outbox", "inbox", "dead_letters", "operator_requests")
         ]
         return sum(counts)
 

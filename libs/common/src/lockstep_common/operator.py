@@ -66,6 +66,16 @@ MAY_READ: frozenset[str] = MAY_WRITE | {READER}
 Req = TypeVar("Req", bound=EventData)
 
 
+async def purge(conn: Conn, older_than_s: float) -> int:
+    """Delete operator requests asked longer ago than the retention; returns how many (a fleet
+    import's chunks are stored whole, ~200 KB each: without it the table only grows)."""
+    result: str = await conn.execute(
+        "DELETE FROM operator_requests WHERE asked_at < now() - make_interval(secs => $1)",
+        older_than_s,
+    )
+    return int(result.rsplit(" ", 1)[-1])
+
+
 class Refusal(Exception):
     """A command that cannot be run as asked: ``kind`` and one line saying why.
 

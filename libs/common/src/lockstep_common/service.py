@@ -26,7 +26,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
-from lockstep_common import db, deadletter, inbox, natsconn
+from lockstep_common import db, deadletter, inbox, natsconn, operator
 from lockstep_common.advisories import AdvisoryWatcher, watcher_spec
 from lockstep_common.consumer import ConsumerRunner, RunnerConfig, Subscription, consumer_spec
 from lockstep_common.consumer_watch import ConsumerWatch, Watched
@@ -384,9 +384,9 @@ class ServiceApp:
             log.warning("nats: disconnected; reconnecting")
 
     async def _maintain(self) -> None:
-        """Retention purges of outbox rows, inbox ids and dead letters: once as the service
-        starts (a service restarted more often than the interval must still purge), then every
-        ``maintenance_interval_s``."""
+        """Retention purges of outbox rows, inbox ids, dead letters and operator requests: once
+        as the service starts (a service restarted more often than the interval must still
+        purge), then every ``maintenance_interval_s``."""
         s = self.settings
         resources, relay = self.resources, self.relay
         if resources is None or relay is None:
@@ -397,11 +397,14 @@ class ServiceApp:
             async with resources.pool.acquire() as conn:
                 forgotten = await inbox.purge(conn, s.inbox_retention_s)
                 letters = await deadletter.purge(conn, s.dead_letter_retention_s)
+                asked = await operator.purge(conn, s.operator_request_retention_s)
             log.info(
-                "maintenance: purged %d outbox rows, %d inbox ids, %d dead letters",
+                "maintenance: purged %d outbox rows, %d inbox ids, %d dead letters, "
+                "%d operator requests",
                 purged,
                 forgotten,
                 letters,
+                asked,
             )
 
         every = Every(

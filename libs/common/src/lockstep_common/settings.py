@@ -178,6 +178,11 @@ class ServiceSettings(BaseSettings):
     dead_letter_retention_s: Seconds = Field(
         default=90 * 86_400.0, description="How long dead-letter rows are kept for operators."
     )
+    operator_request_retention_s: Seconds = Field(
+        default=90 * 86_400.0,
+        description="How long the audit of operator commands (``operator_requests``: who asked "
+        "what, the outcome, the stored reply a retried request gets again) is kept.",
+    )
 
     @field_validator("database_url")
     @classmethod
