@@ -130,6 +130,21 @@ class RedfishClient:
         self.slots = asyncio.Semaphore(slots) if slots is not None else None
         self._no_cookies: aiohttp.DummyCookieJar | None = None  # needs the running loop
 
+    async def service_root(self, target: BmcTarget) -> dict[str, Any]:
+        """The service root of ``target``, read without credentials (DSP0266 "Service root":
+        the one resource a client reads before authenticating): what the BMC says about itself,
+        and whether it offers sessions, before any login."""
+        verify = self.verify_tls if target.verify_tls is None else target.verify_tls
+        url = target.url.rstrip("/") + SERVICE_ROOT
+        http = self._http()
+        try:
+            reply = await request(http, "GET", url, self.policy, ssl=verify, slots=self.slots)
+        finally:
+            await http.close()
+        if reply.status != 200 or not isinstance(reply.body, dict):
+            raise status_error("GET", url, reply.status)
+        return reply.body
+
     def session(self, target: BmcTarget) -> BmcSession:
         """A session on ``target``, not yet open: ``async with`` it, or ``open()`` and
         ``close()`` it yourself."""
