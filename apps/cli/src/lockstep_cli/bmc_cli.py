@@ -10,6 +10,8 @@ to the BMC: GETs, and one login and logout (``lockstep_redfish.probe``).
 from __future__ import annotations
 
 import json
+import ssl
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
@@ -54,6 +56,10 @@ def probe(
             help="Allow an http:// BMC (a lab or simulated one): the password is sent in clear."
         ),
     ] = False,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(help="Verify the BMC's certificate against these CA certificates (PEM)."),
+    ] = None,
     insecure: Annotated[
         bool, typer.Option(help="Do not verify the BMC's TLS certificate (logged).")
     ] = False,
@@ -87,10 +93,14 @@ def probe(
         except ValueError as exc:
             fail(f"--profile: {exc}")
     node_id = node or urlsplit(url).hostname or url
+    verify: bool | ssl.SSLContext | None = False if insecure else None
+    if ca_file is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            fail(f"--ca-file {ca_file}: {exc}")
     try:
-        target = BmcTarget(
-            node_id, url, allow_plain_http=allow_plain_http, verify_tls=False if insecure else None
-        )
+        target = BmcTarget(node_id, url, allow_plain_http=allow_plain_http, verify_tls=verify)
     except ValueError as exc:
         fail(str(exc))
     client = RedfishClient(

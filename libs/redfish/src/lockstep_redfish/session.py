@@ -372,7 +372,8 @@ class BmcSession:
             raise BmcRefused(f"POST {url}: authentication failed (HTTP {reply.status})", url=url)
         token = reply.headers.get("X-Auth-Token")
         if reply.status not in {200, 201} or not token:
-            raise BmcRefused(f"POST {url}: no session created (HTTP {reply.status})", url=url)
+            why = "" if reply.status not in {200, 201, 204} else ": the answer has no X-Auth-Token"
+            raise BmcRefused(f"POST {url}: no session created (HTTP {reply.status}){why}", url=url)
         self._token = token
         self._auth = {"X-Auth-Token": token}
         # The session's URI: the Location header, else the body's @odata.id (§13.3.4).
