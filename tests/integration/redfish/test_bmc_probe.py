@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lockstep_cli.main import app
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.simulator import Simulator
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ async def sim() -> AsyncIterator[Simulator]:
 
 @pytest.fixture
 def creds(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PROBE_USERNAME", DEFAULT_USERNAME)
+    monkeypatch.setenv("PROBE_USERNAME", OPERATOR_USERNAME)  # Operator-class, as Lockstep uses
     monkeypatch.setenv("PROBE_PASSWORD", DEFAULT_PASSWORD)
     return "env:PROBE"
 
@@ -68,6 +68,18 @@ async def test_probe_reports_the_profile_the_plan_and_writes_nothing(
     assert writes(sim) == []
     ledger = [e["action"] for e in sim.bmc(NODE).ledger]
     assert ledger == ["session_create", "session_delete"]  # logged out, too
+
+
+async def test_probe_refuses_the_administrator_account_as_the_updater_does(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ADMIN_USERNAME", DEFAULT_USERNAME)
+    monkeypatch.setenv("ADMIN_PASSWORD", DEFAULT_PASSWORD)
+    url = sim.bmc_url(NODE)
+    code, out = await cli("bmc", "probe", url, "--credentials", "env:ADMIN", "--allow-plain-http")
+    assert code == 1, out
+    assert "Administrator-class credentials are refused" in " ".join(out.split())
+    assert writes(sim) == []
 
 
 async def test_probe_says_what_preflight_would_refuse_in_one_line_each(

@@ -17,7 +17,12 @@ import pytest
 from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
 from lockstep_redfish.probe import probe
 from lockstep_sim.dialects import COMMIT_IMAGE
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_sim.options import (
+    DEFAULT_PASSWORD,
+    DEFAULT_USERNAME,
+    OPERATOR_USERNAME,
+    SimOptions,
+)
 from lockstep_sim.simulator import Simulator
 from tests.reference import REFERENCE
 
@@ -32,7 +37,7 @@ Factory = Callable[..., Awaitable[Simulator]]
 
 class Credentials:
     def get(self, node_id: str) -> tuple[str, str]:
-        return DEFAULT_USERNAME, DEFAULT_PASSWORD
+        return OPERATOR_USERNAME, DEFAULT_PASSWORD  # Operator-class, as Lockstep uses
 
 
 @pytest.fixture

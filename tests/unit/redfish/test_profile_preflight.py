@@ -10,6 +10,7 @@ import pytest
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.preflight import (
+    ADMINISTRATIVE,
     Intent,
     offered_push_methods,
     profile_refusals,
@@ -18,6 +19,7 @@ from lockstep_redfish.preflight import (
 )
 from lockstep_redfish.profile import LoginMethod, PushMethod
 from lockstep_redfish.selection import BmcFacts, Selection, select_profile
+from lockstep_updater.domain import privilege as updater_privilege
 from tests.unit.redfish.test_profiles import capture_facts
 
 OPERATOR = frozenset({"Login", "ConfigureComponents", "ConfigureSelf"})
@@ -58,6 +60,16 @@ def test_an_account_without_the_privilege_is_refused() -> None:
     assert unknown == [
         f"{GB200}: the account's privileges cannot be read; ConfigureComponents needed"
     ]
+
+
+def test_an_administrator_class_account_is_refused_as_the_updater_refuses_it() -> None:
+    admin = OPERATOR | {"ConfigureManager", "ConfigureUsers"}
+    lines = _check(capture_facts("nvidia_gb200"), GPU_UP, privileges=admin)
+    assert lines == [
+        f"{GB200}: the account holds ConfigureManager and ConfigureUsers: Administrator-class "
+        "credentials are refused; use an Operator-class account (ConfigureComponents only)"
+    ]
+    assert ADMINISTRATIVE == updater_privilege.ADMINISTRATIVE  # one rule, two places
 
 
 def test_a_login_the_profile_does_not_allow_is_refused() -> None:

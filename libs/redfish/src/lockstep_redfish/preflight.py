@@ -152,6 +152,11 @@ def preflight(
 
 # -- what the BMC's profile allows, checked before any drain --------------------------------
 
+# Privileges that make an account Administrator-class (DSP0266 "Privilege model"): an update
+# never needs them, and the updater refuses such credentials (reliability.md 7 H5; the same
+# set as lockstep_updater.domain.privilege.ADMINISTRATIVE, which a unit test keeps equal).
+ADMINISTRATIVE = frozenset({"ConfigureManager", "ConfigureUsers"})
+
 
 @dataclass(frozen=True, slots=True)
 class Intent:
@@ -208,7 +213,8 @@ def profile_refusals(
     BMC, the profile and what is missing; empty when nothing stands in the way. Pure: made
     before any node is cordoned, from what was read (``privileges`` None: not readable).
 
-    Refused: an account without the profile's privilege (DSP0266 "Privilege model"), a login
+    Refused: an account without the profile's privilege (DSP0266 "Privilege model") or an
+    Administrator-class one (``ADMINISTRATIVE``, as the updater refuses it), a login
     the profile does not allow, a component no member holds, a BMC that offers none of the
     profile's push methods, an image over ``MaxImageSizeBytes``, and a downgrade without a
     signed rollback approval (or one the profile cannot force).
@@ -221,6 +227,12 @@ def profile_refusals(
     elif profile.privilege not in privileges:
         held = ", ".join(sorted(privileges)) or "none"
         lines.append(f"{head}: the account lacks {profile.privilege} (it holds: {held})")
+    elif privileges & ADMINISTRATIVE:
+        extra = " and ".join(sorted(privileges & ADMINISTRATIVE))
+        lines.append(
+            f"{head}: the account holds {extra}: Administrator-class credentials are refused; "
+            f"use an Operator-class account ({profile.privilege} only)"
+        )
     if login not in profile.login:
         allowed = ", ".join(profile.login)
         lines.append(f"{head}: login by {login} is not allowed by the profile (allowed: {allowed})")
