@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from lockstep_redfish import BmcRefused, BmcTarget, PlainHttpRefused, RedfishClient, RetryPolicy
+from lockstep_redfish import (
+    BmcRefused,
+    BmcTarget,
+    PlainHttpRefused,
+    RedfishClient,
+    RedfishReplyError,
+    RetryPolicy,
+)
 from lockstep_redfish.profile import LoginMethod
 from tests.integration.redfish.test_tls import _self_signed
 
@@ -121,3 +128,22 @@ async def test_a_session_login_on_a_bmc_without_sessions_says_what_it_offers(
     assert "offers no SessionService" in message
     assert "HTTP Basic only" in message
     assert "authentication failed" not in message  # not the password's fault
+
+
+async def test_a_service_root_that_is_not_an_object_is_a_malformed_reply(tmp_path: Path) -> None:
+    async def root(_: web.Request) -> web.Response:
+        return web.json_response(["not", "a", "service", "root"])
+
+    app = web.Application()
+    app.router.add_get("/redfish/v1/", root)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, HOST, 0)
+    await site.start()
+    try:
+        url = f"http://{HOST}:{runner.addresses[0][1]}"
+        client = RedfishClient(Credentials(), FAST)
+        with pytest.raises(RedfishReplyError, match="the service root is not a JSON object"):
+            await client.service_root(BmcTarget("n1", url, allow_plain_http=True))
+    finally:
+        await runner.cleanup()

@@ -36,7 +36,13 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from lockstep_redfish.credentials import CredentialSource
-from lockstep_redfish.errors import BmcError, BmcRefused, PlainHttpRefused, status_error
+from lockstep_redfish.errors import (
+    BmcError,
+    BmcRefused,
+    PlainHttpRefused,
+    RedfishReplyError,
+    status_error,
+)
 from lockstep_redfish.models import SessionReply, parse
 from lockstep_redfish.profile import LoginMethod
 from lockstep_redfish.transport import Body, Reply, RetryPolicy, request
@@ -141,8 +147,10 @@ class RedfishClient:
             reply = await request(http, "GET", url, self.policy, ssl=verify, slots=self.slots)
         finally:
             await http.close()
-        if reply.status != 200 or not isinstance(reply.body, dict):
+        if reply.status != 200:
             raise status_error("GET", url, reply.status)
+        if not isinstance(reply.body, dict):
+            raise RedfishReplyError(url, "(body)", "the service root is not a JSON object")
         return reply.body
 
     def session(self, target: BmcTarget) -> BmcSession:
