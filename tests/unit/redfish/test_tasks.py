@@ -158,7 +158,7 @@ async def test_a_forgotten_task_leaves_the_verdict_to_the_readback() -> None:
     outcome = await _wait(bmc, FakeClock())
     assert outcome.forgotten and outcome.state is None
     no_monitor = await wait_for_task(ScriptedBmc(), TaskRef(None), POLICY)
-    assert no_monitor.forgotten and no_monitor.polls == 0
+    assert no_monitor.taskless and no_monitor.polls == 0
 
 
 async def test_a_task_resource_used_as_monitor_answers_200_while_running() -> None:

@@ -39,6 +39,24 @@ def test_unknown_profile_is_refused(command: str) -> None:
     assert "choose one of gb200" in result.output
 
 
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_unknown_dialect_is_refused(command: str) -> None:
+    result = CliRunner().invoke(sim_app, [command, "--dialect", "dell"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "choose one of lockstep, dmtf-generic, nvidia-gb200-nvl" in " ".join(
+        result.output.split()
+    )
+
+
+def test_serve_hands_the_dialect_to_the_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    served: list[SimOptions] = []
+    monkeypatch.setattr(cli, "serve", served.append)
+    result = CliRunner().invoke(sim_app, ["serve", "--dialect", "nvidia-gb200-nvl"])
+    assert result.exit_code == 0, result.output
+    assert [o.dialect for o in served] == ["nvidia-gb200-nvl"]
+    assert SimOptions().dialect == "lockstep"  # the default: the simulator's own shape
+
+
 def test_serve_hands_the_options_to_the_simulator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,11 @@ GROUPS: dict[str, Lazy] = {
         "fleet_app",
         "The fleet: import and list nodes, sweep them, conformance, drift, pins, admission.",
     ),
+    "bmc": Lazy(
+        "lockstep_cli.bmc_cli",
+        "bmc_app",
+        "One BMC before it joins a fleet: which profile it matches, how it would be flashed.",
+    ),
     "dlq": Lazy(
         "lockstep_cli.dlq_cli", "dlq_app", "Dead letters: list, show, replay or purge them."
     ),

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from lockstep_sim import accounts, inventory, sessions, systems, tasks
 from lockstep_sim.bmc import Bmc
+from lockstep_sim.dialects import COMMIT_IMAGE
 from lockstep_sim.errors import RedfishError, bad_request, not_found
 from lockstep_sim.resources import MAX_IMAGE_BYTES
 from lockstep_sim.update_service import (
@@ -172,6 +173,8 @@ async def simple_update(
     request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``UpdateService.SimpleUpdate``: fetch ``ImageURI`` (loopback HTTP only) and apply it."""
+    if not bmc.dialect.simple_update:
+        raise not_found(request.path)
     body = await read_json(request)
     uri = body.get("ImageURI")
     if not isinstance(uri, str):
@@ -202,6 +205,14 @@ def _start_update(
             ("UpdateFile", "MaxImageSizeBytes"),
         )
     options = parse_options(params)
+    if options.apply_time not in bmc.dialect.apply_times:
+        raise bad_request(
+            "ActionParameterValueError",
+            f"@Redfish.OperationApplyTime {options.apply_time!r} is not supported.",
+            "@Redfish.OperationApplyTime",
+        )
+    if options.stage and not bmc.dialect.activate:
+        raise bad_request("ActionParameterNotSupported", "Stage is not supported.", "Stage")
     # The image's SHA-384, as attested bundles name theirs: what tests compare pushes against.
     sha384 = hashlib.sha384(image).hexdigest()
     note.update(targets=list(options.targets), stage=options.stage, bytes=len(image), sha384=sha384)
@@ -226,6 +237,8 @@ async def service_activate(
     request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``UpdateService.Activate`` (UpdateService v1_16_0): ``Targets`` is required."""
+    if not bmc.dialect.activate:
+        raise not_found(request.path)
     targets = (await read_json(request)).get("Targets")
     if not isinstance(targets, list) or not targets:
         raise bad_request("ActionParameterMissing", "Targets is required.", "Activate", "Targets")
@@ -239,6 +252,8 @@ async def member_activate(
     request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``SoftwareInventory.Activate`` (SoftwareInventory v1_12_0)."""
+    if not bmc.dialect.activate:
+        raise not_found(request.path)
     await read_json(request)
     if m["id"] not in bmc.node.components:
         raise not_found(m.string)
@@ -250,6 +265,8 @@ async def member_switch_bank(
     request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``#LockstepSim.SwitchBank`` (OEM): run the image in the other bank again."""
+    if not bmc.dialect.switch_bank:
+        raise not_found(request.path)
     await read_json(request)
     component = bmc.node.components.get(m["id"])
     if component is None:
@@ -262,6 +279,36 @@ async def member_switch_bank(
         )
     note["targets"] = [m["id"]]
     return task_accepted(bmc, bmc.start_switch_bank(m["id"]))
+
+
+async def commit_image(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``#NvidiaUpdateService.CommitImage`` (the GB200 capture's OEM action, ActionInfo
+    parameter ``Targets``): copy each target's running image to its other bank, synchronously
+    (204); every member with a second bank when ``Targets`` is absent."""
+    if not bmc.dialect.commit_image:
+        raise not_found(request.path)
+    targets = (await read_json(request)).get("Targets")
+    if targets is not None and (
+        not isinstance(targets, list) or not all(isinstance(t, str) for t in targets)
+    ):
+        raise bad_request(
+            "ActionParameterValueError", "Targets must be an array of URIs.", "Targets"
+        )
+    members = target_members(bmc.node, tuple(targets or ()))
+    banked = [m for m in members if bmc.node.components[m].banks]
+    if targets and len(banked) != len(members):
+        plain = sorted(set(members) - set(banked))
+        raise bad_request(
+            "ActionParameterValueError", f"{', '.join(plain)} keep no second bank.", "Targets"
+        )
+    for member in banked:
+        component = bmc.node.components[member]
+        component.inactive_version = component.version
+        component.staged = False
+    note["targets"] = banked
+    return web.Response(status=204)
 
 
 async def reset(
@@ -317,6 +364,7 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
         ),
         {"POST": member_switch_bank},
     ),
+    (re.compile(COMMIT_IMAGE), {"POST": commit_image}),
     (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),
     (re.compile(f"{systems.MANAGER}/Actions/Manager.Reset"), {"POST": reset}),
     (re.compile(f"{tasks.TASKS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),

@@ -12,6 +12,7 @@ from typing import Any
 
 from lockstep_sim import jobs
 from lockstep_sim.accounts import AccountStore
+from lockstep_sim.dialects import DEFAULT, DIALECTS, Dialect
 from lockstep_sim.faults import Fault
 from lockstep_sim.fleet import Node
 from lockstep_sim.injection import FaultControl
@@ -39,6 +40,7 @@ class Bmc:
     flash_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one flash at a time
     timers: list[asyncio.TimerHandle] = field(default_factory=list)  # pending silent reverts
     multipart_push: bool = True  # False: UpdateService offers SimpleUpdate only
+    dialect: Dialect = field(default_factory=lambda: DIALECTS[DEFAULT])  # what it says, takes
     task_counter: int = 0  # task ids are never reused, also after a reboot forgot the tasks
     runners: set[asyncio.Task[None]] = field(default_factory=set)  # jobs, also forgotten ones
     # Extra ledger details read at the instant a call is recorded: FleetRuntime adds the node's

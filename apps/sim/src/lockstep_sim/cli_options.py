@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from lockstep_sim.dialects import DIALECTS
 from lockstep_sim.faults import FaultPlanError, load_faults
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.profiles import PROFILES
@@ -28,6 +29,16 @@ SHARED = (
     _option("nodes", int, typer.Option(4, "--nodes", min=1, help="Number of emulated nodes.")),
     _option(
         "profile", str, typer.Option("gb200", "--profile", help=f"One of {', '.join(PROFILES)}.")
+    ),
+    _option(
+        "dialect",
+        str,
+        typer.Option(
+            "lockstep",
+            "--dialect",
+            help=f"Redfish dialect every BMC speaks: one of {', '.join(DIALECTS)} "
+            "(docs/updater.md, BMC profiles).",
+        ),
     ),
     _option(
         "latency_ms",
@@ -84,15 +95,19 @@ def _password(path: Path | None) -> str:
 
 
 def _checked(
-    profile: str, faults: Path | None, password_file: Path | None, **rest: Any
+    profile: str, dialect: str, faults: Path | None, password_file: Path | None, **rest: Any
 ) -> SimOptions:
     if profile not in PROFILES:
         raise typer.BadParameter(f"choose one of {', '.join(PROFILES)}", param_hint="--profile")
+    if dialect not in DIALECTS:
+        raise typer.BadParameter(f"choose one of {', '.join(DIALECTS)}", param_hint="--dialect")
     try:
         plan = load_faults(faults) if faults is not None else None
     except FaultPlanError as exc:
         raise typer.BadParameter(str(exc), param_hint="--faults") from None
-    return SimOptions(profile=profile, faults=plan, password=_password(password_file), **rest)
+    return SimOptions(
+        profile=profile, dialect=dialect, faults=plan, password=_password(password_file), **rest
+    )
 
 
 def sim_options(command: Callable[..., None]) -> Callable[..., None]:

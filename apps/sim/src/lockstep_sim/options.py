@@ -35,7 +35,11 @@ class SimOptions:
     port: int = 8000
     faults: FaultPlan | None = None
     multipart_push: bool = True
+    dialect: str = "lockstep"  # lockstep_sim.dialects: the Redfish dialect every BMC speaks
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
             raise ValueError("time_scale must be > 0")
+        from lockstep_sim.dialects import dialect_named
+
+        dialect_named(self.dialect)  # ValueError naming the known dialects

@@ -8,6 +8,7 @@ from typing import Any
 
 from lockstep_sim import accounts, inventory, pcie, service_root, sessions, systems, tasks
 from lockstep_sim.bmc import Bmc
+from lockstep_sim.dialects import shape_update_service
 from lockstep_sim.errors import not_found
 from lockstep_sim.fleet import FirmwareComponent
 from lockstep_sim.odata import ROOT
@@ -48,7 +49,13 @@ def _member(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
     component = bmc.node.components.get(m["id"])
     if component is None:
         raise not_found(m.string)
-    return inventory.member_doc(component)
+    doc = inventory.member_doc(component)
+    if not bmc.dialect.switch_bank:  # only the simulator's own dialect has the OEM SwitchBank
+        doc["Actions"].pop("Oem", None)
+        doc.pop("Oem", None)
+    if not bmc.dialect.activate:
+        doc["Actions"].pop("#SoftwareInventory.Activate", None)
+    return doc
 
 
 def _pcie(bmc: Bmc, m: re.Match[str]) -> FirmwareComponent:
@@ -58,6 +65,21 @@ def _pcie(bmc: Bmc, m: re.Match[str]) -> FirmwareComponent:
     return component
 
 
+def _managers(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
+    doc = systems.managers_doc()
+    extra = [{"@odata.id": f"{ROOT}/Managers/{i}"} for i in bmc.dialect.extra_managers]
+    members = doc["Members"] + extra
+    return {**doc, "Members": members, "Members@odata.count": len(members)}
+
+
+def _extra_manager(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    """A dialect's second manager (the HGX baseboard's HMC beside the host BMC)."""
+    if m["id"] not in bmc.dialect.extra_managers:
+        raise not_found(m.string)
+    doc = {k: v for k, v in _manager(bmc, m).items() if k != "Actions"}  # reset: the host BMC's
+    return {**doc, "@odata.id": f"{ROOT}/Managers/{m['id']}", "Id": m["id"]}
+
+
 def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
     bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
     return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso())
@@ -65,7 +87,7 @@ def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
 
 _TABLE: list[tuple[str, Getter]] = [
     ("/redfish", lambda _b, _m: {"v1": f"{ROOT}/"}),
-    (ROOT, lambda b, _m: service_root.service_root(b.uuid, b.node.id)),
+    (ROOT, lambda b, _m: {**service_root.service_root(b.uuid, b.node.id), **b.dialect.root}),
     (f"{ROOT}/odata", lambda _b, _m: service_root.odata_document()),
     (f"{ROOT}/SessionService", lambda _b, _m: sessions.session_service_doc()),
     (sessions.SESSIONS, lambda b, _m: sessions.sessions_doc(b.sessions)),
@@ -97,14 +119,17 @@ _TABLE: list[tuple[str, Getter]] = [
         f"{pcie.PCIE}/(?P<id>[^/]+)/PCIeFunctions/0",
         lambda b, m: pcie.function_doc(_pcie(b, m)),
     ),
-    (f"{ROOT}/Managers", lambda _b, _m: systems.managers_doc()),
+    (f"{ROOT}/Managers", _managers),
     (systems.MANAGER, _manager),
+    (f"{ROOT}/Managers/(?P<id>[^/]+)", _extra_manager),
     (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),
     (tasks.TASKS, lambda b, _m: tasks.tasks_doc(list(b.tasks))),
     (f"{tasks.TASKS}/(?P<id>[^/]+)", _task),
     (
         f"{ROOT}/UpdateService",
-        lambda b, _m: update_service_doc(MAX_IMAGE_BYTES, multipart=b.multipart_push),
+        lambda b, _m: shape_update_service(
+            update_service_doc(MAX_IMAGE_BYTES, multipart=b.multipart_push), b.dialect
+        ),
     ),
     (
         inventory.FIRMWARE,

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from lockstep_sim.bmc import Bmc
+from lockstep_sim.dialects import dialect_named
 from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
@@ -37,6 +38,7 @@ class Simulator(Started):
                 o.time_scale,
                 faults=self.faults,
                 multipart_push=o.multipart_push,
+                dialect=dialect_named(o.dialect),
             )
             for n in self.fleet
         }

@@ -6,17 +6,25 @@ UpdateService / SoftwareInventory properties a client must honour (standards.md 
 ``ServiceEnabled``, ``MaxImageSizeBytes``, ``@Redfish.OperationApplyTimeSupport``, ``Stage``
 (UpdateService v1_16_0), and per target ``Updateable``, ``WriteProtected`` and
 ``LowestSupportedVersion`` (ordered with ``VersionScheme``, see ``lockstep_common.versions``).
+
+``profile_refusals`` checks what the BMC's profile allows (``lockstep_redfish.profile``), for
+every component of a rollout at once, before any node is drained: one line per refusal naming
+the BMC, the profile and what is missing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from lockstep_common.versions import compare_versions
+from lockstep_common.vocabulary import Component
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.models import UpdatableSoftware, UpdateService
+from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod
+from lockstep_redfish.selection import BmcFacts, MemberFacts, Selection, map_member
 
 IMMEDIATE = "Immediate"  # Settings.OperationApplyTime: the default when none is sent
 
@@ -140,3 +148,129 @@ def preflight(
     if problems:
         raise UpdateRefused("update refused: " + "; ".join(problems))
     return Preflight(method, uri, pending, before)
+
+
+# -- what the BMC's profile allows, checked before any drain --------------------------------
+
+# Privileges that make an account Administrator-class (DSP0266 "Privilege model"): an update
+# never needs them, and the updater refuses such credentials (reliability.md 7 H5; the same
+# set as lockstep_updater.domain.privilege.ADMINISTRATIVE, which a unit test keeps equal).
+ADMINISTRATIVE = frozenset({"ConfigureManager", "ConfigureUsers"})
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """One component a rollout would flash on a BMC: the version and the image's size (None
+    when not known yet, as in ``lockstep bmc probe``)."""
+
+    component: Component
+    version: str | None = None
+    image_size: int | None = None
+
+
+def offered_push_methods(service: Mapping[str, Any] | None) -> list[PushMethod]:
+    """The push methods ``service`` (an UpdateService document) offers (DSP0268 UpdateService:
+    ``MultipartHttpPushUri`` v1_6_0, ``HttpPushUri``, the ``SimpleUpdate`` action)."""
+    if not service:
+        return []
+    actions = service.get("Actions")
+    found = {
+        PushMethod.MULTIPART: isinstance(service.get("MultipartHttpPushUri"), str),
+        PushMethod.HTTP_PUSH: isinstance(service.get("HttpPushUri"), str),
+        PushMethod.SIMPLE_UPDATE: isinstance(actions, dict)
+        and "#UpdateService.SimpleUpdate" in actions,
+    }
+    return [method for method, offered in found.items() if offered]
+
+
+def push_method(profile: BmcProfile, service: Mapping[str, Any] | None) -> PushMethod | None:
+    """The profile's first push method the BMC offers; None when it offers none of them."""
+    offered = offered_push_methods(service)
+    return next((m for m in profile.push.methods if m in offered), None)
+
+
+def _downgrades(intent: Intent, running: list[MemberFacts]) -> list[str]:
+    if intent.version is None:
+        return []
+    return [
+        f"{m.id} {m.version} -> {intent.version}"
+        for m in running
+        if m.version is not None and (compare_versions(intent.version, m.version) or 0) < 0
+    ]
+
+
+def profile_refusals(
+    bmc: str,
+    selection: Selection,
+    facts: BmcFacts,
+    intents: Sequence[Intent],
+    *,
+    login: LoginMethod,
+    privileges: frozenset[str] | None,
+    rollback_approved: bool = False,
+) -> list[str]:
+    """Why the BMC ``bmc`` must not be flashed as ``intents`` ask, one line each, naming the
+    BMC, the profile and what is missing; empty when nothing stands in the way. Pure: made
+    before any node is cordoned, from what was read (``privileges`` None: not readable).
+
+    Refused: an account without the profile's privilege (DSP0266 "Privilege model") or an
+    Administrator-class one (``ADMINISTRATIVE``, as the updater refuses it), a login
+    the profile does not allow, a component no member holds, a BMC that offers none of the
+    profile's push methods, an image over ``MaxImageSizeBytes``, and a downgrade without a
+    signed rollback approval (or one the profile cannot force).
+    """
+    profile = selection.profile
+    head = f"BMC {bmc} (profile {profile.id})"
+    lines: list[str] = []
+    if privileges is None:
+        lines.append(f"{head}: the account's privileges cannot be read; {profile.privilege} needed")
+    elif profile.privilege not in privileges:
+        held = ", ".join(sorted(privileges)) or "none"
+        lines.append(f"{head}: the account lacks {profile.privilege} (it holds: {held})")
+    elif privileges & ADMINISTRATIVE:
+        extra = " and ".join(sorted(privileges & ADMINISTRATIVE))
+        lines.append(
+            f"{head}: the account holds {extra}: Administrator-class credentials are refused; "
+            f"use an Operator-class account ({profile.privilege} only)"
+        )
+    if login not in profile.login:
+        allowed = ", ".join(profile.login)
+        lines.append(f"{head}: login by {login} is not allowed by the profile (allowed: {allowed})")
+    if facts.update_service is None:
+        lines.append(f"{head}: the BMC has no UpdateService")
+    elif push_method(profile, facts.update_service) is None:
+        wanted = ", ".join(profile.push.methods)
+        offered = ", ".join(offered_push_methods(facts.update_service)) or "none"
+        lines.append(
+            f"{head}: the BMC offers none of the profile's push methods ({wanted}; it offers: "
+            f"{offered})"
+        )
+    limit = (facts.update_service or {}).get("MaxImageSizeBytes")
+    for intent in intents:
+        running = [m for m in facts.members if map_member(profile, m).component is intent.component]
+        if not running:
+            lines.append(f"{head}: no FirmwareInventory member holds {intent.component}")
+        size = intent.image_size
+        if isinstance(limit, int) and size is not None and size > limit:
+            lines.append(
+                f"{head}: the {intent.component} image is {size} bytes, over the BMC's "
+                f"MaxImageSizeBytes {limit}"
+            )
+        down = _downgrades(intent, running)
+        if down and not rollback_approved:
+            lines.append(
+                f"{head}: {intent.component} would be downgraded ({'; '.join(down)}) without a "
+                "signed rollback approval"
+            )
+        elif down and profile.downgrade.force_parameter is None:
+            lines.append(
+                f"{head}: {intent.component} would be downgraded ({'; '.join(down)}) and the "
+                "profile has no way to force a downgrade"
+            )
+    return lines
+
+
+def refuse_if_any(lines: Sequence[str]) -> None:
+    """:class:`UpdateRefused` carrying every line, when there is one."""
+    if lines:
+        raise UpdateRefused("\n".join(lines))

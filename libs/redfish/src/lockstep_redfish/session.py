@@ -10,17 +10,23 @@ all BMCs); ``client.session(target)`` is one :class:`BmcSession`::
 Opening logs in (``POST /redfish/v1/SessionService/Sessions`` -> ``X-Auth-Token`` +
 ``Location``); every request of the session carries the token; closing deletes the session
 (``DELETE`` its URI, DSP0266 §13.3.4), also after errors and on cancellation, and closes the
-session's own HTTP client. Secrets and tokens never appear in messages or logs, and never cross
-the network in clear unless the target allows plain http (DSP0266 §13.3 requires TLS for
-session creation); redirects are not followed (``transport.request``), so a BMC cannot send
-them elsewhere either.
+session's own HTTP client. A BMC whose profile allows HTTP Basic (``BmcTarget.login``; DSP0266
+§13.2, for services without a ``SessionService``) gets ``Authorization: Basic`` on every request
+instead, and only over TLS whose certificate is verified: anything else is refused before the
+credentials are read. A BMC that refuses a session login and offers no ``SessionService`` is
+told apart from a wrong password: the error says what the BMC offers. Secrets and tokens
+never appear in messages or logs, and never cross the network in clear unless the target allows
+plain http (DSP0266 §13.3 requires TLS for session creation); redirects are not followed
+(``transport.request``), so a BMC cannot send them elsewhere either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
+import ssl
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from types import TracebackType
@@ -30,13 +36,22 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from lockstep_redfish.credentials import CredentialSource
-from lockstep_redfish.errors import BmcError, BmcRefused, PlainHttpRefused, status_error
+from lockstep_redfish.errors import (
+    BmcError,
+    BmcRefused,
+    PlainHttpRefused,
+    RedfishReplyError,
+    status_error,
+)
 from lockstep_redfish.models import SessionReply, parse
+from lockstep_redfish.profile import LoginMethod
 from lockstep_redfish.transport import Body, Reply, RetryPolicy, request
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SESSIONS = "/redfish/v1/SessionService/Sessions"  # DSP0266 §13.3: fixed URI of the collection
+SERVICE_ROOT = "/redfish/v1/"  # readable without authentication (DSP0266 "Service root")
+BASIC_CHECK = "/redfish/v1/Managers"  # a Basic login is checked on a resource that needs it
 HEADERS = {"Accept": "application/json", "OData-Version": "4.0"}  # DSP0266 "Request headers"
 
 
@@ -45,12 +60,15 @@ class BmcTarget:
     """A BMC. ``url`` is ``scheme://host[:port]``; ``verify_tls`` overrides the client's
     default for this BMC only (None: use the default). An ``http://`` BMC is refused
     (:class:`~lockstep_redfish.errors.PlainHttpRefused`, before anything is sent) unless
-    ``allow_plain_http`` says its credentials may cross the network in clear."""
+    ``allow_plain_http`` says its credentials may cross the network in clear. ``login`` is how
+    to authenticate (the BMC profile's choice): a session, or HTTP Basic on every request, which
+    is refused unless the URL is https and its certificate is verified."""
 
     node_id: str
     url: str
-    verify_tls: bool | None = None
+    verify_tls: bool | ssl.SSLContext | None = None
     allow_plain_http: bool = False
+    login: LoginMethod = LoginMethod.SESSION
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -97,7 +115,8 @@ class RedfishClient:
     """Opens :class:`BmcSession` s. ``slots`` bounds the requests in flight across all of
     them, logouts excepted (None: no bound); each session has its own HTTP client with at
     most ``per_bmc`` connections. TLS certificates are verified unless ``verify_tls`` (the
-    default) or ``BmcTarget.verify_tls`` (one BMC) turns it off, which is logged per BMC."""
+    default) or ``BmcTarget.verify_tls`` (one BMC) turns it off, which is logged per BMC; an
+    ``ssl.SSLContext`` there verifies against that context's trust store."""
 
     def __init__(
         self,
@@ -105,7 +124,7 @@ class RedfishClient:
         policy: RetryPolicy,
         *,
         per_bmc: int = 2,
-        verify_tls: bool = True,
+        verify_tls: bool | ssl.SSLContext = True,
         slots: int | None = None,
     ) -> None:
         if per_bmc < 1 or (slots is not None and slots < 1):
@@ -116,6 +135,23 @@ class RedfishClient:
         self.verify_tls = verify_tls
         self.slots = asyncio.Semaphore(slots) if slots is not None else None
         self._no_cookies: aiohttp.DummyCookieJar | None = None  # needs the running loop
+
+    async def service_root(self, target: BmcTarget) -> dict[str, Any]:
+        """The service root of ``target``, read without credentials (DSP0266 "Service root":
+        the one resource a client reads before authenticating): what the BMC says about itself,
+        and whether it offers sessions, before any login."""
+        verify = self.verify_tls if target.verify_tls is None else target.verify_tls
+        url = target.url.rstrip("/") + SERVICE_ROOT
+        http = self._http()
+        try:
+            reply = await request(http, "GET", url, self.policy, ssl=verify, slots=self.slots)
+        finally:
+            await http.close()
+        if reply.status != 200:
+            raise status_error("GET", url, reply.status)
+        if not isinstance(reply.body, dict):
+            raise RedfishReplyError(url, "(body)", "the service root is not a JSON object")
+        return reply.body
 
     def session(self, target: BmcTarget) -> BmcSession:
         """A session on ``target``, not yet open: ``async with`` it, or ``open()`` and
@@ -189,6 +225,15 @@ class BmcSession:
             )
         if not self.verify_tls and self.base.startswith("https"):
             log.warning("TLS verification is off for %s (%s)", self.target.node_id, self.target.url)
+        if self.target.login is LoginMethod.BASIC and (
+            self.target.plain_http or self.verify_tls is False
+        ):
+            how = "plain http" if self.target.plain_http else "TLS without certificate verification"
+            raise PlainHttpRefused(
+                f"refusing HTTP Basic to {self.base} over {how}: Basic sends the password with "
+                "every request, so it is used only over verified TLS (DSP0266 §13.2)",
+                url=self.base,
+            )
         self._http = self._client._http()
         await _despite_cancel(self._login())
 
@@ -258,6 +303,60 @@ class BmcSession:
         return self._http
 
     async def _login(self) -> None:
+        if self.target.login is LoginMethod.BASIC:
+            await self._basic_login()
+        else:
+            await self._session_login()
+
+    async def _basic_login(self) -> None:
+        """DSP0266 §13.2 "HTTP Basic authentication": the credentials go with every request;
+        one GET that needs them tells a wrong password now, not at the first write."""
+        username, password = self._client.credentials.get(self.target.node_id)
+        pair = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+        self._auth = {"Authorization": f"Basic {pair}"}
+        url = self.url(BASIC_CHECK)
+        reply = await request(
+            self._open_http(),
+            "GET",
+            url,
+            self._client.policy,
+            ssl=self.verify_tls,
+            slots=self._client.slots,
+            headers=self._auth,
+        )
+        if reply.status in {401, 403}:
+            self._auth = {}
+            raise BmcRefused(
+                f"GET {url}: authentication failed (HTTP Basic, HTTP {reply.status})", url=url
+            )
+
+    async def _offers(self) -> str | None:
+        """What the service root (readable without authentication) says about logging in,
+        when it does not offer sessions; None when it offers them or cannot be read."""
+        try:
+            reply = await request(
+                self._open_http(),
+                "GET",
+                self.url(SERVICE_ROOT),
+                self._client.policy,
+                ssl=self.verify_tls,
+                slots=self._client.slots,
+                retries=0,
+            )
+        except BmcError:
+            return None
+        root = reply.body if reply.status == 200 and isinstance(reply.body, dict) else None
+        if root is None:
+            return None
+        links = root.get("Links")
+        if "SessionService" in root or (isinstance(links, dict) and "Sessions" in links):
+            return None
+        return (
+            "the BMC offers no SessionService (its service root links none), so it takes "
+            "HTTP Basic only: use a BMC profile that allows basic login, over verified TLS"
+        )
+
+    async def _session_login(self) -> None:
         """DSP0266 §13.3.4 "Session login": POST UserName/Password, keep ``X-Auth-Token``."""
         username, password = self._client.credentials.get(self.target.node_id)
         url = self.url(SESSIONS)
@@ -271,11 +370,18 @@ class BmcSession:
             slots=self._client.slots,
             json_body=body,
         )
+        if reply.status in {401, 403, 404, 405, 501}:
+            # A refused login is not always a wrong password: a BMC without sessions refuses
+            # the POST too (401 from its authentication layer, or 404/405).
+            offers = await self._offers()
+            if offers is not None:
+                raise BmcRefused(f"POST {url}: HTTP {reply.status}: {offers}", url=url)
         if reply.status in {401, 403}:
             raise BmcRefused(f"POST {url}: authentication failed (HTTP {reply.status})", url=url)
         token = reply.headers.get("X-Auth-Token")
         if reply.status not in {200, 201} or not token:
-            raise BmcRefused(f"POST {url}: no session created (HTTP {reply.status})", url=url)
+            why = "" if reply.status not in {200, 201, 204} else ": the answer has no X-Auth-Token"
+            raise BmcRefused(f"POST {url}: no session created (HTTP {reply.status}){why}", url=url)
         self._token = token
         self._auth = {"X-Auth-Token": token}
         # The session's URI: the Location header, else the body's @odata.id (§13.3.4).

@@ -18,7 +18,10 @@ task ends or ``TaskPolicy.deadline_s`` passes:
   Interrupted, Stopping, Suspended) or an error status -> :class:`TaskFailed`;
 - still running at the deadline -> :class:`TaskDeadlineExceeded` (the task is left alone);
 - no answer for longer than ``TaskPolicy.unreachable_s`` -> :class:`TaskUnreachable`;
-- 401: the session was lost with a reboot; one new login, then polling goes on.
+- 401: the session was lost with a reboot; one new login, then polling goes on;
+- no monitor at all (a 2xx with neither ``Location`` nor a Task): a ``taskless`` outcome; what
+  it means and how long the inventory is read back for it is the BMC profile's ``taskless``
+  (``TaskPolicy.taskless_s``, the one bound ``update`` and the updater use for it).
 
 Nothing here ever sends the update again.
 """
@@ -81,9 +84,13 @@ class TaskPolicy:
     min_poll_s: float = 0.5  # even if Retry-After says 0
     max_poll_s: float = 60.0  # cap on Retry-After, so that a deadline is noticed
     unreachable_s: float = 900.0  # a rebooting BMC: reliability.md 7.D2 says 2-10 min
+    # A 2xx without a task: read the inventory back for at most this long (the profile's
+    # taskless.wait_s; the default is the updater's verify_settle_s, so both agree unset).
+    taskless_s: float = 120.0
 
     def __post_init__(self) -> None:
-        if min(self.deadline_s, self.poll_s, self.min_poll_s, self.unreachable_s) <= 0:
+        bounds = (self.deadline_s, self.poll_s, self.min_poll_s, self.unreachable_s)
+        if min(*bounds, self.taskless_s) <= 0:
             raise ValueError("task policy bounds must be positive")
         if self.max_poll_s < self.min_poll_s:
             raise ValueError("max_poll_s must be >= min_poll_s")
@@ -123,6 +130,7 @@ class TaskOutcome:
     waited_s: float
     longest_unreachable_s: float
     forgotten: bool = False
+    taskless: bool = False  # accepted with no task to follow: only the inventory can tell
 
 
 def path_on_bmc(location: str, base: str) -> str | None:
@@ -168,7 +176,7 @@ class _Watch:
         self.longest_dark = 0.0
         self.url = bmc.url(ref.monitor or ref.task or "")
 
-    def outcome(self, *, forgotten: bool = False) -> TaskOutcome:
+    def outcome(self, *, forgotten: bool = False, taskless: bool = False) -> TaskOutcome:
         task = self.task
         return TaskOutcome(
             state=None if forgotten or task is None else task.TaskState,
@@ -177,7 +185,8 @@ class _Watch:
             polls=self.polls,
             waited_s=self.clock() - self.started,
             longest_unreachable_s=self.longest_dark,
-            forgotten=forgotten,
+            forgotten=forgotten or taskless,
+            taskless=taskless,
         )
 
     def remaining_s(self) -> float | None:
@@ -300,7 +309,7 @@ async def follow_task(
     watch.started -= waited_s
     path = ref.monitor or ref.task
     if path is None:
-        return watch.outcome(forgotten=True)  # accepted without a monitor: readback decides
+        return watch.outcome(taskless=True)  # accepted without a monitor: readback decides
     deadline = watch.started + policy.deadline_s
     turn_ends = None if hold_s is None else clock() + hold_s
     relogged = False  # one new login per 401; a 401 right after it is a refusal

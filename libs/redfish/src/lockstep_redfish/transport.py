@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from ssl import SSLContext
 from typing import Any
 
 import aiohttp
@@ -116,7 +117,7 @@ async def request(
     url: str,
     policy: RetryPolicy,
     *,
-    ssl: bool,
+    ssl: bool | SSLContext,
     headers: dict[str, str] | None = None,
     json_body: dict[str, Any] | None = None,
     data: Body | None = None,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -63,6 +63,7 @@ from lockstep_redfish.models import (
 )
 from lockstep_redfish.multipart import multipart_body
 from lockstep_redfish.preflight import IMMEDIATE, Method, Preflight, UpdateRequest, preflight
+from lockstep_redfish.profile import BmcProfile
 from lockstep_redfish.readback import Readback, describe, judge
 from lockstep_redfish.tasks import (
     Clock,
@@ -117,6 +118,28 @@ class UpdatePolicy:
             raise ValueError("sends must be >= 1")
         if min(self.push_timeout_s, self.settle_s, self.reachable_s, self.read_poll_s) <= 0:
             raise ValueError("update policy bounds must be positive")
+
+
+def policy_for(profile: BmcProfile, base: UpdatePolicy | None = None) -> UpdatePolicy:
+    """``base`` (default: the defaults) with the bounds ``profile`` sets: how long a task-less
+    answer is read back for (``taskless.wait_s``)."""
+    policy = base or UpdatePolicy()
+    tasks = replace(policy.tasks, taskless_s=profile.taskless.wait_s)
+    return replace(policy, tasks=tasks)
+
+
+def readback_window(task: TaskOutcome, policy: UpdatePolicy) -> float:
+    """How long the inventory is read back after ``task`` ended (``FirmwareUpdate.verify``).
+
+    Accepted without a task: the profile's bound (``TaskPolicy.taskless_s``), the same one the
+    updater gives such a node. A task the BMC forgot mid-flash (it rebooted): it may still be
+    writing, so the rest of the task deadline. Otherwise: the inventory's lag (``settle_s``).
+    """
+    if task.taskless:
+        return policy.tasks.taskless_s
+    if task.forgotten:
+        return max(policy.tasks.deadline_s - task.waited_s, policy.settle_s)
+    return policy.settle_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,11 +506,7 @@ class FirmwareUpdate:
         if request.stage:
             for activation in await self.activate(plan.pending):
                 activations += [await self.wait(activation)]
-        # A task the BMC forgot (it rebooted) may still be flashing: give it the rest of the
-        # task deadline, not only the settle time.
-        window = None
-        if task.forgotten:
-            window = max(self.policy.tasks.deadline_s - task.waited_s, self.policy.settle_s)
+        window = readback_window(task, self.policy)
         after = await self.verify(pending, plan.before, within_s=window)
         return UpdateResult(
             plan.before, after, True, task, tuple(activations), self.clock() - started

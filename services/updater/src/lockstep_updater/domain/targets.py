@@ -1,11 +1,13 @@
 """Which Redfish ``FirmwareInventory`` members an image of a component is pushed to.
 
 An update names its targets explicitly: an empty ``Targets`` means "every applicable device"
-to a Redfish service (UpdateService ``SimpleUpdate``), a blast radius nobody chose. The member
-ids are those of the NVIDIA captures (``reference/redfish-mockups``) and the simulator's
-profiles; the rows restate, for the components the updater flashes, the inventory's mapping
-(``lockstep_inventory.domain.members``, which the updater may not import), and a unit test
-keeps them classified the same way.
+to a Redfish service (UpdateService ``SimpleUpdate``), a blast radius nobody chose. Which
+member holds which component is data: the member rows of the BMC's profile
+(``lockstep_redfish/profiles/*.toml``, ``lockstep_redfish.selection.map_member``). Without a
+profile chosen for the node, each member is read by the shipped profiles in order of their
+``priority`` and the first that knows its id decides; a unit test keeps that classification
+the same as the inventory's (``lockstep_inventory.domain.members``, which the updater may not
+import) for the simulator's members.
 
 A component's members are not all one device: a GB200 tray's ``CX7_0`` and ``NIC_0``/``NIC_1``
 are both NICs, of two models. A PLDM package declares the devices it applies to (DSP0267
@@ -15,36 +17,37 @@ to those whose device matches (``applicable_members``) before they are named as 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 from lockstep_common.pldm import PldmFormatError, parse_package
 from lockstep_common.vocabulary import Component
+from lockstep_redfish.profile import BmcProfile
+from lockstep_redfish.selection import MemberFacts, map_member, map_member_shipped
 
 PCI_VENDOR_ID = 0x0000  # DSP0267 descriptor types
 PCI_DEVICE_ID = 0x0100
 PciIds = Sequence[tuple[int, int]]
 """A device's (vendor id, device id) pairs, one per PCIe function."""
 
-MEMBER_PATTERNS: dict[Component, re.Pattern[str]] = {
-    Component.BMC: re.compile(r"^((HGX|MGX)_)?FW_BMC_\d+$"),
-    Component.GPU_VBIOS: re.compile(r"^HGX_FW_GPU_(SXM_)?\d+$"),
-    Component.NVSWITCH: re.compile(r"^(HGX|MGX)_FW_NVSwitch_\d+$"),
-    Component.EROT: re.compile(r"^((HGX|MGX)_)?FW_ERoT_\w+$"),
-    Component.CPLD: re.compile(r"^(FW_)?CPLD(MB|MID)?_\d+$"),
-    Component.NIC: re.compile(r"^(CX7|NIC)_\d+$"),
-    Component.BIOS: re.compile(r"^(UEFI|HostBIOS_\d+)$"),
-    Component.PSU: re.compile(r"^PSU_\d+$"),
-    Component.BBU: re.compile(r"^BBU_\d+$"),
-}
+
+def component_of(member_id: str, profile: BmcProfile | None = None) -> Component | None:
+    """The component ``member_id`` holds under ``profile`` (None: the shipped profiles)."""
+    member = MemberFacts(member_id)
+    found = map_member(profile, member) if profile else map_member_shipped(member)
+    return found.component
 
 
-def targets_for(component: Component, member_paths: list[str]) -> tuple[str, ...]:
+def targets_for(
+    component: Component, member_paths: list[str], profile: BmcProfile | None = None
+) -> tuple[str, ...]:
     """The member paths (``.../FirmwareInventory/<id>``) that hold ``component``, sorted."""
-    pattern = MEMBER_PATTERNS.get(component)
-    if pattern is None:
-        return ()
-    return tuple(sorted(p for p in member_paths if pattern.match(p.rstrip("/").rsplit("/", 1)[-1])))
+    return tuple(
+        sorted(
+            p
+            for p in member_paths
+            if component_of(p.rstrip("/").rsplit("/", 1)[-1], profile) is component
+        )
+    )
 
 
 def applicable_members(image: bytes, devices: Mapping[str, PciIds | None]) -> tuple[str, ...]:

@@ -1,0 +1,120 @@
+"""Redfish dialects the simulator speaks (``--dialect``): what a real BMC family's service root
+and UpdateService say, and which update operations it takes, as data.
+
+Each dialect restates the captured resources its BMC profile (``lockstep_redfish/profiles``)
+was built from: ``nvidia-gb200-nvl`` the GB200 NVL capture (``Vendor``/``Product``, a multipart
+push taking ``Immediate`` only, ``Oem.Nvidia.MultipartHttpPushUriOptions``, the OEM
+``#NvidiaUpdateService.CommitImage`` action that copies the running image to the other bank, no
+``SimpleUpdate``, no ``Activate``); ``nvidia-hgx`` the HGX H100 capture on AMI (its HMC manager
+``HGX_BMC_0``, ``SimpleUpdate`` and multipart, ``CommitImage``); ``supermicro-x13`` the Supermicro
+capture (``Oem.Supermicro`` root, ``#SmcUpdateService.Install``, no apply-time support
+advertised); ``dmtf-generic`` the standard alone. ``lockstep`` is the simulator's own shape
+(Stage/Activate, the OEM ``SwitchBank``), kept as the default while the updater's steps use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+UPDATE = "/redfish/v1/UpdateService"
+COMMIT_IMAGE = f"{UPDATE}/Actions/Oem/NvidiaUpdateService.CommitImage"
+SMC_INSTALL = f"{UPDATE}/Actions/Oem/SmcUpdateService.Install"
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What one BMC family says and takes (module docstring)."""
+
+    name: str
+    root: dict[str, Any] = field(default_factory=dict)  # merged into ServiceRoot
+    apply_times: tuple[str, ...] = ("Immediate", "OnReset")  # multipart and SimpleUpdate
+    advertise_apply_times: bool = True  # @Redfish.OperationApplyTimeSupport shown
+    simple_update: bool = True
+    activate: bool = True  # UpdateService.Activate (v1_16_0) and Stage
+    switch_bank: bool = True  # the simulator's own #LockstepSim.SwitchBank
+    commit_image: bool = False  # #NvidiaUpdateService.CommitImage
+    update_oem: dict[str, Any] = field(default_factory=dict)  # UpdateService.Oem
+    oem_actions: dict[str, str] = field(default_factory=dict)  # Actions.Oem name -> target
+    extra_managers: tuple[str, ...] = ()  # Manager ids beside BMC_0
+
+
+DIALECTS: dict[str, Dialect] = {
+    d.name: d
+    for d in (
+        Dialect("lockstep"),
+        Dialect("dmtf-generic", switch_bank=False),
+        Dialect(
+            "nvidia-gb200-nvl",
+            root={"Vendor": "NVIDIA", "Product": "GB200 NVL"},
+            apply_times=("Immediate",),
+            simple_update=False,
+            activate=False,
+            switch_bank=False,
+            commit_image=True,
+            update_oem={
+                "Nvidia": {
+                    "@odata.type": "#NvidiaUpdateService.v1_2_0.NvidiaUpdateService",
+                    "MultipartHttpPushUriOptions": {"UpdateOptionSupport": ["StageAndActivate"]},
+                }
+            },
+            oem_actions={"#NvidiaUpdateService.CommitImage": COMMIT_IMAGE},
+        ),
+        Dialect(
+            "nvidia-hgx",
+            root={"Vendor": "AMI", "Product": "AMI Redfish Server"},
+            apply_times=("Immediate",),
+            activate=False,
+            switch_bank=False,
+            commit_image=True,
+            oem_actions={"#NvidiaUpdateService.CommitImage": COMMIT_IMAGE},
+            extra_managers=("HGX_BMC_0",),
+        ),
+        Dialect(
+            "supermicro-x13",
+            root={"Oem": {"Supermicro": {}}},
+            apply_times=("Immediate",),
+            advertise_apply_times=False,
+            activate=False,
+            switch_bank=False,
+            oem_actions={"#SmcUpdateService.Install": SMC_INSTALL},
+        ),
+    )
+}
+DEFAULT = "lockstep"
+
+
+def dialect_named(name: str) -> Dialect:
+    """The dialect ``name``; ValueError naming the known ones."""
+    if name not in DIALECTS:
+        raise ValueError(f"unknown dialect {name!r} (known: {', '.join(DIALECTS)})")
+    return DIALECTS[name]
+
+
+def shape_update_service(doc: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """The simulator's UpdateService document as ``dialect`` says it."""
+    out = {**doc, "Actions": dict(doc.get("Actions", {}))}
+    support = {"SupportedValues": list(dialect.apply_times)}
+    for key in ("MultipartHttpPushUri@Redfish.OperationApplyTimeSupport",):
+        if key in out:
+            out[key] = support
+    actions = out["Actions"]
+    simple = actions.get("#UpdateService.SimpleUpdate")
+    if isinstance(simple, dict):
+        actions["#UpdateService.SimpleUpdate"] = {
+            **simple,
+            "@Redfish.OperationApplyTimeSupport": support,
+        }
+    if not dialect.advertise_apply_times:
+        out.pop("MultipartHttpPushUri@Redfish.OperationApplyTimeSupport", None)
+        if isinstance(simple, dict):
+            actions["#UpdateService.SimpleUpdate"].pop("@Redfish.OperationApplyTimeSupport")
+    if not dialect.simple_update:
+        actions.pop("#UpdateService.SimpleUpdate", None)
+    if not dialect.activate:
+        actions.pop("#UpdateService.Activate", None)
+    if dialect.oem_actions:
+        actions["Oem"] = {name: {"target": target} for name, target in dialect.oem_actions.items()}
+    if dialect.update_oem:
+        out["Oem"] = dialect.update_oem
+    return out

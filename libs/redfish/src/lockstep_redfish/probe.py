@@ -1,0 +1,202 @@
+"""What a BMC is, read with GETs only: which profile it matches, how it would be flashed, and
+what preflight would refuse (``lockstep bmc probe``, an SRE's first command on new hardware).
+
+Nothing is written: the service root is read without credentials (DSP0266 "Service root"), then
+one login (a session where the root offers one, else HTTP Basic, which ``session`` allows only
+over verified TLS), GETs of ``UpdateService``, the ``Manager`` collection, every
+``FirmwareInventory`` member and the account's role, and the session's logout. The decisions
+are the pure ones the updater makes (``selection``, ``preflight.profile_refusals``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep_common.vocabulary import Component
+from lockstep_redfish.errors import BmcError
+from lockstep_redfish.preflight import Intent, profile_refusals, push_method
+from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, profile_named
+from lockstep_redfish.selection import BmcFacts, Selection, facts_from, map_member, select_profile
+from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
+
+UPDATE_SERVICE = "/redfish/v1/UpdateService"
+MANAGERS = "/redfish/v1/Managers"
+FIRMWARE = "/redfish/v1/UpdateService/FirmwareInventory"
+ACCOUNT_SERVICE = "/redfish/v1/AccountService"
+PUSH_URI = {
+    PushMethod.MULTIPART: "MultipartHttpPushUri",
+    PushMethod.HTTP_PUSH: "HttpPushUri",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReport:
+    """What ``probe`` found; ``refusals`` empty: preflight would let the BMC be flashed."""
+
+    bmc: str
+    profile: str
+    because: tuple[str, ...]
+    candidates: tuple[str, ...]
+    login: str
+    push: str | None
+    push_uri: str | None
+    apply_time: str
+    targets: dict[str, list[str]]  # component -> member ids
+    activation: str
+    taskless: str
+    downgrade: str
+    bank: str
+    min_gap_s: float
+    refusals: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+async def _doc(bmc: BmcSession, path: str) -> dict[str, Any] | None:
+    """``path`` as a JSON object; None when the BMC has no such resource or refuses it."""
+    try:
+        body = (await bmc.get(path)).body
+    except BmcError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _ids(collection: dict[str, Any] | None) -> list[str]:
+    members = (collection or {}).get("Members")
+    items = members if isinstance(members, list) else []
+    return [
+        m["@odata.id"] for m in items if isinstance(m, dict) and isinstance(m.get("@odata.id"), str)
+    ]
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+async def read_facts(bmc: BmcSession, root: dict[str, Any]) -> BmcFacts:
+    """What the BMC says about itself (GETs only)."""
+    service = await _doc(bmc, UPDATE_SERVICE)
+    managers = [path.rstrip("/").rsplit("/", 1)[-1] for path in _ids(await _doc(bmc, MANAGERS))]
+    members = [doc for path in _ids(await _doc(bmc, FIRMWARE)) if (doc := await _doc(bmc, path))]
+    return facts_from(root, service, managers, members)
+
+
+async def account_privileges(bmc: BmcSession, username: str) -> frozenset[str] | None:
+    """The privileges of the account ``bmc`` is logged in as: its session's ``Roles``
+    (Session v1_7_0), else the ``RoleId`` of the ``ManagerAccount`` named ``username``, then
+    each role's ``AssignedPrivileges`` and ``OemPrivileges``; None when the BMC does not say."""
+    session = await _doc(bmc, bmc.uri) if bmc.uri else None
+    roles = _strings((session or {}).get("Roles"))
+    service = await _doc(bmc, ACCOUNT_SERVICE)
+    if service is None:
+        return None
+    if not roles:
+        accounts = service.get("Accounts")
+        path = accounts.get("@odata.id") if isinstance(accounts, dict) else None
+        for account_path in _ids(await _doc(bmc, path)) if isinstance(path, str) else []:
+            account = await _doc(bmc, account_path)
+            if account and account.get("UserName") == username:
+                roles = _strings([account.get("RoleId")])
+                break
+    link = service.get("Roles")
+    base = link.get("@odata.id") if isinstance(link, dict) else None
+    if not roles or not isinstance(base, str):
+        return None
+    privileges: set[str] = set()
+    for role in roles:
+        doc = await _doc(bmc, f"{base.rstrip('/')}/{role}")
+        if doc is None:
+            return None
+        privileges.update(_strings(doc.get("AssignedPrivileges")))
+        privileges.update(_strings(doc.get("OemPrivileges")))
+    return frozenset(privileges)
+
+
+def _activation(profile: BmcProfile) -> str:
+    act = profile.activation
+    if act.reset.value == "none":
+        return f"OperationApplyTime {act.apply_time}; the image runs once written"
+    action = {"system": "ComputerSystem", "manager": "Manager", "chassis": "Chassis"}[act.reset]
+    reset = f"{action}.Reset {act.reset_type} of {act.resource}"
+    return f"OperationApplyTime {act.apply_time}, then {reset}"
+
+
+def report(
+    bmc: str,
+    selection: Selection,
+    facts: BmcFacts,
+    *,
+    login: LoginMethod,
+    privileges: frozenset[str] | None,
+    components: Sequence[Component] | None = None,
+) -> ProbeReport:
+    """The probe's report from what was read (pure)."""
+    profile = selection.profile
+    targets: dict[str, list[str]] = {}
+    for member in facts.members:
+        component = map_member(profile, member).component
+        if component is not None and (components is None or component in components):
+            targets.setdefault(component.value, []).append(member.id)
+    wanted = list(components) if components is not None else [Component(c) for c in targets]
+    refusals = profile_refusals(
+        bmc, selection, facts, [Intent(c) for c in wanted], login=login, privileges=privileges
+    )
+    method = push_method(profile, facts.update_service)
+    uri = None
+    if method is not None and method in PUSH_URI:
+        uri = (facts.update_service or {}).get(PUSH_URI[method])
+    elif method is PushMethod.SIMPLE_UPDATE:
+        uri = "#UpdateService.SimpleUpdate (the BMC pulls from the updater's image server)"
+    force = profile.downgrade.force_parameter
+    bank = profile.bank
+    return ProbeReport(
+        bmc=bmc,
+        profile=profile.id,
+        because=selection.because,
+        candidates=selection.candidates,
+        login=login.value,
+        push=None if method is None else method.value,
+        push_uri=uri if isinstance(uri, str) else None,
+        apply_time=profile.activation.apply_time,
+        targets={c: sorted(ids) for c, ids in sorted(targets.items())},
+        activation=_activation(profile),
+        taskless=f"{profile.taskless.meaning}: read back for up to {profile.taskless.wait_s:g}s",
+        downgrade=(
+            f"{force}, only under a signed rollback approval" if force else "cannot be forced"
+        ),
+        bank=bank.kind.value
+        + (f" ({bank.action})" if bank.action else "")
+        + (f" ({', '.join(bank.inactive_members)})" if bank.inactive_members else ""),
+        min_gap_s=profile.push.min_gap_s,
+        refusals=refusals,
+    )
+
+
+async def probe(
+    client: RedfishClient,
+    target: BmcTarget,
+    *,
+    profile_id: str | None = None,
+    components: Sequence[Component] | None = None,
+) -> ProbeReport:
+    """Read ``target`` and report (module docstring); ``profile_id`` overrides the choice."""
+    root = await client.service_root(target)
+    links = root.get("Links")
+    sessions = "SessionService" in root or (isinstance(links, dict) and "Sessions" in links)
+    login = LoginMethod.SESSION if sessions else LoginMethod.BASIC
+    target = dataclasses.replace(target, login=login)
+    username, _ = client.credentials.get(target.node_id)
+    async with client.session(target) as bmc:
+        facts = await read_facts(bmc, root)
+        privileges = await account_privileges(bmc, username)
+    if profile_id is not None:
+        selection = Selection(profile_named(profile_id), ("named by the operator",), ())
+    else:
+        selection = select_profile(facts)
+    return report(
+        target.node_id, selection, facts, login=login, privileges=privileges, components=components
+    )

@@ -1,0 +1,168 @@
+"""The simulator's Redfish dialects (``--dialect``): each is recognised as the BMC profile built
+from the same real capture, reproduces the capture's UpdateService shape, takes only what that
+BMC takes, and still passes DMTF's service validator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
+from lockstep_redfish.probe import probe
+from lockstep_sim.dialects import COMMIT_IMAGE
+from lockstep_sim.options import (
+    DEFAULT_PASSWORD,
+    DEFAULT_USERNAME,
+    OPERATOR_USERNAME,
+    SimOptions,
+)
+from lockstep_sim.simulator import Simulator
+from tests.reference import REFERENCE
+
+from .conftest import AUTH, BIN, CSDL
+
+pytestmark = pytest.mark.integration
+NODE = "node-00000"
+FW = "/redfish/v1/UpdateService/FirmwareInventory"
+GB200_CAPTURE = REFERENCE / "redfish-mockups" / "nvidia_gb200" / "redfish" / "v1"
+Factory = Callable[..., Awaitable[Simulator]]
+
+
+class Credentials:
+    def get(self, node_id: str) -> tuple[str, str]:
+        return OPERATOR_USERNAME, DEFAULT_PASSWORD  # Operator-class, as Lockstep uses
+
+
+@pytest.fixture
+async def make_sim() -> AsyncIterator[Factory]:
+    sims: list[Simulator] = []
+
+    async def make(dialect: str, profile: str = "gb200") -> Simulator:
+        sim = Simulator(
+            SimOptions(1, profile, dialect=dialect, host_base=f"127.78.{len(sims)}.1", port=0)
+        )
+        await sim.start()
+        sims.append(sim)
+        return sim
+
+    yield make
+    for sim in sims:
+        await sim.stop()
+
+
+@pytest.mark.parametrize(
+    ("dialect", "hardware", "profile"),
+    [
+        ("nvidia-gb200-nvl", "gb200", "nvidia-gb200-nvl"),
+        ("nvidia-hgx", "hgx-h100", "nvidia-hgx"),
+        ("supermicro-x13", "gb200", "supermicro-x13"),
+        ("dmtf-generic", "gb200", "dmtf-generic"),
+        ("lockstep", "gb200", "dmtf-generic"),  # the simulator's own: nothing vendor-specific
+    ],
+)
+async def test_each_dialect_is_recognised_as_its_profile(
+    make_sim: Factory, dialect: str, hardware: str, profile: str
+) -> None:
+    sim = await make_sim(dialect, hardware)
+    client = RedfishClient(Credentials(), RetryPolicy(timeout_s=5))
+    found = await probe(client, BmcTarget("n1", sim.bmc_url(NODE), allow_plain_http=True))
+    assert found.profile == profile
+    assert found.refusals == []
+    assert found.push == "multipart"
+
+
+async def _get(sim: Simulator, path: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession(headers=AUTH) as http, http.get(sim.bmc_url(NODE) + path) as r:
+        body: dict[str, Any] = await r.json()
+        return body
+
+
+async def test_the_gb200_dialect_reproduces_the_captured_update_service(
+    make_sim: Factory,
+) -> None:
+    sim = await make_sim("nvidia-gb200-nvl")
+    ours = await _get(sim, "/redfish/v1/UpdateService")
+    theirs = json.loads((GB200_CAPTURE / "UpdateService" / "index.json").read_text())
+    root = await _get(sim, "/redfish/v1/")
+    captured_root = json.loads((GB200_CAPTURE / "index.json").read_text())
+    assert (root["Vendor"], root["Product"]) == (captured_root["Vendor"], captured_root["Product"])
+    support = "MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"
+    assert ours[support]["SupportedValues"] == theirs[support]["SupportedValues"] == ["Immediate"]
+    assert (
+        ours["Oem"]["Nvidia"]["MultipartHttpPushUriOptions"]
+        == theirs["Oem"]["Nvidia"]["MultipartHttpPushUriOptions"]
+    )
+    assert (
+        ours["Actions"]["Oem"]["#NvidiaUpdateService.CommitImage"]["target"]
+        == (theirs["Actions"]["Oem"]["#NvidiaUpdateService.CommitImage"]["target"])
+    )
+    assert set(ours["Actions"]) == set(theirs["Actions"]) == {"Oem"}  # no SimpleUpdate, Activate
+    member = await _get(sim, f"{FW}/FW_BMC_0")
+    assert "Oem" not in member["Actions"]  # no invented SwitchBank on a real dialect
+
+
+async def test_the_gb200_dialect_takes_only_what_the_real_bmc_takes(make_sim: Factory) -> None:
+    sim = await make_sim("nvidia-gb200-nvl")
+    url = sim.bmc_url(NODE)
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+
+        async def post(path: str, body: dict[str, Any]) -> int:
+            async with http.post(url + path, json=body) as reply:
+                return reply.status
+
+        simple = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        assert await post(simple, {"ImageURI": "http://127.0.0.1/x"}) == 404
+        assert await post("/redfish/v1/UpdateService/Actions/UpdateService.Activate", {}) == 404
+        switch = f"{FW}/HGX_FW_GPU_0/Actions/Oem/LockstepSim.SwitchBank"
+        assert await post(switch, {}) == 404
+        gpu = sim.bmc(NODE).node.components["HGX_FW_GPU_0"]
+        gpu.inactive_version = "older"
+        assert await post(COMMIT_IMAGE, {"Targets": [f"{FW}/HGX_FW_GPU_0"]}) == 204
+        assert gpu.inactive_version == gpu.version  # the running image copied to the other bank
+        assert await post(COMMIT_IMAGE, {"Targets": "all"}) == 400
+    committed = [e for e in sim.bmc(NODE).ledger if e["action"].endswith("CommitImage")]
+    assert [(e["status"], e.get("targets")) for e in committed] == [
+        (204, ["HGX_FW_GPU_0"]),
+        (400, None),
+    ]
+
+
+async def test_the_sim_refuses_an_unknown_dialect_naming_the_known() -> None:
+    with pytest.raises(ValueError, match=r"unknown dialect 'dell' \(known: lockstep, "):
+        SimOptions(1, "gb200", dialect="dell")
+
+
+async def _validate(sim: Simulator, path: str, logdir: Path) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "rf_service_validator"),
+        *("-r", sim.bmc_url(NODE), "-u", DEFAULT_USERNAME, "-p", DEFAULT_PASSWORD),
+        *("--authtype", "Session", "--schema_directory", str(CSDL), "--logdir", str(logdir)),
+        *("--payload", "Single", path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+@pytest.mark.timeout(120)
+async def test_dmtf_service_validator_passes_the_gb200_dialects_update_service(
+    make_sim: Factory, tmp_path: Path
+) -> None:
+    """What a dialect changes (UpdateService: OEM actions, OEM options, apply times), on the
+    dialect the bench and the GB200 capture share. One run costs ~10 s, mostly the validator
+    loading its schemas, so the other dialects are not run here (CI's time budget)."""
+    sim = await make_sim("nvidia-gb200-nvl")
+    code, out = await _validate(sim, "/redfish/v1/UpdateService", tmp_path)
+    counts = re.search(r"\|\s*PASS.*\n.*\n\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", out)
+    assert counts is not None, out[-3000:]
+    passed, _warned, failed = (int(g) for g in counts.groups())
+    assert failed == 0, out[-3000:]
+    assert passed > 10 and code == 0, out[-3000:]
