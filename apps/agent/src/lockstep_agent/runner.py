@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 
@@ -26,6 +27,7 @@ from lockstep_agent.config import AgentConfig
 from lockstep_agent.metrics import AgentMetrics
 from lockstep_agent.probes.node import probe_node
 from lockstep_agent.probes.xid import KMSG, Cursor, KernelLog
+from lockstep_agent.reading import read_node
 from lockstep_agent.reports import Counters
 from lockstep_agent.sender import Sender, drain
 from lockstep_agent.spool import Spool
@@ -90,7 +92,9 @@ class Runner:
             config.node, config.site, Namespace(config.namespace), read, self.spool
         )
         # The updater's in-band commands (node.command), answered once connected.
-        self.executor = Executor(config.data_dir / COMMAND_JOURNAL, host)
+        self.executor = Executor(
+            config.data_dir / COMMAND_JOURNAL, host, reader=functools.partial(read_node, root)
+        )
         self.commands = CommandChannel(
             self.executor, Namespace(config.namespace), config.site, config.node
         )
