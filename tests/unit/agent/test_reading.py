@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from lockstep_agent.probes.diagnostics import DcgmDiag, Diagnostics
 from lockstep_agent.probes.dkms import DkmsFacts, parse_status
 from lockstep_agent.probes.files import FileFacts
 from lockstep_agent.probes.node import NodeFacts
@@ -74,3 +75,11 @@ def test_a_node_whose_nvml_does_not_start_fails_the_diagnostic() -> None:
     broken = facts.model_copy(update={"nvml": NvmlFacts(error="Driver/library version mismatch")})
     assert node_reading(broken).diag_passed is False
     assert _next(broken, OLD) is not Call.VERIFIED
+
+
+def test_a_failed_dcgm_diagnostic_fails_the_unit_even_with_nvml_answering() -> None:
+    facts = _facts(f"nvidia/{OLD}, {KERNEL}, x86_64: installed\n", OLD, (OLD,), OLD)
+    failed = Diagnostics(dcgm=DcgmDiag(passed=False, failed=("Hardware/GPU Memory",)))
+    assert node_reading(facts.model_copy(update={"diagnostics": failed})).diag_passed is False
+    passed = Diagnostics(dcgm=DcgmDiag(passed=True))
+    assert node_reading(facts.model_copy(update={"diagnostics": passed})).diag_passed is True

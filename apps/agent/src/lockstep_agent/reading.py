@@ -11,8 +11,8 @@ the phase says where the driver package unit stands, in seed 004's terms:
   package's own build failed, seed 004 step 5 forces it once);
 - ``ready``: the loaded module is the installed package and its GSP firmware directory is
   there; ``gsp_mismatch``: the module loaded without it (``RmFetchGspRmImages``);
-- the diagnostic passes when NVML starts and answers for at least one GPU (a DCGM diagnostic,
-  where the node has one, is the stronger check this stands in for).
+- the diagnostic passes when NVML starts and answers for at least one GPU and, where the node
+  runs DCGM (``probes.diagnostics``), its last ``dcgmi diag`` passed.
 """
 
 from __future__ import annotations
@@ -57,8 +57,14 @@ def node_reading(facts: NodeFacts) -> NodeReading:
         cuda=as_version(files.cuda or nvml.cuda_driver_version or UNKNOWN),
         nccl=as_version(files.nccl or UNKNOWN),
         fabric_manager=None,
-        diag_passed=nvml.available and bool(nvml.gpus),
+        diag_passed=_diag_passed(facts),
     )
+
+
+def _diag_passed(facts: NodeFacts) -> bool:
+    """The node's last DCGM diagnostic where it has one; else NVML answering for a GPU."""
+    nvml, dcgm = facts.nvml, facts.diagnostics.dcgm
+    return nvml.available and bool(nvml.gpus) and (dcgm is None or dcgm.passed)
 
 
 def read_node(root: Path) -> NodeReading:

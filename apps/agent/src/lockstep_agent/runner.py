@@ -25,6 +25,7 @@ from lockstep_agent.command_channel import CommandChannel
 from lockstep_agent.commands import COMMAND_JOURNAL, Executor, Host
 from lockstep_agent.config import AgentConfig
 from lockstep_agent.metrics import AgentMetrics
+from lockstep_agent.probes.diagnostics import DiagnosticFiles
 from lockstep_agent.probes.node import probe_node
 from lockstep_agent.probes.xid import KMSG, Cursor, KernelLog
 from lockstep_agent.reading import read_node
@@ -81,9 +82,17 @@ class Runner:
         self.endpoint = HttpEndpoint(self.metrics.base, self._readiness)
 
         self.kernel_log = KernelLog(root / KMSG)
+        diagnostics = DiagnosticFiles(
+            dcgm=config.dcgm_result,
+            dcgm_level=config.dcgm_level,
+            nccl=config.nccl_result,
+            nccl_expected_gbps=config.nccl_expected_gbps,
+            max_age_s=config.diagnostics_max_age_s,
+        )
 
         def read(cursor: Cursor | None) -> ProbedReading:
-            reading = ProbedReading(probe_node(root, cursor, kernel_log=self.kernel_log), counters)
+            facts = probe_node(root, cursor, kernel_log=self.kernel_log, diagnostics=diagnostics)
+            reading = ProbedReading(facts, counters)
             self.metrics.nvml_up.set(1 if reading.facts.nvml.available else 0)
             self.metrics.gpus.set(len(reading.facts.nvml.gpus))
             return reading
