@@ -23,7 +23,7 @@ from lockstep_redfish.update import UpdatePolicy
 from lockstep_updater.adapters.agent_commands import NatsAgentCommands
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.node_agent import HttpNodeAgent
-from lockstep_updater.adapters.node_agent_nats import NatsNodeAgent
+from lockstep_updater.adapters.node_agent_nats import READ_TIMEOUT_S, NatsNodeAgent
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.idle import IdleClaims
@@ -74,7 +74,10 @@ class UpdaterWorker:
         s = self.settings
         if s.agent_channel == "nats":
             commands = NatsAgentCommands(resources.nc, self.namespace, self.source)
-            return NatsNodeAgent(commands, s.agent_package)
+            reads = NatsAgentCommands(
+                resources.nc, self.namespace, self.source, timeout_s=READ_TIMEOUT_S
+            )
+            return NatsNodeAgent(commands, s.agent_package, reads)
         if s.agent_url is None:
             return None
         return HttpNodeAgent(s.agent_url, s.agent_credentials)

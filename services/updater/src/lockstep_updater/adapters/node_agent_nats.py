@@ -34,15 +34,25 @@ from lockstep_updater.ports import (
 
 Action = Literal["install-driver", "rebuild-dkms", "reboot", "read-state"]
 DEFAULT_PACKAGE = "nvidia-driver"
+READ_TIMEOUT_S = 30.0
 
 
 class NatsNodeAgent:
     """``NodeAgent`` through ``commands`` (the updater's connection); ``package``: the driver
-    package's name in the nodes' repositories (``apt-get download <package>=<version>``)."""
+    package's name in the nodes' repositories (``apt-get download <package>=<version>``);
+    ``reads``: the same channel with the timeout of a read (default: ``commands``'), so that an
+    agent that does not answer a read holds a worker seconds, not a package manager's 30
+    minutes."""
 
-    def __init__(self, commands: NatsAgentCommands, package: str = DEFAULT_PACKAGE) -> None:
+    def __init__(
+        self,
+        commands: NatsAgentCommands,
+        package: str = DEFAULT_PACKAGE,
+        reads: NatsAgentCommands | None = None,
+    ) -> None:
         self._commands = commands
         self._package = package
+        self._reads = reads or commands
 
     async def state(self, order: AgentOrder) -> AgentState:
         answer = await self._ask(order, "read-state")
@@ -95,7 +105,8 @@ class NatsNodeAgent:
     ) -> NodeCommandAnswered:
         # A read is never journaled by the agent; its id need not be unique.
         installs = action == "install-driver"
-        return await self._commands.command(
+        channel = self._reads if action == "read-state" else self._commands
+        return await channel.command(
             NodeCommandRequested(
                 site=order.site,
                 node_id=order.node_id,
