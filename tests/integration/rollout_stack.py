@@ -311,13 +311,11 @@ async def running_stack(
     """The five services over a fresh simulated fleet of ``NODES``, swept once; ``updater`` and
     ``planner`` override those services' settings (a scheduler, a budget, a deadline),
     ``routine`` the routine change class (``planner_policy``); ``driver`` adds that driver
-    package's in-band step to the bundle, and the agents' channel to the updater; ``packaged``
-    runs the packaged change classes (``packaged_timing``) and the packaged gate policy as
-    shipped."""
+    package's in-band step to the bundle, and the agents' command channel (over NATS) to the
+    updater; ``packaged`` runs the packaged change classes (``packaged_timing``) and the
+    packaged gate policy as shipped."""
     monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
-    monkeypatch.setenv("LOCKSTEP_TESTBMC_AGENT_USERNAME", OPERATOR_USERNAME)
-    monkeypatch.setenv("LOCKSTEP_TESTBMC_AGENT_PASSWORD", DEFAULT_PASSWORD)
     # A signed release kit whose one image is a GPU VBIOS package the simulated GPUs accept.
     in_band = ("driver", "gpu_gsp", "fabric_manager", "cuda", "nccl") if driver else ()
     kit = make_kit(
@@ -335,6 +333,10 @@ async def running_stack(
         namespace=namespace,
         cadence_s=CADENCE_S,
         create_streams=True,
+        # With a driver step the agents answer the updater's in-band commands over NATS
+        # through the agent's own executor, from a repository serving the attested package.
+        commands_dir=tmp_path / "agents" if driver else None,
+        packages={driver.version: driver.package} if driver else None,
     )
     await rt.start()
     for node in rt.fleet:  # every mutating BMC call stamped with its wall-clock time
@@ -378,14 +380,7 @@ async def running_stack(
                     "drain_poll_s": 0.05,
                     "redfish_poll_s": 0.02,
                     "verify_settle_s": 2.0,
-                    **(
-                        {
-                            "agent_url": rt.scheduler_url,
-                            "agent_credentials": "env:LOCKSTEP_TESTBMC_AGENT",
-                        }
-                        if driver
-                        else {}
-                    ),
+                    **({"agent_channel": "nats"} if driver else {}),
                     **(updater or {}),
                 }
             )

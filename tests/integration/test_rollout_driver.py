@@ -7,12 +7,10 @@ driver branch to the inventory, and every node conforms to the new pin."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from lockstep_attest.testing.bundles import DriverPackage
@@ -20,7 +18,6 @@ from lockstep_cli.polling import until
 from lockstep_common.vocabulary import Component, ObservationSource
 from lockstep_inventory import queries
 from lockstep_inventory.adapters import state
-from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME
 from tests.integration.rollout_stack import NODES, Stack, running_stack
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 
@@ -37,14 +34,9 @@ async def stack(
         yield running
 
 
-async def agent_ledger(stack: Stack) -> list[tuple[str, str]]:
-    account = base64.b64encode(f"{OPERATOR_USERNAME}:{DEFAULT_PASSWORD}".encode()).decode()
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Basic {account}"}) as http,
-        http.get(f"{stack.rt.scheduler_url}/agents/ledger") as reply,
-    ):
-        entries = await reply.json()
-    return [(e["node"], e["step"]) for e in entries if e["outcome"] != "refused"]
+def ran_on(stack: Stack, node: str) -> list[tuple[str, ...]]:
+    """The programs the node's agent ran (its command executor, on the simulated host)."""
+    return [argv[:2] for argv in stack.rt.command_hosts[node].ran]
 
 
 async def test_a_driver_package_rolls_out_through_the_agents_after_the_firmware(
@@ -69,9 +61,12 @@ async def test_a_driver_package_rolls_out_through_the_agents_after_the_firmware(
     (done,) = await stack.wait("planner", "rollout.completed.")
     assert done["nodes_updated"] == NODES and done["nodes_failed"] == 0, done
 
-    ledger = await agent_ledger(stack)
     for node in fleet:  # one package per node, once, after its firmware; the node given back
-        assert [s for n, s in ledger if n == node] == ["install-driver", "reboot"], node
+        assert ran_on(stack, node) == [
+            ("apt-get", "download"),  # checked against the attested digest, then installed
+            ("apt-get", "install"),
+            ("systemctl", "reboot"),
+        ], node
         software = stack.rt.software[node].state
         assert (software.driver.branch, software.loaded_module, software.gsp_firmware) == (
             "R595",

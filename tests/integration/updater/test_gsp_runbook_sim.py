@@ -37,7 +37,7 @@ from lockstep_updater.domain.inband import AgentState
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.executor import Executor
-from lockstep_updater.ports import OWNER, AgentUnavailable
+from lockstep_updater.ports import OWNER, AgentOrder, AgentUnavailable
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
 from tests.integration.updater.test_kill_restart import Killed, KillingStore
@@ -413,21 +413,21 @@ class SilentWhileRebooting:
     def __init__(self, agent: HttpNodeAgent, silent: int) -> None:
         self.agent, self.silent, self.rebooted = agent, silent, False
 
-    async def state(self, node_id: str) -> AgentState:
+    async def state(self, order: AgentOrder) -> AgentState:
         if self.rebooted and self.silent > 0:
             self.silent -= 1
-            raise AgentUnavailable(f"GET /agents/{node_id}: connection refused")
-        return await self.agent.state(node_id)
+            raise AgentUnavailable(f"GET /agents/{order.node_id}: connection refused")
+        return await self.agent.state(order)
 
-    async def install_driver(self, node_id: str, version: str) -> AgentState:
-        return await self.agent.install_driver(node_id, version)
+    async def install_driver(self, order: AgentOrder, version: str) -> AgentState:
+        return await self.agent.install_driver(order, version)
 
-    async def rebuild_dkms(self, node_id: str) -> AgentState:
-        return await self.agent.rebuild_dkms(node_id)
+    async def rebuild_dkms(self, order: AgentOrder) -> AgentState:
+        return await self.agent.rebuild_dkms(order)
 
-    async def reboot(self, node_id: str) -> AgentState:
+    async def reboot(self, order: AgentOrder) -> AgentState:
         self.rebooted = True
-        return await self.agent.reboot(node_id)
+        return await self.agent.reboot(order)
 
 
 async def test_a_node_silent_while_it_reboots_is_waited_for_not_given_up(world: World) -> None:

@@ -181,3 +181,34 @@ def test_command_file_that_is_no_command(tmp_path: Path) -> None:
     line = _error(["command", str(cmd), "--config", str(_config(tmp_path))])
     assert line.startswith(f"lockstep-agent: command {cmd}: ")
     assert "validation error" in line
+
+
+def test_command_read_state_prints_what_the_node_at_root_runs(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text("580.65.06\n")
+    (root / "lib/firmware/nvidia/580.65.06").mkdir(parents=True)
+    cmd = tmp_path / "cmd.json"
+    cmd.write_text(
+        json.dumps(
+            {
+                "site": "s1",
+                "node_id": "n1",
+                "command_id": "r1",
+                "action": "read-state",
+                "work_item": "w1",
+                "fencing_token": 0,
+            }
+        )
+    )
+    config = _config(tmp_path, root=f'"{root}"')
+    result = runner.invoke(app, ["command", str(cmd), "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.stdout)["state"]
+    # A fake root has no DKMS nor GPUs: the loaded module is what is installed, no diagnostic.
+    assert (state["phase"], state["loaded_module"], state["firmware_dirs"]) == (
+        "ready",
+        "580.65.06",
+        ["580.65.06"],
+    )
+    assert state["diag_passed"] is False

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lockstep_agent.commands import Executor, InbandCommand
+from lockstep_common.events.v1 import NodeReading
 
 pytestmark = pytest.mark.unit
 DEB = b"!<arch>\nthe driver package bytes"
@@ -145,3 +146,27 @@ def test_install_without_digest_is_refused(tmp_path: Path) -> None:
         "install-driver needs package, version and package_sha256",
     )
     assert host.ran == []
+
+
+def _reading(phase: str = "ready") -> NodeReading:
+    return NodeReading(phase=phase, driver="580.65.06", dkms="built", cuda="13.0", nccl="2.27.7")
+
+
+def test_a_read_answers_the_nodes_state_and_burns_no_id_nor_fence(tmp_path: Path) -> None:
+    phases = iter(["ready", "dkms_built"])
+    host = FakeHost()
+    executor = Executor(tmp_path / "j.sqlite", host, "apt", reader=lambda: _reading(next(phases)))
+    read = _cmd(action="read-state", fencing_token=9, package=None, version=None)
+    first, second = executor.execute(read), executor.execute(read)
+    assert (first.status, first.state) == ("done", _reading("ready"))
+    assert second.state == _reading("dkms_built")  # read again, not answered from a journal
+    # A read with token 9 moved no fence: the holder of token 5 still commands.
+    assert executor.execute(_cmd(command_id="c2")).status == "done"
+    assert host.ran[0][:2] == ("apt-get", "download")
+
+
+def test_a_read_without_a_reader_is_refused_by_name(tmp_path: Path) -> None:
+    out = Executor(tmp_path / "j.sqlite", FakeHost(), "apt").execute(
+        _cmd(action="read-state", package=None, version=None)
+    )
+    assert out.status == "refused" and "reads no in-band state" in out.detail

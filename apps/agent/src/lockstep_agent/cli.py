@@ -142,10 +142,12 @@ def command(
         bool, typer.Option("--dry-run", help="Print what would run; run and journal nothing.")
     ] = False,
 ) -> None:
-    """Carry out one in-band command from a file (install-driver, rebuild-dkms, reboot), once
-    per command id, journaled in <data_dir>/commands.sqlite; prints the outcome as JSON."""
+    """Carry out one in-band command from a file (install-driver, rebuild-dkms, reboot, once
+    per command id, journaled in <data_dir>/commands.sqlite; read-state: what the node runs);
+    prints the outcome as JSON."""
     from lockstep_agent.commands import COMMAND_JOURNAL, Executor, load_command
     from lockstep_agent.config import ConfigError, load
+    from lockstep_agent.reading import read_node
 
     try:
         cfg = load(config)
@@ -158,7 +160,7 @@ def command(
         _fail(f"command {file}: {' '.join(str(exc).split())}")
     if (cmd.site, cmd.node_id) != (cfg.site, cfg.node):
         _fail(f"command {file}: names node {cmd.node_id} at {cmd.site}, not this node {cfg.node}")
-    executor = Executor(cfg.data_dir / COMMAND_JOURNAL)
+    executor = Executor(cfg.data_dir / COMMAND_JOURNAL, reader=lambda: read_node(cfg.root))
     try:
         outcome = executor.execute(cmd, dry_run=dry_run)
     finally:

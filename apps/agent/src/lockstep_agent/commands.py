@@ -16,6 +16,9 @@ Reached over the bus (``node.command``: ``lockstep_agent.command_channel``) and 
   a private directory, checks the file's SHA-256 against the command's (the digest the attested
   bundle names), and installs that file, not whatever the repository serves later; a mismatch
   is refused and nothing is installed. apt (Debian, Ubuntu) and dnf (RHEL family).
+- **Reads change nothing.** ``read-state`` answers the node's in-band state (``NodeReading``,
+  from the ``reader`` the agent was given: its probes, or the simulator's model); it is neither
+  journaled nor fenced, so a read never burns an id nor moves a fence.
 - ``dry_run``: nothing is run or journaled; the outcome lists what would be run.
 """
 
@@ -28,11 +31,11 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from lockstep_common.events.v1 import NodeCommandAnswered, NodeCommandRequested
+from lockstep_common.events.v1 import NodeCommandAnswered, NodeCommandRequested, NodeReading
 
 Status = Literal["done", "failed", "refused", "interrupted", "dry-run"]
 TIMEOUT_S = 1800.0
@@ -42,6 +45,8 @@ COMMAND_JOURNAL = "commands.sqlite"  # in the agent's data_dir
 # (``node.command`` in the event catalogue; ``lockstep_agent.command_channel`` answers them).
 InbandCommand = NodeCommandRequested
 Outcome = NodeCommandAnswered
+Reader = Callable[[], NodeReading]
+"""Reads the node's in-band state now (``OSError`` / ``ValueError`` when it cannot)."""
 
 
 class Host(Protocol):
@@ -108,9 +113,16 @@ class Executor:
         journal: the journal's SQLite file (mode 0600).
         host: where programs run.
         manager: the package manager (default: detected).
+        reader: what answers ``read-state`` (None: refused, naming why).
     """
 
-    def __init__(self, journal: Path, host: Host | None = None, manager: str | None = None) -> None:
+    def __init__(
+        self,
+        journal: Path,
+        host: Host | None = None,
+        manager: str | None = None,
+        reader: Reader | None = None,
+    ) -> None:
         journal.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not journal.exists():
             os.close(os.open(journal, os.O_WRONLY | os.O_CREAT, 0o600))
@@ -120,12 +132,18 @@ class Executor:
         self._db.executescript(_SCHEMA)
         self._host = host or RealHost()
         self._manager = manager or package_manager()
+        self._reader = reader
 
     def close(self) -> None:
         self._db.close()
 
     def execute(self, cmd: InbandCommand, *, dry_run: bool = False) -> Outcome:
         """Carry out ``cmd`` once (see the module docstring); never raises for a refusal."""
+        if cmd.action == "read-state":
+            return self._read(cmd)
+        return self._once(cmd, dry_run=dry_run)
+
+    def _once(self, cmd: InbandCommand, *, dry_run: bool) -> Outcome:
         request = cmd.model_dump_json()
         row = self._db.execute(
             "SELECT request, outcome FROM journal WHERE command_id = ?", (cmd.command_id,)
@@ -153,6 +171,15 @@ class Executor:
             (outcome.model_dump_json(), cmd.command_id),
         )
         return outcome
+
+    def _read(self, cmd: InbandCommand) -> Outcome:
+        if self._reader is None:
+            return self._refused(cmd, "this agent reads no in-band state (no reader configured)")
+        try:
+            state = self._reader()
+        except (OSError, ValueError) as exc:
+            return Outcome(command_id=cmd.command_id, status="failed", detail=f"read: {exc}")
+        return Outcome(command_id=cmd.command_id, status="done", state=state)
 
     def _check(self, cmd: InbandCommand) -> str | None:
         row = self._db.execute(

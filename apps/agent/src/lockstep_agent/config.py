@@ -13,6 +13,12 @@
     root = "/"                            # the filesystem the probes read
     metrics_port = 9464                   # /metrics, /healthz, /readyz (default: not served)
     metrics_host = "127.0.0.1"
+    # optional diagnostics, read from the files a job epilog or a timer writes:
+    dcgm_result = "/var/lib/lockstep-agent/dcgm-diag.json"   # `dcgmi diag -r 1 -j` output
+    dcgm_level = 1                        # the -r level that file's run used
+    nccl_result = "/var/lib/lockstep-agent/all-reduce.log"   # `all_reduce_perf` output
+    nccl_expected_gbps = 360.0            # what this node class should reach
+    diagnostics_max_age_s = 86400.0       # older results are not reported
 
 Every problem is one line naming the file and the field (``ConfigError``); nothing is started
 before the whole file is good. The credential itself is read at connect time
@@ -59,6 +65,11 @@ class AgentConfig(BaseModel):
     root: Path = Path("/")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
+    dcgm_result: Path | None = None
+    dcgm_level: int = Field(default=1, ge=1, le=4)
+    nccl_result: Path | None = None
+    nccl_expected_gbps: float | None = Field(default=None, gt=0)
+    diagnostics_max_age_s: float = Field(default=86400.0, gt=0)
 
     @field_validator("node", "site", "namespace")
     @classmethod

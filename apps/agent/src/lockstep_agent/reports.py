@@ -69,6 +69,8 @@ def members(facts: NodeFacts) -> dict[str, str]:
         out["nvml_error"] = nvml.error
     if facts.xids.error:
         out["xid_error"] = facts.xids.error  # XIDs unknown, not zero
+    if facts.diagnostics.errors:  # a DCGM / NCCL result that could not be used, and why
+        out["diagnostics_error"] = as_version("; ".join(facts.diagnostics.errors))
     for g in nvml.gpus:
         for key, value in (
             ("vbios", g.vbios),
@@ -166,6 +168,7 @@ def health_event(
     power = [g.power_w for g in gpus if g.power_w is not None]
     remaps = [g.row_remap_pending for g in gpus if g.row_remap_pending is not None]
     reasons = sorted({r for g in gpus for r in g.throttle_reasons})
+    diag = facts.diagnostics
     return HealthObserved(
         node_id=node_id,
         site=site,
@@ -181,4 +184,9 @@ def health_event(
         row_remap_pending=sum(remaps) if remaps else None,
         pcie_replay_count=counters.delta(facts, "pcie_replays"),
         nvlink_crc_error_count=counters.delta(facts, "nvlink_crc_errors"),
+        dcgm_level=diag.dcgm_level,
+        dcgm_passed=diag.dcgm.passed if diag.dcgm else None,
+        # A run with wrong results reports no bandwidth worth having: 0, below any expectation.
+        nccl_busbw_gbps=(diag.nccl.busbw_gbps if diag.nccl.passed else 0.0) if diag.nccl else None,
+        nccl_expected_gbps=diag.nccl_expected_gbps,
     )

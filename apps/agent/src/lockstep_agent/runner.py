@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 
@@ -24,8 +25,10 @@ from lockstep_agent.command_channel import CommandChannel
 from lockstep_agent.commands import COMMAND_JOURNAL, Executor, Host
 from lockstep_agent.config import AgentConfig
 from lockstep_agent.metrics import AgentMetrics
+from lockstep_agent.probes.diagnostics import DiagnosticFiles
 from lockstep_agent.probes.node import probe_node
 from lockstep_agent.probes.xid import KMSG, Cursor, KernelLog
+from lockstep_agent.reading import read_node
 from lockstep_agent.reports import Counters
 from lockstep_agent.sender import Sender, drain
 from lockstep_agent.spool import Spool
@@ -79,9 +82,17 @@ class Runner:
         self.endpoint = HttpEndpoint(self.metrics.base, self._readiness)
 
         self.kernel_log = KernelLog(root / KMSG)
+        diagnostics = DiagnosticFiles(
+            dcgm=config.dcgm_result,
+            dcgm_level=config.dcgm_level,
+            nccl=config.nccl_result,
+            nccl_expected_gbps=config.nccl_expected_gbps,
+            max_age_s=config.diagnostics_max_age_s,
+        )
 
         def read(cursor: Cursor | None) -> ProbedReading:
-            reading = ProbedReading(probe_node(root, cursor, kernel_log=self.kernel_log), counters)
+            facts = probe_node(root, cursor, kernel_log=self.kernel_log, diagnostics=diagnostics)
+            reading = ProbedReading(facts, counters)
             self.metrics.nvml_up.set(1 if reading.facts.nvml.available else 0)
             self.metrics.gpus.set(len(reading.facts.nvml.gpus))
             return reading
@@ -90,7 +101,9 @@ class Runner:
             config.node, config.site, Namespace(config.namespace), read, self.spool
         )
         # The updater's in-band commands (node.command), answered once connected.
-        self.executor = Executor(config.data_dir / COMMAND_JOURNAL, host)
+        self.executor = Executor(
+            config.data_dir / COMMAND_JOURNAL, host, reader=functools.partial(read_node, root)
+        )
         self.commands = CommandChannel(
             self.executor, Namespace(config.namespace), config.site, config.node
         )

@@ -18,7 +18,8 @@ import contextlib
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -39,7 +40,10 @@ from lockstep_sim.started import Started
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
+    from lockstep_agent.commands import Executor
     from lockstep_common.natsconn import NatsAccess
+    from lockstep_common.subjects import Namespace
+    from lockstep_sim.agents.commands import SimHost
     from lockstep_sim.agents.publisher import AgentFleet
 
 log = logging.getLogger(__name__)
@@ -84,6 +88,11 @@ class FleetRuntime(Started):
     services' (or an administrator's) to create: ``create_streams`` creates them first, for an
     open development server with no service running. Stops in reverse: agents, then
     scheduler, then BMCs. Port 0 picks a free port.
+
+    With ``commands_dir`` (and NATS), every node's agent also answers the updater's in-band
+    commands on ``agent.command.<site>.<node>`` through the real agent's command executor
+    (``lockstep_agent.commands``; its journal under ``commands_dir/<node>/``) on a simulated
+    host (``agents.commands.SimHost``, serving ``packages``: version -> package bytes).
     """
 
     def __init__(
@@ -96,6 +105,8 @@ class FleetRuntime(Started):
         namespace: str = "lockstep",
         cadence_s: float = 10.0,
         create_streams: bool = False,
+        commands_dir: Path | None = None,
+        packages: Mapping[str, bytes] | None = None,
     ) -> None:
         self.simulator = Simulator(options)
         self.fleet = self.simulator.fleet
@@ -107,6 +118,11 @@ class FleetRuntime(Started):
         self.agent_access = agent_access
         self._agent_ncs: list[Client] = []
         self.create_streams = create_streams
+        self.commands_dir = commands_dir
+        self.packages = packages
+        self.command_hosts: dict[str, SimHost] = {}
+        """Each node's simulated host, with every program the agent ran on it (``ran``)."""
+        self._executors: list[Executor] = []
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
@@ -209,8 +225,8 @@ class FleetRuntime(Started):
         from lockstep_common.topology import StreamPolicy, ensure_topology
         from lockstep_sim.agents.publisher import AgentFleet, FleetConfig
 
-        self._nc = await connect(access, name="lockstep-sim-agents")
-        js = self._nc.jetstream()
+        self._nc = nc = await connect(access, name="lockstep-sim-agents")
+        js = nc.jetstream()
         ns = Namespace(self.namespace)
         if self.create_streams:
             await ensure_topology(js, ns, StreamPolicy())
@@ -220,8 +236,23 @@ class FleetRuntime(Started):
             )
             nodes = [self.software[node_id] for node_id in node_ids]
             self.agents.append(AgentFleet(js, ns, config, nodes))
+            for node_id in node_ids:
+                await self._answer_commands(nc, ns, site, node_id)
         for agents in self.agents:
             agents.start()
+
+    async def _answer_commands(self, nc: Client, ns: Namespace, site: str, node_id: str) -> None:
+        """``node_id``'s agent answers in-band commands on ``nc`` (only with ``commands_dir``)."""
+        if self.commands_dir is None:
+            return
+        from lockstep_agent.command_channel import CommandChannel
+        from lockstep_sim.agents.commands import sim_executor
+
+        journal = self.commands_dir / node_id / "commands.sqlite"
+        executor, host = sim_executor(self.software[node_id], journal, self.packages)
+        self._executors.append(executor)
+        self.command_hosts[node_id] = host
+        await CommandChannel(executor, ns, site, node_id).subscribe(nc)
 
     async def _start_own_agents(self, access: Callable[[str], NatsAccess]) -> None:
         """Every node's agent on its own connection, as its own identity (``access(node)``):
@@ -251,6 +282,8 @@ class FleetRuntime(Started):
             nodes = [self.software[node_id] for node_id in node_ids]
             js = {n: connected[n].jetstream() for n in node_ids}
             self.agents.append(AgentFleet(js, ns, config, nodes))
+            for node_id in node_ids:
+                await self._answer_commands(connected[node_id], ns, site, node_id)
         for agents in self.agents:
             agents.start()
 
@@ -269,6 +302,9 @@ class FleetRuntime(Started):
                 await nc.drain()
             except Exception as exc:  # noqa: BLE001 - stopping must go on whatever NATS says
                 log.warning("closing the agents' NATS connection: %s", exc)
+        executors, self._executors = self._executors, []
+        for executor in executors:  # their connections are closed: no command comes in
+            executor.close()
         if self._scheduler_runner is not None:
             runner, self._scheduler_runner = self._scheduler_runner, None
             await runner.cleanup()

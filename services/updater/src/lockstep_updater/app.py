@@ -17,7 +17,7 @@ NAME = "updater"
 def create_app(settings: Settings) -> ServiceApp:
     """Build the service; nothing connects until ``start()``."""
     # Without a node agent channel the runbook cannot run: drift is only reported, as before.
-    gsp_remedy = settings.gsp_remedy if settings.agent_url else RemedyPolicy.OFF
+    gsp_remedy = settings.gsp_remedy if settings.agent_enabled else RemedyPolicy.OFF
     app = ServiceApp(
         NAME,
         settings,

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from lockstep_common.errors import PermanentError, TransientError
@@ -20,6 +21,7 @@ from lockstep_updater.domain.inband import AgentState
 
 __all__ = [
     "OWNER",
+    "AgentOrder",
     "AgentOutcomeUnknown",
     "AgentRefused",
     "AgentState",
@@ -110,22 +112,42 @@ class AgentRefused(PermanentError):
     node it does not serve): not retried."""
 
 
+@dataclass(frozen=True, slots=True)
+class AgentOrder:
+    """Who asks a node agent, under which fence, for which attested bytes: every call carries
+    it, so the agent can refuse a lapsed holder or bytes the bundle does not name."""
+
+    site: str
+    node_id: str
+    work_item: str
+    fencing_token: int
+    attempt: str
+    """The unit's attempt (``target``, ``fallback``): with the work item and the call, it
+    makes the command id, so a call re-sent after a crash carries the id it had."""
+    package_sha256: str | None = None
+    """SHA-256 of the attested driver package (None: no attested package for this attempt)."""
+
+    def command_id(self, call: str) -> str:
+        """Deterministic: the same work item, attempt and call always name the same command."""
+        return f"{self.work_item}-{self.attempt}-{call}"
+
+
 class NodeAgent(Protocol):
     """The node agent's in-band channel; every call answers the node's state after it."""
 
-    async def state(self, node_id: str) -> AgentState:
+    async def state(self, order: AgentOrder) -> AgentState:
         """What the agent reads on the node now."""
         ...
 
-    async def install_driver(self, node_id: str, version: str) -> AgentState:
+    async def install_driver(self, order: AgentOrder, version: str) -> AgentState:
         """Install the driver package of ``version`` as one unit (its GSP firmware, CUDA user
         space, fabric manager); the package's install builds DKMS."""
         ...
 
-    async def rebuild_dkms(self, node_id: str) -> AgentState:
+    async def rebuild_dkms(self, order: AgentOrder) -> AgentState:
         """Build the module against the kernel that boots next."""
         ...
 
-    async def reboot(self, node_id: str) -> AgentState:
+    async def reboot(self, order: AgentOrder) -> AgentState:
         """Reboot the node (its module loads, or fails to)."""
         ...

@@ -112,6 +112,18 @@ class Settings(ServiceSettings):
         "unset: their nodes fail at the push, nothing is offered.",
     )
     image_server_port: int = Field(default=0, ge=0, le=65535, description="Its port (0: free).")
+    agent_channel: Literal["http", "nats"] = Field(
+        default="http",
+        description="How in-band commands reach node agents: nats (each node's lockstep-agent on "
+        "agent.command.<site>.<node>, as this updater's NATS identity, the only one allowed to "
+        "publish there) or http (the simulator's channel at agent_url).",
+    )
+    agent_package: str = Field(
+        default="nvidia-driver",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}$",
+        description="The driver package's name in the nodes' repositories (nats channel: the "
+        "agent downloads <package>=<version> and checks it against the attested digest).",
+    )
     agent_url: str | None = Field(
         default=None,
         description="Base URL of the node agents' in-band channel (the simulator's /agents/... "
@@ -129,7 +141,7 @@ class Settings(ServiceSettings):
         description="The GSP / driver mismatch runbook on drift.detected: automatic (a node "
         "whose GPUs already failed to initialise is repaired one at a time per pool), approval "
         "(held until `lockstep node approve-remedy NODE`), or off. Off whenever agent_url is "
-        "unset: the runbook needs the agent channel.",
+        "unset and agent_channel is http: the runbook needs the agent channel.",
     )
     remedy_max_unavailable: int = Field(
         default=1,
@@ -137,3 +149,8 @@ class Settings(ServiceSettings):
         description="A GSP remedy takes its node out of service only while fewer of the pool's "
         "nodes than this are out (every rollout's included).",
     )
+
+    @property
+    def agent_enabled(self) -> bool:
+        """Whether any node agent channel is configured."""
+        return self.agent_channel == "nats" or self.agent_url is not None

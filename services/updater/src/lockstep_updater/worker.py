@@ -20,11 +20,14 @@ from lockstep_common.subjects import Namespace
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
+from lockstep_updater.adapters.agent_commands import NatsAgentCommands
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.node_agent import HttpNodeAgent
+from lockstep_updater.adapters.node_agent_nats import READ_TIMEOUT_S, NatsNodeAgent
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.idle import IdleClaims
+from lockstep_updater.ports import NodeAgent
 from lockstep_updater.schedulers import scheduler_for
 from lockstep_updater.settings import Settings
 
@@ -63,8 +66,21 @@ class UpdaterWorker:
             BundleImages(s.bundle_roots),
             self.policy,
             image_server=server,
-            agent=None if s.agent_url is None else HttpNodeAgent(s.agent_url, s.agent_credentials),
+            agent=self.node_agent(resources),
         )
+
+    def node_agent(self, resources: Resources) -> NodeAgent | None:
+        """The channel ``agent_channel`` names (None: none configured)."""
+        s = self.settings
+        if s.agent_channel == "nats":
+            commands = NatsAgentCommands(resources.nc, self.namespace, self.source)
+            reads = NatsAgentCommands(
+                resources.nc, self.namespace, self.source, timeout_s=READ_TIMEOUT_S
+            )
+            return NatsNodeAgent(commands, s.agent_package, reads)
+        if s.agent_url is None:
+            return None
+        return HttpNodeAgent(s.agent_url, s.agent_credentials)
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and run steps until stopped."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lockstep_agent.probes.diagnostics import DiagnosticFiles, Diagnostics, probe_diagnostics
 from lockstep_agent.probes.dkms import DkmsFacts, probe_dkms
 from lockstep_agent.probes.files import FileFacts, probe_files
 from lockstep_agent.probes.nvml import NvmlFacts, probe_nvml
@@ -23,6 +25,7 @@ class NodeFacts(BaseModel):
     dkms: DkmsFacts = DkmsFacts()
     nvml: NvmlFacts = NvmlFacts(error="not probed")
     xids: XidScan = XidScan()
+    diagnostics: Diagnostics = Diagnostics()
 
 
 def probe_node(
@@ -30,11 +33,13 @@ def probe_node(
     xid_cursor: Cursor | None,
     nvml: Any | None = None,
     kernel_log: KernelLog | None = None,
+    diagnostics: DiagnosticFiles | None = None,
 ) -> NodeFacts:
     """Run every probe on the machine whose filesystem is at ``root`` (``/`` on a node). NVML
     is asked only of the machine's own root (a fake root has no GPUs of its own), unless
     ``nvml`` gives a stand-in for the ``pynvml`` module (a benchmark's). ``kernel_log``: the
-    kernel log the running agent follows (default: read whole)."""
+    kernel log the running agent follows (default: read whole); ``diagnostics``: where the
+    node's DCGM and NCCL runs leave their results (default: none)."""
     if nvml is not None or root == Path("/"):
         gpus = probe_nvml(nvml)
     else:
@@ -44,4 +49,5 @@ def probe_node(
         dkms=probe_dkms(root),
         nvml=gpus,
         xids=probe_xids(root, xid_cursor, kernel_log),
+        diagnostics=probe_diagnostics(diagnostics, time.time()) if diagnostics else Diagnostics(),
     )

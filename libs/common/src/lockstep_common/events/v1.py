@@ -757,7 +757,9 @@ AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
 
 
 class NodeCommandRequested(EventData):
-    """One command for one node's agent: install the driver package, rebuild DKMS, reboot."""
+    """One command for one node's agent: install the driver package, rebuild DKMS, reboot, or
+    read the node's in-band state (``read-state``: changes nothing, is neither journaled nor
+    fenced)."""
 
     event_type: ClassVar[str] = "node.command.requested"
     schema_version: ClassVar[int] = 1
@@ -767,7 +769,7 @@ class NodeCommandRequested(EventData):
     command_id: str = Field(
         pattern=AGENT_ID_PATTERN, description="Once per id: a repeat is answered, not run."
     )
-    action: Literal["install-driver", "rebuild-dkms", "reboot"]
+    action: Literal["install-driver", "rebuild-dkms", "reboot", "read-state"]
     work_item: str = Field(pattern=AGENT_ID_PATTERN, description="The updater's work item.")
     fencing_token: int = Field(
         ge=0, le=INT64_MAX, description="The work item's lease token; a lower one is refused."
@@ -777,6 +779,31 @@ class NodeCommandRequested(EventData):
     package_sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$", description="The attested package's digest."
     )
+
+
+class NodeReading(Part):
+    """What the agent reads of the node's in-band software (the updater's ``AgentState``)."""
+
+    phase: Annotated[str, Field(pattern=r"^[a-z_]{1,32}$")] = Field(
+        description="ready, driver_installed, dkms_built, dkms_failed, rebooting, "
+        "gsp_mismatch or module_rejected."
+    )
+    driver: Version = Field(description="Installed driver package version.")
+    loaded_module: Version | None = Field(
+        default=None, description="/sys/module/nvidia/version; None: no module loaded."
+    )
+    gsp_firmware: Version | None = Field(default=None, description="GSP firmware NVML reads.")
+    firmware_dirs: tuple[Version, ...] = Field(
+        default=(), max_length=MAX_SMALL, description="Versions under /lib/firmware/nvidia/."
+    )
+    dkms: Annotated[str, Field(max_length=64)] = Field(description="DKMS build state.")
+    cuda: Version = Field(description="CUDA user space.")
+    nccl: Version = Field(description="NCCL.")
+    fabric_manager: Version | None = Field(default=None, description="Fabric manager.")
+    module_rejected: bool = Field(
+        default=False, description="Secure Boot refused the module at the last boot."
+    )
+    diag_passed: bool = Field(default=False, description="dcgmi diag -r 1 passes.")
 
 
 class NodeCommandAnswered(EventData):
@@ -790,6 +817,9 @@ class NodeCommandAnswered(EventData):
     detail: str = Field(default="", max_length=4096)
     ran: tuple[tuple[str, ...], ...] = Field(
         default=(), max_length=16, description="The programs run (a dry run: would be)."
+    )
+    state: NodeReading | None = Field(
+        default=None, description="The node's in-band state (the answer to read-state)."
     )
 
 

@@ -20,7 +20,7 @@ import aiohttp
 
 from lockstep_redfish.credentials import RegistryCredentials
 from lockstep_updater.domain.inband import AgentState
-from lockstep_updater.ports import AgentOutcomeUnknown, AgentRefused, AgentUnavailable
+from lockstep_updater.ports import AgentOrder, AgentOutcomeUnknown, AgentRefused, AgentUnavailable
 
 
 class HttpNodeAgent:
@@ -70,17 +70,18 @@ class HttpNodeAgent:
             )
         return parse_state(node_id, data)
 
-    async def state(self, node_id: str) -> AgentState:
-        return await self._call("GET", node_id)
+    # The simulator's HTTP channel takes no fence nor digest: only the node id of the order.
+    async def state(self, order: AgentOrder) -> AgentState:
+        return await self._call("GET", order.node_id)
 
-    async def install_driver(self, node_id: str, version: str) -> AgentState:
-        return await self._call("POST", node_id, "install-driver", {"version": version})
+    async def install_driver(self, order: AgentOrder, version: str) -> AgentState:
+        return await self._call("POST", order.node_id, "install-driver", {"version": version})
 
-    async def rebuild_dkms(self, node_id: str) -> AgentState:
-        return await self._call("POST", node_id, "rebuild-dkms")
+    async def rebuild_dkms(self, order: AgentOrder) -> AgentState:
+        return await self._call("POST", order.node_id, "rebuild-dkms")
 
-    async def reboot(self, node_id: str) -> AgentState:
-        return await self._call("POST", node_id, "reboot")
+    async def reboot(self, order: AgentOrder) -> AgentState:
+        return await self._call("POST", order.node_id, "reboot")
 
 
 def parse_state(node_id: str, data: Mapping[str, Any]) -> AgentState:

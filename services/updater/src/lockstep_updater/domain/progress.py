@@ -78,6 +78,9 @@ class InBandUnit(_Model):
     reboot_sent_at: float | None = None
     failures: list[str] = Field(default_factory=list)
     note: str | None = None
+    package_sha256: str | None = None
+    """SHA-256 of the attested driver package (a rollout's target; None for the runbook's
+    reinstall of the pinned branch, which no bundle attests)."""
 
 
 class Progress(_Model):

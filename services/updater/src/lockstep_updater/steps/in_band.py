@@ -13,6 +13,7 @@ quarantined with that reason and nothing is retried.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from lockstep_common.events.v1 import AttestedComponent, FleetNode
@@ -22,7 +23,13 @@ from lockstep_updater.domain.inband import IN_BAND, AgentState, Call, fallback_f
 from lockstep_updater.domain.progress import InBandProgress, InBandUnit, Progress
 from lockstep_updater.domain.progress import in_band as in_band_of
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.ports import AgentOutcomeUnknown, AgentRefused, AgentUnavailable, NodeAgent
+from lockstep_updater.ports import (
+    AgentOrder,
+    AgentOutcomeUnknown,
+    AgentRefused,
+    AgentUnavailable,
+    NodeAgent,
+)
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.in_band_endings import quarantine, verified
 from lockstep_updater.store import Claim, Target
@@ -39,13 +46,32 @@ def names(components: Sequence[str]) -> list[str]:
 
 def require_agent(ctx: StepContext) -> NodeAgent:
     if ctx.in_band.agent is None:
-        raise AgentRefused("no node agent channel is configured (LOCKSTEP_UPDATER_AGENT_URL)")
+        raise AgentRefused(
+            "no node agent channel is configured (LOCKSTEP_UPDATER_AGENT_CHANNEL=nats, "
+            "or LOCKSTEP_UPDATER_AGENT_URL for the simulator's HTTP channel)"
+        )
     return ctx.in_band.agent
+
+
+def order(claim: Claim, node: FleetNode, work: InBandUnit | None = None) -> AgentOrder:
+    """What every call to ``node``'s agent carries: the work item and its fencing token, and,
+    in the target attempt, the attested package's SHA-256 (the fallback branch has no attested
+    package in this bundle: an agent that checks digests refuses to install it)."""
+    attempt = work.attempt if work is not None else "read"
+    return AgentOrder(
+        site=node.site,
+        node_id=claim.node_id,
+        work_item=str(claim.id),
+        fencing_token=claim.token,
+        attempt=attempt,
+        package_sha256=work.package_sha256 if work is not None and attempt == "target" else None,
+    )
 
 
 async def plan_rollout(
     ctx: StepContext,
     claim: Claim,
+    node: FleetNode,
     target: Target,
     entries: dict[str, AttestedComponent],
     progress: InBandProgress,
@@ -60,8 +86,10 @@ async def plan_rollout(
         )
     progress.in_band = None  # planned afresh from this reading
     driver = entries[Component.DRIVER.value]
-    ctx.image(target, driver)  # the attested package, re-hashed: a mismatch fails closed
-    state = await require_agent(ctx).state(claim.node_id)
+    # The attested package, re-hashed: a mismatch fails closed; its SHA-256 is what the agent
+    # checks the bytes it downloads against (the agent hashes with SHA-256).
+    package = ctx.image(target, driver)
+    state = await require_agent(ctx).state(order(claim, node))
     version = driver.version
     if state.runs(version) and all(
         state.versions().get(name) in {None, entry.version} for name, entry in entries.items()
@@ -75,6 +103,7 @@ async def plan_rollout(
     progress.in_band = unit(
         version, known_good, {name: e.version for name, e in entries.items()}, state
     )
+    progress.in_band.package_sha256 = hashlib.sha256(package.data).hexdigest()
 
 
 async def run(
@@ -91,7 +120,7 @@ async def run(
         version = work.version if work.attempt == "target" else work.fallback
         assert version is not None  # noqa: S101 - the fallback attempt exists only with one
         try:
-            state = await agent.state(claim.node_id)
+            state = await agent.state(order(claim, node, work))
         except AgentUnavailable as exc:
             if not work.sent.get(Call.REBOOT.value):
                 raise
@@ -125,7 +154,7 @@ async def run(
         if not await _may_send(ctx, claim, node, held, work, nxt.call.value):
             return
         try:
-            await _send(agent, claim.node_id, nxt.call, version)
+            await _send(agent, order(claim, node, work), nxt.call, version)
         except AgentOutcomeUnknown:
             raise  # maybe taken: the mark stays, the next run reads what the node shows
         except AgentUnavailable:
@@ -160,13 +189,13 @@ async def _rebooting(
     await quarantine(ctx, claim, progress, work, state, reason)
 
 
-async def _send(agent: NodeAgent, node_id: str, call: Call, version: str) -> None:
+async def _send(agent: NodeAgent, ordered: AgentOrder, call: Call, version: str) -> None:
     if call is Call.INSTALL:
-        await agent.install_driver(node_id, version)
+        await agent.install_driver(ordered, version)
     elif call is Call.REBUILD:
-        await agent.rebuild_dkms(node_id)
+        await agent.rebuild_dkms(ordered)
     else:
-        await agent.reboot(node_id)
+        await agent.reboot(ordered)
 
 
 async def _may_send(

@@ -51,7 +51,7 @@ async def run(
     agent_side = in_band.names(claim.components)
     if agent_side:
         entries = {name: entry_for(target, node, name) for name in agent_side}
-        await in_band.plan_rollout(ctx, claim, target, entries, progress)
+        await in_band.plan_rollout(ctx, claim, node, target, entries, progress)
     async with ctx.session(node) as bmc:
         # Least privilege (reliability.md 7 H5): an Administrator-class account is refused
         # before anything is read for the update, so nothing is ever written with it.

@@ -11,7 +11,7 @@ from lockstep_updater.domain.inband import fallback_for
 from lockstep_updater.domain.progress import Progress, RemedyProgress
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.context import StepContext
-from lockstep_updater.steps.in_band import require_agent, unit
+from lockstep_updater.steps.in_band import order, require_agent, unit
 from lockstep_updater.steps.in_band_endings import failed_events, secure_boot_reason
 from lockstep_updater.store import Claim
 
@@ -22,7 +22,7 @@ async def run(
     ctx: StepContext, claim: Claim, node: FleetNode, progress: Progress, started: float
 ) -> None:
     assert isinstance(progress, RemedyProgress)  # noqa: S101 - STEPS runs it for remedies
-    state = await require_agent(ctx).state(claim.node_id)
+    state = await require_agent(ctx).state(order(claim, node))
     progress.pool = node.pool
     pin = progress.pin or state.driver
     if state.module_rejected:
