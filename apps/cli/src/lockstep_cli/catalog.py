@@ -16,6 +16,7 @@ from lockstep_attest import operator_commands as attest_operator_commands
 from lockstep_attest import router as attest_router
 from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.domain import jobs as attest_jobs
+from lockstep_attest.handlers import Handlers as AttestHandlers
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import NODE, SITE
 from lockstep_common.asyncapi import namespace as documented_namespace
@@ -72,7 +73,7 @@ OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
 def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
     """Every service's subscriptions, as its ``app.py`` binds them."""
     return {
-        "attest": attest_router.subscriptions(),
+        "attest": attest_router.subscriptions(AttestHandlers()),
         "healthgate": healthgate_router.subscriptions(GateHandlers(GateConfig(default_policy()))),
         "inventory": inventory_router.subscriptions(InventoryHandlers(packaged_rules())),
         "planner": planner_router.subscriptions(),
