@@ -43,8 +43,8 @@ from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.domain import waves as gated_waves
-from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
+from lockstep_healthgate.verdicts import GateConfig
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import operator_commands as planner_operator_commands
