@@ -50,6 +50,8 @@ from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import operator_commands as planner_operator_commands
 from lockstep_planner import router as planner_router
 from lockstep_planner.domain import fabric, rollout
+from lockstep_planner.handlers import Handlers as PlannerHandlers
+from lockstep_planner.lifecycle import Timing
 from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
 from lockstep_updater.domain import step_notes
@@ -76,7 +78,7 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
         "attest": attest_router.subscriptions(AttestHandlers()),
         "healthgate": healthgate_router.subscriptions(GateHandlers(GateConfig(default_policy()))),
         "inventory": inventory_router.subscriptions(InventoryHandlers(packaged_rules())),
-        "planner": planner_router.subscriptions(),
+        "planner": planner_router.subscriptions(PlannerHandlers(Timing())),
         "updater": updater_router.subscriptions(),
     }
 
