@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lockstep_attest import handlers
 from lockstep_attest.domain.jobs import JobState
+from lockstep_attest.handlers import Handlers
 from lockstep_attest.store import VerdictRow
 from lockstep_attest.testing.memory_store import MemoryStore
 from lockstep_common.envelope import Envelope, make_envelope, source_of
@@ -17,6 +17,7 @@ pytestmark = pytest.mark.unit
 CLI = source_of("cli")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 STACK = "a" * 64
+HANDLERS = Handlers()
 
 
 def submission(
@@ -35,7 +36,7 @@ async def test_a_submission_becomes_one_pending_job() -> None:
     store = MemoryStore()
     env = submission()
     async with store.transaction() as tx:
-        await handlers.bundle_submitted(tx, env)
+        await HANDLERS.bundle_submitted(tx, env, now=T0)
     (job,) = store.jobs
     assert (job.event_id, job.bundle_uri, job.submitted_by, job.correlation_id) == (
         env.event_id,
@@ -52,15 +53,15 @@ async def test_a_redelivered_submission_adds_no_second_job() -> None:
     env = submission()
     for _ in range(2):
         async with store.transaction() as tx:
-            await handlers.bundle_submitted(tx, env)
+            await HANDLERS.bundle_submitted(tx, env, now=T0)
     assert len(store.jobs) == 1
 
 
 async def test_two_submissions_of_the_same_bundle_are_two_jobs() -> None:
     store = MemoryStore()
     async with store.transaction() as tx:
-        await handlers.bundle_submitted(tx, submission())
-        await handlers.bundle_submitted(tx, submission())
+        await HANDLERS.bundle_submitted(tx, submission(), now=T0)
+        await HANDLERS.bundle_submitted(tx, submission(), now=T0)
     assert [j.bundle_uri for j in store.jobs] == ["file:///bundles/b1"] * 2
 
 
@@ -72,7 +73,7 @@ async def test_a_pin_makes_its_attested_manifest_the_line_to_compare_with() -> N
         assert job is not None
         await tx.save_verdict(attested(job.id, STACK, {"bundle_id": "line", "v": 1}), [])
         assert await tx.pinned_manifest("line") is None
-        await handlers.pin_changed(tx, pin(STACK, "site-a", T0))
+        await HANDLERS.pin_changed(tx, pin(STACK, "site-a", T0), now=T0)
         assert await tx.pinned_manifest("line") == (STACK, {"bundle_id": "line", "v": 1})
 
 
@@ -85,14 +86,14 @@ async def test_the_latest_pin_of_a_line_wins_and_a_stale_pin_event_moves_nothing
             job = await tx.claim_job(30)
             assert job is not None
             await tx.save_verdict(attested(job.id, stack, {"bundle_id": "line", "v": n}), [])
-        await handlers.pin_changed(tx, pin(old, "site-a", T0))
-        await handlers.pin_changed(tx, pin(new, "site-a", T0 + timedelta(hours=1)))
+        await HANDLERS.pin_changed(tx, pin(old, "site-a", T0), now=T0)
+        await HANDLERS.pin_changed(tx, pin(new, "site-a", T0 + timedelta(hours=1)), now=T0)
         assert await tx.pinned_manifest("line") == (new, {"bundle_id": "line", "v": 2})
         # Pinned back to the old stack later on: that is now the line's pin.
-        await handlers.pin_changed(tx, pin(old, "site-a", T0 + timedelta(hours=2)))
+        await HANDLERS.pin_changed(tx, pin(old, "site-a", T0 + timedelta(hours=2)), now=T0)
         assert await tx.pinned_manifest("line") == (old, {"bundle_id": "line", "v": 1})
         # A stale copy of the first pin.changed (redelivered late) does not move it back.
-        await handlers.pin_changed(tx, pin(old, "site-a", T0))
+        await HANDLERS.pin_changed(tx, pin(old, "site-a", T0), now=T0)
         assert await tx.pinned_manifest("line") == (old, {"bundle_id": "line", "v": 1})
 
 

@@ -23,6 +23,7 @@ from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import BundleAttested, BundleRejected
+from lockstep_common.service import Resources
 from lockstep_common.transitions import InvalidTransition
 from lockstep_common.vocabulary import CheckResult
 
@@ -48,8 +49,18 @@ def worker(
     bundles = BundleSource.of([Path(tempfile.gettempdir())], 1 << 30)
     ctx = Context(trust, "trust-digest", Policy(), (), source_of("attest"), bundles)
     return AttestWorker(
-        ctx, poll_s=0.05, lease_s=lease_s, max_attempts=max_attempts, reuse_s=REUSE_S
+        ctx,
+        store=unbuilt,
+        poll_s=0.05,
+        lease_s=lease_s,
+        max_attempts=max_attempts,
+        reuse_s=REUSE_S,
     )
+
+
+def unbuilt(_: Resources) -> MemoryStore:
+    # These tests hand ``step`` and ``process`` their store; only ``run`` builds one.
+    raise AssertionError("run() is not used here")
 
 
 async def submit(store: MemoryStore, bundle: Path | str, correlation: str = "req-1") -> None:

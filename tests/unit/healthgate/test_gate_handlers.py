@@ -22,10 +22,10 @@ from lockstep_common.vocabulary import Component
 from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import handlers
 from lockstep_healthgate.domain.waves import WaveState
-from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.testing.memory_store import MemoryGateStore
 from lockstep_healthgate.testing.reports import Fault
 from lockstep_healthgate.testing.waves import planned_wave, rounds
+from lockstep_healthgate.verdicts import GateConfig
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -14,13 +14,14 @@ from lockstep_common.events.v1 import (
     RolloutHalted,
     WaveCompleted,
 )
+from lockstep_common.service import Resources
 from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import handlers
 from lockstep_healthgate.domain.waves import WaveState
-from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.testing.memory_store import MemoryGateStore
 from lockstep_healthgate.testing.reports import Fault
 from lockstep_healthgate.testing.waves import planned_wave, rounds
+from lockstep_healthgate.verdicts import GateConfig
 from lockstep_healthgate.worker import GateWorker
 
 from .test_gate_handlers import CANARY, CONTROL, env, ingest
@@ -36,13 +37,18 @@ DUE = DONE_AT + timedelta(seconds=SOAK)
 def worker(clock: ManualClock, *, max_attempts: int = 3) -> GateWorker:
     return GateWorker(
         CONFIG,
-        source="/test",
+        store=unbuilt,
         poll_s=1,
         grace_s=10,
         lease_s=60,
         max_attempts=max_attempts,
         clock=clock,
     )
+
+
+def unbuilt(_: Resources) -> MemoryGateStore:
+    # These tests hand ``step`` its store; only ``run`` builds one.
+    raise AssertionError("run() is not used here")
 
 
 async def soaked_wave(store: MemoryGateStore, faults: dict[str, Fault] | None = None) -> None:

@@ -16,6 +16,7 @@ from lockstep_attest import operator_commands as attest_operator_commands
 from lockstep_attest import router as attest_router
 from lockstep_attest.adapters.bundle_source import BundleSource
 from lockstep_attest.domain import jobs as attest_jobs
+from lockstep_attest.handlers import Handlers as AttestHandlers
 from lockstep_common.advisories import watcher_durable
 from lockstep_common.asyncapi import NODE, SITE
 from lockstep_common.asyncapi import namespace as documented_namespace
@@ -42,13 +43,15 @@ from lockstep_gate.policy_files import default_policy
 from lockstep_healthgate import operator_commands as healthgate_operator_commands
 from lockstep_healthgate import router as healthgate_router
 from lockstep_healthgate.domain import waves as gated_waves
-from lockstep_healthgate.handlers import GateConfig
 from lockstep_healthgate.handlers import Handlers as GateHandlers
+from lockstep_healthgate.verdicts import GateConfig
 from lockstep_inventory import router as inventory_router
 from lockstep_inventory.handlers import Handlers as InventoryHandlers
 from lockstep_planner import operator_commands as planner_operator_commands
 from lockstep_planner import router as planner_router
 from lockstep_planner.domain import fabric, rollout
+from lockstep_planner.handlers import Handlers as PlannerHandlers
+from lockstep_planner.lifecycle import Timing
 from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
 from lockstep_updater.domain import step_notes
@@ -72,10 +75,10 @@ OPERATOR_COMMANDS: dict[str, tuple[Command[Any], ...]] = {
 def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
     """Every service's subscriptions, as its ``app.py`` binds them."""
     return {
-        "attest": attest_router.subscriptions(),
+        "attest": attest_router.subscriptions(AttestHandlers()),
         "healthgate": healthgate_router.subscriptions(GateHandlers(GateConfig(default_policy()))),
         "inventory": inventory_router.subscriptions(InventoryHandlers(packaged_rules())),
-        "planner": planner_router.subscriptions(),
+        "planner": planner_router.subscriptions(PlannerHandlers(Timing())),
         "updater": updater_router.subscriptions(),
     }
 

@@ -8,17 +8,25 @@ transaction and the sink its events go to. Two ways to get one, the same for eve
 - ``in_runtime_transaction(make_tx, handler)``: a handler run inside the consumer runtime's
   transaction, so its writes, its inbox claim and its events commit or roll back together;
   ``Joined(make_tx)`` is that for one service's transaction type (its ``joined``).
+
+One service shape (issue 28 item 5): a handler is ``(tx, env, *, now)`` (:class:`Handler`, or
+:class:`BatchHandler` over a pulled batch) on the service's unit of work (a ``Tx`` with
+``events``, :class:`UnitOfWork`), and ``JoinedAt(make_tx)`` runs it in the consumer runtime's
+transaction with ``now`` read from one clock, so a handler never reads the time itself, never
+sees the runtime's context, and is unit-tested on the in-memory store at any instant.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Generic, TypeVar
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
 import asyncpg
 
+from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
 from lockstep_common.envelope import Envelope, EventData
@@ -27,6 +35,35 @@ from lockstep_common.outbox import EventSink, emitting
 Tx = TypeVar("Tx")
 T = TypeVar("T")
 E = TypeVar("E", bound=EventData)
+Tx_contra = TypeVar("Tx_contra", contravariant=True)
+E_contra = TypeVar("E_contra", bound=EventData, contravariant=True)
+
+
+class UnitOfWork(Protocol):
+    """What every service's transaction object (its ``Tx``) has besides its own words: where
+    the events that commit with its changes go."""
+
+    @property
+    def events(self) -> EventSink:
+        """Events emitted here are written to the outbox in this transaction."""
+        ...
+
+
+class Handler(Protocol[Tx_contra, E_contra]):
+    """A handler of one event: what it changes is a function of the unit of work, the event
+    and the time, so a test runs it on the in-memory store at any ``now``."""
+
+    def __call__(
+        self, tx: Tx_contra, env: Envelope[E_contra], /, *, now: datetime
+    ) -> Awaitable[None]: ...
+
+
+class BatchHandler(Protocol[Tx_contra, E_contra]):
+    """A handler of every new event of a pulled batch at once, in stream order (``OnBatch``)."""
+
+    def __call__(
+        self, tx: Tx_contra, envs: Sequence[Envelope[E_contra]], /, *, now: datetime
+    ) -> Awaitable[None]: ...
 
 
 class PooledStore(Generic[Tx]):
@@ -79,3 +116,40 @@ class Joined(Generic[T]):
         self, handler: Callable[[T, Envelope[E]], Awaitable[None]]
     ) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
         return in_runtime_transaction(self._make_tx, handler)
+
+
+class JoinedAt(Generic[T]):
+    """A service's ``joined`` in the one service shape: ``joined(handler)`` (or
+    ``joined.batch(handler)``) runs a :class:`Handler` in the consumer runtime's transaction,
+    on the unit of work ``make_tx`` builds from its connection and context (the context is the
+    event sink, and says where the broker stored each event), with ``now`` from ``clock``.
+
+    Declared once in a service's repository (``joined = JoinedAt(PostgresTx)``) and used by its
+    ``router.subscriptions(handlers)``; the handlers themselves never import it.
+    """
+
+    __slots__ = ("_clock", "_make_tx")
+
+    def __init__(
+        self, make_tx: Callable[[Conn, HandlerContext], T], clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self._make_tx = make_tx
+        self._clock = clock
+
+    def __call__(
+        self, handler: Handler[T, E]
+    ) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
+        @functools.wraps(handler)
+        async def run(ctx: HandlerContext, env: Envelope[E]) -> None:
+            await handler(self._make_tx(ctx.conn, ctx), env, now=self._clock.now())
+
+        return run
+
+    def batch(
+        self, handler: BatchHandler[T, E]
+    ) -> Callable[[HandlerContext, list[Envelope[E]]], Awaitable[None]]:
+        @functools.wraps(handler)
+        async def run(ctx: HandlerContext, envs: list[Envelope[E]]) -> None:
+            await handler(self._make_tx(ctx.conn, ctx), envs, now=self._clock.now())
+
+        return run

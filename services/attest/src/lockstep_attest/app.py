@@ -9,6 +9,8 @@ from pathlib import Path
 from prometheus_client import Gauge
 
 from lockstep_attest.adapters.bundle_source import BundleSource
+from lockstep_attest.adapters.repository import PostgresStore
+from lockstep_attest.handlers import Handlers
 from lockstep_attest.operator_commands import commands
 from lockstep_attest.router import subscriptions
 from lockstep_attest.settings import Settings
@@ -74,6 +76,7 @@ def create_app(settings: Settings) -> ServiceApp:
     ctx = load_context(settings, source_of(NAME))
     worker = AttestWorker(
         ctx,
+        store=lambda resources: PostgresStore(resources.pool, ctx.source),
         poll_s=settings.worker_poll_s,
         lease_s=settings.lease_s,
         max_attempts=settings.max_attempts,
@@ -82,7 +85,7 @@ def create_app(settings: Settings) -> ServiceApp:
     app = ServiceApp(
         NAME,
         settings,
-        subscriptions=subscriptions(),
+        subscriptions=subscriptions(Handlers()),
         migration_package="lockstep_attest.migrations",
         workers=[worker],
     )

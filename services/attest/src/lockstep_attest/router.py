@@ -6,8 +6,8 @@ emits ``bundle.attested`` / ``bundle.rejected`` from its worker through the outb
 
 from __future__ import annotations
 
-from lockstep_attest import handlers
 from lockstep_attest.adapters.repository import joined
+from lockstep_attest.handlers import Handlers
 from lockstep_common import subjects
 from lockstep_common.consumer import On, Subscription
 from lockstep_common.envelope import EventData
@@ -18,7 +18,7 @@ from lockstep_common.events.v1 import BundleAttested, BundleRejected, BundleSubm
 EMITS: tuple[type[EventData], ...] = (BundleAttested, BundleRejected)
 
 
-def subscriptions() -> tuple[Subscription, ...]:
+def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
     """Subject -> handler bindings of this service."""
     return (
         Subscription(

@@ -6,8 +6,9 @@ multi-gigabyte bundle is hashed (design.md, reliability rule 3). This loop claim
 verifies in a worker thread, and commits the verdict, its checks and the resulting
 ``bundle.attested`` / ``bundle.rejected`` event in one transaction, only if its lease token
 is still the job's (the fence against a paused, superseded worker). It reaches its state only
-through an ``AttestStore`` (store.py): PostgreSQL in the service, the in-memory store in unit
-tests.
+through an ``AttestStore`` (store.py) that ``app.py`` builds (``store``, a factory: the pool
+exists only once the service has started): PostgreSQL in the service, the in-memory store in
+unit tests.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from lockstep_attest.adapters.bundle_source import BundleRefused, BundleSource
-from lockstep_attest.adapters.repository import PostgresStore
 from lockstep_attest.store import AttestStore, Job, VerdictRow
 from lockstep_attestation.bundle_reader import BundleReadError, load_bundle
 from lockstep_attestation.evidence import LoadedBundle
@@ -90,6 +91,7 @@ class AttestWorker:
         self,
         ctx: Context,
         *,
+        store: Callable[[Resources], AttestStore],
         poll_s: float,
         lease_s: float,
         max_attempts: int,
@@ -97,6 +99,7 @@ class AttestWorker:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.ctx = ctx
+        self._store = store
         self._clock = clock
         self._poll_s, self._lease_s = poll_s, lease_s
         self._max_attempts, self._reuse_s = max_attempts, reuse_s
@@ -113,8 +116,7 @@ class AttestWorker:
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and verify until stopped."""
-        # The pool exists only once the service has started, so the store is built here.
-        store = PostgresStore(resources.pool, self.ctx.source)
+        store = self._store(resources)
         await Every(self._poll_s, what="attest job loop").run(lambda: self.step(store), stopping)
 
     async def step(self, store: AttestStore) -> bool:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from lockstep_common.errors import ConfigurationError
+from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.query_gauges import QueryGauges
-from lockstep_common.service import ServiceApp
+from lockstep_common.service import Resources, ServiceApp
 from lockstep_gate.policy import Policy, PolicyError
 from lockstep_gate.policy_files import default_policy, load_policy
 from lockstep_healthgate.adapters.gauges import GAUGES
-from lockstep_healthgate.handlers import GateConfig, Handlers
+from lockstep_healthgate.adapters.pg_store import PgGateStore
+from lockstep_healthgate.handlers import Handlers
 from lockstep_healthgate.maintenance import PartitionKeeper
 from lockstep_healthgate.operator_commands import COMMANDS
 from lockstep_healthgate.router import subscriptions
 from lockstep_healthgate.settings import Settings
+from lockstep_healthgate.store import GateStore
 from lockstep_healthgate.straggler_watch import StragglerConfig, StragglerWatch
+from lockstep_healthgate.verdicts import GateConfig
 from lockstep_healthgate.worker import GateWorker
 
 NAME = "healthgate"
@@ -44,6 +48,14 @@ def create_app(settings: Settings) -> ServiceApp:
         subscriptions=subscriptions(Handlers(config)),
         migration_package="lockstep_healthgate.migrations",
     )
+
+    def store(resources: Resources) -> GateStore:
+        return PgGateStore(resources.pool, app.source)
+
+    def fleet(resources: Resources) -> FleetQuery:
+        timeout_s = settings.fleet_timeout_s
+        return FleetQuery(resources.nc, app.namespace, app.source, timeout_s=timeout_s)
+
     app.add_workers(
         PartitionKeeper(
             interval_s=settings.maintenance_interval_s,
@@ -52,7 +64,7 @@ def create_app(settings: Settings) -> ServiceApp:
         ),
         GateWorker(
             config,
-            source=app.source,
+            store=store,
             poll_s=settings.eval_poll_s,
             grace_s=settings.eval_grace_s,
             lease_s=settings.eval_lease_s,
@@ -65,8 +77,8 @@ def create_app(settings: Settings) -> ServiceApp:
                 window_s=settings.straggler_window_s,
                 fleet_timeout_s=settings.fleet_timeout_s,
             ),
-            namespace=app.namespace,
-            source=app.source,
+            store=store,
+            fleet=fleet,
         ),
         QueryGauges(app.metrics.registry, GAUGES),
     )

@@ -28,6 +28,7 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
+from lockstep_healthgate.adapters.pg_store import joined
 from lockstep_healthgate.handlers import Handlers
 
 # The event classes this service publishes: with ``subscriptions()``, the source of the
@@ -48,7 +49,7 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             name="healthgate-health",
             stream="TELEMETRY",
             subjects=(subjects.health_observed_all(),),
-            batch=OnBatch(HealthObserved, handlers.health_observed),
+            batch=OnBatch(HealthObserved, joined.batch(handlers.health_observed)),
             description="Health reports from node agents: stored, and hard rules checked",
         ),
         Subscription(
@@ -56,10 +57,10 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             stream="ROLLOUTS",
             subjects=(subjects.waves_all(), *subjects.rollout_ends()),
             handlers=(
-                On(WavePlanned, handlers.wave_planned),
-                On(WaveCompleted, handlers.wave_completed),
-                On(RolloutHalted, handlers.rollout_ended),
-                On(RolloutCompleted, handlers.rollout_ended),
+                On(WavePlanned, joined(handlers.wave_planned)),
+                On(WaveCompleted, joined(handlers.wave_completed)),
+                On(RolloutHalted, joined(handlers.rollout_ended)),
+                On(RolloutCompleted, joined(handlers.rollout_ended)),
             ),
             description="Waves to gate: canary and control, soak start, rollout end",
         ),
@@ -67,7 +68,7 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             name="healthgate-devices",
             stream="DEVICES",
             subjects=(subjects.devices_all(),),
-            handlers=(On(DeviceFailed, handlers.device_failed),),
+            handlers=(On(DeviceFailed, joined(handlers.device_failed)),),
             # Only a failure is evidence against the image; the other steps are progress.
             ignores=(DeviceStaged, DeviceActivated, DeviceVerified, DeviceRolledBack),
             description="A bricked or unreadable device trips the gate at once",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -28,11 +29,8 @@ from lockstep_common.events.v1 import (
     Straggler,
     StragglersFlagged,
 )
-from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
-from lockstep_common.subjects import Namespace
-from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.stragglers import (
     NodeWindow,
     ProfileFinding,
@@ -142,23 +140,21 @@ class StragglerWatch:
         self,
         config: StragglerConfig,
         *,
-        namespace: Namespace,
-        source: str,
+        store: Callable[[Resources], GateStore],
+        fleet: Callable[[Resources], FleetSource],
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
         self._clock = clock
-        self._namespace = namespace
-        self._source = source
+        self._store = store
+        self._fleet = fleet
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Evaluate until stopped (never when the interval is 0)."""
         if self._config.interval_s <= 0:
             return
-        fleet = FleetQuery(
-            resources.nc, self._namespace, self._source, timeout_s=self._config.fleet_timeout_s
-        )
-        store = PgGateStore(resources.pool, self._source)
+        fleet = self._fleet(resources)
+        store = self._store(resources)
         # First wait: a window of samples has to gather, and the inventory to come up.
         every = Every(
             self._config.interval_s,

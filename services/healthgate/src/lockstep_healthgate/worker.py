@@ -19,22 +19,22 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
 from lockstep_common.vocabulary import GateVerdict
 from lockstep_gate.decision import GateDecision
-from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.gating import soak_decision
 from lockstep_healthgate.domain.waves import OPEN, Wave, judged_window, sample_table
-from lockstep_healthgate.handlers import (
+from lockstep_healthgate.store import Claim, GateStore, VerdictKind
+from lockstep_healthgate.verdicts import (
     GateConfig,
     commit_verdict,
     watch_heartbeats,
     with_silent_controls,
 )
-from lockstep_healthgate.store import Claim, GateStore, VerdictKind
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class GateWorker:
         self,
         config: GateConfig,
         *,
-        source: str,
+        store: Callable[[Resources], GateStore],
         poll_s: float,
         grace_s: float,
         lease_s: float,
@@ -55,7 +55,7 @@ class GateWorker:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
-        self._source = source
+        self._store = store
         self._poll_s, self._grace_s, self._lease_s = poll_s, grace_s, lease_s
         self._max_attempts = max_attempts
         self._watch_s = watch_s
@@ -63,7 +63,7 @@ class GateWorker:
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and judge until stopped."""
-        store = PgGateStore(resources.pool, self._source)
+        store = self._store(resources)
         watched = -math.inf
 
         async def claim_one() -> bool:

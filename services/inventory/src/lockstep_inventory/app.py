@@ -13,6 +13,7 @@ from lockstep_inventory.operator_commands import COMMANDS, golden_command, sweep
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweep_worker import SweepWorker
+from lockstep_inventory.sweeping import redfish_reader
 
 NAME = "inventory"
 
@@ -27,7 +28,7 @@ def create_app(settings: Settings) -> ServiceApp:
         migration_package="lockstep_inventory.migrations",
     )
     gauges = GaugeRefresher(FleetGauges(app.metrics.registry), settings.metrics_interval_s)
-    sweeper = SweepWorker(settings, app.source, rules, gauges)
+    sweeper = SweepWorker(settings, app.source, rules, gauges, read=redfish_reader(settings))
     app.add_workers(
         sweeper,
         admission_responder(app.namespace, app.source, settings.admission_max_age_s),

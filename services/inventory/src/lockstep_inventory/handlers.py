@@ -2,9 +2,9 @@
 
 What each event changes is a function of a store, an event sink, the rules, the time and the
 event (``on_*``), so it is unit-tested with ``testing.MemoryInventoryStore`` and
-``RecordedEvents``. :class:`Handlers` binds them to the consumer: each runs inside the
-consumer's transaction (inbox claim, state, outbox; the ``HandlerContext`` is the sink), so an
-event is applied exactly once however often it is delivered.
+``RecordedEvents``. :class:`Handlers` binds them to the rules; ``router.py`` runs each inside
+the consumer's transaction (inbox claim, state, outbox: ``pg_store.joined``), so an event is
+applied exactly once however often it is delivered.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from lockstep_common import canonical
-from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.compatibility.rules import CompatibilityRules
-from lockstep_common.consumer import HandlerContext
 from lockstep_common.envelope import Envelope
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.events.v1 import (
@@ -33,10 +31,9 @@ from lockstep_common.events.v1 import (
 from lockstep_common.outbox import EventSink
 from lockstep_common.vocabulary import ObservationSource
 from lockstep_inventory import ingest
-from lockstep_inventory.adapters.pg_store import PgInventoryStore
 from lockstep_inventory.domain.observation import ImplausibleReport, Observation
 from lockstep_inventory.domain.pins import Pin, scope_key
-from lockstep_inventory.store import InventoryStore, NodeStore
+from lockstep_inventory.store import InventoryStore, InventoryTx, NodeStore
 
 log = logging.getLogger(__name__)
 OBSERVED_AFTER_SENT = dt.timedelta(seconds=1)  # rounding, not clocks: one sender stamps both
@@ -206,79 +203,53 @@ async def on_device_step(
 
 
 class Handlers:
-    """The inventory's handlers, bound to the compatibility rules the service loaded: each
-    runs its ``on_*`` function over the consumer's transaction."""
+    """The inventory's handlers (``lockstep_common.stores.Handler``), bound to the
+    compatibility rules the service loaded: each runs its ``on_*`` function on the unit of work
+    ``router.py`` joins to the consumer's transaction."""
 
-    def __init__(self, rules: CompatibilityRules, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, rules: CompatibilityRules) -> None:
         self.rules = rules
-        self.clock = clock
 
     async def inventory_observed(
-        self, ctx: HandlerContext, envs: list[Envelope[InventoryObserved]]
+        self, tx: InventoryTx, envs: Sequence[Envelope[InventoryObserved]], *, now: dt.datetime
     ) -> None:
         """A pulled batch of node reports, applied in stream order in one transaction."""
-        await on_inventory_observed(
-            PgInventoryStore(ctx.conn), ctx, envs, rules=self.rules, now=self.clock.now()
-        )
+        await on_inventory_observed(tx, tx.events, envs, rules=self.rules, now=now)
 
-    async def pin_changed(self, ctx: HandlerContext, env: Envelope[PinChanged]) -> None:
+    async def pin_changed(
+        self, tx: InventoryTx, env: Envelope[PinChanged], *, now: dt.datetime
+    ) -> None:
         """A new pin for a scope (``on_pin_changed``), ordered by its stream sequence."""
-        await on_pin_changed(
-            PgInventoryStore(ctx.conn),
-            ctx,
-            env,
-            stream_seq=ctx.stream_seq(env),
-            rules=self.rules,
-            now=self.clock.now(),
-        )
+        seq = tx.stream_seq(env)
+        await on_pin_changed(tx, tx.events, env, stream_seq=seq, rules=self.rules, now=now)
 
-    async def wave_planned(self, ctx: HandlerContext, env: Envelope[WavePlanned]) -> None:
+    async def wave_planned(
+        self, tx: InventoryTx, env: Envelope[WavePlanned], *, now: dt.datetime
+    ) -> None:
         """A wave starts (``on_wave_planned``)."""
-        await on_wave_planned(
-            PgInventoryStore(ctx.conn),
-            ctx,
-            env,
-            stream_seq=ctx.stream_seq(env),
-            rules=self.rules,
-            now=self.clock.now(),
-        )
+        seq = tx.stream_seq(env)
+        await on_wave_planned(tx, tx.events, env, stream_seq=seq, rules=self.rules, now=now)
 
-    async def wave_completed(self, ctx: HandlerContext, env: Envelope[WaveCompleted]) -> None:
+    async def wave_completed(
+        self, tx: InventoryTx, env: Envelope[WaveCompleted], *, now: dt.datetime
+    ) -> None:
         """A wave ends (``on_wave_completed``)."""
-        await on_wave_completed(
-            PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=self.clock.now()
-        )
+        await on_wave_completed(tx, tx.events, env, rules=self.rules, now=now)
 
     async def rollout_ended(
-        self, ctx: HandlerContext, env: Envelope[RolloutHalted | RolloutCompleted]
+        self, tx: InventoryTx, env: Envelope[RolloutHalted | RolloutCompleted], *, now: dt.datetime
     ) -> None:
         """A rollout halts or completes (``on_rollout_ended``)."""
-        await on_rollout_ended(
-            PgInventoryStore(ctx.conn), ctx, env, rules=self.rules, now=self.clock.now()
-        )
+        await on_rollout_ended(tx, tx.events, env, rules=self.rules, now=now)
 
     async def device_changed(
-        self, ctx: HandlerContext, env: Envelope[DeviceActivated | DeviceVerified]
-    ) -> None:
-        """A rollout step moved a device to ``to_version`` (``on_device_step``)."""
-        await self._device_step(ctx, env)
-
-    async def device_rolled_back(
-        self, ctx: HandlerContext, env: Envelope[DeviceRolledBack]
-    ) -> None:
-        """A rollback returned a device to ``from_version`` (``on_device_step``)."""
-        await self._device_step(ctx, env)
-
-    async def _device_step(
         self,
-        ctx: HandlerContext,
+        tx: InventoryTx,
         env: Envelope[DeviceActivated | DeviceVerified | DeviceRolledBack],
+        *,
+        now: dt.datetime,
     ) -> None:
-        await on_device_step(
-            PgInventoryStore(ctx.conn),
-            ctx,
-            env,
-            stream_seq=ctx.stream_seq(env),
-            rules=self.rules,
-            now=self.clock.now(),
-        )
+        """A rollout step moved a device: to ``to_version``, or back to ``from_version``
+        (``on_device_step``)."""
+        seq = tx.stream_seq(env)
+        await on_device_step(tx, tx.events, env, stream_seq=seq, rules=self.rules, now=now)

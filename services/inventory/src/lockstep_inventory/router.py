@@ -41,6 +41,7 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
+from lockstep_inventory.adapters.pg_store import joined
 from lockstep_inventory.handlers import Handlers
 from lockstep_inventory.operator_commands import COMMANDS
 
@@ -78,14 +79,14 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             name="inventory-telemetry",
             stream="TELEMETRY",
             subjects=(subjects.inventory_observed_all(),),
-            batch=OnBatch(InventoryObserved, handlers.inventory_observed),
+            batch=OnBatch(InventoryObserved, joined.batch(handlers.inventory_observed)),
             description="In-band inventory reports from node agents",
         ),
         Subscription(
             name="inventory-pins",
             stream="PINS",
             subjects=(subjects.pin_changed_all(),),
-            handlers=(On(PinChanged, handlers.pin_changed),),
+            handlers=(On(PinChanged, joined(handlers.pin_changed)),),
             description="Pinned golden stacks, to judge drift against",
         ),
         Subscription(
@@ -93,10 +94,10 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             stream="ROLLOUTS",
             subjects=(subjects.waves_all(), *subjects.rollout_ends()),
             handlers=(
-                On(WavePlanned, handlers.wave_planned),
-                On(WaveCompleted, handlers.wave_completed),
-                On(RolloutHalted, handlers.rollout_ended),
-                On(RolloutCompleted, handlers.rollout_ended),
+                On(WavePlanned, joined(handlers.wave_planned)),
+                On(WaveCompleted, joined(handlers.wave_completed)),
+                On(RolloutHalted, joined(handlers.rollout_ended)),
+                On(RolloutCompleted, joined(handlers.rollout_ended)),
             ),
             description="Active waves: drift inside one is pending",
         ),
@@ -105,9 +106,9 @@ def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
             stream="DEVICES",
             subjects=(subjects.devices_all(),),
             handlers=(
-                On(DeviceActivated, handlers.device_changed),
-                On(DeviceVerified, handlers.device_changed),
-                On(DeviceRolledBack, handlers.device_rolled_back),
+                On(DeviceActivated, joined(handlers.device_changed)),
+                On(DeviceVerified, joined(handlers.device_changed)),
+                On(DeviceRolledBack, joined(handlers.device_changed)),
             ),
             # Staging, or a failed step, leaves the running version as it was.
             ignores=(DeviceStaged, DeviceFailed),

@@ -1,4 +1,5 @@
-"""What ``ingest`` and the handlers need of the inventory's storage: two small Protocols.
+"""What ``ingest`` and the handlers need of the inventory's storage: two small Protocols, and
+the handlers' unit of work over them (``InventoryTx``).
 
 ``NodeStore`` is a node's state (registry rows, latest reports, history, drift sets, pins) plus
 the rollout facts drift is judged with; ``RolloutStore`` records the rollout side (wave
@@ -17,6 +18,8 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
+from lockstep_common.envelope import Envelope, EventData
+from lockstep_common.outbox import EventSink
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.ingestion import DriftRow, Head, HistoryRow, Key, Observations
@@ -116,3 +119,19 @@ class RolloutStore(Protocol):
 
 class InventoryStore(NodeStore, RolloutStore, Protocol):
     """Everything the handlers reach."""
+
+
+class InventoryTx(InventoryStore, Protocol):
+    """A handler's unit of work (``lockstep_common.stores.UnitOfWork``): the store in the
+    consumer's transaction, where its events go, and where the broker stored each event it
+    delivered (``stream_seq``: "newest wins" decisions follow the stream, never the sender's
+    clock)."""
+
+    @property
+    def events(self) -> EventSink:
+        """Events emitted here are written to the outbox in this transaction."""
+        ...
+
+    def stream_seq(self, env: Envelope[EventData]) -> int:
+        """The stream sequence JetStream gave ``env`` (``HandlerContext.stream_seq``)."""
+        ...

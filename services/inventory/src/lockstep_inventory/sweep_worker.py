@@ -19,7 +19,7 @@ from lockstep_inventory.adapters import state
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.fleet_metrics import GaugeRefresher
 from lockstep_inventory.settings import Settings
-from lockstep_inventory.sweeping import SweepBusyError, SweepSummary, run_sweep
+from lockstep_inventory.sweeping import ReaderOf, SweepBusyError, SweepSummary, run_sweep
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,14 @@ class SweepWorker:
         source: str,
         rules: CompatibilityRules,
         gauges: GaugeRefresher | None = None,
+        *,
+        read: ReaderOf,
     ) -> None:
         self.settings = settings
         self.source = source
         self.rules = rules
         self.gauges = gauges
+        self.read = read  # the BMC reader, built in app.py
         self._pool: asyncpg.Pool | None = None
         self._asked: str | None = None  # who asked for the on-demand sweep under way
 
@@ -62,6 +65,7 @@ class SweepWorker:
                 by=by,
                 source=self.source,
                 rules=self.rules,
+                results_of=self.read(nodes),
                 wait=True,
             )
         finally:
@@ -103,6 +107,7 @@ class SweepWorker:
                 by="service",
                 source=self.source,
                 rules=self.rules,
+                results_of=self.read(nodes),
                 wait=False,
             )
         except SweepBusyError:

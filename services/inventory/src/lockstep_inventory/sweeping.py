@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -98,6 +99,16 @@ async def run_sweep(
         finally:
             with contextlib.suppress(Exception):
                 await lock_conn.execute(f"SELECT pg_advisory_unlock({sweeps.SWEEP_LOCK_KEY})")
+
+
+ReaderOf = Callable[[Sequence[NodeEntry]], ResultsOf]
+"""What reads a sweep's nodes: given the nodes (and so their credentials), their results."""
+
+
+def redfish_reader(settings: Settings) -> ReaderOf:
+    """The Redfish sweeper under ``settings``: what the service reads its BMCs with (built in
+    ``app.py``; ``run_sweep`` falls back to it when given no ``results_of``)."""
+    return functools.partial(_redfish, settings=settings)
 
 
 def _redfish(nodes: Sequence[NodeEntry], settings: Settings) -> ResultsOf:

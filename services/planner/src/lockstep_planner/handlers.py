@@ -13,7 +13,6 @@ import logging
 import uuid
 from datetime import datetime, timedelta
 
-from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.envelope import Envelope
 from lockstep_common.errors import TransientError
 from lockstep_common.events.v1 import (
@@ -258,26 +257,36 @@ async def on_device_step(tx: PlannerTx, env: Envelope[DeviceEvent], *, now: date
 
 
 class Handlers:
-    """The handlers bound to the service's timing; each gets the clock's ``now``."""
+    """The handlers (``lockstep_common.stores.Handler``) bound to the service's timing; the
+    ``now`` each gets is the clock's, read by ``router.py``'s ``joined``."""
 
-    def __init__(self, timing: Timing, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, timing: Timing) -> None:
         self.timing = timing
-        self.clock = clock
 
-    async def bundle_attested(self, tx: PlannerTx, env: Envelope[BundleAttested]) -> None:
-        await on_bundle_attested(tx, env, now=self.clock.now())
+    async def bundle_attested(
+        self, tx: PlannerTx, env: Envelope[BundleAttested], *, now: datetime
+    ) -> None:
+        await on_bundle_attested(tx, env, now=now)
 
-    async def intent_submitted(self, tx: PlannerTx, env: Envelope[IntentSubmitted]) -> None:
-        await on_intent_submitted(tx, env, now=self.clock.now())
+    async def intent_submitted(
+        self, tx: PlannerTx, env: Envelope[IntentSubmitted], *, now: datetime
+    ) -> None:
+        await on_intent_submitted(tx, env, now=now)
 
-    async def wave_completed(self, tx: PlannerTx, env: Envelope[WaveCompleted]) -> None:
-        await on_wave_completed(tx, env, timing=self.timing, now=self.clock.now())
+    async def wave_completed(
+        self, tx: PlannerTx, env: Envelope[WaveCompleted], *, now: datetime
+    ) -> None:
+        await on_wave_completed(tx, env, timing=self.timing, now=now)
 
-    async def gate(self, tx: PlannerTx, env: Envelope[GateEvent]) -> None:
-        await on_gate(tx, env, timing=self.timing, now=self.clock.now())
+    async def gate(self, tx: PlannerTx, env: Envelope[GateEvent], *, now: datetime) -> None:
+        await on_gate(tx, env, timing=self.timing, now=now)
 
-    async def device_step(self, tx: PlannerTx, env: Envelope[DeviceEvent]) -> None:
-        await on_device_step(tx, env, now=self.clock.now())
+    async def device_step(
+        self, tx: PlannerTx, env: Envelope[DeviceEvent], *, now: datetime
+    ) -> None:
+        await on_device_step(tx, env, now=now)
 
-    async def maintenance(self, tx: PlannerTx, env: Envelope[MaintenanceWindowsRequested]) -> None:
-        await on_maintenance_requested(tx, env, now=self.clock.now())
+    async def maintenance(
+        self, tx: PlannerTx, env: Envelope[MaintenanceWindowsRequested], *, now: datetime
+    ) -> None:
+        await on_maintenance_requested(tx, env, now=now)

@@ -35,7 +35,6 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_planner.adapters.repository import joined
 from lockstep_planner.handlers import Handlers
-from lockstep_planner.lifecycle import Timing
 
 # The event classes this service publishes (through the outbox), and the fleet.query request
 # it sends: with ``subscriptions()``, the source of the producer and consumer lists and of the
@@ -51,29 +50,28 @@ EMITS: tuple[type[EventData], ...] = (
 )
 
 
-def subscriptions(handlers: Handlers | None = None) -> tuple[Subscription, ...]:
+def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
     """Subject -> handler bindings of this service."""
-    h = handlers or Handlers(Timing())
     return (
         Subscription(
             name="planner-bundles",
             stream="BUNDLES",
             subjects=(subjects.bundle_attested(),),
-            handlers=(On(BundleAttested, joined(h.bundle_attested)),),
+            handlers=(On(BundleAttested, joined(handlers.bundle_attested)),),
             description="Attested bundles: the only ones a rollout may move to",
         ),
         Subscription(
             name="planner-intents",
             stream="INTENTS",
             subjects=(subjects.intent_submitted(),),
-            handlers=(On(IntentSubmitted, joined(h.intent_submitted)),),
+            handlers=(On(IntentSubmitted, joined(handlers.intent_submitted)),),
             description="Intents to plan (one rollout per intent id)",
         ),
         Subscription(
             name="planner-waves",
             stream="ROLLOUTS",
             subjects=("wave.completed.*",),
-            handlers=(On(WaveCompleted, joined(h.wave_completed)),),
+            handlers=(On(WaveCompleted, joined(handlers.wave_completed)),),
             description="Waves the updater finished: their soak starts",
         ),
         Subscription(
@@ -81,9 +79,9 @@ def subscriptions(handlers: Handlers | None = None) -> tuple[Subscription, ...]:
             stream="GATES",
             subjects=("gate.>",),
             handlers=(
-                On(GatePassed, joined(h.gate)),
-                On(GateTripped, joined(h.gate)),
-                On(GateInconclusive, joined(h.gate)),
+                On(GatePassed, joined(handlers.gate)),
+                On(GateTripped, joined(handlers.gate)),
+                On(GateInconclusive, joined(handlers.gate)),
             ),
             description="Healthgate verdicts: release, halt or pause",
         ),
@@ -92,11 +90,11 @@ def subscriptions(handlers: Handlers | None = None) -> tuple[Subscription, ...]:
             stream="DEVICES",
             subjects=(subjects.devices_all(),),
             handlers=(
-                On(DeviceStaged, joined(h.device_step)),
-                On(DeviceActivated, joined(h.device_step)),
-                On(DeviceVerified, joined(h.device_step)),
-                On(DeviceFailed, joined(h.device_step)),
-                On(DeviceRolledBack, joined(h.device_step)),
+                On(DeviceStaged, joined(handlers.device_step)),
+                On(DeviceActivated, joined(handlers.device_step)),
+                On(DeviceVerified, joined(handlers.device_step)),
+                On(DeviceFailed, joined(handlers.device_step)),
+                On(DeviceRolledBack, joined(handlers.device_step)),
             ),
             description="Device steps, for live progress",
         ),
@@ -104,7 +102,7 @@ def subscriptions(handlers: Handlers | None = None) -> tuple[Subscription, ...]:
             name="planner-maintenance",
             stream="MAINTENANCE",
             subjects=(subjects.maintenance_requested(),),
-            handlers=(On(MaintenanceWindowsRequested, joined(h.maintenance)),),
+            handlers=(On(MaintenanceWindowsRequested, joined(handlers.maintenance)),),
             description="Maintenance windows operators set per pool and site",
         ),
     )

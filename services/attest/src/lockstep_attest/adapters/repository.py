@@ -21,7 +21,7 @@ from lockstep_attest.store import Job, VerdictRow
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import CheckVerdict
 from lockstep_common.outbox import EventSink
-from lockstep_common.stores import Joined, PooledStore
+from lockstep_common.stores import JoinedAt, PooledStore
 from lockstep_common.vocabulary import CheckResult
 
 
@@ -194,6 +194,6 @@ class PostgresTx:
         return None if row is None else (row["stack_hash"], json.loads(row["manifest"]))
 
 
-joined = Joined(PostgresTx)
+joined = JoinedAt(PostgresTx)
 """``joined(handler)``: ``handler`` run in the consumer runtime's transaction (its inbox claim
-and outbox)."""
+and outbox), with ``now`` from the system clock."""

@@ -18,6 +18,7 @@ import asyncpg
 
 from lockstep_common.db import Conn
 from lockstep_common.outbox import EventSink, emitting
+from lockstep_common.stores import JoinedAt
 from lockstep_gate.decision import GateDecision
 from lockstep_gate.hard_rules import (
     BUSBW,
@@ -457,3 +458,8 @@ class PgGateStore:
         """One transaction on a pooled connection."""
         async with self._pool.acquire() as conn, emitting(conn, self._source) as emitter:
             yield PgGateTx(conn, emitter)
+
+
+joined = JoinedAt(PgGateTx)
+"""``joined(handler)`` / ``joined.batch(handler)``: ``handler`` run in the consumer runtime's
+transaction (its inbox claim and outbox), with ``now`` from the system clock."""

@@ -8,7 +8,11 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+from lockstep_common.consumer import HandlerContext
 from lockstep_common.db import Conn
+from lockstep_common.envelope import Envelope, EventData
+from lockstep_common.outbox import EventSink
+from lockstep_common.stores import JoinedAt
 from lockstep_inventory.adapters import rollouts, state
 from lockstep_inventory.domain.evaluate import RolloutFacts
 from lockstep_inventory.domain.fleet_file import NodeEntry
@@ -83,3 +87,27 @@ class PgInventoryStore:
         return await rollouts.record_change(
             self.conn, node_id, component, version, rollout_id, sequence
         )
+
+
+class PgInventoryTx(PgInventoryStore):
+    """``store.InventoryTx`` in the consumer runtime's transaction: its context is the event
+    sink (inbox claim, state and outbox commit together) and knows each event's stream
+    sequence."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, conn: Conn, ctx: HandlerContext) -> None:
+        super().__init__(conn)
+        self._ctx = ctx
+
+    @property
+    def events(self) -> EventSink:
+        return self._ctx
+
+    def stream_seq(self, env: Envelope[EventData]) -> int:
+        return self._ctx.stream_seq(env)
+
+
+joined = JoinedAt(PgInventoryTx)
+"""``joined(handler)`` / ``joined.batch(handler)``: ``handler`` run in the consumer runtime's
+transaction on a ``PgInventoryTx``, with ``now`` from the system clock."""

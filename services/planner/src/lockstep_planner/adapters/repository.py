@@ -20,7 +20,7 @@ from lockstep_common import outbox
 from lockstep_common.db import Conn
 from lockstep_common.events.v1 import AttestedComponent, IntentSubmitted, WaveStratum
 from lockstep_common.outbox import EventSink
-from lockstep_common.stores import Joined, PooledStore
+from lockstep_common.stores import JoinedAt, PooledStore
 from lockstep_planner.domain.approvals import Approval
 from lockstep_planner.domain.fabric import FabricDomain, Lifecycle, RecycleLevel
 from lockstep_planner.domain.rollout import RolloutState, WaveState
@@ -493,6 +493,6 @@ def _fabric(r: asyncpg.Record) -> FabricRow:
     return FabricRow(domain, tuple(r["node_ids"]), r["changed_by"], r["changed_at"])
 
 
-joined = Joined(PostgresTx)
+joined = JoinedAt(PostgresTx)
 """``joined(handler)``: ``handler`` run in the consumer runtime's transaction (its inbox claim
-and outbox)."""
+and outbox), with ``now`` from the system clock."""
