@@ -38,6 +38,12 @@ GROUPS: dict[str, Lazy] = {
         "on a simulated fleet, then a canaried rollout and a bad image halted at the canary.",
         command=True,
     ),
+    "console": Lazy(
+        "lockstep_console.cli",
+        "console",
+        "Serve the read-only console: rollouts, a gate's evidence, the fleet (as `reader`).",
+        command=True,
+    ),
     "bench": Lazy(
         "lockstep_bench.cli",
         "bench_app",
