@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -81,7 +82,7 @@ def chromium() -> tuple[str, str]:
 
 
 @contextmanager
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -9,7 +9,6 @@ otherwise, and beyond loopback refuses to start without TLS and a token file
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from pathlib import Path
@@ -108,23 +107,14 @@ async def serve(
 
 
 async def _subscribe(settings: ServiceSettings, nudges: Nudges) -> NatsClient | None:
-    """Subscribe to the events the reader may read; each one nudges the pages watching."""
+    """The bus events the reader may read, as nudges (None: no bus now; the pages poll)."""
     from lockstep_common.natsconn import connect
-    from lockstep_common.subjects import Namespace
-    from lockstep_console.nudges import PATTERNS
+    from lockstep_console.nudges import subscribe
 
-    ns = Namespace(settings.namespace)
     try:
         nc = await connect(settings.nats_access(), name="lockstep-console")
     except Exception as exc:  # noqa: BLE001 - the pages still poll: say so and go on
         stderr_console().print(f"warning: no live events ({exc}); pages poll", highlight=False)
         return None
-
-    async def on_event(msg: object) -> None:
-        subject: str = getattr(msg, "subject", "")
-        with contextlib.suppress(ValueError):
-            nudges.nudge(ns.logical(subject))
-
-    for pattern in PATTERNS:
-        await nc.subscribe(ns.wire(pattern), cb=on_event)
+    await subscribe(nc, settings.namespace, nudges)
     return nc

@@ -12,9 +12,17 @@ costs at most one extra read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from lockstep_common.subjects import Namespace
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
 
 FLEET = "fleet"  # the key the fleet page watches
 ANY = "*"  # the key of the rollouts list: every rollout's events
@@ -67,3 +75,15 @@ class Nudges:
 
     def watching(self, key: str) -> int:
         return len(self._watchers.get(key, ()))
+
+
+async def subscribe(nc: NatsClient, namespace: str, nudges: Nudges) -> None:
+    """Nudge ``nudges`` with every event of ``PATTERNS`` in ``namespace`` on ``nc``."""
+    ns = Namespace(namespace)
+
+    async def on_event(msg: Msg) -> None:
+        with contextlib.suppress(ValueError):  # a subject outside the namespace
+            nudges.nudge(ns.logical(msg.subject))
+
+    for pattern in PATTERNS:
+        await nc.subscribe(ns.wire(pattern), cb=on_event)
