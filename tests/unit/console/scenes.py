@@ -18,11 +18,13 @@ from lockstep_common.events.v1 import (
     FleetStragglersAnswered,
     GateShowAnswered,
     GateVerdictRecord,
+    NodeHistoryAnswered,
     PoolConformance,
     RolloutAuditAnswered,
     RolloutState,
     RolloutWaveState,
     SharedVersion,
+    StepEntry,
     Straggler,
     StragglersFlagged,
 )
@@ -187,6 +189,36 @@ def stragglers() -> FleetStragglersAnswered:
     )
 
 
+QUARANTINED = "canary-00003"
+
+
+def history() -> NodeHistoryAnswered:
+    """A canary node the bad image reached, flipped back, then quarantined."""
+
+    def step(i: int, name: str, outcome: str, reason: str) -> StepEntry:
+        return StepEntry(
+            rollout_id=TRIPPED,
+            wave=0,
+            step=name,
+            attempt=1,
+            token=i,
+            started_at=T0 + timedelta(minutes=i),
+            ended_at=T0 + timedelta(minutes=i, seconds=40),
+            outcome=outcome,
+            reason=reason,
+        )
+
+    return NodeHistoryAnswered(
+        steps=(
+            step(1, "stage", "succeeded", ""),
+            step(2, "activate", "succeeded", ""),
+            step(3, "verify", "succeeded", "gpu_vbios 97.00.9A.00.01 read back"),
+            step(13, "flip_back", "succeeded", "gate tripped: previous bank active again"),
+            step(14, "verify", "quarantined", "XID 79 after the flip-back: node held"),
+        )
+    )
+
+
 def source() -> MemorySource:
     """Everything the console is shown in the tests and the screenshots."""
     tripped = rollout(
@@ -233,4 +265,5 @@ def source() -> MemorySource:
         status=status,
         drift_pages={None: page},
         straggler_findings=stragglers(),
+        histories={QUARANTINED: history()},
     )

@@ -41,6 +41,7 @@ async def client() -> AsyncIterator[Client]:
         "/fleet?page=two",
         "/fleet?after=node.*",
         "/rollouts?before=a>b",
+        "/nodes/node.*",
     ],
 )
 async def test_hostile_input_is_one_line_and_no_read(path: str) -> None:
@@ -132,3 +133,11 @@ async def test_an_unknown_asset_is_not_served(client: Client) -> None:
     assert (await client.get("/static/nope.js")).status == 404
     js = await client.get("/static/live.js")
     assert js.status == 200 and js.content_type == "text/javascript"
+
+
+async def test_a_node_page_shows_what_the_updater_did_to_it(client: Client) -> None:
+    html = await (await client.get(f"/nodes/{scenes.QUARANTINED}")).text()
+    assert "quarantined" in html and "XID 79 after the flip-back" in html
+    assert f'href="/rollouts/{scenes.TRIPPED}"' in html
+    gate = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
+    assert f'href="/nodes/{scenes.QUARANTINED}"' in gate

@@ -248,6 +248,16 @@ async def fleet(request: web.Request) -> web.Response:
     return page("fleet.html", title="Fleet", stragglers=stragglers.findings, after=after, **view)
 
 
+async def node(request: web.Request) -> web.Response:
+    raw = request.match_info["node"]
+    try:
+        node_id = token(raw, "node id")
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    answer = await request.app[SOURCE].node_history(node_id)
+    return page("node.html", title=f"Node {node_id}", steps=answer.steps)
+
+
 async def static(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in STATIC:
@@ -279,6 +289,7 @@ def create_app(
     app.router.add_get("/rollouts/{rollout}/live", live)
     app.router.add_get("/rollouts/{rollout}/gate", gate)
     app.router.add_get("/fleet", fleet)
+    app.router.add_get("/nodes/{node}", node)
     app.router.add_get("/static/{name}", static)
     return app
 

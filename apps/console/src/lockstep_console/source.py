@@ -1,7 +1,7 @@
 """Where the console's numbers come from: the services' answers to read commands, and nothing
 else (issue 32). ``Source`` is the port the pages are written against; ``BusSource`` asks the
 owning service over the bus as the read-only ``reader`` identity, exactly as ``lockstep rollout
-status``, ``gate show --json``, ``fleet status`` and ``fleet drift`` do (the CLI's
+status``, ``gate show --json``, ``fleet status``, ``fleet drift`` and ``node history`` do (the CLI's
 standard-library client, ``lockstep_cli.nats_request``, on ``ops.<identity>.<service>.<command>``);
 ``testing.memory_source`` is a fake holding canned answers.
 
@@ -24,6 +24,8 @@ from lockstep_common.events.v1 import (
     FleetStragglersRequested,
     GateShowAnswered,
     GateShowRequested,
+    NodeHistoryAnswered,
+    NodeHistoryRequested,
     RolloutAuditAnswered,
     RolloutAuditRequested,
     RolloutListAnswered,
@@ -64,6 +66,7 @@ class Source(Protocol):
     async def fleet_status(self) -> FleetStatusAnswered: ...
     async def drift(self, after: str | None) -> FleetDriftAnswered: ...
     async def stragglers(self) -> FleetStragglersAnswered: ...
+    async def node_history(self, node_id: str) -> NodeHistoryAnswered: ...
 
 
 class BusSource:
@@ -100,6 +103,10 @@ class BusSource:
     async def stragglers(self) -> FleetStragglersAnswered:
         req = FleetStragglersRequested()
         return await self._ask("healthgate", "fleet.stragglers", req, FleetStragglersAnswered)
+
+    async def node_history(self, node_id: str) -> NodeHistoryAnswered:
+        req = NodeHistoryRequested(node_id=node_id)
+        return await self._ask("updater", "node.history", req, NodeHistoryAnswered)
 
     async def _ask(self, service: str, command: str, request: EventData, answer: type[A]) -> A:
         # The CLI's client is blocking (sockets): one request per worker thread.

@@ -12,6 +12,7 @@ from lockstep_common.events.v1 import (
     FleetStatusAnswered,
     FleetStragglersAnswered,
     GateShowAnswered,
+    NodeHistoryAnswered,
     RolloutAuditAnswered,
     RolloutListAnswered,
     RolloutState,
@@ -41,6 +42,7 @@ class MemorySource:
     straggler_findings: FleetStragglersAnswered = field(
         default_factory=lambda: FleetStragglersAnswered(findings=())
     )
+    histories: dict[str, NodeHistoryAnswered] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
 
     async def rollouts(self, before: str | None) -> RolloutListAnswered:
@@ -90,3 +92,7 @@ class MemorySource:
     async def stragglers(self) -> FleetStragglersAnswered:
         self.asked.append("fleet.stragglers")
         return self.straggler_findings
+
+    async def node_history(self, node_id: str) -> NodeHistoryAnswered:
+        self.asked.append("node.history")
+        return self.histories.get(node_id, NodeHistoryAnswered(steps=()))
