@@ -60,3 +60,14 @@ def test_it_reads_as_reader_and_no_other_identity(
     monkeypatch.setenv("LOCKSTEP_NATS_USER", "cli")
     monkeypatch.setenv("LOCKSTEP_NATS_PASSWORD_FILE", str(password))
     one_line_refusal([], "the console reads as `reader`, not `cli`")
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("0.0.0.0:8080", "up serves it on loopback only"), ("8080", "--console '8080'")],
+)
+def test_up_serves_the_console_on_loopback_only(value: str, says: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["up", "--data-dir", str(tmp_path / "d"), "--console", value])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and says in result.output, result.output
+    assert not (tmp_path / "d").exists()  # nothing was made for a refused start
