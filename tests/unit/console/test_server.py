@@ -3,8 +3,11 @@ that keep a page from loading anything else, and the login beyond loopback."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -12,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from lockstep_common.events.v1 import GateShowAnswered
 from lockstep_console.server import COOKIE, create_app
 from lockstep_console.testing.memory_source import MemorySource
+from lockstep_devstack.tls import server_tls
 from tests.unit.console import scenes
 
 pytestmark = pytest.mark.unit
@@ -117,7 +121,8 @@ async def test_with_a_token_every_page_needs_the_login() -> None:
         assert good.status == 303
         cookie = good.cookies[COOKIE]
         assert cookie.value != TOKEN and TOKEN not in cookie.value
-        assert cookie["httponly"] and cookie["secure"] and cookie["samesite"] == "Strict"
+        assert cookie["httponly"] and cookie["samesite"] == "Strict"
+        assert not cookie["secure"]  # plain HTTP on loopback here: TLS sets it
         page = await client.get("/fleet", cookies={COOKIE: cookie.value})
         assert page.status == 200 and TOKEN not in await page.text()
         bearer = await client.get("/rollouts", headers={"Authorization": f"Bearer {TOKEN}"})
@@ -141,3 +146,25 @@ async def test_a_node_page_shows_what_the_updater_did_to_it(client: Client) -> N
     assert f'href="/rollouts/{scenes.TRIPPED}"' in html
     gate = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
     assert f'href="/nodes/{scenes.QUARANTINED}"' in gate
+
+
+async def test_over_tls_the_session_cookie_is_secure(tmp_path: Path) -> None:
+    tls = server_tls(tmp_path / "tls")
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(tls.cert, tls.key)
+    trusted = ssl.create_default_context(cafile=str(tls.ca))
+    trusted.check_hostname = False  # the stack's certificate names the stack, not "127.0.0.1"
+    server = TestServer(create_app(scenes.source(), token_value=TOKEN), scheme="https")
+    await server.start_server(ssl=served)
+    try:
+        async with aiohttp.ClientSession() as http:
+            response = await http.post(
+                server.make_url("/login"),
+                data={"token": TOKEN},
+                ssl=trusted,
+                allow_redirects=False,
+            )
+            assert response.status == 303
+            assert response.cookies[COOKIE]["secure"]
+    finally:
+        await server.close()

@@ -110,7 +110,9 @@ async def login(request: web.Request) -> web.Response:
     session = secrets.token_urlsafe(32)
     request.app[SESSIONS].add(session)
     response = web.HTTPSeeOther("/rollouts")
-    response.set_cookie(COOKIE, session, httponly=True, secure=True, samesite="Strict")
+    # Secure whenever served over TLS (always, beyond loopback): a browser would not send a
+    # Secure cookie back over plain HTTP on loopback.
+    response.set_cookie(COOKIE, session, httponly=True, secure=request.secure, samesite="Strict")
     raise response
 
 

@@ -114,17 +114,20 @@ class BusSource:
 
     def _ask_blocking(self, service: str, command: str, request: EventData, answer: type[A]) -> A:
         from lockstep_cli import nats_request
-        from lockstep_cli.ops_client import identity_of
         from lockstep_common import subjects
         from lockstep_common.envelope import make_envelope, source_of
         from lockstep_common.errors import InvalidMessage
         from lockstep_common.events import REGISTRY
         from lockstep_common.events.v1 import OpsRefused
+        from lockstep_common.identities import READER
         from lockstep_common.subjects import Namespace
 
         access = self._settings.nats_access()
+        # As `reader` even on a server without identities (a development server, where the
+        # subject's identity is the only one there is): the services then run reads only.
+        identity = self._settings.nats_user or READER
         subject = Namespace(self._settings.namespace).wire(
-            subjects.ops_request(identity_of(self._settings), service, command)
+            subjects.ops_request(identity, service, command)
         )
         body = make_envelope(request, source=source_of("console")).to_json()
         for attempt in range(ATTEMPTS):
