@@ -243,11 +243,21 @@ async def fleet(request: web.Request) -> web.Response:
         except ValueError as exc:
             raise web.HTTPBadRequest(text=str(exc)) from None
     source = request.app[SOURCE]
-    status, drift, stragglers = await asyncio.gather(
-        source.fleet_status(), source.drift(after), source.stragglers()
+
+    async def stragglers() -> tuple[tuple[Any, ...], str]:
+        # The healthgate's part of the page: without it, the rest is shown and says so.
+        try:
+            return (await source.stragglers()).findings, ""
+        except (Unavailable, Refused) as exc:
+            return (), str(exc)
+
+    status, drift, (findings, missing) = await asyncio.gather(
+        source.fleet_status(), source.drift(after), stragglers()
     )
     view = pages.fleet_view(status, drift, number)
-    return page("fleet.html", title="Fleet", stragglers=stragglers.findings, after=after, **view)
+    return page(
+        "fleet.html", title="Fleet", stragglers=findings, missing=missing, after=after, **view
+    )
 
 
 async def node(request: web.Request) -> web.Response:
