@@ -164,12 +164,6 @@ async def _progress_html(source: Source, rid: str) -> str:
     return render("progress.html", live=pages.progress(status.rollout))
 
 
-async def progress(request: web.Request) -> web.Response:
-    rid = _rollout_id(request)
-    html = await _progress_html(request.app[SOURCE], rid)
-    return web.Response(text=html, content_type="text/html")
-
-
 async def live(request: web.Request) -> web.StreamResponse:
     """The rollout's progress as Server-Sent Events: a ``progress`` event carrying the new
     HTML each time it changed. It is read again when a bus event about the rollout arrives,
@@ -200,14 +194,12 @@ async def live(request: web.Request) -> web.StreamResponse:
 
     with nudges.watch(rid) as woken:
 
-        async def wait(stop: asyncio.Event, seconds: float) -> None:
+        async def wait(_: asyncio.Event, seconds: float) -> None:
+            # Until a bus event about the rollout, or ``poll_s``; ``stopping`` is only ever
+            # set by ``send`` itself, before this wait.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
-                    done = asyncio.ensure_future(stop.wait())
-                    try:
-                        await woken.wait()
-                    finally:
-                        done.cancel()
+                    await woken.wait()
             woken.clear()
 
         loop = Every(
@@ -297,7 +289,6 @@ def create_app(
     app.router.add_post("/login", login)
     app.router.add_get("/rollouts", rollouts)
     app.router.add_get("/rollouts/{rollout}", rollout)
-    app.router.add_get("/rollouts/{rollout}/progress", progress)
     app.router.add_get("/rollouts/{rollout}/live", live)
     app.router.add_get("/rollouts/{rollout}/gate", gate)
     app.router.add_get("/fleet", fleet)
