@@ -23,6 +23,7 @@ import nats
 import pytest
 
 from lockstep_common.natsconn import NatsAccess, connect
+from lockstep_devstack.process import free_port
 from lockstep_sim.options import DEFAULT_PASSWORD
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -167,8 +168,13 @@ async def publish_one(cli: NatsAccess) -> None:
 
 
 def test_up_starts_everything_and_ctrl_c_leaves_no_process_behind(data_dir: Path) -> None:
-    up = Up(data_dir)
+    port = free_port()
+    up = Up(data_dir, "--console", f"127.0.0.1:{port}")
     text = up.wait_until_up()
+    # The console, as `reader`, answers from the services (issue 32), and stops with the rest.
+    assert re.search(rf"console \(reader\)\s.*http://127\.0\.0\.1:{port}\s", text), text
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/rollouts", timeout=30) as page:
+        assert page.status == 200 and "No rollout yet" in page.read().decode()
     state = json.loads((data_dir / "stack.json").read_text())
     assert (data_dir / "approvers").is_dir()  # the planner's approvers trust store
     for name in ("inventory", "planner", "updater", "healthgate", "attest"):

@@ -45,6 +45,24 @@ def test_a_shifted_normal_in_the_harmful_direction_trips_on_a_critical_metric() 
     assert len(decision.offending_nodes) >= 15
 
 
+def test_the_decision_keeps_the_deciles_of_the_distributions_it_compared() -> None:
+    # What `gate show --json` and the console plot: the per-node values the judge compared,
+    # as 11 percentiles, in order, bracketing the medians it reports.
+    rng = np.random.default_rng(1)
+    table = fleet({NAME: (busbw(rng, 20, 360.0), busbw(rng, 40, 378.0))})
+    [judged] = evaluate(table, policy(), now=end(table)).metrics
+    c = judged.comparison
+    assert c is not None
+    for deciles, median in (
+        (c.canary_deciles, c.canary_median),
+        (c.control_deciles, c.control_median),
+    ):
+        assert len(deciles) == 11
+        assert list(deciles) == sorted(deciles)
+        assert deciles[5] == pytest.approx(median)
+    assert c.canary_deciles[5] < c.control_deciles[5] - 10  # the canary's busbw is lower
+
+
 def test_the_same_shift_in_the_harmless_direction_passes() -> None:
     rng = np.random.default_rng(1)
     table = fleet({NAME: (busbw(rng, 20, 396.0), busbw(rng, 40, 378.0))})

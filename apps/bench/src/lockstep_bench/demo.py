@@ -28,6 +28,7 @@ from rich.table import Table
 
 from lockstep_bench.demo_fleet import fleet_drift, service_env
 from lockstep_bench.demo_rollout import prepare
+from lockstep_cli import console_child
 from lockstep_cli.catalog import stream_names
 from lockstep_cli.polling import until
 from lockstep_cli.supervisor import SERVICES, provision_topology, running_system
@@ -46,6 +47,7 @@ from lockstep_common.subjects import Namespace
 from lockstep_devstack import Stack
 
 SUBJECT = subjects.bundle_submitted()
+CONSOLE = "127.0.0.1:8080"  # lockstep console's default; busy: the table says so
 PRODUCER, CONSUMER = "demo-cli", "demo-audit"  # NATS identities of the demo's participants
 
 
@@ -93,9 +95,13 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         **rollouts.env,
     }
     ns = Namespace(service_env().get("LOCKSTEP_NAMESPACE", "lockstep"))
-    with running_system(base, SERVICES, extra_env=env, extra_parties=demo_parties(ns)) as (
-        stack,
-        services,
+    with (
+        running_system(base, SERVICES, extra_env=env, extra_parties=demo_parties(ns)) as (
+            stack,
+            services,
+        ),
+        # The console, to watch the rollout and the canary's gate as the demo goes (issue 32).
+        console_child.beside(stack, base / "logs", CONSOLE) as console_row,
     ):
         table = Table(title=f"system up in {time.monotonic() - started:.1f}s")
         table.add_column("part")
@@ -104,6 +110,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
         table.add_row("PostgreSQL (admin)", redact_dsn(str(stack.database_url)))
         for svc in services:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
+        table.add_row(*console_row)
         console.print(table)
         asyncio.run(_event_path(console, stack, bundle=kit.bundle))
         asyncio.run(fleet_drift(console, stack, rollouts, kit))

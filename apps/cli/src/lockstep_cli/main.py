@@ -38,6 +38,12 @@ GROUPS: dict[str, Lazy] = {
         "on a simulated fleet, then a canaried rollout and a bad image halted at the canary.",
         command=True,
     ),
+    "console": Lazy(
+        "lockstep_console.cli",
+        "console",
+        "Serve the read-only console: rollouts, a gate's evidence, the fleet (as `reader`).",
+        command=True,
+    ),
     "bench": Lazy(
         "lockstep_bench.cli",
         "bench_app",
@@ -152,6 +158,13 @@ DataDir = Annotated[
 ]
 
 
+def _console_option(value: str) -> str:
+    """``up --console``: refused with one line unless ``off`` or loopback."""
+    from lockstep_cli.console_child import checked
+
+    return checked(value)
+
+
 @app.command()
 def up(
     data_dir: DataDir = Path(".data"),
@@ -169,8 +182,17 @@ def up(
             "each.",
         ),
     ] = None,
+    console_listen: Annotated[
+        str,
+        typer.Option(
+            "--console",
+            metavar="HOST:PORT",
+            callback=_console_option,
+            help="Serve the read-only console here, as `reader` (loopback; 'off': do not).",
+        ),
+    ] = "127.0.0.1:8080",
 ) -> None:
-    """Start NATS, PostgreSQL and the services; Ctrl-C stops everything.
+    """Start NATS, PostgreSQL, the services and the console; Ctrl-C stops everything.
 
     A service that crashes is restarted with backoff (1 s doubling to 60 s); one that exits for
     its configuration (exit codes 2, 3) stays stopped. Uses LOCKSTEP_NATS_URL /
@@ -181,7 +203,7 @@ def up(
     """
     from rich.table import Table
 
-    from lockstep_cli import stack_state
+    from lockstep_cli import console_child, stack_state
     from lockstep_cli.cli_io import settings_of
     from lockstep_cli.supervisor import (
         Interrupted,
@@ -235,9 +257,12 @@ def up(
         start_refusals_are_one_line(),
     ):
         try:
-            with running_system(
-                data_dir.resolve(), names, report=report, nats_cluster=nats_cluster or 1
-            ) as (stack, services):
+            with (
+                running_system(
+                    data_dir.resolve(), names, report=report, nats_cluster=nats_cluster or 1
+                ) as (stack, services),
+                console_child.beside(stack, data_dir / "logs", console_listen) as console_row,
+            ):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
                 stack_state.save(
                     data_dir,
@@ -261,6 +286,7 @@ def up(
                 table.add_row("PostgreSQL (admin)", redact_dsn(str(stack.database_url)))
                 for svc in services:
                     table.add_row(svc.label, f"{svc.metrics_url}  (log {svc.log_path})")
+                table.add_row(*console_row)
                 console.print(table)
                 console.print(
                     f'other commands: [bold]eval "$(lockstep env --data-dir {data_dir})"[/]'

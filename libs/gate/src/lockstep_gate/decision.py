@@ -53,6 +53,12 @@ class Comparison(_Result):
     high: float
     floor: float  # effect-size floor in the metric's unit (the harmful side's magnitude)
     p_value: float | None  # two-sided Mann-Whitney U
+    # The distributions compared, as the 0th, 10th, ..., 100th percentiles of the per-node
+    # values (numpy's linear interpolation): a fixed size whatever the stratum's node count,
+    # so a verdict stays small on the bus, and what `gate show` and the console plot is what
+    # the judge saw. Empty in a decision recorded before they were kept.
+    canary_deciles: tuple[float, ...] = ()
+    control_deciles: tuple[float, ...] = ()
 
 
 class Environment(_Result):

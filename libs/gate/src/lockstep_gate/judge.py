@@ -66,6 +66,7 @@ from lockstep_gate.stats import (
     shift_interval,
 )
 
+DECILES = tuple(range(0, 101, 10))  # percentiles kept of each distribution compared
 # Precedence when one metric has several strata: the worst decides.
 _PRECEDENCE = (
     MetricOutcome.WORSE,
@@ -201,6 +202,11 @@ class _Stratum:
     baseline: tuple[Floats, Floats]
 
 
+def _deciles(values: Floats) -> tuple[float, ...]:
+    """The 0th, 10th, ..., 100th percentiles of one value per node (``Comparison``)."""
+    return tuple(float(q) for q in np.percentile(values, DECILES))
+
+
 def judge_metric(
     metric: MetricDefinition,
     policy: Policy,
@@ -255,6 +261,8 @@ def judge_metric(
         high=shift.high,
         floor=floor,
         p_value=mann_whitney_p(canary, control),
+        canary_deciles=_deciles(canary),
+        control_deciles=_deciles(control),
     )
     expected = policy.expected.get(stratum.name, {}).get(metric.name)
     env = _environment(metric, policy, canary, control, stratum.baseline, expected)

@@ -1,0 +1,1 @@
+"""The rollout console (issue 32): read-only web pages over the services' query API."""

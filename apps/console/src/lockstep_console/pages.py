@@ -1,0 +1,149 @@
+"""What each page shows, from the services' answers: pure functions, no I/O (the server asks
+the ``Source`` and renders these with the templates).
+
+Nothing here judges: a gate's numbers are the ``GateDecision`` in ``gate show``'s answer as
+given, and the fleet's counts are the inventory's; aggregating is adding counts up (by pool, by
+profile, by site) and cutting long lists into pages, so that a 12,500-node fleet is a page of
+groups, never 12,500 rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from markupsafe import Markup
+
+from lockstep_console import svg
+from lockstep_gate.decision import GateDecision
+
+if TYPE_CHECKING:
+    from lockstep_common.events.v1 import (
+        Conformance,
+        FleetDriftAnswered,
+        FleetStatusAnswered,
+        GateVerdictRecord,
+        RolloutState,
+        RolloutWaveState,
+    )
+
+GROUPS_PAGE = 25
+
+
+def wave_bar(wave: RolloutWaveState) -> Markup:
+    waiting = max(wave.nodes - wave.succeeded - wave.failed, 0)
+    return svg.share_bar(
+        [
+            ("done", wave.succeeded, svg.GOOD),
+            ("failed", wave.failed, svg.BAD),
+            ("not done", waiting, "#ffffff"),
+        ],
+        what=f"wave {wave.number}",
+    )
+
+
+def conformance_bar(c: Conformance, what: str) -> Markup:
+    return svg.share_bar(
+        [
+            ("conforming", c.conforming, svg.GOOD),
+            ("drifted", c.drifted, svg.BAD),
+            ("unreadable", c.unreadable, svg.GREY),
+            ("unobserved", c.unobserved, "#ffffff"),
+        ],
+        what=what,
+    )
+
+
+def progress(state: RolloutState) -> dict[str, Any]:
+    """The live part of a rollout's page (replaced as events arrive)."""
+    total = sum(state.nodes_by_step.values())
+    return {
+        "state": state,
+        "waves": [(w, wave_bar(w)) for w in state.waves],
+        "steps": sorted(state.nodes_by_step.items()),
+        "steps_total": total,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class MetricView:
+    metric: str
+    stratum: str
+    outcome: str
+    critical: bool
+    detail: str
+    comparison: Any
+    environment: Any
+    offending: tuple[str, ...]
+    distributions: Markup
+    effect: Markup
+
+
+def gate_view(record: GateVerdictRecord) -> dict[str, Any]:
+    """One wave's verdict with its evidence: the decision as the healthgate recorded it."""
+    decision = GateDecision.model_validate(record.decision)
+    metrics = []
+    for j in decision.metrics:
+        c = j.comparison
+        metrics.append(
+            MetricView(
+                metric=j.metric,
+                stratum=j.stratum,
+                outcome=j.outcome.value,
+                critical=j.critical,
+                detail=j.detail,
+                comparison=c,
+                environment=j.environment,
+                offending=j.offending_nodes,
+                distributions=svg.distributions(
+                    c.canary_deciles, c.control_deciles, metric=j.metric, stratum=j.stratum
+                )
+                if c is not None
+                else Markup(""),
+                effect=svg.effect(c.shift, c.low, c.high, c.floor, metric=j.metric)
+                if c is not None
+                else Markup(""),
+            )
+        )
+    return {"record": record, "decision": decision, "metrics": metrics}
+
+
+def _sum(groups: list[Conformance], **labels: str) -> dict[str, Any]:
+    keys = ("nodes", "conforming", "drifted", "unreadable", "unobserved")
+    out: dict[str, Any] = {k: sum(getattr(g, k) for g in groups) for k in keys}
+    out.update(labels)
+    return out
+
+
+def fleet_view(status: FleetStatusAnswered, drift: FleetDriftAnswered, page: int) -> dict[str, Any]:
+    """The fleet at a glance: totals, by pool and by profile (sums of the inventory's groups),
+    a page of its (pool, profile) groups, drifted nodes by kind, and one page of the drift
+    report with its counts by site, kind and severity."""
+    groups = list(status.groups)
+    by_pool: dict[str, list[Conformance]] = {}
+    by_profile: dict[str, list[Conformance]] = {}
+    for g in groups:
+        by_pool.setdefault(g.pool, []).append(g)
+        by_profile.setdefault(g.profile, []).append(g)
+    pages = max((len(groups) + GROUPS_PAGE - 1) // GROUPS_PAGE, 1)
+    page = min(max(page, 1), pages)
+    shown = groups[(page - 1) * GROUPS_PAGE : page * GROUPS_PAGE]
+    sites: Counter[str] = Counter()
+    kinds: Counter[tuple[str, str]] = Counter()
+    for node in drift.nodes:
+        sites[node.site] += 1
+        for item in node.items:
+            kinds[(item.kind.value, item.severity.value)] += 1
+    return {
+        "status": status,
+        "fleet_bar": conformance_bar(status.fleet, "the fleet"),
+        "pools": [_sum(v, name=k) for k, v in sorted(by_pool.items())],
+        "profiles": [_sum(v, name=k) for k, v in sorted(by_profile.items())],
+        "groups": [(g, conformance_bar(g, f"{g.pool} {g.profile}")) for g in shown],
+        "page": page,
+        "pages": pages,
+        "drift": drift,
+        "drift_sites": sorted(sites.items()),
+        "drift_kinds": sorted(kinds.items()),
+    }

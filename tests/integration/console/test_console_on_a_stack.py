@@ -1,0 +1,116 @@
+"""The console on the real services (issue 32): the whole rollout stack (``rollout_stack``),
+a bad image that trips the canary's gate, and the console reading it as ``reader`` over the bus,
+in a headless browser. The rollout page follows the rollout to its halt without a reload (woken
+by the bus's ``rollout.halted``), and the gate page shows the healthgate's recorded decision:
+the canary's and the control's distributions and the offending nodes of ``gate.tripped``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from selenium.webdriver.common.by import By
+
+from lockstep_common.identities import READER
+from lockstep_common.operator_settings import OperatorSettings
+from lockstep_console.nudges import Nudges, subscribe
+from lockstep_console.server import create_app
+from lockstep_console.source import BusSource
+from lockstep_sim.faults import Fault, FaultPlan
+from tests.integration.console.browser import browser, chromium
+from tests.integration.rollout_stack import Stack, running_stack
+from tests.speed import scaled
+
+pytestmark = pytest.mark.integration
+# Read in the page at once: the live section is replaced as it changes (an element found
+# before may be gone).
+STATE = "return document.querySelector('[data-state]').textContent"
+
+
+@pytest.fixture
+async def stack(
+    servers: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Stack]:
+    chromium()  # skip before starting the stack when there is no browser
+    async with running_stack(servers, namespace, tmp_path, monkeypatch) as running:
+        yield running
+
+
+async def test_the_tripped_canary_on_the_real_services(
+    stack: Stack, servers: Any, tmp_path: Path
+) -> None:
+    # As `reader`: every read goes to ops.reader.<service>.<command>, which the services let
+    # run read commands only (the test server checks no password: any will do).
+    password = tmp_path / "reader-password"
+    password.write_text("unused\n")
+    password.chmod(0o600)
+    settings = OperatorSettings(
+        nats_url=servers.nats_url,
+        namespace=stack.ns.name,
+        nats_user=READER,
+        nats_password_file=password,
+    )
+    source = BusSource(settings)
+    nudges = Nudges()
+    await subscribe(stack.nc, stack.ns.name, nudges)
+    server = TestServer(create_app(source, nudges=nudges, poll_s=60.0))
+    await server.start_server()
+    url = str(server.make_url(""))
+    stack.rt.simulator.set_faults(FaultPlan(faults=(Fault("degrade_health", components=("gpu",)),)))
+    try:
+        with browser() as chrome:
+            await stack.start_rollout()
+            (canary,) = await stack.wait("planner", "wave.planned.")
+            rid = canary["rollout_id"]
+
+            def open_rollout() -> str:
+                chrome.get(f"{url}/rollouts/{rid}")
+                chrome.execute_script("window.sameDocument = true")
+                return str(chrome.execute_script(STATE))
+
+            assert await asyncio.to_thread(open_rollout) in ("running", "planned")
+            (tripped,) = await stack.wait("healthgate", "gate.tripped.")
+
+            def halted() -> bool:
+                return bool(chrome.execute_script(STATE) == "halted")
+
+            deadline = asyncio.get_running_loop().time() + scaled(30)
+            while not await asyncio.to_thread(halted):  # the page changes, no reload
+                assert asyncio.get_running_loop().time() < deadline, "the page never halted"
+                await asyncio.sleep(0.1)
+            assert await asyncio.to_thread(chrome.execute_script, "return window.sameDocument")
+
+            shown = await source.gate(rid)  # what `lockstep gate show --json` prints
+            (record,) = shown.verdicts
+            decision = record.decision
+            assert decision["offending_nodes"] == tripped["offending_nodes"]
+
+            def gate_page() -> tuple[list[str], list[str], str]:
+                chrome.get(f"{url}/rollouts/{rid}/gate")
+                nodes = chrome.find_elements(By.CSS_SELECTOR, "ul.nodes li")
+                plots = chrome.find_elements(By.CSS_SELECTOR, "svg[role=img]")
+                return (
+                    [n.text for n in nodes],
+                    [str(p.get_attribute("aria-label")) for p in plots],
+                    str(chrome.find_element(By.ID, "wave-0-h").text),
+                )
+
+            nodes, plots, heading = await asyncio.to_thread(gate_page)
+            assert "tripped" in heading
+            assert nodes == list(tripped["offending_nodes"])
+            compared = [m for m in decision["metrics"] if m.get("comparison")]
+            for m in compared:
+                c = m["comparison"]
+                assert len(c["canary_deciles"]) == 11, json.dumps(c)
+                assert any(
+                    p.startswith(f"{m['metric']} in {m['stratum']}: canary median")
+                    and f"control median {c['control_median']:.4g}" in p
+                    for p in plots
+                ), (m["metric"], plots)
+    finally:
+        await server.close()

@@ -1,0 +1,269 @@
+"""What the console is shown in tests and screenshots: a demo-like rollout whose canary tripped
+the gate (the judge's real decision on ``tests/data/gate/busbw_regression.csv``), a rollout
+whose wave is progressing, and a 12,500-node fleet."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from lockstep_common.events.v1 import (
+    AuditEntry,
+    Conformance,
+    DriftedNode,
+    DriftItem,
+    FleetDriftAnswered,
+    FleetStatusAnswered,
+    FleetStragglersAnswered,
+    GateShowAnswered,
+    GateVerdictRecord,
+    NodeHistoryAnswered,
+    PoolConformance,
+    RolloutAuditAnswered,
+    RolloutState,
+    RolloutWaveState,
+    SharedVersion,
+    StepEntry,
+    Straggler,
+    StragglersFlagged,
+)
+from lockstep_common.vocabulary import Component, DriftKind, GateVerdict, Severity
+from lockstep_console.testing.memory_source import MemorySource
+from lockstep_gate.judge import evaluate
+from lockstep_gate.policy_files import load_policy
+from lockstep_gate.sample_files import read_samples
+
+GATE_DATA = Path(__file__).parents[2] / "data" / "gate"
+T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+TRIPPED = "r-tripped"
+RUNNING = "r-running"
+STACK = "a" * 64
+FLEET_NODES = 12_500
+
+
+def tripped_decision() -> dict[str, object]:
+    table = read_samples(GATE_DATA / "busbw_regression.csv")
+    policy = load_policy(GATE_DATA / "policy.toml")
+    now = datetime.fromtimestamp(float(table.time.max()), UTC)
+    return evaluate(table, policy, now=now).model_dump(mode="json")
+
+
+def wave(number: int, state: str, nodes: int, done: int, failed: int = 0) -> RolloutWaveState:
+    return RolloutWaveState(
+        number=number,
+        state=state,
+        nodes=nodes,
+        components=("gpu_vbios", "bmc"),
+        gate_passed=state == "passed",
+        succeeded=done,
+        failed=failed,
+        released_at=T0 if state != "pending" else None,
+        deadline=None,
+        soak_until=T0 + timedelta(minutes=10) if state == "soaking" else None,
+    )
+
+
+def rollout(
+    rid: str, state: str, waves: tuple[RolloutWaveState, ...], reason: str = ""
+) -> RolloutState:
+    done = sum(w.succeeded for w in waves)
+    failed = sum(w.failed for w in waves)
+    waiting = sum(w.nodes for w in waves) - done - failed
+    return RolloutState(
+        rollout_id=rid,
+        intent_id=uuid.UUID(int=1),
+        stack_hash=STACK,
+        change_class="routine",
+        dry_run=False,
+        state=state,
+        plan_hash="b" * 64,
+        approvals=("alice",),
+        approvals_needed=1,
+        reason=reason,
+        created_at=T0,
+        updated_at=T0 + timedelta(minutes=5),
+        deferred={"2": "fabric domain nvl72-a7 is occupied by cluster job 4411"},
+        waves=waves,
+        nodes_by_step={"verified": done, "failed": failed, "waiting": waiting},
+    )
+
+
+def running(done: int) -> RolloutState:
+    return rollout(RUNNING, "running", (wave(0, "passed", 10, 10), wave(1, "released", 40, done)))
+
+
+def fleet(nodes: int = FLEET_NODES) -> tuple[FleetStatusAnswered, FleetDriftAnswered]:
+    """``nodes`` nodes in 250 (pool, profile) groups over 5 sites; the first drift page."""
+    groups = []
+    per = nodes // 250
+    for i in range(250):
+        drifted = i % 7
+        groups.append(
+            PoolConformance(
+                pool=f"pool-{i // 5:02d}",
+                profile=("gb200", "h100", "b200", "gb300", "h200")[i % 5],
+                nodes=per,
+                conforming=per - drifted - 1,
+                drifted=drifted,
+                unreadable=1,
+                unobserved=0,
+                conformance_ratio=(per - drifted - 1) / per,
+            )
+        )
+    total = sum(g.nodes for g in groups)
+    drifted = sum(g.drifted for g in groups)
+    status = FleetStatusAnswered(
+        fleet=Conformance(
+            nodes=total,
+            conforming=total - drifted - 250,
+            drifted=drifted,
+            unreadable=250,
+            unobserved=0,
+            conformance_ratio=(total - drifted - 250) / total,
+        ),
+        groups=tuple(groups),
+        drifted_by_kind={DriftKind.PENDING: drifted - 40, DriftKind.GSP_MISMATCH: 40},
+        sweep=None,
+        sweep_running=False,
+        last_finished_sweep=None,
+    )
+    page = FleetDriftAnswered(
+        nodes=tuple(
+            DriftedNode(
+                node=f"node-{i:05d}",
+                site=f"site-{i % 5}",
+                pool=f"pool-{i % 50:02d}",
+                profile="gb200",
+                stack_hash=STACK,
+                since=T0,
+                items=(
+                    DriftItem(
+                        component=Component.GPU_VBIOS,
+                        expected="97.00.01",
+                        actual="96.00.90",
+                        kind=DriftKind.PENDING if i % 9 else DriftKind.GSP_MISMATCH,
+                        severity=Severity.WARNING if i % 9 else Severity.CRITICAL,
+                        detail="",
+                    ),
+                ),
+            )
+            for i in range(100)
+        ),
+        next_after="node-00099",
+    )
+    return status, page
+
+
+def stragglers() -> FleetStragglersAnswered:
+    return FleetStragglersAnswered(
+        findings=(
+            StragglersFlagged(
+                profile="gb200",
+                evaluated_at=T0,
+                window_s=3600,
+                nodes=2500,
+                stragglers=(
+                    Straggler(
+                        node_id="node-00042",
+                        site="site-2",
+                        metric="nccl_busbw_gbps",
+                        value=301.0,
+                        peer_median=377.0,
+                        deviations=6.2,
+                    ),
+                ),
+                shared_versions=(
+                    SharedVersion(
+                        component=Component.NIC,
+                        version="28.39.1002",
+                        stragglers_with=1,
+                        stragglers=1,
+                        peers_with=12,
+                        peers=2499,
+                        p_value=0.005,
+                    ),
+                ),
+            ),
+        )
+    )
+
+
+QUARANTINED = "canary-00003"
+
+
+def history() -> NodeHistoryAnswered:
+    """A canary node the bad image reached, flipped back, then quarantined."""
+
+    def step(i: int, name: str, outcome: str, reason: str) -> StepEntry:
+        return StepEntry(
+            rollout_id=TRIPPED,
+            wave=0,
+            step=name,
+            attempt=1,
+            token=i,
+            started_at=T0 + timedelta(minutes=i),
+            ended_at=T0 + timedelta(minutes=i, seconds=40),
+            outcome=outcome,
+            reason=reason,
+        )
+
+    return NodeHistoryAnswered(
+        steps=(
+            step(1, "stage", "succeeded", ""),
+            step(2, "activate", "succeeded", ""),
+            step(3, "verify", "succeeded", "gpu_vbios 97.00.9A.00.01 read back"),
+            step(13, "flip_back", "succeeded", "gate tripped: previous bank active again"),
+            step(14, "verify", "quarantined", "XID 79 after the flip-back: node held"),
+        )
+    )
+
+
+def source() -> MemorySource:
+    """Everything the console is shown in the tests and the screenshots."""
+    tripped = rollout(
+        TRIPPED,
+        "halted",
+        (wave(0, "tripped", 10, 10), wave(1, "pending", 40, 0)),
+        reason="gate tripped at the canary: critical metric nccl_busbw_gbps worse than control",
+    )
+    record = GateVerdictRecord(
+        rollout_id=TRIPPED,
+        wave=0,
+        verdict=GateVerdict.TRIPPED,
+        kind="judge",
+        reason="critical metric nccl_busbw_gbps worse than control",
+        window_start=T0,
+        window_end=T0 + timedelta(minutes=10),
+        policy_digest="c" * 64,
+        event_id=uuid.UUID(int=2),
+        decision=tripped_decision(),
+    )
+    audit = RolloutAuditAnswered(
+        entries=(
+            AuditEntry(at=T0, actor="planner", action="planned", detail="routine, 2 waves"),
+            AuditEntry(at=T0, actor="alice", action="approved", detail="Ed25519 signature ok"),
+            AuditEntry(
+                at=T0 + timedelta(minutes=12),
+                actor="healthgate",
+                action="halted",
+                detail="gate tripped at the canary",
+            ),
+            AuditEntry(
+                at=T0 + timedelta(minutes=13),
+                actor="updater",
+                action="flipped back",
+                detail="canary A/B banks flipped back to the previous image on 10 nodes",
+            ),
+        )
+    )
+    status, page = fleet()
+    return MemorySource(
+        rollout_states={TRIPPED: tripped, RUNNING: running(0)},
+        audits={TRIPPED: audit},
+        gates={TRIPPED: GateShowAnswered(verdicts=(record,))},
+        status=status,
+        drift_pages={None: page},
+        straggler_findings=stragglers(),
+        histories={QUARANTINED: history()},
+    )

@@ -1,0 +1,170 @@
+"""The console's server on its fake source: what it refuses, what it never shows, the headers
+that keep a page from loading anything else, and the login beyond loopback."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from lockstep_common.events.v1 import GateShowAnswered
+from lockstep_console.server import COOKIE, create_app
+from lockstep_console.testing.memory_source import MemorySource
+from lockstep_devstack.tls import server_tls
+from tests.unit.console import scenes
+
+pytestmark = pytest.mark.unit
+Client = TestClient[web.Request, web.Application]
+TOKEN = "s3cret-console-token"
+
+
+async def client_of(source: MemorySource, token: str | None = None) -> Client:
+    client = TestClient(TestServer(create_app(source, token_value=token)))
+    await client.start_server()
+    return client
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    c = await client_of(scenes.source())
+    yield c
+    await c.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/rollouts/r.1",  # a subject wildcard's separator: never a token
+        "/rollouts/%3E",
+        "/rollouts/r-1%20x/gate",
+        "/fleet?page=two",
+        "/fleet?after=node.*",
+        "/rollouts?before=a>b",
+        "/nodes/node.*",
+    ],
+)
+async def test_hostile_input_is_one_line_and_no_read(path: str) -> None:
+    source = scenes.source()
+    client = await client_of(source)
+    try:
+        response = await client.get(path)
+        assert response.status == 400
+        assert len((await response.text()).strip().splitlines()) == 1
+        assert source.asked == []  # nothing was asked of any service
+    finally:
+        await client.close()
+
+
+async def test_an_unknown_rollout_is_not_found(client: Client) -> None:
+    response = await client.get("/rollouts/r-nope")
+    assert response.status == 404
+    assert "no rollout r-nope" in await response.text()
+
+
+async def test_only_this_origin_may_load_anything_and_nothing_is_cached(client: Client) -> None:
+    response = await client.get(f"/rollouts/{scenes.TRIPPED}")
+    assert response.status == 200
+    csp = response.headers["Content-Security-Policy"]
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["Server-Timing"].startswith("app;dur=")
+    html = await response.text()
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in html
+
+
+async def test_a_text_from_a_service_is_escaped_not_run() -> None:
+    source = scenes.source()
+    state = source.rollout_states[scenes.TRIPPED]
+    hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"reason": hostile})
+    record = source.gates[scenes.TRIPPED].verdicts[0]
+    decision = {**record.decision, "reason": hostile}
+    source.gates[scenes.TRIPPED] = GateShowAnswered(
+        verdicts=(record.model_copy(update={"decision": decision}),)
+    )
+    client = await client_of(source)
+    try:
+        for path in (f"/rollouts/{scenes.TRIPPED}", f"/rollouts/{scenes.TRIPPED}/gate"):
+            html = await (await client.get(path)).text()
+            assert "<script>alert" not in html and "<img src=x" not in html
+            assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    finally:
+        await client.close()
+
+
+async def test_every_route_but_the_login_only_reads() -> None:
+    app = create_app(scenes.source())
+    methods = {
+        (r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None
+    }
+    writes = {(m, p) for m, p in methods if m not in ("GET", "HEAD")}
+    assert writes == {("POST", "/login")}
+
+
+async def test_with_a_token_every_page_needs_the_login() -> None:
+    client = await client_of(scenes.source(), TOKEN)
+    try:
+        for path in ("/rollouts", "/fleet", f"/rollouts/{scenes.TRIPPED}/gate", "/static/live.js"):
+            response = await client.get(path, allow_redirects=False)
+            assert response.status == 303 and response.headers["Location"] == "/login"
+        bad = await client.post("/login", data={"token": "guess"}, allow_redirects=False)
+        assert bad.status == 401 and "guess" not in await bad.text()
+        assert COOKIE not in bad.cookies
+        good = await client.post("/login", data={"token": TOKEN}, allow_redirects=False)
+        assert good.status == 303
+        cookie = good.cookies[COOKIE]
+        assert cookie.value != TOKEN and TOKEN not in cookie.value
+        assert cookie["httponly"] and cookie["samesite"] == "Strict"
+        assert not cookie["secure"]  # plain HTTP on loopback here: TLS sets it
+        page = await client.get("/fleet", cookies={COOKIE: cookie.value})
+        assert page.status == 200 and TOKEN not in await page.text()
+        bearer = await client.get("/rollouts", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert bearer.status == 200
+        forged = await client.get("/rollouts", cookies={COOKIE: "forged"}, allow_redirects=False)
+        assert forged.status == 303
+    finally:
+        await client.close()
+
+
+async def test_an_unknown_asset_is_not_served(client: Client) -> None:
+    assert (await client.get("/static/../server.py")).status == 404
+    assert (await client.get("/static/nope.js")).status == 404
+    js = await client.get("/static/live.js")
+    assert js.status == 200 and js.content_type == "text/javascript"
+
+
+async def test_a_node_page_shows_what_the_updater_did_to_it(client: Client) -> None:
+    html = await (await client.get(f"/nodes/{scenes.QUARANTINED}")).text()
+    assert "quarantined" in html and "XID 79 after the flip-back" in html
+    assert f'href="/rollouts/{scenes.TRIPPED}"' in html
+    gate = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
+    assert f'href="/nodes/{scenes.QUARANTINED}"' in gate
+
+
+async def test_over_tls_the_session_cookie_is_secure(tmp_path: Path) -> None:
+    tls = server_tls(tmp_path / "tls")
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(tls.cert, tls.key)
+    trusted = ssl.create_default_context(cafile=str(tls.ca))
+    trusted.check_hostname = False  # the stack's certificate names the stack, not "127.0.0.1"
+    server = TestServer(create_app(scenes.source(), token_value=TOKEN), scheme="https")
+    await server.start_server(ssl=served)
+    try:
+        async with aiohttp.ClientSession() as http:
+            response = await http.post(
+                server.make_url("/login"),
+                data={"token": TOKEN},
+                ssl=trusted,
+                allow_redirects=False,
+            )
+            assert response.status == 303
+            assert response.cookies[COOKIE]["secure"]
+    finally:
+        await server.close()
