@@ -26,11 +26,13 @@ from lockstep_sim.options import (
 from lockstep_sim.simulator import Simulator
 from tests.reference import REFERENCE
 
-from .conftest import AUTH, BIN, CSDL
+from .conftest import AUTH, BIN, CSDL, wait_task
+from .pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 
 pytestmark = pytest.mark.integration
 NODE = "node-00000"
 FW = "/redfish/v1/UpdateService/FirmwareInventory"
+PUSH = "/redfish/v1/UpdateService/update-multipart"
 GB200_CAPTURE = REFERENCE / "redfish-mockups" / "nvidia_gb200" / "redfish" / "v1"
 Factory = Callable[..., Awaitable[Simulator]]
 
@@ -46,7 +48,14 @@ async def make_sim() -> AsyncIterator[Factory]:
 
     async def make(dialect: str, profile: str = "gb200") -> Simulator:
         sim = Simulator(
-            SimOptions(1, profile, dialect=dialect, host_base=f"127.78.{len(sims)}.1", port=0)
+            SimOptions(
+                1,
+                profile,
+                dialect=dialect,
+                host_base=f"127.78.{len(sims)}.1",
+                port=0,
+                time_scale=0.002,
+            )
         )
         await sim.start()
         sims.append(sim)
@@ -166,3 +175,71 @@ async def test_dmtf_service_validator_passes_the_gb200_dialects_update_service(
     passed, _warned, failed = (int(g) for g in counts.groups())
     assert failed == 0, out[-3000:]
     assert passed > 10 and code == 0, out[-3000:]
+
+
+def _form(image: bytes, params: str = "{}") -> aiohttp.FormData:
+    form = aiohttp.FormData()
+    form.add_field("UpdateParameters", params, content_type="application/json")
+    form.add_field(
+        "UpdateFile", image, filename="pkg.fwpkg", content_type="application/octet-stream"
+    )
+    return form
+
+
+async def _push_gpu(sim: Simulator, http: aiohttp.ClientSession) -> dict[str, Any]:
+    """Push the GPU package Immediate, as the profile says; the finished task's body."""
+    url = sim.bmc_url(NODE)
+    async with http.post(url + PUSH, data=_form(package_for(GB200_GPU, NEW_GPU_VERSION))) as r:
+        assert r.status == 202, await r.text()
+        body: dict[str, Any] = await wait_task(http, url + r.headers["Location"])
+        return body
+
+
+async def test_a_gb200_image_runs_only_after_the_trays_power_cycle_and_fills_both_banks(
+    make_sim: Factory,
+) -> None:
+    """nvfwupd: the push writes the image (its task completes), the tray runs it after a
+    Redfish power cycle of the tray (RF_PWR_CYCLE, the profile's Chassis/BMC_0 PowerCycle),
+    and background copy leaves the new image in the other bank too. A host reset is not it."""
+    sim = await make_sim("nvidia-gb200-nvl")
+    url, gpu = sim.bmc_url(NODE), sim.bmc(NODE).node.components["HGX_FW_GPU_0"]
+    old = gpu.version
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        task = await _push_gpu(sim, http)
+        assert task["TaskState"] == "Completed"
+        member = await _get(sim, f"{FW}/HGX_FW_GPU_0")
+        assert (member["Version"], member["Staged"]) == (old, True)  # written, not running
+        system_reset = "/redfish/v1/Systems/System_0/Actions/ComputerSystem.Reset"
+        async with http.post(url + system_reset, json={"ResetType": "ForceRestart"}) as r:
+            assert r.status == 204
+        assert (await _get(sim, f"{FW}/HGX_FW_GPU_0"))["Version"] == old
+        chassis = await _get(sim, "/redfish/v1/Chassis/BMC_0")
+        action = chassis["Actions"]["#Chassis.Reset"]
+        assert action["ResetType@Redfish.AllowableValues"] == ["PowerCycle"]
+        async with http.post(url + action["target"], json={"ResetType": "ForceOff"}) as r:
+            assert r.status == 400  # the tray takes a power cycle only
+        async with http.post(url + action["target"], json={"ResetType": "PowerCycle"}) as r:
+            assert r.status == 204
+        member = await _get(sim, f"{FW}/HGX_FW_GPU_0")
+        assert (member["Version"], member["Staged"]) == (NEW_GPU_VERSION, False)
+        assert gpu.inactive_version == NEW_GPU_VERSION  # background copy
+        async with http.post(
+            url + "/redfish/v1/Chassis/Chassis_0/Actions/Chassis.Reset",
+            json={"ResetType": "PowerCycle"},
+        ) as r:
+            assert r.status == 404  # only the tray's chassis takes it
+    cycles = [e for e in sim.bmc(NODE).ledger if e["action"] == "Chassis.Reset"]
+    assert [(e["status"], len(e.get("activated", []))) for e in cycles] == [
+        (400, 0),
+        (204, 4),
+        (404, 0),
+    ]
+
+
+async def test_the_lockstep_dialect_still_activates_in_the_push_task(make_sim: Factory) -> None:
+    sim = await make_sim("lockstep")
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        await _push_gpu(sim, http)
+        assert (await _get(sim, f"{FW}/HGX_FW_GPU_0"))["Version"] == NEW_GPU_VERSION
+        async with http.get(sim.bmc_url(NODE) + "/redfish/v1/Chassis/BMC_0") as r:
+            assert r.status == 404

@@ -323,11 +323,33 @@ async def reset(
             "ResetType",
         )
     note["reset_type"] = reset_type
-    note["activated"] = bmc.reset()
-    if m.string.startswith(systems.MANAGER):  # the BMC itself reboots: answer, then go dark
+    manager = m.string.startswith(systems.MANAGER)
+    note["activated"] = bmc.reset("manager" if manager else "system")
+    if manager:  # the BMC itself reboots: answer, then go dark
         bmc.go_offline(BMC_REBOOT_MINUTES * bmc.time_scale)
         return web.Response(status=204, headers={"OData-Version": "4.0"})
     bmc.power = "Off" if reset_type in {"ForceOff", "GracefulShutdown"} else "On"
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
+
+
+async def chassis_reset(
+    request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``Chassis.Reset`` of a dialect's chassis (Chassis v1_25_0): on GB200 NVL the tray's
+    power cycle, after which the images the updates wrote run (nvfwupd's RF_PWR_CYCLE)."""
+    if m["id"] not in bmc.dialect.extra_chassis:
+        raise not_found(m.string)
+    reset_type = (await read_json(request)).get("ResetType")
+    if reset_type not in bmc.dialect.chassis_reset_types:
+        raise bad_request(
+            "ActionParameterValueError",
+            f"Unsupported ResetType {reset_type!r}.",
+            str(reset_type),
+            "ResetType",
+        )
+    note.update(reset_type=reset_type, chassis=m["id"])
+    note["activated"] = bmc.reset("chassis")
+    bmc.power = "On"
     return web.Response(status=204, headers={"OData-Version": "4.0"})
 
 
@@ -367,6 +389,10 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(COMMIT_IMAGE), {"POST": commit_image}),
     (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),
     (re.compile(f"{systems.MANAGER}/Actions/Manager.Reset"), {"POST": reset}),
+    (
+        re.compile(f"{systems.CHASSIS_ROOT}/(?P<id>[^/]+)/Actions/Chassis.Reset"),
+        {"POST": chassis_reset},
+    ),
     (re.compile(f"{tasks.TASKS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),
     (re.compile(f"{tasks.MONITORS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),
 ]

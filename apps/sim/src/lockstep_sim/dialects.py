@@ -37,6 +37,16 @@ class Dialect:
     update_oem: dict[str, Any] = field(default_factory=dict)  # UpdateService.Oem
     oem_actions: dict[str, str] = field(default_factory=dict)  # Actions.Oem name -> target
     extra_managers: tuple[str, ...] = ()  # Manager ids beside BMC_0
+    # How an ``Immediate`` push of a banked image becomes the running one: "" in its own task
+    # (the simulator's shape); else only at this reset ("chassis", "system", "manager"), the
+    # written image waiting in the other bank (Staged) until then, as the profile's
+    # [activation] says the real BMC does.
+    activation_reset: str = ""
+    extra_chassis: tuple[str, ...] = ()  # Chassis ids beside Chassis_0 taking Chassis.Reset
+    chassis_reset_types: tuple[str, ...] = ()  # their ResetType@Redfish.AllowableValues
+    # GB200 NVL "background copy" (nvfwupd guide, v2.0.6): once a new image runs, the BMC
+    # copies it to the other bank, so both banks hold it.
+    background_copy: bool = False
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -52,6 +62,10 @@ DIALECTS: dict[str, Dialect] = {
             activate=False,
             switch_bank=False,
             commit_image=True,
+            activation_reset="chassis",  # nvfwupd RF_PWR_CYCLE: power cycle of the tray
+            extra_chassis=("BMC_0",),
+            chassis_reset_types=("PowerCycle",),
+            background_copy=True,
             update_oem={
                 "Nvidia": {
                     "@odata.type": "#NvidiaUpdateService.v1_2_0.NvidiaUpdateService",

@@ -80,6 +80,12 @@ def _extra_manager(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
     return {**doc, "@odata.id": f"{ROOT}/Managers/{m['id']}", "Id": m["id"]}
 
 
+def _extra_chassis(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    if m["id"] not in bmc.dialect.extra_chassis:
+        raise not_found(m.string)
+    return systems.reset_chassis_doc(m["id"], bmc.node.id, bmc.dialect.chassis_reset_types)
+
+
 def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
     bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
     return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso())
@@ -102,7 +108,7 @@ _TABLE: list[tuple[str, Getter]] = [
         systems.SYSTEM,
         lambda b, _m: systems.system_doc(b.node.id, b.uuid, b.power, b.asset_tag),
     ),
-    (f"{ROOT}/Chassis", lambda _b, _m: systems.chassis_collection_doc()),
+    (f"{ROOT}/Chassis", lambda b, _m: systems.chassis_collection_doc(b.dialect.extra_chassis)),
     (systems.CHASSIS, lambda b, _m: systems.chassis_doc(b.node.id, b.node.rack)),
     (
         pcie.PCIE,
@@ -122,6 +128,7 @@ _TABLE: list[tuple[str, Getter]] = [
     (f"{ROOT}/Managers", _managers),
     (systems.MANAGER, _manager),
     (f"{ROOT}/Managers/(?P<id>[^/]+)", _extra_manager),
+    (f"{systems.CHASSIS_ROOT}/(?P<id>[^/]+)", _extra_chassis),
     (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),
     (tasks.TASKS, lambda b, _m: tasks.tasks_doc(list(b.tasks))),
     (f"{tasks.TASKS}/(?P<id>[^/]+)", _task),

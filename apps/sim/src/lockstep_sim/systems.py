@@ -8,7 +8,8 @@ from typing import Any
 from lockstep_sim.odata import ROOT, collection, ref, status
 
 SYSTEM = f"{ROOT}/Systems/System_0"
-CHASSIS = f"{ROOT}/Chassis/Chassis_0"
+CHASSIS_ROOT = f"{ROOT}/Chassis"
+CHASSIS = f"{CHASSIS_ROOT}/Chassis_0"
 MANAGER = f"{ROOT}/Managers/BMC_0"
 RESET_TYPES = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart"]
 
@@ -17,8 +18,30 @@ def systems_doc() -> dict[str, Any]:
     return collection(f"{ROOT}/Systems", "ComputerSystemCollection", "Systems", [SYSTEM])
 
 
-def chassis_collection_doc() -> dict[str, Any]:
-    return collection(f"{ROOT}/Chassis", "ChassisCollection", "Chassis", [CHASSIS])
+def chassis_collection_doc(extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    members = [CHASSIS, *(f"{CHASSIS_ROOT}/{i}" for i in extra)]
+    return collection(CHASSIS_ROOT, "ChassisCollection", "Chassis", members)
+
+
+def reset_chassis_doc(
+    chassis_id: str, node_id: str, reset_types: tuple[str, ...]
+) -> dict[str, Any]:
+    """A dialect's chassis that takes ``Chassis.Reset`` (the GB200 tray's BMC_0)."""
+    path = f"{CHASSIS_ROOT}/{chassis_id}"
+    return {
+        "@odata.id": path,
+        "@odata.type": "#Chassis.v1_25_0.Chassis",
+        "Id": chassis_id,
+        "Name": f"{node_id} {chassis_id}",
+        "ChassisType": "Module",
+        "Status": status(),
+        "Actions": {
+            "#Chassis.Reset": {
+                "target": f"{path}/Actions/Chassis.Reset",
+                "ResetType@Redfish.AllowableValues": list(reset_types),
+            }
+        },
+    }
 
 
 def managers_doc() -> dict[str, Any]:
