@@ -5,6 +5,7 @@ BMC takes, and still passes DMTF's service validator."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,7 +16,13 @@ import aiohttp
 import pytest
 
 from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
+from lockstep_redfish.errors import NotVerified
+from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.preflight import UpdateRequest
 from lockstep_redfish.probe import probe
+from lockstep_redfish.profile import profile_named
+from lockstep_redfish.tasks import TaskPolicy
+from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
 from lockstep_sim.dialects import COMMIT_IMAGE
 from lockstep_sim.options import (
     DEFAULT_PASSWORD,
@@ -243,3 +250,38 @@ async def test_the_lockstep_dialect_still_activates_in_the_push_task(make_sim: F
         assert (await _get(sim, f"{FW}/HGX_FW_GPU_0"))["Version"] == NEW_GPU_VERSION
         async with http.get(sim.bmc_url(NODE) + "/redfish/v1/Chassis/BMC_0") as r:
             assert r.status == 404
+
+
+FAST = UpdatePolicy(
+    tasks=TaskPolicy(deadline_s=10, poll_s=0.01, min_poll_s=0.005, max_poll_s=0.02),
+    settle_s=1.0,
+    reachable_s=5.0,
+    read_poll_s=0.01,
+)
+
+
+async def test_the_redfish_library_flashes_the_gb200_dialect_as_its_profile_says(
+    make_sim: Factory,
+) -> None:
+    """lockstep_redfish and the simulator agree on GB200: push Immediate, the task completes,
+    the read-back is not verified until the profile's activation reset (the tray's power
+    cycle, found and checked against the chassis' allowed ResetTypes by ``reset``), then is."""
+    sim = await make_sim("nvidia-gb200-nvl")
+    profile = profile_named("nvidia-gb200-nvl")
+    data = package_for(GB200_GPU, NEW_GPU_VERSION)
+    image = FirmwareImage(data, hashlib.sha384(data).hexdigest(), "gpu.fwpkg")
+    request = UpdateRequest((f"{FW}/HGX_FW_GPU_0",), NEW_GPU_VERSION, profile.push.apply_times[0])
+    client = RedfishClient(Credentials(), RetryPolicy(timeout_s=5))
+    async with client.session(BmcTarget(NODE, sim.bmc_url(NODE), allow_plain_http=True)) as bmc:
+        update = FirmwareUpdate(bmc, FAST)
+        plan = await update.preflight(image, request)
+        task = await update.wait(await update.push(image, request, plan))
+        assert task.state == "Completed"
+        with pytest.raises(NotVerified):
+            await update.verify(request, plan.before, within_s=0.05)
+        activation = profile.activation
+        assert activation.resource == "/redfish/v1/Chassis/BMC_0"
+        assert activation.reset_type is not None
+        assert await update.reset(activation.resource, activation.reset_type) is None  # 204
+        after = await update.verify(request, plan.before, within_s=1.0)
+    assert after == {f"{FW}/HGX_FW_GPU_0": NEW_GPU_VERSION}
