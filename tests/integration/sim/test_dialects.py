@@ -30,6 +30,7 @@ from lockstep_sim.options import (
     OPERATOR_USERNAME,
     SimOptions,
 )
+from lockstep_sim.profiles import HGX_H100
 from lockstep_sim.simulator import Simulator
 from tests.reference import REFERENCE
 
@@ -285,3 +286,84 @@ async def test_the_redfish_library_flashes_the_gb200_dialect_as_its_profile_says
         assert await update.reset(activation.resource, activation.reset_type) is None  # 204
         after = await update.verify(request, plan.before, within_s=1.0)
     assert after == {f"{FW}/HGX_FW_GPU_0": NEW_GPU_VERSION}
+
+
+SMC_CAPTURE = REFERENCE / "redfish-mockups" / "supermicro_hgx" / "redfish" / "v1"
+
+
+async def test_the_supermicro_dialect_names_members_and_its_manager_as_the_capture_does(
+    make_sim: Factory,
+) -> None:
+    sim = await make_sim("supermicro-x13", "hgx-h100")
+    ours = {m["@odata.id"].rsplit("/", 1)[1] for m in (await _get(sim, FW))["Members"]}
+    theirs = {p.name for p in (SMC_CAPTURE / "UpdateService" / "FirmwareInventory").iterdir()}
+    host = {m for m in ours if not m.startswith("HGX_")}  # the HMC's keep NVIDIA's names
+    assert {"BMC", "BIOS", "Backup_BMC", "Backup_BIOS", "PowerSupply1"} <= host
+    assert host <= theirs, host - theirs
+    bmc_member = await _get(sim, f"{FW}/BMC")
+    assert bmc_member["RelatedItem"] == [{"@odata.id": "/redfish/v1/Managers/1"}]
+    managers = await _get(sim, "/redfish/v1/Managers")
+    assert managers["Members"] == [{"@odata.id": "/redfish/v1/Managers/1"}]
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        bmc0 = "/redfish/v1/Managers/BMC_0/Actions/Manager.Reset"
+        async with http.post(sim.bmc_url(NODE) + bmc0, json={"ResetType": "ForceRestart"}) as r:
+            assert r.status == 404  # no invented manager beside the captured one
+
+
+async def test_a_supermicro_bmc_flash_targets_managers_1_runs_after_its_reset_and_keeps_a_backup(
+    make_sim: Factory,
+) -> None:
+    """As the profile says: Targets name the RelatedItem (Managers/1) with the Oem.Supermicro
+    preserve flags; the new BMC image runs after Manager.Reset of Managers/1 (the library's
+    ``reset``, checked against its allowed ResetTypes); Backup_BMC then holds the image it
+    ran before, the inactive member the profile's bank kind reads."""
+    sim = await make_sim("supermicro-x13", "hgx-h100")
+    profile = profile_named("supermicro-x13")
+    host_bmc = next(c for c in HGX_H100 if c.kind == "host_bmc")
+    old = host_bmc.version
+    params = {"Targets": ["/redfish/v1/Managers/1"], **profile.push.parameters}
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        url = sim.bmc_url(NODE)
+        form = _form(package_for(host_bmc, "99.99.99"), json.dumps(params))
+        push = (await _get(sim, "/redfish/v1/UpdateService"))["MultipartHttpPushUri"]
+        assert push == "/redfish/v1/UpdateService/upload"  # as captured
+        async with http.post(url + PUSH, data=_form(b"x")) as r:
+            assert r.status == 404  # the simulator's own push URI is not this BMC's
+        async with http.post(url + push, data=form) as r:
+            assert r.status == 202, await r.text()
+            assert (await wait_task(http, url + r.headers["Location"]))["TaskState"] == "Completed"
+    assert (await _get(sim, f"{FW}/BMC"))["Version"] == old  # written, not running yet
+    assert (await _get(sim, f"{FW}/Backup_BMC"))["Version"] == "Not Present"  # being written
+    assert [e.get("targets") for e in sim.bmc(NODE).ledger if e["action"] == "upload"] == [
+        [f"{FW}/BMC"]
+    ]
+    request = UpdateRequest((f"{FW}/BMC",), "99.99.99")
+    client = RedfishClient(Credentials(), RetryPolicy(timeout_s=5))
+    async with client.session(BmcTarget(NODE, sim.bmc_url(NODE), allow_plain_http=True)) as bmc:
+        update = FirmwareUpdate(bmc, FAST)
+        activation = profile.activation
+        assert activation.resource == "/redfish/v1/Managers/1"
+        assert activation.reset_type == "ForceRestart"
+        await update.reset(activation.resource, activation.reset_type)
+        after = await update.verify(request, {f"{FW}/BMC": old}, within_s=2.0)
+    assert after == {f"{FW}/BMC": "99.99.99"}
+    assert (await _get(sim, f"{FW}/Backup_BMC"))["Version"] == old
+
+
+async def test_an_hgx_image_runs_after_the_host_systems_reset_not_the_bmcs(
+    make_sim: Factory,
+) -> None:
+    """The nvidia-hgx profile activates by ComputerSystem.Reset ForceRestart of the host."""
+    sim = await make_sim("nvidia-hgx", "hgx-h100")
+    gpu_cls = next(c for c in HGX_H100 if c.kind == "gpu")
+    member, url = f"{FW}/HGX_FW_GPU_SXM_1", sim.bmc_url(NODE)
+    params = json.dumps({"Targets": [member]})
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        async with http.post(url + PUSH, data=_form(package_for(gpu_cls, "99.1"), params)) as r:
+            assert r.status == 202, await r.text()
+            await wait_task(http, url + r.headers["Location"])
+        assert (await _get(sim, member))["Version"] == gpu_cls.version
+        system = "/redfish/v1/Systems/System_0/Actions/ComputerSystem.Reset"
+        async with http.post(url + system, json={"ResetType": "ForceRestart"}) as r:
+            assert r.status == 204
+    assert (await _get(sim, member))["Version"] == "99.1"

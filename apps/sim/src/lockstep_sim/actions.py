@@ -6,6 +6,7 @@ per mutating call.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -17,8 +18,9 @@ from aiohttp import web
 
 from lockstep_sim import accounts, inventory, sessions, systems, tasks
 from lockstep_sim.bmc import Bmc
-from lockstep_sim.dialects import COMMIT_IMAGE
+from lockstep_sim.dialects import COMMIT_IMAGE, target_member
 from lockstep_sim.errors import RedfishError, bad_request, not_found
+from lockstep_sim.odata import ROOT
 from lockstep_sim.resources import MAX_IMAGE_BYTES
 from lockstep_sim.update_service import (
     PUSH_URI,
@@ -137,8 +139,8 @@ async def multipart_push(
     request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``MultipartHttpPushUri``: parts ``UpdateParameters`` (JSON) and ``UpdateFile``."""
-    if not bmc.multipart_push:
-        raise not_found(PUSH_URI)
+    if not bmc.multipart_push or request.path != bmc.dialect.push_uri:
+        raise not_found(request.path)
     if not request.content_type.startswith("multipart/"):
         raise bad_request(
             "ActionParameterMissing",
@@ -204,7 +206,9 @@ def _start_update(
             "The image is too large.",
             ("UpdateFile", "MaxImageSizeBytes"),
         )
-    options = parse_options(params)
+    parsed = parse_options(params)
+    targets = tuple(target_member(t, bmc.dialect) for t in parsed.targets)
+    options = dataclasses.replace(parsed, targets=targets)
     if options.apply_time not in bmc.dialect.apply_times:
         raise bad_request(
             "ActionParameterValueError",
@@ -322,8 +326,10 @@ async def reset(
             str(reset_type),
             "ResetType",
         )
+    manager = "/Managers/" in m.string
+    if manager and m["id"] != bmc.dialect.manager_id:
+        raise not_found(m.string)
     note["reset_type"] = reset_type
-    manager = m.string.startswith(systems.MANAGER)
     note["activated"] = bmc.reset("manager" if manager else "system")
     if manager:  # the BMC itself reboots: answer, then go dark
         bmc.go_offline(BMC_REBOOT_MINUTES * bmc.time_scale)
@@ -370,7 +376,7 @@ async def delete_task(
 MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(sessions.SESSIONS), {"POST": create_session}),
     (re.compile(f"{sessions.SESSIONS}/(?P<id>[^/]+)"), {"DELETE": delete_session}),
-    (re.compile(PUSH_URI), {"POST": multipart_push}),
+    (re.compile(f"{PUSH_URI}|{UPDATE}/upload"), {"POST": multipart_push}),
     (re.compile(accounts.ACCOUNTS), {"POST": create_account}),
     (re.compile(f"{accounts.ACCOUNTS}/(?P<id>[^/]+)"), {"DELETE": delete_account}),
     (re.compile(f"{UPDATE}/Actions/UpdateService.SimpleUpdate"), {"POST": simple_update}),
@@ -388,7 +394,7 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     ),
     (re.compile(COMMIT_IMAGE), {"POST": commit_image}),
     (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),
-    (re.compile(f"{systems.MANAGER}/Actions/Manager.Reset"), {"POST": reset}),
+    (re.compile(f"{ROOT}/Managers/(?P<id>[^/]+)/Actions/Manager.Reset"), {"POST": reset}),
     (
         re.compile(f"{systems.CHASSIS_ROOT}/(?P<id>[^/]+)/Actions/Chassis.Reset"),
         {"POST": chassis_reset},

@@ -17,9 +17,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep_sim.fleet import FirmwareComponent, Node
+
 UPDATE = "/redfish/v1/UpdateService"
 COMMIT_IMAGE = f"{UPDATE}/Actions/Oem/NvidiaUpdateService.CommitImage"
 SMC_INSTALL = f"{UPDATE}/Actions/Oem/SmcUpdateService.Install"
+MANAGERS = "/redfish/v1/Managers"
+# The Supermicro capture's member ids (tests/data/reference/redfish-mockups/supermicro_hgx
+# FirmwareInventory) for the simulator's host-side members of either hardware profile; the
+# HMC's HGX_FW_* members keep their names there.
+SMC_MEMBER_IDS = {
+    "FW_BMC_0": "BMC",
+    "HostBMC_0": "BMC",
+    "UEFI": "BIOS",
+    "HostBIOS_0": "BIOS",
+    "FW_CPLD_0": "CPLD_Motherboard",
+    "CPLDMB_0": "CPLD_Motherboard",
+    "CPLDMID_0": "CPLD_Backplane_1",
+    **{f"PSU_{i}": f"PowerSupply{i + 1}" for i in range(8)},
+    **{f"NIC_{i}": f"NIC{i + 3}" for i in range(2)},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +64,16 @@ class Dialect:
     # GB200 NVL "background copy" (nvfwupd guide, v2.0.6): once a new image runs, the BMC
     # copies it to the other bank, so both banks hold it.
     background_copy: bool = False
+    push_uri: str = f"{UPDATE}/update-multipart"  # MultipartHttpPushUri
+    manager_id: str = "BMC_0"  # the BMC's own Manager (Supermicro: 1)
+    # Member ids as the real BMC names them: the simulator's id -> the captured one.
+    member_ids: dict[str, str] = field(default_factory=dict)
+    # RelatedItem a member points at, which UpdateParameters.Targets may also name (Supermicro's
+    # update script targets /redfish/v1/Managers/1, the BMC member's RelatedItem).
+    related: dict[str, str] = field(default_factory=dict)
+    # Members that show another member's inactive bank (Supermicro Backup_BMC, Backup_BIOS):
+    # member id -> (its backup member id, Name); Version "Not Present" while the bank is empty.
+    backups: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -83,6 +110,7 @@ DIALECTS: dict[str, Dialect] = {
             commit_image=True,
             oem_actions={"#NvidiaUpdateService.CommitImage": COMMIT_IMAGE},
             extra_managers=("HGX_BMC_0",),
+            activation_reset="system",  # the profile: ComputerSystem.Reset ForceRestart
         ),
         Dialect(
             "supermicro-x13",
@@ -92,6 +120,12 @@ DIALECTS: dict[str, Dialect] = {
             activate=False,
             switch_bank=False,
             oem_actions={"#SmcUpdateService.Install": SMC_INSTALL},
+            activation_reset="manager",  # DSP0268 Manager.Reset of Managers/1 runs the new BMC
+            push_uri=f"{UPDATE}/upload",  # the capture's MultipartHttpPushUri
+            manager_id="1",
+            member_ids=SMC_MEMBER_IDS,
+            related={"BMC": f"{MANAGERS}/1"},
+            backups={"BMC": ("Backup_BMC", "BMC Backup"), "BIOS": ("Backup_BIOS", "BIOS Backup")},
         ),
     )
 }
@@ -108,6 +142,8 @@ def dialect_named(name: str) -> Dialect:
 def shape_update_service(doc: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """The simulator's UpdateService document as ``dialect`` says it."""
     out = {**doc, "Actions": dict(doc.get("Actions", {}))}
+    if "MultipartHttpPushUri" in out:
+        out["MultipartHttpPushUri"] = dialect.push_uri
     support = {"SupportedValues": list(dialect.apply_times)}
     for key in ("MultipartHttpPushUri@Redfish.OperationApplyTimeSupport",):
         if key in out:
@@ -132,3 +168,21 @@ def shape_update_service(doc: dict[str, Any], dialect: Dialect) -> dict[str, Any
     if dialect.update_oem:
         out["Oem"] = dialect.update_oem
     return out
+
+
+def rename_members(node: Node, dialect: Dialect) -> None:
+    """The node's FirmwareInventory members under the ids ``dialect``'s BMC gives them."""
+    renamed: dict[str, FirmwareComponent] = {}
+    for member_id, component in node.components.items():
+        component.id = dialect.member_ids.get(member_id, member_id)
+        renamed[component.id] = component
+    node.components = renamed
+
+
+def target_member(uri: str, dialect: Dialect) -> str:
+    """An UpdateParameters target as a FirmwareInventory URI: a RelatedItem the dialect's BMC
+    takes as a target (Supermicro's Managers/1) names the member it relates to."""
+    for member_id, related in dialect.related.items():
+        if uri.rstrip("/") == related:
+            return f"{UPDATE}/FirmwareInventory/{member_id}"
+    return uri

@@ -44,8 +44,10 @@ def reset_chassis_doc(
     }
 
 
-def managers_doc() -> dict[str, Any]:
-    return collection(f"{ROOT}/Managers", "ManagerCollection", "Managers", [MANAGER])
+def managers_doc(manager_id: str = "BMC_0") -> dict[str, Any]:
+    return collection(
+        f"{ROOT}/Managers", "ManagerCollection", "Managers", [f"{ROOT}/Managers/{manager_id}"]
+    )
 
 
 def system_doc(node_id: str, uuid: str, power: str, asset_tag: str) -> dict[str, Any]:
@@ -85,11 +87,12 @@ def chassis_doc(node_id: str, rack: str) -> dict[str, Any]:
     }
 
 
-def manager_doc(uuid: str, firmware: str, now: str) -> dict[str, Any]:
+def manager_doc(uuid: str, firmware: str, now: str, manager_id: str = "BMC_0") -> dict[str, Any]:
+    path = f"{ROOT}/Managers/{manager_id}"
     return {
-        "@odata.id": MANAGER,
+        "@odata.id": path,
         "@odata.type": "#Manager.v1_19_0.Manager",
-        "Id": "BMC_0",
+        "Id": manager_id,
         "Name": "OpenBmc Manager",
         "ManagerType": "BMC",
         "UUID": uuid,
@@ -99,7 +102,7 @@ def manager_doc(uuid: str, firmware: str, now: str) -> dict[str, Any]:
         "Links": {"ManagerForServers": [ref(SYSTEM)], "ManagerForChassis": [ref(CHASSIS)]},
         "Actions": {
             "#Manager.Reset": {
-                "target": f"{MANAGER}/Actions/Manager.Reset",
+                "target": f"{path}/Actions/Manager.Reset",
                 "ResetType@Redfish.AllowableValues": ["GracefulRestart", "ForceRestart"],
             }
         },
