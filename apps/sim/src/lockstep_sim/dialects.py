@@ -10,6 +10,12 @@ push taking ``Immediate`` only, ``Oem.Nvidia.MultipartHttpPushUriOptions``, the 
 capture (``Oem.Supermicro`` root, ``#SmcUpdateService.Install``, no apply-time support
 advertised); ``dmtf-generic`` the standard alone. ``lockstep`` is the simulator's own shape
 (Stage/Activate, the OEM ``SwitchBank``), kept as the default while the updater's steps use it.
+
+Each also activates as its profile's ``[activation]`` says (``activation_reset``): a banked image
+pushed ``Immediate`` is written and runs only after that reset (GB200: the tray's
+``Chassis.Reset`` ``PowerCycle``, then background copy fills the other bank; HGX: the host's
+``ComputerSystem.Reset``; Supermicro: ``Manager.Reset`` of ``Managers/1``), and Supermicro's
+members carry the capture's ids with ``Backup_*`` members showing the other bank.
 """
 
 from __future__ import annotations
