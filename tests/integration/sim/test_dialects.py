@@ -22,8 +22,9 @@ from lockstep_redfish.preflight import UpdateRequest
 from lockstep_redfish.probe import probe
 from lockstep_redfish.profile import profile_named
 from lockstep_redfish.tasks import TaskPolicy
-from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
+from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy, policy_for
 from lockstep_sim.dialects import COMMIT_IMAGE
+from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.options import (
     DEFAULT_PASSWORD,
     DEFAULT_USERNAME,
@@ -54,7 +55,9 @@ class Credentials:
 async def make_sim() -> AsyncIterator[Factory]:
     sims: list[Simulator] = []
 
-    async def make(dialect: str, profile: str = "gb200") -> Simulator:
+    async def make(
+        dialect: str, profile: str = "gb200", faults: FaultPlan | None = None
+    ) -> Simulator:
         sim = Simulator(
             SimOptions(
                 1,
@@ -63,6 +66,7 @@ async def make_sim() -> AsyncIterator[Factory]:
                 host_base=f"127.78.{len(sims)}.1",
                 port=0,
                 time_scale=0.002,
+                faults=faults,
             )
         )
         await sim.start()
@@ -367,3 +371,51 @@ async def test_an_hgx_image_runs_after_the_host_systems_reset_not_the_bmcs(
         async with http.post(url + system, json={"ResetType": "ForceRestart"}) as r:
             assert r.status == 204
     assert (await _get(sim, member))["Version"] == "99.1"
+
+
+async def test_a_dmtf_generic_push_is_answered_once_written_with_no_task_and_the_library_agrees(
+    make_sim: Factory,
+) -> None:
+    """DSP0266: a synchronous 2xx means done. The dmtf-generic dialect answers its push 204 with
+    no Location once the image runs; lockstep_redfish's update takes that as a task-less
+    outcome and verifies by reading back within the profile's bound (taskless.wait_s)."""
+    sim = await make_sim("dmtf-generic")
+    url, member = sim.bmc_url(NODE), f"{FW}/HGX_FW_GPU_0"
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        form = _form(package_for(GB200_GPU, "97.00.9A.00.02"), json.dumps({"Targets": [member]}))
+        async with http.post(url + PUSH, data=form) as r:
+            assert (r.status, r.headers.get("Location")) == (204, None)
+        assert (await _get(sim, member))["Version"] == "97.00.9A.00.02"  # done when answered
+        assert (await _get(sim, "/redfish/v1/TaskService/Tasks"))["Members"] == []
+    profile = profile_named("dmtf-generic")
+    data = package_for(GB200_GPU, NEW_GPU_VERSION)
+    image = FirmwareImage(data, hashlib.sha384(data).hexdigest(), "gpu.fwpkg")
+    client = RedfishClient(Credentials(), RetryPolicy(timeout_s=5))
+    async with client.session(BmcTarget(NODE, url, allow_plain_http=True)) as bmc:
+        policy = policy_for(profile, FAST)
+        result = await FirmwareUpdate(bmc, policy).update(
+            image, UpdateRequest((member,), NEW_GPU_VERSION)
+        )
+    assert result.task is not None and result.task.taskless
+    assert result.after == {member: NEW_GPU_VERSION}
+    assert policy.tasks.taskless_s == profile.taskless.wait_s
+
+
+async def test_a_failed_task_less_push_is_answered_with_an_error_and_changes_nothing(
+    make_sim: Factory,
+) -> None:
+    failed = Fault("failed_flash", nodes=(NODE,), components=("HGX_FW_GPU_0",))
+    sim = await make_sim("dmtf-generic", faults=FaultPlan((failed,)))
+    url, member = sim.bmc_url(NODE), f"{FW}/HGX_FW_GPU_0"
+    before = (await _get(sim, member))["Version"]
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        form = _form(package_for(GB200_GPU, NEW_GPU_VERSION), json.dumps({"Targets": [member]}))
+        async with http.post(url + PUSH, data=form) as r:
+            assert r.status == 500
+            assert (
+                "ApplyFailed" in (await r.json())["error"]["@Message.ExtendedInfo"][0]["MessageId"]
+            )
+    assert (await _get(sim, member))["Version"] == before
+    assert [
+        e.get("task_state") for e in sim.bmc(NODE).ledger if e["action"] == "update-multipart"
+    ] == ["Exception"]

@@ -6,6 +6,7 @@ per mutating call.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -168,7 +169,7 @@ async def multipart_push(
             "UpdateFile",
             "MultipartHttpPushUri",
         )
-    return _start_update(bmc, image, params if isinstance(params, dict) else {}, note)
+    return await _start_update(bmc, image, params if isinstance(params, dict) else {}, note)
 
 
 async def simple_update(
@@ -193,10 +194,10 @@ async def simple_update(
         raise bad_request(
             "ActionParameterValueError", f"Could not fetch ImageURI: {exc}", uri, "ImageURI"
         ) from None
-    return _start_update(bmc, image, body, note)
+    return await _start_update(bmc, image, body, note)
 
 
-def _start_update(
+async def _start_update(
     bmc: Bmc, image: bytes, params: dict[str, Any], note: dict[str, Any]
 ) -> web.Response:
     if len(image) > MAX_IMAGE_BYTES:
@@ -222,7 +223,17 @@ def _start_update(
     note.update(targets=list(options.targets), stage=options.stage, bytes=len(image), sha384=sha384)
     plan = plan_update(bmc.node, image, options)
     note["plan"] = plan
-    return task_accepted(bmc, bmc.start_update(plan, options))
+    task = bmc.start_update(plan, options)
+    if not bmc.dialect.taskless:
+        return task_accepted(bmc, task)
+    # Synchronous: answered once the job ended, with no Task left to read (dialects.Dialect).
+    if task.runner is not None:
+        await asyncio.shield(task.runner)
+    del bmc.tasks[task.id]
+    note["task_state"] = task.state
+    if task.state != "Completed":
+        raise RedfishError(500, "ApplyFailed", "The update failed.", ("UpdateFile", bmc.node.id))
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
 
 
 def _staged(bmc: Bmc, members: list[str]) -> list[str]:

@@ -70,6 +70,9 @@ class Dialect:
     # GB200 NVL "background copy" (nvfwupd guide, v2.0.6): once a new image runs, the BMC
     # copies it to the other bank, so both banks hold it.
     background_copy: bool = False
+    # The push is answered only once the write is done, 204 with no Task (DSP0266: a
+    # synchronous 2xx means the operation completed; the dmtf-generic profile's taskless "done").
+    taskless: bool = False
     push_uri: str = f"{UPDATE}/update-multipart"  # MultipartHttpPushUri
     manager_id: str = "BMC_0"  # the BMC's own Manager (Supermicro: 1)
     # Member ids as the real BMC names them: the simulator's id -> the captured one.
@@ -86,7 +89,7 @@ DIALECTS: dict[str, Dialect] = {
     d.name: d
     for d in (
         Dialect("lockstep"),
-        Dialect("dmtf-generic", switch_bank=False),
+        Dialect("dmtf-generic", switch_bank=False, taskless=True),
         Dialect(
             "nvidia-gb200-nvl",
             root={"Vendor": "NVIDIA", "Product": "GB200 NVL"},
