@@ -354,10 +354,12 @@ async def test_a_supermicro_bmc_flash_targets_managers_1_runs_after_its_reset_an
     assert (await _get(sim, f"{FW}/Backup_BMC"))["Version"] == old
 
 
-async def test_an_hgx_image_runs_after_the_host_systems_reset_not_the_bmcs(
+async def test_an_hgx_image_runs_after_the_host_systems_reset_answered_with_a_task(
     make_sim: Factory,
 ) -> None:
-    """The nvidia-hgx profile activates by ComputerSystem.Reset ForceRestart of the host."""
+    """The nvidia-hgx profile activates by ComputerSystem.Reset ForceRestart of the host; the
+    captured AMI BMC answers a reset with a Task ("Computer Reset", TaskCompletedOK), which
+    lockstep_redfish's ``reset`` returns and ``wait`` follows."""
     sim = await make_sim("nvidia-hgx", "hgx-h100")
     gpu_cls = next(c for c in HGX_H100 if c.kind == "gpu")
     member, url = f"{FW}/HGX_FW_GPU_SXM_1", sim.bmc_url(NODE)
@@ -367,9 +369,15 @@ async def test_an_hgx_image_runs_after_the_host_systems_reset_not_the_bmcs(
             assert r.status == 202, await r.text()
             await wait_task(http, url + r.headers["Location"])
         assert (await _get(sim, member))["Version"] == gpu_cls.version
-        system = "/redfish/v1/Systems/System_0/Actions/ComputerSystem.Reset"
-        async with http.post(url + system, json={"ResetType": "ForceRestart"}) as r:
-            assert r.status == 204
+    profile = profile_named("nvidia-hgx")
+    client = RedfishClient(Credentials(), RetryPolicy(timeout_s=5))
+    async with client.session(BmcTarget(NODE, url, allow_plain_http=True)) as bmc:
+        update = FirmwareUpdate(bmc, FAST)
+        assert profile.activation.reset_type == "ForceRestart"
+        ref = await update.reset("/redfish/v1/Systems/System_0", "ForceRestart")
+        assert ref is not None  # answered with a Task, as the HGX capture's resets are
+        outcome = await update.wait(ref)
+    assert outcome.state == "Completed"
     assert (await _get(sim, member))["Version"] == "99.1"
 
 

@@ -346,6 +346,21 @@ async def reset(
         bmc.go_offline(BMC_REBOOT_MINUTES * bmc.time_scale)
         return web.Response(status=204, headers={"OData-Version": "4.0"})
     bmc.power = "Off" if reset_type in {"ForceOff", "GracefulShutdown"} else "On"
+    if bmc.dialect.reset_task:
+        task = bmc.new_task("Computer Reset")
+        task.messages.append(
+            {
+                "@odata.type": "#Message.v1_1_2.Message",
+                "MessageId": "TaskEvent.1.0.TaskCompletedOK",
+                "Message": f"The task with id {task.id} has completed.",
+                "MessageArgs": [task.id],
+                "MessageSeverity": "OK",
+                "Resolution": "None.",
+            }
+        )
+        task.finish("Completed")
+        note["task"] = task.id
+        return task_accepted(bmc, task)
     return web.Response(status=204, headers={"OData-Version": "4.0"})
 
 

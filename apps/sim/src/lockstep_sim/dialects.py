@@ -73,6 +73,9 @@ class Dialect:
     # The push is answered only once the write is done, 204 with no Task (DSP0266: a
     # synchronous 2xx means the operation completed; the dmtf-generic profile's taskless "done").
     taskless: bool = False
+    # ComputerSystem.Reset answered 202 with a Task "Computer Reset" that ends Completed with
+    # TaskEvent.1.0.TaskCompletedOK, as the HGX capture's TaskService/Tasks/1..9 show.
+    reset_task: bool = False
     push_uri: str = f"{UPDATE}/update-multipart"  # MultipartHttpPushUri
     manager_id: str = "BMC_0"  # the BMC's own Manager (Supermicro: 1)
     # Member ids as the real BMC names them: the simulator's id -> the captured one.
@@ -120,6 +123,7 @@ DIALECTS: dict[str, Dialect] = {
             oem_actions={"#NvidiaUpdateService.CommitImage": COMMIT_IMAGE},
             extra_managers=("HGX_BMC_0",),
             activation_reset="system",  # the profile: ComputerSystem.Reset ForceRestart
+            reset_task=True,
         ),
         Dialect(
             "supermicro-x13",
