@@ -308,6 +308,8 @@ async def test_the_supermicro_dialect_names_members_and_its_manager_as_the_captu
     assert bmc_member["RelatedItem"] == [{"@odata.id": "/redfish/v1/Managers/1"}]
     managers = await _get(sim, "/redfish/v1/Managers")
     assert managers["Members"] == [{"@odata.id": "/redfish/v1/Managers/1"}]
+    system = await _get(sim, "/redfish/v1/Systems/System_0")
+    assert system["Links"]["ManagedBy"] == managers["Members"]
     async with aiohttp.ClientSession(headers=AUTH) as http:
         bmc0 = "/redfish/v1/Managers/BMC_0/Actions/Manager.Reset"
         async with http.post(sim.bmc_url(NODE) + bmc0, json={"ResetType": "ForceRestart"}) as r:

@@ -123,6 +123,12 @@ def _extra_manager(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
     return {**doc, "@odata.id": f"{ROOT}/Managers/{m['id']}", "Id": m["id"]}
 
 
+def _system(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
+    doc = systems.system_doc(bmc.node.id, bmc.uuid, bmc.power, bmc.asset_tag)
+    manager = {"@odata.id": f"{ROOT}/Managers/{bmc.dialect.manager_id}"}
+    return {**doc, "Links": {**doc["Links"], "ManagedBy": [manager]}}
+
+
 def _extra_chassis(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
     if m["id"] not in bmc.dialect.extra_chassis:
         raise not_found(m.string)
@@ -147,10 +153,7 @@ _TABLE: list[tuple[str, Getter]] = [
     (accounts.ROLES, lambda _b, _m: accounts.roles_doc()),
     (f"{accounts.ROLES}/(?P<id>[^/]+)", _role),
     (f"{ROOT}/Systems", lambda _b, _m: systems.systems_doc()),
-    (
-        systems.SYSTEM,
-        lambda b, _m: systems.system_doc(b.node.id, b.uuid, b.power, b.asset_tag),
-    ),
+    (systems.SYSTEM, _system),
     (f"{ROOT}/Chassis", lambda b, _m: systems.chassis_collection_doc(b.dialect.extra_chassis)),
     (systems.CHASSIS, lambda b, _m: systems.chassis_doc(b.node.id, b.node.rack)),
     (
