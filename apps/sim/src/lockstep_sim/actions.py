@@ -6,6 +6,8 @@ per mutating call.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import json
 import re
@@ -17,8 +19,9 @@ from aiohttp import web
 
 from lockstep_sim import accounts, inventory, sessions, systems, tasks
 from lockstep_sim.bmc import Bmc
-from lockstep_sim.dialects import COMMIT_IMAGE
+from lockstep_sim.dialects import COMMIT_IMAGE, target_member
 from lockstep_sim.errors import RedfishError, bad_request, not_found
+from lockstep_sim.odata import ROOT
 from lockstep_sim.resources import MAX_IMAGE_BYTES
 from lockstep_sim.update_service import (
     PUSH_URI,
@@ -137,8 +140,8 @@ async def multipart_push(
     request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
     """``MultipartHttpPushUri``: parts ``UpdateParameters`` (JSON) and ``UpdateFile``."""
-    if not bmc.multipart_push:
-        raise not_found(PUSH_URI)
+    if not bmc.multipart_push or request.path != bmc.dialect.push_uri:
+        raise not_found(request.path)
     if not request.content_type.startswith("multipart/"):
         raise bad_request(
             "ActionParameterMissing",
@@ -166,7 +169,7 @@ async def multipart_push(
             "UpdateFile",
             "MultipartHttpPushUri",
         )
-    return _start_update(bmc, image, params if isinstance(params, dict) else {}, note)
+    return await _start_update(bmc, image, params if isinstance(params, dict) else {}, note)
 
 
 async def simple_update(
@@ -191,10 +194,10 @@ async def simple_update(
         raise bad_request(
             "ActionParameterValueError", f"Could not fetch ImageURI: {exc}", uri, "ImageURI"
         ) from None
-    return _start_update(bmc, image, body, note)
+    return await _start_update(bmc, image, body, note)
 
 
-def _start_update(
+async def _start_update(
     bmc: Bmc, image: bytes, params: dict[str, Any], note: dict[str, Any]
 ) -> web.Response:
     if len(image) > MAX_IMAGE_BYTES:
@@ -204,7 +207,9 @@ def _start_update(
             "The image is too large.",
             ("UpdateFile", "MaxImageSizeBytes"),
         )
-    options = parse_options(params)
+    parsed = parse_options(params)
+    targets = tuple(target_member(t, bmc.dialect) for t in parsed.targets)
+    options = dataclasses.replace(parsed, targets=targets)
     if options.apply_time not in bmc.dialect.apply_times:
         raise bad_request(
             "ActionParameterValueError",
@@ -218,7 +223,17 @@ def _start_update(
     note.update(targets=list(options.targets), stage=options.stage, bytes=len(image), sha384=sha384)
     plan = plan_update(bmc.node, image, options)
     note["plan"] = plan
-    return task_accepted(bmc, bmc.start_update(plan, options))
+    task = bmc.start_update(plan, options)
+    if not bmc.dialect.taskless:
+        return task_accepted(bmc, task)
+    # Synchronous: answered once the job ended, with no Task left to read (dialects.Dialect).
+    if task.runner is not None:
+        await asyncio.shield(task.runner)
+    del bmc.tasks[task.id]
+    note["task_state"] = task.state
+    if task.state != "Completed":
+        raise RedfishError(500, "ApplyFailed", "The update failed.", ("UpdateFile", bmc.node.id))
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
 
 
 def _staged(bmc: Bmc, members: list[str]) -> list[str]:
@@ -322,12 +337,51 @@ async def reset(
             str(reset_type),
             "ResetType",
         )
+    manager = "/Managers/" in m.string
+    if manager and m["id"] != bmc.dialect.manager_id:
+        raise not_found(m.string)
     note["reset_type"] = reset_type
-    note["activated"] = bmc.reset()
-    if m.string.startswith(systems.MANAGER):  # the BMC itself reboots: answer, then go dark
+    note["activated"] = bmc.reset("manager" if manager else "system")
+    if manager:  # the BMC itself reboots: answer, then go dark
         bmc.go_offline(BMC_REBOOT_MINUTES * bmc.time_scale)
         return web.Response(status=204, headers={"OData-Version": "4.0"})
     bmc.power = "Off" if reset_type in {"ForceOff", "GracefulShutdown"} else "On"
+    if bmc.dialect.reset_task:
+        task = bmc.new_task("Computer Reset")
+        task.messages.append(
+            {
+                "@odata.type": "#Message.v1_1_2.Message",
+                "MessageId": "TaskEvent.1.0.TaskCompletedOK",
+                "Message": f"The task with id {task.id} has completed.",
+                "MessageArgs": [task.id],
+                "MessageSeverity": "OK",
+                "Resolution": "None.",
+            }
+        )
+        task.finish("Completed")
+        note["task"] = task.id
+        return task_accepted(bmc, task)
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
+
+
+async def chassis_reset(
+    request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``Chassis.Reset`` of a dialect's chassis (Chassis v1_25_0): on GB200 NVL the tray's
+    power cycle, after which the images the updates wrote run (nvfwupd's RF_PWR_CYCLE)."""
+    if m["id"] not in bmc.dialect.extra_chassis:
+        raise not_found(m.string)
+    reset_type = (await read_json(request)).get("ResetType")
+    if reset_type not in bmc.dialect.chassis_reset_types:
+        raise bad_request(
+            "ActionParameterValueError",
+            f"Unsupported ResetType {reset_type!r}.",
+            str(reset_type),
+            "ResetType",
+        )
+    note.update(reset_type=reset_type, chassis=m["id"])
+    note["activated"] = bmc.reset("chassis")
+    bmc.power = "On"
     return web.Response(status=204, headers={"OData-Version": "4.0"})
 
 
@@ -348,7 +402,7 @@ async def delete_task(
 MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(sessions.SESSIONS), {"POST": create_session}),
     (re.compile(f"{sessions.SESSIONS}/(?P<id>[^/]+)"), {"DELETE": delete_session}),
-    (re.compile(PUSH_URI), {"POST": multipart_push}),
+    (re.compile(f"{PUSH_URI}|{UPDATE}/upload"), {"POST": multipart_push}),
     (re.compile(accounts.ACCOUNTS), {"POST": create_account}),
     (re.compile(f"{accounts.ACCOUNTS}/(?P<id>[^/]+)"), {"DELETE": delete_account}),
     (re.compile(f"{UPDATE}/Actions/UpdateService.SimpleUpdate"), {"POST": simple_update}),
@@ -366,7 +420,11 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     ),
     (re.compile(COMMIT_IMAGE), {"POST": commit_image}),
     (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),
-    (re.compile(f"{systems.MANAGER}/Actions/Manager.Reset"), {"POST": reset}),
+    (re.compile(f"{ROOT}/Managers/(?P<id>[^/]+)/Actions/Manager.Reset"), {"POST": reset}),
+    (
+        re.compile(f"{systems.CHASSIS_ROOT}/(?P<id>[^/]+)/Actions/Chassis.Reset"),
+        {"POST": chassis_reset},
+    ),
     (re.compile(f"{tasks.TASKS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),
     (re.compile(f"{tasks.MONITORS}/(?P<id>[^/]+)"), {"DELETE": delete_task}),
 ]

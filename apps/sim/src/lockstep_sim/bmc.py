@@ -129,11 +129,21 @@ class Bmc:
     def offline(self) -> bool:
         return asyncio.get_running_loop().time() < self.offline_until
 
-    def reset(self) -> list[str]:
-        """A system or BMC reset activates images pushed with ``OnReset`` apply time."""
+    def reset(self, kind: str) -> list[str]:
+        """A reset of ``kind`` ("system", "manager", "chassis") activates the images waiting
+        for one: any reset on the simulator's own dialect, only the dialect's activation reset
+        on a dialect that names one (a GB200 tray runs its new images after a power cycle of
+        the tray, not after a host restart). With background copy the other bank then holds
+        the new image too."""
+        wanted = self.dialect.activation_reset
+        if wanted and kind != wanted:
+            return []
         activated = [m for m in self.pending_reset if self.node.components[m].staged]
         for member_id in activated:
             jobs.flip(self, member_id)
+            if self.dialect.background_copy:
+                component = self.node.components[member_id]
+                component.inactive_version = component.version
         self.pending_reset.clear()
         return activated
 

@@ -75,7 +75,9 @@ async def update(bmc: Bmc, task: Task, plan: dict[str, str], options: UpdateOpti
 
 
 async def _update(bmc: Bmc, task: Task, plan: dict[str, str], options: UpdateOptions) -> None:
-    activate = not options.stage and options.apply_time == "Immediate"
+    # A dialect whose BMC runs a new image only after a reset writes it now and waits for it.
+    at_reset = options.apply_time == "OnReset" or bool(bmc.dialect.activation_reset)
+    activate = not options.stage and not at_reset
     for member_id in plan:
         task.messages.append(message("TargetDetermined", f"{member_id} selected.", (member_id,)))
     span = 100 // max(len(plan), 1)
@@ -99,7 +101,7 @@ async def _update(bmc: Bmc, task: Task, plan: dict[str, str], options: UpdateOpt
         if activate:
             await _activation(bmc, task, member_id, n * span + span // 2, (n + 1) * span)
         else:
-            if options.apply_time == "OnReset" and not options.stage:
+            if at_reset and not options.stage:
                 bmc.pending_reset.append(member_id)
             text = f"Awaiting activation of {member_id}."
             task.messages.append(message("AwaitToActivate", text, (member_id,)))

@@ -46,16 +46,56 @@ def _task(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
 
 
 def _member(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    backup = _backup(bmc, m["id"])
+    if backup is not None:
+        return backup
     component = bmc.node.components.get(m["id"])
     if component is None:
         raise not_found(m.string)
     doc = inventory.member_doc(component)
+    related = bmc.dialect.related.get(component.id)
+    if related is not None:  # as the captured BMC says it (Supermicro's BMC: Managers/1)
+        doc.update({"RelatedItem": [{"@odata.id": related}], "RelatedItem@odata.count": 1})
     if not bmc.dialect.switch_bank:  # only the simulator's own dialect has the OEM SwitchBank
         doc["Actions"].pop("Oem", None)
         doc.pop("Oem", None)
     if not bmc.dialect.activate:
         doc["Actions"].pop("#SoftwareInventory.Activate", None)
     return doc
+
+
+def _backup(bmc: Bmc, member_id: str) -> dict[str, Any] | None:
+    """A dialect's backup member: the other bank of its primary (Supermicro Backup_BMC)."""
+    for primary, (backup_id, name) in bmc.dialect.backups.items():
+        component = bmc.node.components.get(primary)
+        if backup_id != member_id or component is None:
+            continue
+        doc = inventory.member_doc(component)
+        path = f"{inventory.FIRMWARE}/{backup_id}"
+        version = component.inactive_version if not component.staged else None
+        related = bmc.dialect.related.get(primary)
+        doc.update(
+            {
+                "@odata.id": path,
+                "Id": backup_id,
+                "Name": name,
+                "Version": version or "Not Present",
+                "Active": False,
+                "Staged": False,
+                "Actions": {},
+            }
+        )
+        doc.pop("Oem", None)
+        if related is not None:
+            doc.update({"RelatedItem": [{"@odata.id": related}], "RelatedItem@odata.count": 1})
+        return doc
+    return None
+
+
+def _firmware(bmc: Bmc) -> dict[str, Any]:
+    members = list(bmc.node.components)
+    backups = [b for p, (b, _n) in bmc.dialect.backups.items() if p in bmc.node.components]
+    return inventory.firmware_collection_doc(members + backups)
 
 
 def _pcie(bmc: Bmc, m: re.Match[str]) -> FirmwareComponent:
@@ -66,23 +106,38 @@ def _pcie(bmc: Bmc, m: re.Match[str]) -> FirmwareComponent:
 
 
 def _managers(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
-    doc = systems.managers_doc()
+    doc = systems.managers_doc(bmc.dialect.manager_id)
     extra = [{"@odata.id": f"{ROOT}/Managers/{i}"} for i in bmc.dialect.extra_managers]
     members = doc["Members"] + extra
     return {**doc, "Members": members, "Members@odata.count": len(members)}
 
 
 def _extra_manager(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
-    """A dialect's second manager (the HGX baseboard's HMC beside the host BMC)."""
+    """The BMC's manager under the dialect's id, or a dialect's second manager (the HGX
+    baseboard's HMC beside the host BMC)."""
+    if m["id"] == bmc.dialect.manager_id:
+        return _manager(bmc, m)
     if m["id"] not in bmc.dialect.extra_managers:
         raise not_found(m.string)
     doc = {k: v for k, v in _manager(bmc, m).items() if k != "Actions"}  # reset: the host BMC's
     return {**doc, "@odata.id": f"{ROOT}/Managers/{m['id']}", "Id": m["id"]}
 
 
+def _system(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
+    doc = systems.system_doc(bmc.node.id, bmc.uuid, bmc.power, bmc.asset_tag)
+    manager = {"@odata.id": f"{ROOT}/Managers/{bmc.dialect.manager_id}"}
+    return {**doc, "Links": {**doc["Links"], "ManagedBy": [manager]}}
+
+
+def _extra_chassis(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
+    if m["id"] not in bmc.dialect.extra_chassis:
+        raise not_found(m.string)
+    return systems.reset_chassis_doc(m["id"], bmc.node.id, bmc.dialect.chassis_reset_types)
+
+
 def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
     bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
-    return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso())
+    return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso(), bmc.dialect.manager_id)
 
 
 _TABLE: list[tuple[str, Getter]] = [
@@ -98,11 +153,8 @@ _TABLE: list[tuple[str, Getter]] = [
     (accounts.ROLES, lambda _b, _m: accounts.roles_doc()),
     (f"{accounts.ROLES}/(?P<id>[^/]+)", _role),
     (f"{ROOT}/Systems", lambda _b, _m: systems.systems_doc()),
-    (
-        systems.SYSTEM,
-        lambda b, _m: systems.system_doc(b.node.id, b.uuid, b.power, b.asset_tag),
-    ),
-    (f"{ROOT}/Chassis", lambda _b, _m: systems.chassis_collection_doc()),
+    (systems.SYSTEM, _system),
+    (f"{ROOT}/Chassis", lambda b, _m: systems.chassis_collection_doc(b.dialect.extra_chassis)),
     (systems.CHASSIS, lambda b, _m: systems.chassis_doc(b.node.id, b.node.rack)),
     (
         pcie.PCIE,
@@ -120,8 +172,8 @@ _TABLE: list[tuple[str, Getter]] = [
         lambda b, m: pcie.function_doc(_pcie(b, m)),
     ),
     (f"{ROOT}/Managers", _managers),
-    (systems.MANAGER, _manager),
     (f"{ROOT}/Managers/(?P<id>[^/]+)", _extra_manager),
+    (f"{systems.CHASSIS_ROOT}/(?P<id>[^/]+)", _extra_chassis),
     (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),
     (tasks.TASKS, lambda b, _m: tasks.tasks_doc(list(b.tasks))),
     (f"{tasks.TASKS}/(?P<id>[^/]+)", _task),
@@ -131,10 +183,7 @@ _TABLE: list[tuple[str, Getter]] = [
             update_service_doc(MAX_IMAGE_BYTES, multipart=b.multipart_push), b.dialect
         ),
     ),
-    (
-        inventory.FIRMWARE,
-        lambda b, _m: inventory.firmware_collection_doc(list(b.node.components)),
-    ),
+    (inventory.FIRMWARE, lambda b, _m: _firmware(b)),
     (f"{inventory.FIRMWARE}/(?P<id>[^/]+)", _member),
 ]
 GETTERS: list[tuple[re.Pattern[str], Getter]] = [

@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from lockstep_sim.bmc import Bmc
-from lockstep_sim.dialects import dialect_named
+from lockstep_sim.dialects import dialect_named, rename_members
 from lockstep_sim.drifts import DriftControl
 from lockstep_sim.faults import FaultPlan
 from lockstep_sim.fleet import Node, build_fleet
@@ -29,6 +29,8 @@ class Simulator(Started):
     def __init__(self, options: SimOptions) -> None:
         o = options
         self.fleet: list[Node] = build_fleet(o.nodes, o.profile, o.seed, o.host_base)
+        for node in self.fleet:
+            rename_members(node, dialect_named(o.dialect))
         self.faults = FaultControl(o.faults)  # shared by every BMC; replaced by PUT /faults
         self.bmcs = {
             n.address: Bmc(

@@ -8,7 +8,8 @@ from typing import Any
 from lockstep_sim.odata import ROOT, collection, ref, status
 
 SYSTEM = f"{ROOT}/Systems/System_0"
-CHASSIS = f"{ROOT}/Chassis/Chassis_0"
+CHASSIS_ROOT = f"{ROOT}/Chassis"
+CHASSIS = f"{CHASSIS_ROOT}/Chassis_0"
 MANAGER = f"{ROOT}/Managers/BMC_0"
 RESET_TYPES = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart"]
 
@@ -17,12 +18,36 @@ def systems_doc() -> dict[str, Any]:
     return collection(f"{ROOT}/Systems", "ComputerSystemCollection", "Systems", [SYSTEM])
 
 
-def chassis_collection_doc() -> dict[str, Any]:
-    return collection(f"{ROOT}/Chassis", "ChassisCollection", "Chassis", [CHASSIS])
+def chassis_collection_doc(extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    members = [CHASSIS, *(f"{CHASSIS_ROOT}/{i}" for i in extra)]
+    return collection(CHASSIS_ROOT, "ChassisCollection", "Chassis", members)
 
 
-def managers_doc() -> dict[str, Any]:
-    return collection(f"{ROOT}/Managers", "ManagerCollection", "Managers", [MANAGER])
+def reset_chassis_doc(
+    chassis_id: str, node_id: str, reset_types: tuple[str, ...]
+) -> dict[str, Any]:
+    """A dialect's chassis that takes ``Chassis.Reset`` (the GB200 tray's BMC_0)."""
+    path = f"{CHASSIS_ROOT}/{chassis_id}"
+    return {
+        "@odata.id": path,
+        "@odata.type": "#Chassis.v1_25_0.Chassis",
+        "Id": chassis_id,
+        "Name": f"{node_id} {chassis_id}",
+        "ChassisType": "Module",
+        "Status": status(),
+        "Actions": {
+            "#Chassis.Reset": {
+                "target": f"{path}/Actions/Chassis.Reset",
+                "ResetType@Redfish.AllowableValues": list(reset_types),
+            }
+        },
+    }
+
+
+def managers_doc(manager_id: str = "BMC_0") -> dict[str, Any]:
+    return collection(
+        f"{ROOT}/Managers", "ManagerCollection", "Managers", [f"{ROOT}/Managers/{manager_id}"]
+    )
 
 
 def system_doc(node_id: str, uuid: str, power: str, asset_tag: str) -> dict[str, Any]:
@@ -62,11 +87,12 @@ def chassis_doc(node_id: str, rack: str) -> dict[str, Any]:
     }
 
 
-def manager_doc(uuid: str, firmware: str, now: str) -> dict[str, Any]:
+def manager_doc(uuid: str, firmware: str, now: str, manager_id: str = "BMC_0") -> dict[str, Any]:
+    path = f"{ROOT}/Managers/{manager_id}"
     return {
-        "@odata.id": MANAGER,
+        "@odata.id": path,
         "@odata.type": "#Manager.v1_19_0.Manager",
-        "Id": "BMC_0",
+        "Id": manager_id,
         "Name": "OpenBmc Manager",
         "ManagerType": "BMC",
         "UUID": uuid,
@@ -76,7 +102,7 @@ def manager_doc(uuid: str, firmware: str, now: str) -> dict[str, Any]:
         "Links": {"ManagerForServers": [ref(SYSTEM)], "ManagerForChassis": [ref(CHASSIS)]},
         "Actions": {
             "#Manager.Reset": {
-                "target": f"{MANAGER}/Actions/Manager.Reset",
+                "target": f"{path}/Actions/Manager.Reset",
                 "ResetType@Redfish.AllowableValues": ["GracefulRestart", "ForceRestart"],
             }
         },
