@@ -125,9 +125,12 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     store = MemoryStore()
     async with store.transaction() as tx:
         await tx.record_bundle(STACK, str(bundle), (gpu,))
+    w = World(rt, store, SimFacts(rt, credentials="SIMBMC"), bundle, gpu)
     try:
-        yield World(rt, store, SimFacts(rt, credentials="SIMBMC"), bundle, gpu)
+        yield w
     finally:
+        for ex in w.executors:  # the BMC sessions of nodes left mid-update
+            await ex.close()
         rt.simulator.set_faults(None)
         await rt.stop()
 

@@ -75,6 +75,7 @@ class UpdaterWorker:
                 server = ImageServer(s.image_server_host, s.image_server_port)
                 await stack.enter_async_context(server)
             executor = self.executor(resources, server)
+            stack.push_async_callback(executor.close)
             loops = [self._loop(executor, stopping) for _ in range(s.workers)]
             await asyncio.gather(
                 *loops, self._reaper(executor, stopping), self._redriver(executor, stopping)
