@@ -89,6 +89,7 @@ class World:
                    for i in self.store.items):  # fmt: skip
                 return
             if not await ex.step():
+                await ex.sweep_parked()  # as the worker does every budget_recheck_s
                 self.store.advance(FAST.retry_s)
         raise AssertionError(f"not settled: {[(i.node_id, i.state) for i in self.store.items]}")
 

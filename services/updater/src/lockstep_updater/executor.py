@@ -211,6 +211,18 @@ class Executor:
         """Log out every BMC session still open (the worker stops)."""
         await self.ctx.sessions.close_all()
 
+    async def sweep_parked(self) -> int:
+        """The per-pool sweep behind the wake on a freed place: every parked item of a halted
+        rollout, and in each pool with parked items as many as it has free places (at least
+        one), made claimable; one transaction per pool, under its lock. Returns how many."""
+        async with self.store.transaction() as tx:
+            woke = await tx.wake_halted()
+            pools = await tx.parked_pools()
+        for pool in pools:
+            async with self.store.transaction() as tx:
+                woke += await tx.wake_parked(pool)
+        return woke
+
     async def drain_all(self, limit: int = 10_000) -> int:
         """Run steps until none is claimable now (tests and benchmarks); returns the count."""
         count = 0

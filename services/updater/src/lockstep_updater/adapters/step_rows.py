@@ -160,6 +160,27 @@ class StepRows:
             json.dumps(progress),
         )
 
+    async def wake_halted(self) -> int:
+        woke = await self.conn.fetchval(
+            "WITH woke AS (UPDATE node_work SET parked = false, lease_until = now()"
+            " WHERE parked AND rollout_id IN (SELECT rollout_id FROM halts) RETURNING 1)"
+            " SELECT count(*) FROM woke"
+        )
+        return int(woke)
+
+    async def parked_pools(self) -> list[str]:
+        rows = await self.conn.fetch(
+            "SELECT DISTINCT pool FROM node_work WHERE parked ORDER BY pool"
+        )
+        return [r["pool"] for r in rows]
+
+    async def wake_parked(self, pool: str) -> int:
+        await self.conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool
+        )
+        status = await self.conn.execute(WAKE_PARKED, pool)  # "UPDATE <count>"
+        return int(status.rsplit(" ", 1)[-1])
+
     async def advance(
         self,
         claim: Claim,

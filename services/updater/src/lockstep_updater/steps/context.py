@@ -212,9 +212,9 @@ class StepContext:
     async def take_out(self, claim: Claim, node: FleetNode, progress: Progress) -> Decision:
         """The pool's out-of-service budget checked and, in the same transaction under the
         pool's lock, the item moved on: to draining on PROCEED (two workers cannot both take
-        the pool's last place), or parked in cordoning on WAIT until a place frees (with a
-        re-check after ``budget_recheck_s`` as the net behind the wake). One transaction where
-        a wait took two: at 12,500 nodes most of a wave's nodes wait here, some many times."""
+        the pool's last place), or parked in cordoning on WAIT until a place frees or the
+        per-pool sweep wakes it (``Executor.sweep_parked``). One transaction where a wait took
+        two: at 12,500 nodes most of a wave's nodes wait here, some many times."""
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
@@ -228,7 +228,7 @@ class StepContext:
                     S.CORDONING,
                     reason=clip_text(decision.reason),
                     progress=document(progress),
-                    retry_in_s=self.policy.budget_recheck_s,
+                    retry_in_s=self.policy.parked_net_s,
                     parked=True,
                 )
         if decision.verdict is Verdict.WAIT:

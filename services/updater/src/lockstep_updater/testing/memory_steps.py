@@ -177,6 +177,22 @@ class MemorySteps:
         for waiting in parked[: max(1, limit - out)]:
             waiting.parked, waiting.lease_until = False, self.now
 
+    async def wake_halted(self) -> int:
+        halted = [
+            i for i in self.tables.items.values() if i.parked and i.rollout_id in self.tables.halted
+        ]
+        for item in halted:
+            item.parked, item.lease_until = False, self.now
+        return len(halted)
+
+    async def parked_pools(self) -> list[str]:
+        return sorted({i.pool for i in self.tables.items.values() if i.parked})
+
+    async def wake_parked(self, pool: str) -> int:
+        before = sum(1 for i in self.tables.items.values() if i.parked and i.pool == pool)
+        self._wake_parked(pool)
+        return before - sum(1 for i in self.tables.items.values() if i.parked and i.pool == pool)
+
     async def advance(
         self,
         claim: Claim,
