@@ -89,6 +89,7 @@ class World:
                    for i in self.store.items):  # fmt: skip
                 return
             if not await ex.step():
+                await ex.sweep_parked()  # as the worker does every budget_recheck_s
                 self.store.advance(FAST.retry_s)
         raise AssertionError(f"not settled: {[(i.node_id, i.state) for i in self.store.items]}")
 
@@ -125,9 +126,12 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     store = MemoryStore()
     async with store.transaction() as tx:
         await tx.record_bundle(STACK, str(bundle), (gpu,))
+    w = World(rt, store, SimFacts(rt, credentials="SIMBMC"), bundle, gpu)
     try:
-        yield World(rt, store, SimFacts(rt, credentials="SIMBMC"), bundle, gpu)
+        yield w
     finally:
+        for ex in w.executors:  # the BMC sessions of nodes left mid-update
+            await ex.close()
         rt.simulator.set_faults(None)
         await rt.stop()
 

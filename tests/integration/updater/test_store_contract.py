@@ -503,6 +503,45 @@ async def test_maintenance_windows_keep_the_latest_announcement(store: UpdaterSt
         assert await tx.maintenance("p0", "elsewhere") == []
 
 
+async def test_the_sweep_wakes_parked_nodes_pool_by_pool_and_every_one_of_a_halted_rollout(
+    store: UpdaterStore,
+) -> None:
+    # The net behind the wake on a freed place is one statement per pool, not a re-check of
+    # every parked node: a pool with no free place still wakes one (it re-checks the rest of
+    # what may have changed), the node parked longest.
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2", "n3", "n4"}))
+        await tx.record_wave(wave(0, "n1", "n2", "n3", "n4"), None)
+        out, first, second, elsewhere = [await tx.claim(60) for _ in range(4)]
+    assert out and first and second and elsewhere
+    async with store.transaction() as tx:
+        for claim, pool in ((out, "p0"), (first, "p0"), (second, "p0"), (elsewhere, "p1")):
+            await tx.facts(claim, pool)
+            for step in (NodeStep.STAGING, NodeStep.CORDONING):
+                await tx.advance(claim, step)
+        await tx.advance(out, NodeStep.DRAINING, retry_in_s=3600)
+        await tx.advance(first, NodeStep.CORDONING, retry_in_s=3600, parked=True)
+        await tx.advance(second, NodeStep.CORDONING, retry_in_s=3601, parked=True)
+        await tx.advance(elsewhere, NodeStep.CORDONING, retry_in_s=3600, parked=True)
+    async with store.transaction() as tx:
+        assert await tx.wake_halted() == 0
+        assert await tx.parked_pools() == ["p0", "p1"]
+        assert await tx.wake_parked("p0") == 1
+        assert await tx.wake_parked("p1") == 1
+        assert await tx.wake_parked("nowhere") == 0
+    async with store.transaction() as tx:
+        woken = [await tx.claim(60) for _ in range(3)]
+    assert woken[2] is None  # n3 waits on
+    assert sorted(c.node_id for c in woken[:2] if c) == ["n2", "n4"]
+    async with store.transaction() as tx:
+        assert await tx.parked_pools() == ["p0"]
+        await tx.halt("r-1", "operator")
+        assert await tx.wake_halted() == 1  # a halted rollout's node ends, it does not wait
+        assert await tx.parked_pools() == []
+        halted = await tx.claim(60)
+    assert halted is not None and halted.node_id == "n3"
+
+
 async def test_a_node_is_held_out_by_an_item_under_way_or_a_latest_quarantine_only(
     store: UpdaterStore,
 ) -> None:

@@ -220,6 +220,7 @@ async def _drive(
     started = time.perf_counter()
     await asyncio.gather(*(loop() for _ in range(workers)))
     makespan = time.perf_counter() - started
+    await executor.close()  # the BMC sessions of nodes that did not reach an end
     states = Counter(i.state.value for i in store.items)
     result: dict[str, Any] = {"makespan_s": round(makespan, 3), "states": dict(states)}
     if halter is not None and halter.halted_at is not None:

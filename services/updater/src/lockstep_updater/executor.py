@@ -166,11 +166,12 @@ class Executor:
         if claim is None:
             return False
         self.on_claim()
-        await self._run_on(claim)
+        await self.run_on(claim)
         return True
 
-    async def _run_on(self, claim: Claim) -> None:
-        """Run the claim's step, then every next step its commit kept the item for."""
+    async def run_on(self, claim: Claim) -> None:
+        """Run ``claim``'s step, then every next step its commit kept the item for; a claim
+        lost meanwhile (``LostClaim``) ends the run and logs the node's BMC session out."""
         held: Claim | None = claim
         while held is not None:
             held = await self._run_held(held)
@@ -183,6 +184,7 @@ class Executor:
             await self.run(claim)
         except LostClaim:
             log.warning("%s: work item taken over by another claim", claim.node_id)
+            await self.ctx.sessions.close(claim.node_id)  # the node is another claim's now
         finally:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -204,6 +206,22 @@ class Executor:
         # two more chances before the lease can lapse under a step that is still running.
         every = Every(self.policy.lease_s / 3, what=f"lease of {claim.node_id}", wait_first=True)
         await every.run(renew, lost)
+
+    async def close(self) -> None:
+        """Log out every BMC session still open (the worker stops)."""
+        await self.ctx.sessions.close_all()
+
+    async def sweep_parked(self) -> int:
+        """The per-pool sweep behind the wake on a freed place: every parked item of a halted
+        rollout, and in each pool with parked items as many as it has free places (at least
+        one), made claimable; one transaction per pool, under its lock. Returns how many."""
+        async with self.store.transaction() as tx:
+            woke = await tx.wake_halted()
+            pools = await tx.parked_pools()
+        for pool in pools:
+            async with self.store.transaction() as tx:
+                woke += await tx.wake_parked(pool)
+        return woke
 
     async def drain_all(self, limit: int = 10_000) -> int:
         """Run steps until none is claimable now (tests and benchmarks); returns the count."""
@@ -229,7 +247,7 @@ class Executor:
                 count += 1
                 try:
                     if claim.state is S.UNCORDONING:
-                        await self._run_on(claim)
+                        await self.run_on(claim)
                     else:
                         await self._orphaned(claim, ttl_s)
                 except LostClaim:

@@ -231,6 +231,22 @@ class UpdaterTx(Protocol):
         """Record progress within a step (before a push is sent: that it is being sent)."""
         ...
 
+    async def wake_halted(self) -> int:
+        """Make every parked item of a halted rollout claimable now (it ends, it does not wait
+        for a place); returns how many."""
+        ...
+
+    async def parked_pools(self) -> list[str]:
+        """The pools that have parked items, in name order."""
+        ...
+
+    async def wake_parked(self, pool: str) -> int:
+        """The per-pool sweep behind the wake on a freed place (``advance``): under the pool's
+        lock, make as many of its parked items claimable as it has free places (at least one,
+        so that one of them re-checks what else may have changed), longest parked first;
+        returns how many."""
+        ...
+
     async def advance(
         self,
         claim: Claim,
@@ -248,8 +264,9 @@ class UpdaterTx(Protocol):
 
         ``parked``: the item waits for a place in its pool's out-of-service budget; it becomes
         claimable as soon as an item of its pool leaves service (an advance out of
-        ``OUT_OF_SERVICE`` wakes every parked item of that pool, in the same transaction), or
-        after ``retry_in_s`` at the latest.
+        ``OUT_OF_SERVICE`` wakes parked items of that pool, in the same transaction), when the
+        per-pool sweep (``wake_parked``, ``wake_halted``) wakes it, or after ``retry_in_s`` at
+        the latest.
 
         ``keep_lease_s``: when the next step is ready now (``target`` is a working state other
         than the one left, no ``retry_in_s``, not parked), claim the item again in the same

@@ -91,9 +91,13 @@ class UpdaterWorker:
                 server = ImageServer(s.image_server_host, s.image_server_port)
                 await stack.enter_async_context(server)
             executor = self.executor(resources, server)
+            stack.push_async_callback(executor.close)
             loops = [self._loop(executor, stopping) for _ in range(s.workers)]
             await asyncio.gather(
-                *loops, self._reaper(executor, stopping), self._redriver(executor, stopping)
+                *loops,
+                self._reaper(executor, stopping),
+                self._redriver(executor, stopping),
+                self._sweeper(executor, stopping),
             )
 
     async def _reaper(self, executor: Executor, stopping: asyncio.Event) -> None:
@@ -108,6 +112,11 @@ class UpdaterWorker:
 
         every = Every(s.reap_interval_s, what="updater reaper")
         await every.run(one_round, stopping)
+
+    async def _sweeper(self, executor: Executor, stopping: asyncio.Event) -> None:
+        """Every ``budget_recheck_s``, wake parked nodes pool by pool (``sweep_parked``)."""
+        every = Every(self.policy.budget_recheck_s, what="updater parked sweep", wait_first=True)
+        await every.run(executor.sweep_parked, stopping)
 
     async def _redriver(self, executor: Executor, stopping: asyncio.Event) -> None:
         """Every half ``wave_redrive_s``, publish again the completions nobody acted on

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -33,7 +34,6 @@ from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
 from lockstep_redfish import BmcTarget, RedfishClient
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
-from lockstep_redfish.session import BmcSession
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
 from lockstep_updater.domain.progress import (
@@ -46,6 +46,7 @@ from lockstep_updater.domain.progress import (
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.windows import closed
 from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
+from lockstep_updater.steps.bmc_sessions import KeptSession, NodeSessions
 from lockstep_updater.steps.ends import CHANGED, KEEPS_CORDON, LostClaim, Stop, failure_end
 from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.store import REMEDY, ROLLBACK, UPDATE, Claim, Target, UpdaterStore, UpdaterTx
@@ -93,9 +94,12 @@ class StepContext:
     kept: dict[tuple[int, int], Claim] = field(default_factory=dict)
     """The claims ``commit`` kept, by the (item, token) of the claim that ran the step."""
     client: RedfishClient = field(init=False)
+    sessions: NodeSessions = field(init=False)
+    """Each node's one Redfish session for its whole update (``steps.bmc_sessions``)."""
 
     def __post_init__(self) -> None:
         self.client = RedfishClient(self.credentials, self.policy.transport)
+        self.sessions = NodeSessions(self.client)
 
     def wall(self) -> float:
         """The wall clock in epoch seconds: what the progress records (read across processes)."""
@@ -122,8 +126,10 @@ class StepContext:
             found = await tx.update_item(claim.rollout_id, claim.node_id)
         return None if found is None else (found[0], load(UPDATE, found[1]))
 
-    def session(self, node: FleetNode) -> BmcSession:
-        return self.client.session(
+    def session(self, node: FleetNode) -> AbstractAsyncContextManager[KeptSession]:
+        """The node's Redfish session, borrowed for a block: logged in on the node's first
+        step, kept after it (logged out when the item ends or its claim is lost)."""
+        return self.sessions.borrow(
             BmcTarget(node.node_id, node.bmc_url, allow_plain_http=node.allow_plain_http)
         )
 
@@ -204,9 +210,11 @@ class StepContext:
         )
 
     async def take_out(self, claim: Claim, node: FleetNode, progress: Progress) -> Decision:
-        """The pool's out-of-service budget checked and, on PROCEED, the move to draining
-        committed in one transaction, under the pool's lock: two workers cannot both take the
-        pool's last place."""
+        """The pool's out-of-service budget checked and, in the same transaction under the
+        pool's lock, the item moved on: to draining on PROCEED (two workers cannot both take
+        the pool's last place), or parked in cordoning on WAIT until a place frees or the
+        per-pool sweep wakes it (``Executor.sweep_parked``). One transaction where a wait took
+        two: at 12,500 nodes most of a wave's nodes wait here, some many times."""
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
@@ -214,6 +222,17 @@ class StepContext:
             if decision.verdict is Verdict.PROCEED:
                 progress.cordoned_at = self.wall()
                 await tx.advance(claim, S.DRAINING, progress=document(progress))
+            elif decision.verdict is Verdict.WAIT:
+                await tx.advance(
+                    claim,
+                    S.CORDONING,
+                    reason=clip_text(decision.reason),
+                    progress=document(progress),
+                    retry_in_s=self.policy.parked_net_s,
+                    parked=True,
+                )
+        if decision.verdict is Verdict.WAIT:
+            log.info("%s: parked in cordoning: %s", claim.node_id, decision.reason)
         return decision
 
     async def keep_cordon_only_if_held(self, claim: Claim) -> None:
@@ -308,6 +327,8 @@ class StepContext:
                 )
             if target in TERMINAL:
                 await _complete_wave(tx, claim)
+        if target in TERMINAL:  # the node's update is over: so is its BMC session
+            await self.sessions.close(claim.node_id)
         if kept is not None:  # committed: the next step is this worker's
             self.kept[(claim.id, claim.token)] = kept
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)

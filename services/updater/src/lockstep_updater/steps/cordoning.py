@@ -1,7 +1,7 @@
 """``cordoning``: the wait for a place in the pool's out-of-service budget. The budget check and
 the move to draining commit in one transaction, under the pool's lock (``StepContext.take_out``):
 two workers cannot both take the pool's last place. A node that must wait is parked until a
-place frees."""
+place frees, in that same transaction."""
 
 from __future__ import annotations
 
@@ -21,16 +21,6 @@ async def run(
     ctx: StepContext, claim: Claim, node: FleetNode, progress: Progress, started: float
 ) -> None:
     decision = await ctx.take_out(claim, node, progress)
-    if decision.verdict is Verdict.PROCEED:
-        return
-    if decision.verdict is Verdict.WAIT:
-        await ctx.commit(
-            claim,
-            S.CORDONING,
-            decision.reason,
-            progress,
-            ctx.policy.budget_recheck_s,
-            parked=True,
-        )
-        return
+    if decision.verdict in (Verdict.PROCEED, Verdict.WAIT):
+        return  # moved to draining, or parked, with the check (``take_out``)
     stop_unless_proceed(decision)
