@@ -43,6 +43,8 @@ def previous_release() -> ModuleType:
     _module("previous_updater_inband_step", (PREVIOUS / "inband_step.py.txt").read_text())
     source = (PREVIOUS / "executor.py.txt").read_text()
     source = source.replace("lockstep_updater.inband_step", "previous_updater_inband_step")
+    # Moved since (one reading of an account's privileges, shared with ``lockstep bmc probe``).
+    source = source.replace("lockstep_updater.adapters.bmc_account", "lockstep_redfish.accounts")
     return _module("previous_updater_executor", source)
 
 

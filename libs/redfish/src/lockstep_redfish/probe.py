@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockstep_common.vocabulary import Component
+from lockstep_redfish.accounts import AccountUnknown, session_roles
 from lockstep_redfish.errors import BmcError
 from lockstep_redfish.preflight import Intent, profile_refusals, push_method
 from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, profile_named
@@ -25,7 +26,6 @@ from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
 MANAGERS = "/redfish/v1/Managers"
 FIRMWARE = "/redfish/v1/UpdateService/FirmwareInventory"
-ACCOUNT_SERVICE = "/redfish/v1/AccountService"
 PUSH_URI = {
     PushMethod.MULTIPART: "MultipartHttpPushUri",
     PushMethod.HTTP_PUSH: "HttpPushUri",
@@ -86,34 +86,13 @@ async def read_facts(bmc: BmcSession, root: dict[str, Any]) -> BmcFacts:
 
 
 async def account_privileges(bmc: BmcSession, username: str) -> frozenset[str] | None:
-    """The privileges of the account ``bmc`` is logged in as: its session's ``Roles``
-    (Session v1_7_0), else the ``RoleId`` of the ``ManagerAccount`` named ``username``, then
-    each role's ``AssignedPrivileges`` and ``OemPrivileges``; None when the BMC does not say."""
-    session = await _doc(bmc, bmc.uri) if bmc.uri else None
-    roles = _strings((session or {}).get("Roles"))
-    service = await _doc(bmc, ACCOUNT_SERVICE)
-    if service is None:
+    """The privileges of the account ``bmc`` is logged in as (``accounts.session_roles``, the
+    updater's reading); None when the BMC does not say."""
+    try:
+        _, privileges = await session_roles(bmc, username)
+    except (AccountUnknown, BmcError):
         return None
-    if not roles:
-        accounts = service.get("Accounts")
-        path = accounts.get("@odata.id") if isinstance(accounts, dict) else None
-        for account_path in _ids(await _doc(bmc, path)) if isinstance(path, str) else []:
-            account = await _doc(bmc, account_path)
-            if account and account.get("UserName") == username:
-                roles = _strings([account.get("RoleId")])
-                break
-    link = service.get("Roles")
-    base = link.get("@odata.id") if isinstance(link, dict) else None
-    if not roles or not isinstance(base, str):
-        return None
-    privileges: set[str] = set()
-    for role in roles:
-        doc = await _doc(bmc, f"{base.rstrip('/')}/{role}")
-        if doc is None:
-            return None
-        privileges.update(_strings(doc.get("AssignedPrivileges")))
-        privileges.update(_strings(doc.get("OemPrivileges")))
-    return frozenset(privileges)
+    return privileges
 
 
 def _activation(profile: BmcProfile) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from lockstep_common.events.v1 import DeviceVerified, FleetNode
 from lockstep_common.vocabulary import Component, DeviceOutcome
+from lockstep_redfish.accounts import session_roles
 from lockstep_redfish.errors import BmcError, BmcUnavailable, ImageDigestMismatch
 from lockstep_redfish.preflight import UpdateRequest
 from lockstep_redfish.update import FirmwareUpdate
-from lockstep_updater.adapters.bmc_account import session_roles
 from lockstep_updater.adapters.member_devices import member_pci_ids
 from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.privilege import account_refusal

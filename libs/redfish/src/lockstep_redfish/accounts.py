@@ -1,8 +1,10 @@
-"""Which Redfish roles, and so which privileges, the updater's session holds on a BMC.
+"""Which Redfish roles, and so which privileges, an account logged in to a BMC holds: what the
+updater's preflight and ``lockstep bmc probe`` both read (one reading, not two).
 
 Read right after login: the ``Session`` resource's ``Roles`` (Session v1_7_0); a BMC whose
-sessions name no roles is asked through AccountService: the ``ManagerAccount`` whose
-``UserName`` is the session's (its ``RoleId``). A role's privileges are its ``Role`` resource's
+sessions name no roles, or a login by HTTP Basic (no session resource), is asked through
+AccountService: the ``ManagerAccount`` whose ``UserName`` is the session's, or the given user's
+(its ``RoleId``). A role's privileges are its ``Role`` resource's
 ``AssignedPrivileges`` and ``OemPrivileges``, at ``<AccountService.Roles>/<RoleId>`` (the Role
 schema's URI pattern ``/redfish/v1/AccountService/Roles/{RoleId}``; ``RoleId`` equals ``Id``).
 """
@@ -41,16 +43,19 @@ def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-async def session_roles(bmc: BmcSession) -> tuple[tuple[str, ...], frozenset[str]]:
-    """(role ids, every privilege they grant) of the account ``bmc`` is logged in with;
-    :class:`AccountUnknown` when the BMC does not tell."""
-    if bmc.uri is None:
+async def session_roles(
+    bmc: BmcSession, username: str | None = None
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(role ids, every privilege they grant) of the account ``bmc`` is logged in with (or of
+    ``username``, for a login without a session resource); :class:`AccountUnknown` when the
+    BMC does not tell."""
+    if bmc.uri is None and username is None:
         raise AccountUnknown("the BMC named no session resource to read the account's role from")
-    session = await _doc(bmc, bmc.uri)
+    session = await _doc(bmc, bmc.uri) if bmc.uri is not None else {}
     service = await _doc(bmc, ACCOUNT_SERVICE)
     roles = _strings(session.get("Roles"))
     if not roles:
-        user = session.get("UserName")
+        user = session.get("UserName") or username
         accounts = await _doc(bmc, _link(service, "Accounts"))
         for member in accounts.get("Members", []):
             path = member.get("@odata.id") if isinstance(member, dict) else None
