@@ -16,6 +16,7 @@ pytestmark = pytest.mark.unit
 
 COMPOSE = ROOT / "compose.yaml"
 NATS = ("nats-1", "nats-2", "nats-3")
+DEPLOY = "${LOCKSTEP_DEPLOY_DIR:-./deployment}"
 
 
 def services() -> dict[str, Any]:
@@ -51,7 +52,9 @@ def test_postgres_and_the_five_services_come_from_one_build() -> None:
     assert svc["postgres"]["image"].startswith("postgres:")
     assert set(SERVICE_NAMES) <= set(svc)
     built = {name: (s.get("build"), s.get("image")) for name, s in svc.items() if "build" in s}
-    assert set(built) == {*SERVICE_NAMES, "topology"}
+    # and the CLI as the operator and as a read-only reader (profile "tools": not started by up)
+    assert set(built) == {*SERVICE_NAMES, "topology", "cli", "reader"}
+    assert svc["cli"]["profiles"] == svc["reader"]["profiles"] == ["tools"]
     assert set(built.values()) == {(".", "lockstep:local")}
     for name in SERVICE_NAMES:
         assert svc[name]["entrypoint"] == ["python", "-m", f"lockstep_{name}"]
@@ -89,11 +92,12 @@ def test_every_service_has_its_own_nats_identity_and_database_role_by_file() -> 
 def test_secrets_are_files_outside_git_and_no_password_is_written_in_the_file() -> None:
     doc = yaml.safe_load(COMPOSE.read_text())
     for name, secret in doc["secrets"].items():
-        assert secret["file"].startswith("./secrets/"), name
+        # What `lockstep deploy init DIR` wrote (tests/unit/cli/test_deploy_init.py).
+        assert secret["file"].startswith(f"{DEPLOY}/secrets/"), name
     gitignore = (ROOT / ".gitignore").read_text().splitlines()
     dockerignore = (ROOT / ".dockerignore").read_text().splitlines()
-    assert "secrets" in dockerignore
-    assert "secrets/" in gitignore or "/secrets/" in gitignore
+    assert "deployment" in dockerignore
+    assert "deployment/" in gitignore
 
     def walk(node: Any, path: str) -> None:
         if isinstance(node, dict):
@@ -127,4 +131,4 @@ def test_the_planner_reads_an_approvers_directory() -> None:
     """Issue 31: without one, no class that needs an approval could ever start."""
     planner = services()["planner"]
     where = planner["environment"]["LOCKSTEP_PLANNER_APPROVERS_DIR"]
-    assert f"./approvers:{where}:ro" in planner["volumes"]
+    assert f"{DEPLOY}/approvers:{where}:ro" in planner["volumes"]
