@@ -51,11 +51,15 @@ def test_postgres_and_the_five_services_come_from_one_build() -> None:
     svc = services()
     assert svc["postgres"]["image"].startswith("postgres:")
     assert set(SERVICE_NAMES) <= set(svc)
-    built = {name: (s.get("build"), s.get("image")) for name, s in svc.items() if "build" in s}
+    built = {
+        name: (repr(s.get("build")), s.get("image")) for name, s in svc.items() if "build" in s
+    }
     # and the CLI as the operator and as a read-only reader (profile "tools": not started by up)
     assert set(built) == {*SERVICE_NAMES, "topology", "cli", "reader"}
     assert svc["cli"]["profiles"] == svc["reader"]["profiles"] == ["tools"]
-    assert set(built.values()) == {(".", "lockstep:local")}
+    # One build for all: the repository, with the Slurm clients only when asked (issue 31).
+    build = {"context": ".", "args": {"SLURM_CLIENTS": "${LOCKSTEP_SLURM_CLIENTS:-0}"}}
+    assert set(built.values()) == {(repr(build), "lockstep:local")}
     for name in SERVICE_NAMES:
         assert svc[name]["entrypoint"] == ["python", "-m", f"lockstep_{name}"]
         main = ROOT / "services" / name / "src" / f"lockstep_{name}" / "__main__.py"
