@@ -2,7 +2,10 @@
 #   docker build -t lockstep .
 # The workspace is installed with pip, pinned by the same constraint list uv uses
 # (pyproject.toml [tool.uv] constraint-dependencies), so the image runs the versions CI tests.
-FROM python:3.12-slim
+# BASE: any Debian-based image with Python >= 3.11 and pip; where no image registry is
+# reachable, one made from Debian packages (tests/containers: mmdebstrap + podman import).
+ARG BASE=python:3.12-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 

@@ -49,7 +49,7 @@ def test_three_nats_servers_form_one_cluster_with_jetstream_and_tls() -> None:
 
 def test_postgres_and_the_five_services_come_from_one_build() -> None:
     svc = services()
-    assert svc["postgres"]["image"].startswith("postgres:")
+    assert svc["postgres"]["image"] == "${LOCKSTEP_POSTGRES_IMAGE:-postgres:16-alpine}"
     assert set(SERVICE_NAMES) <= set(svc)
     built = {
         name: (repr(s.get("build")), s.get("image")) for name, s in svc.items() if "build" in s
