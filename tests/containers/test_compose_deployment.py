@@ -25,12 +25,15 @@ from pathlib import Path
 
 import pytest
 
+from lockstep_devstack.process import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
 OPT_IN = "LOCKSTEP_CONTAINER_TESTS"
 ENGINE = shutil.which("podman") or shutil.which("docker")
 COMPOSE = shutil.which("podman-compose") if ENGINE and ENGINE.endswith("podman") else None
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+PROJECT = "lockstep-container-test"
 
 pytestmark = [
     pytest.mark.e2e,
@@ -75,7 +78,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         **os.environ,
         "LOCKSTEP_DEPLOY_DIR": str(directory),
         "LOCKSTEP_SCHEDULER_URL": "http://scheduler.invalid:8080",
-        "COMPOSE_PROJECT_NAME": "lockstep-container-test",
+        "COMPOSE_PROJECT_NAME": PROJECT,
+        # The host's 4222 may be another stack's; nothing here connects from outside.
+        "LOCKSTEP_NATS_PORT": str(free_port()),
     }
     assert ENGINE is not None
     build = [ENGINE, "build", "-t", "lockstep:local"]
@@ -88,7 +93,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     run(*build, ".", timeout=3000)
     if base:  # no registry: NATS and PostgreSQL images of the same servers, on the same base
         env |= servers_without_a_registry(base, tmp_path_factory.mktemp("images"))
-    up = [*compose_command(), "-f", "compose.yaml"]
+    up = [*compose_command(), "-p", PROJECT, "-f", "compose.yaml"]
     try:
         run(*up, "up", "-d", "nats-1", "nats-2", "nats-3", "postgres", env=env)
         yield env
@@ -113,7 +118,9 @@ def servers_without_a_registry(base: str, context: Path) -> dict[str, str]:
 
 
 def container(env: dict[str, str], service: str) -> str:
-    return f"{env['COMPOSE_PROJECT_NAME']}_{service}_1"
+    """podman-compose names containers project_service_1, docker compose project-service-1."""
+    sep = "_" if COMPOSE else "-"
+    return sep.join((env["COMPOSE_PROJECT_NAME"], service, "1"))
 
 
 def inspect(env: dict[str, str], service: str) -> dict[str, object]:
@@ -151,7 +158,7 @@ def test_the_image_builds_and_the_deployment_starts_serves_and_stops(
     deployment: dict[str, str],
 ) -> None:
     env = deployment
-    up = [*compose_command(), "-f", "compose.yaml"]
+    up = [*compose_command(), "-p", PROJECT, "-f", "compose.yaml"]
     for server in ("nats-1", "nats-2", "nats-3", "postgres"):
         # podman's healthchecks run from a timer the test machine may not have: poll them.
         wait_for(f"{server} healthy", lambda s=server: healthy(env, s) or _check(env, s))

@@ -107,6 +107,15 @@ def test_each_pgpass_matches_the_role_file_postgres_initialises_from(deployed: P
     assert len(superuser) >= 32 and superuser not in roles.values()
 
 
+def test_attest_gets_an_empty_trust_store_it_can_start_with(deployed: Path) -> None:
+    """Without trust.json attest refuses to start (found by the container test); empty, it
+    starts and rejects every bundle until a signer's key is added."""
+    from lockstep_attestation.trust_store import load_trust_store
+
+    store = load_trust_store(deployed / "secrets" / "trust")
+    assert not store.keys
+
+
 def test_the_bmc_template_is_a_credentials_file_the_services_read(deployed: Path) -> None:
     creds = FileCredentials(deployed / "secrets" / "bmc" / "credentials.json")
     assert creds.get("any-node") == ("CHANGE-ME", "CHANGE-ME")

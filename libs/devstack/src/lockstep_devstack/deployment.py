@@ -17,7 +17,7 @@ Layout (what ``compose.yaml`` mounts; directories 0700, secrets 0600, certificat
     DIR/secrets/<service>/pgpass
     DIR/secrets/postgres/{password,roles}
     DIR/secrets/bmc/credentials.json            a template: fill in before `fleet import`
-    DIR/secrets/trust/                          attest's trust store (bundle signers' keys)
+    DIR/secrets/trust/trust.json                attest's trust store, empty: add signers' keys
     DIR/approvers/                              the planner's: <approver>.pem
     DIR/bundles/                                bundles attest and the updater read
 
@@ -54,6 +54,8 @@ BMC_TEMPLATE = {
     "default": {"username": "CHANGE-ME", "password": "CHANGE-ME"},
     "nodes": {},
 }
+
+EMPTY_TRUST: dict[str, list[str]] = {"keys": []}
 
 
 class DeploymentError(ValueError):
@@ -154,6 +156,10 @@ def _write_all(directory: Path, access: Mapping[str, Permissions]) -> Deployment
     out.owners[bmc] = SERVICE_UID
     for private in (secrets_dir / "trust", directory / "approvers"):
         out.owners[_private_dir(private)] = SERVICE_UID
+    # An empty trust store: attest starts and rejects every bundle until a signer's key is
+    # added (docs/bundles.md, "Trust store"); without trust.json it would not start at all.
+    trust = _write_secret(secrets_dir / "trust" / "trust.json", json.dumps(EMPTY_TRUST) + "\n")
+    out.owners[trust] = SERVICE_UID
     bundles = directory / "bundles"
     bundles.mkdir(exist_ok=True)
     out.owners[bundles] = SERVICE_UID
