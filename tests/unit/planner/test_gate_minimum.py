@@ -133,3 +133,11 @@ def test_the_healthgate_policy_file_sets_the_minimum(tmp_path: Path) -> None:
         )
     )
     assert load_gate_minimum(Settings(gate_policy_file=raised)) == GateMinimum(6, 7)
+
+
+def test_the_refusal_is_on_unless_a_deployment_turns_it_off() -> None:
+    """On by default (the check is the point); off only by saying so, for a benchmark's
+    generated fleet or a lab that accepts inconclusive gates."""
+    assert Settings().refuse_unjudgeable is True
+    assert load_gate_minimum(Settings()) == PACKAGED
+    assert load_gate_minimum(Settings(refuse_unjudgeable=False)) is None

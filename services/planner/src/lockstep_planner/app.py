@@ -47,8 +47,11 @@ def load_policy(settings: Settings) -> Policy:
         raise ConfigurationError(f"policy_file {settings.policy_file}: {exc}") from None
 
 
-def load_gate_minimum(settings: Settings) -> GateMinimum:
-    """The gate policy's minimum sample, read at start: a bad file stops the service."""
+def load_gate_minimum(settings: Settings) -> GateMinimum | None:
+    """The gate policy's minimum sample, read at start (a bad file stops the service); None
+    when the deployment turned the refusal off (``refuse_unjudgeable``)."""
+    if not settings.refuse_unjudgeable:
+        return None
     try:
         return gate_minimum(settings.gate_policy_file)
     except GatePolicyError as exc:

@@ -33,6 +33,12 @@ class Settings(ServiceSettings):
         "packaged one when unset). A plan with a stratum too small for its [minimum] canary "
         "and control is refused: its gate could only ever be inconclusive.",
     )
+    refuse_unjudgeable: bool = Field(
+        default=True,
+        description="Refuse a plan with a stratum too small for the gate policy's [minimum]. "
+        "Off only where inconclusive gates are accepted on purpose: the planning benchmark's "
+        "generated fleets, a lab of a handful of nodes (each wave then waits for a resume).",
+    )
     approvers_dir: Path | None = Field(
         default=None,
         description="Approvers trust store: <approver>.pem Ed25519 public keys, read again at each "
