@@ -2,9 +2,25 @@
 #   docker build -t lockstep .
 # The workspace is installed with pip, pinned by the same constraint list uv uses
 # (pyproject.toml [tool.uv] constraint-dependencies), so the image runs the versions CI tests.
-FROM python:3.12-slim
+# BASE: any Debian-based image with Python >= 3.11 and pip; where no image registry is
+# reachable, one made from Debian packages (tests/containers: mmdebstrap + podman import).
+ARG BASE=python:3.12-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# The Slurm adapter (LOCKSTEP_PLANNER_SCHEDULER=slurm; the updater's Slurm drain) runs squeue,
+# scontrol and, to authenticate to slurmctld, munge: `--build-arg SLURM_CLIENTS=1` (compose:
+# LOCKSTEP_SLURM_CLIENTS=1) adds Debian's slurm-client and munge. The cluster's slurm.conf and
+# munge socket are mounted at run time (/etc/slurm, /run/munge), never baked in.
+ARG SLURM_CLIENTS=0
+RUN case "$SLURM_CLIENTS" in \
+      1) apt-get update \
+         && apt-get install -y --no-install-recommends slurm-client munge \
+         && rm -rf /var/lib/apt/lists/* ;; \
+      0) ;; \
+      *) echo "SLURM_CLIENTS must be 0 or 1, not $SLURM_CLIENTS" >&2; exit 1 ;; \
+    esac
 
 WORKDIR /src
 COPY pyproject.toml ./

@@ -3,7 +3,6 @@ the inventory reports is what the planner plans over."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ pytestmark = pytest.mark.integration
 __all__ = ["harness"]  # the inventory service fixture, used here
 
 
-async def test_a_rollout_is_planned_over_the_fleet_the_inventory_reports(
+async def test_a_rollout_is_planned_over_the_fleet_the_inventory_reports_and_refused_when_too_small(
     harness: Harness, servers: Any, namespace: str, tmp_path: Path
 ) -> None:
     await harness.sweep()
@@ -61,15 +60,16 @@ async def test_a_rollout_is_planned_over_the_fleet_the_inventory_reports(
             return [r for r in rows if r["state"] in ("planned", "refused")] or None
 
         [row] = await until(decided, what="the intent decided")
-        assert row["state"] == "planned", row["reasons"]
-        nodes = await app.require().pool.fetchval("SELECT count(*) FROM rollout_nodes")
-        assert nodes == len(harness.nodes)
-        sites = await app.require().pool.fetchval("SELECT plan->'sites' FROM rollouts")
-        assert harness.nodes[0].site in sites
-        waves = await app.require().pool.fetchval(
-            "SELECT count(*) FROM outbox WHERE subject LIKE 'wave.planned.%'"
+        # Four simulated nodes over three suppliers: every stratum is too small for the gate's
+        # minimum (5 canary and 5 control), so the plan is refused before approval, naming
+        # each stratum the inventory reported with its size (issue 31).
+        assert row["state"] == "refused", row["reasons"]
+        sizes = [int(r.split(" has ")[1].split(" ")[0]) for r in row["reasons"]]
+        assert sum(sizes) == len(harness.nodes), row["reasons"]
+        assert all(
+            "the gate policy's minimum is 5 canary and 5 control" in r for r in row["reasons"]
         )
-        assert waves == 1, "the canary is released"
+        assert not await app.require().pool.fetchval("SELECT count(*) FROM rollout_nodes")
     finally:
         await app.stop()
 
@@ -108,17 +108,21 @@ async def test_nodes_differing_only_in_one_nic_familys_firmware_are_strata_of_th
                 await until(known, what="bundle recorded")
 
         async def decided() -> Any:
-            return await app.require().pool.fetchval("SELECT plan FROM rollouts")
+            return await app.require().pool.fetchval(
+                "SELECT reasons FROM intents WHERE state = 'refused'"
+            )
 
-        plan = json.loads(await until(decided, what="the dry run planned"))
+        # Too small a fleet for the gate to judge any stratum: the refusal names each stratum,
+        # the odd NIC firmware's among them (issue 31: refused before approval).
+        reasons = await until(decided, what="the dry run refused")
         expected: dict[tuple[str, str], int] = {}
         for node in harness.sim.fleet:
             key = (node.supplier, node.components["CX7_0"].version)
             expected[key] = expected.get(key, 0) + 1
-        assert len(plan["strata"]) == len(expected), plan["strata"]
-        [alone] = [
-            s for s in plan["strata"] if s["supplier"] == odd.supplier and odd.id in s["canary"]
-        ]
-        assert alone["canary"] == [odd.id], "the odd NIC firmware is a stratum of its own"
+        assert len(reasons) == len(expected), reasons
+        odd_supplier = [r for r in reasons if f"/{odd.supplier}/" in r]
+        versions = [k for k in expected if k[0] == odd.supplier]
+        assert len(odd_supplier) == len(versions) == 2, "the odd NIC firmware: its own stratum"
+        assert all(" has 1 node(s) " in r for r in odd_supplier), odd_supplier
     finally:
         await app.stop()

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.unit
 
 COMPOSE = ROOT / "compose.yaml"
 NATS = ("nats-1", "nats-2", "nats-3")
+DEPLOY = "${LOCKSTEP_DEPLOY_DIR:-./deployment}"
 
 
 def services() -> dict[str, Any]:
@@ -48,11 +49,17 @@ def test_three_nats_servers_form_one_cluster_with_jetstream_and_tls() -> None:
 
 def test_postgres_and_the_five_services_come_from_one_build() -> None:
     svc = services()
-    assert svc["postgres"]["image"].startswith("postgres:")
+    assert svc["postgres"]["image"] == "${LOCKSTEP_POSTGRES_IMAGE:-postgres:16-alpine}"
     assert set(SERVICE_NAMES) <= set(svc)
-    built = {name: (s.get("build"), s.get("image")) for name, s in svc.items() if "build" in s}
-    assert set(built) == {*SERVICE_NAMES, "topology"}
-    assert set(built.values()) == {(".", "lockstep:local")}
+    built = {
+        name: (repr(s.get("build")), s.get("image")) for name, s in svc.items() if "build" in s
+    }
+    # and the CLI as the operator and as a read-only reader (profile "tools": not started by up)
+    assert set(built) == {*SERVICE_NAMES, "topology", "cli", "reader"}
+    assert svc["cli"]["profiles"] == svc["reader"]["profiles"] == ["tools"]
+    # One build for all: the repository, with the Slurm clients only when asked (issue 31).
+    build = {"context": ".", "args": {"SLURM_CLIENTS": "${LOCKSTEP_SLURM_CLIENTS:-0}"}}
+    assert set(built.values()) == {(repr(build), "lockstep:local")}
     for name in SERVICE_NAMES:
         assert svc[name]["entrypoint"] == ["python", "-m", f"lockstep_{name}"]
         main = ROOT / "services" / name / "src" / f"lockstep_{name}" / "__main__.py"
@@ -89,11 +96,12 @@ def test_every_service_has_its_own_nats_identity_and_database_role_by_file() -> 
 def test_secrets_are_files_outside_git_and_no_password_is_written_in_the_file() -> None:
     doc = yaml.safe_load(COMPOSE.read_text())
     for name, secret in doc["secrets"].items():
-        assert secret["file"].startswith("./secrets/"), name
+        # What `lockstep deploy init DIR` wrote (tests/unit/cli/test_deploy_init.py).
+        assert secret["file"].startswith(f"{DEPLOY}/secrets/"), name
     gitignore = (ROOT / ".gitignore").read_text().splitlines()
     dockerignore = (ROOT / ".dockerignore").read_text().splitlines()
-    assert "secrets" in dockerignore
-    assert "secrets/" in gitignore or "/secrets/" in gitignore
+    assert "deployment" in dockerignore
+    assert "deployment/" in gitignore
 
     def walk(node: Any, path: str) -> None:
         if isinstance(node, dict):
@@ -127,4 +135,4 @@ def test_the_planner_reads_an_approvers_directory() -> None:
     """Issue 31: without one, no class that needs an approval could ever start."""
     planner = services()["planner"]
     where = planner["environment"]["LOCKSTEP_PLANNER_APPROVERS_DIR"]
-    assert f"./approvers:{where}:ro" in planner["volumes"]
+    assert f"{DEPLOY}/approvers:{where}:ro" in planner["volumes"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,41 @@ def test_the_image_user_is_created_once_with_one_name_and_the_deployments_uid() 
         line.split()[1] for _, line in logical_lines(DOCKERFILE.read_text()) if line[:5] == "USER "
     ]
     assert users == ["lockstep"]
+
+
+@pytest.mark.skipif(BASH is None, reason="no bash to run the RUN line with")
+@pytest.mark.parametrize(
+    ("value", "code", "installed"),
+    [("1", 0, "slurm-client munge"), ("0", 0, ""), ("yes", 1, "")],
+)
+def test_the_slurm_clients_and_munge_are_installed_only_when_asked(
+    tmp_path: Path, value: str, code: int, installed: str
+) -> None:
+    """Issue 31: the Slurm adapter needs squeue, scontrol and munge; SLURM_CLIENTS=1 adds them,
+    0 (the default) keeps the image without them, anything else stops the build."""
+    assert BASH is not None
+    [arg] = [line for _, line in logical_lines(DOCKERFILE.read_text()) if "SLURM_CLIENTS" in line
+             and line.startswith("ARG ")]  # fmt: skip
+    assert arg == "ARG SLURM_CLIENTS=0"
+    [(_, shell)] = [(n, s) for n, s in runs() if "$SLURM_CLIENTS" in s]
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("apt-get", "rm"):
+        (fake / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
+        (fake / tool).chmod(0o755)
+    done = subprocess.run(
+        [BASH, "-c", shell],
+        env={"PATH": f"{fake}:/usr/bin:/bin", "SLURM_CLIENTS": value},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    install = [c for c in lines if c.startswith("apt-get install")]
+    assert install == (
+        [f"apt-get install -y --no-install-recommends {installed}"] if installed else []
+    )
+    if code:
+        assert done.stderr == "SLURM_CLIENTS must be 0 or 1, not yes\n"

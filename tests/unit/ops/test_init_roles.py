@@ -77,4 +77,6 @@ def test_postgres_gets_its_own_roles_secret_and_none_of_the_services_files() -> 
     doc = yaml.safe_load((ROOT / "compose.yaml").read_text())
     secrets = set(doc["services"]["postgres"]["secrets"])
     assert secrets == {"postgres-password", "postgres-roles"}
-    assert doc["secrets"]["postgres-roles"] == {"file": "./secrets/postgres-roles"}
+    assert doc["secrets"]["postgres-roles"] == {
+        "file": "${LOCKSTEP_DEPLOY_DIR:-./deployment}/secrets/postgres/roles"
+    }

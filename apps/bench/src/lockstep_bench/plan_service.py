@@ -194,6 +194,7 @@ async def one_run(
     )
     planner = planner_app(
         PlannerSettings(
+            refuse_unjudgeable=False,  # the generated fleet's strata are small: timing only
             **common,
             db_schema=f"{namespace}_planner",
             policy_file=_policy(work / f"{namespace}.yaml"),

@@ -79,6 +79,42 @@ def bundle_build(
     )
 
 
+@bundle_app.command("pldm")
+def bundle_pldm(
+    kind: Annotated[str, typer.Argument(help="Device kind, e.g. gpu, bmc, nic, cpld.")],
+    version: Annotated[str, typer.Argument(help="The version the package installs.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the package (new file).")],
+    image: Annotated[
+        Path | None,
+        typer.Option(
+            help="The firmware image to wrap (default: a placeholder the simulator takes)."
+        ),
+    ] = None,
+    profile: Annotated[str, typer.Option(help="The simulated profile: gb200 or hgx-h100.")] = (
+        "gb200"
+    ),
+) -> None:
+    """Wrap a firmware image in a PLDM (DSP0267) package the simulator's BMCs accept for every
+    device of KIND in the profile: the image a bundle's manifest names with "format": "pldm"."""
+    from lockstep_sim.packages import PackageError, simulated_package
+
+    if out.exists():
+        raise _fail(f"{out} exists: nothing written")
+    try:
+        payload = image.read_bytes() if image is not None else None
+        package = simulated_package(profile, kind, version, image=payload, at=datetime.now(UTC))
+    except OSError as exc:
+        raise _fail(f"{image}: {exc.strerror or exc}") from None
+    except (PackageError, ValueError) as exc:
+        raise _fail(exc) from None
+    try:
+        with out.open("xb") as f:
+            f.write(package)
+    except OSError as exc:
+        raise _fail(f"{out}: {exc.strerror or exc}") from None
+    console.print(f"wrote {out}: PLDM package of {kind} {version} for {profile} ({len(package)} B)")
+
+
 @bundle_app.command("verify")
 def bundle_verify(
     path: Annotated[Path, typer.Argument(help="Bundle directory or tar.")],

@@ -100,6 +100,11 @@ GROUPS: dict[str, Lazy] = {
         "approver_app",
         "Approvers: make the Ed25519 key pair that signs rollout approvals.",
     ),
+    "deploy": Lazy(
+        "lockstep_cli.deploy_cli",
+        "deploy_app",
+        "A compose deployment: write its secrets, certificates and derived files.",
+    ),
     "agent": Lazy(
         "lockstep_cli.agent_cli",
         "agent_app",

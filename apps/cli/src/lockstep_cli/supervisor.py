@@ -317,6 +317,7 @@ def running_system(
     with stack:
         scaled = {STREAM_REPLICAS_VAR: str(stack.stream_replicas)} if nats_cluster > 1 else {}
         env = {**local_defaults(data_dir, os.environ), **(extra_env or {}), **scaled}
+        env |= one_gate_policy({**os.environ, **env})
         try:
             if stack.nats is not None:  # an external NATS is its operator's to provision
                 apps = [service_app(n, {**stack.nats_env(n), **env}) for n in SERVICES]
@@ -342,13 +343,26 @@ APPROVERS_DIR_VAR = "LOCKSTEP_PLANNER_APPROVERS_DIR"
 def local_defaults(data_dir: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """Settings a local stack gives its services unless the environment names its own: the
     planner's approvers trust store ``<data-dir>/approvers`` (made 0700; one ``NAME.pem`` per
-    approver, ``lockstep approver keygen``, read when the planner starts), without which no
+    approver, ``lockstep approver keygen``, read again at each approval), without which no
     change class that needs an approval could ever start."""
     if APPROVERS_DIR_VAR in environ:
         return {}
     approvers = data_dir / "approvers"
     approvers.mkdir(mode=0o700, parents=True, exist_ok=True)
     return {APPROVERS_DIR_VAR: str(approvers)}
+
+
+HEALTHGATE_POLICY_VAR = "LOCKSTEP_HEALTHGATE_POLICY_FILE"
+PLANNER_GATE_POLICY_VAR = "LOCKSTEP_PLANNER_GATE_POLICY_FILE"
+
+
+def one_gate_policy(environ: Mapping[str, str]) -> dict[str, str]:
+    """The planner reads the healthgate's gate policy unless told otherwise: it refuses a plan
+    whose strata are too small for the policy's [minimum] (docs/rollouts.md), which is only
+    right when both read the same file."""
+    if HEALTHGATE_POLICY_VAR in environ and PLANNER_GATE_POLICY_VAR not in environ:
+        return {PLANNER_GATE_POLICY_VAR: environ[HEALTHGATE_POLICY_VAR]}
+    return {}
 
 
 class StackSettings(ServiceSettings):

@@ -13,7 +13,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,18 @@ def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, obje
         # publish into the requester's inbox.
         permissions["allow_responses"] = {"max": 1, "expires": "1m"}
     return {"user": name, "password": hashed, "permissions": permissions}
+
+
+def fixed_users(
+    access: Mapping[str, Permissions], password_file: Callable[[str], Path]
+) -> list[dict[str, object]]:
+    """``authorization.users`` entries of every identity in ``access`` but the node agents'
+    template (each agent is its own nkey user, added when it is enrolled)."""
+    return [
+        _user(name, password_file(name), grants)
+        for name, grants in sorted(access.items())
+        if agent_node(name) is None
+    ]
 
 
 def _hash(password_file: Path) -> str:
@@ -332,11 +344,7 @@ class NatsServer:
         template, from which ``write_authorization`` makes the users file."""
         access = self.access or {}
         fixed = {
-            "users": [
-                _user(name, self.password_file(name), grants)
-                for name, grants in sorted(access.items())
-                if agent_node(name) is None
-            ],
+            "users": fixed_users(access, self.password_file),
             "agent": asdict(access[AGENT]) if AGENT in access else None,
         }
         path = self.data_dir / IDENTITIES

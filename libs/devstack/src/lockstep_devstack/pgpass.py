@@ -64,13 +64,16 @@ def read_password(path: Path, role: str) -> str | None:
     return None
 
 
-def write_password(path: Path, role: str, password: str) -> None:
-    """Write the password file for ``role`` atomically, mode 0600 from the first byte."""
+def write_password(
+    path: Path, role: str, password: str, *, hosts: tuple[str, ...] = _HOSTS
+) -> None:
+    """Write the password file for ``role`` atomically, mode 0600 from the first byte;
+    ``hosts``: the server names it answers for (a deployment's ``postgres``)."""
     if ":" in password or "\\" in password or "\n" in password:
         raise ValueError("a password for a libpq password file must hold no ':', '\\' or newline")
     _private_dir(path.parent.parent)
     _private_dir(path.parent)
-    lines = "".join(f"{host}:*:*:{role}:{password}\n" for host in _HOSTS)
+    lines = "".join(f"{host}:*:*:{role}:{password}\n" for host in hosts)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:

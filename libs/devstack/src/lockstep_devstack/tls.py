@@ -79,8 +79,12 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     tmp.replace(path)
 
 
-def server_tls(directory: Path, now: dt.datetime | None = None) -> ServerTls:
-    """The CA and server certificate under ``directory``, made or renewed as needed."""
+def server_tls(
+    directory: Path, now: dt.datetime | None = None, *, dns_names: tuple[str, ...] = ()
+) -> ServerTls:
+    """The CA and server certificate under ``directory``, made or renewed as needed.
+    ``dns_names``: host names the certificate also serves, besides localhost and the loopback
+    addresses (a deployment's ``nats-1``, ``nats-2``, ``nats-3``)."""
     now = now or dt.datetime.now(dt.UTC)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)
@@ -128,6 +132,7 @@ def server_tls(directory: Path, now: dt.datetime | None = None) -> ServerTls:
             x509.SubjectAlternativeName(
                 [
                     x509.DNSName("localhost"),
+                    *(x509.DNSName(name) for name in dns_names),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                     x509.IPAddress(ipaddress.ip_address("::1")),
                 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -13,13 +13,15 @@ from lockstep_common.events.v1 import FleetNode
 from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import Resources, ServiceApp
-from lockstep_planner.adapters.approvers import ApproversError, load_approvers
+from lockstep_gate.policy import PolicyError as GatePolicyError
+from lockstep_planner.adapters.approvers import ApproversError, TrustStore
 from lockstep_planner.adapters.gauges import GAUGES
-from lockstep_planner.adapters.policy_file import packaged_policy, read_policy
+from lockstep_planner.adapters.policy_file import gate_minimum, packaged_policy, read_policy
 from lockstep_planner.adapters.repository import PostgresStore
 from lockstep_planner.adapters.scheduler_jobs import SchedulerJobs
 from lockstep_planner.adapters.slurm_jobs import SlurmJobs
 from lockstep_planner.domain.classes import Policy, PolicyError
+from lockstep_planner.domain.judgeable import GateMinimum
 from lockstep_planner.handlers import Handlers
 from lockstep_planner.lifecycle import Timing
 from lockstep_planner.operator_commands import all_commands
@@ -45,12 +47,24 @@ def load_policy(settings: Settings) -> Policy:
         raise ConfigurationError(f"policy_file {settings.policy_file}: {exc}") from None
 
 
-def load_approvers_of(settings: Settings) -> dict[str, Ed25519PublicKey]:
-    """The approvers trust store, read at start; a bad key file refuses to start."""
+def load_gate_minimum(settings: Settings) -> GateMinimum | None:
+    """The gate policy's minimum sample, read at start (a bad file stops the service); None
+    when the deployment turned the refusal off (``refuse_unjudgeable``)."""
+    if not settings.refuse_unjudgeable:
+        return None
+    try:
+        return gate_minimum(settings.gate_policy_file)
+    except GatePolicyError as exc:
+        raise ConfigurationError(f"gate_policy_file: {exc}") from None
+
+
+def load_approvers_of(settings: Settings) -> Mapping[str, Ed25519PublicKey]:
+    """The approvers trust store, read at start (a bad key file refuses to start) and again
+    whenever its directory changes (``adapters.approvers.TrustStore``)."""
     if settings.approvers_dir is None:
         return {}
     try:
-        return load_approvers(settings.approvers_dir)
+        return TrustStore(settings.approvers_dir)
     except ApproversError as exc:
         raise ConfigurationError(f"approvers_dir: {exc}") from None
 
@@ -79,6 +93,7 @@ def create_app(settings: Settings) -> ServiceApp:
         timing,
         load_approvers_of(settings),
         rules=load_rules(settings.rules_file),
+        gate_minimum=load_gate_minimum(settings),
     )
     source = source_of(NAME)
     app = ServiceApp(

@@ -47,6 +47,7 @@ from lockstep_planner.domain.intake import (
     node_of,
     stack_of,
 )
+from lockstep_planner.domain.judgeable import GateMinimum
 from lockstep_planner.domain.plan import Plan, PlanRequest, plan
 from lockstep_planner.domain.plan_hash import canonical_plan, plan_difference, plan_hash
 from lockstep_planner.domain.refusal import PlanRefused, some
@@ -74,6 +75,9 @@ class Planning:
     """The approvers trust store; empty: no approval verifies (fails closed)."""
     rules: CompatibilityRules = field(kw_only=True)
     """The compatibility table the inventory judges drift by: a target breaking it is refused."""
+    gate_minimum: GateMinimum | None = field(default=None, kw_only=True)
+    """The healthgate policy's minimum sample per stratum; a plan that cannot meet it is
+    refused (``domain.judgeable``)."""
 
 
 def asked(intent: IntentSubmitted) -> dict[str, Any]:
@@ -147,6 +151,7 @@ def _request(
             strategy=intent.strategy,
             current_versions=current_versions(scoped),
             deferred_domains=deferred,
+            gate_minimum=planning.gate_minimum,
         ),
         {n.id: n for n in nodes},
         check.refusals,

@@ -27,9 +27,22 @@ class Settings(ServiceSettings):
         description="Compatibility rules JSON replacing the packaged table; use the inventory's "
         "file, so a target the planner lets start is one the inventory judges compatible.",
     )
+    gate_policy_file: Path | None = Field(
+        default=None,
+        description="The healthgate's gate policy (its LOCKSTEP_HEALTHGATE_POLICY_FILE; the "
+        "packaged one when unset). A plan with a stratum too small for its [minimum] canary "
+        "and control is refused: its gate could only ever be inconclusive.",
+    )
+    refuse_unjudgeable: bool = Field(
+        default=True,
+        description="Refuse a plan with a stratum too small for the gate policy's [minimum]. "
+        "Off only where inconclusive gates are accepted on purpose: the planning benchmark's "
+        "generated fleets, a lab of a handful of nodes (each wave then waits for a resume).",
+    )
     approvers_dir: Path | None = Field(
         default=None,
-        description="Approvers trust store: <approver>.pem Ed25519 public keys. Without one, no "
+        description="Approvers trust store: <approver>.pem Ed25519 public keys, read again at each "
+        "approval (a key added or removed counts without a restart). Without one, no "
         "approval verifies and classes that need approvals never start (fails closed).",
     )
     default_max_unavailable: int = Field(

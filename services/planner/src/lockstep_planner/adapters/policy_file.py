@@ -10,7 +10,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from lockstep_gate.policy_files import default_policy, load_policy
 from lockstep_planner.domain.classes import Policy, parse_policy
+from lockstep_planner.domain.judgeable import GateMinimum
 
 
 @cache  # the packaged file does not change while the process runs
@@ -24,3 +26,11 @@ def read_policy(path: Path) -> Policy:
     """An operator's policy; ``OSError`` when it cannot be read, ``PolicyError`` when it is
     malformed."""
     return parse_policy(path.read_bytes())
+
+
+def gate_minimum(path: Path | None) -> GateMinimum:
+    """The minimum sample per stratum of the healthgate's gate policy (the packaged one when
+    ``path`` is None): the planner refuses a plan whose canary could never meet it.
+    ``lockstep_gate.policy.PolicyError`` (one line) when the file is unreadable or invalid."""
+    minimum = (default_policy() if path is None else load_policy(path)).minimum
+    return GateMinimum(minimum.canary_nodes, minimum.control_nodes)

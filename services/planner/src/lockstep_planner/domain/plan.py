@@ -18,6 +18,7 @@ from lockstep_planner.domain.canary import StratumCover, choose_canary
 from lockstep_planner.domain.class_rules import bundle_refusals
 from lockstep_planner.domain.classes import ClassPolicy, fraction_problems
 from lockstep_planner.domain.fleet import Bundle, Node, Pool
+from lockstep_planner.domain.judgeable import GateMinimum, unjudgeable
 from lockstep_planner.domain.refusal import PlanRefused, some
 from lockstep_planner.domain.schedule import Stage, place_stage
 from lockstep_planner.domain.scope import Exclusion, select
@@ -47,6 +48,9 @@ class PlanRequest:
     tested_revert: bool = False
     deferred_domains: Mapping[str, str] = field(default_factory=dict)
     """Fabric domain -> why its nodes wait (a job occupies it); they join no wave here."""
+    gate_minimum: GateMinimum | None = None
+    """The healthgate policy's minimum sample per stratum: a stratum whose canary or control
+    cannot reach it is refused (``judgeable``). None: not checked (what-if tools)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,10 @@ def plan(request: PlanRequest, *, now: datetime) -> Plan:
         refusal = _canary_refusal(strategy.canary_nodes, units, policy, request.seed)
         if refusal:
             raise PlanRefused([refusal])
+    if request.gate_minimum is not None:
+        short = unjudgeable(canary.strata, request.gate_minimum)
+        if short:
+            raise PlanRefused(short)
     in_canary = {u.key for u in canary.units}
     buckets = {(n.site, n.rack) for n in moving}
     waves = assign_waves(
