@@ -95,7 +95,12 @@ STATE = MISMATCH  # a node agent's state; only its firmware directories matter h
 def inband_fallback(a: str, b: str) -> int | None:
     """The in-band fallback branch is the newer of the directories left on the node."""
     chosen = fallback_for(replace(STATE, firmware_dirs=(a, b)), target="(target)")
-    return None if chosen is None else (1 if chosen == a else -1)
+    swapped = fallback_for(replace(STATE, firmware_dirs=(b, a)), target="(target)")
+    if chosen is None:
+        return None
+    if chosen != swapped:
+        return 0  # it keeps whichever came first of two it holds equal ("01" and "1.0")
+    return 1 if chosen == a else -1
 
 
 CALL_SITES = {
