@@ -6,6 +6,7 @@ from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import ServiceApp
 from lockstep_updater.adapters.gauges import GAUGES
 from lockstep_updater.domain.remedy import RemedyPolicy
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.operator_commands import COMMANDS
 from lockstep_updater.router import subscriptions
 from lockstep_updater.settings import Settings
@@ -21,7 +22,7 @@ def create_app(settings: Settings) -> ServiceApp:
     app = ServiceApp(
         NAME,
         settings,
-        subscriptions=subscriptions(gsp_remedy),
+        subscriptions=subscriptions(Handlers(gsp_remedy)),
         migration_package="lockstep_updater.migrations",
     )
     app.add_workers(
