@@ -6,10 +6,6 @@ learned in one carries over to the next. Each holds:
   now)`` on the service's unit of work, never the consumer runtime's context or a clock;
 - no worker module imports the handlers (the shared layers contract makes them siblings);
 - each service's own layers contract orders the modules of the shared one as it does.
-
-The updater is the one service still shaped otherwise (its handlers are module functions without
-``now``, ``subscriptions(gsp_remedy)``, and its router and worker on one layer): its cases are
-expected to fail, strictly, so the day it is reshaped they must be made plain.
 """
 
 from __future__ import annotations
@@ -27,14 +23,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-SHAPED = ("inventory", "planner", "healthgate", "attest")
-UPDATER = pytest.param(
-    "updater",
-    marks=pytest.mark.xfail(
-        strict=True, reason="the updater is not reshaped yet (issue 28 item 5)"
-    ),
-)
-SERVICES = (*SHAPED, UPDATER)
+SERVICES = ("inventory", "planner", "updater", "healthgate", "attest")
 SHARED = "one service shape"
 # Modules a handler must not reach: the runtime's context (a handler gets a unit of work) and
 # the clock (a handler gets ``now``).
@@ -95,13 +84,13 @@ def test_every_handler_is_tx_env_and_keyword_now(service: str) -> None:
         assert kinds[2] == ("now", inspect.Parameter.KEYWORD_ONLY), name
 
 
-@pytest.mark.parametrize("service", (*SHAPED, "updater"))
+@pytest.mark.parametrize("service", SERVICES)
 def test_handlers_see_neither_the_runtime_context_nor_a_clock(service: str) -> None:
     imported = _imports(f"lockstep_{service}.handlers")
     assert {m for m in imported for bad in NOT_FOR_HANDLERS if m.startswith(bad)} == set()
 
 
-@pytest.mark.parametrize("service", (*SHAPED, "updater"))
+@pytest.mark.parametrize("service", SERVICES)
 def test_no_worker_imports_the_handlers(service: str) -> None:
     # The shared contract's handlers layer: its siblings of the handlers are the workers.
     (layer,) = [layer for layer in _shared()["layers"] if "handlers" in _modules(layer)]
@@ -119,9 +108,7 @@ def test_no_worker_imports_the_handlers(service: str) -> None:
 
 
 def test_the_shared_contract_holds_all_five_services() -> None:
-    assert sorted(_shared()["containers"]) == sorted(
-        f"lockstep_{s}" for s in ("inventory", "planner", "updater", "healthgate", "attest")
-    )
+    assert sorted(_shared()["containers"]) == sorted(f"lockstep_{s}" for s in SERVICES)
 
 
 @pytest.mark.parametrize("service", SERVICES)

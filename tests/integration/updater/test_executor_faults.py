@@ -5,6 +5,7 @@ push, a work item outside the approved plan, and a halt while a node drains."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,13 +19,17 @@ from lockstep_common.events.v1 import (
 from lockstep_common.fleet_query import InventoryUnavailable
 from lockstep_common.vocabulary import Component
 from lockstep_sim.faults import Fault, FaultPlan
-from lockstep_updater import handlers
+from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER, DrainState
 from lockstep_updater.testing.sim_fleet import sim_executor
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, World
 from tests.integration.updater.test_executor_sim import PLANNER, nodes_of, plan_and_release
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
+NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +134,7 @@ class HaltingScheduler:
         if state is DrainState.DRAINED:
             halt = RolloutHalted(rollout_id=ROLLOUT, wave=0, reason="xid 79", halted_by="gate")
             async with self.world.store.transaction() as tx:
-                await handlers.rollout_halted(tx, make_envelope(halt, source=PLANNER))
+                await HANDLERS.rollout_halted(tx, make_envelope(halt, source=PLANNER), now=NOW)
         return state
 
     async def resume(self, node_id: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from datetime import UTC, datetime
 
 import aiohttp
 import pytest
@@ -24,13 +25,17 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_redfish.image_server import ImageServer
-from lockstep_updater import handlers
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
+from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
 from lockstep_updater.testing.sim_fleet import sim_executor
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
+NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.integration
 PLANNER = source_of("planner")
@@ -61,8 +66,10 @@ async def plan_and_release(
         soak_seconds=0,
     )
     async with w.store.transaction() as tx:
-        await handlers.rollout_planned(tx, make_envelope(planned, source=PLANNER))
-        await handlers.wave_planned(tx, make_envelope(wave, source=PLANNER, correlation_id="c1"))
+        await HANDLERS.rollout_planned(tx, make_envelope(planned, source=PLANNER), now=NOW)
+        await HANDLERS.wave_planned(
+            tx, make_envelope(wave, source=PLANNER, correlation_id="c1"), now=NOW
+        )
 
 
 def nodes_of(w: World, count: int) -> tuple[str, ...]:
@@ -255,7 +262,7 @@ async def test_a_halt_stops_new_pushes_and_cordons(world: World) -> None:
     await plan_and_release(w, nodes)
     async with w.store.transaction() as tx:
         halt = RolloutHalted(rollout_id=ROLLOUT, wave=0, reason="abort", halted_by="ops")
-        await handlers.rollout_halted(tx, make_envelope(halt, source=PLANNER))
+        await HANDLERS.rollout_halted(tx, make_envelope(halt, source=PLANNER), now=NOW)
     await w.settle()
     assert [i.state for i in w.store.items] == [NodeStep.CANCELLED, NodeStep.CANCELLED]
     for node in nodes:

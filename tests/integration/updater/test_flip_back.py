@@ -4,18 +4,24 @@ given back by Lockstep; a node that activated nothing gets no call; a flip-back 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import DeviceRolledBack, GateTripped, WaveCompleted
 from lockstep_common.vocabulary import Component, GateVerdict
-from lockstep_updater import handlers
+from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
 from lockstep_updater.store import ROLLBACK
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ROLLOUT, World
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
+NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.integration
 SWITCH = "LockstepSim.SwitchBank"  # the BMC ledger's action for the OEM bank switch
@@ -30,7 +36,9 @@ async def trip(w: World, *offending: str) -> None:
         offending_nodes=offending,
     )
     async with w.store.transaction() as tx:
-        await handlers.gate_tripped(tx, make_envelope(tripped, source=source_of("healthgate")))
+        await HANDLERS.gate_tripped(
+            tx, make_envelope(tripped, source=source_of("healthgate")), now=NOW
+        )
 
 
 def switches(w: World, node: str) -> list[str]:

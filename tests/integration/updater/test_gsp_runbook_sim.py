@@ -11,6 +11,7 @@ import base64
 import hashlib
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -31,16 +32,19 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
 from lockstep_sim.agents.state import Phase
-from lockstep_updater import handlers
 from lockstep_updater.adapters.node_agent import HttpNodeAgent
 from lockstep_updater.domain.inband import AgentState
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.executor import Executor
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER, AgentOrder, AgentUnavailable
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
 from tests.integration.updater.test_kill_restart import Killed, KillingStore
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
+NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.integration
 INVENTORY = source_of("inventory")
@@ -85,7 +89,9 @@ def drift(node: str) -> DriftDetected:
 
 async def deliver_drift(w: World, node: str, policy: RemedyPolicy = RemedyPolicy.AUTOMATIC) -> None:
     async with w.store.transaction() as tx:
-        await handlers.drift_detected(tx, make_envelope(drift(node), source=INVENTORY), policy)
+        await Handlers(policy).drift_detected(
+            tx, make_envelope(drift(node), source=INVENTORY), now=NOW
+        )
 
 
 async def agent_ledger(w: World, node: str) -> list[str]:
@@ -313,9 +319,7 @@ async def test_hostile_drift_events_change_nothing(world: World) -> None:
         update={"items": (drift(node).items[0].model_copy(update={"kind": DriftKind.UNEXPECTED}),)}
     )
     async with w.store.transaction() as tx:
-        await handlers.drift_detected(
-            tx, make_envelope(other, source=INVENTORY), RemedyPolicy.AUTOMATIC
-        )
+        await HANDLERS.drift_detected(tx, make_envelope(other, source=INVENTORY), now=NOW)
     await deliver_drift(w, w.rt.fleet[2].id, RemedyPolicy.OFF)
     assert sorted(i.node_id for i in w.store.items) == sorted([node, "node-unknown"])
     await w.settle(agent_executor(w))
@@ -346,7 +350,7 @@ async def test_a_held_remedy_is_withdrawn_when_the_drift_resolves(world: World) 
     await deliver_drift(w, node, RemedyPolicy.APPROVAL)
     resolved = DriftResolved(node_id=node, site="site-a", stack_hash=None)
     async with w.store.transaction() as tx:
-        await handlers.drift_resolved(tx, make_envelope(resolved, source=INVENTORY))
+        await HANDLERS.drift_resolved(tx, make_envelope(resolved, source=INVENTORY), now=NOW)
     item = w.store.item(node)
     assert item.state is NodeStep.CANCELLED and "resolved before approval" in item.reason
     async with w.store.transaction() as tx:
@@ -396,8 +400,10 @@ async def _release(w: World, node: str, components: tuple[Component, ...]) -> No
     )
     planner = source_of("planner")
     async with w.store.transaction() as tx:
-        await handlers.rollout_planned(tx, make_envelope(planned, source=planner))
-        await handlers.wave_planned(tx, make_envelope(wave, source=planner, correlation_id="c1"))
+        await HANDLERS.rollout_planned(tx, make_envelope(planned, source=planner), now=NOW)
+        await HANDLERS.wave_planned(
+            tx, make_envelope(wave, source=planner, correlation_id="c1"), now=NOW
+        )
 
 
 async def _history(w: World, node: str) -> list[Any]:

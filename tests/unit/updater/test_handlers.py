@@ -4,6 +4,7 @@ attested bundle leave behind, and what a wave outside the plan is refused with."
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,10 +17,14 @@ from lockstep_common.events.v1 import (
     WavePlanned,
 )
 from lockstep_common.vocabulary import ChangeClass, Component, GateVerdict
-from lockstep_updater import handlers
 from lockstep_updater.domain.guard import Verdict, decide
+from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.handlers import Handlers, PlanNotYetKnown
 from lockstep_updater.testing.memory_store import MemoryStore
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
+NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.unit
 PLANNER = source_of("planner")
@@ -58,13 +63,13 @@ async def deliver(store: MemoryStore, data: EventData) -> None:
     async with store.transaction() as tx:
         e = env(data)
         if isinstance(data, RolloutPlanned):
-            await handlers.rollout_planned(tx, e)  # type: ignore[arg-type]
+            await HANDLERS.rollout_planned(tx, e, now=NOW)  # type: ignore[arg-type]
         elif isinstance(data, WavePlanned):
-            await handlers.wave_planned(tx, e)  # type: ignore[arg-type]
+            await HANDLERS.wave_planned(tx, e, now=NOW)  # type: ignore[arg-type]
         elif isinstance(data, RolloutHalted):
-            await handlers.rollout_halted(tx, e)  # type: ignore[arg-type]
+            await HANDLERS.rollout_halted(tx, e, now=NOW)  # type: ignore[arg-type]
         elif isinstance(data, GateTripped):
-            await handlers.gate_tripped(tx, e)  # type: ignore[arg-type]
+            await HANDLERS.gate_tripped(tx, e, now=NOW)  # type: ignore[arg-type]
 
 
 async def test_a_wave_of_the_plan_becomes_one_pending_item_per_node_once() -> None:
@@ -127,7 +132,7 @@ async def test_a_wave_listing_nodes_of_a_later_approved_wave_is_refused_whole_an
 
 async def test_a_wave_before_its_plan_is_redelivered_later() -> None:
     store = MemoryStore()
-    with pytest.raises(handlers.PlanNotYetKnown, match="wave 0 of r-1 before its rollout"):
+    with pytest.raises(PlanNotYetKnown, match="wave 0 of r-1 before its rollout"):
         await deliver(store, wave(0, "n1"))
     assert store.items == []
 
@@ -135,7 +140,7 @@ async def test_a_wave_before_its_plan_is_redelivered_later() -> None:
 async def test_a_dry_run_plan_is_not_an_approved_plan() -> None:
     store = MemoryStore()
     await deliver(store, plan(("n1",), dry_run=True))
-    with pytest.raises(handlers.PlanNotYetKnown):
+    with pytest.raises(PlanNotYetKnown):
         await deliver(store, wave(0, "n1"))
 
 

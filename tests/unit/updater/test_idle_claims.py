@@ -11,7 +11,8 @@ from typing import cast
 import pytest
 
 from lockstep_cli.polling import until
-from lockstep_common.subjects import Namespace
+from lockstep_common.service import Resources
+from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.executor import Executor
 from lockstep_updater.idle import FAN_OUT, IdleClaims
 from lockstep_updater.settings import Settings
@@ -43,8 +44,13 @@ class FakeExecutor:
         return True
 
 
+def unbuilt(resources: Resources, server: ImageServer | None) -> Executor:
+    """The worker's executor factory, never called: the test hands its loop an executor."""
+    raise AssertionError("the executor is the test's")
+
+
 def worker(poll_s: float) -> UpdaterWorker:
-    return UpdaterWorker(Settings(worker_poll_s=poll_s, workers=LOOPS), Namespace("t"), "updater")
+    return UpdaterWorker(Settings(worker_poll_s=poll_s, workers=LOOPS), unbuilt)
 
 
 async def test_idle_loops_leave_the_polling_to_one_of_them() -> None:

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
-from lockstep_common.subjects import Namespace
+from lockstep_common.service import Resources
+from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.k8s_scheduler import KubernetesScheduler
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.adapters.slurm_scheduler import SlurmScheduler
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end, written
 from lockstep_updater.domain.steps import ALLOWED, NodeStep
+from lockstep_updater.executor import Executor
 from lockstep_updater.schedulers import SCHEDULERS, scheduler_for
 from lockstep_updater.settings import Settings
 from lockstep_updater.worker import UpdaterWorker
@@ -100,9 +102,14 @@ class CountingExecutor:
         return []
 
 
+def unbuilt(resources: Resources, server: ImageServer | None) -> Executor:
+    """The worker's executor factory, never called: the test hands its loop an executor."""
+    raise AssertionError("the executor is the test's")
+
+
 async def test_the_worker_reaps_every_interval_with_the_configured_ttl_until_stopped() -> None:
     settings = Settings(orphan_ttl_s=1234, reap_interval_s=0.01)
-    worker = UpdaterWorker(settings, Namespace("lockstep"), "updater")
+    worker = UpdaterWorker(settings, unbuilt)
     stopping = asyncio.Event()
     executor = CountingExecutor(stopping)
     await asyncio.wait_for(worker._reaper(executor, stopping), timeout=10)  # type: ignore[arg-type]

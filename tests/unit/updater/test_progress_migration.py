@@ -6,6 +6,7 @@ either direction (an older updater still running reads what a newer one wrote)."
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,6 @@ import pytest
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import DriftDetected, DriftItem
 from lockstep_common.vocabulary import Component, DriftKind, Severity
-from lockstep_updater import handlers
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
 from lockstep_updater.domain.progress import (
     BY_KIND,
@@ -27,14 +27,18 @@ from lockstep_updater.domain.progress import (
 )
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.store import RELEASE, REMEDY, ROLLBACK, UPDATE
 from lockstep_updater.testing.memory_store import MemoryStore
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
+NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.unit
 DATA = Path(__file__).resolve().parents[2] / "data" / "updater" / "progress-v0"
 
 # Shapes the previous release wrote that no captured test run reached, from the code writing
-# them: handlers.on_drift_detected (``{"pin": ...}``) and the in-band step's halt while a unit
+# them: Handlers.drift_detected (``{"pin": ...}``) and the in-band step's halt while a unit
 # is in flight (``note``).
 WRITTEN_BY_CODE: list[tuple[str, str, dict[str, Any]]] = [
     (REMEDY, "pending", {"pin": "580.95.05"}),
@@ -180,7 +184,7 @@ async def test_a_remedy_this_release_records_is_versioned_and_keeps_its_pin() ->
     )
     async with store.transaction() as tx:
         envelope = make_envelope(drift, source=source_of("inventory"))
-        await handlers.drift_detected(tx, envelope, RemedyPolicy.AUTOMATIC)
+        await HANDLERS.drift_detected(tx, envelope, now=NOW)
     stored = store.item("n1").progress
     assert stored["schema_version"] == SCHEMA_VERSION
     progress = load(REMEDY, stored)

@@ -51,13 +51,16 @@ from lockstep_redfish.update import UpdatePolicy
 from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.profiles import GB200
 from lockstep_sim.runtime import FleetRuntime
-from lockstep_updater import handlers
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
+from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import TERMINAL
 from lockstep_updater.executor import ExecutorPolicy
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import DrainState, Scheduler
 from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
+
+HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
 
 GPU = next(c for c in GB200 if c.kind == "gpu")
 VERSION = "97.00.9A.00.01"
@@ -131,7 +134,9 @@ class _HaltOnFirstDrain:
         if state is DrainState.DRAINED and self.halted_at is None:
             halt = RolloutHalted(rollout_id=self.rollout, wave=0, reason="bench", halted_by="gate")
             async with self.store.transaction() as tx:
-                await handlers.rollout_halted(tx, make_envelope(halt, source=SOURCE))
+                await HANDLERS.rollout_halted(
+                    tx, make_envelope(halt, source=SOURCE), now=datetime.now(UTC)
+                )
             self.halted_at = time.time()
         return state
 
@@ -201,8 +206,10 @@ async def _drive(
     )
     async with store.transaction() as tx:
         await tx.record_bundle(STACK, str(bundle), (component,))
-        await handlers.rollout_planned(tx, make_envelope(planned, source=SOURCE))
-        await handlers.wave_planned(tx, make_envelope(wave, source=SOURCE))
+        await HANDLERS.rollout_planned(
+            tx, make_envelope(planned, source=SOURCE), now=datetime.now(UTC)
+        )
+        await HANDLERS.wave_planned(tx, make_envelope(wave, source=SOURCE), now=datetime.now(UTC))
     policy = _policy(time_scale)
     scheduler: Scheduler = SimScheduler(rt.scheduler_url)
     halter = _HaltOnFirstDrain(scheduler, store, rollout) if halt else None

@@ -56,6 +56,8 @@ from lockstep_updater import operator_commands as updater_operator_commands
 from lockstep_updater import router as updater_router
 from lockstep_updater.domain import step_notes
 from lockstep_updater.domain import steps as node_steps
+from lockstep_updater.domain.remedy import RemedyPolicy
+from lockstep_updater.handlers import Handlers as UpdaterHandlers
 
 
 async def _documented_only() -> None:
@@ -79,7 +81,7 @@ def subscriptions_by_service() -> dict[str, tuple[Subscription, ...]]:
         "healthgate": healthgate_router.subscriptions(GateHandlers(GateConfig(default_policy()))),
         "inventory": inventory_router.subscriptions(InventoryHandlers(packaged_rules())),
         "planner": planner_router.subscriptions(PlannerHandlers(Timing())),
-        "updater": updater_router.subscriptions(),
+        "updater": updater_router.subscriptions(UpdaterHandlers(RemedyPolicy.AUTOMATIC)),
     }
 
 

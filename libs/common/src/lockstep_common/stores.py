@@ -5,9 +5,8 @@ adapter; the adapter's transaction object (``Tx``) wraps a connection inside an 
 transaction and the sink its events go to. Two ways to get one, the same for every service:
 - ``PooledStore.transaction()``: a pooled connection for a worker, its events committed to the
   outbox with the transaction (``outbox.emitting``);
-- ``in_runtime_transaction(make_tx, handler)``: a handler run inside the consumer runtime's
-  transaction, so its writes, its inbox claim and its events commit or roll back together;
-  ``Joined(make_tx)`` is that for one service's transaction type (its ``joined``).
+- ``JoinedAt(make_tx)`` (a service's ``joined``): a handler run inside the consumer runtime's
+  transaction, so its writes, its inbox claim and its events commit or roll back together.
 
 One service shape (issue 28 item 5): a handler is ``(tx, env, *, now)`` (:class:`Handler`, or
 :class:`BatchHandler` over a pulled batch) on the service's unit of work (a ``Tx`` with
@@ -87,35 +86,6 @@ class PooledStore(Generic[Tx]):
         """A pooled connection's transaction; its events commit to the outbox with it."""
         async with self._pool.acquire() as conn, emitting(conn, self._source) as out:
             yield self._make_tx(conn, out)
-
-
-def in_runtime_transaction(
-    make_tx: Callable[[Conn, EventSink], T],
-    handler: Callable[[T, Envelope[E]], Awaitable[None]],
-) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
-    """``handler`` run in the consumer runtime's transaction (its inbox claim and outbox)."""
-
-    @functools.wraps(handler)
-    async def run(ctx: HandlerContext, env: Envelope[E]) -> None:
-        await handler(make_tx(ctx.conn, ctx), env)
-
-    return run
-
-
-class Joined(Generic[T]):
-    """A service's ``joined``: ``joined(handler)`` is ``in_runtime_transaction(make_tx,
-    handler)`` for the service's own transaction type, declared once in its repository
-    (``joined = Joined(PostgresTx)``) instead of a wrapper function per service."""
-
-    __slots__ = ("_make_tx",)
-
-    def __init__(self, make_tx: Callable[[Conn, EventSink], T]) -> None:
-        self._make_tx = make_tx
-
-    def __call__(
-        self, handler: Callable[[T, Envelope[E]], Awaitable[None]]
-    ) -> Callable[[HandlerContext, Envelope[E]], Awaitable[None]]:
-        return in_runtime_transaction(self._make_tx, handler)
 
 
 class JoinedAt(Generic[T]):

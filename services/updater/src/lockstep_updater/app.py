@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+
+from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.query_gauges import QueryGauges
-from lockstep_common.service import ServiceApp
+from lockstep_common.service import Resources, ServiceApp
+from lockstep_common.subjects import Namespace
+from lockstep_redfish.image_server import ImageServer
+from lockstep_updater.adapters.agent_commands import NatsAgentCommands
 from lockstep_updater.adapters.gauges import GAUGES
+from lockstep_updater.adapters.images import BundleImages
+from lockstep_updater.adapters.node_agent import HttpNodeAgent
+from lockstep_updater.adapters.node_agent_nats import READ_TIMEOUT_S, NatsNodeAgent
+from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.domain.remedy import RemedyPolicy
+from lockstep_updater.executor import Executor
+from lockstep_updater.handlers import Handlers
 from lockstep_updater.operator_commands import COMMANDS
+from lockstep_updater.ports import NodeAgent
 from lockstep_updater.router import subscriptions
+from lockstep_updater.schedulers import scheduler_for
 from lockstep_updater.settings import Settings
-from lockstep_updater.worker import UpdaterWorker
+from lockstep_updater.worker import UpdaterWorker, executor_policy
 
 NAME = "updater"
 
@@ -21,11 +35,40 @@ def create_app(settings: Settings) -> ServiceApp:
     app = ServiceApp(
         NAME,
         settings,
-        subscriptions=subscriptions(gsp_remedy),
+        subscriptions=subscriptions(Handlers(gsp_remedy)),
         migration_package="lockstep_updater.migrations",
     )
+    s, policy = settings, executor_policy(settings)
+
+    def executor(resources: Resources, server: ImageServer | None) -> Executor:
+        return Executor(
+            PostgresStore(resources.pool, app.source),
+            FleetQuery(resources.nc, app.namespace, app.source, timeout_s=s.fleet_timeout_s),
+            scheduler_for(s),
+            BundleImages(s.bundle_roots),
+            policy,
+            image_server=server,
+            agent=node_agent(s, resources, app.namespace, app.source),
+        )
+
+    host = settings.image_server_host
+    served = None if host is None else functools.partial(ImageServer, host, s.image_server_port)
     app.add_workers(
-        UpdaterWorker(settings, app.namespace, NAME), QueryGauges(app.metrics.registry, GAUGES)
+        UpdaterWorker(settings, executor, served), QueryGauges(app.metrics.registry, GAUGES)
     )
     app.add_operator_commands(*COMMANDS)
     return app
+
+
+def node_agent(
+    settings: Settings, resources: Resources, namespace: Namespace, source: str
+) -> NodeAgent | None:
+    """The channel ``agent_channel`` names (None: none configured)."""
+    s = settings
+    if s.agent_channel == "nats":
+        commands = NatsAgentCommands(resources.nc, namespace, source)
+        reads = NatsAgentCommands(resources.nc, namespace, source, timeout_s=READ_TIMEOUT_S)
+        return NatsNodeAgent(commands, s.agent_package, reads)
+    if s.agent_url is None:
+        return None
+    return HttpNodeAgent(s.agent_url, s.agent_credentials)

@@ -10,8 +10,6 @@ wave, and asks the inventory ``fleet.query``.
 
 from __future__ import annotations
 
-import functools
-
 from lockstep_common import subjects
 from lockstep_common.consumer import On, Subscription
 from lockstep_common.envelope import EventData
@@ -33,9 +31,8 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
     WavePlanned,
 )
-from lockstep_updater import handlers
 from lockstep_updater.adapters.repository import joined
-from lockstep_updater.domain.remedy import RemedyPolicy
+from lockstep_updater.handlers import Handlers
 
 # The event classes this service publishes: with ``subscriptions()``, the source of the
 # producer and consumer lists in docs/ and of the NATS permission matrix (fleet.query is a
@@ -53,11 +50,9 @@ EMITS: tuple[type[EventData], ...] = (
 )
 
 
-def subscriptions(
-    gsp_remedy: RemedyPolicy = RemedyPolicy.AUTOMATIC,
-) -> tuple[Subscription, ...]:
-    """Subject -> handler bindings of this service (``gsp_remedy``: the runbook's policy)."""
-    on_drift = functools.partial(handlers.drift_detected, policy=gsp_remedy)
+def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:
+    """Subject -> handler bindings of this service (``handlers`` carry the GSP runbook's
+    policy)."""
     return (
         Subscription(
             name="updater-rollouts",
@@ -90,7 +85,7 @@ def subscriptions(
             stream="DRIFT",
             subjects=("drift.detected.*.*", "drift.resolved.*.*"),
             handlers=(
-                On(DriftDetected, joined(on_drift)),
+                On(DriftDetected, joined(handlers.drift_detected)),
                 On(DriftResolved, joined(handlers.drift_resolved)),
             ),
             description="A GSP / driver mismatch starts the runbook (seed 004); a resolved "

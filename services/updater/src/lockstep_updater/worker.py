@@ -11,84 +11,67 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
-from lockstep_common.envelope import source_of
-from lockstep_common.fleet_query import FleetQuery
 from lockstep_common.periodic import Every
 from lockstep_common.service import Resources
-from lockstep_common.subjects import Namespace
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
-from lockstep_updater.adapters.agent_commands import NatsAgentCommands
-from lockstep_updater.adapters.images import BundleImages
-from lockstep_updater.adapters.node_agent import HttpNodeAgent
-from lockstep_updater.adapters.node_agent_nats import READ_TIMEOUT_S, NatsNodeAgent
-from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.idle import IdleClaims
-from lockstep_updater.ports import NodeAgent
-from lockstep_updater.schedulers import scheduler_for
 from lockstep_updater.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
+ExecutorFactory = Callable[[Resources, ImageServer | None], Executor]
+"""Builds the executor on the started service's connections, with the image server the worker
+opened (None: none configured); ``app.py`` chooses its store, fleet query, scheduler, images
+and node agent."""
+
+
+def executor_policy(settings: Settings) -> ExecutorPolicy:
+    """The executor's leases, waits and Redfish polling, as ``settings`` give them."""
+    poll = settings.redfish_poll_s
+    return ExecutorPolicy(
+        lease_s=settings.lease_s,
+        retry_s=settings.retry_s,
+        drain_poll_s=settings.drain_poll_s,
+        drain_deadline_s=settings.drain_deadline_s,
+        remedy_max_unavailable=settings.remedy_max_unavailable,
+        task_hold_s=settings.task_hold_s,
+        update=UpdatePolicy(
+            tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
+            settle_s=settings.verify_settle_s,
+            read_poll_s=poll,
+        ),
+    )
+
+
 class UpdaterWorker:
-    """Runs ``settings.workers`` claim loops."""
+    """Runs ``settings.workers`` claim loops on the executor ``executor`` builds, and serves
+    images from ``image_server`` (when given) for as long as they run."""
 
-    def __init__(self, settings: Settings, namespace: Namespace, name: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        executor: ExecutorFactory,
+        image_server: Callable[[], ImageServer] | None = None,
+    ) -> None:
         self.settings = settings
-        self.namespace = namespace
-        self.source = source_of(name)
+        self.executor = executor
+        self.image_server = image_server
         self.idle = IdleClaims(settings.worker_poll_s)
-        poll = settings.redfish_poll_s
-        self.policy = ExecutorPolicy(
-            lease_s=settings.lease_s,
-            retry_s=settings.retry_s,
-            drain_poll_s=settings.drain_poll_s,
-            drain_deadline_s=settings.drain_deadline_s,
-            remedy_max_unavailable=settings.remedy_max_unavailable,
-            task_hold_s=settings.task_hold_s,
-            update=UpdatePolicy(
-                tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
-                settle_s=settings.verify_settle_s,
-                read_poll_s=poll,
-            ),
-        )
-
-    def executor(self, resources: Resources, server: ImageServer | None = None) -> Executor:
-        s = self.settings
-        return Executor(
-            PostgresStore(resources.pool, self.source),
-            FleetQuery(resources.nc, self.namespace, self.source, timeout_s=s.fleet_timeout_s),
-            scheduler_for(s),
-            BundleImages(s.bundle_roots),
-            self.policy,
-            image_server=server,
-            agent=self.node_agent(resources),
-        )
-
-    def node_agent(self, resources: Resources) -> NodeAgent | None:
-        """The channel ``agent_channel`` names (None: none configured)."""
-        s = self.settings
-        if s.agent_channel == "nats":
-            commands = NatsAgentCommands(resources.nc, self.namespace, self.source)
-            reads = NatsAgentCommands(
-                resources.nc, self.namespace, self.source, timeout_s=READ_TIMEOUT_S
-            )
-            return NatsNodeAgent(commands, s.agent_package, reads)
-        if s.agent_url is None:
-            return None
-        return HttpNodeAgent(s.agent_url, s.agent_credentials)
+        self.policy = executor_policy(settings)
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Claim and run steps until stopped."""
         s = self.settings
         async with contextlib.AsyncExitStack() as stack:
             server = None
-            if s.image_server_host is not None:
-                server = ImageServer(s.image_server_host, s.image_server_port)
+            if self.image_server is not None:
+                server = self.image_server()
                 await stack.enter_async_context(server)
             executor = self.executor(resources, server)
             stack.push_async_callback(executor.close)

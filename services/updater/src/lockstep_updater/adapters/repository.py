@@ -15,7 +15,7 @@ import asyncpg
 
 from lockstep_common.db import Conn
 from lockstep_common.outbox import EventSink
-from lockstep_common.stores import Joined, PooledStore
+from lockstep_common.stores import JoinedAt, PooledStore
 from lockstep_updater.adapters.remedy_rows import RemedyRows, release_quarantined, release_remedy
 from lockstep_updater.adapters.rollout_rows import RolloutRows
 from lockstep_updater.adapters.step_rows import StepRows
@@ -47,6 +47,6 @@ class PostgresTx(RolloutRows, RemedyRows, StepRows, WaveRows):
     events: EventSink
 
 
-joined = Joined(PostgresTx)
-"""``joined(handler)``: ``handler`` run in the consumer runtime's transaction (its inbox claim
-and outbox)."""
+joined = JoinedAt(PostgresTx)
+"""``joined(handler)``: a ``Handler`` ``(tx, env, *, now)`` run in the consumer runtime's
+transaction (its inbox claim and outbox), ``now`` read from the system clock."""
