@@ -19,6 +19,7 @@ from lockstep_common.events.v1 import (
     GateShowAnswered,
     GateVerdictRecord,
     NodeHistoryAnswered,
+    PlanStratum,
     PoolConformance,
     RolloutAuditAnswered,
     RolloutState,
@@ -64,6 +65,31 @@ def wave(number: int, state: str, nodes: int, done: int, failed: int = 0) -> Rol
     )
 
 
+STRATA = (
+    PlanStratum(
+        profile="gb200",
+        supplier="acme",
+        stack=STACK,
+        canary=("gb200-r07-n03", "gb200-r11-n02"),
+        canary_count=2,
+        controls=("gb200-r07-n04", "gb200-r12-n01"),
+        controls_count=2,
+        size=36,
+    ),
+    # A large stratum: the planner names the first ids and counts them all.
+    PlanStratum(
+        profile="h100",
+        supplier="globex",
+        stack=STACK,
+        canary=tuple(f"h100-r{i:02d}-n01" for i in range(4)),
+        canary_count=40,
+        controls=tuple(f"h100-r{i:02d}-n02" for i in range(4)),
+        controls_count=40,
+        size=4000,
+    ),
+)
+
+
 def rollout(
     rid: str, state: str, waves: tuple[RolloutWaveState, ...], reason: str = ""
 ) -> RolloutState:
@@ -86,6 +112,7 @@ def rollout(
         deferred={"2": "fabric domain nvl72-a7 is occupied by cluster job 4411"},
         waves=waves,
         nodes_by_step={"verified": done, "failed": failed, "waiting": waiting},
+        strata=STRATA,
     )
 
 

@@ -79,11 +79,46 @@ async def test_only_this_origin_may_load_anything_and_nothing_is_cached(client: 
     assert "https://" not in html
 
 
+async def test_a_rollout_page_shows_each_stratum_with_its_canary_and_controls(
+    client: Client,
+) -> None:
+    html = await (await client.get(f"/rollouts/{scenes.TRIPPED}")).text()
+    assert "Strata, canary and control nodes" in html
+    rows = html.split("<tbody>", 2)[1].split("</tbody>")[0].split("<tr>")[1:]
+    assert len(rows) == len(scenes.STRATA) == 2
+    assert "gb200 / acme /" in rows[0] and "<td>36</td>" in rows[0]
+    assert "2: gb200-r07-n03, gb200-r11-n02</td>" in rows[0]
+    assert "2: gb200-r07-n04, gb200-r12-n01</td>" in rows[0]
+    # Named up to what the planner sent, counted whole: never 4,000 rows of ids.
+    assert "<td>4000</td>" in rows[1]
+    assert "40: h100-r00-n01, h100-r01-n01, h100-r02-n01, h100-r03-n01 and 36 more" in rows[1]
+    assert "40: h100-r00-n02, h100-r01-n02, h100-r02-n02, h100-r03-n02 and 36 more" in rows[1]
+
+
+async def test_a_rollout_planned_without_strata_says_so() -> None:
+    source = scenes.source()
+    state = source.rollout_states[scenes.TRIPPED]
+    old = state.strata[0].model_copy(update={"size": None})
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"strata": (old,)})
+    source.rollout_states[scenes.RUNNING] = state.model_copy(update={"strata": ()})
+    client = await client_of(source)
+    try:
+        html = await (await client.get(f"/rollouts/{scenes.TRIPPED}")).text()
+        assert "<td>not recorded</td>" in html
+        html = await (await client.get(f"/rollouts/{scenes.RUNNING}")).text()
+        assert "The planner names no strata for this rollout." in html
+    finally:
+        await client.close()
+
+
 async def test_a_text_from_a_service_is_escaped_not_run() -> None:
     source = scenes.source()
     state = source.rollout_states[scenes.TRIPPED]
     hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
-    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"reason": hostile})
+    stratum = state.strata[0].model_copy(update={"supplier": hostile})
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(
+        update={"reason": hostile, "strata": (stratum,)}
+    )
     record = source.gates[scenes.TRIPPED].verdicts[0]
     decision = {**record.decision, "reason": hostile}
     source.gates[scenes.TRIPPED] = GateShowAnswered(

@@ -1543,6 +1543,28 @@ MAX_AUDIT = 5000
 Label = Annotated[str, Field(max_length=128)]
 
 
+MAX_SHOWN = 64  # canary and control nodes named per stratum in a summary (the counts are whole)
+
+
+class PlanStratum(Part):
+    """A stratum (profile, supplier, current stack) the canary covers, with its controls."""
+
+    profile: Name = Field(description="Hardware profile.")
+    supplier: Annotated[str, Field(max_length=128)] = Field(description="Builder.")
+    stack: Annotated[str, Field(max_length=128)] = Field(description="Stack hash it runs now.")
+    canary: tuple[NodeId, ...] = Field(
+        max_length=MAX_SHOWN, description="Its canary nodes (the first MAX_SHOWN)."
+    )
+    canary_count: Count = Field(description="All its canary nodes.")
+    controls: tuple[NodeId, ...] = Field(
+        max_length=MAX_SHOWN, description="Its control nodes, untouched (the first MAX_SHOWN)."
+    )
+    controls_count: Count = Field(description="All its control nodes.")
+    size: Count | None = Field(
+        default=None, description="Nodes in the stratum (None: planned before sizes were kept)."
+    )
+
+
 class RolloutWaveState(Part):
     """One wave of a rollout as the planner tracks it."""
 
@@ -1579,6 +1601,11 @@ class RolloutState(Part):
     waves: tuple[RolloutWaveState, ...] = Field(max_length=MAX_WAVES, description="Its waves.")
     nodes_by_step: dict[Label, Count] = Field(
         max_length=MAX_ITEMS, description="Nodes by last device step (waiting: none yet)."
+    )
+    strata: tuple[PlanStratum, ...] = Field(
+        default=(),
+        max_length=MAX_ITEMS,
+        description="The plan's strata with their canary and control nodes, as planned.",
     )
 
 
@@ -1855,7 +1882,6 @@ class FabricPinAnswered(EventData):
 # summary, and where each node goes comes a page at a time (``offset``), each page under
 # PLAN_PAGE_BYTES of node ids.
 PLAN_PAGE_BYTES = 384 * 1024
-MAX_SHOWN = 64  # canary and control nodes named per stratum in a summary (the counts are whole)
 MAX_ROLLOUTS_PAGE = 100
 BUNDLE_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?$"
 """``ID[@VERSION]``, as operators name an attested bundle."""
@@ -1903,22 +1929,6 @@ class DeferredWave(Part):
     domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
     reason: Annotated[str, Field(max_length=1024)] = Field(description="Why it waits.")
     nodes: Count = Field(description="Nodes in it.")
-
-
-class PlanStratum(Part):
-    """A stratum (profile, supplier, current stack) the canary covers, with its controls."""
-
-    profile: Name = Field(description="Hardware profile.")
-    supplier: Annotated[str, Field(max_length=128)] = Field(description="Builder.")
-    stack: Annotated[str, Field(max_length=128)] = Field(description="Stack hash it runs now.")
-    canary: tuple[NodeId, ...] = Field(
-        max_length=MAX_SHOWN, description="Its canary nodes (the first MAX_SHOWN)."
-    )
-    canary_count: Count = Field(description="All its canary nodes.")
-    controls: tuple[NodeId, ...] = Field(
-        max_length=MAX_SHOWN, description="Its control nodes, untouched (the first MAX_SHOWN)."
-    )
-    controls_count: Count = Field(description="All its control nodes.")
 
 
 class Exclusions(Part):
