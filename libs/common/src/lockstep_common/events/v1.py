@@ -1428,6 +1428,45 @@ class NodeHistoryAnswered(EventData):
     steps: tuple[StepEntry, ...] = Field(max_length=MAX_STEPS, description="Oldest first.")
 
 
+MAX_QUARANTINED_PAGE = 500
+
+
+class QuarantinedNode(Part):
+    """A node whose latest work item ended quarantined: Lockstep holds its drain."""
+
+    node_id: NodeId = Field(description="The node.")
+    rollout_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The rollout (or remedy work item) that quarantined it."
+    )
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Its wave.")
+    since: AwareDatetime = Field(description="When it was quarantined.")
+    reason: Text = Field(description="Why.")
+
+
+class NodeQuarantinedRequested(EventData):
+    """``lockstep node quarantined``: the quarantined nodes, a page in node id order."""
+
+    event_type: ClassVar[str] = "ops.node.quarantined.requested"
+    schema_version: ClassVar[int] = 1
+
+    after: NodeId | None = Field(default=None, description="Start after this node id.")
+    limit: int = Field(default=100, ge=1, le=MAX_QUARANTINED_PAGE, description="Nodes in the page.")
+
+
+class NodeQuarantinedAnswered(EventData):
+    """A page of quarantined nodes and the node id the next page starts after."""
+
+    event_type: ClassVar[str] = "ops.node.quarantined.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[QuarantinedNode, ...] = Field(
+        max_length=MAX_QUARANTINED_PAGE, description="In node id order."
+    )
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after=this for the next page (None: last)."
+    )
+
+
 class NodeReleaseRequested(EventData):
     """``lockstep node release NODE --reason TEXT``: give a quarantined node back."""
 
@@ -2158,6 +2197,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     NodeHistoryAnswered,
     NodeReleaseRequested,
     NodeReleaseAnswered,
+    NodeQuarantinedRequested,
+    NodeQuarantinedAnswered,
     NodeApproveRemedyRequested,
     NodeApproveRemedyAnswered,
     GateShowRequested,
