@@ -19,8 +19,10 @@ from lockstep_common.events.v1 import (
     GateShowAnswered,
     GateVerdictRecord,
     NodeHistoryAnswered,
+    NodeQuarantinedAnswered,
     PlanStratum,
     PoolConformance,
+    QuarantinedNode,
     RolloutAuditAnswered,
     RolloutState,
     RolloutWaveState,
@@ -246,6 +248,24 @@ def history() -> NodeHistoryAnswered:
     )
 
 
+def held(node_id: str, reason: str) -> QuarantinedNode:
+    return QuarantinedNode(
+        node_id=node_id, rollout_id=TRIPPED, wave=0, since=T0 + timedelta(minutes=14), reason=reason
+    )
+
+
+HELD = {
+    None: NodeQuarantinedAnswered(
+        nodes=(held(QUARANTINED, "XID 79 after the flip-back: node held"),),
+        next_after=QUARANTINED,
+    ),
+    QUARANTINED: NodeQuarantinedAnswered(
+        nodes=(held("gb200-r09-n01", "verify failed twice: vbios not read back"),)
+    ),
+}
+"""Two pages of the updater's ``node.quarantined`` answer."""
+
+
 def source() -> MemorySource:
     """Everything the console is shown in the tests and the screenshots."""
     tripped = rollout(
@@ -293,4 +313,5 @@ def source() -> MemorySource:
         drift_pages={None: page},
         straggler_findings=stragglers(),
         histories={QUARANTINED: history()},
+        quarantined_pages=dict(HELD),
     )
