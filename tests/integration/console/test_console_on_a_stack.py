@@ -112,5 +112,25 @@ async def test_the_tripped_canary_on_the_real_services(
                     and f"control median {c['control_median']:.4g}" in p
                     for p in plots
                 ), (m["metric"], plots)
+
+            await strata_and_quarantine_as_the_reader(source, chrome, url, rid, canary)
     finally:
         await server.close()
+
+
+async def strata_and_quarantine_as_the_reader(
+    source: BusSource, chrome: Any, url: str, rid: str, canary: dict[str, Any]
+) -> None:
+    """The plan's strata and the quarantined nodes, read as the reader (issue 32)."""
+    status = (await source.rollout(rid)).rollout
+    assert status is not None and status.strata
+    assert {n for s in status.strata for n in s.canary} <= set(canary["node_ids"])
+    held = await source.quarantined(None)  # answered to the reader, not refused
+
+    def fleet_page() -> str:
+        chrome.get(f"{url}/fleet")
+        return str(chrome.find_element(By.CSS_SELECTOR, "[aria-labelledby=held-h]").text)
+
+    section = await asyncio.to_thread(fleet_page)
+    assert "not shown" not in section
+    assert all(q.node_id in section for q in held.nodes)

@@ -123,6 +123,19 @@ async def test_status_and_audit_are_asked_of_the_planner_without_a_database(
     status = json.loads(out)
     assert status["rollout_id"] == rollout_id and status["state"] == "running"
     assert status["waves"][0]["nodes"] >= 1 and status["nodes_by_step"]
+    # The plan's strata as the planner stored them (issue 32: the console's rollout page).
+    plan = json.loads(
+        await cli_env.app.require().pool.fetchval(
+            "SELECT plan::text FROM rollouts WHERE rollout_id = $1", rollout_id
+        )
+    )
+    assert status["strata"] and [
+        (s["profile"], s["supplier"], s["canary"], s["controls"], s["size"])
+        for s in status["strata"]
+    ] == [
+        (p["profile"], p["supplier"], p["canary"], p["controls"], size)
+        for p, size in zip(plan["strata"], plan["stratum_sizes"], strict=True)
+    ]
     code, out = await cli("rollout", "status", rollout_id)
     assert code == 0 and f"rollout {rollout_id} running" in out, out
     code, out = await cli("rollout", "audit", rollout_id)

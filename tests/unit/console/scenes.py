@@ -19,7 +19,10 @@ from lockstep_common.events.v1 import (
     GateShowAnswered,
     GateVerdictRecord,
     NodeHistoryAnswered,
+    NodeQuarantinedAnswered,
+    PlanStratum,
     PoolConformance,
+    QuarantinedNode,
     RolloutAuditAnswered,
     RolloutState,
     RolloutWaveState,
@@ -64,6 +67,31 @@ def wave(number: int, state: str, nodes: int, done: int, failed: int = 0) -> Rol
     )
 
 
+STRATA = (
+    PlanStratum(
+        profile="gb200",
+        supplier="acme",
+        stack=STACK,
+        canary=("gb200-r07-n03", "gb200-r11-n02"),
+        canary_count=2,
+        controls=("gb200-r07-n04", "gb200-r12-n01"),
+        controls_count=2,
+        size=36,
+    ),
+    # A large stratum: the planner names the first ids and counts them all.
+    PlanStratum(
+        profile="h100",
+        supplier="globex",
+        stack=STACK,
+        canary=tuple(f"h100-r{i:02d}-n01" for i in range(4)),
+        canary_count=40,
+        controls=tuple(f"h100-r{i:02d}-n02" for i in range(4)),
+        controls_count=40,
+        size=4000,
+    ),
+)
+
+
 def rollout(
     rid: str, state: str, waves: tuple[RolloutWaveState, ...], reason: str = ""
 ) -> RolloutState:
@@ -86,6 +114,7 @@ def rollout(
         deferred={"2": "fabric domain nvl72-a7 is occupied by cluster job 4411"},
         waves=waves,
         nodes_by_step={"verified": done, "failed": failed, "waiting": waiting},
+        strata=STRATA,
     )
 
 
@@ -219,6 +248,24 @@ def history() -> NodeHistoryAnswered:
     )
 
 
+def held(node_id: str, reason: str) -> QuarantinedNode:
+    return QuarantinedNode(
+        node_id=node_id, rollout_id=TRIPPED, wave=0, since=T0 + timedelta(minutes=14), reason=reason
+    )
+
+
+HELD = {
+    None: NodeQuarantinedAnswered(
+        nodes=(held(QUARANTINED, "XID 79 after the flip-back: node held"),),
+        next_after=QUARANTINED,
+    ),
+    QUARANTINED: NodeQuarantinedAnswered(
+        nodes=(held("gb200-r09-n01", "verify failed twice: vbios not read back"),)
+    ),
+}
+"""Two pages of the updater's ``node.quarantined`` answer."""
+
+
 def source() -> MemorySource:
     """Everything the console is shown in the tests and the screenshots."""
     tripped = rollout(
@@ -266,4 +313,5 @@ def source() -> MemorySource:
         drift_pages={None: page},
         straggler_findings=stragglers(),
         histories={QUARANTINED: history()},
+        quarantined_pages=dict(HELD),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lockstep_common.events.v1 import GateShowAnswered
 from lockstep_console.server import COOKIE, create_app
+from lockstep_console.source import Unavailable
 from lockstep_console.testing.memory_source import MemorySource
 from lockstep_devstack.tls import server_tls
 from tests.unit.console import scenes
@@ -46,6 +48,8 @@ async def client() -> AsyncIterator[Client]:
         "/fleet?after=node.*",
         "/rollouts?before=a>b",
         "/nodes/node.*",
+        "/fleet?quarantined_after=n%20x",
+        "/fleet?quarantined_after=node.*",
     ],
 )
 async def test_hostile_input_is_one_line_and_no_read(path: str) -> None:
@@ -79,11 +83,79 @@ async def test_only_this_origin_may_load_anything_and_nothing_is_cached(client: 
     assert "https://" not in html
 
 
+async def test_a_rollout_page_shows_each_stratum_with_its_canary_and_controls(
+    client: Client,
+) -> None:
+    html = await (await client.get(f"/rollouts/{scenes.TRIPPED}")).text()
+    assert "Strata, canary and control nodes" in html
+    rows = html.split("<tbody>", 2)[1].split("</tbody>")[0].split("<tr>")[1:]
+    assert len(rows) == len(scenes.STRATA) == 2
+    assert "gb200 / acme /" in rows[0] and "<td>36</td>" in rows[0]
+    assert "2: gb200-r07-n03, gb200-r11-n02</td>" in rows[0]
+    assert "2: gb200-r07-n04, gb200-r12-n01</td>" in rows[0]
+    # Named up to what the planner sent, counted whole: never 4,000 rows of ids.
+    assert "<td>4000</td>" in rows[1]
+    assert "40: h100-r00-n01, h100-r01-n01, h100-r02-n01, h100-r03-n01 and 36 more" in rows[1]
+    assert "40: h100-r00-n02, h100-r01-n02, h100-r02-n02, h100-r03-n02 and 36 more" in rows[1]
+
+
+async def test_the_fleet_page_lists_quarantined_nodes_a_page_at_a_time(client: Client) -> None:
+    html = await (await client.get("/fleet")).text()
+    section = html.split('id="held-h"')[1]
+    assert f'<a href="/nodes/{scenes.QUARANTINED}">{scenes.QUARANTINED}</a>' in section
+    assert "XID 79 after the flip-back: node held" in section
+    assert f'href="/fleet?quarantined_after={scenes.QUARANTINED}"' in section
+    html = await (await client.get(f"/fleet?quarantined_after={scenes.QUARANTINED}")).text()
+    section = html.split('id="held-h"')[1]
+    assert "gb200-r09-n01" in section and scenes.QUARANTINED not in section.split("<tbody>")[1]
+    assert "Next quarantined nodes" not in section and 'href="/fleet">First quarantined' in section
+
+
+async def test_without_the_updater_the_fleet_page_shows_the_rest_and_says_so() -> None:
+    source = scenes.source()
+
+    async def unavailable(after: str | None) -> Any:
+        raise Unavailable("the updater did not answer node.quarantined")
+
+    source.quarantined = unavailable  # type: ignore[method-assign]
+    client = await client_of(source)
+    try:
+        response = await client.get("/fleet")
+        html = await response.text()
+        assert response.status == 200 and "Stragglers" in html
+        assert "Quarantined nodes not shown: the updater did not answer" in html
+    finally:
+        await client.close()
+
+
+async def test_a_rollout_planned_without_strata_says_so() -> None:
+    source = scenes.source()
+    state = source.rollout_states[scenes.TRIPPED]
+    old = state.strata[0].model_copy(update={"size": None})
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"strata": (old,)})
+    source.rollout_states[scenes.RUNNING] = state.model_copy(update={"strata": ()})
+    client = await client_of(source)
+    try:
+        html = await (await client.get(f"/rollouts/{scenes.TRIPPED}")).text()
+        assert "<td>not recorded</td>" in html
+        html = await (await client.get(f"/rollouts/{scenes.RUNNING}")).text()
+        assert "The planner names no strata for this rollout." in html
+    finally:
+        await client.close()
+
+
 async def test_a_text_from_a_service_is_escaped_not_run() -> None:
     source = scenes.source()
     state = source.rollout_states[scenes.TRIPPED]
     hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
-    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"reason": hostile})
+    stratum = state.strata[0].model_copy(update={"supplier": hostile})
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(
+        update={"reason": hostile, "strata": (stratum,)}
+    )
+    page = source.quarantined_pages[None]
+    source.quarantined_pages[None] = page.model_copy(
+        update={"nodes": (page.nodes[0].model_copy(update={"reason": hostile}),)}
+    )
     record = source.gates[scenes.TRIPPED].verdicts[0]
     decision = {**record.decision, "reason": hostile}
     source.gates[scenes.TRIPPED] = GateShowAnswered(
@@ -91,7 +163,7 @@ async def test_a_text_from_a_service_is_escaped_not_run() -> None:
     )
     client = await client_of(source)
     try:
-        for path in (f"/rollouts/{scenes.TRIPPED}", f"/rollouts/{scenes.TRIPPED}/gate"):
+        for path in (f"/rollouts/{scenes.TRIPPED}", f"/rollouts/{scenes.TRIPPED}/gate", "/fleet"):
             html = await (await client.get(path)).text()
             assert "<script>alert" not in html and "<img src=x" not in html
             assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

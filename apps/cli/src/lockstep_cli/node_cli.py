@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
@@ -79,6 +80,41 @@ def node_history(
             s.started_at.isoformat(timespec="seconds"), f"{took:.1f}", s.outcome, s.reason,
         )  # fmt: skip
     console.print(table)
+
+
+@node_app.command("quarantined")
+def node_quarantined(
+    after: Annotated[
+        str | None, typer.Option(help="Start after this node id (the last page's last).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="Nodes in the page.")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """The quarantined nodes, in node id order: those `lockstep node release` would give back,
+    with the rollout and wave that quarantined them, since when and why (read-only; the
+    updater answers)."""
+    from lockstep_common.events.v1 import NodeQuarantinedAnswered, NodeQuarantinedRequested
+
+    start = None if after is None else _node(after)
+    request = _valid(lambda: NodeQuarantinedRequested(after=start, limit=limit))
+    answer = _ask("node.quarantined", request, NodeQuarantinedAnswered)
+    if as_json:
+        print(json.dumps(answer.model_dump(mode="json")))
+        return
+    if not answer.nodes:
+        console.print("no node is quarantined" + (f" after {after}" if after else ""))
+        return
+    table = Table(title="quarantined nodes")
+    for column in ("node", "rollout", "wave", "since", "reason"):
+        table.add_column(column, overflow="fold")
+    for q in answer.nodes:
+        table.add_row(  # Text: the updater's strings are shown, never read as markup
+            Text(q.node_id), Text(q.rollout_id), str(q.wave),
+            q.since.isoformat(timespec="seconds"), Text(q.reason),
+        )  # fmt: skip
+    console.print(table)
+    if answer.next_after:
+        console.print(f"more: lockstep node quarantined --after {answer.next_after}")
 
 
 @node_app.command("approve-remedy")

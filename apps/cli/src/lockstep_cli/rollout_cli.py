@@ -22,7 +22,7 @@ import getpass
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -352,8 +352,12 @@ def print_plan(
     )
 
 
-def _some(ids: tuple[str, ...], count: int, shown: int = 6) -> str:
-    return ", ".join(ids[:shown]) + (f" and {count - shown} more" if count > shown else "")
+def _some(ids: Sequence[str], count: int, shown: int = 6) -> str:
+    """The first ``shown`` of ``ids`` and how many more of ``count`` there are (an answer may
+    name fewer ids than it counts)."""
+    named = list(ids[:shown])
+    more = count - len(named)
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
 
 
 def _duration(seconds: float) -> str:
@@ -582,7 +586,8 @@ def rollout_status(
         ),
     ] = False,
 ) -> None:
-    """Where a rollout is: its state, each wave's state and gate, nodes by last device step."""
+    """Where a rollout is: its state, each wave's state and gate, nodes by last device step, and
+    the plan's strata with their size, canary and control nodes."""
     settings = _settings()
     doc = _status(settings, rollout)
     if doc is None:
@@ -631,7 +636,21 @@ def _status_view(doc: dict[str, Any]) -> Group:
             ", ".join(w["components"]),
         )
     steps = ", ".join(f"{k} {v}" for k, v in doc["nodes_by_step"].items())
-    return Group(Text.from_markup(head), table, Text(f"nodes by last step: {steps or '(none)'}"))
+    strata = Table(title="strata, canary and control nodes")
+    for column in ("profile", "supplier", "stack", "size", "canary", "controls"):
+        strata.add_column(column, overflow="fold")
+    for st in doc.get("strata", []):
+        strata.add_row(  # Text: a service's strings are shown, never read as markup
+            Text(st["profile"]),
+            Text(st["supplier"]),
+            Text(st["stack"][:12]),
+            "-" if st.get("size") is None else str(st["size"]),
+            Text(f"{st['canary_count']}: {_some(st['canary'], st['canary_count'])}"),
+            Text(f"{st['controls_count']}: {_some(st['controls'], st['controls_count'])}"),
+        )
+    shown: list[Text | Table] = [Text.from_markup(head), table]
+    shown.append(Text(f"nodes by last step: {steps or '(none)'}"))
+    return Group(*shown, *([strata] if doc.get("strata") else []))
 
 
 def _summary(doc: dict[str, Any]) -> str:

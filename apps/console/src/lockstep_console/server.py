@@ -229,11 +229,13 @@ async def fleet(request: web.Request) -> web.Response:
     except ValueError:
         raise web.HTTPBadRequest(text="page must be a whole number") from None
     after = request.query.get("after") or None
-    if after is not None:
-        try:
-            token(after, "after")
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=str(exc)) from None
+    held_after = request.query.get("quarantined_after") or None
+    for value, what in ((after, "after"), (held_after, "quarantined_after")):
+        if value is not None:
+            try:
+                token(value, what)
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=str(exc)) from None
     source = request.app[SOURCE]
 
     async def stragglers() -> tuple[tuple[Any, ...], str]:
@@ -243,12 +245,27 @@ async def fleet(request: web.Request) -> web.Response:
         except (Unavailable, Refused) as exc:
             return (), str(exc)
 
-    status, drift, (findings, missing) = await asyncio.gather(
-        source.fleet_status(), source.drift(after), stragglers()
+    async def quarantined() -> tuple[Any, str]:
+        # The updater's part of the page: without it, the rest is shown and says so.
+        try:
+            return await source.quarantined(held_after), ""
+        except (Unavailable, Refused) as exc:
+            return None, str(exc)
+
+    status, drift, (findings, missing), (held, held_missing) = await asyncio.gather(
+        source.fleet_status(), source.drift(after), stragglers(), quarantined()
     )
     view = pages.fleet_view(status, drift, number)
     return page(
-        "fleet.html", title="Fleet", stragglers=findings, missing=missing, after=after, **view
+        "fleet.html",
+        title="Fleet",
+        stragglers=findings,
+        missing=missing,
+        after=after,
+        held=held,
+        held_after=held_after,
+        held_missing=held_missing,
+        **view,
     )
 
 

@@ -26,6 +26,8 @@ from lockstep_common.events.v1 import (
     GateShowRequested,
     NodeHistoryAnswered,
     NodeHistoryRequested,
+    NodeQuarantinedAnswered,
+    NodeQuarantinedRequested,
     RolloutAuditAnswered,
     RolloutAuditRequested,
     RolloutListAnswered,
@@ -67,6 +69,7 @@ class Source(Protocol):
     async def drift(self, after: str | None) -> FleetDriftAnswered: ...
     async def stragglers(self) -> FleetStragglersAnswered: ...
     async def node_history(self, node_id: str) -> NodeHistoryAnswered: ...
+    async def quarantined(self, after: str | None) -> NodeQuarantinedAnswered: ...
 
 
 class BusSource:
@@ -107,6 +110,10 @@ class BusSource:
     async def node_history(self, node_id: str) -> NodeHistoryAnswered:
         req = NodeHistoryRequested(node_id=node_id)
         return await self._ask("updater", "node.history", req, NodeHistoryAnswered)
+
+    async def quarantined(self, after: str | None) -> NodeQuarantinedAnswered:
+        req = NodeQuarantinedRequested(after=after)
+        return await self._ask("updater", "node.quarantined", req, NodeQuarantinedAnswered)
 
     async def _ask(self, service: str, command: str, request: EventData, answer: type[A]) -> A:
         # The CLI's client is blocking (sockets): one request per worker thread.

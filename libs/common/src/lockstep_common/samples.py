@@ -408,6 +408,19 @@ def _operator_samples() -> list[EventData]:
             node_id="gb200-r07-n03", reason="PSU replaced, diag passed", operator="jdoe"
         ),
         v1.NodeReleaseAnswered(release_id="release-0c1f9a2b3d4e"),
+        v1.NodeQuarantinedRequested(after="gb200-r07-n02", limit=100),
+        v1.NodeQuarantinedAnswered(
+            nodes=(
+                v1.QuarantinedNode(
+                    node_id="gb200-r07-n03",
+                    rollout_id=_ROLL,
+                    wave=0,
+                    since=_AT,
+                    reason="verify failed twice: driver 570.86 not reported after flash",
+                ),
+            ),
+            next_after=None,
+        ),
         v1.NodeApproveRemedyRequested(node_id="gb200-r07-n03"),
         v1.NodeApproveRemedyAnswered(node_id="gb200-r07-n03"),
         v1.GateShowRequested(rollout_id=_ROLL, wave=0),

@@ -177,6 +177,7 @@ CHANNELS: dict[type[EventData], Channel] = {
     **_ops("attest", "bundle.show", v1.BundleShowRequested, v1.BundleShowAnswered),
     **_ops("updater", "node.history", v1.NodeHistoryRequested, v1.NodeHistoryAnswered),
     **_ops("updater", "node.release", v1.NodeReleaseRequested, v1.NodeReleaseAnswered),
+    **_ops("updater", "node.quarantined", v1.NodeQuarantinedRequested, v1.NodeQuarantinedAnswered),
     **_ops(
         "updater",
         "node.approve-remedy",

@@ -56,7 +56,7 @@ from lockstep_planner.adapters.repository import PostgresTx
 from lockstep_planner.domain.fabric import FabricConflict, FabricDomain, Lifecycle, pin
 from lockstep_planner.handlers import rollout_id_of
 from lockstep_planner.lifecycle import note
-from lockstep_planner.plan_views import page_of, summary_of
+from lockstep_planner.plan_views import page_of, status_strata_of, summary_of
 from lockstep_planner.planning import Planning, decide
 from lockstep_planner.store import IntentRow
 
@@ -71,7 +71,9 @@ async def rollout_status(
         row = await conn.fetchrow(
             "SELECT rollout_id, intent_id, stack_hash, change_class, dry_run, state, plan_hash,"
             " approvals, approvals_needed, reason, created_at, updated_at,"
-            " coalesce(plan->'fabric'->'deferred', '{}')::text AS deferred FROM rollouts"
+            " coalesce(plan->'fabric'->'deferred', '{}')::text AS deferred,"
+            " jsonb_build_object('strata', plan->'strata', 'stratum_sizes', plan->'stratum_sizes')"
+            "::text AS strata FROM rollouts"
             " WHERE rollout_id = $1",
             rollout_id,
         )
@@ -108,11 +110,12 @@ async def rollout_status(
                 RolloutWaveState(**{**dict(w), "components": tuple(w["components"])}) for w in waves
             ),
             nodes_by_step={s["step"]: s["nodes"] for s in steps},
+            strata=status_strata_of(json.loads(row["strata"])),
         )
     )
 
 
-_DERIVED = frozenset({"deferred", "waves", "nodes_by_step"})
+_DERIVED = frozenset({"deferred", "waves", "nodes_by_step", "strata"})
 
 
 async def rollout_audit(

@@ -75,21 +75,43 @@ def summary_of(plan: Mapping[str, Any], plan_hash: str, bundle: str) -> PlanSumm
                 fabric.get("deferred", {}).items(), key=lambda item: int(item[0])
             )
         ),
-        strata=tuple(
-            PlanStratum(
-                profile=s["profile"],
-                supplier=s["supplier"],
-                stack=s["stack"],
-                canary=tuple(s["canary"][:MAX_SHOWN]),
-                canary_count=len(s["canary"]),
-                controls=tuple(s["controls"][:MAX_SHOWN]),
-                controls_count=len(s["controls"]),
-            )
-            for s in plan["strata"]
-        ),
+        strata=strata_of(plan),
         excluded=tuple(Exclusions(reason=r, nodes=counts[r]) for r in _reasons(plan)),
         nodes=len(places_of(plan)),
     )
+
+
+STATUS_NODE_IDS = 4096
+"""Canary and control node ids named in all of a ``rollout.status`` answer's strata together:
+4,096 ids of 64 characters are under 300 kB, so the answer stays under NATS's 1 MiB however
+many strata the plan has."""
+
+
+def strata_of(plan: Mapping[str, Any], shown: int = MAX_SHOWN) -> tuple[PlanStratum, ...]:
+    """The plan's strata as stored, each with its first ``shown`` canary and control nodes
+    and whole counts (a 12,500-node fleet's lists would not fit one answer), and its size where
+    the plan kept one (plans stored before sizes were kept have none)."""
+    sizes = plan.get("stratum_sizes") or []
+    return tuple(
+        PlanStratum(
+            profile=s["profile"],
+            supplier=s["supplier"],
+            stack=s["stack"],
+            canary=tuple(s["canary"][:shown]),
+            canary_count=len(s["canary"]),
+            controls=tuple(s["controls"][:shown]),
+            controls_count=len(s["controls"]),
+            size=int(sizes[i]) if i < len(sizes) else None,
+        )
+        for i, s in enumerate(plan.get("strata") or [])
+    )
+
+
+def status_strata_of(plan: Mapping[str, Any]) -> tuple[PlanStratum, ...]:
+    """:func:`strata_of` for ``rollout.status``: the ids shown shrink as strata grow in number,
+    to at most ``STATUS_NODE_IDS`` in all (at least one of each kind per stratum; counts whole)."""
+    count = len(plan.get("strata") or [])
+    return strata_of(plan, max(1, min(MAX_SHOWN, STATUS_NODE_IDS // (2 * max(count, 1)))))
 
 
 def places_of(plan: Mapping[str, Any]) -> list[tuple[str, int]]:

@@ -306,6 +306,8 @@ def _described(made: Plan, rows: list[WaveRow], sites: list[str]) -> dict[str, A
             {"number": w.number, "start_s": w.start_s, "end_s": w.end_s} for w in made.waves
         ],
         "components": {str(r.number): list(r.components) for r in rows},
+        # Kept beside the hashed strata, in their order: a stratum's size is not plan content.
+        "stratum_sizes": [c.size for c in made.strata],
     }
 
 

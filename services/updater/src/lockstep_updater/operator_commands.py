@@ -17,12 +17,16 @@ from lockstep_common.events.v1 import (
     NodeApproveRemedyRequested,
     NodeHistoryAnswered,
     NodeHistoryRequested,
+    NodeQuarantinedAnswered,
+    NodeQuarantinedRequested,
     NodeReleaseAnswered,
     NodeReleaseRequested,
+    QuarantinedNode,
     StepEntry,
 )
 from lockstep_common.operator import Asker, Command, Refusal
 from lockstep_updater.adapters.repository import release_quarantined, release_remedy, step_history
+from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.store import NotQuarantined
 
 
@@ -63,6 +67,28 @@ async def node_release(
     return NodeReleaseAnswered(release_id=release_id)
 
 
+async def node_quarantined(
+    conn: Conn, request: NodeQuarantinedRequested, asker: Asker
+) -> NodeQuarantinedAnswered:
+    """The nodes whose latest work item ended quarantined (those ``node.release`` would give
+    back), a page in node id order after ``request.after``."""
+    del asker
+    rows = await conn.fetch(
+        "SELECT node_id, rollout_id, wave, updated_at AS since, reason FROM ("
+        " SELECT DISTINCT ON (node_id) node_id, rollout_id, wave, state, updated_at, reason"
+        " FROM node_work WHERE node_id > coalesce($1, '') ORDER BY node_id, id DESC"
+        ") latest WHERE state = $2 ORDER BY node_id LIMIT $3",
+        request.after,
+        NodeStep.QUARANTINED.value,
+        request.limit + 1,
+    )
+    page = [QuarantinedNode(**dict(r)) for r in rows[: request.limit]]
+    more = len(rows) > request.limit
+    return NodeQuarantinedAnswered(
+        nodes=tuple(page), next_after=page[-1].node_id if more and page else None
+    )
+
+
 async def node_approve_remedy(
     conn: Conn, request: NodeApproveRemedyRequested, asker: Asker
 ) -> NodeApproveRemedyAnswered:
@@ -76,6 +102,9 @@ async def node_approve_remedy(
 COMMANDS: tuple[Command[Any], ...] = (
     Command("node.history", NodeHistoryRequested, NodeHistoryAnswered, node_history),
     Command("node.release", NodeReleaseRequested, NodeReleaseAnswered, node_release, writes=True),
+    Command(
+        "node.quarantined", NodeQuarantinedRequested, NodeQuarantinedAnswered, node_quarantined
+    ),
     Command(
         "node.approve-remedy",
         NodeApproveRemedyRequested,

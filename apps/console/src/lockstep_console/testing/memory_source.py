@@ -13,6 +13,7 @@ from lockstep_common.events.v1 import (
     FleetStragglersAnswered,
     GateShowAnswered,
     NodeHistoryAnswered,
+    NodeQuarantinedAnswered,
     RolloutAuditAnswered,
     RolloutListAnswered,
     RolloutState,
@@ -43,6 +44,7 @@ class MemorySource:
         default_factory=lambda: FleetStragglersAnswered(findings=())
     )
     histories: dict[str, NodeHistoryAnswered] = field(default_factory=dict)
+    quarantined_pages: dict[str | None, NodeQuarantinedAnswered] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
 
     async def rollouts(self, before: str | None) -> RolloutListAnswered:
@@ -96,3 +98,7 @@ class MemorySource:
     async def node_history(self, node_id: str) -> NodeHistoryAnswered:
         self.asked.append("node.history")
         return self.histories.get(node_id, NodeHistoryAnswered(steps=()))
+
+    async def quarantined(self, after: str | None) -> NodeQuarantinedAnswered:
+        self.asked.append("node.quarantined")
+        return self.quarantined_pages.get(after, NodeQuarantinedAnswered(nodes=()))

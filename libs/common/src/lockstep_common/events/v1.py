@@ -1428,6 +1428,45 @@ class NodeHistoryAnswered(EventData):
     steps: tuple[StepEntry, ...] = Field(max_length=MAX_STEPS, description="Oldest first.")
 
 
+MAX_QUARANTINED_PAGE = 500
+
+
+class QuarantinedNode(Part):
+    """A node whose latest work item ended quarantined: Lockstep holds its drain."""
+
+    node_id: NodeId = Field(description="The node.")
+    rollout_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The rollout (or remedy work item) that quarantined it."
+    )
+    wave: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(description="Its wave.")
+    since: AwareDatetime = Field(description="When it was quarantined.")
+    reason: Text = Field(description="Why.")
+
+
+class NodeQuarantinedRequested(EventData):
+    """``lockstep node quarantined``: the quarantined nodes, a page in node id order."""
+
+    event_type: ClassVar[str] = "ops.node.quarantined.requested"
+    schema_version: ClassVar[int] = 1
+
+    after: NodeId | None = Field(default=None, description="Start after this node id.")
+    limit: int = Field(default=100, ge=1, le=MAX_QUARANTINED_PAGE, description="Nodes in the page.")
+
+
+class NodeQuarantinedAnswered(EventData):
+    """A page of quarantined nodes and the node id the next page starts after."""
+
+    event_type: ClassVar[str] = "ops.node.quarantined.answered"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[QuarantinedNode, ...] = Field(
+        max_length=MAX_QUARANTINED_PAGE, description="In node id order."
+    )
+    next_after: NodeId | None = Field(
+        default=None, description="Ask again with after=this for the next page (None: last)."
+    )
+
+
 class NodeReleaseRequested(EventData):
     """``lockstep node release NODE --reason TEXT``: give a quarantined node back."""
 
@@ -1543,6 +1582,28 @@ MAX_AUDIT = 5000
 Label = Annotated[str, Field(max_length=128)]
 
 
+MAX_SHOWN = 64  # canary and control nodes named per stratum in a summary (the counts are whole)
+
+
+class PlanStratum(Part):
+    """A stratum (profile, supplier, current stack) the canary covers, with its controls."""
+
+    profile: Name = Field(description="Hardware profile.")
+    supplier: Annotated[str, Field(max_length=128)] = Field(description="Builder.")
+    stack: Annotated[str, Field(max_length=128)] = Field(description="Stack hash it runs now.")
+    canary: tuple[NodeId, ...] = Field(
+        max_length=MAX_SHOWN, description="Its canary nodes (the first MAX_SHOWN)."
+    )
+    canary_count: Count = Field(description="All its canary nodes.")
+    controls: tuple[NodeId, ...] = Field(
+        max_length=MAX_SHOWN, description="Its control nodes, untouched (the first MAX_SHOWN)."
+    )
+    controls_count: Count = Field(description="All its control nodes.")
+    size: Count | None = Field(
+        default=None, description="Nodes in the stratum (None: planned before sizes were kept)."
+    )
+
+
 class RolloutWaveState(Part):
     """One wave of a rollout as the planner tracks it."""
 
@@ -1579,6 +1640,11 @@ class RolloutState(Part):
     waves: tuple[RolloutWaveState, ...] = Field(max_length=MAX_WAVES, description="Its waves.")
     nodes_by_step: dict[Label, Count] = Field(
         max_length=MAX_ITEMS, description="Nodes by last device step (waiting: none yet)."
+    )
+    strata: tuple[PlanStratum, ...] = Field(
+        default=(),
+        max_length=MAX_ITEMS,
+        description="The plan's strata with their canary and control nodes, as planned.",
     )
 
 
@@ -1855,7 +1921,6 @@ class FabricPinAnswered(EventData):
 # summary, and where each node goes comes a page at a time (``offset``), each page under
 # PLAN_PAGE_BYTES of node ids.
 PLAN_PAGE_BYTES = 384 * 1024
-MAX_SHOWN = 64  # canary and control nodes named per stratum in a summary (the counts are whole)
 MAX_ROLLOUTS_PAGE = 100
 BUNDLE_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}(@[^\s@]{1,64})?$"
 """``ID[@VERSION]``, as operators name an attested bundle."""
@@ -1903,22 +1968,6 @@ class DeferredWave(Part):
     domain: Annotated[str, Field(min_length=1, max_length=128)] = Field(description="Domain.")
     reason: Annotated[str, Field(max_length=1024)] = Field(description="Why it waits.")
     nodes: Count = Field(description="Nodes in it.")
-
-
-class PlanStratum(Part):
-    """A stratum (profile, supplier, current stack) the canary covers, with its controls."""
-
-    profile: Name = Field(description="Hardware profile.")
-    supplier: Annotated[str, Field(max_length=128)] = Field(description="Builder.")
-    stack: Annotated[str, Field(max_length=128)] = Field(description="Stack hash it runs now.")
-    canary: tuple[NodeId, ...] = Field(
-        max_length=MAX_SHOWN, description="Its canary nodes (the first MAX_SHOWN)."
-    )
-    canary_count: Count = Field(description="All its canary nodes.")
-    controls: tuple[NodeId, ...] = Field(
-        max_length=MAX_SHOWN, description="Its control nodes, untouched (the first MAX_SHOWN)."
-    )
-    controls_count: Count = Field(description="All its control nodes.")
 
 
 class Exclusions(Part):
@@ -2148,6 +2197,8 @@ CATALOGUE: tuple[type[EventData], ...] = (
     NodeHistoryAnswered,
     NodeReleaseRequested,
     NodeReleaseAnswered,
+    NodeQuarantinedRequested,
+    NodeQuarantinedAnswered,
     NodeApproveRemedyRequested,
     NodeApproveRemedyAnswered,
     GateShowRequested,
