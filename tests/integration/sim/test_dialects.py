@@ -33,6 +33,7 @@ from lockstep_sim.options import (
 )
 from lockstep_sim.profiles import HGX_H100
 from lockstep_sim.simulator import Simulator
+from tests.integration.sim.test_redfish import _form
 from tests.reference import REFERENCE
 
 from .conftest import AUTH, BIN, CSDL, wait_task
@@ -187,15 +188,6 @@ async def test_dmtf_service_validator_passes_the_gb200_dialects_update_service(
     passed, _warned, failed = (int(g) for g in counts.groups())
     assert failed == 0, out[-3000:]
     assert passed > 10 and code == 0, out[-3000:]
-
-
-def _form(image: bytes, params: str = "{}") -> aiohttp.FormData:
-    form = aiohttp.FormData()
-    form.add_field("UpdateParameters", params, content_type="application/json")
-    form.add_field(
-        "UpdateFile", image, filename="pkg.fwpkg", content_type="application/octet-stream"
-    )
-    return form
 
 
 async def _push_gpu(sim: Simulator, http: aiohttp.ClientSession) -> dict[str, Any]:

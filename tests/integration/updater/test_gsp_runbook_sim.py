@@ -222,14 +222,10 @@ async def test_the_kill_points_cover_every_write_of_a_runbook(world: World) -> N
     assert counting.writes == WRITES_OF_A_RUNBOOK
 
 
-async def test_a_driver_component_of_a_rollout_is_installed_through_the_agent(
-    world: World,
-) -> None:
-    w = world
-    node = w.rt.fleet[0].id
-    package = b"nvidia driver package " + NEW.encode()
+def driver_in_bundle(w: World, package: bytes) -> AttestedComponent:
+    """The driver package ``package``, written into the world's bundle, as attest records it."""
     (w.bundle / "images" / "driver.run").write_bytes(package)
-    driver = AttestedComponent(
+    return AttestedComponent(
         profile="gb200",
         component=Component.DRIVER,
         version=NEW,
@@ -239,6 +235,14 @@ async def test_a_driver_component_of_a_rollout_is_installed_through_the_agent(
         banks="one_way",
         activation="in_band",
     )
+
+
+async def test_a_driver_component_of_a_rollout_is_installed_through_the_agent(
+    world: World,
+) -> None:
+    w = world
+    node = w.rt.fleet[0].id
+    driver = driver_in_bundle(w, b"nvidia driver package " + NEW.encode())
     async with w.store.transaction() as tx:
         await tx.record_bundle(STACK, str(w.bundle), (w.gpu, driver))
     await _release(w, node, (Component.GPU_VBIOS, Component.DRIVER))

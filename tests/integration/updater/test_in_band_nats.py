@@ -28,7 +28,6 @@ from lockstep_agent.command_channel import CommandChannel
 from lockstep_cli.catalog import bus_permissions
 from lockstep_common import natsconn
 from lockstep_common.envelope import source_of
-from lockstep_common.events.v1 import AttestedComponent
 from lockstep_common.identities import agent_identity
 from lockstep_common.provenance import UPDATER
 from lockstep_common.subjects import Namespace
@@ -42,7 +41,13 @@ from lockstep_updater.adapters.node_agent_nats import NatsNodeAgent
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import AgentOrder, AgentRefused
 from tests.integration.updater.conftest import STACK, World
-from tests.integration.updater.test_gsp_runbook_sim import NEW, OLD, _release, agent_ledger
+from tests.integration.updater.test_gsp_runbook_sim import (
+    NEW,
+    OLD,
+    _release,
+    agent_ledger,
+    driver_in_bundle,
+)
 
 pytestmark = pytest.mark.integration
 NS = Namespace("inbandnats")
@@ -91,19 +96,8 @@ async def bus(world: World) -> AsyncIterator[Bus]:
 
 
 async def _attest_driver(w: World, package: bytes) -> None:
-    (w.bundle / "images" / "driver.run").write_bytes(package)
-    driver = AttestedComponent(
-        profile="gb200",
-        component=Component.DRIVER,
-        version=NEW,
-        image="images/driver.run",
-        sha384=hashlib.sha384(package).hexdigest(),
-        size=len(package),
-        banks="one_way",
-        activation="in_band",
-    )
     async with w.store.transaction() as tx:
-        await tx.record_bundle(STACK, str(w.bundle), (driver,))
+        await tx.record_bundle(STACK, str(w.bundle), (driver_in_bundle(w, package),))
 
 
 def _order(w: World, node: str, token: int = 7, digest: str | None = None) -> AgentOrder:

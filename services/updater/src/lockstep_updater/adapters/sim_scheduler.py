@@ -25,7 +25,9 @@ class SimScheduler:
     async def _call(
         self, method: str, node_id: str, action: str = "", body: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]]:
-        url = f"{self.base_url}/scheduler/nodes/{node_id}{'/' + action if action else ''}"
+        """``method`` on one node (``node_id``), or on the node list when it is empty."""
+        url = f"{self.base_url}/scheduler/nodes"
+        url += f"/{node_id}{'/' + action if action else ''}" if node_id else ""
         try:
             async with (
                 aiohttp.ClientSession(timeout=self._timeout) as http,
@@ -39,18 +41,10 @@ class SimScheduler:
         return reply.status, data if isinstance(data, dict) else {}
 
     async def own_drains(self) -> list[str]:
-        url = f"{self.base_url}/scheduler/nodes"
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=self._timeout) as http,
-                http.get(url) as reply,
-            ):
-                data = await reply.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise SchedulerUnavailable(f"GET {url}: {exc}") from None
-        nodes = data.get("nodes") if reply.status == 200 and isinstance(data, dict) else None
+        status, data = await self._call("GET", "")
+        nodes = data.get("nodes") if status == 200 else None
         if not isinstance(nodes, list):
-            raise SchedulerUnavailable(f"GET {url}: HTTP {reply.status}")
+            raise SchedulerUnavailable(f"node list: HTTP {status}: {data.get('error')}")
         return [
             str(n["id"])
             for n in nodes

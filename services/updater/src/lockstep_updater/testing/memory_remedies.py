@@ -63,31 +63,33 @@ class MemoryRemedies:
         )
         return True
 
+    def _held_remedy(self, node_id: str) -> Item | None:
+        """The node's remedy held for approval, if any."""
+        held = (node_id, REMEDY, NodeStep.PENDING, HELD)
+        return next(
+            (
+                item
+                for item in self.tables.items.values()
+                if (item.node_id, item.kind, item.state, item.lease_until) == held
+            ),
+            None,
+        )
+
     async def approve_remedy(self, node_id: str) -> bool:
-        for item in self.tables.items.values():
-            if (item.node_id, item.kind, item.state, item.lease_until) == (
-                node_id,
-                REMEDY,
-                NodeStep.PENDING,
-                HELD,
-            ):
-                item.lease_until = None
-                item.updated_at = self.now
-                return True
-        return False
+        item = self._held_remedy(node_id)
+        if item is None:
+            return False
+        item.lease_until = None
+        item.updated_at = self.now
+        return True
 
     async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
-        for item in self.tables.items.values():
-            if (item.node_id, item.kind, item.state, item.lease_until) == (
-                node_id,
-                REMEDY,
-                NodeStep.PENDING,
-                HELD,
-            ):
-                item.state = transition(item.state, NodeStep.CANCELLED)
-                item.reason, item.lease_until, item.updated_at = reason, None, self.now
-                return True
-        return False
+        item = self._held_remedy(node_id)
+        if item is None:
+            return False
+        item.state = transition(item.state, NodeStep.CANCELLED)
+        item.reason, item.lease_until, item.updated_at = reason, None, self.now
+        return True
 
     async def remedy_facts(self, claim: Claim, pool: str) -> RemedyFacts:
         self.tables.items[claim.id].pool = pool
