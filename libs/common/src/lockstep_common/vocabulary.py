@@ -139,8 +139,9 @@ class RollbackMechanism(enum.StrEnum):
     """How a device was put back on its previous version (``device.rolled_back``)."""
 
     INACTIVE_IMAGE = "inactive_image"
-    """The BMC keeps the previous image as an inactive SoftwareInventory entry and runs it again
-    (DMTF ``SoftwareInventory.Activate``, v1_12_0, then the BMC profile's activation reset)."""
+    """The BMC keeps the previous image as an inactive SoftwareInventory entry (Supermicro
+    ``Backup_BMC``) and runs it again: the device's ``Links.ActiveSoftwareImage`` set to that
+    entry (DMTF Manager v1_6_0, Bios v1_1_0), then the BMC profile's activation reset."""
     REFLASH = "reflash"
     """One-way: the previous attested image written again (no second bank to run)."""
     SIMULATOR_SWITCH_BANK = "simulator_switch_bank"

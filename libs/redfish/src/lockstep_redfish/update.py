@@ -354,24 +354,12 @@ class FirmwareUpdate:
         base = self.bmc.url("")
         return [task_ref(r, base) for r in replies if r.status == 202 or "Location" in r.headers]
 
-    async def switch_bank(self, targets: tuple[str, ...]) -> list[TaskRef]:
-        """Run the image in each target's other bank again (an A/B flip back): the OEM
-        ``SwitchBank`` action a member offers in ``Actions.Oem`` (Redfish has no standard
-        action for it; ``SoftwareInventory.Activate`` activates a staged image). Refused for a
-        member that offers none. Returns the tasks to follow."""
-        replies = []
-        for path in targets:
-            doc = (await self._get(path)).body
-            actions = doc.get("Actions") if isinstance(doc, dict) else None
-            oem = actions.get("Oem") if isinstance(actions, dict) else None
-            found = oem.items() if isinstance(oem, dict) else ()
-            raw = next((v for k, v in found if k.endswith(".SwitchBank")), None)
-            target = raw.get("target") if isinstance(raw, dict) else None
-            if not isinstance(target, str):
-                raise UpdateRefused(f"{path} offers no bank switch (no OEM SwitchBank action)")
-            replies.append(await self._send(target, what="SwitchBank", json_body={}))
-        base = self.bmc.url("")
-        return [task_ref(r, base) for r in replies if r.status == 202 or "Location" in r.headers]
+    async def action(self, target: str, body: dict[str, Any], *, what: str) -> list[TaskRef]:
+        """POST an action (``target``) once: sent again only while the BMC cannot have taken
+        it (``_send``). Returns the task to follow, if it answered with one."""
+        reply = await self._send(target, what=what, json_body=body)
+        accepted = reply.status == 202 or "Location" in reply.headers
+        return [task_ref(reply, self.bmc.url(""))] if accepted else []
 
     async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
         """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager

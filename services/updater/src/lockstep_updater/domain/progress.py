@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lockstep_common.vocabulary import RollbackMechanism
 from lockstep_updater.domain.steps import NodeStep
 
 SCHEMA_VERSION = 1
@@ -109,6 +110,9 @@ class FirmwareProgress(Progress):
     activations: list[tuple[str | None, str | None]] = Field(default_factory=list)
     """The activation's tasks still to follow, (monitor, task) each."""
     activated_at: float | None = None
+    bmc_profile: str | None = None
+    """The BMC profile preflight chose for the node (``lockstep_redfish/profiles``), by id;
+    None: an item begun before profiles were chosen, which keeps that release's behaviour."""
 
 
 class UpdateProgress(FirmwareProgress):
@@ -123,6 +127,9 @@ class RollbackProgress(FirmwareProgress):
 
     rollback: bool = False
     """Set by the flip back's preflight (the previous release read the flag)."""
+    mechanism: RollbackMechanism | None = None
+    """How the previous images are run again, chosen by the flip back's preflight from the
+    BMC's profile (``lockstep_redfish.flip_back``); None: an item from before the choice."""
 
 
 class RemedyProgress(Progress):

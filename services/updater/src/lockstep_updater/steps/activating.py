@@ -16,6 +16,7 @@ from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
+from lockstep_updater.steps.rollback import send_flip_back
 from lockstep_updater.store import Claim
 
 S = NodeStep
@@ -45,7 +46,7 @@ async def run(
             update = FirmwareUpdate(bmc, ctx.policy.update)
             try:
                 if rollback:
-                    refs = await update.switch_bank(paths)
+                    refs = await send_flip_back(update, held, paths)
                 else:
                     refs = await update.activate(paths)
             except BmcUnavailable:

@@ -52,6 +52,7 @@ async def run(
                     to_version=plan.version,
                     duration_s=round(ctx.clock.monotonic() - started, 3),
                     reason=f"gate tripped on wave {claim.wave}",
+                    mechanism=held.mechanism if isinstance(held, RollbackProgress) else None,
                 )
                 events.append((DeviceOutcome.ROLLED_BACK, rolled))
                 continue
