@@ -254,3 +254,26 @@ async def test_a_flip_back_the_bmc_shows_was_never_activated_writes_nothing(
     assert writes(w, node) == []
     assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
     assert not [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+
+
+async def test_a_supermicro_backup_without_the_previous_image_fails_before_any_drain_or_write(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    w = await dialect_world("supermicro-x13", "hgx-h100")
+    node = w.rt.fleet[0].id
+    bmc = w.rt.simulator.bmc(node).node.components["BMC"]
+    old = bmc.version
+    bmc.version, bmc.inactive_version = NEW_BMC, "1.0.0"  # the backup holds another image
+    await updated(w, node, "bmc", "BMC", old, NEW_BMC)
+    await trip(w, node)
+    await w.settle()
+
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    assert flip.state is NodeStep.FAILED
+    assert flip.reason == (
+        f"flip back: {FW}/BMC: no inactive image at {old} in its device's SoftwareImages "
+        "(profile supermicro-x13); nothing was changed"
+    )
+    assert writes(w, node) == []
+    assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
+    assert bmc.version == NEW_BMC

@@ -16,10 +16,12 @@ What real BMCs offer, per the profile's ``[bank]``:
   (``Oem.Nvidia.ActiveFirmwareSlot``/``InactiveFirmwareSlot`` in the GB200 switch capture), but
   no Redfish action runs the inactive one: ``#NvidiaUpdateService.CommitImage`` copies the
   running image over it and GB200 NVL's background copy does the same after each activation
-  (nvfwupd guide, "Background Copy for Targeted Components", v2.0.6), and NVIDIA's documented
-  way back is a downgrade with ``ForceUpdate`` (DGX B200 firmware update guide, "Forcing a
-  Firmware Downgrade"). So for the planner these profiles keep no previous image to run: a
-  flip-back on them is one-way (:func:`keeps_previous_image`).
+  (nvfwupd guide, "Background Copy for Targeted Components", v2.0.6:
+  docs.nvidia.com/multi-node-nvlink-systems/nvfupd-guide/examples/background-copy.html), and
+  NVIDIA's documented way back is a downgrade with ``ForceUpdate`` (DGX B200 firmware update
+  guide, "Forcing a Firmware Downgrade": docs.nvidia.com/dgx/dgxb200-fw-update-guide/). So
+  for the planner these profiles keep no previous image to run: a flip-back on them is one-way
+  (``bank.keeps_previous_image``).
 
 Nothing is written before every inactive entry needed was found (:func:`find_inactive`): a BMC
 that lacks one refuses the whole flip-back, not half of it.
@@ -31,29 +33,24 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from lockstep_common.vocabulary import RollbackMechanism
+from lockstep_redfish.bank import keeps_previous_image, mechanism_for
 from lockstep_redfish.errors import ResourceChanged, UpdateRefused, status_error
 from lockstep_redfish.probe import read_facts
-from lockstep_redfish.profile import BankKind, BmcProfile, ResetKind
+from lockstep_redfish.profile import BmcProfile, ResetKind
 from lockstep_redfish.selection import select_profile
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate
 
 ROOT = "/redfish/v1/"
-
-
-def mechanism_for(profile: BmcProfile) -> RollbackMechanism:
-    """How a flip-back runs the previous image on a BMC of ``profile`` (module docstring)."""
-    if profile.bank.kind is BankKind.INACTIVE_INVENTORY:
-        return RollbackMechanism.INACTIVE_IMAGE
-    return RollbackMechanism.REFLASH
-
-
-def keeps_previous_image(profile: BmcProfile) -> bool:
-    """The planner's question: does a BMC of ``profile`` keep the previous image to run again
-    (reversible), or is going back a re-flash (one-way)?"""
-    return mechanism_for(profile) is RollbackMechanism.INACTIVE_IMAGE
+__all__ = [
+    "InactiveImage",
+    "find_inactive",
+    "keeps_previous_image",
+    "mechanism_for",
+    "profile_of",
+    "run_inactive",
+]
 
 
 async def profile_of(bmc: BmcSession) -> BmcProfile:

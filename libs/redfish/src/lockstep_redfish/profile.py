@@ -155,6 +155,9 @@ class Bank(BaseModel):
     kind: BankKind = BankKind.NONE
     action: str | None = None  # the UpdateService action (COMMIT_IMAGE)
     inactive_members: list[str] = []  # member id globs of the inactive image
+    # The components whose previous image the second bank keeps (Supermicro: BMC and BIOS have
+    # Backup_* entries, the HMC's GPUs none); empty: every component the profile maps.
+    components: list[Component] = []
 
     @model_validator(mode="after")
     def _action_named(self) -> Bank:

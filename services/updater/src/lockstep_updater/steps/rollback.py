@@ -11,11 +11,12 @@ Asked before anything is written or drained:
   ends ``cancelled`` with no write (issue 29, item 6);
 - the BMC's profile (the one the update chose, ``bmc_profile``, else the one its answers select)
   says how (``lockstep_redfish.flip_back.mechanism_for``): ``inactive_image`` runs the image the
-  BMC keeps in its other bank; ``reflash`` (one-way) needs the previous attested image written
-  again, which this release does not automate: the item fails with that one line, the node never
-  drained. The simulator's own dialect, which matches no vendor profile, keeps its OEM
-  ``SwitchBank`` action (no real BMC offers it) where every member offers it, as the mechanism
-  ``simulator_switch_bank``.
+  BMC keeps in its other bank (each found first: a BMC that lacks one fails the item before the
+  drain, ``lockstep_redfish.flip_back.find_inactive``); ``reflash`` (one-way) needs the
+  previous attested image written again, which this release does not automate: the item fails
+  with that one line, the node never drained. The simulator's own dialect, which matches no
+  vendor profile, keeps its OEM ``SwitchBank`` action (no real BMC offers it) where every
+  member offers it, as the mechanism ``simulator_switch_bank``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from lockstep_common.events.v1 import FleetNode
 from lockstep_common.vocabulary import RollbackMechanism
 from lockstep_redfish.errors import BmcError, BmcUnavailable, UpdateRefused
-from lockstep_redfish.flip_back import mechanism_for, profile_of, run_inactive
+from lockstep_redfish.flip_back import find_inactive, mechanism_for, profile_of, run_inactive
 from lockstep_redfish.profile import BmcProfile, profile_named
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate
@@ -120,6 +121,9 @@ async def _mechanism(
 ) -> RollbackMechanism:
     mechanism = mechanism_for(profile)
     if mechanism is RollbackMechanism.INACTIVE_IMAGE:
+        for plan in plans.values():  # each previous image is there, or nothing is drained
+            for target in plan.targets:
+                await find_inactive(update, profile, target, plan.version)
         return mechanism
     targets = [t for plan in plans.values() for t in plan.targets]
     if all([await _switch_target(update, t) is not None for t in targets]):
