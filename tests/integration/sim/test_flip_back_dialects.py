@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lockstep_common.vocabulary import RollbackMechanism
+from lockstep_common.vocabulary import Component, RollbackMechanism
 from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.flip_back import keeps_previous_image, mechanism_for, run_inactive
@@ -104,14 +104,16 @@ def _writes(sim: Simulator, since: int) -> list[tuple[str, Any]]:
 
 
 def test_only_a_profile_with_an_inactive_inventory_bank_keeps_the_previous_image() -> None:
-    mechanisms = {p.id: mechanism_for(p) for p in shipped_profiles()}
-    assert mechanisms == {
+    expected = {
         "dmtf-generic": RollbackMechanism.REFLASH,
         "nvidia-gb200-nvl": RollbackMechanism.REFLASH,  # CommitImage/background copy overwrite it
         "nvidia-hgx": RollbackMechanism.REFLASH,
         "supermicro-x13": RollbackMechanism.INACTIVE_IMAGE,
     }
+    assert {i: mechanism_for(profile_named(i)) for i in expected} == expected
     assert [p.id for p in shipped_profiles() if keeps_previous_image(p)] == ["supermicro-x13"]
+    smc = profile_named("supermicro-x13")
+    assert [c for c in Component if keeps_previous_image(smc, c)] == [Component.BMC, Component.BIOS]
 
 
 async def test_a_supermicro_flip_back_runs_the_backup_bank_through_active_software_image(
