@@ -164,3 +164,30 @@ async def test_active_software_image_takes_only_one_of_the_managers_images(
             async with http.patch(smc.bmc_url(NODE) + MANAGER, json={"Links": links}) as r:
                 assert r.status == 400, links
     assert (await _get(smc, MANAGER))["Links"]["ActiveSoftwareImage"] == {"@odata.id": f"{FW}/BMC"}
+
+
+async def test_a_flip_back_interrupted_after_its_patch_sends_only_the_reset_and_then_nothing(
+    smc: Simulator,
+) -> None:
+    """Asked again after a worker died between the PATCH and the reset, the flip-back reads
+    first: the Manager already names the backup, so only the reset is sent; asked once more,
+    the BMC runs the previous version and nothing is sent."""
+    old = await _flash_new_bmc(smc)
+    chosen = {"ActiveSoftwareImage": {"@odata.id": f"{FW}/Backup_BMC"}}
+    async with (
+        aiohttp.ClientSession(headers=AUTH) as http,
+        http.patch(smc.bmc_url(NODE) + MANAGER, json={"Links": chosen}) as r,
+    ):
+        assert r.status == 200
+    since = len(smc.bmc(NODE).ledger)
+    profile = profile_named("supermicro-x13")
+    client = RedfishClient(Credentials(), RetryPolicy(timeout_s=5))
+    async with client.session(BmcTarget(NODE, smc.bmc_url(NODE), allow_plain_http=True)) as bmc:
+        update = FirmwareUpdate(bmc, FAST)
+        await run_inactive(update, profile, {f"{FW}/BMC": old})
+        await update.wait_reachable()
+        assert _writes(smc, since) == [("Manager.Reset", "ForceRestart")]
+        assert (await _get(smc, f"{FW}/BMC"))["Version"] == old
+        again = len(smc.bmc(NODE).ledger)
+        assert await run_inactive(update, profile, {f"{FW}/BMC": old}) == []
+    assert _writes(smc, again) == []

@@ -114,15 +114,28 @@ async def run_inactive(
     """Run each member's previous image (``members``: path -> previous version): find every
     inactive entry first, then PATCH each device's ``Links.ActiveSoftwareImage`` to it (under
     ``If-Match``; a device changed meanwhile is re-read once), then the profile's activation
-    reset. Returns the reset's task, if it answered with one."""
-    found = [await find_inactive(update, profile, path, v) for path, v in members.items()]
+    reset. Returns the reset's task, if it answered with one.
+
+    Safe to call again after an interruption: it reads before it writes. A member already
+    running its previous version needs nothing; a device whose ``ActiveSoftwareImage`` already
+    names the inactive entry is not patched again (only the reset is left to send); nothing
+    left to do sends nothing."""
+    pending = {
+        path: version
+        for path, version in members.items()
+        if (await _read(update, path)).get("Version") != version
+    }
+    found = [await find_inactive(update, profile, path, v) for path, v in pending.items()]
     for entry in found:
+        active = _links(await _read(update, entry.device)).get("ActiveSoftwareImage")
+        if isinstance(active, dict) and active.get("@odata.id") == entry.image:
+            continue  # chosen before an interruption: only the reset is left
         change = {"Links": {"ActiveSoftwareImage": {"@odata.id": entry.image}}}
         try:
             await update.patch(entry.device, change)
         except ResourceChanged:  # DSP0266 "ETags": read again and decide again, once
             await update.patch(entry.device, change)
-    return await _activation_reset(update, profile)
+    return await _activation_reset(update, profile) if found else []
 
 
 async def _activation_reset(update: FirmwareUpdate, profile: BmcProfile) -> list[TaskRef]:
