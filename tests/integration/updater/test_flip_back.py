@@ -277,3 +277,31 @@ async def test_a_supermicro_backup_without_the_previous_image_fails_before_any_d
     assert writes(w, node) == []
     assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
     assert bmc.version == NEW_BMC
+
+
+async def test_a_supermicro_flip_back_recorded_as_sent_but_never_sent_is_resent_once_asked(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """A worker recorded the flip-back's write and died before sending it (issue 29, item 6):
+    the next run asks the BMC (its Manager still names the running image, the version has not
+    moved), sends the PATCH and the reset once, and the node ends flipped back, not
+    quarantined."""
+    w = await dialect_world("supermicro-x13", "hgx-h100")
+    node = w.rt.fleet[0].id
+    bmc = w.rt.simulator.bmc(node).node.components["BMC"]
+    old = bmc.version
+    bmc.version, bmc.inactive_version = NEW_BMC, old
+    await updated(w, node, "bmc", "BMC", old, NEW_BMC)
+    await trip(w, node)
+    ex = w.executor(one_step_a_claim=True)
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    while flip.state is not NodeStep.ACTIVATING:
+        assert await ex.step()
+    flip.progress["activate_sent"] = True  # what the guard's check committed before the send
+    await w.settle()
+
+    ended = w.store.item(node)  # the node's latest item: its flip-back
+    assert ended.kind == ROLLBACK and ended.state is NodeStep.DONE, ended.reason
+    assert bmc.version == old
+    chosen = {"ActiveSoftwareImage": {"@odata.id": f"{FW}/Backup_BMC"}}
+    assert writes(w, node) == [("patch", chosen), ("Manager.Reset", "ForceRestart")]

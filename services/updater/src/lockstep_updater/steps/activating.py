@@ -16,7 +16,7 @@ from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
-from lockstep_updater.steps.rollback import send_flip_back
+from lockstep_updater.steps.rollback import resume_flip_back, send_flip_back
 from lockstep_updater.store import Claim
 
 S = NodeStep
@@ -57,6 +57,8 @@ async def run(
             held.activations = [(r.monitor, r.task) for r in refs]
             held.activated_at = ctx.wall()
             await ctx.save(claim, held)
+    elif rollback and held.activate_sent and held.activated_at is None:
+        await resume_flip_back(ctx, claim, node, held)  # recorded, never known sent: ask
     if held.activations:
         await _follow_activations(ctx, claim, node, held)
     events += [
