@@ -90,7 +90,9 @@ async def _run_until_signalled(runtime: FleetRuntime) -> None:
 def run_command(
     sim: SimOptions,
     scheduler_port: int = typer.Option(
-        8001, "--scheduler-port", help="Scheduler API port on 127.0.0.1 (0: any free)."
+        8001,
+        "--scheduler-port",
+        help="Scheduler API port on 127.0.0.1 (--advertise: every interface; 0: any free).",
     ),
     nats_url: str | None = typer.Option(
         None,
@@ -156,9 +158,6 @@ def run_command(
             nats.options()  # an unreadable or world-readable password file: refused now
         except AccessError as exc:
             raise typer.BadParameter(str(exc)) from None
-        problem = asyncio.run(_unreachable(nats))
-        if problem:
-            _fail(f"NATS at {nats_url} unreachable: {problem}")
     from lockstep_sim.runtime import FleetRuntime
 
     agent_access = None
@@ -168,6 +167,12 @@ def run_command(
         if not agent_seeds.is_dir():
             _fail(f"--agent-seeds {agent_seeds}: not a directory")
         agent_access = _own_identities(nats, agent_seeds)
+    if nats is not None:
+        # With --agent-seeds the agents need no shared identity: probe as the first node's.
+        probe = nats if agent_access is None else agent_access("node-00000")
+        problem = asyncio.run(_unreachable(probe))
+        if problem:
+            _fail(f"NATS at {nats_url} unreachable: {problem}")
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,
