@@ -144,3 +144,19 @@ def test_a_directory_without_a_deployment_is_one_line(tmp_path: Path) -> None:
     code, out = cli("enroll", str(tmp_path), "node-00000")
     assert code == 2 and out.count("\n") == 1, out
     assert str(tmp_path) in out
+
+
+def test_an_unreachable_server_is_one_line_soon_and_changes_nothing(
+    pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found running it: nats-py retried a refused connection for ever, and the command hung."""
+    from lockstep_devstack.process import free_port
+
+    copy = tmp_path / "deployment"
+    shutil.copytree(pristine, copy)
+    monkeypatch.setattr(agent_cli, "CONNECT_TIMEOUT_S", 1.0)
+    url = f"tls://127.0.0.1:{free_port()}"
+    code, out = cli("enroll", str(copy), "node-00000", "--nats-url", url)
+    assert code == 3 and out.count("\n") == 1, out
+    assert f"NATS at {url} unreachable" in out
+    assert not (copy / "secrets" / "agents").exists()

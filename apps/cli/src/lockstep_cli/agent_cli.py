@@ -41,14 +41,23 @@ def fleet_sites(data_dir: Path) -> dict[str, str]:
     return inventory_sites(stack_state.nats_access(data_dir, state, CLI))
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""An unreachable server is one line (exit 3) after this long, never a retry forever."""
+
+
 def inventory_sites(access: NatsAccess) -> dict[str, str]:
     """Node id -> site of every node the inventory reached with ``access`` knows."""
+    from lockstep_cli.fleet_bus import InputError, Unavailable, connect_once
     from lockstep_common.fleet_query import FleetQuery, InventoryUnavailable
-    from lockstep_common.natsconn import connect
     from lockstep_common.subjects import Namespace
 
     async def ask() -> dict[str, str]:
-        nc = await connect(access, name="lockstep-agent-enroll")
+        try:
+            nc = await connect_once(access, CONNECT_TIMEOUT_S)
+        except InputError as exc:
+            fail(str(exc))
+        except Unavailable as exc:
+            fail(str(exc), code=3)
         try:
             fleet = await FleetQuery(
                 nc, Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep")), "cli"
