@@ -41,6 +41,10 @@ async def test_advertised_bmcs_each_answer_on_their_own_port_named_in_the_fleet_
         aiohttp.ClientSession(headers=AUTH) as http,
     ):
         assert _listening(runtime) == {ALL_INTERFACES}
+        first, last = sorted(runtime.simulator.ports.values())[:: len(runtime.fleet) - 1]
+        assert (
+            runtime.simulator.listening == f"on ports {first}-{last} of localhost (every interface)"
+        )
         fleet = await _json(http, runtime.fleet_url)
         urls = [n["bmc_url"] for n in fleet]
         ports = {runtime.simulator.ports[n.id] for n in runtime.fleet}
@@ -59,4 +63,5 @@ async def test_without_advertise_nothing_listens_beyond_the_loopback() -> None:
     async with FleetRuntime(options, scheduler_port=0) as runtime:
         assert _listening(runtime) == {"127.64.0.1", "127.64.0.2", "127.0.0.1"}
         assert runtime.simulator.ports == {}
+        assert runtime.simulator.listening == f"on port {runtime.simulator.port} from 127.64.0.1"
         assert runtime.fleet_url.startswith("http://127.64.0.1:")

@@ -29,10 +29,9 @@ sim_app = typer.Typer(help="Fleet simulator: emulated Redfish BMCs on loopback a
 async def _serve_forever(sim: Simulator) -> None:
     async with sim:
         log.info(
-            "serving %d BMCs from %s on port %d (started in %.2fs); fleet at %s/fleet.json",
+            "serving %d BMCs %s (started in %.2fs); fleet at %s/fleet.json",
             len(sim.fleet),
-            sim.fleet[0].address,
-            sim.port,
+            sim.listening,
             sim.startup_seconds,
             sim.base_url,
         )
@@ -73,10 +72,7 @@ async def _run_until_signalled(runtime: FleetRuntime) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with runtime:
         sim = runtime.simulator
-        typer.echo(
-            f"{len(sim.fleet)} BMCs on port {sim.port} from {sim.fleet[0].address} "
-            f"(started in {sim.startup_seconds:.2f}s)"
-        )
+        typer.echo(f"{len(sim.fleet)} BMCs {sim.listening} (started in {sim.startup_seconds:.2f}s)")
         typer.echo(f"fleet list: {runtime.fleet_url}")
         typer.echo(f"scheduler:  {runtime.scheduler_url}/scheduler/nodes")
         for subject in runtime.telemetry_subjects():

@@ -71,6 +71,15 @@ class Simulator(Started):
         return self.bmcs[self.by_id[node_id].address]
 
     @property
+    def listening(self) -> str:
+        """Where the BMCs listen, in words: one port of many loopback addresses, or many
+        ports of the advertised host."""
+        if self.advertise is not None:
+            ports = sorted(self.ports.values())
+            return f"on ports {ports[0]}-{ports[-1]} of {self.advertise} (every interface)"
+        return f"on port {self.port} from {self.fleet[0].address}"
+
+    @property
     def base_url(self) -> str:
         return self.bmc_url(self.fleet[0].id)
 
