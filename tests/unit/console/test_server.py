@@ -302,3 +302,19 @@ async def test_the_gate_page_draws_each_hard_rule_hit_on_a_timeline_and_lists_it
 async def test_a_verdict_without_hits_draws_no_timeline(client: Client) -> None:
     html = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
     assert "Wave 0" in html and 'id="hits-' not in html and 'class="hits"' not in html
+
+
+async def test_a_long_halt_reason_is_cut_with_the_whole_of_it_a_click_away() -> None:
+    source = scenes.source()
+    state = source.rollout_states[scenes.TRIPPED]
+    reason = "gate tripped on wave 0: " + "dcgm_diag_failed on node-00013; " * 20
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"reason": reason})
+    client = await client_of(source)
+    try:
+        html = await (await client.get(f"/rollouts/{scenes.TRIPPED}")).text()
+    finally:
+        await client.close()
+    line = html[html.index("data-state=") :]
+    line = line[: line.index("</p>")]
+    assert reason not in line and line.endswith("...")
+    assert f"<details><summary>The whole reason</summary><p>{reason}</p></details>" in html
