@@ -33,7 +33,6 @@ def demo(
 ) -> None:
     """Run the whole system on embedded NATS and PostgreSQL: an event's journey, drift found on a
     simulated fleet, then a canaried rollout and a bad image halted at the canary."""
-    from lockstep_bench.demo import run_demo
     from lockstep_cli.cli_io import fail
     from lockstep_cli.console_child import checked
     from lockstep_cli.supervisor import Interrupted, stop_signals_unwind
@@ -50,6 +49,8 @@ def demo(
             browser()  # before minutes of demo, not after
         except ScreenshotError as exc:
             fail(f"--screenshots: {exc}")
+    from lockstep_bench.demo import run_demo  # the whole system: after the refusals
+
     with stop_signals_unwind(), start_refusals_are_one_line():
         try:
             run_demo(console, data_dir, screenshots=screenshots, listen=listen)
