@@ -399,8 +399,11 @@ class PostgresServer:
             str(self.port),
             "-c",
             "listen_addresses=127.0.0.1",
+            # TCP only: a Unix socket's path is capped at 107 bytes, and a data directory a
+            # little deep (a CI runner's temp tree) put pgdata's socket over it, so the server
+            # refused to start. Everything here connects to 127.0.0.1.
             "-c",
-            f"unix_socket_directories={self.pgdata}",
+            "unix_socket_directories=",
             "-c",
             "max_connections=300",
             "-c",
@@ -415,17 +418,21 @@ class PostgresServer:
                 "-c",
                 "full_page_writes=off",
             ]
-        # Ready means *ours* is ready: the postmaster makes its socket in pgdata only once it
-        # holds the TCP port. Without that, another server that took the port meanwhile (a
-        # second stack started at the same moment) would answer the probe, and our services
-        # would connect to it while our own postgres exits, unable to bind.
-        socket_file = self.pgdata / f".s.PGSQL.{self.port}"
-        socket_file.unlink(missing_ok=True)  # left by a server killed outright
+        # Ready means *ours* is ready: PostgreSQL's own postmaster.pid names our process and
+        # says "ready" (its status line, PostgreSQL >= 10), which it writes only once it holds
+        # the TCP port and accepts connections. Without that, another server that took the
+        # port meanwhile (a second stack started at the same moment) would answer the probe,
+        # and our services would connect to it while our own postgres exits, unable to bind.
         self.proc = spawn(
             argv, log_path=self.log_path, user=self.user, parent_death_signal=signal.SIGINT
         )
+        proc = self.proc
         wait_until(
-            lambda: socket_file.exists() and port_open("127.0.0.1", self.port) and self._accepts(),
+            lambda: (
+                _says_ready(self.pgdata / "postmaster.pid", proc.pid, self.port)
+                and port_open("127.0.0.1", self.port)
+                and self._accepts()
+            ),
             timeout_s=timeout_s,
             what=f"PostgreSQL on 127.0.0.1:{self.port}",
             proc=self.proc,
@@ -552,3 +559,22 @@ class PostgresServer:
         if self.proc is not None:
             stop(self.proc, signal.SIGINT, timeout_s=30)
             self.proc = None
+
+
+def _says_ready(pid_file: Path, pid: int, port: int) -> bool:
+    """Whether ``postmaster.pid`` is that of process ``pid`` on ``port`` and says ``ready``.
+
+    Its lines (PostgreSQL's ``pidfile.h``): 1 the postmaster's PID, 4 the port, 8 the status
+    (``starting``, ``ready``, ``stopping``). A file left by a server killed outright names
+    another PID and is not taken for ours.
+    """
+    try:
+        lines = pid_file.read_text().splitlines()
+    except OSError:
+        return False
+    return (
+        len(lines) >= 8
+        and lines[0].strip() == str(pid)
+        and lines[3].strip() == str(port)
+        and lines[7].strip() == "ready"
+    )
