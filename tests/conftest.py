@@ -37,6 +37,14 @@ if os.environ.get("CI"):
     hypothesis.settings.load_profile("ci")
 
 
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 set (execnet's), which the CLI under
+# test honours over its own piped-output width: its tables wrapped node and rollout ids that a
+# serial run prints whole. Not this machine's terminal: drop them in workers.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
+
 @dataclass(frozen=True)
 class Servers:
     """Where the test servers are."""
@@ -105,6 +113,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for layer in ("unit", "integration", "e2e"):
             if f"{os.sep}{layer}{os.sep}" in str(item.path):
                 item.add_marker(getattr(pytest.mark, layer))
+        if item.get_closest_marker("e2e") is not None:
+            # Under pytest-xdist (``--dist loadgroup``), the end-to-end tests run one after
+            # another on one worker: they start whole stacks on the documented fixed ports
+            # (the README's walkthrough, the console's 8080).
+            item.add_marker(pytest.mark.xdist_group("e2e"))
     _scale_timeouts(config, [i for i in items if i.get_closest_marker("unit") is None])
 
 
