@@ -99,6 +99,17 @@ def servers() -> Iterator[Servers]:
 
 
 @pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A fresh directory outside pytest's tmp tree, for a stack's data: PostgreSQL runs as an
+    unprivileged user when we are root and must enter every parent, and pytest sets its tree
+    back to mode 0700 whenever another pytest process starts (an xdist worker, say)."""
+    path = Path(tempfile.mkdtemp(prefix="lockstep-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 async def namespace(servers: Servers) -> AsyncIterator[str]:
     """A fresh namespace; its streams and schemas are removed after the test."""
     name = f"t{uuid.uuid4().hex[:10]}"

@@ -19,10 +19,10 @@ LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 NODES = 12
 
 
-def test_a_tiny_fleet_rolls_out_completely_and_the_figures_are_reported(tmp_path: Path) -> None:
+def test_a_tiny_fleet_rolls_out_completely_and_the_figures_are_reported(open_tmp: Path) -> None:
     out = subprocess.run(
         [LOCKSTEP, "bench", "rollout", "--nodes", str(NODES), "--time-scale", "0.02",
-         "--updaters", "2", "--data-dir", str(tmp_path / "state"), "--json"],
+         "--updaters", "2", "--data-dir", str(open_tmp / "state"), "--json"],
         capture_output=True, text=True, timeout=220, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -47,7 +47,7 @@ def test_a_tiny_fleet_rolls_out_completely_and_the_figures_are_reported(tmp_path
     }  # fmt: skip
     assert all(mb > 10 for mb in figures["peak_mb"].values())
     # --data-dir keeps each service's log.
-    assert sorted(p.name for p in (tmp_path / "state" / "logs").glob("*.log")) == [
+    assert sorted(p.name for p in (open_tmp / "state" / "logs").glob("*.log")) == [
         "attest.log", "healthgate.log", "inventory.log", "planner.log", "updater-2.log",
         "updater.log",
     ]  # fmt: skip
