@@ -109,6 +109,9 @@ class FirmwareProgress(Progress):
     activations: list[tuple[str | None, str | None]] = Field(default_factory=list)
     """The activation's tasks still to follow, (monitor, task) each."""
     activated_at: float | None = None
+    bmc_profile: str | None = None
+    """The BMC profile preflight chose for the node (``lockstep_redfish/profiles``), by id;
+    None: an item begun before profiles were chosen, which keeps that release's behaviour."""
 
 
 class UpdateProgress(FirmwareProgress):
