@@ -86,7 +86,8 @@ async def make_sim() -> AsyncIterator[Factory]:
         ("nvidia-hgx", "hgx-h100", "nvidia-hgx"),
         ("supermicro-x13", "gb200", "supermicro-x13"),
         ("dmtf-generic", "gb200", "dmtf-generic"),
-        ("lockstep", "gb200", "dmtf-generic"),  # the simulator's own: nothing vendor-specific
+        ("lockstep", "gb200", "lockstep-sim"),  # the simulator's own, said in its root's Oem
+        ("lockstep", "hgx-h100", "lockstep-sim"),
     ],
 )
 async def test_each_dialect_is_recognised_as_its_profile(

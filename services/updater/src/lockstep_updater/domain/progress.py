@@ -112,6 +112,9 @@ class FirmwareProgress(Progress):
     bmc_profile: str | None = None
     """The BMC profile preflight chose for the node (``lockstep_redfish/profiles``), by id;
     None: an item begun before profiles were chosen, which keeps that release's behaviour."""
+    bmc_login: Literal["session", "basic"] | None = None
+    """How preflight logged in to the BMC (a session, or HTTP Basic over verified TLS where the
+    service root offers no SessionService); the later steps log in the same way."""
 
 
 class UpdateProgress(FirmwareProgress):
