@@ -116,6 +116,9 @@ class Push(BaseModel):
     methods: list[PushMethod] = Field(min_length=1)  # in order of preference
     apply_times: list[str] = ["Immediate"]  # @Redfish.OperationApplyTime values it takes
     targets: TargetsFrom = TargetsFrom.MEMBER
+    # With ``targets = "related"``: the RelatedItem globs the BMC takes as a Target; a member
+    # whose RelatedItem is none of them is named itself.
+    related: list[str] = []
     parameters: dict[str, Any] = {}  # fixed UpdateParameters beyond Targets
     empty_targets_mean: str = "every applicable device"  # never sent empty (UpdateRequest)
     min_gap_s: float = Field(default=0.0, ge=0)  # between two pushes to one BMC

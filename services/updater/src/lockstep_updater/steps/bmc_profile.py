@@ -27,8 +27,9 @@ from lockstep_redfish.accounts import AccountUnknown, session_roles
 from lockstep_redfish.errors import BmcError, BmcUnavailable
 from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals
 from lockstep_redfish.probe import read_facts
-from lockstep_redfish.profile import BmcProfile, LoginMethod, profile_named
+from lockstep_redfish.profile import BmcProfile, LoginMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, members_of, select_profile
+from lockstep_redfish.update import UpdatePolicy, policy_for
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.progress import FirmwareProgress
 from lockstep_updater.domain.steps import NodeStep
@@ -147,12 +148,27 @@ def profile_of(progress: FirmwareProgress) -> BmcProfile | None:
 
 
 def push_request(
-    profile: BmcProfile | None, targets: Sequence[str], version: str, banks: str
+    profile: BmcProfile | None, targets: Sequence[str], version: str, *, stage: bool
 ) -> UpdateRequest:
     """How one component's image is pushed under ``profile``: with ``Stage`` where it stages
-    and activates (and for an item without a profile, an A/B part), else with the apply time
-    its activation declares (``Immediate``: the image runs once written or at the profile's
-    reset; ``OnReset``: at the reset)."""
+    and activates (and for an item without a profile, an A/B part pushed while in service),
+    else with the apply time its activation declares (``Immediate``: the image runs once
+    written, or at the profile's reset; ``OnReset``: at the reset)."""
     if profile is None or profile.activation.stage_and_activate:
-        return UpdateRequest(tuple(targets), version, stage=banks == "ab")
+        return UpdateRequest(tuple(targets), version, stage=stage)
     return UpdateRequest(tuple(targets), version, apply_time=profile.activation.apply_time)
+
+
+def stages_in_service(profile: BmcProfile | None) -> bool:
+    """Whether an A/B part is pushed while the node still runs its jobs: where the written
+    image waits (``Stage``, or the profile's reset) instead of running once written."""
+    return (
+        profile is None
+        or profile.activation.stage_and_activate
+        or profile.activation.reset is not ResetKind.NONE
+    )
+
+
+def update_policy(ctx: StepContext, profile: BmcProfile | None) -> UpdatePolicy:
+    """The executor's write-side bounds with the profile's task-less bound (``policy_for``)."""
+    return ctx.policy.update if profile is None else policy_for(profile, ctx.policy.update)

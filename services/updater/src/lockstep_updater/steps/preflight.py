@@ -101,7 +101,7 @@ async def _plan_bmc(
             if not paths:
                 raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
             chosen.refuse_downgrade(Intent(Component(name), entry.version), paths)
-            request = push_request(chosen.profile, paths, entry.version, entry.banks)
+            request = push_request(chosen.profile, paths, entry.version, stage=entry.banks == "ab")
             try:
                 plan = await update.preflight(image, request)
             except (BmcError, ImageDigestMismatch) as exc:
