@@ -27,6 +27,7 @@ from lockstep_common.events.v1 import AttestedComponent, RolloutPlanned, WavePla
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_redfish import update as redfish_update
 from lockstep_redfish.multipart import MultipartBody, multipart_body
+from lockstep_sim import inventory
 from lockstep_sim.options import SimOptions
 from lockstep_sim.profiles import GB200, HGX_H100, ComponentClass
 from lockstep_sim.runtime import FleetRuntime
@@ -40,6 +41,7 @@ from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.sim_fleet import SimFacts
 from tests.integration.sim.pldm_fixtures import package_for
 from tests.integration.updater.conftest import FAST, ROLLOUT, STACK, World
+from tests.integration.updater.test_executor_sim import plan_and_release
 from tests.integration.updater.test_kill_restart import Killed
 
 pytestmark = pytest.mark.integration
@@ -297,3 +299,27 @@ class ActivationKiller:
             docs = [i.progress for i in self.store.items]
         if any(d.get("activate_sent") and "activated_at" not in d for d in docs):
             raise Killed
+
+
+async def test_a_bmc_that_cannot_tell_still_quarantines_an_unverified_node(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 6's other half: a BMC whose members do not say ``Staged`` cannot tell whether the
+    activation reached it, so the node is verified, and its unmoved version quarantines it."""
+    real = inventory.member_doc
+
+    def silent(component: Any) -> dict[str, Any]:
+        doc = real(component)
+        doc.pop("Staged", None)
+        return doc
+
+    monkeypatch.setattr(inventory, "member_doc", silent)
+    node = "node-00000"
+    await plan_and_release(world, (node,))
+    with pytest.raises(Killed):
+        await world.settle(world.executor(ActivationKiller(world.store)))
+    world.store.advance(FAST.lease_s + 1)
+    await world.settle(world.executor())
+    item = world.store.item(node)
+    assert item.state is NodeStep.QUARANTINED, item.reason
+    assert "not verified" in item.reason
