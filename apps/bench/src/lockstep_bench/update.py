@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lockstep_bench.push import profile_for_dialect, run_push
+from lockstep_bench.push import run_push
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import (
     AttestedComponent,
@@ -179,9 +179,7 @@ async def _wave(
         for bmc in rt.simulator.bmcs.values():
             bmc.ledger = _Stamped()  # the ledger's own times are whole seconds
         try:
-            activates_in_task = profile_for_dialect(dialect).activation.stage_and_activate
-            run = (rt, bundle, image, budget, workers, time_scale)
-            return await _drive(*run, halt=halt, activation=activates_in_task)
+            return await _drive(rt, bundle, image, budget, workers, time_scale, halt=halt)
         finally:
             await rt.stop()
 
@@ -195,7 +193,6 @@ async def _drive(
     time_scale: float,
     *,
     halt: bool,
-    activation: bool,
 ) -> dict[str, Any]:
     store = MemoryStore(source=SOURCE, clock=lambda: datetime.now(UTC))
     rollout = f"bench-{uuid.uuid4().hex[:8]}"
@@ -266,9 +263,9 @@ async def _drive(
     pools = Counter(n.pool for n in rt.fleet)
     members = len(GPU.ids)
     stage_s = GPU.stage_minutes * members * time_scale
-    # The simulator's activation time: a task per member where the dialect activates in one
-    # (Stage/Activate); none where a reset flips the written banks at once (GB200's power cycle).
-    activate_s = GPU.activate_minutes * members * time_scale if activation else 0.0
+    # The simulator's activation time: its Activate task, or the tray's power cycle (GB200),
+    # each as long as activating the members one by one (the seed durations).
+    activate_s = GPU.activate_minutes * members * time_scale
     result["bound_s"] = round(
         stage_s + max(math.ceil(count / budget) for count in pools.values()) * activate_s, 3
     )
