@@ -15,7 +15,7 @@ import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,13 +34,14 @@ from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.domain.progress import UpdateProgress, load
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.executor import Executor
 from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
 from lockstep_updater.store import UPDATE
 from lockstep_updater.testing.memory_store import MemoryStore
-from lockstep_updater.testing.sim_fleet import SimFacts
+from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 from tests.integration.sim.pldm_fixtures import package_for
-from tests.integration.updater.conftest import FAST, ROLLOUT, STACK, World
+from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
 from tests.integration.updater.test_executor_sim import plan_and_release
 from tests.integration.updater.test_kill_restart import Killed
 
@@ -276,7 +277,7 @@ async def test_an_activation_recorded_but_never_sent_ends_cancelled_not_quaranti
     assert isinstance(progress, UpdateProgress)
     assert progress.activate_sent and progress.activated_at is None  # recorded, not sent
     w.store.advance(FAST.lease_s + 1)
-    await w.settle(w.executor())
+    await w.settle(restarted(w))
     item = w.store.item(node)
     assert item.state is NodeStep.CANCELLED, item.reason
     assert "never reached the BMC" in item.reason
@@ -287,18 +288,29 @@ async def test_an_activation_recorded_but_never_sent_ends_cancelled_not_quaranti
 
 class ActivationKiller:
     """The memory store, the process dying right after the transaction that recorded
-    ``activate_sent`` committed: before the activation was sent."""
+    ``activate_sent`` committed (before the activation was sent), or with ``sent``, inside the
+    one recording that it was sent (after the send: that record never commits)."""
 
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
+    def __init__(self, store: MemoryStore, *, sent: bool = False) -> None:
+        self.store, self.sent = store, sent
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
         async with self.store.transaction() as tx:
             yield tx
             docs = [i.progress for i in self.store.items]
-        if any(d.get("activate_sent") and "activated_at" not in d for d in docs):
+            if self.sent and any("activated_at" in d for d in docs):
+                raise Killed  # rolled back: the send happened, its record did not
+        if not self.sent and any(d.get("activate_sent") and "activated_at" not in d for d in docs):
             raise Killed
+
+
+def restarted(w: World) -> Executor:
+    """The restarted updater, asking the BMC for a reset's time of 0.3 s (``reachable_s``)."""
+    policy = replace(FAST, update=replace(FAST.update, reachable_s=0.3))
+    ex = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    w.executors.append(ex)
+    return ex
 
 
 async def test_a_bmc_that_cannot_tell_still_quarantines_an_unverified_node(
@@ -323,3 +335,23 @@ async def test_a_bmc_that_cannot_tell_still_quarantines_an_unverified_node(
     item = world.store.item(node)
     assert item.state is NodeStep.QUARANTINED, item.reason
     assert "not verified" in item.reason
+
+
+async def test_a_reset_sent_but_not_recorded_is_found_activated_not_cancelled(
+    dialect_world: tuple[World, Case, list[dict[str, Any]]],
+) -> None:
+    """The other side of item 6: the reset reached the BMC and the worker died before recording
+    it. The restarted updater sees the new version come up (after the tray's power cycle on
+    GB200) and verifies the node; it never sends the reset twice."""
+    w, case, _ = dialect_world
+    node = "node-00000"
+    await _plan(w, case, [(node,)])
+    await _release(w, case, 0, (node,))
+    with pytest.raises(Killed):
+        await w.settle(w.executor(ActivationKiller(w.store, sent=True)))
+    w.store.advance(FAST.lease_s + 1)
+    await w.settle(restarted(w))
+    item = w.store.item(node)
+    assert item.state is NodeStep.DONE, item.reason
+    assert _versions(w, node, case) == {case.version}
+    assert len([e for e in w.rt.simulator.bmc(node).ledger if e["action"] == case.reset]) == 1

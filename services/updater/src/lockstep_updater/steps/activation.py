@@ -14,7 +14,9 @@ Item 6, asking the BMC before assuming the worst: ``activate_sent`` recorded and
 known to have returned (``activated_at`` unset: a worker died between the two) is resolved by
 reading the targets. Where each still runs the version it ran before and shows the image
 ``Staged`` (waiting), and the BMC's TaskService shows no task running, nothing was activated:
-the node ends ``cancelled`` (given back), not quarantined. Where a target runs the new version,
+the node ends ``cancelled`` (given back), not quarantined, once the BMC has shown that for the
+time a reset takes to come back (``reachable_s``: a tray's power cycle sent just before the
+worker died runs the images only when the tray is back). Where a target runs the new version,
 the activation happened and the node goes on to be verified. A BMC that shows neither (no
 ``Staged``, a task running) cannot tell: the node goes on, and a version that did not move
 quarantines it at verification, as before.
@@ -32,7 +34,7 @@ from lockstep_updater.domain.progress import FirmwareProgress
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.bmc_profile import update_policy
 from lockstep_updater.steps.context import Events, StepContext
-from lockstep_updater.steps.ends import Stop, ending
+from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
 from lockstep_updater.store import Claim, Target
 
@@ -106,6 +108,15 @@ async def resolve_uncertain(
         for path, m in read.items()
     )
     if not moved and waiting and tasks == 0 and pending:
+        # A reset sent just before the worker died may still be under way (a tray's power
+        # cycle runs the images only once it is back): the BMC is asked again until it had
+        # the time a reset takes to come back (``reachable_s``).
+        now = ctx.wall()
+        if held.unsure_since is None:
+            held.unsure_since = now
+            await ctx.save(claim, held)
+        if now - held.unsure_since < ctx.policy.update.reachable_s:
+            raise NotYet("activate: asking the BMC whether the recorded activation reached it")
         raise Stop(
             S.CANCELLED,
             "the activation was recorded but never reached the BMC: it shows the image "
