@@ -380,7 +380,12 @@ async def chassis_reset(
             "ResetType",
         )
     note.update(reset_type=reset_type, chassis=m["id"])
-    note["activated"] = bmc.reset("chassis")
+    # The tray power cycles: the images waiting for it run once it is back, as long after the
+    # answer as activating them one by one takes (the seed durations), not at once.
+    waiting = [c for c in bmc.pending_reset if bmc.node.components[c].staged]
+    note["activated"] = waiting
+    minutes = sum(bmc.node.components[c].cls.activate_minutes for c in waiting)
+    asyncio.get_running_loop().call_later(minutes * bmc.time_scale, bmc.reset, "chassis")
     bmc.power = "On"
     return web.Response(status=204, headers={"OData-Version": "4.0"})
 

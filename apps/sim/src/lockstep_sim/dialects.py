@@ -91,7 +91,8 @@ class Dialect:
 DIALECTS: dict[str, Dialect] = {
     d.name: d
     for d in (
-        Dialect("lockstep"),
+        # Oem.LockstepSim: what the lockstep-sim BMC profile recognises (no real BMC says it).
+        Dialect("lockstep", root={"Oem": {"LockstepSim": {}}}),
         Dialect("dmtf-generic", switch_bank=False, taskless=True),
         Dialect(
             "nvidia-gb200-nvl",

@@ -113,6 +113,13 @@ class FirmwareProgress(Progress):
     bmc_profile: str | None = None
     """The BMC profile preflight chose for the node (``lockstep_redfish/profiles``), by id;
     None: an item begun before profiles were chosen, which keeps that release's behaviour."""
+    unsure_since: float | None = None
+    """When an activation recorded but not known to be sent was first found looking unsent
+    (``steps.activation.resolve_uncertain``): it is concluded unsent only ``reachable_s``
+    later, a reset still under way having had its time."""
+    bmc_login: Literal["session", "basic"] | None = None
+    """How preflight logged in to the BMC (a session, or HTTP Basic over verified TLS where the
+    service root offers no SessionService); the later steps log in the same way."""
 
 
 class UpdateProgress(FirmwareProgress):

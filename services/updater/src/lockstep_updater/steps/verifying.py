@@ -30,7 +30,7 @@ async def run(
     held = firmware(progress)
     rollback = isinstance(held, RollbackProgress) and held.rollback
     events: Events = []
-    async with ctx.session(node) as bmc:
+    async with ctx.session(node, held) as bmc:
         update = FirmwareUpdate(bmc, ctx.policy.update)
         for name, plan in held.components.items():
             if plan.done:
