@@ -79,7 +79,9 @@ async def run(
             before=dict.fromkeys(plan.targets, plan.version),
             staged=True,  # the previous image waits in the other bank
         )
-    async with ctx.session(node) as bmc:
+    # Logged in as the update was (a BMC offering only HTTP Basic over verified TLS, say).
+    progress.bmc_login = done.bmc_login
+    async with ctx.session(node, progress) as bmc:
         update_ = FirmwareUpdate(bmc, ctx.policy.update)
         try:
             running = await _still_new(update_, progress.components)
