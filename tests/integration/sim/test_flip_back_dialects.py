@@ -90,6 +90,8 @@ async def _flash_new_bmc(sim: Simulator) -> str:
             ] == "Completed"
         reset = sim.bmc_url(NODE) + f"{MANAGER}/Actions/Manager.Reset"
         async with http.post(reset, json={"ResetType": "ForceRestart"}) as r:
+            assert r.status == 400  # the capture's Managers/1 allows GracefulRestart only
+        async with http.post(reset, json={"ResetType": "GracefulRestart"}) as r:
             assert r.status == 204
     assert (await _get(sim, f"{FW}/BMC"))["Version"] == NEW
     return host_bmc.version
@@ -134,7 +136,7 @@ async def test_a_supermicro_flip_back_runs_the_backup_bank_through_active_softwa
     assert after == {f"{FW}/BMC": old}
     assert (await _get(smc, f"{FW}/Backup_BMC"))["Version"] == NEW  # the image it left
     chosen = {"ActiveSoftwareImage": {"@odata.id": f"{FW}/Backup_BMC"}}
-    assert _writes(smc, since) == [("patch", chosen), ("Manager.Reset", "ForceRestart")]
+    assert _writes(smc, since) == [("patch", chosen), ("Manager.Reset", "GracefulRestart")]
 
 
 async def test_a_backup_without_the_previous_version_is_refused_with_nothing_written(
@@ -186,7 +188,7 @@ async def test_a_flip_back_interrupted_after_its_patch_sends_only_the_reset_and_
         update = FirmwareUpdate(bmc, FAST)
         await run_inactive(update, profile, {f"{FW}/BMC": old})
         await update.wait_reachable()
-        assert _writes(smc, since) == [("Manager.Reset", "ForceRestart")]
+        assert _writes(smc, since) == [("Manager.Reset", "GracefulRestart")]
         assert (await _get(smc, f"{FW}/BMC"))["Version"] == old
         again = len(smc.bmc(NODE).ledger)
         assert await run_inactive(update, profile, {f"{FW}/BMC": old}) == []

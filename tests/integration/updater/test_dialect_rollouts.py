@@ -129,7 +129,7 @@ CASES = [
         # The BMC member's RelatedItem, as Supermicro takes it; the HMC's member by its path.
         ["/redfish/v1/Managers/1", f"{FW}/HGX_FW_BMC_0"],
         "Manager.Reset",
-        "ForceRestart",
+        "GracefulRestart",  # the only ResetType the capture's Managers/1 allows
     ),
     Case(
         "dmtf-generic",

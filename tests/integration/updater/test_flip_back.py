@@ -198,7 +198,7 @@ async def test_a_supermicro_flip_back_runs_the_backup_bank_and_says_so(
     assert flip.state is NodeStep.DONE, flip.reason
     assert bmc.version == old and bmc.inactive_version == NEW_BMC
     chosen = {"ActiveSoftwareImage": {"@odata.id": f"{FW}/Backup_BMC"}}
-    assert writes(w, node) == [("patch", chosen), ("Manager.Reset", "ForceRestart")]
+    assert writes(w, node) == [("patch", chosen), ("Manager.Reset", "GracefulRestart")]
     (rolled,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
     assert (rolled.component, rolled.from_version, rolled.to_version) == (
         Component.BMC,
@@ -304,4 +304,4 @@ async def test_a_supermicro_flip_back_recorded_as_sent_but_never_sent_is_resent_
     assert ended.kind == ROLLBACK and ended.state is NodeStep.DONE, ended.reason
     assert bmc.version == old
     chosen = {"ActiveSoftwareImage": {"@odata.id": f"{FW}/Backup_BMC"}}
-    assert writes(w, node) == [("patch", chosen), ("Manager.Reset", "ForceRestart")]
+    assert writes(w, node) == [("patch", chosen), ("Manager.Reset", "GracefulRestart")]

@@ -329,17 +329,18 @@ async def commit_image(
 async def reset(
     request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
+    manager = "/Managers/" in m.string
+    if manager and m["id"] != bmc.dialect.manager_id:
+        raise not_found(m.string)
     reset_type = (await read_json(request)).get("ResetType", "GracefulRestart")
-    if reset_type not in systems.RESET_TYPES:
+    allowed = bmc.dialect.manager_reset_types if manager else systems.RESET_TYPES
+    if reset_type not in allowed:
         raise bad_request(
             "ActionParameterValueError",
             f"Unsupported ResetType {reset_type!r}.",
             str(reset_type),
             "ResetType",
         )
-    manager = "/Managers/" in m.string
-    if manager and m["id"] != bmc.dialect.manager_id:
-        raise not_found(m.string)
     note["reset_type"] = reset_type
     note["activated"] = bmc.reset("manager" if manager else "system")
     if manager:  # the BMC itself reboots: answer, then go dark

@@ -139,7 +139,9 @@ def _extra_chassis(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
 
 def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
     bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
-    doc = systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso(), bmc.dialect.manager_id)
+    doc = systems.manager_doc(
+        bmc.uuid, bmc_fw, tasks.now_iso(), bmc.dialect.manager_id, bmc.dialect.manager_reset_types
+    )
     images = software_images(bmc, doc["@odata.id"])
     if images is not None:
         doc["Links"].update(images)
