@@ -3,8 +3,10 @@ samples one row per report, unpivoted on read) and the in-memory one the unit te
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,12 +16,14 @@ import pytest
 
 from lockstep_common import db
 from lockstep_common.envelope import source_of
+from lockstep_common.vocabulary import GateVerdict
+from lockstep_gate.decision import GateDecision, HardRule, RuleFinding, RuleHit
 from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.signals import signals_of
 from lockstep_healthgate.domain.waves import Member, Wave, WaveState
-from lockstep_healthgate.store import GateStore, SampleRow
+from lockstep_healthgate.store import GateStore, SampleRow, VerdictKind, VerdictRecord
 from lockstep_healthgate.testing.memory_store import MemoryGateStore
 from lockstep_healthgate.testing.reports import Fault, report
 
@@ -175,3 +179,61 @@ async def test_day_partitions_are_made_ahead_and_dropped_past_the_retention(
     assert dropped == ["health_samples_p20260505"]
     assert [d.day for d in days] == [8, 9, 10, 11, 12]
     assert home == "health_samples_p20260510"
+
+
+def tripped_by_a_hard_rule() -> GateDecision:
+    """A hard-rule trip with its hits: what a canary node read, against what, and when."""
+    at = (T0 + timedelta(seconds=20)).timestamp()
+    hits = (
+        RuleHit(node="a", at=at, value=3.0, threshold=0.0, detail="XID 79 at ..."),
+        RuleHit(node="b", at=at + 10, value=None, threshold=30.0, detail="no sample at all"),
+    )
+    finding = RuleFinding(
+        rule=HardRule.FATAL_XID,
+        stratum="s",
+        nodes=("a", "b"),
+        canary_nodes=2,
+        control_hits=0,
+        control_nodes=1,
+        environmental=False,
+        p_value=None,
+        detail="2 of 2 canary node(s)",
+        hits=hits,
+    )
+    return GateDecision(
+        verdict=GateVerdict.TRIPPED,
+        reason="hard rule fatal_xid broken",
+        score=0.0,
+        metrics=(),
+        rules=(finding,),
+        offending_nodes=("a", "b"),
+        evaluated_at=at + 10,
+    )
+
+
+async def test_a_verdict_keeps_its_hard_rule_hits(store: GateStore) -> None:
+    # Issue 32: the hits (node, reading, threshold, time) are persisted with the verdict and
+    # come back as they went in, on both stores, once: a second verdict for the wave is refused.
+    wave = Wave("r1", 0, WaveState.UPDATING, T0, 60, (Member("a", "s", True),))
+    record = VerdictRecord(
+        rollout_id="r1",
+        wave=0,
+        kind=VerdictKind.HARD_RULE,
+        decision=tripped_by_a_hard_rule(),
+        window_start=T0,
+        window_end=T0 + timedelta(seconds=30),
+        policy_digest="0" * 64,
+        event_id=uuid.uuid4(),
+    )
+    async with store.transaction() as tx:
+        assert await tx.add_wave(wave)
+        assert await tx.save_verdict(record)
+        again = dataclasses.replace(
+            record, decision=record.decision.model_copy(update={"rules": ()})
+        )
+        assert not await tx.save_verdict(again)
+    async with store.transaction() as tx:
+        assert await tx.verdicts("r1") == [record]
+        assert await tx.verdicts("r1", 1) == []
+    (finding,) = record.decision.rules
+    assert [(h.node, h.value) for h in finding.hits] == [("a", 3.0), ("b", None)]

@@ -90,19 +90,24 @@ async def test_the_tripped_canary_on_the_real_services(
             decision = record.decision
             assert decision["offending_nodes"] == tripped["offending_nodes"]
 
-            def gate_page() -> tuple[list[str], list[str], str]:
+            def gate_page() -> tuple[list[str], list[str], str, list[str], list[str]]:
                 chrome.get(f"{url}/rollouts/{rid}/gate")
                 nodes = chrome.find_elements(By.CSS_SELECTOR, "ul.nodes li")
                 plots = chrome.find_elements(By.CSS_SELECTOR, "svg[role=img]")
+                drawn = chrome.find_elements(By.CSS_SELECTOR, "#hits-0 svg text")
+                listed = chrome.find_elements(By.CSS_SELECTOR, "table.hits tbody tr")
                 return (
                     [n.text for n in nodes],
                     [str(p.get_attribute("aria-label")) for p in plots],
                     str(chrome.find_element(By.ID, "wave-0-h").text),
+                    [str(t.get_attribute("textContent")) for t in drawn],
+                    [r.text for r in listed],
                 )
 
-            nodes, plots, heading = await asyncio.to_thread(gate_page)
+            nodes, plots, heading, drawn, listed = await asyncio.to_thread(gate_page)
             assert "tripped" in heading
             assert nodes == list(tripped["offending_nodes"])
+            hits_shown(decision, tripped["offending_nodes"], drawn, listed)
             compared = [m for m in decision["metrics"] if m.get("comparison")]
             for m in compared:
                 c = m["comparison"]
@@ -116,6 +121,22 @@ async def test_the_tripped_canary_on_the_real_services(
             await strata_and_quarantine_as_the_reader(source, chrome, url, rid, canary)
     finally:
         await server.close()
+
+
+def hits_shown(
+    decision: dict[str, Any], offending: list[str], drawn: list[str], listed: list[str]
+) -> None:
+    """A hard rule tripped the canary: its hits on the timeline name the offending nodes, and
+    the table lists each with the reading and threshold `gate show --json` gives."""
+    hits = [(r["rule"], h) for r in decision["rules"] for h in r["hits"]]
+    assert {h["node"] for _, h in hits} == set(offending), hits
+    assert set(offending) <= set(drawn), drawn
+    for rule, h in hits:
+        value = "no sample" if h["value"] is None else f"{h['value']:.4g}"
+        assert any(
+            f"{h['node']} {rule}" in row and f"{value} {h['threshold']:.4g}" in row
+            for row in listed
+        ), (h, listed)
 
 
 async def strata_and_quarantine_as_the_reader(

@@ -1,14 +1,13 @@
 """The console in a real headless browser (issue 32, "done means"): the tripped canary's gate
 page, a rollout page that follows its wave without a reload, the 12,500-node fleet page within
-its server-time budget, the accessibility basics, and the screenshots in docs/img/.
+its server-time budget and the accessibility basics. (The screenshots in docs/img/ are of a demo
+run: the demo's end-to-end test takes them, with ``lockstep demo --screenshots``.)
 
 One console and one browser for the module (CI budget: all console tests under ~60 s)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from tests.speed import scaled
 from tests.unit.console import scenes
 
 pytestmark = pytest.mark.integration
-SCREENSHOTS = Path(__file__).parents[3] / "docs" / "img"
 PAGES = {
     "console-rollout.png": f"/rollouts/{scenes.TRIPPED}",
     "console-gate.png": f"/rollouts/{scenes.TRIPPED}/gate",
@@ -153,7 +151,14 @@ return bad;
 
 
 @pytest.mark.parametrize(
-    "path", [*PAGES.values(), "/rollouts", "/login", f"/nodes/{scenes.QUARANTINED}"]
+    "path",
+    [
+        *PAGES.values(),
+        f"/rollouts/{scenes.HARD_RULE}/gate",  # the hard-rule hits' timeline and table
+        "/rollouts",
+        "/login",
+        f"/nodes/{scenes.QUARANTINED}",
+    ],
 )
 def test_accessibility_basics_hold(console: Served, chrome: Any, path: str) -> None:
     chrome.get(console.url + path)
@@ -184,19 +189,3 @@ def test_accessibility_basics_hold(console: Served, chrome: Any, path: str) -> N
         assert chrome.switch_to.active_element == link
     # ... and every link is in the Tab order and shows where the focus is.
     assert chrome.execute_script(FOCUSABLE) == []
-
-
-def test_the_readme_screenshots_are_regenerable(
-    console: Served, chrome: Any, tmp_path: Path
-) -> None:
-    """``LOCKSTEP_CONSOLE_SCREENSHOTS=docs/img pytest -k screenshots`` rewrites them; a plain
-    run makes them afresh in a scratch folder and checks the committed ones are there."""
-    out = Path(os.environ.get("LOCKSTEP_CONSOLE_SCREENSHOTS", tmp_path))
-    out.mkdir(parents=True, exist_ok=True)
-    for name, path in PAGES.items():
-        chrome.get(console.url + path)
-        assert chrome.save_screenshot(str(out / name))
-        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert (SCREENSHOTS / name).is_file(), f"docs/img/{name} is missing"
-    readme = (SCREENSHOTS.parents[1] / "README.md").read_text()
-    assert all(f"docs/img/{name}" in readme for name in PAGES)

@@ -124,6 +124,18 @@ async def _cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+async def hits_shown(rollout: str) -> list[tuple[str, str, float, float, datetime]]:
+    """(rule, node, value, threshold, at) of each hard-rule hit `gate show --json` prints."""
+    code, out = await _cli("gate", "show", rollout, "--json")
+    assert code == 0, out
+    (shown,) = json.loads(out)
+    return [
+        (r["rule"], h["node"], h["value"], h["threshold"], datetime.fromtimestamp(h["at"], UTC))
+        for r in shown["decision"]["rules"]
+        for h in r["hits"]
+    ]
+
+
 async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
     servers: Any, namespace: str, bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -134,10 +146,10 @@ async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
         await bus.publish(subjects.wave_planned("r1"), plan, at=now - timedelta(seconds=5))
         await until(lambda: wave_state(app, "r1"), what="wave recorded")
         await bus.reports(rounds(NODES, now, 2))
-        bad = rounds(
+        (bad,) = rounds(
             ["can-2"], now + timedelta(seconds=1), 1, faults={"can-2": Fault(xids={"79": 1})}
         )
-        env = await bus.publish(subjects.health_observed("site-a", "can-2"), bad[0])
+        env = await bus.publish(subjects.health_observed("site-a", "can-2"), bad)
         await bus.again(subjects.health_observed("site-a", "can-2"), env, copy="-redelivered")
         await until(lambda: gate_events(app), what="gate.tripped committed")
         # A later report with the same fault, then a marker: everything before it is applied.
@@ -187,6 +199,9 @@ async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
         assert code == 0, out
         assert "tripped" in out and "hard rule" in out and "can-2" in out and "XID 79" in out
         assert "heartbeat rule not evaluated" not in out  # left out at ingest on purpose
+        # --json carries each hard-rule hit (issue 32's timeline): the node, the rule, the
+        # reading against the rule's threshold and that reading's time (the bad report's).
+        assert await hits_shown("r1") == [("fatal_xid", "can-2", 1.0, 0.0, bad.observed_at)]
         code, out = await _cli("gate", "show", "r2", "--wave", "0", "--json")
         assert code == 0, out
         (shown,) = json.loads(out)

@@ -64,7 +64,9 @@ async def test_probe_reports_the_profile_the_plan_and_writes_nothing(
     assert found["login"] == "session"
     assert found["push"] == "multipart"
     assert found["push_uri"] == "/redfish/v1/UpdateService/update-multipart"
-    assert set(found["targets"]) <= {"bmc", "bios", "nic", "cpld", "psu"}
+    assert found["profile"] == "lockstep-sim"  # the simulator's own dialect says Oem.LockstepSim
+    assert found["targets"]["gpu_vbios"] == [f"HGX_FW_GPU_{i}" for i in range(4)]
+    assert set(found["targets"]) == {"bios", "bmc", "cpld", "erot", "gpu_vbios", "nic"}
     assert writes(sim) == []
     ledger = [e["action"] for e in sim.bmc(NODE).ledger]
     assert ledger == ["session_create", "session_delete"]  # logged out, too
@@ -93,7 +95,7 @@ async def test_probe_says_what_preflight_would_refuse_in_one_line_each(
     code, out = await cli(*args, "--component", "bios", "--component", "bbu")
     assert code == 1, out
     refused = [line for line in out.splitlines() if line.startswith("refused: ")]
-    head = "refused: BMC 127.75.0.1 (profile dmtf-generic)"
+    head = "refused: BMC 127.75.0.1 (profile lockstep-sim)"
     assert refused == [
         f"{head}: the account lacks ConfigureComponents (it holds: ConfigureSelf, Login)",
         f"{head}: no FirmwareInventory member holds bbu",

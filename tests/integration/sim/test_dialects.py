@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
 from lockstep_redfish.errors import NotVerified
 from lockstep_redfish.image import FirmwareImage
@@ -86,7 +87,8 @@ async def make_sim() -> AsyncIterator[Factory]:
         ("nvidia-hgx", "hgx-h100", "nvidia-hgx"),
         ("supermicro-x13", "gb200", "supermicro-x13"),
         ("dmtf-generic", "gb200", "dmtf-generic"),
-        ("lockstep", "gb200", "dmtf-generic"),  # the simulator's own: nothing vendor-specific
+        ("lockstep", "gb200", "lockstep-sim"),  # the simulator's own, said in its root's Oem
+        ("lockstep", "hgx-h100", "lockstep-sim"),
     ],
 )
 async def test_each_dialect_is_recognised_as_its_profile(
@@ -224,7 +226,8 @@ async def test_a_gb200_image_runs_only_after_the_trays_power_cycle_and_fills_bot
             assert r.status == 400  # the tray takes a power cycle only
         async with http.post(url + action["target"], json={"ResetType": "PowerCycle"}) as r:
             assert r.status == 204
-        member = await _get(sim, f"{FW}/HGX_FW_GPU_0")
+        # The tray is back, running the new image, once its power cycle took its time.
+        member = await until(_running(sim, NEW_GPU_VERSION), what="the power cycle")
         assert (member["Version"], member["Staged"]) == (NEW_GPU_VERSION, False)
         assert gpu.inactive_version == NEW_GPU_VERSION  # background copy
         async with http.post(
@@ -238,6 +241,14 @@ async def test_a_gb200_image_runs_only_after_the_trays_power_cycle_and_fills_bot
         (204, 4),
         (404, 0),
     ]
+
+
+def _running(sim: Simulator, version: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    async def read() -> dict[str, Any] | None:
+        member = await _get(sim, f"{FW}/HGX_FW_GPU_0")
+        return member if member["Version"] == version else None
+
+    return read
 
 
 async def test_the_lockstep_dialect_still_activates_in_the_push_task(make_sim: Factory) -> None:
@@ -341,7 +352,7 @@ async def test_a_supermicro_bmc_flash_targets_managers_1_runs_after_its_reset_an
         update = FirmwareUpdate(bmc, FAST)
         activation = profile.activation
         assert activation.resource == "/redfish/v1/Managers/1"
-        assert activation.reset_type == "ForceRestart"
+        assert activation.reset_type == "GracefulRestart"  # the capture allows no other
         await update.reset(activation.resource, activation.reset_type)
         after = await update.verify(request, {f"{FW}/BMC": old}, within_s=2.0)
     assert after == {f"{FW}/BMC": "99.99.99"}

@@ -30,7 +30,13 @@ from lockstep_common.events.v1 import (
     WavePlan,
     WavePlanned,
 )
-from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
+from lockstep_common.vocabulary import (
+    ChangeClass,
+    Component,
+    DriftKind,
+    RollbackMechanism,
+    Severity,
+)
 from lockstep_sim.agents.state import Phase
 from lockstep_updater.adapters.node_agent import HttpNodeAgent
 from lockstep_updater.domain.inband import AgentState
@@ -176,6 +182,7 @@ async def test_a_unit_that_does_not_come_up_clean_goes_back_to_the_known_good_br
     assert await agent_ledger(w, node) == ["install-driver", "reboot", "install-driver", "reboot"]
     (back,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
     assert (back.from_version, back.to_version) == (NEW, OLD)
+    assert back.mechanism is RollbackMechanism.IN_BAND_FALLBACK
     assert w.rt.scheduler.node(node).drain is None
 
 

@@ -283,5 +283,5 @@ def test_the_demo_and_the_benches_are_reached_by_name_only() -> None:
     demo = root.get_command(ctx, "demo")
     bench = root.get_command(ctx, "bench")
     assert demo is not None and not isinstance(demo, TyperGroup)
-    assert [p.name for p in demo.params] == ["data_dir"]
+    assert [p.name for p in demo.params] == ["data_dir", "screenshots", "console_listen"]
     assert isinstance(bench, TyperGroup) and "startup" in bench.list_commands(ctx)

@@ -1,6 +1,7 @@
 """What the console is shown in tests and screenshots: a demo-like rollout whose canary tripped
 the gate (the judge's real decision on ``tests/data/gate/busbw_regression.csv``), a rollout
-whose wave is progressing, and a 12,500-node fleet."""
+whose wave is progressing, a canary tripped by hard rules (their real decision on a few nodes'
+readings), and a 12,500-node fleet."""
 
 from __future__ import annotations
 
@@ -33,14 +34,17 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import Component, DriftKind, GateVerdict, Severity
 from lockstep_console.testing.memory_source import MemorySource
-from lockstep_gate.judge import evaluate
+from lockstep_gate.hard_rules import check_hard_rules
+from lockstep_gate.judge import decide, evaluate
 from lockstep_gate.policy_files import load_policy
 from lockstep_gate.sample_files import read_samples
+from lockstep_gate.samples import Group, Sample, SampleTable
 
 GATE_DATA = Path(__file__).parents[2] / "data" / "gate"
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 TRIPPED = "r-tripped"
 RUNNING = "r-running"
+HARD_RULE = "r-hard-rule"
 STACK = "a" * 64
 FLEET_NODES = 12_500
 
@@ -50,6 +54,27 @@ def tripped_decision() -> dict[str, object]:
     policy = load_policy(GATE_DATA / "policy.toml")
     now = datetime.fromtimestamp(float(table.time.max()), UTC)
     return evaluate(table, policy, now=now).model_dump(mode="json")
+
+
+def hard_rule_decision() -> dict[str, object]:
+    """The hard rules' real decision on a canary of 4 nodes, one of which reported XID 79 and a
+    failed DCGM diagnostic 30 s into its soak, another XID 79 20 s later."""
+    t0 = T0.timestamp()
+    rows = [
+        Sample(f"{group.value}-{i:05d}", group, "heartbeat", float(k), t0 + 10 * k, "gb200")
+        for group in (Group.CANARY, Group.CONTROL)
+        for i in range(4)
+        for k in range(8)
+    ]
+    rows += [
+        Sample("canary-00002", Group.CANARY, "xid_79", 1.0, t0 + 30, "gb200"),
+        Sample("canary-00002", Group.CANARY, "dcgm_diag_passed", 0.0, t0 + 30, "gb200"),
+        Sample("canary-00003", Group.CANARY, "xid_79", 2.0, t0 + 50, "gb200"),
+    ]
+    policy = load_policy(GATE_DATA / "policy.toml")
+    now = t0 + 70
+    rules, notes = check_hard_rules(SampleTable.from_rows(rows), policy, now=now)
+    return decide(policy, (), rules, notes=notes, evaluated_at=now).model_dump(mode="json")
 
 
 def wave(number: int, state: str, nodes: int, done: int, failed: int = 0) -> RolloutWaveState:
@@ -304,11 +329,22 @@ def source() -> MemorySource:
             ),
         )
     )
+    hard = record.model_copy(
+        update={
+            "rollout_id": HARD_RULE,
+            "kind": "hard_rule",
+            "window_end": T0 + timedelta(seconds=70),
+            "decision": hard_rule_decision(),
+        }
+    )
     status, page = fleet()
     return MemorySource(
         rollout_states={TRIPPED: tripped, RUNNING: running(0)},
         audits={TRIPPED: audit},
-        gates={TRIPPED: GateShowAnswered(verdicts=(record,))},
+        gates={
+            TRIPPED: GateShowAnswered(verdicts=(record,)),
+            HARD_RULE: GateShowAnswered(verdicts=(hard,)),
+        },
         status=status,
         drift_pages={None: page},
         straggler_findings=stragglers(),

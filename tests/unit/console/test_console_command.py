@@ -64,7 +64,7 @@ def test_it_reads_as_reader_and_no_other_identity(
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [("0.0.0.0:8080", "up serves it on loopback only"), ("8080", "--console '8080'")],
+    [("0.0.0.0:8080", "it is served on loopback only"), ("8080", "--console '8080'")],
 )
 def test_up_serves_the_console_on_loopback_only(value: str, says: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["up", "--data-dir", str(tmp_path / "d"), "--console", value])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,80 @@ async def test_over_tls_the_session_cookie_is_secure(tmp_path: Path) -> None:
             assert response.cookies[COOKIE]["secure"]
     finally:
         await server.close()
+
+
+async def test_the_gate_page_draws_each_hard_rule_hit_on_a_timeline_and_lists_it() -> None:
+    # Issue 32: the hard-rule hits as the healthgate recorded them (gate show's numbers as
+    # given), on a timeline over the window judged, with a table saying the same in words.
+    source = scenes.source()
+    record = source.gates[scenes.TRIPPED].verdicts[0]
+    start = record.window_start.timestamp()
+    hostile = "<b>n</b>"
+    rule = {
+        "rule": "fatal_xid",
+        "stratum": "gb200",
+        "nodes": ["canary-00007", hostile],
+        "canary_nodes": 10,
+        "control_hits": 0,
+        "control_nodes": 40,
+        "environmental": False,
+        "p_value": None,
+        "detail": "2 of 10 canary node(s)",
+        "hits": [
+            {
+                "node": "canary-00007",
+                "at": start + 30,
+                "value": 3.0,
+                "threshold": 0.0,
+                "detail": "XID 79 at ...",
+            },
+            {
+                "node": hostile,
+                "at": start + 60,
+                "value": None,
+                "threshold": 30.0,
+                "detail": "no sample at all in the window",
+            },
+        ],
+    }
+    decision = {**record.decision, "rules": [rule]}
+    source.gates[scenes.TRIPPED] = GateShowAnswered(
+        verdicts=(record.model_copy(update={"decision": decision}),)
+    )
+    client = await client_of(source)
+    try:
+        html = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
+    finally:
+        await client.close()
+    figure = html[html.index('<figure id="hits-0">') :]
+    figure = figure[: figure.index("</figure>")]
+    when = datetime.fromtimestamp(start + 30, UTC).strftime("%H:%M:%S")
+    assert f"2 on 2 node(s): canary-00007 fatal_xid at {when}" in figure  # its aria-label
+    assert ">canary-00007</text>" in figure and "<circle" in figure
+    assert "<b>n</b>" not in html and "&lt;b&gt;n&lt;/b&gt;" in figure
+    table = html[html.index('<table class="hits">') :]
+    table = table[: table.index("</table>")]
+    assert '<a href="/nodes/canary-00007">canary-00007</a></td><td>fatal_xid</td>' in table
+    assert '<td class="num">3</td><td class="num">0</td>' in table
+    assert '<td class="num">no sample</td><td class="num">30</td>' in table
+
+
+async def test_a_verdict_without_hits_draws_no_timeline(client: Client) -> None:
+    html = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
+    assert "Wave 0" in html and 'id="hits-' not in html and 'class="hits"' not in html
+
+
+async def test_a_long_halt_reason_is_cut_with_the_whole_of_it_a_click_away() -> None:
+    source = scenes.source()
+    state = source.rollout_states[scenes.TRIPPED]
+    reason = "gate tripped on wave 0: " + "dcgm_diag_failed on node-00013; " * 20
+    source.rollout_states[scenes.TRIPPED] = state.model_copy(update={"reason": reason})
+    client = await client_of(source)
+    try:
+        html = await (await client.get(f"/rollouts/{scenes.TRIPPED}")).text()
+    finally:
+        await client.close()
+    line = html[html.index("data-state=") :]
+    line = line[: line.index("</p>")]
+    assert reason not in line and line.endswith("...")
+    assert f"<details><summary>The whole reason</summary><p>{reason}</p></details>" in html

@@ -145,6 +145,11 @@ async def test_a_dcgm_failure_on_a_canary_trips_at_once_and_only_once() -> None:
     assert await state_of(store) is WaveState.DECIDED
     (verdict,) = store.tables.verdicts.values()
     assert verdict.kind == "hard_rule" and verdict.decision.verdict == "tripped"
+    # Kept with the verdict: the node's hit, its reading against the rule's threshold and the
+    # time of that reading (the first report), what gate show and the console's timeline show.
+    ((rule, hit),) = [(f.rule, h) for f in verdict.decision.rules for h in f.hits]
+    assert (rule, hit.node, hit.value, hit.threshold) == ("dcgm_diag_failed", "can-2", 0.0, 1.0)
+    assert hit.at == start.timestamp()
     # The same failure again (a redelivery, or the next report): no second verdict.
     later = start + timedelta(seconds=40)
     await ingest(store, rounds(CANARY, later, 1, faults=bad), later + timedelta(seconds=5))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_gate.decision import HardRule, RuleFinding
+from lockstep_gate.decision import HardRule, RuleFinding, RuleHit
 from lockstep_gate.hard_rules import check_hard_rules
 from lockstep_gate.judge import evaluate
 from lockstep_gate.samples import Group, Sample, SampleTable
@@ -66,6 +66,15 @@ def test_one_bad_reading_on_a_canary_node_trips(
     [finding] = rules_of(rows)
     assert (finding.rule, finding.nodes, finding.environmental) == (rule, ("canary-003",), False)
     assert says in finding.detail and "2026-01-01T00:00:10Z" in finding.detail
+    # The hit: the reading that broke the rule, its threshold and its time (issue 32's timeline).
+    threshold = 1.0 if metric == "dcgm_diag_passed" else 0.0
+    [hit] = finding.hits
+    assert (hit.node, hit.at, hit.value, hit.threshold) == (
+        "canary-003",
+        T0 + STEP,
+        value,
+        threshold,
+    )
     decision = evaluate(SampleTable.from_rows(rows), policy(**EXPECTED), now=at(LAST))
     assert decision.verdict is GateVerdict.TRIPPED
     assert decision.offending_nodes == ("canary-003",)
@@ -121,6 +130,9 @@ def test_busbw_under_the_bar_for_consecutive_samples_trips() -> None:
     [finding] = rules_of([*healthy(heartbeats=False), *bus(2, [378.0, bar - 1, bar - 5])], now)
     assert finding.rule is HardRule.BUSBW and finding.nodes == ("canary-002",)
     assert f"busbw {bar - 5:.1f} below 0.92 x 378.0 = {bar:.1f} in 2 consecutive" in finding.detail
+    # The hit is the run's first reading under the bar, when it was taken, against the bar.
+    [hit] = finding.hits
+    assert (hit.at, hit.value, hit.threshold) == (T0 + (SOAK + 2) * STEP, bar - 1, bar)
 
 
 def test_busbw_bar_is_the_nodes_own_expected_value_first() -> None:
@@ -180,6 +192,12 @@ def test_a_heartbeat_gap_longer_than_the_limit_trips() -> None:
     [finding] = rules_of(rows)
     assert finding.rule is HardRule.HEARTBEAT and finding.nodes == ("canary-005",)
     assert "silent for 40 s (limit 30 s)" in finding.detail
+    # The silence began at the heartbeat before the gap, and lasted 40 s against 30.
+    assert finding.hits == (
+        RuleHit(
+            node="canary-005", at=T0, value=40.0, threshold=30.0, detail=finding.hits[0].detail
+        ),
+    )
 
 
 def test_a_gap_of_exactly_the_limit_is_tolerated() -> None:
@@ -201,18 +219,25 @@ def test_silence_up_to_now_trips() -> None:
     [finding] = findings
     assert finding.rule is HardRule.HEARTBEAT and len(finding.nodes) == CANARY
     assert finding.environmental  # every control node is silent too: the network, not the image
+    # One hit per node, each silent since its last heartbeat, in time then node order.
+    assert [(h.at, h.value) for h in finding.hits] == [(LAST, 31.0)] * CANARY
+    assert [h.node for h in finding.hits] == sorted(finding.nodes)
 
 
 def test_a_node_without_heartbeats_while_others_have_them_trips() -> None:
     rows = [r for r in healthy() if not (r.node == "canary-001" and r.metric == "heartbeat")]
     [finding] = rules_of(rows)
     assert "canary-001: no heartbeat in the window" in finding.detail
+    [hit] = finding.hits
+    assert (hit.at, hit.value, hit.threshold) == (T0, LAST - T0, 30.0)
 
 
 def test_a_roster_node_that_sent_nothing_trips() -> None:
     [finding] = rules_of(healthy(), roster=frozenset({"canary-000", "canary-100"}))
     assert finding.rule is HardRule.HEARTBEAT and finding.nodes == ("canary-100",)
     assert "canary-100: no sample at all in the window" in finding.detail
+    [hit] = finding.hits  # no reading to show: judged silent when the rules ran
+    assert (hit.node, hit.at, hit.value, hit.threshold) == ("canary-100", LAST, None, 30.0)
 
 
 def test_no_heartbeat_signal_at_all_is_a_note_not_a_trip() -> None:

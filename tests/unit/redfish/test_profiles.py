@@ -61,6 +61,7 @@ def test_every_shipped_profile_validates_with_a_unique_id_and_a_source() -> None
     profiles = shipped_profiles()
     assert [p.id for p in profiles] == [
         "dmtf-generic",
+        "lockstep-sim",
         "nvidia-gb200-nvl",
         "nvidia-hgx",
         "supermicro-x13",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from lockstep_common.natsconn import NatsAccess
 from lockstep_sim import cli
 from lockstep_sim.cli import sim_app
 from lockstep_sim.options import SimOptions
@@ -141,3 +142,27 @@ def test_the_bmc_password_comes_from_a_file_or_the_environment_never_the_command
     result = CliRunner().invoke(sim_app, ["serve", "--password-file", str(tmp_path / "none")])
     assert result.exit_code == 2
     assert "cannot read" in result.output
+
+
+def test_run_with_agent_seeds_probes_nats_as_a_node_agent_not_anonymously(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment's servers refuse anonymous clients: with --agent-seeds and no shared
+    identity (compose.sim.yaml), the reachability probe logs in as the first node's agent."""
+    probed: list[object] = []
+
+    async def record(runtime: FleetRuntime) -> None:
+        return None
+
+    async def reachable(access: object) -> None:
+        probed.append(access)
+
+    monkeypatch.setattr(cli, "_run_until_signalled", record)
+    monkeypatch.setattr(cli, "_unreachable", reachable)
+    args = ["run", "--nodes", "2", "--port", "0", "--scheduler-port", "0"]
+    args += ["--nats-url", "tls://nats-1:4222", "--agent-seeds", str(tmp_path)]
+    result = CliRunner().invoke(sim_app, args)
+    assert result.exit_code == 0, result.output
+    [access] = probed
+    assert isinstance(access, NatsAccess)
+    assert (access.user, access.nkey_file) == ("agent-node-00000", tmp_path / "node-00000.nk")

@@ -190,3 +190,12 @@ async def test_a_remedy_this_release_records_is_versioned_and_keeps_its_pin() ->
     progress = load(REMEDY, stored)
     assert isinstance(progress, RemedyProgress) and progress.in_band is None
     assert progress.pin == "580.95.05" == stored["pin"]  # as the previous release stored it
+
+
+def test_the_chosen_bmc_profile_is_kept_and_an_older_item_has_none() -> None:
+    older = load(UPDATE, {"pool": "p0", "components": {}})
+    assert isinstance(older, UpdateProgress) and older.bmc_profile is None
+    assert "bmc_profile" not in document(older)  # the previous release never wrote the key
+    chosen = load(ROLLBACK, {"components": {}, "bmc_profile": "nvidia-gb200-nvl"})
+    assert document(chosen)["bmc_profile"] == "nvidia-gb200-nvl"
+    assert load(ROLLBACK, document(chosen)) == chosen

@@ -160,18 +160,28 @@ def bench_update(
     time_scale: Annotated[
         float, typer.Option(min=0.0005, help="Real seconds per simulated minute.")
     ] = 0.05,
+    dialect: Annotated[
+        str, typer.Option(help="The Redfish dialect the BMCs speak (lockstep sim serve --dialect).")
+    ] = "lockstep",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """A wave on the simulator: makespan against the bound set by the budget and the seed
     durations, the time from a committed halt to the last new mutating call, and image push
-    throughput through lockstep_redfish against a raw multipart client."""
+    throughput through lockstep_redfish against a raw multipart client, each node flashed as
+    its dialect's BMC profile says."""
     from lockstep_bench.update import run_bench
+    from lockstep_sim.dialects import dialect_named
 
-    result = asyncio.run(run_bench(nodes, budget, workers, time_scale))
+    try:
+        dialect_named(dialect)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dialect") from None
+    result = asyncio.run(run_bench(nodes, budget, workers, time_scale, dialect))
     if as_json:
         print(json.dumps(result))
         return
-    table = Table(title=f"bench update: {nodes} nodes, max_unavailable {budget} per pool")
+    title = f"bench update: {nodes} nodes, max_unavailable {budget} per pool, dialect {dialect}"
+    table = Table(title=title)
     table.add_column("")
     table.add_column("figure")
     table.add_row("makespan s / lower bound s", f"{result['makespan_s']} / {result['bound_s']}")

@@ -12,6 +12,7 @@ one changed byte. Then everything stops.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import shutil
@@ -75,8 +76,15 @@ class Audit:
         self.applied += 1
 
 
-def run_demo(console: Console, data_dir: Path | None) -> None:
-    """Bring the system up, show the event path, stop."""
+def run_demo(
+    console: Console,
+    data_dir: Path | None,
+    *,
+    screenshots: Path | None = None,
+    listen: str = CONSOLE,
+) -> None:
+    """Bring the system up, show the event path, stop; with ``screenshots``, the console's pages
+    of the halted rollout and the fleet are written there as the rollout halts."""
     base = data_dir or Path(tempfile.mkdtemp(prefix="lockstep-demo-"))
     base.chmod(0o755)
     _log_to(base / "logs" / "demo.log")
@@ -101,7 +109,7 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
             services,
         ),
         # The console, to watch the rollout and the canary's gate as the demo goes (issue 32).
-        console_child.beside(stack, base / "logs", CONSOLE) as console_row,
+        console_child.beside(stack, base / "logs", listen) as console_row,
     ):
         table = Table(title=f"system up in {time.monotonic() - started:.1f}s")
         table.add_column("part")
@@ -112,6 +120,8 @@ def run_demo(console: Console, data_dir: Path | None) -> None:
             table.add_row(f"service {svc.name} (pid {svc.proc.pid})", svc.metrics_url)
         table.add_row(*console_row)
         console.print(table)
+        if screenshots is not None:
+            rollouts = dataclasses.replace(rollouts, screenshots=(f"http://{listen}", screenshots))
         asyncio.run(_event_path(console, stack, bundle=kit.bundle))
         asyncio.run(fleet_drift(console, stack, rollouts, kit))
         console.print("stopping services, then NATS and PostgreSQL ...")

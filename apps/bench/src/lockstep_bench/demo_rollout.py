@@ -92,6 +92,7 @@ class RolloutSetup:
     approver_key: Path
     scheduler_port: int
     env: dict[str, str]
+    screenshots: tuple[str, Path] | None = None  # the console's URL, where its pages go
 
 
 def prepare(base: Path) -> RolloutSetup:
@@ -229,6 +230,7 @@ class RolloutStory:
         self.ns = Namespace(self.planner.namespace)
         self.pools: dict[str, Any] = {}
         self.last_counts: dict[str, int] = {}
+        self.shots: asyncio.Task[str] | None = None
 
     async def run(self) -> None:
         for name in ("planner", "updater", "healthgate"):
@@ -240,7 +242,18 @@ class RolloutStory:
             await self._good_rollout()
             await self._bad_rollout()
             await self._gsp_runbook()
+            if self.shots is not None:
+                waited = time.monotonic()
+                line = await self.shots
+                waited = time.monotonic() - waited
+                self.console.print(
+                    f"{line} (the demo waited {waited:.1f}s for them)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
         finally:
+            if self.shots is not None:
+                self.shots.cancel()
             for pool in self.pools.values():
                 await pool.close()
 
@@ -401,7 +414,22 @@ class RolloutStory:
             f"nodes) that received a mutating call: {len(touched)}; scheduler changes "
             f"outside the canary: {len(drained)}"
         )
+        if self.setup.screenshots is not None:
+            # Taken while the runbook runs (the browser mostly waits on its own start-up), so
+            # that they cost the demo next to nothing; said once they are written.
+            self.shots = asyncio.create_task(self._screenshots(rollout, *self.setup.screenshots))
         self.rt.simulator.set_faults(None)
+
+    async def _screenshots(self, rollout: str, url: str, out: Path) -> str:
+        """The console's pages of the halted rollout and of the fleet, as the README shows."""
+        from lockstep_console.screenshots import take
+
+        started = time.monotonic()
+        shots = await asyncio.to_thread(take, url, rollout, out)
+        return (
+            f"console screenshots of {rollout} (rollout, gate) and the fleet, taken in "
+            f"{time.monotonic() - started:.1f}s: " + ", ".join(str(p) for p in shots)
+        )
 
     # -- the GSP runbook -------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ import aiohttp
 from lockstep_redfish import BmcTarget, RedfishClient, RetryPolicy
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.preflight import Preflight, UpdateRequest
+from lockstep_redfish.profile import BmcProfile, profile_named
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
 from lockstep_sim.options import SimOptions
@@ -46,12 +47,21 @@ SESSIONS = "/redfish/v1/SessionService/Sessions"
 READY_TIMEOUT_S = 120.0
 
 
-def _serve(conn: Connection, nodes: int, host: str) -> None:
+def profile_for_dialect(dialect: str) -> BmcProfile:
+    """The BMC profile built for the simulator's ``dialect`` (the same name; the simulator's
+    own ``lockstep`` dialect is ``lockstep-sim``)."""
+    return profile_named("lockstep-sim" if dialect == "lockstep" else dialect)
+
+
+def _serve(conn: Connection, nodes: int, host: str, dialect: str) -> None:
     """Child-process entry point: serve ``nodes`` BMCs until the parent says stop (or goes)."""
 
     async def serve() -> None:
         # A fast clock: the update each push starts ends in milliseconds, not minutes.
-        sim = Simulator(SimOptions(nodes, "gb200", time_scale=0.0005, host_base=host, port=0))
+        options = SimOptions(
+            nodes, "gb200", dialect=dialect, time_scale=0.0005, host_base=host, port=0
+        )
+        sim = Simulator(options)
         await sim.start()
         try:
             conn.send([(node.id, sim.bmc_url(node.id)) for node in sim.fleet])
@@ -64,11 +74,11 @@ def _serve(conn: Connection, nodes: int, host: str) -> None:
 
 
 @contextlib.contextmanager
-def _child_fleet(nodes: int, host: str) -> Iterator[list[tuple[str, str]]]:
+def _child_fleet(nodes: int, host: str, dialect: str) -> Iterator[list[tuple[str, str]]]:
     """(node id, BMC URL) of every BMC of a simulator running in a child process."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_serve, args=(child, nodes, host), daemon=True)
+    proc = ctx.Process(target=_serve, args=(child, nodes, host, dialect), daemon=True)
     proc.start()
     try:
         if not parent.poll(READY_TIMEOUT_S):
@@ -102,12 +112,14 @@ async def _raw_login(http: aiohttp.ClientSession, url: str, user: str, password:
 
 
 async def _raw_push(
-    http: aiohttp.ClientSession, url: str, token: str, image: FirmwareImage, targets: list[str]
+    http: aiohttp.ClientSession, url: str, token: str, image: FirmwareImage, request: UpdateRequest
 ) -> None:
+    # As the dialect's profile pushes: Stage where it stages, else its apply time.
+    when = {"Stage": True} if request.stage else {"@Redfish.OperationApplyTime": request.apply_time}
     form = aiohttp.FormData()
     form.add_field(
         "UpdateParameters",
-        json.dumps({"Targets": targets, "Stage": True}),
+        json.dumps({"Targets": list(request.targets), **when}),
         content_type="application/json",
     )
     form.add_field(
@@ -145,8 +157,7 @@ async def _rounds(
             await asyncio.gather(*(u.push(image, request, p) for u, p in updates))
 
         async def direct() -> None:
-            targets = list(request.targets)
-            await asyncio.gather(*(_raw_push(raw, u, t, image, targets) for u, t in raw_targets))
+            await asyncio.gather(*(_raw_push(raw, u, t, image, request) for u, t in raw_targets))
 
         figures: dict[str, list[float]] = {"library": [], "raw": []}
         moved_mb = len(image.data) * len(bmcs) / 1e6
@@ -172,12 +183,19 @@ async def run_push(
     rounds: int,
     account: tuple[str, str],
     host: str,
+    dialect: str = "lockstep",
 ) -> dict[str, Any]:
-    """The push figures: medians of ``rounds`` rounds per client, with every round's MB/s."""
+    """The push figures: medians of ``rounds`` rounds per client, with every round's MB/s;
+    pushed to BMCs speaking ``dialect`` as its profile says (``profile_for_dialect``)."""
     # As the executor builds it: the manifest's SHA-384, re-hashed before every push.
     image = FirmwareImage(image_bytes, hashlib.sha384(image_bytes).hexdigest(), "gpu.fwpkg")
-    request = UpdateRequest(tuple(f"{FIRMWARE}/{m}" for m in members), version, stage=True)
-    with _child_fleet(nodes, host) as bmcs:
+    profile = profile_for_dialect(dialect)
+    targets = tuple(f"{FIRMWARE}/{m}" for m in members)
+    if profile.activation.stage_and_activate:
+        request = UpdateRequest(targets, version, stage=True)
+    else:
+        request = UpdateRequest(targets, version, apply_time=profile.activation.apply_time)
+    with _child_fleet(nodes, host, dialect) as bmcs:
         figures = await _rounds(bmcs, image, request, account, rounds)
     library_mb_s = statistics.median(figures["library"])
     raw_mb_s = statistics.median(figures["raw"])

@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from lockstep_cli.cli_io import fail, stdout_console
+
+if TYPE_CHECKING:
+    from lockstep_common.natsconn import NatsAccess
 
 agent_app = typer.Typer(
     help="Node agents' NATS identities: enroll nodes, revoke them.", no_args_is_help=True
@@ -32,16 +35,29 @@ Nodes = Annotated[list[str], typer.Argument(help="Node ids.", show_default=False
 def fleet_sites(data_dir: Path) -> dict[str, str]:
     """Node id -> site of every node the running stack's inventory knows."""
     from lockstep_cli import stack_state
-    from lockstep_common.fleet_query import FleetQuery, InventoryUnavailable
     from lockstep_common.identities import CLI
-    from lockstep_common.natsconn import connect
-    from lockstep_common.subjects import Namespace
 
     state = stack_state.load(data_dir)
-    access = stack_state.nats_access(data_dir, state, CLI)
+    return inventory_sites(stack_state.nats_access(data_dir, state, CLI))
+
+
+CONNECT_TIMEOUT_S = 10.0
+"""An unreachable server is one line (exit 3) after this long, never a retry forever."""
+
+
+def inventory_sites(access: NatsAccess) -> dict[str, str]:
+    """Node id -> site of every node the inventory reached with ``access`` knows."""
+    from lockstep_cli.fleet_bus import InputError, Unavailable, connect_once
+    from lockstep_common.fleet_query import FleetQuery, InventoryUnavailable
+    from lockstep_common.subjects import Namespace
 
     async def ask() -> dict[str, str]:
-        nc = await connect(access, name="lockstep-agent-enroll")
+        try:
+            nc = await connect_once(access, CONNECT_TIMEOUT_S)
+        except InputError as exc:
+            fail(str(exc))
+        except Unavailable as exc:
+            fail(str(exc), code=3)
         try:
             fleet = await FleetQuery(
                 nc, Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep")), "cli"
@@ -58,7 +74,11 @@ def fleet_sites(data_dir: Path) -> dict[str, str]:
 
 def _sites(data_dir: Path, nodes: list[str]) -> dict[str, str]:
     """Node id -> site of ``nodes``; one line naming those the inventory does not know."""
-    known = fleet_sites(data_dir)
+    return known_sites(fleet_sites(data_dir), nodes)
+
+
+def known_sites(known: dict[str, str], nodes: list[str]) -> dict[str, str]:
+    """Node id -> site of ``nodes`` in ``known``; one line naming those it lacks."""
     unknown = [n for n in nodes if n not in known]
     if unknown:
         shown = ", ".join(unknown[:10]) + (

@@ -1,7 +1,8 @@
 """The console beside ``lockstep up``'s services: ``python -m lockstep_console`` as the
 ``reader`` identity (its NATS variables only: no database, no other identity's secret), on
-loopback, logging to ``<data-dir>/logs/console.log``. Not restarted when it exits: it holds no
-state, and ``lockstep console`` starts another."""
+loopback, logging to ``<data-dir>/logs/console.log``. Under ``lockstep up`` it is kept running
+as the services are (``ConsoleWatch``, checked by ``supervisor.supervise``); the demo, minutes
+long, only starts and stops it."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockstep_cli.restarts import RestartPolicy
 from lockstep_common.identities import READER
-from lockstep_devstack.process import stop
+from lockstep_devstack.process import stop, tail
 
 if TYPE_CHECKING:
     from lockstep_devstack import Stack
@@ -44,7 +46,7 @@ def refusal(listen: str) -> str | None:
         where = parse(listen)
     except ListenError as exc:
         return str(exc).replace("--listen", "--console")
-    return None if where.loopback else f"--console {listen}: up serves it on loopback only"
+    return None if where.loopback else f"--console {listen}: it is served on loopback only"
 
 
 @contextmanager
@@ -60,6 +62,81 @@ def beside(stack: Stack, log_dir: Path, listen: str) -> Iterator[tuple[str, str]
         yield "console (reader)", f"{where}  (log {log_path})"
     finally:
         stop(proc, signal.SIGTERM, timeout_s=5)
+
+
+class ConsoleWatch:
+    """The console beside ``lockstep up``'s services, kept running as they are: one that exits
+    (killed, crashed) is reaped at once, reported with the end of its log and started again on
+    the same address after the backoff ``RestartPolicy`` gives; one that exits with a
+    configuration error (2, 3: its address refused) stays stopped, as a service would."""
+
+    def __init__(
+        self,
+        start: Callable[[], subprocess.Popen[bytes]],
+        log_path: Path,
+        report: Callable[[str], None],
+        *,
+        now: float,
+    ) -> None:
+        self.start, self.log_path, self.report = start, log_path, report
+        self.proc = start()
+        self.policy = RestartPolicy()
+        self.policy.started(now)
+        self.due: float | None = None  # when it may start again
+        self.given_up = False
+
+    def check(self, now: float) -> None:
+        """Reap, report and restart what is due."""
+        if self.given_up:
+            return
+        if self.due is not None:
+            if now < self.due:
+                return
+            self.due = None
+            try:
+                self.proc = self.start()
+            except OSError as exc:  # could not even spawn it: try again later
+                wait = self.policy.delay_after(1, now) or 60.0
+                self.due = now + wait
+                self.report(f"console could not start ({exc}); retry in {wait:.0f}s")
+                return
+            self.policy.started(now)
+            self.report(f"console restarted (pid {self.proc.pid})")
+            return
+        code = self.proc.poll()  # poll() reaps it
+        if code is None:
+            return
+        delay = self.policy.delay_after(code, now)
+        last = tail(self.log_path, 5)
+        if delay is None:
+            self.given_up = True
+            self.report(
+                f"console exited with code {code}, a configuration error that a restart "
+                f"cannot fix; it stays stopped:\n{last}"
+            )
+        else:
+            self.due = now + delay
+            self.report(f"console exited with code {code}; restart in {delay:.0f}s:\n{last}")
+
+
+@contextmanager
+def kept(
+    stack: Stack, log_dir: Path, listen: str, report: Callable[[str], None]
+) -> Iterator[tuple[tuple[str, str], ConsoleWatch | None]]:
+    """``beside``, for ``lockstep up``: also the ``ConsoleWatch`` that keeps it running (None
+    when ``listen`` is ``off``); the process running when the block ends is stopped."""
+    if listen == "off":
+        yield ("console", "off (--console off)"), None
+        return
+    log_path = log_dir / "console.log"
+    watch = ConsoleWatch(
+        lambda: start_console(stack, log_dir, listen)[0], log_path, report, now=time.monotonic()
+    )
+    try:
+        where = f"http://{listen}" if serving(watch.proc, listen) else "not serving: see its log"
+        yield ("console (reader)", f"{where}  (log {log_path})"), watch
+    finally:
+        stop(watch.proc, signal.SIGTERM, timeout_s=5)
 
 
 def start_console(stack: Stack, log_dir: Path, listen: str) -> tuple[subprocess.Popen[bytes], Path]:

@@ -53,3 +53,71 @@ def init(
             "10001 the services', 70 PostgreSQL's); as yourself, chown them so (rootless "
             "podman: `podman unshare chown`), as docs/operations.md shows"
         )
+
+
+@deploy_app.command("enroll")
+def enroll(
+    directory: Annotated[Path, typer.Argument(help="The deployment's directory (`deploy init`).")],
+    nodes: Annotated[list[str] | None, typer.Argument(help="Node ids.", show_default=False)] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every node the inventory knows.")] = False,
+    nats_url: Annotated[
+        str,
+        typer.Option(
+            "--nats-url",
+            envvar="LOCKSTEP_NATS_URL",
+            help="The deployment's NATS, as this machine reaches it (compose publishes nats-1 "
+            "on LOCKSTEP_NATS_PORT, 4222 unless set).",
+        ),
+    ] = "tls://127.0.0.1:4222",
+) -> None:
+    """Give each node's agent its own NATS identity in a compose deployment.
+
+    The nodes' sites are asked of the inventory as the deployment's `cli` identity (its
+    password and CA under DIR/secrets). Each node's nkey seed is written to
+    DIR/secrets/agents/<node>.nk (mode 0600) for its agent; the public key and the node's
+    grants are added to DIR/secrets/nats-auth.conf. Then have the servers read it again:
+    `docker compose kill -s HUP nats-1 nats-2 nats-3` (connections stay up).
+    """
+    from lockstep_cli.agent_cli import inventory_sites, known_sites
+    from lockstep_cli.catalog import bus_permissions
+    from lockstep_common.natsconn import AccessError, NatsAccess
+    from lockstep_common.settings import check_nats_url
+    from lockstep_common.subjects import Namespace
+    from lockstep_devstack import agents
+    from lockstep_devstack.deployment import DeploymentError, enroll_agents
+
+    if every == bool(nodes):
+        fail("name the nodes to enrol, or --all (not both)")
+    named = list(dict.fromkeys(nodes or ()))
+    try:
+        check_nats_url(nats_url)
+    except ValueError as exc:
+        fail(f"--nats-url: {exc}")
+    try:
+        if named:
+            agents.check_nodes(dict.fromkeys(named, "site"))
+    except agents.EnrolmentError as exc:
+        fail(str(exc))
+    secrets = directory / "secrets"
+    access = NatsAccess.from_url(
+        nats_url, "cli", secrets / "cli" / "nats-password", secrets / "tls" / "ca.pem"
+    )
+    try:
+        access.options()  # the password file missing or open to others: refused now
+    except AccessError as exc:
+        fail(f"{directory}: {exc}")
+    known = inventory_sites(access)
+    if every and not known:
+        fail("the inventory knows no node: `lockstep fleet import` first")
+    sites = known if every else known_sites(known, named)
+    namespace = Namespace(os.environ.get("LOCKSTEP_NAMESPACE", "lockstep"))
+    try:
+        written = enroll_agents(directory, sites, bus_permissions(namespace))
+    except DeploymentError as exc:
+        fail(str(exc))
+    console.print(
+        f"enrolled {len(written)} node agent(s); seeds in {directory}/secrets/agents (mode "
+        "0600, one per node); next: `docker compose kill -s HUP nats-1 nats-2 nats-3` (podman "
+        "kill --signal HUP ...) so the servers read the new users",
+        highlight=False,
+    )

@@ -134,7 +134,7 @@ async def publish_pins(
 
     Raises :class:`Unavailable` naming the site that failed and those already published.
     """
-    nc = await _connect(access, timeout_s)
+    nc = await connect_once(access, timeout_s)
     done: list[str] = []
     try:
         js = nc.jetstream()
@@ -179,7 +179,7 @@ async def admit(
     subject = Namespace(namespace).wire(subjects.admission_check())
     # One deadline for connecting and asking: a prolog's --timeout is the whole wait.
     deadline = time.monotonic() + timeout_s
-    nc = await _connect(access, timeout_s)
+    nc = await connect_once(access, timeout_s)
     try:
         env = make_envelope(request, source=SOURCE)
         try:
@@ -204,7 +204,7 @@ async def admit(
     return answer
 
 
-async def _connect(access: NatsAccess, timeout_s: float) -> NatsClient:
+async def connect_once(access: NatsAccess, timeout_s: float) -> NatsClient:
     # One attempt per server and an overall bound: a CLI (or a prolog) must fail within its
     # timeout, not retry forever (nats-py's max_reconnect_attempts=0 would mean "no limit").
     async def quiet(exc: Exception) -> None:

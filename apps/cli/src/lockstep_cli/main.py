@@ -266,7 +266,10 @@ def up(
                 running_system(
                     data_dir.resolve(), names, report=report, nats_cluster=nats_cluster or 1
                 ) as (stack, services),
-                console_child.beside(stack, data_dir / "logs", console_listen) as console_row,
+                console_child.kept(stack, data_dir / "logs", console_listen, report) as (
+                    console_row,
+                    console_watch,
+                ),
             ):
                 # Before the table: whoever sees "is up" may run `lockstep env` at once.
                 stack_state.save(
@@ -298,7 +301,7 @@ def up(
                 )
                 # Until Ctrl-C/SIGTERM: a crashed service is restarted with backoff; the stack
                 # stops by itself only when no service is left that a restart could help.
-                supervise(stack, services, report)
+                supervise(stack, services, report, also=[w for w in (console_watch,) if w])
                 console.print("[red]no service left running; stopping everything[/]")
                 raise typer.Exit(1)
         except (KeyboardInterrupt, Interrupted):

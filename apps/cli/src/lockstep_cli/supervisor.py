@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pydantic_settings import SettingsConfigDict
 
@@ -169,12 +170,21 @@ class ServerWatch:
             )
 
 
+class Watch(Protocol):
+    """Another process kept running beside the services (the console: ``ConsoleWatch``)."""
+
+    def check(self, now: float) -> None:
+        """Reap, report and restart it when due."""
+        ...
+
+
 def supervise(
     stack: Stack,
     services: list[ServiceProcess],
     report: Callable[[str], None],
     *,
     poll_s: float = 0.5,
+    also: Sequence[Watch] = (),
 ) -> None:
     """Keep ``services`` and the stack's embedded nats-servers running until interrupted.
 
@@ -182,8 +192,8 @@ def supervise(
     :class:`RestartPolicy` gives, and the end of its log is reported; one that exited because
     of its configuration (codes 2, 3) is left stopped. ``services`` is updated in place, so
     whoever stops them later stops the restarted processes. A nats-server that exits is
-    reaped, reported and started again the same way (:class:`ServerWatch`). Returns when no
-    service is left running.
+    reaped, reported and started again the same way (:class:`ServerWatch`), and so is each of
+    ``also``. Returns when no service is left running.
     """
     servers = ServerWatch(stack, report)
     policies = {svc.label: RestartPolicy() for svc in services}
@@ -194,6 +204,8 @@ def supervise(
     while len(given_up) < len(services):
         now = time.monotonic()
         servers.check(now)
+        for watch in also:
+            watch.check(now)
         for i, svc in enumerate(services):
             if i in given_up:
                 continue

@@ -17,7 +17,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import secrets
@@ -29,9 +28,9 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from lockstep_common.periodic import Every
 from lockstep_common.subjects import token
 from lockstep_console import pages
+from lockstep_console.feeds import Feeds
 from lockstep_console.nudges import ANY, Nudges
 from lockstep_console.source import Refused, Source, Unavailable
 
@@ -51,6 +50,7 @@ NUDGES: web.AppKey[Nudges] = web.AppKey("nudges", Nudges)
 POLL_S: web.AppKey[float] = web.AppKey("poll_s", float)
 TOKEN: web.AppKey[str | None] = web.AppKey("token", str)
 SESSIONS: web.AppKey[set[str]] = web.AppKey("sessions", set)
+FEEDS: web.AppKey[Feeds] = web.AppKey("feeds", Feeds)
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("lockstep_console", "templates"),
     autoescape=True,
@@ -166,49 +166,29 @@ async def _progress_html(source: Source, rid: str) -> str:
 
 async def live(request: web.Request) -> web.StreamResponse:
     """The rollout's progress as Server-Sent Events: a ``progress`` event carrying the new
-    HTML each time it changed. It is read again when a bus event about the rollout arrives,
-    and every ``poll_s`` in between (a node's step outcomes other than failures are not events
-    the reader may read)."""
+    HTML each time it changed. The rollout's ``Feed`` reads it, once for all its viewers, when
+    a bus event about the rollout arrives and every ``poll_s`` in between (a node's step
+    outcomes other than failures are not events the reader may read)."""
     rid = _rollout_id(request)
-    source, nudges = request.app[SOURCE], request.app[NUDGES]
+    poll_s = request.app[POLL_S]
     response = web.StreamResponse(
         headers={**HEADERS, "Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
     await response.prepare(request)
-    stopping = asyncio.Event()
-    last = ""
-
-    async def send() -> None:
-        nonlocal last
-        if request.transport is None or request.transport.is_closing():
-            stopping.set()
-            return
-        html = await _progress_html(source, rid)
-        if html != last:
-            last = html
-            data = "".join(f"data: {line}\n" for line in html.splitlines())
+    seen = 0
+    async with request.app[FEEDS].follow(rid) as feed:
+        # A viewer that left is noticed within ``poll_s`` (its own check, not a read).
+        while request.transport is not None and not request.transport.is_closing():
+            if not await feed.next(seen, poll_s):
+                continue
+            seen = feed.version
+            if not feed.html:
+                continue  # no rollout (yet): nothing to show
+            data = "".join(f"data: {line}\n" for line in feed.html.splitlines())
             try:
                 await response.write(f"event: progress\n{data}\n".encode())
             except ConnectionError:
-                stopping.set()
-
-    with nudges.watch(rid) as woken:
-
-        async def wait(_: asyncio.Event, seconds: float) -> None:
-            # Until a bus event about the rollout, or ``poll_s``; ``stopping`` is only ever
-            # set by ``send`` itself, before this wait.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await woken.wait()
-            woken.clear()
-
-        loop = Every(
-            request.app[POLL_S],
-            what=f"console live {rid}",
-            pause=wait,
-            expected=(Unavailable, Refused),
-        )
-        await loop.run(send, stopping)
+                break
     return response
 
 
@@ -299,6 +279,7 @@ def create_app(
     app[SOURCE] = source
     app[NUDGES] = nudges or Nudges()
     app[POLL_S] = poll_s
+    app[FEEDS] = Feeds(lambda rid: _progress_html(source, rid), app[NUDGES], poll_s)
     app[TOKEN] = token_value
     app[SESSIONS] = set()
     app.router.add_get("/", index)

@@ -10,6 +10,7 @@ into the markup is formatted here; every text is escaped (``markupsafe``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
@@ -134,3 +135,78 @@ def share_bar(parts: Sequence[tuple[str, int, str]], *, what: str, width: int = 
     )
     label = f"{what}: " + ", ".join(f"{n} {name}" for name, n, _ in parts) + f" of {total}"
     return _svg(width, 18, label, "".join(body))
+
+
+RULE_COLOURS = (BAD, CANARY, FLOOR, CONTROL, GOOD, INK)  # one per hard rule, each >= 3:1
+TIMELINE_ROWS = 20  # nodes drawn; the table below the plot lists every hit
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
+
+
+def timeline(
+    hits: Sequence[tuple[str, str, float]], start: float, end: float, *, rules: Sequence[str]
+) -> Markup:
+    """Hard-rule hits ``(node, rule, at)`` on a time axis from ``start`` to ``end`` (seconds
+    since the epoch, UTC): a row per node, its name on the left, a mark per hit at the time of
+    the reading that broke the rule, coloured and shaped by rule (``rules`` gives the legend's
+    order). The first ``TIMELINE_ROWS`` nodes in time order are drawn; the label says how many
+    more there are."""
+    if not hits:
+        return Markup("")
+    nodes: list[str] = []
+    for node, _, _ in sorted(hits, key=lambda h: (h[2], h[0])):
+        if node not in nodes:
+            nodes.append(node)
+    drawn = nodes[:TIMELINE_ROWS]
+    lo, hi = min(start, *(h[2] for h in hits)), max(end, *(h[2] for h in hits))
+    scale = _Scale([lo, hi], 150, WIDTH - 20)
+    colour = {r: RULE_COLOURS[i % len(RULE_COLOURS)] for i, r in enumerate(rules)}
+    body = []
+    for row, node in enumerate(drawn):
+        y = 16 + row * 18
+        body.append(
+            f'<text x="4" y="{y + 4}" fill="{INK}" font-size="12">{escape(node[:22])}</text>'
+            f'<line x1="150" y1="{y}" x2="{WIDTH - 20}" y2="{y}" stroke="#d0d0d0"/>'
+        )
+        for n, rule, at in hits:
+            if n == node:
+                x, c, k = scale(at), colour.get(rule, INK), rules.index(rule)
+                # Rules broken by one reading share a time: each rule a little higher or lower,
+                # so that both marks show.
+                m = y + (k - (len(rules) - 1) / 2) * 4.0
+                # Shape and colour both: the rule is not told by colour alone (WCAG 1.4.1).
+                body.append(
+                    f'<rect x="{x - 4:.1f}" y="{m - 4:.1f}" width="8" height="8" fill="{c}" '
+                    f'transform="rotate(45 {x:.1f} {m:.1f})"/>'
+                    if k % 2
+                    else f'<circle cx="{x:.1f}" cy="{m:.1f}" r="4.5" fill="{c}"/>'
+                )
+    axis_y = 16 + len(drawn) * 18
+    body.append(
+        f'<line x1="150" y1="{axis_y}" x2="{WIDTH - 20}" y2="{axis_y}" stroke="{GREY}"/>'
+        f'<text x="150" y="{axis_y + 14}" fill="{INK}" font-size="11">{_clock(scale.lo)}</text>'
+        f'<text x="{WIDTH - 20}" y="{axis_y + 14}" fill="{INK}" font-size="11" '
+        f'text-anchor="end">{_clock(scale.hi)} UTC</text>'
+    )
+    for i, rule in enumerate(rules):
+        y = axis_y + 32 + i * 16
+        mark = (
+            f'<rect x="145" y="{y - 9}" width="9" height="9" fill="{colour[rule]}" '
+            f'transform="rotate(45 149.5 {y - 4.5})"/>'
+            if i % 2
+            else f'<circle cx="150" cy="{y - 4}" r="5" fill="{colour[rule]}"/>'
+        )
+        body.append(
+            f'{mark}<text x="162" y="{y}" fill="{INK}" font-size="12">{escape(rule)}</text>'
+        )
+    height = axis_y + 24 + len(rules) * 16
+    shown = "; ".join(f"{n} {r} at {_clock(at)}" for n, r, at in hits[:10])
+    label = (
+        f"hard-rule hits from {_clock(start)} to {_clock(end)} UTC, {len(hits)} on "
+        f"{len(nodes)} node(s): {shown}"
+        + (f"; {len(hits) - 10} more" if len(hits) > 10 else "")
+        + (f" ({len(nodes) - len(drawn)} node(s) not drawn)" if len(nodes) > len(drawn) else "")
+    )
+    return _svg(WIDTH, height, label, "".join(body))

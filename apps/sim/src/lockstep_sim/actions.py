@@ -329,17 +329,18 @@ async def commit_image(
 async def reset(
     request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
 ) -> web.Response:
+    manager = "/Managers/" in m.string
+    if manager and m["id"] != bmc.dialect.manager_id:
+        raise not_found(m.string)
     reset_type = (await read_json(request)).get("ResetType", "GracefulRestart")
-    if reset_type not in systems.RESET_TYPES:
+    allowed = bmc.dialect.manager_reset_types if manager else systems.RESET_TYPES
+    if reset_type not in allowed:
         raise bad_request(
             "ActionParameterValueError",
             f"Unsupported ResetType {reset_type!r}.",
             str(reset_type),
             "ResetType",
         )
-    manager = "/Managers/" in m.string
-    if manager and m["id"] != bmc.dialect.manager_id:
-        raise not_found(m.string)
     note["reset_type"] = reset_type
     note["activated"] = bmc.reset("manager" if manager else "system")
     if manager:  # the BMC itself reboots: answer, then go dark
@@ -380,7 +381,12 @@ async def chassis_reset(
             "ResetType",
         )
     note.update(reset_type=reset_type, chassis=m["id"])
-    note["activated"] = bmc.reset("chassis")
+    # The tray power cycles: the images waiting for it run once it is back, as long after the
+    # answer as activating them one by one takes (the seed durations), not at once.
+    waiting = [c for c in bmc.pending_reset if bmc.node.components[c].staged]
+    note["activated"] = waiting
+    minutes = sum(bmc.node.components[c].cls.activate_minutes for c in waiting)
+    asyncio.get_running_loop().call_later(minutes * bmc.time_scale, bmc.reset, "chassis")
     bmc.power = "On"
     return web.Response(status=204, headers={"OData-Version": "4.0"})
 

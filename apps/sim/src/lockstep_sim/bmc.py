@@ -34,6 +34,9 @@ class Bmc:
     power: str = "On"
     asset_tag: str = ""
     pending_reset: list[str] = field(default_factory=list)  # staged with ApplyTime OnReset
+    # Members whose backup image (a dialect's Backup_* entry) was chosen to run at the next reset
+    # through the device's Links.ActiveSoftwareImage (patching.choose_image).
+    backup_next: set[str] = field(default_factory=set)
     accounts: AccountStore = field(default_factory=AccountStore)
     faults: FaultControl = field(default_factory=FaultControl)  # shared by the simulator
     offline_until: float = 0.0  # loop time until which connections are reset
@@ -145,6 +148,7 @@ class Bmc:
                 component = self.node.components[member_id]
                 component.inactive_version = component.version
         self.pending_reset.clear()
+        self.backup_next.difference_update(activated)
         return activated
 
 

@@ -29,10 +29,9 @@ sim_app = typer.Typer(help="Fleet simulator: emulated Redfish BMCs on loopback a
 async def _serve_forever(sim: Simulator) -> None:
     async with sim:
         log.info(
-            "serving %d BMCs from %s on port %d (started in %.2fs); fleet at %s/fleet.json",
+            "serving %d BMCs %s (started in %.2fs); fleet at %s/fleet.json",
             len(sim.fleet),
-            sim.fleet[0].address,
-            sim.port,
+            sim.listening,
             sim.startup_seconds,
             sim.base_url,
         )
@@ -73,10 +72,7 @@ async def _run_until_signalled(runtime: FleetRuntime) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with runtime:
         sim = runtime.simulator
-        typer.echo(
-            f"{len(sim.fleet)} BMCs on port {sim.port} from {sim.fleet[0].address} "
-            f"(started in {sim.startup_seconds:.2f}s)"
-        )
+        typer.echo(f"{len(sim.fleet)} BMCs {sim.listening} (started in {sim.startup_seconds:.2f}s)")
         typer.echo(f"fleet list: {runtime.fleet_url}")
         typer.echo(f"scheduler:  {runtime.scheduler_url}/scheduler/nodes")
         for subject in runtime.telemetry_subjects():
@@ -90,7 +86,9 @@ async def _run_until_signalled(runtime: FleetRuntime) -> None:
 def run_command(
     sim: SimOptions,
     scheduler_port: int = typer.Option(
-        8001, "--scheduler-port", help="Scheduler API port on 127.0.0.1 (0: any free)."
+        8001,
+        "--scheduler-port",
+        help="Scheduler API port on 127.0.0.1 (--advertise: every interface; 0: any free).",
     ),
     nats_url: str | None = typer.Option(
         None,
@@ -156,9 +154,6 @@ def run_command(
             nats.options()  # an unreadable or world-readable password file: refused now
         except AccessError as exc:
             raise typer.BadParameter(str(exc)) from None
-        problem = asyncio.run(_unreachable(nats))
-        if problem:
-            _fail(f"NATS at {nats_url} unreachable: {problem}")
     from lockstep_sim.runtime import FleetRuntime
 
     agent_access = None
@@ -168,6 +163,12 @@ def run_command(
         if not agent_seeds.is_dir():
             _fail(f"--agent-seeds {agent_seeds}: not a directory")
         agent_access = _own_identities(nats, agent_seeds)
+    if nats is not None:
+        # With --agent-seeds the agents need no shared identity: probe as the first node's.
+        probe = nats if agent_access is None else agent_access("node-00000")
+        problem = asyncio.run(_unreachable(probe))
+        if problem:
+            _fail(f"NATS at {nats_url} unreachable: {problem}")
     runtime = FleetRuntime(
         sim,
         scheduler_port=scheduler_port,

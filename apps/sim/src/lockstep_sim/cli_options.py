@@ -69,6 +69,17 @@ SHARED = (
         "port", int, typer.Option(8000, "--port", help="Port shared by every BMC (0: any free).")
     ),
     _option(
+        "advertise",
+        str | None,
+        typer.Option(
+            None,
+            "--advertise",
+            help="Host name others reach this machine by (a container's service name): every "
+            "BMC then listens on all interfaces, each on its own port from --port, and so does "
+            "`sim run`'s scheduler; /fleet.json names http://HOST:PORT.",
+        ),
+    ),
+    _option(
         "faults",
         Path | None,
         typer.Option(

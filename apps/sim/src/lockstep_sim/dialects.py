@@ -67,6 +67,8 @@ class Dialect:
     activation_reset: str = ""
     extra_chassis: tuple[str, ...] = ()  # Chassis ids beside Chassis_0 taking Chassis.Reset
     chassis_reset_types: tuple[str, ...] = ()  # their ResetType@Redfish.AllowableValues
+    # The BMC's own Manager.Reset ResetType@Redfish.AllowableValues; any other is refused 400.
+    manager_reset_types: tuple[str, ...] = ("GracefulRestart", "ForceRestart")
     # GB200 NVL "background copy" (nvfwupd guide, v2.0.6): once a new image runs, the BMC
     # copies it to the other bank, so both banks hold it.
     background_copy: bool = False
@@ -91,7 +93,8 @@ class Dialect:
 DIALECTS: dict[str, Dialect] = {
     d.name: d
     for d in (
-        Dialect("lockstep"),
+        # Oem.LockstepSim: what the lockstep-sim BMC profile recognises (no real BMC says it).
+        Dialect("lockstep", root={"Oem": {"LockstepSim": {}}}),
         Dialect("dmtf-generic", switch_bank=False, taskless=True),
         Dialect(
             "nvidia-gb200-nvl",
@@ -136,6 +139,8 @@ DIALECTS: dict[str, Dialect] = {
             activation_reset="manager",  # DSP0268 Manager.Reset of Managers/1 runs the new BMC
             push_uri=f"{UPDATE}/upload",  # the capture's MultipartHttpPushUri
             manager_id="1",
+            # The capture's Managers/1 (supermicro_hgx) allows GracefulRestart only.
+            manager_reset_types=("GracefulRestart",),
             member_ids=SMC_MEMBER_IDS,
             related={"BMC": f"{MANAGERS}/1"},
             backups={"BMC": ("Backup_BMC", "BMC Backup"), "BIOS": ("Backup_BIOS", "BIOS Backup")},

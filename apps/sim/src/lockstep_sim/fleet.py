@@ -59,12 +59,13 @@ class Node:
     def descriptors(self, member_id: str) -> tuple[tuple[int, int], ...]:
         return self.components[member_id].cls.descriptors()
 
-    def summary(self, port: int) -> dict[str, Any]:
-        """The node's ``/fleet.json`` entry. The simulator serves plain http, so its entries
-        allow credentials over it (``allow_plain_http``); real BMCs' entries should not."""
+    def summary(self, port: int, host: str | None = None) -> dict[str, Any]:
+        """The node's ``/fleet.json`` entry, its BMC at ``host`` (default its own address) and
+        ``port``. The simulator serves plain http, so its entries allow credentials over it
+        (``allow_plain_http``); real BMCs' entries should not."""
         return {
             "id": self.id,
-            "bmc_url": f"http://{self.address}:{port}",
+            "bmc_url": f"http://{host or self.address}:{port}",
             "allow_plain_http": True,
             "profile": self.profile,
             "supplier": self.supplier,

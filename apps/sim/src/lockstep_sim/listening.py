@@ -1,4 +1,5 @@
-"""One aiohttp app served on many loopback addresses, all on one port (the BMC layout)."""
+"""One aiohttp app served on many loopback addresses, all on one port (the BMC layout), or on
+all interfaces, one port each (``bind_ports``: a simulator reached from other containers)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def bind_all(addresses: Sequence[str], port: int) -> tuple[list[socket.socket], 
     first = _listen(addresses[0], port)
     port = first.getsockname()[1]
     return [first, *(_listen(a, port) for a in addresses[1:])], port
+
+
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - only with --advertise, for a container network
+
+
+def bind_ports(address: str, first: int, count: int) -> list[socket.socket]:
+    """``count`` bound sockets on ``address``, on ports ``first``, ``first + 1`` ... (``first``
+    0: any free port each)."""
+    return [_listen(address, first + i if first else 0) for i in range(count)]
 
 
 async def serve_on(app: web.Application, socks: Sequence[socket.socket]) -> web.AppRunner:

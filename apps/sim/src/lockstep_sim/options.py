@@ -21,7 +21,13 @@ class SimOptions:
     fleet; one loopback address each from ``host_base`` on one ``port`` (0: any free);
     ``time_scale`` real seconds per simulated BMC minute; ``latency_ms`` added per request;
     ``multipart_push=False`` leaves ``MultipartHttpPushUri`` out of every UpdateService, as BMCs
-    before UpdateService v1_6_0 (only ``SimpleUpdate`` remains)."""
+    before UpdateService v1_6_0 (only ``SimpleUpdate`` remains).
+
+    ``advertise`` (a host name or address others reach this machine by): every BMC listens on
+    all interfaces instead, each on its own port (``port`` + its index; 0: any free each), and
+    ``/fleet.json`` names ``http://<advertise>:<its port>``. For a simulator in a container,
+    reached over a container network (compose.sim.yaml), where the other containers cannot
+    reach its loopback addresses."""
 
     nodes: int = 1
     profile: str = "gb200"
@@ -36,6 +42,7 @@ class SimOptions:
     faults: FaultPlan | None = None
     multipart_push: bool = True
     dialect: str = "lockstep"  # lockstep_sim.dialects: the Redfish dialect every BMC speaks
+    advertise: str | None = None
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:

@@ -10,7 +10,8 @@ from lockstep_sim import inventory, systems
 from lockstep_sim.accounts import ACCOUNTS, ROLE_IDS
 from lockstep_sim.bmc import Bmc, etag
 from lockstep_sim.errors import RedfishError, bad_request
-from lockstep_sim.resources import get_document
+from lockstep_sim.odata import ROOT
+from lockstep_sim.resources import get_document, software_images
 
 # path regex -> {writable property: expected type}
 WRITABLE: list[tuple[re.Pattern[str], dict[str, type]]] = [
@@ -20,6 +21,9 @@ WRITABLE: list[tuple[re.Pattern[str], dict[str, type]]] = [
         {"Password": str, "UserName": str, "RoleId": str, "Enabled": bool},
     ),
     (re.compile(f"{inventory.FIRMWARE}/(?P<id>[^/]+)"), {"WriteProtected": bool}),
+    # Manager v1_6_0 Links.ActiveSoftwareImage (ReadWrite): the image the BMC runs after its
+    # next reset; only where the dialect shows a backup bank for it (choose_image).
+    (re.compile(f"{ROOT}/Managers/(?P<id>[^/]+)"), {"Links": dict}),
 ]
 
 
@@ -66,9 +70,47 @@ def apply_patch(
         _patch_account(bmc, path.rsplit("/", 1)[1], body)
     elif "AssetTag" in body:
         bmc.asset_tag = body["AssetTag"]
+    elif "Links" in body:
+        choose_image(bmc, path, body["Links"])
+        note["links"] = body["Links"]
     elif "WriteProtected" in body:
         bmc.node.components[path.rsplit("/", 1)[1]].write_protected = body["WriteProtected"]
     return get_document(bmc, path)
+
+
+def choose_image(bmc: Bmc, device: str, links: dict[str, Any]) -> None:
+    """``Links.ActiveSoftwareImage`` set to one of the device's ``SoftwareImages``: its backup
+    entry runs the image kept there at the next reset (the running one: that choice undone)."""
+    images = software_images(bmc, device)
+    wanted = links.get("ActiveSoftwareImage")
+    target = wanted.get("@odata.id") if isinstance(wanted, dict) else None
+    listed = [i["@odata.id"] for i in (images or {}).get("SoftwareImages", [])]
+    if set(links) != {"ActiveSoftwareImage"} or images is None or target not in listed:
+        raise bad_request(
+            "PropertyValueNotInList",
+            "ActiveSoftwareImage must name one of the SoftwareImages.",
+            str(target),
+            "Links/ActiveSoftwareImage",
+        )
+    running, backup = listed
+    primary = running.rsplit("/", 1)[1]
+    component = bmc.node.components[primary]
+    if target == running:
+        if primary in bmc.backup_next:
+            bmc.backup_next.discard(primary)
+            bmc.pending_reset.remove(primary)
+            component.staged = False
+        return
+    if component.inactive_version is None or component.staged:
+        raise bad_request(
+            "PropertyValueConflict",
+            f"{backup} holds no image to run.",
+            "Links/ActiveSoftwareImage",
+            str(target),
+        )
+    component.staged = True  # the other bank's image runs at the next reset (Bmc.reset)
+    bmc.backup_next.add(primary)
+    bmc.pending_reset.append(primary)
 
 
 def _patch_account(bmc: Bmc, account_id: str, body: dict[str, Any]) -> None:

@@ -72,7 +72,9 @@ def _backup(bmc: Bmc, member_id: str) -> dict[str, Any] | None:
             continue
         doc = inventory.member_doc(component)
         path = f"{inventory.FIRMWARE}/{backup_id}"
-        version = component.inactive_version if not component.staged else None
+        # An image being written to the other bank is not there yet; one chosen to run again is.
+        held = not component.staged or primary in bmc.backup_next
+        version = component.inactive_version if held else None
         related = bmc.dialect.related.get(primary)
         doc.update(
             {
@@ -137,7 +139,31 @@ def _extra_chassis(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
 
 def _manager(bmc: Bmc, _: re.Match[str]) -> dict[str, Any]:
     bmc_fw = next((c.version for c in bmc.node.components.values() if c.cls.kind == "bmc"), "")
-    return systems.manager_doc(bmc.uuid, bmc_fw, tasks.now_iso(), bmc.dialect.manager_id)
+    doc = systems.manager_doc(
+        bmc.uuid, bmc_fw, tasks.now_iso(), bmc.dialect.manager_id, bmc.dialect.manager_reset_types
+    )
+    images = software_images(bmc, doc["@odata.id"])
+    if images is not None:
+        doc["Links"].update(images)
+    return doc
+
+
+def software_images(bmc: Bmc, device: str) -> dict[str, Any] | None:
+    """``Links.ActiveSoftwareImage`` and ``SoftwareImages`` of a device whose member keeps a
+    backup bank (Manager v1_6_0; the Supermicro capture's Managers/1 lists BMC, Backup_BMC,
+    ...): the image it runs, or the backup chosen to run at the next reset."""
+    for primary, (backup_id, _name) in bmc.dialect.backups.items():
+        if bmc.dialect.related.get(primary) != device or primary not in bmc.node.components:
+            continue
+        running = f"{inventory.FIRMWARE}/{primary}"
+        backup = f"{inventory.FIRMWARE}/{backup_id}"
+        active = backup if primary in bmc.backup_next else running
+        return {
+            "ActiveSoftwareImage": {"@odata.id": active},
+            "SoftwareImages": [{"@odata.id": running}, {"@odata.id": backup}],
+            "SoftwareImages@odata.count": 2,
+        }
+    return None
 
 
 _TABLE: list[tuple[str, Getter]] = [

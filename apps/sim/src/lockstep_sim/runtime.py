@@ -31,6 +31,7 @@ from lockstep_sim.drifts import DriftControl
 from lockstep_sim.fleet import Node
 from lockstep_sim.health_scenarios import conditions_for
 from lockstep_sim.injection import FaultControl
+from lockstep_sim.listening import ALL_INTERFACES
 from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
@@ -80,7 +81,8 @@ def fleet_sites(fleet: list[Node]) -> dict[str, list[str]]:
 class FleetRuntime(Started):
     """``async with FleetRuntime(SimOptions(4, port=0), scheduler_port=0) as rt: rt.bmc_url(...)``.
 
-    Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` and,
+    Starts the BMC emulator, the scheduler HTTP API on ``SCHEDULER_HOST:scheduler_port`` (every
+    interface with ``options.advertise``, named by it) and,
     only when ``nats`` is given, one ``AgentFleet`` per site publishing telemetry into
     namespace ``namespace``, connected as the node agents' identity, or, with
     ``agent_access`` (node id -> its access), every node's agent on its own connection as its
@@ -114,6 +116,8 @@ class FleetRuntime(Started):
             fleet_pools(self.fleet), time_scale=60.0 / options.time_scale, seed=options.seed
         )
         self.scheduler_port = scheduler_port
+        self.scheduler_host = SCHEDULER_HOST if options.advertise is None else ALL_INTERFACES
+        self.advertise = options.advertise
         self.nats = nats
         self.agent_access = agent_access
         self._agent_ncs: list[Client] = []
@@ -184,7 +188,7 @@ class FleetRuntime(Started):
     @property
     def scheduler_url(self) -> str:
         """Base URL of the scheduler API (``/scheduler/nodes`` ... live under it)."""
-        return f"http://{SCHEDULER_HOST}:{self.scheduler_port}"
+        return f"http://{self.advertise or SCHEDULER_HOST}:{self.scheduler_port}"
 
     def telemetry_subjects(self) -> list[str]:
         """Wire subjects (with wildcards) the agents publish to; empty without NATS."""
@@ -215,7 +219,7 @@ class FleetRuntime(Started):
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner
-        site = web.TCPSite(runner, SCHEDULER_HOST, self.scheduler_port, reuse_address=True)
+        site = web.TCPSite(runner, self.scheduler_host, self.scheduler_port, reuse_address=True)
         await site.start()
         self.scheduler_port = int(runner.addresses[0][1])
 

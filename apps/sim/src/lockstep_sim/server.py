@@ -1,5 +1,6 @@
 """One aiohttp application serving many BMCs: each on its own 127.0.0.0/8 address, all on one
-port; the BMC is chosen by the connection's local address (``sockname``)."""
+port, or (``--advertise``) each on its own port of every interface; the BMC is chosen by the
+connection's local address or port (``sockname``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ PUBLIC = {"/redfish", ROOT, f"{ROOT}/odata", METADATA}
 SUPPORTED_QUERY = {"$expand"}
 MONITOR = re.compile(f"{tasks.MONITORS}/(?P<id>[^/]+)")
 BMCS: web.AppKey[dict[str, Bmc]] = web.AppKey("bmcs", dict)
+PORTS: web.AppKey[dict[int, Bmc]] = web.AppKey("ports", dict)
+"""Each BMC by its own port (``--advertise``); empty where they share one (by address)."""
 FLEET: web.AppKey[list[dict[str, Any]]] = web.AppKey("fleet", list)
 LATENCY: web.AppKey[float] = web.AppKey("latency", float)
 DRIFTS: web.AppKey[DriftControl] = web.AppKey("drifts", DriftControl)
@@ -76,7 +79,11 @@ def _error(exc: RedfishError) -> web.Response:
 
 async def dispatch(request: web.Request) -> web.StreamResponse:
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    bmc = request.app[BMCS].get(sockname[0]) if sockname else None
+    bmc = (
+        (request.app[PORTS].get(sockname[1]) or request.app[BMCS].get(sockname[0]))
+        if sockname
+        else None
+    )
     if bmc is None:
         raise web.HTTPNotFound
     if request.app[LATENCY] > 0:
@@ -224,11 +231,16 @@ def _get(request: web.Request, bmc: Bmc, path: str) -> web.StreamResponse:
 
 
 def build_app(
-    bmcs: dict[str, Bmc], fleet: list[dict[str, Any]], latency_ms: float, drifts: DriftControl
+    bmcs: dict[str, Bmc],
+    fleet: list[dict[str, Any]],
+    latency_ms: float,
+    drifts: DriftControl,
+    ports: dict[int, Bmc] | None = None,
 ) -> web.Application:
     app = web.Application(client_max_size=128 * 1024 * 1024)
     app[DRIFTS] = drifts
     app[BMCS] = bmcs
+    app[PORTS] = ports or {}
     app[FLEET] = fleet
     app[LATENCY] = latency_ms / 1000
     app.router.add_route("*", "/{tail:.*}", dispatch)

@@ -87,7 +87,13 @@ def chassis_doc(node_id: str, rack: str) -> dict[str, Any]:
     }
 
 
-def manager_doc(uuid: str, firmware: str, now: str, manager_id: str = "BMC_0") -> dict[str, Any]:
+def manager_doc(
+    uuid: str,
+    firmware: str,
+    now: str,
+    manager_id: str = "BMC_0",
+    reset_types: tuple[str, ...] = ("GracefulRestart", "ForceRestart"),
+) -> dict[str, Any]:
     path = f"{ROOT}/Managers/{manager_id}"
     return {
         "@odata.id": path,
@@ -103,7 +109,7 @@ def manager_doc(uuid: str, firmware: str, now: str, manager_id: str = "BMC_0") -
         "Actions": {
             "#Manager.Reset": {
                 "target": f"{path}/Actions/Manager.Reset",
-                "ResetType@Redfish.AllowableValues": ["GracefulRestart", "ForceRestart"],
+                "ResetType@Redfish.AllowableValues": list(reset_types),
             }
         },
     }

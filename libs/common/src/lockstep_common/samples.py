@@ -20,6 +20,7 @@ from lockstep_common.vocabulary import (
     DriftKind,
     GateVerdict,
     ObservationSource,
+    RollbackMechanism,
     Severity,
 )
 
@@ -120,7 +121,11 @@ def samples() -> list[EventData]:
         v1.DeviceActivated(**_DEVICE),
         v1.DeviceVerified(**_DEVICE),
         v1.DeviceFailed(**_DEVICE, step="activate", reason="task stuck at 40% for 30 min"),
-        v1.DeviceRolledBack(**_DEVICE, reason="health degraded after activation"),
+        v1.DeviceRolledBack(
+            **_DEVICE,
+            reason="health degraded after activation",
+            mechanism=RollbackMechanism.INACTIVE_IMAGE,
+        ),
         v1.GatePassed(**_GATE, verdict=GateVerdict.PASSED),
         v1.GateTripped(**_GATE, verdict=GateVerdict.TRIPPED, offending_nodes=("gb200-r07-n03",)),
         v1.GateInconclusive(**_GATE, verdict=GateVerdict.INCONCLUSIVE),

@@ -135,6 +135,22 @@ class DeviceOutcome(enum.StrEnum):
     ROLLED_BACK = "rolled_back"
 
 
+class RollbackMechanism(enum.StrEnum):
+    """How a device was put back on its previous version (``device.rolled_back``)."""
+
+    INACTIVE_IMAGE = "inactive_image"
+    """The BMC keeps the previous image as an inactive SoftwareInventory entry (Supermicro
+    ``Backup_BMC``) and runs it again: the device's ``Links.ActiveSoftwareImage`` set to that
+    entry (DMTF Manager v1_6_0, Bios v1_1_0), then the BMC profile's activation reset."""
+    REFLASH = "reflash"
+    """One-way: the previous attested image written again (no second bank to run)."""
+    SIMULATOR_SWITCH_BANK = "simulator_switch_bank"
+    """The simulator's own OEM ``SwitchBank`` action, which no real BMC offers: kept only for a
+    flip-back whose update chose no BMC profile (the simulator's default dialect)."""
+    IN_BAND_FALLBACK = "in_band_fallback"
+    """The node agent installed the previous known-good software branch (seed 004)."""
+
+
 class ObservationSource(enum.StrEnum):
     """Where a version tuple was read."""
 

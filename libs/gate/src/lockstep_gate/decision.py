@@ -84,6 +84,25 @@ class MetricJudgement(_Result):
     detail: str
 
 
+class RuleHit(_Result):
+    """One canary node breaking a hard rule: the reading that broke it, the rule's threshold and
+    the time of that reading, so a timeline of hits is drawn from what the rule saw, never from
+    a second reading of the samples.
+
+    What ``value`` and ``threshold`` hold per rule: ``dcgm_diag_failed`` the result (0 failed)
+    against 1 (passed); ``fatal_xid``, ``gsp_init_failed`` and ``device_failed`` the reading
+    against 0 (any positive value trips); ``busbw_below_expected`` the first reading of the run
+    below the bar against the bar (``busbw_factor`` x expected, GB/s); ``heartbeat_missing``
+    the silence in seconds against the limit, ``at`` when the silence began (``value`` None:
+    the node sent no sample at all, ``at`` the time it was judged)."""
+
+    node: str
+    at: float  # seconds since the epoch
+    value: float | None
+    threshold: float
+    detail: str
+
+
 class RuleFinding(_Result):
     """A hard rule broken by canary nodes of one stratum."""
 
@@ -96,6 +115,9 @@ class RuleFinding(_Result):
     environmental: bool  # the control breaks it about as often: not blamed on the rollout
     p_value: float | None  # one-sided Fisher exact, when the control breaks it too
     detail: str
+    # One per node of ``nodes``, in time order (``detail`` shows five). Empty in a decision
+    # recorded before hits were kept.
+    hits: tuple[RuleHit, ...] = ()
 
 
 class GateDecision(_Result):

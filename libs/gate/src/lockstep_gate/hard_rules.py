@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from lockstep_gate.decision import ENVIRONMENT_SENSITIVE, HardRule, RuleFinding
+from lockstep_gate.decision import ENVIRONMENT_SENSITIVE, HardRule, RuleFinding, RuleHit
 from lockstep_gate.policy import Policy
 from lockstep_gate.samples import DEFAULT_STRATUM, Bools, Floats, Ints, SampleTable
 from lockstep_gate.stats import more_often_p, segments
@@ -49,6 +49,17 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
+@dataclass(frozen=True, slots=True)
+class _Broken:
+    """How one node broke a rule: the reading (None: no sample at all), the rule's threshold,
+    the reading's time, and the words that say it."""
+
+    at: float
+    value: float | None
+    threshold: float
+    detail: str
+
+
 @dataclass(frozen=True)
 class _Rows:
     """The rows the rules may read: soak phase, not after ``now``."""
@@ -64,22 +75,28 @@ class _Rows:
         return np.flatnonzero(self.mask & (self.table.metric == code))
 
 
-def _flagged(rows: _Rows, metric: str, hit: str, what: str) -> dict[int, str]:
-    """Nodes with a row of ``metric`` that is 0 (``hit="zero"``) or positive (``"positive"``);
-    the first such reading in time is the detail."""
+def _flagged(rows: _Rows, metric: str, hit: str, what: str) -> dict[int, _Broken]:
+    """Nodes with a row of ``metric`` that is 0 (``hit="zero"``, against a threshold of 1:
+    passed) or positive (``"positive"``, against 0); the first such reading in time is the
+    hit."""
     t = rows.table
     idx = rows.of(metric)
     values = t.value[idx]
     bad = values == 0 if hit == "zero" else values > 0  # NaN compares False: not evidence
     idx = idx[bad]
-    out: dict[int, str] = {}
+    threshold = 1.0 if hit == "zero" else 0.0
+    out: dict[int, _Broken] = {}
     for i in idx[np.argsort(t.time[idx], kind="stable")]:
-        out.setdefault(int(t.node[i]), f"{what} at {_when(float(t.time[i]))}")
+        at = float(t.time[i])
+        if int(t.node[i]) not in out:
+            out[int(t.node[i])] = _Broken(
+                at, float(t.value[i]), threshold, f"{what} at {_when(at)}"
+            )
     return out
 
 
-def _fatal_xids(rows: _Rows, policy: Policy) -> dict[int, str]:
-    out: dict[int, str] = {}
+def _fatal_xids(rows: _Rows, policy: Policy) -> dict[int, _Broken]:
+    out: dict[int, _Broken] = {}
     for code in sorted(set(policy.hard_rules.fatal_xids)):
         for node, detail in _flagged(
             rows, f"{XID_PREFIX}{code}", "positive", f"XID {code}"
@@ -159,7 +176,7 @@ def _control_readings_since(rows: _Rows, patience_s: float) -> Callable[[float],
     return lambda since: min(len(r) - int(np.searchsorted(r, since)) for r in live)
 
 
-def _busbw(rows: _Rows, policy: Policy) -> dict[int, str]:
+def _busbw(rows: _Rows, policy: Policy) -> dict[int, _Broken]:
     t = rows.table
     idx = rows.of(BUSBW)
     idx = idx[np.isfinite(t.value[idx])]
@@ -184,20 +201,23 @@ def _busbw(rows: _Rows, policy: Policy) -> dict[int, str]:
     since = _control_readings_since(
         rows, hard.heartbeat_interval_s * hard.heartbeat_missed_intervals
     )
-    out: dict[int, str] = {}
+    out: dict[int, _Broken] = {}
     for i in first:
         n = int(node[i])
         if t.node_canary[n] and since(float(time[i])) < need:
             continue  # the control has not taken as many readings since: judged on a later batch
         if n not in out:
-            out[n] = (
+            out[n] = _Broken(
+                float(time[i]),
+                float(value[i]),
+                float(bar[n]),
                 f"busbw {lowest_of[n]:.1f} below {factor:g} x {bar[n] / factor:.1f} = "
-                f"{bar[n]:.1f} in {need} consecutive sample(s) from {_when(float(time[i]))}"
+                f"{bar[n]:.1f} in {need} consecutive sample(s) from {_when(float(time[i]))}",
             )
     return out
 
 
-def _heartbeats(rows: _Rows, policy: Policy, now: float) -> tuple[dict[int, str], bool]:
+def _heartbeats(rows: _Rows, policy: Policy, now: float) -> tuple[dict[int, _Broken], bool]:
     """Silent nodes, and whether the samples carry heartbeats at all."""
     t = rows.table
     idx = rows.of(HEARTBEAT)
@@ -213,16 +233,24 @@ def _heartbeats(rows: _Rows, policy: Policy, now: float) -> tuple[dict[int, str]
     worst_inside = np.maximum.reduceat(time - previous, starts)
     last = time[starts + counts - 1]
     worst = np.maximum(worst_inside, now - last)
-    out: dict[int, str] = {}
+    out: dict[int, _Broken] = {}
     for i in np.flatnonzero(worst > limit):
-        out[int(node[starts[i]])] = (
+        s, c = int(starts[i]), int(counts[i])
+        # The silence began at the last heartbeat, or at the start of the longest gap.
+        began = float(last[i])
+        if worst_inside[i] > now - last[i]:
+            began = float(previous[s + int(np.argmax((time - previous)[s : s + c]))])
+        out[int(node[s])] = _Broken(
+            began,
+            float(worst[i]),
+            limit,
             f"silent for {worst[i]:.0f} s (limit {limit:g} s); last heartbeat at "
-            f"{_when(float(last[i]))}"
+            f"{_when(float(last[i]))}",
         )
     reporting = set(node[starts].tolist())
     live = set(t.node[rows.mask].tolist())
     for n in sorted(live - reporting):
-        out[n] = "no heartbeat in the window"
+        out[n] = _Broken(start, now - start, limit, "no heartbeat in the window")
     return out, True
 
 
@@ -240,7 +268,7 @@ def check_hard_rules(
     ``degraded``: per rule, strata where its signal is known to be degraded fleet-wide."""
     upto = table.time <= now
     rows = _Rows(table, upto & ~table.baseline, upto)
-    broken: dict[HardRule, dict[int, str]] = {
+    broken: dict[HardRule, dict[int, _Broken]] = {
         HardRule.DCGM_DIAG: _flagged(rows, DCGM_DIAG, "zero", "DCGM diagnostic failed"),
         HardRule.FATAL_XID: _fatal_xids(rows, policy),
         HardRule.BUSBW: _busbw(rows, policy),
@@ -254,7 +282,7 @@ def check_hard_rules(
         notes.append(NO_HEARTBEATS)
     unseen = sorted(set(roster) - set(table.nodes))
     strata = dict(roster) if isinstance(roster, Mapping) else {}
-    context = _Context(table, policy, degraded or {}, strata)
+    context = _Context(table, policy, degraded or {}, strata, now)
     findings = [
         f
         for rule in HardRule
@@ -269,13 +297,14 @@ class _Context:
     policy: Policy
     degraded: Mapping[HardRule, Collection[str]]
     unseen_strata: Mapping[str, str]  # roster node -> its stratum, when the caller knows it
+    now: float  # when a node with no sample at all is judged silent
 
     def stratum_of(self, node: str) -> str:
         """Where a node with no sample is compared: its own stratum, else the default."""
         return self.unseen_strata.get(node, DEFAULT_STRATUM)
 
     def findings(
-        self, rule: HardRule, broken: dict[int, str], unseen: list[str]
+        self, rule: HardRule, broken: dict[int, _Broken], unseen: list[str]
     ) -> list[RuleFinding]:
         """One finding per stratum where canary nodes break the rule."""
         t = self.table
@@ -304,13 +333,34 @@ class _Context:
         hits: list[int],
         canary_total: int,
         control: Ints,
-        broken: dict[int, str],
+        broken: dict[int, _Broken],
         unseen: list[str],
     ) -> RuleFinding:
         t = self.table
         names = [t.nodes[n] for n in hits] + unseen
-        details = [f"{t.nodes[n]}: {broken[n]}" for n in hits] + [
+        details = [f"{t.nodes[n]}: {broken[n].detail}" for n in hits] + [
             f"{n}: no sample at all in the window" for n in unseen
+        ]
+        hard = self.policy.hard_rules
+        limit = hard.heartbeat_interval_s * hard.heartbeat_missed_intervals
+        found = [
+            RuleHit(
+                node=t.nodes[n],
+                at=broken[n].at,
+                value=broken[n].value,
+                threshold=broken[n].threshold,
+                detail=broken[n].detail,
+            )
+            for n in hits
+        ] + [
+            RuleHit(
+                node=n,
+                at=self.now,
+                value=None,
+                threshold=limit,
+                detail="no sample at all in the window",
+            )
+            for n in unseen
         ]
         total = canary_total + len(unseen)
         control_hits = sum(1 for n in control.tolist() if n in broken)
@@ -341,4 +391,5 @@ class _Context:
             environmental=environmental,
             p_value=p,
             detail=f"{head}: {shown}",
+            hits=tuple(sorted(found, key=lambda h: (h.at, h.node))),
         )

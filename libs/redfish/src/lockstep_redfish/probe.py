@@ -17,7 +17,7 @@ from typing import Any
 
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
-from lockstep_redfish.errors import BmcError
+from lockstep_redfish.errors import BmcError, BmcUnavailable
 from lockstep_redfish.preflight import Intent, profile_refusals, push_method
 from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, facts_from, map_member, select_profile
@@ -57,9 +57,13 @@ class ProbeReport:
 
 
 async def _doc(bmc: BmcSession, path: str) -> dict[str, Any] | None:
-    """``path`` as a JSON object; None when the BMC has no such resource or refuses it."""
+    """``path`` as a JSON object; None when the BMC has no such resource or refuses it. A BMC
+    that does not answer is not a BMC without the resource: :class:`BmcUnavailable` goes on
+    (the updater's preflight retries it rather than refusing a component it did not read)."""
     try:
         body = (await bmc.get(path)).body
+    except BmcUnavailable:
+        raise
     except BmcError:
         return None
     return body if isinstance(body, dict) else None

@@ -16,7 +16,8 @@ validated by :class:`BmcProfile`; nothing vendor-specific is decided in code. It
   times the BMC takes, the ``UpdateParameters`` it needs, and the minimum gap between two
   pushes to one BMC (NVIDIA: pushes back to back exhaust a GB200 BMC's memory);
 - ``activation``: ``OperationApplyTime`` and the reset that makes an image run
-  (``ComputerSystem.Reset``, ``Manager.Reset``, ``Chassis.Reset`` power cycle of a tray);
+  (``ComputerSystem.Reset``, ``Manager.Reset``, ``Chassis.Reset`` power cycle of a tray), or
+  ``Stage`` then ``Activate`` (UpdateService v1_16_0);
 - ``taskless``: what a 2xx answer without a task monitor means, and how long to read the
   inventory back before calling it not written (one bound, used by ``tasks`` and ``update``);
 - ``downgrade``: the parameter that forces one (``ForceUpdate``); sent only under a signed
@@ -115,6 +116,9 @@ class Push(BaseModel):
     methods: list[PushMethod] = Field(min_length=1)  # in order of preference
     apply_times: list[str] = ["Immediate"]  # @Redfish.OperationApplyTime values it takes
     targets: TargetsFrom = TargetsFrom.MEMBER
+    # With ``targets = "related"``: the RelatedItem globs the BMC takes as a Target; a member
+    # whose RelatedItem is none of them is named itself.
+    related: list[str] = []
     parameters: dict[str, Any] = {}  # fixed UpdateParameters beyond Targets
     empty_targets_mean: str = "every applicable device"  # never sent empty (UpdateRequest)
     min_gap_s: float = Field(default=0.0, ge=0)  # between two pushes to one BMC
@@ -127,11 +131,16 @@ class Activation(BaseModel):
     reset: ResetKind = ResetKind.NONE
     reset_type: str | None = None  # ResetType of the reset action
     resource: str | None = None  # glob of the system/manager/chassis to reset
+    # Push with ``Stage`` (UpdateService v1_16_0: the image waits in the inactive bank) and
+    # run it with ``UpdateService.Activate`` (or ``SoftwareInventory.Activate``), DSP0268.
+    stage_and_activate: bool = False
 
     @model_validator(mode="after")
     def _reset_named(self) -> Activation:
         if self.reset is not ResetKind.NONE and not (self.reset_type and self.resource):
             raise ValueError(f"a {self.reset} reset needs reset_type and resource")
+        if self.stage_and_activate and self.reset is not ResetKind.NONE:
+            raise ValueError("stage_and_activate activates by Activate, not by a reset")
         return self
 
 
@@ -155,6 +164,9 @@ class Bank(BaseModel):
     kind: BankKind = BankKind.NONE
     action: str | None = None  # the UpdateService action (COMMIT_IMAGE)
     inactive_members: list[str] = []  # member id globs of the inactive image
+    # The components whose previous image the second bank keeps (Supermicro: BMC and BIOS have
+    # Backup_* entries, the HMC's GPUs none); empty: every component the profile maps.
+    components: list[Component] = []
 
     @model_validator(mode="after")
     def _action_named(self) -> Bank:

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -153,6 +154,10 @@ class UpdateResult:
     task: TaskOutcome | None = None
     activations: tuple[TaskOutcome, ...] = ()
     elapsed_s: float = 0.0
+
+
+def _any(globs: Sequence[str], value: str) -> bool:
+    return any(fnmatchcase(value, g) for g in globs)
 
 
 def _etag(headers: Mapping[str, str], body: Any) -> str | None:
@@ -280,13 +285,18 @@ class FirmwareUpdate:
         plan: Preflight,
         *,
         server: ImageServer | None = None,
+        targets: Sequence[str] | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> TaskRef:
         """Send ``image`` to ``plan.pending`` once, where ``plan`` (the preflight just made)
-        says (see the module docstring)."""
+        says (see the module docstring). ``targets``: what ``Targets`` names instead of the
+        members (a profile whose BMC takes their ``RelatedItem``, :meth:`related_targets`);
+        ``parameters``: the profile's fixed ``UpdateParameters`` beside them."""
         if not plan.pending:
             raise ValueError("nothing to push: every target is at the version")
-        parameters: dict[str, Any] = {
-            "Targets": list(plan.pending),
+        parameters = {
+            **(parameters or {}),
+            "Targets": list(plan.pending if targets is None else targets),
             "@Redfish.OperationApplyTime": request.apply_time,
         }
         if request.stage:  # only when asked: a service before v1_16_0 rejects the property
@@ -312,6 +322,30 @@ class FirmwareUpdate:
                 check=image.check,
             )
         return task_ref(reply, self.bmc.url(""))
+
+    async def related_targets(self, paths: Sequence[str], taken: Sequence[str]) -> list[str]:
+        """What ``Targets`` names for ``paths`` on a BMC that takes a member's device: the
+        member's first ``RelatedItem`` (SoftwareInventory v1_1_0) matching a glob of ``taken``
+        (Supermicro's BMC member -> ``/redfish/v1/Managers/1``), else the member itself; each
+        named once."""
+        found: list[str] = []
+        for path in paths:
+            body = (await self._get(path)).body
+            related = body.get("RelatedItem") if isinstance(body, dict) else None
+            items = [r.get("@odata.id") for r in related or [] if isinstance(r, dict)]
+            usable = [i for i in items if isinstance(i, str) and _any(taken, i)]
+            target = usable[0] if usable else path
+            if target not in found:
+                found.append(target)
+        return found
+
+    async def resources(self, pattern: str) -> list[str]:
+        """The resources ``pattern`` names: itself, or where its last segment is a glob
+        (``/redfish/v1/Systems/*``) the members of its collection that match, sorted."""
+        parent, _, last = pattern.rstrip("/").rpartition("/")
+        if not any(c in last for c in "*?["):
+            return [pattern]
+        return sorted(p for p in await self.collection(parent) if fnmatchcase(p, pattern))
 
     async def wait(self, ref: TaskRef) -> TaskOutcome:
         return await wait_for_task(
@@ -354,24 +388,12 @@ class FirmwareUpdate:
         base = self.bmc.url("")
         return [task_ref(r, base) for r in replies if r.status == 202 or "Location" in r.headers]
 
-    async def switch_bank(self, targets: tuple[str, ...]) -> list[TaskRef]:
-        """Run the image in each target's other bank again (an A/B flip back): the OEM
-        ``SwitchBank`` action a member offers in ``Actions.Oem`` (Redfish has no standard
-        action for it; ``SoftwareInventory.Activate`` activates a staged image). Refused for a
-        member that offers none. Returns the tasks to follow."""
-        replies = []
-        for path in targets:
-            doc = (await self._get(path)).body
-            actions = doc.get("Actions") if isinstance(doc, dict) else None
-            oem = actions.get("Oem") if isinstance(actions, dict) else None
-            found = oem.items() if isinstance(oem, dict) else ()
-            raw = next((v for k, v in found if k.endswith(".SwitchBank")), None)
-            target = raw.get("target") if isinstance(raw, dict) else None
-            if not isinstance(target, str):
-                raise UpdateRefused(f"{path} offers no bank switch (no OEM SwitchBank action)")
-            replies.append(await self._send(target, what="SwitchBank", json_body={}))
-        base = self.bmc.url("")
-        return [task_ref(r, base) for r in replies if r.status == 202 or "Location" in r.headers]
+    async def action(self, target: str, body: dict[str, Any], *, what: str) -> list[TaskRef]:
+        """POST an action (``target``) once: sent again only while the BMC cannot have taken
+        it (``_send``). Returns the task to follow, if it answered with one."""
+        reply = await self._send(target, what=what, json_body=body)
+        accepted = reply.status == 202 or "Location" in reply.headers
+        return [task_ref(reply, self.bmc.url(""))] if accepted else []
 
     async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
         """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager

@@ -30,6 +30,7 @@ from lockstep_planner.router import subscriptions
 from lockstep_planner.settings import Settings
 from lockstep_planner.store import IntentRow, Occupancy
 from lockstep_planner.worker import PlannerWorker
+from lockstep_redfish.profile import profile_named
 
 NAME = "planner"
 
@@ -94,6 +95,7 @@ def create_app(settings: Settings) -> ServiceApp:
         load_approvers_of(settings),
         rules=load_rules(settings.rules_file),
         gate_minimum=load_gate_minimum(settings),
+        bmc_profiles={hw: profile_named(p) for hw, p in settings.bmc_profiles.items()},
     )
     source = source_of(NAME)
     app = ServiceApp(

@@ -35,7 +35,7 @@ from lockstep_common.events.v1 import (
     WaveStratum,
 )
 from lockstep_common.maintenance import Schedule
-from lockstep_common.vocabulary import ChangeClass, clip_text
+from lockstep_common.vocabulary import ChangeClass, Component, clip_text
 from lockstep_planner.domain.classes import ClassPolicy, Policy
 from lockstep_planner.domain.compatibility import check_target
 from lockstep_planner.domain.fabric import FabricConflict, Lifecycle, claim
@@ -58,6 +58,8 @@ from lockstep_planner.fabric_domains import fresh
 from lockstep_planner.lifecycle import PLANNER, Timing, note, start
 from lockstep_planner.maintenance import schedules
 from lockstep_planner.store import BundleRow, IntentRow, PlannerTx, RolloutRow, WaveRow
+from lockstep_redfish.bank import keeps_previous_image
+from lockstep_redfish.profile import BmcProfile
 
 log = logging.getLogger(__name__)
 BUDGET_SETTING = "LOCKSTEP_PLANNER_DEFAULT_MAX_UNAVAILABLE"
@@ -78,6 +80,15 @@ class Planning:
     gate_minimum: GateMinimum | None = field(default=None, kw_only=True)
     """The healthgate policy's minimum sample per stratum; a plan that cannot meet it is
     refused (``domain.judgeable``)."""
+    bmc_profiles: Mapping[str, BmcProfile] = field(default_factory=dict, kw_only=True)
+    """Hardware profile -> the BMC profile its nodes' BMCs speak (``settings.bmc_profiles``):
+    whose answer orders a component reversible or one-way (``reversible``)."""
+
+    def reversible(self, hardware: str, component: Component) -> bool | None:
+        """Does the BMC of ``hardware`` keep ``component``'s previous image to run again? None:
+        no BMC profile is configured for it (the bundle's ``banks`` declaration stands)."""
+        profile = self.bmc_profiles.get(hardware)
+        return None if profile is None else keeps_previous_image(profile, component)
 
 
 def asked(intent: IntentSubmitted) -> dict[str, Any]:
@@ -143,7 +154,7 @@ def _request(
         PlanRequest(
             fleet=nodes,
             pools=pools,
-            bundle=bundle_of(bundle.stack_hash, bundle.components),
+            bundle=bundle_of(bundle.stack_hash, bundle.components, planning.reversible),
             scope=intent.scope,
             change_class=ChangeClass(intent.change_class),
             policy=planning.policy[ChangeClass(intent.change_class)],

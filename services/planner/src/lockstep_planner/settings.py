@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import Seconds, ServiceSettings
+from lockstep_redfish.profile import profile_named
 
 
 class Settings(ServiceSettings):
@@ -44,6 +45,14 @@ class Settings(ServiceSettings):
         description="Approvers trust store: <approver>.pem Ed25519 public keys, read again at each "
         "approval (a key added or removed counts without a restart). Without one, no "
         "approval verifies and classes that need approvals never start (fails closed).",
+    )
+    bmc_profiles: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hardware profile -> the BMC profile its nodes' BMCs speak (an id from "
+        'lockstep_redfish/profiles, e.g. {"gb200": "nvidia-gb200-nvl"}, as JSON). Its answer '
+        "orders the plan's layers: firmware a bundle calls A/B is one-way where that BMC keeps no "
+        'previous image to run again (docs/updater.md "Flip-back"). A hardware profile not '
+        "named here keeps its bundle's banks declaration; an unknown id refuses to start.",
     )
     default_max_unavailable: int = Field(
         default=8,
@@ -91,3 +100,10 @@ class Settings(ServiceSettings):
         description="A released wave none of whose nodes moved for this many seconds has its "
         "wave.planned published again (same event id: a broker that lost it; test plan A4).",
     )
+
+    @field_validator("bmc_profiles")
+    @classmethod
+    def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
+        for profile_id in value.values():
+            profile_named(profile_id)  # ValueError naming the known ones
+        return value

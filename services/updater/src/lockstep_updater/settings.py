@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import ServiceSettings
+from lockstep_redfish.profile import profile_named
 from lockstep_updater.domain.remedy import RemedyPolicy
 
 
@@ -106,6 +107,13 @@ class Settings(ServiceSettings):
     verify_settle_s: float = Field(
         default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."
     )
+    bmc_profiles: dict[str, str] = Field(
+        default_factory=dict,
+        description="BMC profiles named instead of the one preflight chooses from what the BMC "
+        "says (a JSON object): a node id or a hardware profile (SKU) -> a shipped profile id "
+        "(`lockstep bmc probe` lists them); a node's id wins over its SKU. An unknown profile "
+        "id is refused at start.",
+    )
     image_server_host: str | None = Field(
         default=None,
         description="Address BMCs without a multipart push URI pull images from (SimpleUpdate); "
@@ -149,6 +157,16 @@ class Settings(ServiceSettings):
         description="A GSP remedy takes its node out of service only while fewer of the pool's "
         "nodes than this are out (every rollout's included).",
     )
+
+    @field_validator("bmc_profiles")
+    @classmethod
+    def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, profile_id in value.items():
+            try:
+                profile_named(profile_id)
+            except ValueError as exc:
+                raise ValueError(f"bmc_profiles[{key!r}]: {exc}") from None
+        return value
 
     @property
     def agent_enabled(self) -> bool:

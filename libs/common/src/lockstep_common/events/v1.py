@@ -22,6 +22,7 @@ from lockstep_common.vocabulary import (
     GateVerdict,
     NodeId,
     ObservationSource,
+    RollbackMechanism,
     RolloutId,
     Severity,
     SiteId,
@@ -420,6 +421,11 @@ class DeviceRolledBack(_DeviceEvent):
     schema_version: ClassVar[int] = 1
 
     reason: Text = Field(description="Why it was rolled back.")
+    mechanism: RollbackMechanism | None = Field(
+        default=None,
+        description="How the previous version was put back (None: not recorded, an event from "
+        "before the field).",
+    )
 
 
 # --- health gate ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lockstep_common import canonical
 from lockstep_common.events.v1 import AttestedComponent, FleetNode
@@ -55,8 +55,19 @@ REMEDIABLE = frozenset({DriftKind.INCOMPATIBLE, DriftKind.GSP_MISMATCH})
 critical broken rule (``compatibility.check_target``)."""
 
 
-def kind_of(component: AttestedComponent) -> ComponentKind:
-    """The plan layer an image belongs to."""
+Reversible = Callable[[str, Component], bool | None]
+"""(hardware profile, component) -> whether that profile's BMC keeps the component's previous
+image to run again (``lockstep_redfish.bank.keeps_previous_image`` of its BMC profile); None
+where no BMC profile is known for the hardware profile."""
+
+
+def kind_of(
+    component: AttestedComponent, reversible: Reversible | None = None, *profiles: str
+) -> ComponentKind:
+    """The plan layer an image belongs to. Firmware the bundle calls A/B is one-way where the
+    BMC of any hardware profile it applies to (``component.profile`` and ``profiles``) keeps no
+    previous image to run (the BMC's answer, not the manifest's); where no BMC profile is
+    known, the bundle's ``banks`` stands."""
     name = Component(component.component)
     if name in SOFTWARE:
         return ComponentKind.SOFTWARE
@@ -66,12 +77,20 @@ def kind_of(component: AttestedComponent) -> ComponentKind:
         return ComponentKind.PSU_BBU
     if component.banks == "one_way":
         return ComponentKind.ONE_WAY_FIRMWARE
+    answers = {reversible(p, name) for p in {component.profile, *profiles}} if reversible else set()
+    if False in answers:
+        return ComponentKind.ONE_WAY_FIRMWARE
     return ComponentKind.AB_FIRMWARE
 
 
-def bundle_of(stack_hash: str, components: Sequence[AttestedComponent]) -> Bundle:
+def bundle_of(
+    stack_hash: str,
+    components: Sequence[AttestedComponent],
+    reversible: Reversible | None = None,
+) -> Bundle:
     """The planning model of an attested bundle: one component per (component, version), with
-    the hardware profiles it applies to, in manifest order."""
+    the hardware profiles it applies to, in manifest order; A/B or one-way as :func:`kind_of`
+    says with ``reversible``."""
     profiles: dict[tuple[str, str], set[str]] = defaultdict(set)
     first: dict[tuple[str, str], AttestedComponent] = {}
     for c in components:
@@ -81,7 +100,7 @@ def bundle_of(stack_hash: str, components: Sequence[AttestedComponent]) -> Bundl
     out = []
     for key, c in first.items():
         stage, activate = DURATIONS.get(c.activation, DURATIONS["reboot"])
-        kind = kind_of(c)
+        kind = kind_of(c, reversible, *profiles[key])
         out.append(
             BundleComponent(
                 name=key[0],

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lockstep_common.vocabulary import RollbackMechanism
 from lockstep_updater.domain.steps import NodeStep
 
 SCHEMA_VERSION = 1
@@ -109,6 +110,16 @@ class FirmwareProgress(Progress):
     activations: list[tuple[str | None, str | None]] = Field(default_factory=list)
     """The activation's tasks still to follow, (monitor, task) each."""
     activated_at: float | None = None
+    bmc_profile: str | None = None
+    """The BMC profile preflight chose for the node (``lockstep_redfish/profiles``), by id;
+    None: an item begun before profiles were chosen, which keeps that release's behaviour."""
+    unsure_since: float | None = None
+    """When an activation recorded but not known to be sent was first found looking unsent
+    (``steps.activation.resolve_uncertain``): it is concluded unsent only ``reachable_s``
+    later, a reset still under way having had its time."""
+    bmc_login: Literal["session", "basic"] | None = None
+    """How preflight logged in to the BMC (a session, or HTTP Basic over verified TLS where the
+    service root offers no SessionService); the later steps log in the same way."""
 
 
 class UpdateProgress(FirmwareProgress):
@@ -123,6 +134,9 @@ class RollbackProgress(FirmwareProgress):
 
     rollback: bool = False
     """Set by the flip back's preflight (the previous release read the flag)."""
+    mechanism: RollbackMechanism | None = None
+    """How the previous images are run again, chosen by the flip back's preflight from the
+    BMC's profile (``lockstep_redfish.flip_back``); None: an item from before the choice."""
 
 
 class RemedyProgress(Progress):

@@ -1,6 +1,8 @@
-"""``activating``: switch the staged images in (activate, or for a flip back switch banks),
-under the fence and the guard with ``activate_sent`` recorded first; the activation's tasks are
-followed in turns. One-way parts have no inactive bank: their write is the activation, so it
+"""``activating``: switch the staged images in (activate as the node's BMC profile says,
+``steps.activation``, or for a flip back switch banks), under the fence and the guard with
+``activate_sent`` recorded first; the activation's tasks are followed in turns. An activation
+recorded but not known to have been sent is resolved by reading the BMC (issue 29 item 6).
+One-way parts have no inactive bank: their write is the activation, so it
 waits for the drained node (seed 000: PSU/BBU power firmware)."""
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from lockstep_redfish.update import FirmwareUpdate
 from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import FirmwareProgress, Progress, RollbackProgress, firmware
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.steps import activation
+from lockstep_updater.steps.bmc_profile import profile_of, update_policy
 from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
+from lockstep_updater.steps.rollback import resume_flip_back, send_flip_back
 from lockstep_updater.store import Claim
 
 S = NodeStep
@@ -33,7 +38,12 @@ async def run(
         raise Stop(S.QUARANTINED, "the plan's attested bundle is no longer known")
     plans = held.components
     staged = [n for n, p in plans.items() if not p.done and p.banks == "ab"]
-    if staged and not held.activate_sent:
+    profile = None if rollback else profile_of(held)
+    if not rollback and held.activate_sent and held.activated_at is None:
+        await activation.resolve_uncertain(ctx, claim, node, held)  # item 6: ask the BMC
+    if profile is not None and not profile.activation.stage_and_activate:
+        events += await activation.by_profile(ctx, claim, node, target, held, profile, started)
+    elif staged and not held.activate_sent:
         decision = await ctx.check(
             claim, node, takes_out=False, progress=held, mark="activate_sent"
         )
@@ -41,11 +51,11 @@ async def run(
             held.ending = ending(decision)
             raise Stop(S.UNCORDONING, decision.reason)
         paths = tuple(t for n in staged for t in plans[n].targets)
-        async with ctx.session(node) as bmc:
+        async with ctx.session(node, held) as bmc:
             update = FirmwareUpdate(bmc, ctx.policy.update)
             try:
                 if rollback:
-                    refs = await update.switch_bank(paths)
+                    refs = await send_flip_back(update, held, paths)
                 else:
                     refs = await update.activate(paths)
             except BmcUnavailable:
@@ -56,6 +66,8 @@ async def run(
             held.activations = [(r.monitor, r.task) for r in refs]
             held.activated_at = ctx.wall()
             await ctx.save(claim, held)
+    elif rollback and held.activate_sent and held.activated_at is None:
+        await resume_flip_back(ctx, claim, node, held)  # recorded, never known sent: ask
     if held.activations:
         await _follow_activations(ctx, claim, node, held)
     events += [
@@ -81,8 +93,8 @@ async def _follow_activations(
     off; :class:`NotYet` while one still runs (the deadline counts from the activation)."""
     now = ctx.wall()
     since = now if progress.activated_at is None else progress.activated_at
-    async with ctx.session(node) as bmc:
-        update = FirmwareUpdate(bmc, ctx.policy.update)
+    async with ctx.session(node, progress) as bmc:
+        update = FirmwareUpdate(bmc, update_policy(ctx, profile_of(progress)))
         while progress.activations:
             monitor, task = progress.activations[0]
             waited = max(0.0, ctx.wall() - since)

@@ -17,6 +17,6 @@ LEADS_TO = frozenset({S.AWAITING_BMC, S.VERIFYING, S.QUARANTINED})
 async def run(
     ctx: StepContext, claim: Claim, node: FleetNode, progress: Progress, started: float
 ) -> None:
-    async with ctx.session(node) as bmc:
+    async with ctx.session(node, progress) as bmc:
         await bmc.get("/redfish/v1/")
     await ctx.commit(claim, S.VERIFYING, "", progress)

@@ -34,6 +34,7 @@ from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
 from lockstep_redfish import BmcTarget, RedfishClient
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
+from lockstep_redfish.profile import LoginMethod
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
 from lockstep_updater.domain.progress import (
@@ -54,6 +55,7 @@ from lockstep_updater.store import REMEDY, ROLLBACK, UPDATE, Claim, Target, Upda
 log = logging.getLogger(__name__)
 S = NodeStep
 Events = list[tuple[DeviceOutcome, EventData]]
+BorrowedSession = AbstractAsyncContextManager[KeptSession]
 
 
 def _always() -> bool:
@@ -126,12 +128,11 @@ class StepContext:
             found = await tx.update_item(claim.rollout_id, claim.node_id)
         return None if found is None else (found[0], load(UPDATE, found[1]))
 
-    def session(self, node: FleetNode) -> AbstractAsyncContextManager[KeptSession]:
+    def session(self, node: FleetNode, progress: Progress | None = None) -> BorrowedSession:
         """The node's Redfish session, borrowed for a block: logged in on the node's first
-        step, kept after it (logged out when the item ends or its claim is lost)."""
-        return self.sessions.borrow(
-            BmcTarget(node.node_id, node.bmc_url, allow_plain_http=node.allow_plain_http)
-        )
+        step (as ``progress`` records, ``bmc_target``), kept after it (logged out when the
+        item ends or its claim is lost)."""
+        return self.sessions.borrow(bmc_target(node, progress))
 
     def image(self, target: Target, entry: AttestedComponent) -> FirmwareImage:
         """The image's bytes from the attested bundle, hashed now against the manifest's
@@ -371,6 +372,17 @@ async def _complete_wave(tx: UpdaterTx, claim: Claim) -> None:
     )
     # Kept for a re-drive if the broker loses it (``Executor.redrive_completions``).
     await tx.completion_sent(result.rollout_id, result.wave, env.event_id)
+
+
+def bmc_target(node: FleetNode, progress: Progress | None = None) -> BmcTarget:
+    """The node's BMC, logged in to as ``progress`` recorded (``FirmwareProgress.bmc_login``)."""
+    login = progress.bmc_login if isinstance(progress, FirmwareProgress) else None
+    return BmcTarget(
+        node.node_id,
+        node.bmc_url,
+        allow_plain_http=node.allow_plain_http,
+        login=LoginMethod(login or LoginMethod.SESSION),
+    )
 
 
 def first_before(plan: ComponentPlan) -> str | None:

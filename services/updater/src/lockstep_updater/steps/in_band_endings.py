@@ -4,7 +4,7 @@ branch, or quarantined and escalated; with the ``device.*`` events each end carr
 from __future__ import annotations
 
 from lockstep_common.events.v1 import DeviceFailed, DeviceRolledBack, DeviceVerified
-from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
+from lockstep_common.vocabulary import Component, DeviceOutcome, RollbackMechanism, clip_text
 from lockstep_updater.domain.inband import AgentState
 from lockstep_updater.domain.progress import InBandProgress, InBandUnit
 from lockstep_updater.domain.steps import NodeStep
@@ -38,6 +38,7 @@ async def verified(
             to_version=work.fallback,
             duration_s=duration,
             reason=clip_text("; ".join(work.failures)),
+            mechanism=RollbackMechanism.IN_BAND_FALLBACK,
         )
         events.append((DeviceOutcome.ROLLED_BACK, rolled))
         reason = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lockstep_redfish import RetryPolicy
@@ -35,5 +36,12 @@ class ExecutorPolicy:
     inventory_backoff_max_s: float = 60.0
     remedy_max_unavailable: int = 1  # a pool's nodes out of service a GSP remedy may join
     reboot_deadline_s: float = 1800.0  # an in-band reboot not back by then: quarantined
+    # BMC profiles named instead of preflight's choice: node id or hardware profile (SKU) ->
+    # profile id (``Settings.bmc_profiles``); the node's id first.
+    bmc_profiles: Mapping[str, str] = field(default_factory=dict)
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     transport: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def profile_named_for(self, node_id: str, sku: str) -> str | None:
+        """The profile id named for the node (its id first, then its SKU); None: choose."""
+        return self.bmc_profiles.get(node_id) or self.bmc_profiles.get(sku)

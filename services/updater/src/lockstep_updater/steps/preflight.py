@@ -1,30 +1,30 @@
 """``preflight`` of a rollout's update: the guard and the maintenance windows, the attested
-bundle, the BMC account's privilege, and per component the members to write and the versions
-they run; a node already at the target ends ``done`` without a write."""
+bundle, the node's BMC profile and what it refuses (``bmc_profile``: the account's privilege,
+the login, unmapped components, the push method, the image size, a downgrade), and per
+component the members to write (the profile's member map) and the versions they run; a node
+already at the target ends ``done`` without a write. Nothing is cordoned before it passes."""
 
 from __future__ import annotations
 
 from lockstep_common.events.v1 import DeviceVerified, FleetNode
 from lockstep_common.vocabulary import Component, DeviceOutcome
-from lockstep_redfish.accounts import session_roles
 from lockstep_redfish.errors import BmcError, BmcUnavailable, ImageDigestMismatch
-from lockstep_redfish.preflight import UpdateRequest
-from lockstep_redfish.update import FirmwareUpdate
+from lockstep_redfish.preflight import Intent
+from lockstep_redfish.update import FirmwareUpdate, policy_for
 from lockstep_updater.adapters.member_devices import member_pci_ids
 from lockstep_updater.domain.guard import Verdict
-from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.progress import ComponentPlan, Progress, UpdateProgress
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.domain.targets import applicable_members, targets_for
-from lockstep_updater.steps import in_band
+from lockstep_updater.domain.targets import applicable_members
+from lockstep_updater.steps import bmc_profile, in_band
+from lockstep_updater.steps.bmc_profile import push_request
 from lockstep_updater.steps.context import Events, StepContext, entry_for
 from lockstep_updater.steps.ends import Stop, stop_unless_proceed
-from lockstep_updater.store import Claim
+from lockstep_updater.store import Claim, Target
 
 S = NodeStep
 LEADS_TO = frozenset({S.PREFLIGHT, S.STAGING, S.CORDONING, S.DONE, S.CANCELLED, S.FAILED})
 """Where a preflight of any kind goes (a remedy's straight to cordoning: nothing to stage)."""
-FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
 
 
 async def run(
@@ -52,40 +52,9 @@ async def run(
     if agent_side:
         entries = {name: entry_for(target, node, name) for name in agent_side}
         await in_band.plan_rollout(ctx, claim, node, target, entries, progress)
-    async with ctx.session(node) as bmc:
-        # Least privilege (reliability.md 7 H5): an Administrator-class account is refused
-        # before anything is read for the update, so nothing is ever written with it.
-        refusal = account_refusal(*await session_roles(bmc))
-        if refusal is not None:
-            raise Stop(S.FAILED, f"refused: {refusal}; nothing written")
-        update = FirmwareUpdate(bmc, ctx.policy.update)
-        members = await update.collection(FIRMWARE_INVENTORY)
-        for name in claim.components:
-            if name in agent_side:
-                continue
-            entry = entry_for(target, node, name)
-            paths = targets_for(Component(name), members)
-            if not paths:
-                raise Stop(S.FAILED, f"{name}: no FirmwareInventory member holds it")
-            image = ctx.image(target, entry)
-            # Only the members whose device the package declares (domain.targets).
-            paths = applicable_members(image.data, await member_pci_ids(bmc, paths))
-            if not paths:
-                raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
-            request = UpdateRequest(paths, entry.version, stage=entry.banks == "ab")
-            try:
-                plan = await update.preflight(image, request)
-            except (BmcError, ImageDigestMismatch) as exc:
-                if isinstance(exc, BmcUnavailable):
-                    raise
-                raise Stop(S.FAILED, f"{name}: {exc}") from None
-            plans[name] = ComponentPlan(
-                version=entry.version,
-                banks=entry.banks,
-                targets=list(plan.pending),
-                before=dict(plan.before),
-                done=not plan.pending,
-            )
+    bmc_side = [name for name in claim.components if name not in agent_side]
+    if bmc_side:  # nothing goes through the BMC otherwise: no profile to choose
+        plans = await _plan_bmc(ctx, node, target, progress, bmc_side)
     progress.components = plans
     if all(p.done for p in plans.values()) and progress.in_band is None:
         events: Events = [
@@ -107,3 +76,43 @@ async def run(
         )
         return
     await ctx.commit(claim, S.STAGING, "", progress)
+
+
+async def _plan_bmc(
+    ctx: StepContext,
+    node: FleetNode,
+    target: Target,
+    progress: UpdateProgress,
+    names: list[str],
+) -> dict[str, ComponentPlan]:
+    """The BMC's profile chosen (refused with one line where it must not be flashed), then
+    per component the members to write and the versions they run (read, nothing written)."""
+    plans: dict[str, ComponentPlan] = {}
+    entries = {name: entry_for(target, node, name) for name in names}
+    intents = [Intent(Component(n), e.version, e.size) for n, e in entries.items()]
+    chosen = await bmc_profile.choose(ctx, node, progress, intents)
+    async with ctx.session(node, progress) as bmc:
+        update = FirmwareUpdate(bmc, policy_for(chosen.profile, ctx.policy.update))
+        for name, entry in entries.items():
+            paths = chosen.member_paths(Component(name))
+            image = ctx.image(target, entry)
+            # Only the members whose device the package declares (domain.targets).
+            paths = applicable_members(image.data, await member_pci_ids(bmc, paths))
+            if not paths:
+                raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
+            chosen.refuse_downgrade(Intent(Component(name), entry.version), paths)
+            request = push_request(chosen.profile, paths, entry.version, stage=entry.banks == "ab")
+            try:
+                plan = await update.preflight(image, request)
+            except (BmcError, ImageDigestMismatch) as exc:
+                if isinstance(exc, BmcUnavailable):
+                    raise
+                raise Stop(S.FAILED, f"{name}: {exc}") from None
+            plans[name] = ComponentPlan(
+                version=entry.version,
+                banks=entry.banks,
+                targets=list(plan.pending),
+                before=dict(plan.before),
+                done=not plan.pending,
+            )
+    return plans

@@ -17,11 +17,13 @@ from lockstep_redfish.errors import (
 )
 from lockstep_redfish.models import UpdatableSoftware
 from lockstep_redfish.preflight import Method, UpdateRequest
+from lockstep_redfish.profile import BmcProfile, TargetsFrom
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate
 from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import ComponentPlan, FirmwareProgress, PushTask
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.steps.bmc_profile import profile_of, push_request, update_policy
 from lockstep_updater.steps.context import StepContext, entry_for
 from lockstep_updater.steps.ends import NotYet, Stop, failure_end, stop_unless_proceed
 from lockstep_updater.store import Claim, Target
@@ -42,12 +44,14 @@ async def push(
 ) -> None:
     """Push ``name``'s image (``stage``: to the inactive bank, the node still in service),
     or, where an earlier run recorded it as sent, follow what became of it."""
-    request = UpdateRequest(tuple(plan.targets), plan.version, stage=stage)
-    async with ctx.session(node) as bmc:
-        update = FirmwareUpdate(bmc, ctx.policy.update)
+    profile = profile_of(progress)
+    request = push_request(profile, plan.targets, plan.version, stage=stage)
+    async with ctx.session(node, progress) as bmc:
+        update = FirmwareUpdate(bmc, update_policy(ctx, profile))
         if plan.sent:
             await _after_unknown_push(ctx, update, claim, name, plan, request)
             return
+        _keep_gap(ctx, profile, progress, name)
         entry = entry_for(target, node, name)
         image = ctx.image(target, entry)  # fetched and re-hashed right before the push
         try:
@@ -64,8 +68,16 @@ async def push(
         if decision.verdict is not Verdict.PROCEED:
             plan.sent = False
         stop_unless_proceed(decision)
+        related = profile is not None and profile.push.targets is TargetsFrom.RELATED
         try:
-            ref = await update.push(image, request, checked, server=ctx.image_server)
+            ref = await update.push(
+                image,
+                request,
+                checked,
+                server=ctx.image_server,
+                targets=await _targets(update, profile, checked.pending) if related else None,
+                parameters=None if profile is None else profile.push.parameters,
+            )
         except ImageDigestMismatch as exc:
             plan.sent = False  # checked right before sending: nothing left this host
             raise Stop(failure_end(claim), f"{name}: {exc}") from None
@@ -88,6 +100,25 @@ async def push(
         finally:
             if ctx.image_server is not None:
                 ctx.image_server.withdraw(image)
+
+
+async def _targets(
+    update: FirmwareUpdate, profile: BmcProfile | None, pending: tuple[str, ...]
+) -> list[str]:
+    """``Targets`` naming the devices the profile's BMC takes (``push.related``)."""
+    return await update.related_targets(pending, profile.push.related if profile else ())
+
+
+def _keep_gap(
+    ctx: StepContext, profile: BmcProfile | None, progress: FirmwareProgress, name: str
+) -> None:
+    """:class:`NotYet` until the profile's ``min_gap_s`` has passed since the last push to
+    this BMC (NVIDIA nvfwupd ``UPDATE_DELAY``: pushes back to back exhaust a BMC's memory)."""
+    gap = 0.0 if profile is None else profile.push.min_gap_s
+    sent = [p.task.since for p in progress.components.values() if p.task and p.task.since]
+    left = gap - (ctx.wall() - max(sent)) if sent and gap else 0.0
+    if left > 0:
+        raise NotYet(f"{name}: {left:.0f}s more between pushes to this BMC (its profile's gap)")
 
 
 async def _follow(

@@ -1,23 +1,48 @@
 """``preflight`` of a flip back after a tripped gate (kind ``rollback``): once the node's update
-has ended, which of its A/B images did it activate? None: nothing to undo. Else the previous
-images, still in the other bank, are the targets of the usual steps from cordoning on (drain,
-switch banks, wait for the BMC, read back, give the node back)."""
+has ended, which of its A/B images did it activate, does the BMC show them running, and how can
+this BMC run the previous ones again? Then the usual steps from cordoning on (drain, run the
+previous images, wait for the BMC, read back, give the node back), the activation's write being
+:func:`send_flip_back` (docs/updater.md "Flip-back").
+
+Asked before anything is written or drained:
+
+- nothing activated, or the BMC reads every activated member at its previous version already (a
+  worker died between recording the activation and sending it): nothing to flip back, the item
+  ends ``cancelled`` with no write (issue 29, item 6);
+- the BMC's profile (the one the update chose, ``bmc_profile``, else the one its answers select)
+  says how (``lockstep_redfish.flip_back.mechanism_for``): ``inactive_image`` runs the image the
+  BMC keeps in its other bank (each found first: a BMC that lacks one fails the item before the
+  drain, ``lockstep_redfish.flip_back.find_inactive``); ``reflash`` (one-way) needs the
+  previous attested image written again, which this release does not automate: the item fails
+  with that one line, the node never drained. The simulator's own dialect, which matches no
+  vendor profile, keeps its OEM ``SwitchBank`` action (no real BMC offers it) where every
+  member offers it, as the mechanism ``simulator_switch_bank``.
+"""
 
 from __future__ import annotations
 
 from lockstep_common.events.v1 import FleetNode
+from lockstep_common.vocabulary import RollbackMechanism
+from lockstep_redfish.errors import BmcError, BmcUnavailable, UpdateRefused
+from lockstep_redfish.flip_back import find_inactive, mechanism_for, profile_of, run_inactive
+from lockstep_redfish.profile import BmcProfile, profile_named
+from lockstep_redfish.tasks import TaskRef
+from lockstep_redfish.update import FirmwareUpdate
+from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import (
     ComponentPlan,
+    FirmwareProgress,
     Progress,
     RollbackProgress,
     UpdateProgress,
 )
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.steps.context import StepContext
-from lockstep_updater.steps.ends import Stop
+from lockstep_updater.steps.ends import Stop, ending
 from lockstep_updater.store import Claim
 
 S = NodeStep
+SIMULATOR_SWITCH_BANK = ".SwitchBank"  # the simulator's Actions.Oem #LockstepSim.SwitchBank
 
 
 async def run(
@@ -42,7 +67,6 @@ async def run(
             claim, S.CANCELLED, "nothing was activated: nothing to flip back", progress
         )
         return
-    progress.rollback = True
     progress.components = {}
     for name, plan in activated.items():
         previous = [v for v in plan.before.values() if v]
@@ -55,5 +79,121 @@ async def run(
             before=dict.fromkeys(plan.targets, plan.version),
             staged=True,  # the previous image waits in the other bank
         )
+    # Logged in as the update was (a BMC offering only HTTP Basic over verified TLS, say).
+    progress.bmc_login = done.bmc_login
+    async with ctx.session(node, progress) as bmc:
+        update_ = FirmwareUpdate(bmc, ctx.policy.update)
+        try:
+            running = await _still_new(update_, progress.components)
+            if not running:
+                await ctx.commit(
+                    claim,
+                    S.CANCELLED,
+                    "the BMC reads every activated device at its previous version: "
+                    "nothing was activated, nothing to flip back",
+                    progress,
+                )
+                return
+            progress.components = running
+            profile = profile_named(done.bmc_profile) if done.bmc_profile else await profile_of(bmc)
+            progress.bmc_profile = profile.id
+            progress.mechanism = await _mechanism(update_, profile, running)
+        except BmcUnavailable:
+            raise
+        except BmcError as exc:
+            raise Stop(S.FAILED, f"flip back: {exc}") from None
+    progress.rollback = True
     # Through staging (nothing to push: every image is in place) to cordoning.
-    await ctx.commit(claim, S.STAGING, "flip back: the previous images", progress)
+    await ctx.commit(claim, S.STAGING, f"flip back ({progress.mechanism})", progress)
+
+
+async def _still_new(
+    update: FirmwareUpdate, plans: dict[str, ComponentPlan]
+) -> dict[str, ComponentPlan]:
+    """The plans with a member the BMC does not read at the previous version (GETs only)."""
+    out = {}
+    for name, plan in plans.items():
+        members = await update.members(tuple(plan.targets))
+        if any(m.item.Version != plan.version for m in members.values()):
+            out[name] = plan
+    return out
+
+
+async def _mechanism(
+    update: FirmwareUpdate, profile: BmcProfile, plans: dict[str, ComponentPlan]
+) -> RollbackMechanism:
+    mechanism = mechanism_for(profile)
+    if mechanism is RollbackMechanism.INACTIVE_IMAGE:
+        for plan in plans.values():  # each previous image is there, or nothing is drained
+            for target in plan.targets:
+                await find_inactive(update, profile, target, plan.version)
+        return mechanism
+    targets = [t for plan in plans.values() for t in plan.targets]
+    if all([await _switch_target(update, t) is not None for t in targets]):
+        return RollbackMechanism.SIMULATOR_SWITCH_BANK
+    versions = ", ".join(f"{n} {p.version}" for n, p in plans.items())
+    raise Stop(
+        S.FAILED,
+        f"one-way: profile {profile.id} keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image ({versions}), not automated: re-flash by hand",
+    )
+
+
+async def resume_flip_back(
+    ctx: StepContext, claim: Claim, node: FleetNode, progress: FirmwareProgress
+) -> None:
+    """A flip-back whose write was recorded as sent but never known to be (the worker died in
+    between, issue 29 item 6): where its mechanism lets the BMC tell (``inactive_image``:
+    ``run_inactive`` reads before it writes), send only what is missing, under the guard as
+    the first send was; elsewhere the read-back decides."""
+    if not (
+        isinstance(progress, RollbackProgress)
+        and progress.mechanism is RollbackMechanism.INACTIVE_IMAGE
+    ):
+        return
+    decision = await ctx.check(claim, node, takes_out=False, progress=progress)
+    if decision.verdict is not Verdict.PROCEED:
+        progress.ending = ending(decision)
+        raise Stop(S.UNCORDONING, decision.reason)
+    plans = progress.components
+    paths = tuple(t for p in plans.values() if not p.done for t in p.targets)
+    async with ctx.session(node) as bmc:
+        try:
+            refs = await send_flip_back(FirmwareUpdate(bmc, ctx.policy.update), progress, paths)
+        except BmcUnavailable:
+            raise
+        except BmcError as exc:
+            raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+    progress.activations = [(r.monitor, r.task) for r in refs]
+    progress.activated_at = ctx.wall()
+    await ctx.save(claim, progress)
+
+
+async def send_flip_back(
+    update: FirmwareUpdate, progress: FirmwareProgress, paths: tuple[str, ...]
+) -> list[TaskRef]:
+    """Run the previous images on ``paths`` as the flip back's preflight chose (the write of
+    ``activating``'s flip-back branch, sent once: ``activate_sent`` is recorded first)."""
+    mechanism = progress.mechanism if isinstance(progress, RollbackProgress) else None
+    if mechanism is RollbackMechanism.INACTIVE_IMAGE and progress.bmc_profile:
+        previous = {t: p.version for p in progress.components.values() for t in p.targets}
+        wanted = {t: previous[t] for t in paths}
+        return await run_inactive(update, profile_named(progress.bmc_profile), wanted)
+    refs = []  # the simulator's SwitchBank (and an item from before the choice)
+    for path in paths:
+        target = await _switch_target(update, path)
+        if target is None:
+            raise UpdateRefused(f"{path} offers no bank switch (no OEM SwitchBank action)")
+        refs += await update.action(target, {}, what="SwitchBank")
+    return refs
+
+
+async def _switch_target(update: FirmwareUpdate, path: str) -> str | None:
+    """The target of the simulator's OEM ``SwitchBank`` a member offers, if it offers one."""
+    doc = (await update.bmc.request("GET", path)).body
+    actions = doc.get("Actions") if isinstance(doc, dict) else None
+    oem = actions.get("Oem") if isinstance(actions, dict) else None
+    found = oem.items() if isinstance(oem, dict) else ()
+    raw = next((v for k, v in found if k.endswith(SIMULATOR_SWITCH_BANK)), None)
+    target = raw.get("target") if isinstance(raw, dict) else None
+    return target if isinstance(target, str) else None

@@ -1,6 +1,8 @@
 """``staging``: push each A/B image to its inactive bank while the node still runs its jobs
-(impactless staging, standards.md section 2). Every target found at the version meanwhile
-(written by someone else): done without a drain."""
+(impactless staging, standards.md section 2), where the node's BMC profile lets the written
+image wait (``Stage``, or the profile's activation reset; ``bmc_profile.stages_in_service``):
+a profile whose push runs the image at once has it pushed in ``activating``, drained. Every
+target found at the version meanwhile (written by someone else): done without a drain."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from lockstep_common.events.v1 import DeviceStaged, FleetNode
 from lockstep_common.vocabulary import DeviceOutcome
 from lockstep_updater.domain.progress import Progress, UpdateProgress, firmware
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.steps.bmc_profile import profile_of, stages_in_service
 from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import Stop
 from lockstep_updater.steps.push import push
@@ -25,8 +28,9 @@ async def run(
     target = await ctx.target(claim)
     if target is None:
         raise Stop(S.FAILED, "the plan's attested bundle is no longer known")
+    in_service = stages_in_service(profile_of(held))
     for name, plan in held.components.items():
-        if plan.done or plan.banks != "ab" or plan.staged:
+        if plan.done or plan.banks != "ab" or plan.staged or not in_service:
             continue
         await push(ctx, claim, node, target, name, plan, held, stage=True)
         if plan.done:

@@ -30,7 +30,7 @@ async def run(
     held = firmware(progress)
     rollback = isinstance(held, RollbackProgress) and held.rollback
     events: Events = []
-    async with ctx.session(node) as bmc:
+    async with ctx.session(node, held) as bmc:
         update = FirmwareUpdate(bmc, ctx.policy.update)
         for name, plan in held.components.items():
             if plan.done:
@@ -52,6 +52,7 @@ async def run(
                     to_version=plan.version,
                     duration_s=round(ctx.clock.monotonic() - started, 3),
                     reason=f"gate tripped on wave {claim.wave}",
+                    mechanism=held.mechanism if isinstance(held, RollbackProgress) else None,
                 )
                 events.append((DeviceOutcome.ROLLED_BACK, rolled))
                 continue

@@ -1,0 +1,88 @@
+"""The plan's reversible -> one-way ordering asks the BMC profile, not the manifest (issue 29,
+item 2): firmware a bundle calls A/B is one-way where the BMC of its hardware profile keeps no
+previous image to run again (NVIDIA: a flip-back is a re-flash; Supermicro: only BMC and BIOS
+have a backup bank), so a plan of a class that forbids one-way work says so before approval; a
+hardware profile with no BMC profile configured keeps the bundle's declaration."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pydantic import ValidationError
+
+from lockstep_common.compatibility.files import packaged_rules
+from lockstep_common.envelope import make_envelope
+from lockstep_common.vocabulary import ChangeClass, Component
+from lockstep_planner.adapters.policy_file import packaged_policy
+from lockstep_planner.domain.fleet import ComponentKind
+from lockstep_planner.domain.intake import bundle_of
+from lockstep_planner.handlers import on_bundle_attested, rollout_id_of
+from lockstep_planner.lifecycle import Timing
+from lockstep_planner.planning import Planning, decide
+from lockstep_planner.settings import Settings
+from lockstep_planner.store import IntentRow
+from lockstep_planner.testing.kit import attested, fleet_node, image, intent
+from lockstep_planner.testing.memory_store import MemoryStore
+from lockstep_redfish.profile import profile_named
+
+pytestmark = pytest.mark.unit
+GPU, BMC = Component.GPU_VBIOS, Component.BMC
+
+
+def planning(**bmc_profiles: str) -> Planning:
+    return Planning(
+        packaged_policy(),
+        8,
+        Timing(),
+        {},
+        rules=packaged_rules(),
+        bmc_profiles={hw: profile_named(p) for hw, p in bmc_profiles.items()},
+    )
+
+
+def kinds(p: Planning, *extra: str) -> dict[str, ComponentKind]:
+    parts = [image(GPU, "2", activation="reset"), image(BMC, "2", activation="reset")]
+    parts += [image(BMC, "2", activation="reset", profile=hw) for hw in extra]
+    return {c.name: c.kind for c in bundle_of("s" * 64, parts, p.reversible).components}
+
+
+def test_the_bmc_profile_decides_whether_ab_firmware_is_reversible() -> None:
+    ab, one_way = ComponentKind.AB_FIRMWARE, ComponentKind.ONE_WAY_FIRMWARE
+    assert kinds(planning()) == {"gpu_vbios": ab, "bmc": ab}  # no BMC known: the manifest's
+    assert kinds(planning(gb200="nvidia-gb200-nvl")) == {"gpu_vbios": one_way, "bmc": one_way}
+    assert kinds(planning(gb200="dmtf-generic")) == {"gpu_vbios": one_way, "bmc": one_way}
+    assert kinds(planning(gb200="supermicro-x13")) == {"gpu_vbios": one_way, "bmc": ab}
+    # One image for two hardware profiles: one-way if either BMC cannot run it again.
+    mixed = planning(gb200="supermicro-x13", **{"hgx-h100": "nvidia-hgx"})
+    assert kinds(mixed, "hgx-h100")["bmc"] is one_way
+
+
+@pytest.mark.parametrize(("bmc_profile", "refused"), [("nvidia-gb200-nvl", True), (None, False)])
+async def test_a_plan_says_one_way_before_approval_where_the_bmc_keeps_no_previous_image(
+    bmc_profile: str | None, refused: bool
+) -> None:
+    store = MemoryStore()
+    bundle = attested(image(GPU, "97.00.9A.00.01", activation="reset"))
+    async with store.transaction() as tx:
+        await on_bundle_attested(tx, make_envelope(bundle, source="/t"), now=store.now)
+    asked = intent(bundle, change_class=ChangeClass.ROUTINE, dry_run=True)
+    row = IntentRow(asked.intent_id, uuid.uuid4(), rollout_id_of(asked.intent_id), asked, store.now)
+    fleet = [fleet_node(i) for i in range(12)]
+    p = planning(gb200=bmc_profile) if bmc_profile else planning()
+    async with store.transaction() as tx:
+        decision = await decide(tx, row, fleet, p, store.now)
+    one_way = (
+        "change class routine does not allow one-way components (gpu_vbios); use a class that "
+        "does (power_fabric)"
+    )
+    assert (one_way in decision.reasons) is refused, decision.reasons
+    assert (decision.rollout is None) is refused
+
+
+def test_an_unknown_bmc_profile_is_refused_at_start_naming_the_known() -> None:
+    with pytest.raises(ValidationError, match=r"no BMC profile 'dell' \(known: dmtf-generic, "):
+        Settings(bmc_profiles={"gb200": "dell"})
+    assert Settings(bmc_profiles={"gb200": "supermicro-x13"}).bmc_profiles == {
+        "gb200": "supermicro-x13"
+    }

@@ -1,0 +1,50 @@
+"""The profile's minimum gap between two pushes to one BMC (NVIDIA nvfwupd ``UPDATE_DELAY``:
+pushes back to back exhaust a GB200 BMC's memory): a push waits (``NotYet``, tried again after
+``retry_s``) until the gap since the last push to the same BMC has passed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import pytest
+
+from lockstep_redfish.profile import profile_named
+from lockstep_updater.domain.progress import ComponentPlan, PushTask, UpdateProgress
+from lockstep_updater.steps.context import StepContext
+from lockstep_updater.steps.ends import NotYet
+from lockstep_updater.steps.push import _keep_gap
+
+pytestmark = pytest.mark.unit
+GB200 = profile_named("nvidia-gb200-nvl")  # min_gap_s 30
+
+
+@dataclass
+class Clock:
+    now: float
+
+    def wall(self) -> float:
+        return self.now
+
+
+def progress(pushed_at: float | None) -> UpdateProgress:
+    sent = ComponentPlan(version="2", banks="ab", targets=["/a"], before={}, sent=True)
+    if pushed_at is not None:
+        sent.task = PushTask(monitor="/t/1", since=pushed_at)
+    nic = ComponentPlan(version="3", banks="ab", targets=["/b"], before={})
+    return UpdateProgress(components={"gpu_vbios": sent, "nic": nic})
+
+
+def test_a_push_waits_for_the_profiles_gap_after_the_last_push_to_its_bmc() -> None:
+    ctx = cast(StepContext, Clock(1000.0 + 12))
+    with pytest.raises(NotYet, match=r"nic: 18s more between pushes to this BMC"):
+        _keep_gap(ctx, GB200, progress(1000.0), "nic")
+
+
+def test_a_push_goes_once_the_gap_passed_or_where_none_is_declared() -> None:
+    _keep_gap(cast(StepContext, Clock(1030.0)), GB200, progress(1000.0), "nic")
+    _keep_gap(
+        cast(StepContext, Clock(1001.0)), profile_named("dmtf-generic"), progress(1000.0), "nic"
+    )
+    _keep_gap(cast(StepContext, Clock(1001.0)), None, progress(1000.0), "nic")
+    _keep_gap(cast(StepContext, Clock(1001.0)), GB200, progress(None), "nic")  # first push
