@@ -13,7 +13,9 @@ the demo's bundle attests; serving other bytes is how a tampered mirror is simul
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from lockstep_agent.commands import Executor
 from lockstep_common.events.v1 import NodeReading
@@ -32,23 +34,55 @@ def default_packages() -> dict[str, bytes]:
     return {version: package_bytes(version) for version in CATALOG}
 
 
+STEPS = {
+    ("apt-get", "install"): "install-driver",
+    ("dkms", "autoinstall"): "rebuild-dkms",
+    ("systemctl", "reboot"): "reboot",
+}
+"""The programs that change a node's in-band state, by the in-band step they carry out."""
+
+
 class SimHost:
     """``lockstep_agent.commands.Host`` on one simulated node. Every argv it was asked to run
-    is kept in ``ran``, in order (the agent's side of the ledger)."""
+    is kept in ``ran``, in order (the agent's side of the ledger); every step that changes the
+    node (install, DKMS build, reboot) goes to ``ledger`` too: ``{"at", "node", "step",
+    "outcome"}``, the outcome the node's phase after it, or ``refused``."""
 
-    def __init__(self, software: NodeSoftware, packages: Mapping[str, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        software: NodeSoftware,
+        packages: Mapping[str, bytes] | None = None,
+        ledger: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.software = software
         self.packages = default_packages() if packages is None else packages
         self.ran: list[tuple[str, ...]] = []
+        self.ledger: list[dict[str, Any]] = [] if ledger is None else ledger
 
     def run(self, argv: Sequence[str], cwd: Path | None = None) -> tuple[int, str]:
         self.ran.append(tuple(argv))
         try:
-            return self._run(tuple(argv), cwd)
+            rc, out = self._run(tuple(argv), cwd)
         except InvalidTransition as exc:
-            return 1, f"{argv[0]}: refused in phase {self.software.phase.value}: {exc}"
+            rc, out = 1, f"{argv[0]}: refused in phase {self.software.phase.value}: {exc}"
         except KeyError as exc:
-            return APT_NOT_FOUND, f"E: no driver release {exc} in the simulator's catalogue"
+            rc, out = APT_NOT_FOUND, f"E: no driver release {exc} in the simulator's catalogue"
+        step = STEPS.get((argv[0], argv[1]) if len(argv) > 1 else (argv[0], ""))
+        if step is not None:
+            self.ledger.append(
+                {
+                    "at": datetime.now(UTC).isoformat(),
+                    "node": self.software.node_id,
+                    "step": step,
+                    "outcome": self.software.phase.value if rc == 0 else "refused",
+                }
+            )
+        return rc, out
+
+    def steps(self) -> list[str]:
+        """The steps this node carried out, in order (refused ones left out)."""
+        mine = (e for e in self.ledger if e["node"] == self.software.node_id)
+        return [e["step"] for e in mine if e["outcome"] != "refused"]
 
     def _run(self, argv: tuple[str, ...], cwd: Path | None) -> tuple[int, str]:
         match argv:
@@ -95,8 +129,12 @@ def reader(software: NodeSoftware) -> Callable[[], NodeReading]:
 
 
 def sim_executor(
-    software: NodeSoftware, journal: Path, packages: Mapping[str, bytes] | None = None
+    software: NodeSoftware,
+    journal: Path,
+    packages: Mapping[str, bytes] | None = None,
+    ledger: list[dict[str, Any]] | None = None,
 ) -> tuple[Executor, SimHost]:
-    """The agent's executor for one simulated node, journaling to ``journal``."""
-    host = SimHost(software, packages)
+    """The agent's executor for one simulated node, journaling to ``journal`` (its steps to
+    ``ledger``, see ``SimHost``)."""
+    host = SimHost(software, packages, ledger)
     return Executor(journal, host, manager="apt", reader=reader(software)), host
