@@ -120,3 +120,14 @@ async def test_the_fallback_branch_no_bundle_attests_is_never_sent(
     with pytest.raises(AgentRefused, match="no attested package"):
         await bus.agent.install_driver(fallback, OLD)
     assert host(w, node).ran == []
+
+
+async def test_only_a_node_a_command_reached_opens_its_journal(world: World, bus: AgentBus) -> None:
+    """A simulated fleet of thousands keeps no journal open for nodes no command reaches."""
+    w = world
+    assert w.rt.commands_dir is not None
+    journals = {n.id: w.rt.commands_dir / n.id / "commands.sqlite" for n in w.rt.fleet}
+    assert not any(j.exists() for j in journals.values())
+    node = w.rt.fleet[1].id
+    assert (await bus.agent.state(_order(w, node))).driver == OLD
+    assert [n for n, j in journals.items() if j.exists()] == [node]

@@ -41,10 +41,9 @@ from lockstep_sim.started import Started
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-    from lockstep_agent.commands import Executor
     from lockstep_common.natsconn import NatsAccess
     from lockstep_common.subjects import Namespace
-    from lockstep_sim.agents.commands import SimHost
+    from lockstep_sim.agents.commands import LazyExecutor, SimHost
     from lockstep_sim.agents.publisher import AgentFleet
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ class FleetRuntime(Started):
         self.packages = packages
         self.command_hosts: dict[str, SimHost] = {}
         """Each node's simulated host, with every program the agent ran on it (``ran``)."""
-        self._executors: list[Executor] = []
+        self._executors: list[LazyExecutor] = []
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
@@ -244,17 +243,15 @@ class FleetRuntime(Started):
         """``node_id``'s agent answers the updater's in-band commands on ``nc`` from now on:
         the real agent's command channel and executor on the node's simulated host."""
         from lockstep_agent.command_channel import CommandChannel
-        from lockstep_sim.agents.commands import sim_executor
+        from lockstep_sim.agents.commands import LazyExecutor
 
         site = self.simulator.bmc(node_id).node.site
         if self.commands_dir is None:
             self.commands_dir = self._temporary = Path(tempfile.mkdtemp(prefix="lockstep-agents-"))
         journal = self.commands_dir / node_id / "commands.sqlite"
-        executor, host = sim_executor(
-            self.software[node_id], journal, self.packages, self.agent_ledger
-        )
+        executor = LazyExecutor(self.software[node_id], journal, self.packages, self.agent_ledger)
         self._executors.append(executor)
-        self.command_hosts[node_id] = host
+        self.command_hosts[node_id] = executor.host
         await CommandChannel(executor, ns, site, node_id).subscribe(nc)
 
     async def _start_own_agents(self, access: Callable[[str], NatsAccess]) -> None:
