@@ -122,6 +122,14 @@ class StepContext:
         async with self.store.transaction() as tx:
             return await tx.target(claim.rollout_id)
 
+    async def attested(
+        self, node: FleetNode, component: Component, version: str
+    ) -> tuple[Target, AttestedComponent] | None:
+        """The latest attested bundle naming ``component`` at ``version`` for the node's
+        profile, with that entry; None when no bundle does."""
+        async with self.store.transaction() as tx:
+            return await tx.attested(node.profile, component.value, version)
+
     async def update_item(self, claim: Claim) -> tuple[NodeStep, Progress] | None:
         """The state and progress of the node's update item in the claim's rollout, if any."""
         async with self.store.transaction() as tx:
