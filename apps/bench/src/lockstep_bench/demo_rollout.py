@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from lockstep_sim.runtime import FleetRuntime
 
 TIME_SCALE = 0.002  # real seconds per simulated BMC minute: a 15-minute GPU flash takes 30 ms
-SOAK_S = 4  # each wave soaks this long: 4 health reports per node at the agents' cadence
+SOAK_S = 4  # each wave soaks this long: 16 health reports per node at the agents' cadence
 APPROVER = "alice"
 SCOPE = ScopeSelector(sites=("site-ams1",), profiles=("gb200",))
 PUSH = "update-multipart"  # the BMC ledger's action for a POST to MultipartHttpPushUri
