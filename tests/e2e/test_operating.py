@@ -20,6 +20,8 @@ import pytest
 from lockstep_cli.polling import until
 from tests.e2e.test_up import LOCKSTEP, Up
 
+AGENT = str(Path(LOCKSTEP).with_name("lockstep-agent"))
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 STACK = """\
@@ -94,6 +96,58 @@ def enroll_and_revoke_agents(workdir: Path) -> None:
     assert sorted(p.name for p in seeds.iterdir()) == ["node-00000.nk"]
 
 
+def agent_reports(workdir: Path) -> None:
+    """docs/agent.md's "Configure" and "Run", after the enrolment above: the config the node
+    needs, from `lockstep env --as agent-node-00000`; `lockstep-agent run`; the node's agent
+    report in the inventory (`lockstep fleet show`)."""
+    env = lockstep(workdir, "env", "--as", "agent-node-00000")
+    assert env.returncode == 0, env.stderr
+    exported = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in env.stdout.splitlines()
+        if line.startswith("export ")
+    )
+    values = {k: shlex.split(v)[0] for k, v in exported.items()}
+    root = workdir / "node-root"
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text("580.65.06\n")
+    site = next(
+        n["site"]
+        for n in json.loads(lockstep(workdir, "fleet", "list", "--json").stdout)
+        if n["id"] == "node-00000"
+    )
+    config = workdir / "agent.toml"
+    config.write_text(
+        f'node = "node-00000"\nsite = "{site}"\n'
+        f'nats_url = "{values["LOCKSTEP_NATS_URL"]}"\n'
+        f'nkey_file = "{values["LOCKSTEP_NATS_NKEY_FILE"]}"\n'
+        f'ca_file = "{values["LOCKSTEP_NATS_CA_FILE"]}"\n'
+        f'data_dir = "{workdir / "agent-data"}"\ncadence_s = 1.0\nroot = "{root}"\n'
+    )
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+    agent = subprocess.Popen(
+        [AGENT, "run", "--config", str(config)],
+        env=env_vars,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def reported() -> subprocess.CompletedProcess[str]:
+            shown = lockstep(workdir, "fleet", "show", "node-00000", "--json")
+            seen = shown.returncode == 0 and "agent" in json.loads(shown.stdout)["observations"]
+            return shown if seen else subprocess.CompletedProcess(shown.args, 1)
+
+        shown = eventually(reported, "node-00000's agent report in the inventory")
+        report = json.loads(shown.stdout)["observations"]["agent"]
+        assert report["readable"] and report["components"]["driver"] == "580.65.06", report
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+
+
 def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) -> None:
     before = lockstep(workdir, "fleet", "list")
     assert before.returncode == 2
@@ -158,6 +212,8 @@ def test_fleet_commands_find_the_stack_up_runs_without_exports(workdir: Path) ->
         assert all(f"{i}  admitted" in admitted.stdout for i in ids)
         dlq = lockstep(workdir, "dlq", "list", "inventory", "--json")
         assert dlq.returncode == 0 and json.loads(dlq.stdout) == [], dlq.stderr
+        # Last: an agent report makes its node's admission judge the agent's facts too.
+        agent_reports(workdir)
     finally:
         sim.send_signal(signal.SIGTERM)
         sim.wait(timeout=30)

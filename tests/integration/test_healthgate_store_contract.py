@@ -17,7 +17,16 @@ import pytest
 from lockstep_common import db
 from lockstep_common.envelope import source_of
 from lockstep_common.vocabulary import GateVerdict
-from lockstep_gate.decision import GateDecision, HardRule, RuleFinding, RuleHit
+from lockstep_gate.decision import (
+    Comparison,
+    GateDecision,
+    HardRule,
+    MetricJudgement,
+    MetricOutcome,
+    RuleFinding,
+    RuleHit,
+    TripEvidence,
+)
 from lockstep_healthgate.adapters import partitions
 from lockstep_healthgate.adapters.pg_store import PgGateStore
 from lockstep_healthgate.domain.readings import Columns
@@ -208,12 +217,51 @@ def tripped_by_a_hard_rule() -> GateDecision:
         rules=(finding,),
         offending_nodes=("a", "b"),
         evaluated_at=at + 10,
+        at_trip=TripEvidence(
+            window_start=at - 20,
+            window_end=at + 10,
+            baseline_start=at - 1820,
+            baseline_end=at - 20,
+            metrics=(
+                MetricJudgement(
+                    metric="nccl_busbw_gbps",
+                    stratum="s",
+                    outcome=MetricOutcome.WORSE,
+                    critical=True,
+                    weight=3.0,
+                    comparison=Comparison(
+                        canary_nodes=5,
+                        control_nodes=5,
+                        canary_median=340.25,
+                        control_median=361.9,
+                        shift=-21.7,
+                        low=-24.1,
+                        high=-19.3,
+                        floor=7.238,
+                        p_value=0.0079,
+                        canary_deciles=tuple(330.0 + i / 3 for i in range(11)),
+                        control_deciles=tuple(355.0 + i / 7 for i in range(11)),
+                    ),
+                    detail="canary 5 node(s) median 340.2 vs control 5 ...",
+                ),
+                MetricJudgement(
+                    metric="gpu_power_w",
+                    stratum="s",
+                    outcome=MetricOutcome.NO_DATA,
+                    critical=False,
+                    weight=1.0,
+                    detail="too little data: canary 2 node(s) (need 5), control 5 (need 5)",
+                ),
+            ),
+        ),
     )
 
 
 async def test_a_verdict_keeps_its_hard_rule_hits(store: GateStore) -> None:
     # Issue 32: the hits (node, reading, threshold, time) are persisted with the verdict and
     # come back as they went in, on both stores, once: a second verdict for the wave is refused.
+    # So is the judge's comparison at the trip (``at_trip``): distributions to the last digit,
+    # and a metric with too little data as such.
     wave = Wave("r1", 0, WaveState.UPDATING, T0, 60, (Member("a", "s", True),))
     record = VerdictRecord(
         rollout_id="r1",
@@ -237,3 +285,5 @@ async def test_a_verdict_keeps_its_hard_rule_hits(store: GateStore) -> None:
         assert await tx.verdicts("r1", 1) == []
     (finding,) = record.decision.rules
     assert [(h.node, h.value) for h in finding.hits] == [("a", 3.0), ("b", None)]
+    assert record.decision.at_trip is not None
+    assert [j.outcome for j in record.decision.at_trip.metrics] == ["worse", "no_data"]

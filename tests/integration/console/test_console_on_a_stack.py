@@ -2,7 +2,8 @@
 a bad image that trips the canary's gate, and the console reading it as ``reader`` over the bus,
 in a headless browser. The rollout page follows the rollout to its halt without a reload (woken
 by the bus's ``rollout.halted``), and the gate page shows the healthgate's recorded decision:
-the canary's and the control's distributions and the offending nodes of ``gate.tripped``."""
+the offending nodes of ``gate.tripped`` and, since a hard rule tripped it, the canary's and the
+control's distributions as the judge compared them at the trip."""
 
 from __future__ import annotations
 
@@ -90,10 +91,10 @@ async def test_the_tripped_canary_on_the_real_services(
             decision = record.decision
             assert decision["offending_nodes"] == tripped["offending_nodes"]
 
-            def gate_page() -> tuple[list[str], list[str], str, list[str], list[str]]:
+            def gate_page() -> tuple[list[str], list[str], str, list[str], list[str], str]:
                 chrome.get(f"{url}/rollouts/{rid}/gate")
                 nodes = chrome.find_elements(By.CSS_SELECTOR, "ul.nodes li")
-                plots = chrome.find_elements(By.CSS_SELECTOR, "svg[role=img]")
+                plots = chrome.find_elements(By.CSS_SELECTOR, "#at-trip-0 svg[role=img]")
                 drawn = chrome.find_elements(By.CSS_SELECTOR, "#hits-0 svg text")
                 listed = chrome.find_elements(By.CSS_SELECTOR, "table.hits tbody tr")
                 return (
@@ -102,25 +103,37 @@ async def test_the_tripped_canary_on_the_real_services(
                     str(chrome.find_element(By.ID, "wave-0-h").text),
                     [str(t.get_attribute("textContent")) for t in drawn],
                     [r.text for r in listed],
+                    str(chrome.find_element(By.ID, "at-trip-0").text),
                 )
 
-            nodes, plots, heading, drawn, listed = await asyncio.to_thread(gate_page)
+            nodes, plots, heading, drawn, listed, at_trip = await asyncio.to_thread(gate_page)
             assert "tripped" in heading
             assert nodes == list(tripped["offending_nodes"])
             hits_shown(decision, tripped["offending_nodes"], drawn, listed)
-            compared = [m for m in decision["metrics"] if m.get("comparison")]
-            for m in compared:
-                c = m["comparison"]
-                assert len(c["canary_deciles"]) == 11, json.dumps(c)
-                assert any(
-                    p.startswith(f"{m['metric']} in {m['stratum']}: canary median")
-                    and f"control median {c['control_median']:.4g}" in p
-                    for p in plots
-                ), (m["metric"], plots)
+            distributions_at_trip_shown(decision, at_trip, plots)
 
             await strata_and_quarantine_as_the_reader(source, chrome, url, rid, canary)
     finally:
         await server.close()
+
+
+def distributions_at_trip_shown(decision: dict[str, Any], section: str, plots: list[str]) -> None:
+    """The hard rule decided before the soak ended, so the judge compared nothing for the
+    verdict; the page draws the judge's comparison as of the trip (``at_trip``, as `gate show
+    --json` gives it) instead: canary and control distributions per metric, captioned so."""
+    assert decision["metrics"] == []
+    assert "The metrics as of the trip: evidence only, the hard rule decided" in section
+    assert "over the window so far, as of the trip" in section
+    compared = [m for m in decision["at_trip"]["metrics"] if m.get("comparison")]
+    assert any(m["metric"] == "nccl_busbw_gbps" for m in compared), decision["at_trip"]
+    for m in compared:
+        c = m["comparison"]
+        assert len(c["canary_deciles"]) == len(c["control_deciles"]) == 11, json.dumps(c)
+        assert any(
+            p.startswith(f"{m['metric']} in {m['stratum']}: canary median")
+            and f"control median {c['control_median']:.4g}" in p
+            for p in plots
+        ), (m["metric"], plots)
 
 
 def hits_shown(

@@ -124,6 +124,15 @@ async def _cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+async def one_shown(*args: str) -> dict[str, Any]:
+    """The one verdict `gate show ... --json` prints."""
+    code, out = await _cli("gate", "show", *args)
+    assert code == 0, out
+    (shown,) = json.loads(out)
+    assert isinstance(shown, dict)
+    return shown
+
+
 async def hits_shown(rollout: str) -> list[tuple[str, str, float, float, datetime]]:
     """(rule, node, value, threshold, at) of each hard-rule hit `gate show --json` prints."""
     code, out = await _cli("gate", "show", rollout, "--json")
@@ -134,6 +143,21 @@ async def hits_shown(rollout: str) -> list[tuple[str, str, float, float, datetim
         for r in shown["decision"]["rules"]
         for h in r["hits"]
     ]
+
+
+def too_little_data_at_trip(shown: str | dict[str, Any]) -> None:
+    """A hard-rule verdict's ``at_trip`` evidence, labelled, every metric of the policy with too
+    little data or none (no comparison made up): in `gate show`'s text, or its --json decision."""
+    if isinstance(shown, str):
+        assert "evidence at trip time" in shown and "metrics at the trip (evidence only" in shown
+        assert "nccl_busbw_gbps [gb200/acme/0000] no_data: too little data" in shown
+        return
+    trip = shown["at_trip"]
+    assert "did not decide it (the hard rule did)" in trip["label"]
+    assert {j["metric"] for j in trip["metrics"]} >= {"nccl_busbw_gbps", "sm_clock_mhz"}
+    # r2's wave was planned after the last reports: nothing in its window, so not judged.
+    assert {j["outcome"] for j in trip["metrics"]} == {"not_reported"}
+    assert all(j["comparison"] is None for j in trip["metrics"])
 
 
 async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
@@ -199,14 +223,16 @@ async def test_a_hard_rule_trips_the_wave_once_however_often_it_is_delivered(
         assert code == 0, out
         assert "tripped" in out and "hard rule" in out and "can-2" in out and "XID 79" in out
         assert "heartbeat rule not evaluated" not in out  # left out at ingest on purpose
+        # The judge's comparison as of the trip, under its label: two reports a node by then,
+        # under the policy's three, so each metric says it had too little data.
+        too_little_data_at_trip(out)
         # --json carries each hard-rule hit (issue 32's timeline): the node, the rule, the
         # reading against the rule's threshold and that reading's time (the bad report's).
         assert await hits_shown("r1") == [("fatal_xid", "can-2", 1.0, 0.0, bad.observed_at)]
-        code, out = await _cli("gate", "show", "r2", "--wave", "0", "--json")
-        assert code == 0, out
-        (shown,) = json.loads(out)
+        shown = await one_shown("r2", "--wave", "0", "--json")
         assert (shown["verdict"], shown["kind"]) == ("tripped", "hard_rule")
         assert shown["decision"]["offending_nodes"] == ["can-4"]
+        too_little_data_at_trip(shown["decision"])  # the same, as --json prints it
         assert (await _cli("gate", "show", "r3"))[0] == 1  # no verdict yet
         code, out = await _cli("gate", "show", "r1.*")
         assert code == 2 and "rollout id" in out

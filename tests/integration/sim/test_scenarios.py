@@ -21,6 +21,7 @@ from lockstep_common.events.v1 import InventoryObserved
 from lockstep_common.natsconn import NatsAccess
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
+from lockstep_sim.agents.commands import reader
 from lockstep_sim.agents.reports import inventory_event
 from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
@@ -106,8 +107,8 @@ async def test_each_drift_is_observable_and_undo_restores_the_fleet(
     assert report.loaded_module_version == report.components[Component.DRIVER] == "580.95.05"
     assert report.components[Component.GPU_GSP] == "580.65.06"
     assert report.firmware_dirs == ("580.65.06",)
-    _, agent = await call(f"{runtime.scheduler_url}/agents/{gsp['node']}")
-    assert agent["phase"] == "gsp_mismatch" and not agent["gsp_aligned"]
+    agent = reader(runtime.software[gsp["node"]])()  # what its agent answers to read-state
+    assert agent.phase == "gsp_mismatch" and not runtime.software[gsp["node"]].state.gsp_aligned()
 
     cuda = drift["cuda_incompatible"]
     report = inventory_event(cuda["node"], "s", runtime.software[cuda["node"]].state, 2, now)

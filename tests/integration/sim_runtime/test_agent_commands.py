@@ -1,14 +1,20 @@
-"""The agents' in-band command channel over HTTP, as an updater's node-agent adapter uses it."""
+"""A simulated node's in-band state as its agent's own executor reads and changes it (the
+simulator's one command path: ``lockstep_sim.agents.commands``, served over NATS by
+``FleetRuntime``; ``tests/integration/updater/test_in_band_nats.py`` drives it from the
+updater)."""
 
 from __future__ import annotations
 
-import base64
+import hashlib
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
+from lockstep_agent.commands import InbandCommand
+from lockstep_sim.agents.commands import package_bytes, sim_executor
+from lockstep_sim.options import SimOptions
 from lockstep_sim.runtime import FleetRuntime
 
 pytestmark = pytest.mark.integration
@@ -22,85 +28,18 @@ async def runtime() -> Any:
         yield rt
 
 
-def basic(user: str, password: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-
-
-ACCOUNT = basic(DEFAULT_USERNAME, DEFAULT_PASSWORD)
-
-
-async def call(
-    rt: FleetRuntime,
-    method: str,
-    path: str,
-    body: Any = None,
-    auth: dict[str, str] | None = ACCOUNT,
-) -> tuple[int, Any]:
-    async with (
-        aiohttp.ClientSession(headers=auth) as http,
-        http.request(method, f"{rt.scheduler_url}{path}", json=body) as resp,
-    ):
-        return resp.status, await resp.json()
-
-
-async def test_driver_upgrade_steps_follow_the_transition_table(runtime: FleetRuntime) -> None:
-    node = sorted(runtime.software)[0]
-    status, state = await call(runtime, "GET", f"/agents/{node}")
-    assert status == 200 and state["phase"] == "ready" and state["gsp_aligned"]
-    status, err = await call(runtime, "POST", f"/agents/{node}/rebuild-dkms")
-    assert status == 409 and "rebuild-dkms refused in phase ready" in err["error"]
-    target = runtime.software[node].state.driver.version
-    status, err = await call(runtime, "POST", f"/agents/{node}/install-driver", {"version": "1.0"})
-    assert status == 400 and "unknown driver release '1.0'" in err["error"]
-    from lockstep_sim.agents.software import CATALOG
-
-    newer = next(v for v in sorted(CATALOG) if v != target)
-    status, state = await call(
-        runtime, "POST", f"/agents/{node}/install-driver", {"version": newer}
+def command(node: str, action: Any, n: int, version: str | None = None) -> InbandCommand:
+    return InbandCommand(
+        site="site-a",
+        node_id=node,
+        command_id=f"c-{n}",
+        action=action,
+        work_item="1",
+        fencing_token=1,
+        package="nvidia-driver" if version else None,
+        version=version,
+        package_sha256=hashlib.sha256(package_bytes(version)).hexdigest() if version else None,
     )
-    assert status == 200 and state["phase"] == "dkms_built"
-    status, state = await call(runtime, "POST", f"/agents/{node}/reboot")
-    assert status == 200 and state["phase"] == "ready"
-    assert state["loaded_module"] == newer == state["gsp_firmware"]
-    _, ledger = await call(runtime, "GET", "/agents/ledger")
-    assert [e["step"] for e in ledger] == [
-        "rebuild-dkms",
-        "install-driver",
-        "install-driver",
-        "reboot",
-    ]
-    assert [e["outcome"] for e in ledger] == ["refused", "refused", "dkms_built", "ready"]
-
-
-async def test_missing_firmware_dir_fault_reproduces_the_gsp_mismatch(
-    runtime: FleetRuntime,
-) -> None:
-    from lockstep_sim.agents.software import CATALOG
-
-    node = sorted(runtime.software)[1]
-    status, _ = await call(runtime, "PUT", f"/agents/{node}/faults", {"missing_firmware_dir": True})
-    assert status == 200
-    current = runtime.software[node].state.driver.version
-    newer = next(v for v in sorted(CATALOG) if v != current)
-    await call(runtime, "POST", f"/agents/{node}/install-driver", {"version": newer})
-    status, state = await call(runtime, "POST", f"/agents/{node}/reboot")
-    assert status == 200 and state["phase"] == "gsp_mismatch"
-    assert state["loaded_module"] == newer and newer not in state["firmware_dirs"]
-    assert not state["gsp_aligned"]
-
-
-async def test_bad_fault_knobs_are_refused_and_change_nothing(runtime: FleetRuntime) -> None:
-    node = sorted(runtime.software)[0]
-    status, err = await call(runtime, "PUT", f"/agents/{node}/faults", {"explode": True})
-    assert status == 400 and "unknown fault knob(s) ['explode']" in err["error"]
-    status, err = await call(
-        runtime, "PUT", f"/agents/{node}/faults", {"missing_firmware_dir": "yes"}
-    )
-    assert status == 400 and "missing_firmware_dir must be true or false" in err["error"]
-    status, state = await call(runtime, "GET", f"/agents/{node}")
-    assert state["faults"]["missing_firmware_dir"] is False
-    status, err = await call(runtime, "GET", "/agents/no-such-node")
-    assert status == 404
 
 
 async def test_a_health_degrading_firmware_shows_in_the_agents_health(
@@ -118,31 +57,20 @@ async def test_a_health_degrading_firmware_shows_in_the_agents_health(
     assert second.nccl_busbw_gbps < 0.92 * second.nccl_expected_gbps
 
 
-async def test_the_channel_refuses_callers_without_the_agent_account(
-    runtime: FleetRuntime,
-) -> None:
-    node = sorted(runtime.software)[0]
-    wrong = basic(DEFAULT_USERNAME, "guess")
-    for auth in (None, wrong):
-        status, err = await call(runtime, "POST", f"/agents/{node}/reboot", auth=auth)
-        assert status == 401 and "credentials" in err["error"]
-        status, _ = await call(runtime, "GET", f"/agents/{node}", auth=auth)
-        assert status == 401
-    _, ledger = await call(runtime, "GET", "/agents/ledger")
-    assert ledger == []  # nothing was done, nothing recorded
-    assert runtime.software[node].phase.value == "ready"
-
-
 async def test_secure_boot_rejects_the_unsigned_module_at_the_next_boot(
-    runtime: FleetRuntime,
+    runtime: FleetRuntime, tmp_path: Path
 ) -> None:
     node = sorted(runtime.software)[1]
-    status, _ = await call(
-        runtime, "PUT", f"/agents/{node}/faults", {"secure_boot_rejects_module": True}
-    )
-    assert status == 200
-    await call(runtime, "POST", f"/agents/{node}/install-driver", {"version": "580.95.05"})
-    status, state = await call(runtime, "POST", f"/agents/{node}/reboot")
-    assert status == 200 and state["phase"] == "module_rejected"
-    assert state["module_rejected"] and state["loaded_module"] is None
-    assert not state["diag_passed"]
+    software = runtime.software[node]
+    software.faults = replace(software.faults, secure_boot_rejects_module=True)
+    executor, host = sim_executor(software, tmp_path / "commands.sqlite")
+    try:
+        assert executor.execute(command(node, "install-driver", 1, "580.95.05")).status == "done"
+        assert executor.execute(command(node, "reboot", 2)).status == "done"
+        state = executor.execute(command(node, "read-state", 3)).state
+    finally:
+        executor.close()
+    assert state is not None and state.phase == "module_rejected"
+    assert state.module_rejected and state.loaded_module is None
+    assert not state.diag_passed
+    assert host.steps() == ["install-driver", "reboot"]

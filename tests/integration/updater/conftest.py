@@ -1,5 +1,7 @@
 """The updater's executor against the simulator (BMCs + scheduler API), on the in-memory
-store, with the inventory's answers given directly: everything but NATS and PostgreSQL."""
+store, with the inventory's answers given directly: everything but PostgreSQL. The node agents'
+in-band commands (``agent_bus``) travel over a real nats-server with the generated permissions,
+each simulated node answering as its own enrolled identity through the agent's own code."""
 
 from __future__ import annotations
 
@@ -10,14 +12,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.aio.client import Client as NatsClient
 
+from lockstep_cli.catalog import bus_permissions
+from lockstep_common import natsconn
+from lockstep_common.envelope import source_of
 from lockstep_common.events.v1 import AttestedComponent
+from lockstep_common.identities import agent_identity
+from lockstep_common.provenance import UPDATER
+from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import Component
+from lockstep_devstack import agents
+from lockstep_devstack.nats import NatsServer
+from lockstep_devstack.process import free_port
 from lockstep_redfish import RetryPolicy
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy
 from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
+from lockstep_updater.adapters.agent_commands import NatsAgentCommands
+from lockstep_updater.adapters.node_agent_nats import NatsNodeAgent
 from lockstep_updater.executor import Executor, ExecutorPolicy
 from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
@@ -27,6 +41,7 @@ from tests.integration.updater.slurm_cluster import SlurmCluster, missing
 STACK = "b" * 64
 ROLLOUT = "r-7"
 PUSH = "update-multipart"  # the ledger's action name for a POST to MultipartHttpPushUri
+AGENT_NS = Namespace("inbandnats")
 ENV = {"SIMBMC_USERNAME": OPERATOR_USERNAME, "SIMBMC_PASSWORD": DEFAULT_PASSWORD}
 FAST = ExecutorPolicy(
     lease_s=60.0,
@@ -162,3 +177,52 @@ def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
     """The private Slurm cluster, every node idle and no job of an earlier test left."""
     yield slurm_session
     slurm_session.reset()
+
+
+@pytest.fixture(scope="session")
+def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A nats-server with the generated permissions and the world's four nodes enrolled
+    (``lockstep agent enroll``: one nkey identity each), for the whole session."""
+    base = tmp_path_factory.mktemp("agent-bus")
+    nodes = SimOptions(4, "gb200", host_base="127.74.0.1", port=0)
+    fleet = FleetRuntime(nodes, scheduler_port=0).fleet
+    agents.enroll(base, {node.id: node.site for node in fleet})
+    server = NatsServer(
+        base / "nats",
+        port=free_port(),
+        sync_always=False,
+        access=bus_permissions(AGENT_NS),
+        secrets_dir=base,
+    )
+    server.start(timeout_s=30)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class AgentBus:
+    """The world's node agents on ``server``, each answering its node's commands; ``agent``:
+    the updater's ``NatsNodeAgent`` on the updater's own identity."""
+
+    server: NatsServer
+    agent: NatsNodeAgent
+    updater: NatsClient
+
+
+@pytest.fixture
+async def agent_bus(world: World, agent_server: NatsServer) -> AsyncIterator[AgentBus]:
+    conns: list[NatsClient] = []
+    try:
+        for node in world.rt.fleet:
+            nc = await natsconn.connect(agent_server.client(agent_identity(node.id)), name=node.id)
+            conns.append(nc)
+            await world.rt.answer_commands(nc, AGENT_NS, node.id)
+        updater = await natsconn.connect(agent_server.client(UPDATER), name="test-updater")
+        conns.append(updater)
+        commands = NatsAgentCommands(updater, AGENT_NS, source_of(UPDATER), timeout_s=30)
+        yield AgentBus(agent_server, NatsNodeAgent(commands), updater)
+    finally:
+        for nc in conns:
+            await nc.close()

@@ -37,6 +37,7 @@ from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.executor import Executor
 from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
+from lockstep_updater.steps import activation
 from lockstep_updater.store import UPDATE
 from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
@@ -357,3 +358,37 @@ async def test_a_reset_sent_but_not_recorded_is_found_activated_not_cancelled(
     assert item.state is NodeStep.DONE, item.reason
     assert _versions(w, node, case) == {case.version}
     assert len([e for e in w.rt.simulator.bmc(node).ledger if e["action"] == case.reset]) == 1
+
+
+async def test_an_activation_still_running_when_found_keeps_the_node_drained_until_it_ends(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the chaos test: the activation reached the BMC, its sender died before
+    recording the task, and the restarted updater verified and gave the node back while the
+    BMC still ran it. Now, while the BMC shows a task running, the node stays in ``activating``,
+    drained; once the task ends it is verified as usual."""
+    running = [2]  # the BMC's TaskService shows the activation running for two reads
+
+    async def tasks(_update: Any) -> int:
+        running[0] -= 1
+        return 1 if running[0] >= 0 else 0
+
+    node = "node-00000"
+    await plan_and_release(world, (node,))
+    with pytest.raises(Killed):
+        await world.settle(world.executor(ActivationKiller(world.store, sent=True)))
+    monkeypatch.setattr(activation, "_running_tasks", tasks)
+    world.store.advance(FAST.lease_s + 1)
+    ex = restarted(world)
+    for _ in range(2):
+        assert await ex.step()
+        item = world.store.item(node)
+        assert item.state is NodeStep.ACTIVATING, item.reason
+        assert "waiting for it to end" in item.reason
+        assert world.rt.scheduler.node(node).drain is not None  # not given back under it
+        world.store.advance(FAST.retry_s)
+    await world.settle(ex)
+    item = world.store.item(node)
+    assert item.state is NodeStep.DONE, item.reason
+    assert world.actions(node, "UpdateService.Activate")[-1]["status"] in (200, 202)
+    assert len(world.actions(node, "UpdateService.Activate")) == 1  # never sent again

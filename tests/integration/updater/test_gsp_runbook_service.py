@@ -1,21 +1,19 @@
 """The GSP / driver runbook (seed 004) and the in-band step in the updater service, on real NATS
-and PostgreSQL, the inventory answering fleet.query and the simulator's node agents
-(authenticated in-band channel), BMCs and scheduler: a ``drift.detected`` of kind gsp_mismatch
-realigns the node end to end; Secure Boot rejection quarantines it; an updater restarted
-mid-runbook does not reinstall (the agent's ledger); a rollout's driver, CUDA and NCCL are
-installed through the agent after its firmware."""
+and PostgreSQL, the inventory answering fleet.query and the simulator's node agents (the agent's
+own command channel and executor, on ``agent.command.<site>.<node>``), BMCs and scheduler: a
+``drift.detected`` of kind gsp_mismatch realigns the node end to end; Secure Boot rejection
+quarantines it; an updater restarted mid-runbook does not reinstall (the agent's ledger); a
+rollout's driver, CUDA and NCCL are installed through the agent after its firmware."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import uuid
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 import nats
 import pytest
 
@@ -36,11 +34,13 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.identities import READER
 from lockstep_common.vocabulary import ChangeClass, Component, DriftKind, Severity
+from lockstep_sim.agents.commands import package_bytes
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.agents.state import Phase
-from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME
 from lockstep_updater.adapters.gauges import GAUGES
-from lockstep_updater.ports import OWNER
+from lockstep_updater.adapters.node_agent_nats import NatsNodeAgent
+from lockstep_updater.domain.inband import AgentState
+from lockstep_updater.ports import OWNER, AgentOrder, AgentUnavailable
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
 from tests.integration.updater.test_updater_service import STACK, Rig, lockstep, rig
 
@@ -61,10 +61,51 @@ def break_gsp(r: Rig, node: str) -> NodeSoftware:
     return software
 
 
+DRIVER_BUNDLES = {"1" * 64: OLD, "2" * 64: NEW}
+"""The bundles that attested the driver packages of OLD, then NEW (the runbook's pin and
+fallback are installed from these only)."""
+
+
 async def start(r: Rig, **extra: Any) -> Any:
-    r.monkeypatch.setenv("LOCKSTEP_AGENT_USERNAME", OPERATOR_USERNAME)
-    r.monkeypatch.setenv("LOCKSTEP_AGENT_PASSWORD", DEFAULT_PASSWORD)
-    return await r.start_updater(agent_url=r.rt.scheduler_url, **extra)
+    """An updater sending in-band commands over NATS, every simulated node's agent answering
+    them, and the driver packages of OLD and NEW attested and recorded."""
+    for node in r.rt.fleet:
+        if node.id not in r.rt.command_hosts:
+            await r.rt.answer_commands(r.nc, r.ns, node.id)
+    for stack, version in DRIVER_BUNDLES.items():
+        package = package_bytes(version)
+        image = f"images/driver-{version}.deb"
+        (r.bundle / image).write_bytes(package)
+        driver = AttestedComponent(
+            profile="gb200",
+            component=Component.DRIVER,
+            version=version,
+            image=image,
+            sha384=hashlib.sha384(package).hexdigest(),
+            size=len(package),
+            banks="one_way",
+            activation="in_band",
+        )
+        attested = BundleAttested(
+            bundle_id="gb200-driver",
+            bundle_version=version,
+            stack_hash=stack,
+            checks=(),
+            bundle_uri=str(r.bundle),
+            components=(driver,),
+        )
+        await r.publish(subjects.bundle_attested(), attested)
+    app = await r.start_updater(agent_channel="nats", **extra)
+
+    async def recorded() -> bool:
+        count = await app.require().pool.fetchval(
+            "SELECT count(*) FROM bundles WHERE stack_hash = ANY($1::text[])",
+            list(DRIVER_BUNDLES),
+        )
+        return bool(count == len(DRIVER_BUNDLES))
+
+    await until(recorded, what="the driver bundles recorded", timeout_s=60)
+    return app
 
 
 async def report_drift(r: Rig, node: str) -> None:
@@ -89,14 +130,9 @@ async def report_drift(r: Rig, node: str) -> None:
     )
 
 
-async def agent_ledger(r: Rig, node: str) -> list[str]:
-    account = base64.b64encode(f"{OPERATOR_USERNAME}:{DEFAULT_PASSWORD}".encode()).decode()
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Basic {account}"}) as http,
-        http.get(f"{r.rt.scheduler_url}/agents/ledger") as reply,
-    ):
-        entries = await reply.json()
-    return [e["step"] for e in entries if e["node"] == node and e["outcome"] != "refused"]
+def agent_ledger(r: Rig, node: str) -> list[str]:
+    """The steps the node's agent carried out, in order (the simulator's ``agent_ledger``)."""
+    return [e["step"] for e in r.rt.agent_ledger if e["node"] == node and e["outcome"] != "refused"]
 
 
 async def item(r: Rig, node: str) -> dict[str, Any]:
@@ -130,7 +166,7 @@ async def test_a_gsp_mismatch_reported_as_drift_is_realigned_end_to_end(rig: Rig
     assert (await item(r, node))["kind"] == "remedy"
     assert (software.state.loaded_module, software.state.gsp_firmware) == (NEW, NEW)
     assert software.diag_passes()
-    assert await agent_ledger(r, node) == ["install-driver", "reboot"]
+    assert agent_ledger(r, node) == ["install-driver", "reboot"]
     owned = [e.action for e in r.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
     assert owned == ["drain", "resume"] and r.rt.scheduler.node(node).drain is None
     count = await r.inventory.require().pool.fetchval(
@@ -171,7 +207,7 @@ async def test_under_approval_the_cli_releases_the_runbook(rig: Rig) -> None:
         return (await item(r, node)).get("state") == "pending"
 
     await until(held, what="the runbook held for approval", timeout_s=60)
-    assert await agent_ledger(r, node) == []
+    assert agent_ledger(r, node) == []
     r.monkeypatch.setenv("LOCKSTEP_NATS_URL", r.servers.nats_url)
     r.monkeypatch.setenv("LOCKSTEP_NAMESPACE", r.namespace)
     # The updater answers over the bus: the CLI has no database to reach.
@@ -222,7 +258,7 @@ async def test_secure_boot_rejection_quarantines_with_the_reason(rig: Rig) -> No
     assert event["step"] == "in_band" and "Secure Boot rejected" in event["reason"]
     quarantined = await item(r, node)
     assert quarantined["state"] == "quarantined" and "not retried" in quarantined["reason"]
-    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # no second branch
+    assert agent_ledger(r, node) == ["install-driver", "reboot"]  # no second branch
     drain = r.rt.scheduler.node(node).drain
     assert drain is not None and drain.by == OWNER  # kept out of service, with the reason
 
@@ -283,22 +319,23 @@ async def test_an_updater_restarted_mid_runbook_does_not_reinstall(
     r = rig
     node = r.rt.fleet[2].id
     software = break_gsp(r, node)
-    reboot = NodeSoftware.reboot
+    reboot = NatsNodeAgent.reboot
     down = asyncio.Event()
     down.set()
 
-    def flaky_reboot(self: NodeSoftware) -> Phase:
-        if self.node_id == node and down.is_set():
-            raise RuntimeError("agent busy")  # answered 500: the updater retries the step
-        return reboot(self)
+    async def flaky_reboot(self: NatsNodeAgent, order: AgentOrder) -> AgentState:
+        if order.node_id == node and down.is_set():
+            # no agent listening: the updater retries the step
+            raise AgentUnavailable(f"no agent of {node} listens")
+        return await reboot(self, order)
 
-    monkeypatch.setattr(NodeSoftware, "reboot", flaky_reboot)
+    monkeypatch.setattr(NatsNodeAgent, "reboot", flaky_reboot)
     first = await start(r, retry_s=0.5)
     await report_drift(r, node)
 
     async def installed_and_waiting() -> bool:
         now = await item(r, node)
-        return now.get("state") == "in_band" and "install-driver" in await agent_ledger(r, node)
+        return now.get("state") == "in_band" and "install-driver" in agent_ledger(r, node)
 
     await until(
         installed_and_waiting, what="the driver installed, the reboot pending", timeout_s=60
@@ -318,7 +355,7 @@ async def test_an_updater_restarted_mid_runbook_does_not_reinstall(
         return (await item(r, node)).get("state") == "done"
 
     await until(given_back, what="the node given back", timeout_s=60)
-    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # installed once
+    assert agent_ledger(r, node) == ["install-driver", "reboot"]  # installed once
     assert software.state.loaded_module == NEW and r.rt.scheduler.node(node).drain is None
 
 
@@ -326,7 +363,7 @@ async def test_a_rollouts_driver_cuda_and_nccl_are_installed_through_the_agent(r
     r = rig
     node = r.rt.fleet[3].id
     gpu = (r.bundle / "images" / "gpu.fwpkg").read_bytes()
-    package = b"nvidia-open " + NEW.encode()
+    package = package_bytes(NEW)  # what the simulated repository serves
     (r.bundle / "images" / "driver.run").write_bytes(package)
 
     def part(component: Component, version: str, image: str, data: bytes, banks: str) -> Any:
@@ -399,7 +436,7 @@ async def test_a_rollouts_driver_cuda_and_nccl_are_installed_through_the_agent(r
         "nccl": "2.27.7",
     }
     assert len(r.pushes(node)) == 1  # the firmware through the BMC, once
-    assert await agent_ledger(r, node) == ["install-driver", "reboot"]  # one package, once
+    assert agent_ledger(r, node) == ["install-driver", "reboot"]  # one package, once
     software = r.rt.software[node]
     assert (software.state.loaded_module, software.state.gsp_firmware) == (NEW, NEW)
     assert r.rt.scheduler.node(node).drain is None

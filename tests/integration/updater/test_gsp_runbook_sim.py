@@ -1,22 +1,23 @@
 """The GSP / driver runbook (seed 004) and the in-band step against the simulator's node agents
-(their authenticated HTTP channel), its BMCs and scheduler, on the in-memory store: a GSP
-mismatch is realigned end to end, Secure Boot rejection quarantines without a retry, an updater
+(the agent's own command channel and executor over NATS, ``conftest.agent_bus``), its BMCs and
+scheduler, on the in-memory store: a GSP mismatch is realigned end to end with the package the
+latest bundle attests for the pin, Secure Boot rejection quarantines without a retry, an updater
 killed at any write mid-runbook resumes without reinstalling twice (the agent's ledger), a
 driver component of a rollout bundle is installed through the agent after the firmware, and
 hostile drift events (unknown node, duplicates) change nothing."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import pytest
 
+from lockstep_common import natsconn
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import (
     AttestedComponent,
@@ -30,6 +31,8 @@ from lockstep_common.events.v1 import (
     WavePlan,
     WavePlanned,
 )
+from lockstep_common.identities import agent_identity
+from lockstep_common.provenance import UPDATER
 from lockstep_common.vocabulary import (
     ChangeClass,
     Component,
@@ -37,16 +40,22 @@ from lockstep_common.vocabulary import (
     RollbackMechanism,
     Severity,
 )
+from lockstep_sim.agents.commands import package_bytes
 from lockstep_sim.agents.state import Phase
-from lockstep_updater.adapters.node_agent import HttpNodeAgent
+from lockstep_updater.adapters.agent_commands import NatsAgentCommands
+from lockstep_updater.adapters.node_agent_nats import NatsNodeAgent
 from lockstep_updater.domain.inband import AgentState
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.executor import Executor
 from lockstep_updater.handlers import Handlers
-from lockstep_updater.ports import OWNER, AgentOrder, AgentUnavailable
+from lockstep_updater.ports import (
+    OWNER,
+    AgentOrder,
+    AgentUnavailable,
+)
 from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
-from tests.integration.updater.conftest import ENV, FAST, ROLLOUT, STACK, World
+from tests.integration.updater.conftest import AGENT_NS, FAST, ROLLOUT, STACK, AgentBus, World
 from tests.integration.updater.test_kill_restart import Killed, KillingStore
 
 HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
@@ -57,9 +66,28 @@ INVENTORY = source_of("inventory")
 OLD, NEW = "580.65.06", "580.95.05"
 
 
-def agent_executor(w: World, store: Any = None, *, credentials: str = "env:SIMBMC") -> Executor:
+PREVIOUS, CURRENT = "1" * 64, "2" * 64  # the bundles that attested OLD, then NEW
+
+
+@pytest.fixture(autouse=True)
+async def attested_drivers(world: World) -> AsyncIterator[None]:
+    """The driver packages of OLD and NEW, each in the bundle that attested it (what the
+    simulated repository serves for them): the runbook installs only these."""
+    async with world.store.transaction() as tx:
+        for stack, version in ((PREVIOUS, OLD), (CURRENT, NEW)):
+            entry = driver_in_bundle(world, package_bytes(version), version)
+            await tx.record_bundle(stack, str(world.bundle), (entry,))
+    yield
+
+
+@pytest.fixture
+def bus(agent_bus: AgentBus) -> AgentBus:
+    return agent_bus
+
+
+def agent_executor(w: World, bus: AgentBus, store: Any = None) -> Executor:
     ex = w.executor(store)
-    ex.inband.agent = HttpNodeAgent(w.rt.scheduler_url, credentials, environ=ENV)
+    ex.inband.agent = bus.agent
     return ex
 
 
@@ -100,35 +128,30 @@ async def deliver_drift(w: World, node: str, policy: RemedyPolicy = RemedyPolicy
         )
 
 
-async def agent_ledger(w: World, node: str) -> list[str]:
-    """The steps the node's agent accepted, in order (``GET /agents/ledger``)."""
-    account = f"{ENV['SIMBMC_USERNAME']}:{ENV['SIMBMC_PASSWORD']}".encode()
-    auth = "Basic " + base64.b64encode(account).decode()
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": auth}) as http,
-        http.get(f"{w.rt.scheduler_url}/agents/ledger") as reply,
-    ):
-        entries = await reply.json()
-    return [e["step"] for e in entries if e["node"] == node and e["outcome"] != "refused"]
+def agent_ledger(w: World, node: str) -> list[str]:
+    """The steps the node's agent carried out, in order (the simulator's ``agent_ledger``)."""
+    return [e["step"] for e in w.rt.agent_ledger if e["node"] == node and e["outcome"] != "refused"]
 
 
 def owned(w: World, node: str) -> list[str]:
     return [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER]
 
 
-async def test_a_gsp_mismatch_is_realigned_by_the_runbook_end_to_end(world: World) -> None:
+async def test_a_gsp_mismatch_is_realigned_by_the_runbook_end_to_end(
+    world: World, bus: AgentBus
+) -> None:
     w = world
     node = w.rt.fleet[0].id
     break_gsp(w, node)
     await deliver_drift(w, node)
-    await w.settle(agent_executor(w))
+    await w.settle(agent_executor(w, bus))
     item = w.store.item(node)
     assert (item.kind, item.state) == ("remedy", NodeStep.DONE), item.reason
     state = w.rt.software[node].state
     assert (state.loaded_module, state.gsp_firmware) == (NEW, NEW)
     assert NEW in state.firmware_dirs and w.rt.software[node].diag_passes()
     # One unit: one install (its DKMS build included), one reboot; the node given back.
-    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    assert agent_ledger(w, node) == ["install-driver", "reboot"]
     assert owned(w, node) == ["drain", "resume"] and w.rt.scheduler.node(node).drain is None
     history = [(r.step, r.outcome) for r in await _history(w, node)]
     assert history == [
@@ -144,19 +167,21 @@ async def test_a_gsp_mismatch_is_realigned_by_the_runbook_end_to_end(world: Worl
     assert [i.node_id for i in w.store.items] == [node]  # no other node touched
 
 
-async def test_secure_boot_rejection_quarantines_and_is_not_retried(world: World) -> None:
+async def test_secure_boot_rejection_quarantines_and_is_not_retried(
+    world: World, bus: AgentBus
+) -> None:
     w = world
     node = w.rt.fleet[1].id
     break_gsp(w, node)
     software = w.rt.software[node]
     software.faults = replace(software.faults, secure_boot_rejects_module=True)
     await deliver_drift(w, node)
-    await w.settle(agent_executor(w))
+    await w.settle(agent_executor(w, bus))
     item = w.store.item(node)
     assert item.state is NodeStep.QUARANTINED
     assert "Secure Boot rejected" in item.reason and "not retried" in item.reason
     # No fallback branch, no second attempt: one install, one reboot, and the node kept out.
-    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    assert agent_ledger(w, node) == ["install-driver", "reboot"]
     assert w.rt.scheduler.node(node).drain is not None
     (failed,) = [e for e in w.store.events.events if isinstance(e, DeviceFailed)]
     assert failed.step == "in_band" and "Secure Boot" in failed.reason
@@ -166,6 +191,7 @@ async def test_secure_boot_rejection_quarantines_and_is_not_retried(world: World
 
 async def test_a_unit_that_does_not_come_up_clean_goes_back_to_the_known_good_branch(
     world: World,
+    bus: AgentBus,
 ) -> None:
     w = world
     node = w.rt.fleet[2].id
@@ -174,12 +200,12 @@ async def test_a_unit_that_does_not_come_up_clean_goes_back_to_the_known_good_br
     # The target's package keeps shipping no firmware dir: the repair cannot align NEW.
     software.faults = replace(software.faults, missing_firmware_dir=True)
     await deliver_drift(w, node)
-    await w.settle(agent_executor(w))
+    await w.settle(agent_executor(w, bus))
     item = w.store.item(node)
     assert item.state is NodeStep.DONE, item.reason
     assert f"back on the previous known-good branch {OLD}" in item.reason
     assert (software.state.loaded_module, software.state.gsp_firmware) == (OLD, OLD)
-    assert await agent_ledger(w, node) == ["install-driver", "reboot", "install-driver", "reboot"]
+    assert agent_ledger(w, node) == ["install-driver", "reboot", "install-driver", "reboot"]
     (back,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
     assert (back.from_version, back.to_version) == (NEW, OLD)
     assert back.mechanism is RollbackMechanism.IN_BAND_FALLBACK
@@ -194,19 +220,19 @@ preflight's move: every state write of a clean run."""
 @pytest.mark.parametrize("committed", [False, True])
 @pytest.mark.parametrize("at", range(1, WRITES_OF_A_RUNBOOK + 1))
 async def test_killed_at_any_write_mid_runbook_resumes_without_reinstalling(
-    world: World, at: int, committed: bool
+    world: World, bus: AgentBus, at: int, committed: bool
 ) -> None:
     w = world
     node = w.rt.fleet[3].id
     break_gsp(w, node)
     await deliver_drift(w, node)
-    dying = agent_executor(w, KillingStore(w.store, at, committed=committed))
+    dying = agent_executor(w, bus, KillingStore(w.store, at, committed=committed))
     with pytest.raises(Killed):
         await w.settle(dying)
     w.store.advance(FAST.lease_s + 1)  # the dead holder's lease lapses
-    await w.settle(agent_executor(w))  # the restarted updater
+    await w.settle(agent_executor(w, bus))  # the restarted updater
     item = w.store.item(node)
-    steps = await agent_ledger(w, node)
+    steps = agent_ledger(w, node)
     assert steps.count("install-driver") <= 1, steps  # never reinstalled
     assert steps.count("reboot") <= 1, steps
     if item.state is NodeStep.DONE:
@@ -219,24 +245,24 @@ async def test_killed_at_any_write_mid_runbook_resumes_without_reinstalling(
         assert item.state is NodeStep.QUARANTINED and "not sent again" in item.reason
 
 
-async def test_the_kill_points_cover_every_write_of_a_runbook(world: World) -> None:
+async def test_the_kill_points_cover_every_write_of_a_runbook(world: World, bus: AgentBus) -> None:
     w = world
     node = w.rt.fleet[3].id
     break_gsp(w, node)
     await deliver_drift(w, node)
     counting = KillingStore(w.store, at=0)
-    await w.settle(agent_executor(w, counting))
+    await w.settle(agent_executor(w, bus, counting))
     assert counting.writes == WRITES_OF_A_RUNBOOK
 
 
-def driver_in_bundle(w: World, package: bytes) -> AttestedComponent:
+def driver_in_bundle(w: World, package: bytes, version: str = NEW) -> AttestedComponent:
     """The driver package ``package``, written into the world's bundle, as attest records it."""
-    (w.bundle / "images" / "driver.run").write_bytes(package)
+    (w.bundle / "images" / f"driver-{version}.run").write_bytes(package)
     return AttestedComponent(
         profile="gb200",
         component=Component.DRIVER,
-        version=NEW,
-        image="images/driver.run",
+        version=version,
+        image=f"images/driver-{version}.run",
         sha384=hashlib.sha384(package).hexdigest(),
         size=len(package),
         banks="one_way",
@@ -246,19 +272,20 @@ def driver_in_bundle(w: World, package: bytes) -> AttestedComponent:
 
 async def test_a_driver_component_of_a_rollout_is_installed_through_the_agent(
     world: World,
+    bus: AgentBus,
 ) -> None:
     w = world
     node = w.rt.fleet[0].id
-    driver = driver_in_bundle(w, b"nvidia driver package " + NEW.encode())
+    driver = driver_in_bundle(w, package_bytes(NEW))  # what the repository serves
     async with w.store.transaction() as tx:
         await tx.record_bundle(STACK, str(w.bundle), (w.gpu, driver))
     await _release(w, node, (Component.GPU_VBIOS, Component.DRIVER))
-    await w.settle(agent_executor(w))
+    await w.settle(agent_executor(w, bus))
     item = w.store.item(node)
     assert item.state is NodeStep.DONE, item.reason
     assert w.gpu_versions(node) == {NEW_GPU_VERSION} and len(w.pushes(node)) == 1
     assert w.rt.software[node].state.loaded_module == NEW
-    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    assert agent_ledger(w, node) == ["install-driver", "reboot"]
     # Firmware first, verified by reading it back; then the driver unit; then given back.
     moves = [(r.step, r.outcome) for r in await _history(w, node)]
     assert moves[-3:] == [
@@ -272,7 +299,9 @@ async def test_a_driver_component_of_a_rollout_is_installed_through_the_agent(
     assert verified == {Component.GPU_VBIOS: NEW_GPU_VERSION, Component.DRIVER: NEW}
 
 
-async def test_a_rollout_node_already_on_the_driver_needs_no_in_band_write(world: World) -> None:
+async def test_a_rollout_node_already_on_the_driver_needs_no_in_band_write(
+    world: World, bus: AgentBus
+) -> None:
     w = world
     node = w.rt.fleet[1].id
     package = b"nvidia driver package " + OLD.encode()
@@ -290,33 +319,55 @@ async def test_a_rollout_node_already_on_the_driver_needs_no_in_band_write(world
     async with w.store.transaction() as tx:
         await tx.record_bundle(STACK, str(w.bundle), (driver,))
     await _release(w, node, (Component.DRIVER,))
-    await w.settle(agent_executor(w))
+    await w.settle(agent_executor(w, bus))
     item = w.store.item(node)
     assert item.state is NodeStep.DONE and "nothing written" in item.reason
-    assert await agent_ledger(w, node) == [] and owned(w, node) == []
+    assert agent_ledger(w, node) == [] and owned(w, node) == []
 
 
 async def test_the_agent_channel_refuses_wrong_credentials_and_nothing_is_installed(
-    world: World,
+    world: World, bus: AgentBus
 ) -> None:
     w = world
     node = w.rt.fleet[2].id
     break_gsp(w, node)
     await deliver_drift(w, node)
-    ex = w.executor()
-    ex.inband.agent = HttpNodeAgent(
-        w.rt.scheduler_url,
-        "env:WRONG",
-        environ={"WRONG_USERNAME": "admin", "WRONG_PASSWORD": "guess"},
+    # Another node's own identity (its enrolled key) is let in, but may not send a command:
+    # the item fails and the node is never touched. (A key the server never enrolled is not
+    # even let in: tests/integration/agent.)
+    other = await natsconn.connect(
+        bus.server.client(agent_identity(w.rt.fleet[0].id)), name="impostor"
     )
-    await w.settle(ex)
+    try:
+        ex = w.executor()
+        commands = NatsAgentCommands(other, AGENT_NS, source_of(UPDATER), timeout_s=0.05)
+        ex.inband.agent = NatsNodeAgent(commands)
+        await w.settle(ex)
+    finally:
+        await other.close()
     item = w.store.item(node)
-    assert item.state is NodeStep.FAILED and "refused the credentials (401)" in item.reason
-    assert "guess" not in item.reason
-    assert await agent_ledger(w, node) == [] and owned(w, node) == []
+    assert item.state is NodeStep.FAILED and "no answer" in item.reason
+    assert agent_ledger(w, node) == [] and owned(w, node) == []
 
 
-async def test_hostile_drift_events_change_nothing(world: World) -> None:
+async def test_a_pin_no_bundle_attests_fails_at_preflight_and_nothing_is_touched(
+    world: World, bus: AgentBus
+) -> None:
+    w = world
+    node = w.rt.fleet[1].id
+    break_gsp(w, node)
+    async with w.store.transaction() as tx:  # the bundle of NEW, attested again without it
+        await tx.record_bundle(CURRENT, str(w.bundle), (w.gpu,))
+    await deliver_drift(w, node)
+    await w.settle(agent_executor(w, bus))
+    item = w.store.item(node)
+    assert item.state is NodeStep.FAILED
+    assert f"no attested bundle names driver {NEW} for profile gb200" in item.reason
+    assert agent_ledger(w, node) == [] and owned(w, node) == []
+    assert w.rt.software[node].phase is Phase.GSP_MISMATCH  # as it was
+
+
+async def test_hostile_drift_events_change_nothing(world: World, bus: AgentBus) -> None:
     w = world
     node = w.rt.fleet[0].id
     break_gsp(w, node)
@@ -333,21 +384,21 @@ async def test_hostile_drift_events_change_nothing(world: World) -> None:
         await HANDLERS.drift_detected(tx, make_envelope(other, source=INVENTORY), now=NOW)
     await deliver_drift(w, w.rt.fleet[2].id, RemedyPolicy.OFF)
     assert sorted(i.node_id for i in w.store.items) == sorted([node, "node-unknown"])
-    await w.settle(agent_executor(w))
+    await w.settle(agent_executor(w, bus))
     unknown = w.store.item("node-unknown")
     assert unknown.state is NodeStep.FAILED and "does not know this node" in unknown.reason
-    assert await agent_ledger(w, "node-unknown") == []
+    assert agent_ledger(w, "node-unknown") == []
     assert w.store.item(node).state is NodeStep.DONE
 
 
-async def test_under_approval_the_runbook_waits_for_it(world: World) -> None:
+async def test_under_approval_the_runbook_waits_for_it(world: World, bus: AgentBus) -> None:
     w = world
     node = w.rt.fleet[1].id
     break_gsp(w, node)
     await deliver_drift(w, node, RemedyPolicy.APPROVAL)
-    ex = agent_executor(w)
+    ex = agent_executor(w, bus)
     assert not await ex.step()  # held: nothing claimable
-    assert await agent_ledger(w, node) == []
+    assert agent_ledger(w, node) == []
     async with w.store.transaction() as tx:
         assert await tx.approve_remedy(node)
         assert not await tx.approve_remedy(node)  # approved once
@@ -366,16 +417,18 @@ async def test_a_held_remedy_is_withdrawn_when_the_drift_resolves(world: World) 
     assert item.state is NodeStep.CANCELLED and "resolved before approval" in item.reason
     async with w.store.transaction() as tx:
         assert not await tx.approve_remedy(node)  # nothing left to approve
-    assert await agent_ledger(w, node) == []
+    assert agent_ledger(w, node) == []
 
 
-async def test_the_runbook_waits_while_its_node_is_in_a_released_wave(world: World) -> None:
+async def test_the_runbook_waits_while_its_node_is_in_a_released_wave(
+    world: World, bus: AgentBus
+) -> None:
     w = world
     node = w.rt.fleet[3].id
     break_gsp(w, node)
     await deliver_drift(w, node)  # the remedy is first in line ...
     await _release(w, node, (Component.GPU_VBIOS,))  # ... but the node's wave is released
-    ex = agent_executor(w)
+    ex = agent_executor(w, bus)
     # Run until the rollout's item is done; the remedy meanwhile never drains the node.
     for _ in range(400):
         update = next(i for i in w.store.items if i.kind == "update")
@@ -424,16 +477,16 @@ async def _history(w: World, node: str) -> list[Any]:
 
 
 class SilentWhileRebooting:
-    """The agent over HTTP, unreachable for ``silent`` reads after a reboot (the node is down
+    """The agent over NATS, unreachable for ``silent`` reads after a reboot (the node is down
     while it boots, as a real one is for minutes)."""
 
-    def __init__(self, agent: HttpNodeAgent, silent: int) -> None:
+    def __init__(self, agent: NatsNodeAgent, silent: int) -> None:
         self.agent, self.silent, self.rebooted = agent, silent, False
 
     async def state(self, order: AgentOrder) -> AgentState:
         if self.rebooted and self.silent > 0:
             self.silent -= 1
-            raise AgentUnavailable(f"GET /agents/{order.node_id}: connection refused")
+            raise AgentUnavailable(f"no agent of {order.node_id} listens: is it running?")
         return await self.agent.state(order)
 
     async def install_driver(self, order: AgentOrder, version: str) -> AgentState:
@@ -447,13 +500,15 @@ class SilentWhileRebooting:
         return await self.agent.reboot(order)
 
 
-async def test_a_node_silent_while_it_reboots_is_waited_for_not_given_up(world: World) -> None:
+async def test_a_node_silent_while_it_reboots_is_waited_for_not_given_up(
+    world: World, bus: AgentBus
+) -> None:
     w = world
     node = w.rt.fleet[0].id
     break_gsp(w, node)
     await deliver_drift(w, node)
-    ex = agent_executor(w)
-    assert isinstance(ex.inband.agent, HttpNodeAgent)
+    ex = agent_executor(w, bus)
+    assert isinstance(ex.inband.agent, NatsNodeAgent)
     # More silent reads than the step may fail in a row: waiting is not failing.
     ex.inband.agent = SilentWhileRebooting(ex.inband.agent, silent=FAST.max_errors + 5)
     await w.settle(ex)
@@ -461,18 +516,19 @@ async def test_a_node_silent_while_it_reboots_is_waited_for_not_given_up(world: 
     assert item.state is NodeStep.DONE, item.reason
     waits = [r for r in await _all_history(w, node) if r.reason.startswith("rebooting:")]
     assert len(waits) == FAST.max_errors + 5
-    assert await agent_ledger(w, node) == ["install-driver", "reboot"]
+    assert agent_ledger(w, node) == ["install-driver", "reboot"]
 
 
 async def test_a_node_that_does_not_come_back_from_its_reboot_is_quarantined(
     world: World,
+    bus: AgentBus,
 ) -> None:
     w = world
     node = w.rt.fleet[1].id
     break_gsp(w, node)
     await deliver_drift(w, node)
-    ex = agent_executor(w)
-    assert isinstance(ex.inband.agent, HttpNodeAgent)
+    ex = agent_executor(w, bus)
+    assert isinstance(ex.inband.agent, NatsNodeAgent)
     ex.inband.agent = SilentWhileRebooting(ex.inband.agent, silent=10**6)
     ex.inband.reboot_deadline_s = 0.0  # the store's clock stands still; any wall time is late
     await w.settle(ex)

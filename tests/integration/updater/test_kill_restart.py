@@ -116,7 +116,12 @@ async def test_killed_after_any_commit_and_restarted_never_pushes_twice(
     with pytest.raises(Killed):
         await w.settle(dying)
     w.store.advance(FAST.lease_s + 1)
-    await w.settle(w.executor())
+    restarted = w.executor()
+    # Its deadlines (the reset's reachable_s before an unsent activation is concluded) run on
+    # the store's clock, which settle moves on: not on the wall clock, which a busy machine
+    # moves at its own pace against settle's bounded rounds.
+    restarted.clock = lambda: w.store.now
+    await w.settle(restarted)
     item = w.store.item(node)
     assert item.state is UNSENT.get(at, NodeStep.DONE), item.reason
     assert len(w.pushes(node)) == (0 if at == 2 else 1)

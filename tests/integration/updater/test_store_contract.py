@@ -19,7 +19,7 @@ from lockstep_common.vocabulary import Component
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.domain.windows import Declared
-from lockstep_updater.store import UpdaterStore
+from lockstep_updater.store import Target, UpdaterStore
 from lockstep_updater.testing.memory_store import MemoryStore
 
 pytestmark = pytest.mark.integration
@@ -287,6 +287,41 @@ async def test_the_target_joins_the_plan_and_the_attested_bundle(store: UpdaterS
         "/bundles/b",
         (image,),
     )
+
+
+async def test_an_attested_package_is_found_by_profile_component_and_version_latest_first(
+    store: UpdaterStore,
+) -> None:
+    def driver(version: str, profile: str = "gb200", sha: str = "d") -> AttestedComponent:
+        return AttestedComponent(
+            profile=profile,
+            component=Component.DRIVER,
+            version=version,
+            image=f"images/driver-{version}.deb",
+            sha384=sha * 96,
+            size=10,
+            banks="one_way",
+            activation="in_band",
+        )
+
+    old, new, hgx = driver("580.65.06"), driver("580.95.05"), driver("580.95.05", "hgx-h100")
+    async with store.transaction() as tx:
+        assert await tx.attested("gb200", "driver", "580.95.05") is None  # nothing attested
+        await tx.record_bundle("a" * 64, "/bundles/a", (old, hgx))
+        await tx.record_bundle("b" * 64, "/bundles/b", (new,))
+        found = await tx.attested("gb200", "driver", "580.95.05")
+        assert found is not None and found[1] == new and found[0].bundle_uri == "/bundles/b"
+        # another profile's entry of the same version is not this profile's package
+        found = await tx.attested("hgx-h100", "driver", "580.95.05")
+        assert found is not None and found[0].stack_hash == "a" * 64 and found[1] == hgx
+        assert await tx.attested("gb200", "cuda", "580.95.05") is None
+        assert await tx.attested("gb200", "driver", "595.58.03") is None
+    again = driver("580.95.05", sha="e")
+    async with store.transaction() as tx:  # a later bundle naming it again wins
+        await tx.record_bundle("c" * 64, "/bundles/c", (again,))
+    async with store.transaction() as tx:
+        found = await tx.attested("gb200", "driver", "580.95.05")
+    assert found is not None and found == (Target("c" * 64, "/bundles/c", (again,)), again)
 
 
 async def test_rollbacks_are_one_item_per_node_beside_its_update(store: UpdaterStore) -> None:

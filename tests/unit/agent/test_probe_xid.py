@@ -3,6 +3,7 @@ double-counts one, a new boot counts from the start."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,37 @@ def test_following_this_machines_kernel_log() -> None:
     assert [r.message for r in new][-1].endswith("79, pid=1, forged")
     assert new[-1].facility == 1  # user: the kernel's own records are facility 0
     assert scan(new, BOOT, None).counts() == {}
+
+
+def test_a_followed_pipe_wakes_only_for_a_kernel_xid_and_counts_each_record_once(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    log = KernelLog(fifo)
+    fd = log.follow()
+    assert fd is not None
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        # A process's forged line (facility user, 14 = 1 * 8 + 6) and an ordinary kernel line.
+        os.write(writer, b"14,1,10,-;NVRM: Xid (PCI:0000:9b:00): 79, forged\n")
+        os.write(writer, b"6,2,20,-;mlx5_core 0000:ab:00.0: Link ACTIVE\n6,3,30,-;NVRM: Xi")
+        assert log.watch() is False
+        os.write(writer, b"d (PCI:0000:9b:00): 79, pid=1, GPU has fallen off the bus.\n")
+        assert log.watch() is True
+    finally:
+        os.close(writer)
+    records = log.read()
+    assert [r.seq for r in records] == [1, 2, 3]
+    assert scan(records, "b", None).counts() == {"79": 1}
+    assert log.read() == []  # read once
+    assert log.watch() is False
+    log.close()
+
+
+def test_a_capture_file_is_not_followed(tmp_path: Path) -> None:
+    capture = tmp_path / "kmsg"
+    capture.write_text("3,1,10,-;NVRM: Xid (PCI:0000:9b:00): 79, pid=1\n")
+    log = KernelLog(capture)
+    assert log.follow() is None  # nothing to watch: its XIDs wait for the cycle
+    assert [r.seq for r in log.read()] == [1]

@@ -24,7 +24,7 @@ def test_the_fake_node_is_read_as_eight_gpus_with_xids(tmp_path: Path) -> None:
 
 
 def test_bench_agent_json() -> None:
-    result = CliRunner().invoke(bench_app, ["agent", "--cycles", "10", "--json"])
+    result = CliRunner().invoke(bench_app, ["agent", "--cycles", "10", "--no-xid", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert (out["cycles"], out["gpus"], out["published"]) == (10, GPUS, 20)

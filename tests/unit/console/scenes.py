@@ -35,7 +35,7 @@ from lockstep_common.events.v1 import (
 from lockstep_common.vocabulary import Component, DriftKind, GateVerdict, Severity
 from lockstep_console.testing.memory_source import MemorySource
 from lockstep_gate.hard_rules import check_hard_rules
-from lockstep_gate.judge import decide, evaluate
+from lockstep_gate.judge import decide, evaluate, trip_evidence
 from lockstep_gate.policy_files import load_policy
 from lockstep_gate.sample_files import read_samples
 from lockstep_gate.samples import Group, Sample, SampleTable
@@ -74,7 +74,14 @@ def hard_rule_decision() -> dict[str, object]:
     policy = load_policy(GATE_DATA / "policy.toml")
     now = t0 + 70
     rules, notes = check_hard_rules(SampleTable.from_rows(rows), policy, now=now)
-    return decide(policy, (), rules, notes=notes, evaluated_at=now).model_dump(mode="json")
+    decision = decide(policy, (), rules, notes=notes, evaluated_at=now)
+    # The judge's comparison at the trip, as the healthgate keeps it: here the real judge on a
+    # recorded busbw regression (the rules' rows carry no metric of the policy).
+    table = read_samples(GATE_DATA / "busbw_regression.csv")
+    evidence = trip_evidence(
+        table, policy, now=float(table.time.max()), window_start=float(table.time.min())
+    )
+    return decision.model_copy(update={"at_trip": evidence}).model_dump(mode="json")
 
 
 def wave(number: int, state: str, nodes: int, done: int, failed: int = 0) -> RolloutWaveState:

@@ -304,6 +304,30 @@ async def test_a_verdict_without_hits_draws_no_timeline(client: Client) -> None:
     assert "Wave 0" in html and 'id="hits-' not in html and 'class="hits"' not in html
 
 
+async def test_a_hard_rule_trip_draws_the_metrics_as_of_the_trip_labelled_as_evidence(
+    client: Client,
+) -> None:
+    # The hard rule decided, so the verdict judged no metric; the judge's comparison at the trip
+    # (gate show's at_trip) is drawn as a judged gate's metrics are, under its own heading and
+    # captions, and a judged gate has no such section.
+    html = await (await client.get(f"/rollouts/{scenes.HARD_RULE}/gate")).text()
+    section = html[html.index('<section class="at-trip" id="at-trip-0"') :]
+    section = section[: section.index("</section>")]
+    assert "The metrics as of the trip: evidence only, the hard rule decided" in section
+    assert "did not decide it (the hard rule did)" in section
+    trip = scenes.source().gates[scenes.HARD_RULE].verdicts[0].decision["at_trip"]
+    compared = [m for m in trip["metrics"] if m["comparison"]]
+    assert compared
+    for m in compared:
+        c = m["comparison"]
+        label = f"{m['metric']} in {m['stratum']}: canary median"
+        assert label in section and f"control median {c['control_median']:.4g}" in section
+    assert section.count("over the window so far, as of the trip") == len(compared)
+    assert '<h4 id="t-0-1">' in section  # under the section's h3: the outline holds
+    judged = await (await client.get(f"/rollouts/{scenes.TRIPPED}/gate")).text()
+    assert "at-trip" not in judged and "one value per node over the soak" in judged
+
+
 async def test_a_long_halt_reason_is_cut_with_the_whole_of_it_a_click_away() -> None:
     source = scenes.source()
     state = source.rollout_states[scenes.TRIPPED]

@@ -156,6 +156,53 @@ async def test_a_dcgm_failure_on_a_canary_trips_at_once_and_only_once() -> None:
     assert len(store.events) == 1
 
 
+async def test_a_hard_rule_trip_keeps_the_judges_comparison_as_of_the_trip_as_evidence() -> None:
+    # The canary's busbw is 5% down (the judge's floor is 2%, the hard rule's bar 92%) and one
+    # canary fails dcgm: the hard rule decides; the judge's comparison at that moment is kept
+    # beside it, labelled, for the SRE, and changes nothing of the verdict.
+    store = MemoryGateStore()
+    await plan(store)
+    start = T0 + timedelta(seconds=10)
+    faults = dict.fromkeys(CANARY, Fault(busbw_ratio=0.95))
+    faults["can-2"] = Fault(busbw_ratio=0.95, dcgm_failed=True)
+    now = start + timedelta(seconds=30)
+    await ingest(store, rounds(CANARY + CONTROL, start, 4, faults=faults), now)
+    (tripped,) = store.events
+    (verdict,) = store.tables.verdicts.values()
+    d = verdict.decision
+    assert d.reason == "hard rule dcgm_diag_failed broken on 1 canary node(s) in gb200/acme/0000"
+    assert d.metrics == () and d.offending_nodes == ("can-2",)  # the hard rule's, alone
+    assert isinstance(tripped, GateTripped)  # its evidence is the hard rule's, as before
+    assert [e.metric for e in tripped.evidence] == ["dcgm_diag_failed[gb200/acme/0000]"]
+    at = d.at_trip
+    assert at is not None and "did not decide it (the hard rule did)" in at.label
+    assert (at.window_start, at.window_end) == (T0.timestamp(), d.evaluated_at)
+    assert at.baseline_start is None and at.baseline_end is None  # kept cheap: no baseline
+    judged = {j.metric: j for j in at.metrics}
+    assert set(judged) == {m.name for m in CONFIG.policy.metrics}
+    busbw = judged["nccl_busbw_gbps"]
+    assert busbw.outcome == "worse" and busbw.comparison is not None
+    c = busbw.comparison
+    assert (c.canary_nodes, c.control_nodes) == (6, 12)
+    assert len(c.canary_deciles) == len(c.control_deciles) == 11
+    assert c.canary_median < 0.96 * c.control_median
+    assert judged["sm_clock_mhz"].outcome == "passed"
+
+
+async def test_evidence_at_a_trip_with_too_few_samples_says_so_rather_than_compares() -> None:
+    store = MemoryGateStore()
+    await plan(store)
+    bad = {"can-2": Fault(dcgm_failed=True)}
+    await ingest(store, rounds(CANARY + CONTROL, T0, 1, faults=bad), T0 + timedelta(seconds=5))
+    (verdict,) = store.tables.verdicts.values()
+    at = verdict.decision.at_trip
+    assert at is not None and verdict.decision.verdict == "tripped"
+    busbw = next(j for j in at.metrics if j.metric == "nccl_busbw_gbps")
+    assert busbw.outcome == "no_data" and busbw.comparison is None
+    assert busbw.detail.startswith("too little data")
+    assert all(j.outcome in ("no_data", "not_reported") for j in at.metrics)
+
+
 async def test_a_verdicts_event_id_cannot_be_computed_from_its_rollout_and_wave() -> None:
     ids = []
     for _ in range(2):  # two gates judging the same rollout and wave alike

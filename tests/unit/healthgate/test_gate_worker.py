@@ -168,7 +168,16 @@ async def test_a_canary_node_silent_during_the_soak_trips_before_the_soak_ends()
     (tripped,) = store.events
     assert isinstance(tripped, GateTripped) and tripped.offending_nodes == ("can-1",)
     assert "heartbeat_missing" in tripped.evidence[0].metric
-    assert store.tables.verdicts["r1", 0].kind == "hard_rule"
+    verdict = store.tables.verdicts["r1", 0]
+    assert verdict.kind == "hard_rule"
+    # The silence's trip keeps the judge's comparison over the soak so far, as evidence: the
+    # five canary nodes that reported against the control, the silent one not invented.
+    at = verdict.decision.at_trip
+    assert at is not None
+    assert (at.window_start, at.window_end) == (DONE_AT.timestamp(), verdict.decision.evaluated_at)
+    busbw = next(j for j in at.metrics if j.metric == "nccl_busbw_gbps")
+    assert busbw.comparison is not None and busbw.outcome == "passed"
+    assert (busbw.comparison.canary_nodes, busbw.comparison.control_nodes) == (5, 12)
 
 
 async def test_silence_on_control_nodes_or_everywhere_does_not_blame_the_rollout() -> None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from lockstep_agent.commands import Executor
+from lockstep_agent.commands import Outcome
 from lockstep_common import provenance, subjects
 from lockstep_common.envelope import make_envelope
 from lockstep_common.errors import InvalidMessage
@@ -37,10 +38,16 @@ log = logging.getLogger(__name__)
 QUEUE = "lockstep-agent"
 
 
+class Executes(Protocol):
+    """What carries a command out: ``commands.Executor`` (or one made on first use)."""
+
+    def execute(self, cmd: NodeCommandRequested, *, dry_run: bool = False) -> Outcome: ...
+
+
 class CommandChannel:
     """Answers ``node``'s commands at ``site`` with ``executor``'s outcomes."""
 
-    def __init__(self, executor: Executor, namespace: Namespace, site: str, node: str) -> None:
+    def __init__(self, executor: Executes, namespace: Namespace, site: str, node: str) -> None:
         self.executor = executor
         self.namespace = namespace
         self.subject = namespace.wire(subjects.node_command(site, node))

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 SPOOL_FILE = "spool.sqlite"
 CONNECT_TIMEOUT_S = 2.0
 DRAIN_BATCH = 256
+XID_MIN_GAP_S = 0.25
+"""Least time between two cycles woken early by XIDs."""
 
 
 class AgentStopped(RuntimeError):
@@ -110,6 +112,8 @@ class Runner:
         self.stop = asyncio.Event()
         self.sender = Sender(stopping=self.stop)
         self._wake = asyncio.Event()
+        self._xid = asyncio.Event()
+        """An XID was logged since the last cycle."""
         self._fatal: str | None = None
         self.nc: NatsClient | None = None
         self.js: JetStreamContext | None = None
@@ -162,30 +166,44 @@ class Runner:
             log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         connecting = asyncio.create_task(self._connect(), name="connect")
         loop = asyncio.get_running_loop()
+        watched = self._watch_kernel_log(loop)
         next_at = loop.time()
+        last_at = -XID_MIN_GAP_S
         try:
             while not self.stop.is_set():
-                if loop.time() >= next_at:
+                now = loop.time()
+                # An XID is reported at once (the gate trips on it), not at the next cycle;
+                # an XID storm still costs at most one cycle per XID_MIN_GAP_S.
+                early = self._xid.is_set() and now >= last_at + XID_MIN_GAP_S
+                if now >= next_at or early:
+                    self._xid.clear()
+                    last_at = now
                     with self.metrics.cycle_seconds.time():
                         await asyncio.to_thread(self.agent.cycle)
                     self.metrics.cycles.inc()
-                    # The next cycle one period later; after an overrun, one period from now.
-                    next_at = max(next_at + self.config.cadence_s, loop.time())
+                    if not early:
+                        # The next cycle one period later; after an overrun, one from now.
+                        next_at = max(next_at + self.config.cadence_s, loop.time())
                 self._wake.clear()
                 await self._drain()
                 self.metrics.update(self.agent, self.sender.stats, connected=self._connected())
+                wake_at = next_at
+                if self._xid.is_set():
+                    wake_at = min(wake_at, last_at + XID_MIN_GAP_S)
                 waits = {
                     asyncio.ensure_future(self.stop.wait()),
                     asyncio.ensure_future(self._wake.wait()),
                 }
                 _, pending = await asyncio.wait(
                     waits,
-                    timeout=max(next_at - loop.time(), 0.0),
+                    timeout=max(wake_at - loop.time(), 0.0),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 for w in pending:
                     w.cancel()
         finally:
+            if watched is not None:
+                loop.remove_reader(watched)  # False when a read error removed it already
             await endpoint.stop()
             connecting.cancel()
             with contextlib.suppress(BaseException):
@@ -198,6 +216,30 @@ class Runner:
             self.executor.close()
         if self._fatal is not None:
             raise AgentStopped(self._fatal)
+
+    def _watch_kernel_log(self, loop: asyncio.AbstractEventLoop) -> int | None:
+        """Be woken when the followed kernel log logs an XID (None: it cannot be watched)."""
+        fd = self.kernel_log.follow()
+        if fd is None:
+            return None
+        try:
+            loop.add_reader(fd, self._on_kernel_log, loop, fd)
+        except (OSError, ValueError, NotImplementedError) as exc:
+            log.warning("kernel log %s cannot be watched: %s", self.kernel_log.path, exc)
+            return None
+        return fd
+
+    def _on_kernel_log(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        try:
+            xid = self.kernel_log.watch()
+        except OSError as exc:
+            # Not watched any more (it would wake us in a loop); the cycle still reads it.
+            log.warning("kernel log %s: %s; XIDs wait for the next cycle", fd, exc)
+            loop.remove_reader(fd)
+            return
+        if xid:
+            self._xid.set()
+            self._wake.set()
 
     def _connected(self) -> bool:
         return self.nc is not None and self.nc.is_connected

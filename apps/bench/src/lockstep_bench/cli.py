@@ -542,16 +542,36 @@ def bench_startup(
 @bench_app.command("agent")
 def bench_agent(
     cycles: Annotated[int, typer.Option(min=10, help="Report cycles to run.")] = 300,
+    xid: Annotated[
+        bool,
+        typer.Option(
+            "--xid/--no-xid",
+            help="Also measure an XID line in the kernel log -> gate.tripped through the agent "
+            "and the healthgate on NATS and PostgreSQL (LOCKSTEP_NATS_URL / "
+            "LOCKSTEP_DATABASE_URL, else embedded servers).",
+        ),
+    ] = True,
+    xid_trials: Annotated[
+        int, typer.Option(min=1, help="XID trials (one agent and one wave each).")
+    ] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """One node agent's CPU per report cycle and its RSS, on 8 GPUs' worth of probes (a fake
-    node root and an NVML stand-in), every probe, the disk spool and the sender included."""
+    node root and an NVML stand-in), every probe, the disk spool and the sender included.
+    Unless --no-xid: an XID line written into the kernel log each agent follows -> the
+    healthgate's gate.tripped, p50/p99 over --xid-trials agents at a 10 s cadence (goal p99 <=
+    2 s), beside the same report published straight to JetStream in the same run."""
     from lockstep_bench.agent import run_bench
 
     try:
         result = run_bench(cycles)
     except RuntimeError as exc:
         fail(str(exc), code=1)
+    if xid:
+        from lockstep_bench.agent_xid import one_run
+
+        with bench_servers() as urls:
+            result.update(asyncio.run(one_run(*urls, xid_trials)))
     if as_json:
         print(json.dumps(result))
         return
@@ -569,4 +589,16 @@ def bench_agent(
         f"peak RSS (goal <= {result['goal_rss_mb']:.0f} MB)", f"{result['rss_mb']:.1f} MB"
     )
     table.add_row("RSS with the modules imported (baseline)", f"{result['rss_imported_mb']:.1f} MB")
+    if xid:
+        table.add_row(
+            f"XID line -> gate.tripped, p50 / p99 over {result['xid_trials']} (goal p99 <= "
+            f"{result['goal_xid_to_trip_p99_ms']:.0f} ms)",
+            f"{result['xid_to_trip_p50_ms']} / {result['xid_to_trip_p99_ms']} ms",
+        )
+        table.add_row(
+            "the report published straight -> gate.tripped, p50 / p99 (baseline)",
+            f"{result['direct_report_to_trip_p50_ms']} / "
+            f"{result['direct_report_to_trip_p99_ms']} ms",
+        )
+        table.add_row("ratio of the p50s", f"{result['xid_ratio_p50']}")
     console.print(table)

@@ -76,8 +76,11 @@ async def fleet_drift(console: Console, stack: Stack, rollouts: RolloutSetup, ki
     options = SimOptions(
         NODES, "mixed", seed=SEED, host_base="127.60.0.1", port=0, time_scale=TIME_SCALE
     )
+    # Four reports a node a second: a canary that trips a hard rule a second or two after its
+    # wave is planned still has the reports the judge needs (3 a node) for the gate page to
+    # compare its metrics with the control's as of the trip (issue 32).
     runtime = FleetRuntime(
-        options, scheduler_port=rollouts.scheduler_port, namespace=ns.name, cadence_s=1.0
+        options, scheduler_port=rollouts.scheduler_port, namespace=ns.name, cadence_s=0.25
     )
     # One identity per node agent, allowed its own node's subjects only.
     runtime.agent_access = stack.enroll_agents({n.id: n.site for n in runtime.fleet})

@@ -53,6 +53,7 @@ from lockstep_common.vocabulary import ChangeClass, Component, ObservationSource
 from lockstep_inventory.adapters import state
 from lockstep_inventory.queries import drift_report, fleet_status
 from lockstep_planner.settings import Settings as PlannerSettings
+from lockstep_sim.agents.commands import package_bytes
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.profiles import GB200
 from lockstep_sim.scenarios import Drift, DriftKind
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from lockstep_sim.runtime import FleetRuntime
 
 TIME_SCALE = 0.002  # real seconds per simulated BMC minute: a 15-minute GPU flash takes 30 ms
-SOAK_S = 4  # each wave soaks this long: 4 health reports per node at the agents' cadence
+SOAK_S = 4  # each wave soaks this long: 16 health reports per node at the agents' cadence
 APPROVER = "alice"
 SCOPE = ScopeSelector(sites=("site-ams1",), profiles=("gb200",))
 PUSH = "update-multipart"  # the BMC ledger's action for a POST to MultipartHttpPushUri
@@ -72,10 +73,11 @@ NEW = {"bmc": "GB200Nvl-25.02-1", "gpu": "97.00.9A.00.01", "nic": "32.43.1000"}
 BAD_GPU = "97.00.9B.00.07"
 # The driver step: R580 LTSB -> R595 production, the CUDA 13.2 user space it brings (the
 # simulator's catalog, standards.md section 7); GSP firmware and fabric manager ship inside it.
-DRIVER = DriverPackage("595.58.03", cuda="13.2", nccl="2.27.7", package=b"nvidia-open 595.58.03")
+# Its bytes are what the simulated nodes' repository serves for it: the agents download the
+# exact version and install it only when its SHA-256 is the one the attested bundle names.
+DRIVER = DriverPackage("595.58.03", cuda="13.2", nccl="2.27.7", package=package_bytes("595.58.03"))
 DRIVER_BRANCH = "R595"
 IN_BAND = ("driver", "gpu_gsp", "fabric_manager", "cuda", "nccl")
-AGENT_CREDENTIALS = "LOCKSTEP_DEMO_BMC"  # demo_fleet.CREDENTIALS: the simulator's one account
 GATE_MINIMUM = """
 [minimum]
 canary_nodes = 5
@@ -138,11 +140,10 @@ def prepare(base: Path) -> RolloutSetup:
         "LOCKSTEP_UPDATER_DRAIN_POLL_S": "0.2",
         "LOCKSTEP_UPDATER_REDFISH_POLL_S": "0.05",
         "LOCKSTEP_UPDATER_VERIFY_SETTLE_S": "2",
-        # The node agents' in-band channel is served on the scheduler's port, with the
-        # simulator's account (the BMCs' credentials, by reference). The GSP runbook waits for
-        # approval here: the drift story's mismatch is fixed by hand before anyone approves.
-        "LOCKSTEP_UPDATER_AGENT_URL": f"http://127.0.0.1:{port}",
-        "LOCKSTEP_UPDATER_AGENT_CREDENTIALS": f"env:{AGENT_CREDENTIALS}",
+        # In-band commands go to each node's agent over NATS (agent.command.<site>.<node>,
+        # which only the updater may publish). The GSP runbook waits for approval here: the
+        # drift story's mismatch is fixed by hand before anyone approves.
+        "LOCKSTEP_UPDATER_AGENT_CHANNEL": "nats",
         "LOCKSTEP_UPDATER_GSP_REMEDY": "approval",
     }
     return RolloutSetup(base, private, port, env)
@@ -436,8 +437,15 @@ class RolloutStory:
     async def _gsp_runbook(self) -> None:
         c = self.console
         c.rule("a GSP / driver mismatch, remediated by the runbook (seed 004)")
+        # A node the good rollout updated: pinned to its stack, whose driver package the
+        # runbook reinstalls from the bundle that attested it (the agents install no other).
         node = next(
-            n.id for n in reversed(self.rt.fleet) if self.rt.scheduler.node(n.id).drain is None
+            n.id
+            for n in reversed(self.rt.fleet)
+            if n.profile == "gb200"
+            and n.site in SCOPE.sites
+            and self.rt.scheduler.node(n.id).drain is None
+            and self.rt.software[n.id].state.driver.version == DRIVER.version
         )
         before = len(self.rt.agent_ledger)  # the rollout's driver step is in it already
         (drift,) = self.rt.drifts.apply([Drift(DriftKind.GSP_MISMATCH, node)])

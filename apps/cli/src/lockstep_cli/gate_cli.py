@@ -22,8 +22,10 @@ from rich.table import Table
 from lockstep_cli.cli_io import fail, settings_of, stdout_console
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from lockstep_common.events.v1 import GateShowAnswered
-    from lockstep_gate.decision import GateDecision
+    from lockstep_gate.decision import GateDecision, MetricJudgement
 
 gate_app = typer.Typer(
     help="Health gate: replay the judge on recorded samples, or show a live gate's verdicts.",
@@ -68,10 +70,24 @@ def _show(decision: GateDecision) -> None:
             console.print(
                 f"{r.rule} [{r.stratum}]: {r.detail}", highlight=False, markup=False, soft_wrap=True
             )
-    if not decision.metrics:
-        _tail(decision)
-        return
-    metrics = Table(title="metrics: canary vs control, one value per node (* critical)")
+    if decision.metrics:
+        _metrics(decision.metrics, "metrics: canary vs control, one value per node (* critical)")
+    _tail(decision)
+    trip = decision.at_trip
+    if trip is not None:
+        since = datetime.fromtimestamp(trip.window_start, UTC).isoformat()
+        until = datetime.fromtimestamp(trip.window_end, UTC).isoformat()
+        console.print(
+            f"{trip.label}; window {since} .. {until}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        _metrics(trip.metrics, "metrics at the trip (evidence only; * critical)")
+
+
+def _metrics(judged: Sequence[MetricJudgement], title: str) -> None:
+    metrics = Table(title=title)
     metrics.add_column("metric", no_wrap=True)
     for col in (
         "stratum",
@@ -83,7 +99,7 @@ def _show(decision: GateDecision) -> None:
         "p",
     ):
         metrics.add_column(col)
-    for j in decision.metrics:
+    for j in judged:
         c = j.comparison
         name = j.metric + ("*" if j.critical else "")
         if c is None:
@@ -100,7 +116,7 @@ def _show(decision: GateDecision) -> None:
             "" if c.p_value is None else f"{c.p_value:.2g}",
         )
     console.print(metrics)
-    for j in decision.metrics:
+    for j in judged:
         if j.outcome in ("environmental", "no_data", "worse"):
             console.print(
                 f"{j.metric} [{j.stratum}] {j.outcome}: {j.detail}",
@@ -108,7 +124,6 @@ def _show(decision: GateDecision) -> None:
                 markup=False,
                 soft_wrap=True,
             )
-    _tail(decision)
 
 
 def _tail(decision: GateDecision) -> None:

@@ -10,6 +10,7 @@ groups, never 12,500 rows.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import Markup
 
 from lockstep_console import svg
-from lockstep_gate.decision import GateDecision, RuleHit
+from lockstep_gate.decision import GateDecision, MetricJudgement, RuleHit
 
 if TYPE_CHECKING:
     from lockstep_common.events.v1 import (
@@ -112,11 +113,10 @@ def hits_view(record: GateVerdictRecord, decision: GateDecision) -> dict[str, An
     return {"hits": hits[:HITS_PAGE], "hits_total": len(hits), "timeline": plot}
 
 
-def gate_view(record: GateVerdictRecord) -> dict[str, Any]:
-    """One wave's verdict with its evidence: the decision as the healthgate recorded it."""
-    decision = GateDecision.model_validate(record.decision)
+def metric_views(judged: Sequence[MetricJudgement]) -> list[MetricView]:
+    """Each metric in each stratum with its plots, drawn from the judgements as given."""
     metrics = []
-    for j in decision.metrics:
+    for j in judged:
         c = j.comparison
         metrics.append(
             MetricView(
@@ -138,10 +138,26 @@ def gate_view(record: GateVerdictRecord) -> dict[str, Any]:
                 else Markup(""),
             )
         )
+    return metrics
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def gate_view(record: GateVerdictRecord) -> dict[str, Any]:
+    """One wave's verdict with its evidence: the decision as the healthgate recorded it, and for
+    a hard rule's trip the judge's comparison as of the trip (evidence only: it did not decide),
+    drawn the same way as a judged gate's metrics."""
+    decision = GateDecision.model_validate(record.decision)
+    trip = decision.at_trip
     return {
         "record": record,
         "decision": decision,
-        "metrics": metrics,
+        "metrics": metric_views(decision.metrics),
+        "at_trip": trip,
+        "trip_metrics": metric_views(trip.metrics) if trip is not None else [],
+        "trip_window": (_utc(trip.window_start), _utc(trip.window_end)) if trip else None,
         **hits_view(record, decision),
     }
 

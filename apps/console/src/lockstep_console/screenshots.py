@@ -22,10 +22,12 @@ from lockstep_common.subjects import token
 BROWSERS = ("chromium", "chromium-browser")
 WINDOW = "1280,1000"
 PNG = b"\x89PNG\r\n\x1a\n"
+# (file, page, window): the gate page is taken taller, so that below a hard rule's offending
+# nodes, timeline and tables its metrics as of the trip (canary against control) show too.
 PAGES = (
-    ("console-rollout.png", "/rollouts/{rollout}"),
-    ("console-gate.png", "/rollouts/{rollout}/gate"),
-    ("console-fleet.png", "/fleet"),
+    ("console-rollout.png", "/rollouts/{rollout}", WINDOW),
+    ("console-gate.png", "/rollouts/{rollout}/gate", "1280,2800"),
+    ("console-fleet.png", "/fleet", WINDOW),
 )
 
 
@@ -50,14 +52,14 @@ def take(base_url: str, rollout: str, out: Path, *, timeout_s: float = 120.0) ->
         raise ScreenshotError(f"not a console URL: {base_url!r}")
     token(rollout, "rollout id")  # never a path or a query of its own making
     binary = browser()
-    for _, path in PAGES:
+    for _, path, _ in PAGES:
         # Chromium draws its own page for a refused connection or an error, and exits 0: ask
         # first, so that a console not serving (or another one on the port) is said so.
         _answers(base_url.rstrip("/") + path.format(rollout=rollout))
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lockstep-shots-") as scratch:
         running = []
-        for i, (name, path) in enumerate(PAGES):
+        for i, (name, path, window) in enumerate(PAGES):
             target = out / name
             target.unlink(missing_ok=True)  # a stale file never passes for a new one
             url = base_url.rstrip("/") + path.format(rollout=rollout)
@@ -71,7 +73,7 @@ def take(base_url: str, rollout: str, out: Path, *, timeout_s: float = 120.0) ->
                 "--no-first-run",
                 "--disable-extensions",
                 f"--user-data-dir={scratch}/{i}",  # browsers running at once share no profile
-                f"--window-size={WINDOW}",
+                f"--window-size={window}",
                 f"--screenshot={target}",
                 url,
             ]

@@ -133,7 +133,9 @@ def run_command(
         10.0, "--cadence-s", min=0.001, help="Real seconds between two reports of a node."
     ),
 ) -> None:
-    """Run BMCs, scheduler and (with --nats-url) node agents for one fleet until Ctrl-C.
+    """Run BMCs, scheduler and (with --nats-url) node agents for one fleet until Ctrl-C: each
+    node runs the agent's own code with simulated probes, publishing its reports and answering
+    the updater's in-band commands on agent.command.<site>.<node>.
 
     The agents' health series and the health scenarios of --faults or PUT /faults (a bad
     image, a thermal event, a network problem) are described in docs/simulator.md; ready-made

@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+import shutil
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,14 +27,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from lockstep_sim.agents.health_model import Conditions
-from lockstep_sim.agents.http import add_agent_routes
 from lockstep_sim.agents.software import NodeSoftware
 from lockstep_sim.drifts import DriftControl
 from lockstep_sim.fleet import Node
 from lockstep_sim.health_scenarios import conditions_for
 from lockstep_sim.injection import FaultControl
 from lockstep_sim.listening import ALL_INTERFACES
-from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
+from lockstep_sim.options import SimOptions
 from lockstep_sim.scheduler.http import make_app
 from lockstep_sim.scheduler.model import Scheduler
 from lockstep_sim.simulator import Simulator
@@ -41,10 +42,9 @@ from lockstep_sim.started import Started
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-    from lockstep_agent.commands import Executor
     from lockstep_common.natsconn import NatsAccess
     from lockstep_common.subjects import Namespace
-    from lockstep_sim.agents.commands import SimHost
+    from lockstep_sim.agents.commands import LazyExecutor, SimHost
     from lockstep_sim.agents.publisher import AgentFleet
 
 log = logging.getLogger(__name__)
@@ -91,10 +91,13 @@ class FleetRuntime(Started):
     open development server with no service running. Stops in reverse: agents, then
     scheduler, then BMCs. Port 0 picks a free port.
 
-    With ``commands_dir`` (and NATS), every node's agent also answers the updater's in-band
-    commands on ``agent.command.<site>.<node>`` through the real agent's command executor
-    (``lockstep_agent.commands``; its journal under ``commands_dir/<node>/``) on a simulated
-    host (``agents.commands.SimHost``, serving ``packages``: version -> package bytes).
+    With NATS, every node's agent also answers the updater's in-band commands on
+    ``agent.command.<site>.<node>`` through the real agent's command executor
+    (``lockstep_agent.commands``; its journal under ``commands_dir/<node>/``, a temporary
+    directory removed at stop when None) on a simulated host (``agents.commands.SimHost``,
+    serving ``packages``: version -> package bytes). Without NATS, ``answer_commands`` puts a
+    node's agent on a connection of the caller's. There is no other command path: every step
+    an agent carried out is in ``agent_ledger``.
     """
 
     def __init__(
@@ -123,23 +126,19 @@ class FleetRuntime(Started):
         self._agent_ncs: list[Client] = []
         self.create_streams = create_streams
         self.commands_dir = commands_dir
+        self._temporary: Path | None = None
         self.packages = packages
         self.command_hosts: dict[str, SimHost] = {}
         """Each node's simulated host, with every program the agent ran on it (``ran``)."""
-        self._executors: list[Executor] = []
+        self._executors: list[LazyExecutor] = []
         self.namespace = namespace
         self.cadence_s = cadence_s
         self.seed = options.seed
-        # The node agents' in-band channel takes the simulator's accounts, as its BMCs do.
-        self.agent_accounts = (
-            (options.username, options.password),
-            (OPERATOR_USERNAME, options.password),
-        )
         self.agent_ledger: list[dict[str, Any]] = []
-        """Every step the agents' in-band channel accepted or refused, in order."""
+        """Every in-band step the agents carried out or had refused, in order (``SimHost``)."""
         self.agents: list[AgentFleet] = []
-        # In-band state of every node: served on the scheduler's port (/agents/...) always,
-        # published as telemetry only when NATS is given.
+        # In-band state of every node: published as telemetry, and read and changed by the
+        # agents' commands, only when NATS is given.
         profiles = {node.id: node.profile for node in self.fleet}
         # The health series runs on the simulator's clock: a report every cadence_s real
         # seconds is cadence_s * 60 / time_scale simulated ones (its diurnal drift follows it).
@@ -215,7 +214,6 @@ class FleetRuntime(Started):
 
     async def _start_scheduler(self) -> None:
         app = make_app(self.scheduler)
-        add_agent_routes(app, self.software, self.agent_accounts, self.agent_ledger)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
         await runner.setup()
         self._scheduler_runner = runner
@@ -241,21 +239,23 @@ class FleetRuntime(Started):
             nodes = [self.software[node_id] for node_id in node_ids]
             self.agents.append(AgentFleet(js, ns, config, nodes))
             for node_id in node_ids:
-                await self._answer_commands(nc, ns, site, node_id)
+                await self.answer_commands(nc, ns, node_id)
         for agents in self.agents:
             agents.start()
 
-    async def _answer_commands(self, nc: Client, ns: Namespace, site: str, node_id: str) -> None:
-        """``node_id``'s agent answers in-band commands on ``nc`` (only with ``commands_dir``)."""
-        if self.commands_dir is None:
-            return
+    async def answer_commands(self, nc: Client, ns: Namespace, node_id: str) -> None:
+        """``node_id``'s agent answers the updater's in-band commands on ``nc`` from now on:
+        the real agent's command channel and executor on the node's simulated host."""
         from lockstep_agent.command_channel import CommandChannel
-        from lockstep_sim.agents.commands import sim_executor
+        from lockstep_sim.agents.commands import LazyExecutor
 
+        site = self.simulator.bmc(node_id).node.site
+        if self.commands_dir is None:
+            self.commands_dir = self._temporary = Path(tempfile.mkdtemp(prefix="lockstep-agents-"))
         journal = self.commands_dir / node_id / "commands.sqlite"
-        executor, host = sim_executor(self.software[node_id], journal, self.packages)
+        executor = LazyExecutor(self.software[node_id], journal, self.packages, self.agent_ledger)
         self._executors.append(executor)
-        self.command_hosts[node_id] = host
+        self.command_hosts[node_id] = executor.host
         await CommandChannel(executor, ns, site, node_id).subscribe(nc)
 
     async def _start_own_agents(self, access: Callable[[str], NatsAccess]) -> None:
@@ -287,7 +287,7 @@ class FleetRuntime(Started):
             js = {n: connected[n].jetstream() for n in node_ids}
             self.agents.append(AgentFleet(js, ns, config, nodes))
             for node_id in node_ids:
-                await self._answer_commands(connected[node_id], ns, site, node_id)
+                await self.answer_commands(connected[node_id], ns, node_id)
         for agents in self.agents:
             agents.start()
 
@@ -309,6 +309,9 @@ class FleetRuntime(Started):
         executors, self._executors = self._executors, []
         for executor in executors:  # their connections are closed: no command comes in
             executor.close()
+        if self._temporary is not None:
+            shutil.rmtree(self._temporary, ignore_errors=True)
+            self.commands_dir = self._temporary = None
         if self._scheduler_runner is not None:
             runner, self._scheduler_runner = self._scheduler_runner, None
             await runner.cleanup()

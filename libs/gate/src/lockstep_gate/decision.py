@@ -120,6 +120,28 @@ class RuleFinding(_Result):
     hits: tuple[RuleHit, ...] = ()
 
 
+AT_TRIP_LABEL = (
+    "evidence at trip time: the judge's comparison over the window so far, when a hard rule "
+    "decided the verdict; it did not decide it (the hard rule did)"
+)
+
+
+class TripEvidence(_Result):
+    """What the judge's comparison showed when a hard rule decided a wave before its soak
+    ended: the same per-metric judgements the soak's judge makes (``judge.judge_metrics``),
+    over the wave's samples so far. Evidence for the person on call, never part of the verdict:
+    the verdict, its reason, score and offending nodes are the hard rule's. A metric with too
+    few nodes or samples by then is ``no_data`` (or ``not_reported``), never a made-up
+    comparison."""
+
+    label: str = AT_TRIP_LABEL
+    window_start: float  # seconds since the epoch: the samples compared, start ..
+    window_end: float  # .. the trip (the judge's ``now``)
+    baseline_start: float | None = None  # the environmental check's baseline, when read
+    baseline_end: float | None = None
+    metrics: tuple[MetricJudgement, ...]
+
+
 class GateDecision(_Result):
     """The verdict, deterministic in the samples, the policy and ``evaluated_at``."""
 
@@ -131,3 +153,6 @@ class GateDecision(_Result):
     offending_nodes: tuple[str, ...]
     notes: tuple[str, ...] = ()
     evaluated_at: float  # seconds since the epoch: samples after it were not considered
+    # A hard-rule trip's evidence from the judge's comparison at that moment (None: a verdict
+    # of the soak's judge, or recorded before it was kept). Never read by the verdict.
+    at_trip: TripEvidence | None = None

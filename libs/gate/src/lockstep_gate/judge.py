@@ -46,6 +46,7 @@ from lockstep_gate.decision import (
     MetricJudgement,
     MetricOutcome,
     RuleFinding,
+    TripEvidence,
 )
 from lockstep_gate.hard_rules import BUSBW, check_hard_rules
 from lockstep_gate.policy import (
@@ -439,3 +440,23 @@ def evaluate(
     }
     rules, notes = check_hard_rules(table, policy, now=at, roster=roster, degraded=degraded)
     return decide(policy, metrics, rules, notes=notes, evaluated_at=at)
+
+
+def trip_evidence(
+    table: SampleTable,
+    policy: Policy,
+    *,
+    now: float,
+    window_start: float,
+    baseline: tuple[float, float] | None = None,
+) -> TripEvidence:
+    """The judge's comparison (``judge_metrics``, exactly what ``evaluate`` runs) as of ``now``
+    over ``table``, the samples of the window ``[window_start, now]`` (and ``baseline``'s), for
+    a verdict a hard rule decided: evidence kept beside that verdict, never deciding it."""
+    return TripEvidence(
+        window_start=window_start,
+        window_end=now,
+        baseline_start=None if baseline is None else baseline[0],
+        baseline_end=None if baseline is None else baseline[1],
+        metrics=judge_metrics(table, policy, now=now),
+    )

@@ -7,6 +7,7 @@ The handlers and the worker both stand above this module and never import each o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import uuid
@@ -29,7 +30,7 @@ from lockstep_gate.hard_rules import (
 )
 from lockstep_gate.policy import Policy
 from lockstep_healthgate.domain.evidence import gate_event
-from lockstep_healthgate.domain.gating import instant_decision
+from lockstep_healthgate.domain.gating import instant_decision, with_trip_evidence
 from lockstep_healthgate.domain.readings import Columns
 from lockstep_healthgate.domain.waves import OPEN, Wave, WaveState, sample_table, transition
 from lockstep_healthgate.store import GateTx, VerdictKind, VerdictRecord
@@ -110,6 +111,47 @@ async def commit_verdict(
     return True
 
 
+async def with_evidence_at_trip(
+    tx: GateTx, wave: Wave, decision: GateDecision, config: GateConfig, *, now: datetime
+) -> GateDecision:
+    """A hard rule's trip of ``wave`` with the judge's comparison of its samples so far: the
+    soak so far once the wave completed, else the update so far (since it was planned), every
+    metric. Read in the trip's own transaction, once per trip (never per sample), the judge
+    in a thread as the worker's. Not the baseline: at the design load it is ~30 times the
+    rows of a trip's window (``baseline_s`` against seconds), and the trip waits for this; so
+    the environmental check at the trip is against the policy's expected values only."""
+    start = wave.planned_at if wave.completed_at is None else wave.completed_at
+    cols = await tx.samples([m.node_id for m in wave.members], None, start, now)
+
+    def judged() -> GateDecision:
+        table = sample_table(wave.members, cols, soak_start=start.timestamp())
+        return with_trip_evidence(
+            decision, table, config.policy, window_start=start.timestamp(), baseline=None
+        )
+
+    return await asyncio.to_thread(judged)
+
+
+async def commit_trip(
+    tx: GateTx,
+    wave: Wave,
+    decision: GateDecision,
+    *,
+    window: tuple[datetime, datetime],
+    config: GateConfig,
+) -> bool:
+    """Commit a hard rule's trip with its evidence at trip time (``with_evidence_at_trip``),
+    unless the wave is no longer open: the judge's comparison runs only for a trip that will
+    be recorded."""
+    current = await tx.wave(wave.rollout_id, wave.wave)  # locked: one decider at a time
+    if current is None or current.state not in OPEN:
+        return False
+    decision = await with_evidence_at_trip(tx, current, decision, config, now=window[1])
+    return await commit_verdict(
+        tx, wave, decision, kind=VerdictKind.HARD_RULE, window=window, config=config
+    )
+
+
 async def check_hard_rules_now(
     tx: GateTx, waves: Sequence[Wave], config: GateConfig, *, now: datetime
 ) -> int:
@@ -122,8 +164,8 @@ async def check_hard_rules_now(
         cols = await tx.samples(nodes, config.rule_metrics, since, now)
         table = sample_table(wave.members, cols, soak_start=since.timestamp())
         decision = instant_decision(table, config.policy, now=now.timestamp())
-        if decision is not None and await commit_verdict(
-            tx, wave, decision, kind=VerdictKind.HARD_RULE, window=(since, now), config=config
+        if decision is not None and await commit_trip(
+            tx, wave, decision, window=(since, now), config=config
         ):
             tripped += 1
     return tripped
@@ -162,8 +204,8 @@ async def watch_heartbeats(tx: GateTx, config: GateConfig, *, now: datetime) -> 
         decision = instant_decision(
             table, config.policy, now=now.timestamp(), roster=wave.canary_strata
         )
-        if decision is not None and await commit_verdict(
-            tx, wave, decision, kind=VerdictKind.HARD_RULE, window=(since, now), config=config
+        if decision is not None and await commit_trip(
+            tx, wave, decision, window=(since, now), config=config
         ):
             tripped += 1
     return tripped

@@ -12,7 +12,6 @@ from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.agent_commands import NatsAgentCommands
 from lockstep_updater.adapters.gauges import GAUGES
 from lockstep_updater.adapters.images import BundleImages
-from lockstep_updater.adapters.node_agent import HttpNodeAgent
 from lockstep_updater.adapters.node_agent_nats import READ_TIMEOUT_S, NatsNodeAgent
 from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.domain.remedy import RemedyPolicy
@@ -64,11 +63,8 @@ def node_agent(
     settings: Settings, resources: Resources, namespace: Namespace, source: str
 ) -> NodeAgent | None:
     """The channel ``agent_channel`` names (None: none configured)."""
-    s = settings
-    if s.agent_channel == "nats":
-        commands = NatsAgentCommands(resources.nc, namespace, source)
-        reads = NatsAgentCommands(resources.nc, namespace, source, timeout_s=READ_TIMEOUT_S)
-        return NatsNodeAgent(commands, s.agent_package, reads)
-    if s.agent_url is None:
+    if settings.agent_channel != "nats":
         return None
-    return HttpNodeAgent(s.agent_url, s.agent_credentials)
+    commands = NatsAgentCommands(resources.nc, namespace, source)
+    reads = NatsAgentCommands(resources.nc, namespace, source, timeout_s=READ_TIMEOUT_S)
+    return NatsNodeAgent(commands, settings.agent_package, reads)

@@ -120,36 +120,25 @@ class Settings(ServiceSettings):
         "unset: their nodes fail at the push, nothing is offered.",
     )
     image_server_port: int = Field(default=0, ge=0, le=65535, description="Its port (0: free).")
-    agent_channel: Literal["http", "nats"] = Field(
-        default="http",
+    agent_channel: Literal["none", "nats"] = Field(
+        default="none",
         description="How in-band commands reach node agents: nats (each node's lockstep-agent on "
         "agent.command.<site>.<node>, as this updater's NATS identity, the only one allowed to "
-        "publish there) or http (the simulator's channel at agent_url).",
+        "publish there), or none: in-band work (driver, CUDA, NCCL, fabric manager, the GSP "
+        "runbook) fails with that reason.",
     )
     agent_package: str = Field(
         default="nvidia-driver",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}$",
-        description="The driver package's name in the nodes' repositories (nats channel: the "
-        "agent downloads <package>=<version> and checks it against the attested digest).",
-    )
-    agent_url: str | None = Field(
-        default=None,
-        description="Base URL of the node agents' in-band channel (the simulator's /agents/... "
-        "on its scheduler port); unset: in-band work (driver, CUDA, NCCL, fabric manager, the "
-        "GSP runbook) fails with that reason.",
-    )
-    agent_credentials: str = Field(
-        default="env:LOCKSTEP_AGENT",
-        pattern=r"^(env:|file:/)",
-        description="Where the agent account is (env:PREFIX for PREFIX_USERNAME and "
-        "PREFIX_PASSWORD, or file:/path), resolved per call, never logged or stored.",
+        description="The driver package's name in the nodes' repositories (the agent downloads "
+        "<package>=<version> and checks it against the attested digest).",
     )
     gsp_remedy: RemedyPolicy = Field(
         default=RemedyPolicy.AUTOMATIC,
         description="The GSP / driver mismatch runbook on drift.detected: automatic (a node "
         "whose GPUs already failed to initialise is repaired one at a time per pool), approval "
-        "(held until `lockstep node approve-remedy NODE`), or off. Off whenever agent_url is "
-        "unset and agent_channel is http: the runbook needs the agent channel.",
+        "(held until `lockstep node approve-remedy NODE`), or off. Off whenever agent_channel "
+        "is none: the runbook needs the agent channel.",
     )
     remedy_max_unavailable: int = Field(
         default=1,
@@ -171,4 +160,4 @@ class Settings(ServiceSettings):
     @property
     def agent_enabled(self) -> bool:
         """Whether any node agent channel is configured."""
-        return self.agent_channel == "nats" or self.agent_url is not None
+        return self.agent_channel == "nats"

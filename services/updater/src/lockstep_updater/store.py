@@ -135,6 +135,14 @@ class UpdaterTx(Protocol):
         """The attested bundle the rollout's plan names, None while either is unknown."""
         ...
 
+    async def attested(
+        self, profile: str, component: str, version: str
+    ) -> tuple[Target, AttestedComponent] | None:
+        """The most recently attested bundle naming ``component`` at ``version`` for
+        ``profile``, with that entry; None when no bundle does (an in-band package outside
+        any rollout, the GSP runbook's pin or a unit's fallback, is installed only from one)."""
+        ...
+
     async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
         """Record a released wave and a ``pending`` item per node, once: False when the wave
         was already recorded (a redelivery adds nothing)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -120,9 +121,10 @@ def scan(records: Iterable[KmsgRecord], boot_id: str, after: Cursor | None) -> X
     return XidScan(events=tuple(events), cursor=cursor)
 
 
-def _read_records(fd: int) -> list[KmsgRecord]:
-    """The records an open ``/dev/kmsg`` has for us now, one per read, without blocking."""
-    out: list[KmsgRecord] = []
+def _read_chunks(fd: int) -> list[bytes]:
+    """What an open log has for us now, without blocking: one record per read from
+    ``/dev/kmsg``, any number of whole or partial lines from a pipe."""
+    out: list[bytes] = []
     while True:
         try:
             chunk = os.read(fd, _READ_SIZE)
@@ -136,37 +138,90 @@ def _read_records(fd: int) -> list[KmsgRecord]:
             raise
         if not chunk:
             return out
-        record = parse_record(chunk.decode("utf-8", errors="replace").split("\n", 1)[0])
-        if record is not None:
-            out.append(record)
+        out.append(chunk)
 
 
 class KernelLog:
-    """The kernel log, followed: ``/dev/kmsg`` stays open, so each ``read`` returns only the
-    records logged since the previous one (the first: every record the ring buffer still
-    holds). A file of records (a capture) is read whole every time."""
+    """The kernel log, followed: ``/dev/kmsg`` (or a named pipe carrying records in its format,
+    a node's log relay or a test's) stays open, so each ``read`` returns only the records
+    logged since the previous one (the first: every record the ring buffer still holds). A file
+    of records (a capture) is read whole every time.
+
+    ``watch`` lets the agent be woken by an XID as soon as it is logged rather than at its next
+    cycle: the event loop calls it when the log is readable; it reads what is new into a
+    buffer that the next ``read`` returns first, and says whether any of it is an XID. ``read``
+    runs in the cycle's worker thread and ``watch`` on the event loop: a lock keeps each record
+    in exactly one of them."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._stream = False  # a pipe: lines may be split across reads
+        self._partial = b""
+        self._pending: list[KmsgRecord] = []
+        self._lock = threading.Lock()
 
-    def read(self) -> list[KmsgRecord]:
-        """New records (OSError when the log cannot be opened or read)."""
+    def follow(self) -> int | None:
+        """Open the log to follow it; its descriptor (to watch for readability), or None when
+        it is a plain file, missing or unreadable (then nothing wakes the agent early)."""
+        with self._lock:
+            try:
+                return self._open()
+            except OSError:
+                return None
+
+    def _open(self) -> int | None:
         if self._fd is None:
             try:
                 mode = self.path.stat().st_mode
             except FileNotFoundError:
-                return []
-            if not stat.S_ISCHR(mode):
-                text = self.path.read_text(encoding="utf-8", errors="replace")
+                return None
+            if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+                return None
+            self._stream = stat.S_ISFIFO(mode)
+            # A pipe opened for writing too never reads as closed (no POLLHUP storm) while no
+            # writer has it open; /dev/kmsg is opened for reading only.
+            flags = os.O_RDWR if self._stream else os.O_RDONLY
+            self._fd = os.open(self.path, flags | os.O_NONBLOCK)
+        return self._fd
+
+    def _records(self, chunks: list[bytes]) -> list[KmsgRecord]:
+        if self._stream:
+            data = self._partial + b"".join(chunks)
+            whole, _, self._partial = data.rpartition(b"\n")
+            lines = whole.decode("utf-8", errors="replace").split("\n") if whole else []
+        else:  # one record per read: its first line (continuation lines start with a space)
+            lines = [c.decode("utf-8", errors="replace").split("\n", 1)[0] for c in chunks]
+        return [r for r in map(parse_record, lines) if r is not None]
+
+    def watch(self) -> bool:
+        """Read what is new into the buffer; True when a kernel record among it is an XID
+        (OSError when the log cannot be read)."""
+        with self._lock:
+            if self._fd is None:
+                return False
+            fresh = self._records(_read_chunks(self._fd))
+            self._pending.extend(fresh)
+        return any(r.facility == 0 and parse_xid(r.message) is not None for r in fresh)
+
+    def read(self) -> list[KmsgRecord]:
+        """New records (OSError when the log cannot be opened or read)."""
+        with self._lock:
+            if self._open() is None:
+                try:
+                    text = self.path.read_text(encoding="utf-8", errors="replace")
+                except FileNotFoundError:
+                    return []
                 return [r for r in map(parse_record, text.splitlines()) if r is not None]
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        return _read_records(self._fd)
+            assert self._fd is not None  # noqa: S101 - _open opened it
+            records, self._pending = self._pending, []
+            return records + self._records(_read_chunks(self._fd))
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 def read_kmsg(path: Path) -> list[KmsgRecord]:

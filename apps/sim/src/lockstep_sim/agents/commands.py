@@ -12,11 +12,14 @@ the demo's bundle attests; serving other bytes is how a tampered mirror is simul
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from lockstep_agent.commands import Executor
-from lockstep_common.events.v1 import NodeReading
+from lockstep_common.events.v1 import NodeCommandAnswered, NodeCommandRequested, NodeReading
 from lockstep_sim.agents.software import CATALOG, NodeSoftware
 from lockstep_sim.agents.state import InvalidTransition
 
@@ -32,23 +35,55 @@ def default_packages() -> dict[str, bytes]:
     return {version: package_bytes(version) for version in CATALOG}
 
 
+STEPS = {
+    ("apt-get", "install"): "install-driver",
+    ("dkms", "autoinstall"): "rebuild-dkms",
+    ("systemctl", "reboot"): "reboot",
+}
+"""The programs that change a node's in-band state, by the in-band step they carry out."""
+
+
 class SimHost:
     """``lockstep_agent.commands.Host`` on one simulated node. Every argv it was asked to run
-    is kept in ``ran``, in order (the agent's side of the ledger)."""
+    is kept in ``ran``, in order (the agent's side of the ledger); every step that changes the
+    node (install, DKMS build, reboot) goes to ``ledger`` too: ``{"at", "node", "step",
+    "outcome"}``, the outcome the node's phase after it, or ``refused``."""
 
-    def __init__(self, software: NodeSoftware, packages: Mapping[str, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        software: NodeSoftware,
+        packages: Mapping[str, bytes] | None = None,
+        ledger: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.software = software
         self.packages = default_packages() if packages is None else packages
         self.ran: list[tuple[str, ...]] = []
+        self.ledger: list[dict[str, Any]] = [] if ledger is None else ledger
 
     def run(self, argv: Sequence[str], cwd: Path | None = None) -> tuple[int, str]:
         self.ran.append(tuple(argv))
         try:
-            return self._run(tuple(argv), cwd)
+            rc, out = self._run(tuple(argv), cwd)
         except InvalidTransition as exc:
-            return 1, f"{argv[0]}: refused in phase {self.software.phase.value}: {exc}"
+            rc, out = 1, f"{argv[0]}: refused in phase {self.software.phase.value}: {exc}"
         except KeyError as exc:
-            return APT_NOT_FOUND, f"E: no driver release {exc} in the simulator's catalogue"
+            rc, out = APT_NOT_FOUND, f"E: no driver release {exc} in the simulator's catalogue"
+        step = STEPS.get((argv[0], argv[1]) if len(argv) > 1 else (argv[0], ""))
+        if step is not None:
+            self.ledger.append(
+                {
+                    "at": datetime.now(UTC).isoformat(),
+                    "node": self.software.node_id,
+                    "step": step,
+                    "outcome": self.software.phase.value if rc == 0 else "refused",
+                }
+            )
+        return rc, out
+
+    def steps(self) -> list[str]:
+        """The steps this node carried out, in order (refused ones left out)."""
+        mine = (e for e in self.ledger if e["node"] == self.software.node_id)
+        return [e["step"] for e in mine if e["outcome"] != "refused"]
 
     def _run(self, argv: tuple[str, ...], cwd: Path | None) -> tuple[int, str]:
         match argv:
@@ -95,8 +130,44 @@ def reader(software: NodeSoftware) -> Callable[[], NodeReading]:
 
 
 def sim_executor(
-    software: NodeSoftware, journal: Path, packages: Mapping[str, bytes] | None = None
+    software: NodeSoftware,
+    journal: Path,
+    packages: Mapping[str, bytes] | None = None,
+    ledger: list[dict[str, Any]] | None = None,
 ) -> tuple[Executor, SimHost]:
-    """The agent's executor for one simulated node, journaling to ``journal``."""
-    host = SimHost(software, packages)
+    """The agent's executor for one simulated node, journaling to ``journal`` (its steps to
+    ``ledger``, see ``SimHost``)."""
+    host = SimHost(software, packages, ledger)
     return Executor(journal, host, manager="apt", reader=reader(software)), host
+
+
+class LazyExecutor:
+    """``sim_executor``'s executor, made on the node's first command: a simulated fleet of
+    12,500 nodes keeps no journal open for the nodes no command reaches."""
+
+    def __init__(
+        self,
+        software: NodeSoftware,
+        journal: Path,
+        packages: Mapping[str, bytes] | None = None,
+        ledger: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.host = SimHost(software, packages, ledger)
+        self._journal, self._reader = journal, reader(software)
+        self._executor: Executor | None = None
+        self._lock = threading.Lock()  # commands run in worker threads
+
+    def execute(self, cmd: NodeCommandRequested, *, dry_run: bool = False) -> NodeCommandAnswered:
+        with self._lock:
+            if self._executor is None:
+                self._executor = Executor(
+                    self._journal, self.host, manager="apt", reader=self._reader
+                )
+            executor = self._executor
+        return executor.execute(cmd, dry_run=dry_run)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.close()
+                self._executor = None

@@ -11,11 +11,14 @@ from datetime import UTC, datetime
 
 from lockstep_gate.decision import GateDecision
 from lockstep_gate.hard_rules import NO_HEARTBEATS, check_hard_rules
-from lockstep_gate.judge import decide, evaluate
+from lockstep_gate.judge import decide, evaluate, trip_evidence
 from lockstep_gate.policy import Policy
 from lockstep_gate.samples import SampleTable
 
-INSTANT_NOTE = "decided by a hard rule before the soak ended: the metrics were not judged"
+INSTANT_NOTE = (
+    "decided by a hard rule before the soak ended: the metrics did not decide it "
+    "(their comparison as of the trip is kept as evidence only)"
+)
 
 
 def instant_decision(
@@ -34,6 +37,24 @@ def instant_decision(
     # At ingest the heartbeats are left out on purpose (the soak's watch has them): not news.
     kept = tuple(n for n in notes if n != NO_HEARTBEATS)
     return decide(policy, (), rules, notes=(INSTANT_NOTE, *kept), evaluated_at=now)
+
+
+def with_trip_evidence(
+    decision: GateDecision,
+    table: SampleTable,
+    policy: Policy,
+    *,
+    window_start: float,
+    baseline: tuple[float, float] | None,
+) -> GateDecision:
+    """``decision`` (a hard rule's trip) with the judge's comparison over ``table`` as of the
+    trip (``decision.evaluated_at``) kept as ``at_trip``: what the canary's metrics looked like
+    against the control's then. Only that field changes: verdict, reason, score, rules and
+    offending nodes stay the hard rule's."""
+    evidence = trip_evidence(
+        table, policy, now=decision.evaluated_at, window_start=window_start, baseline=baseline
+    )
+    return decision.model_copy(update={"at_trip": evidence})
 
 
 def soak_decision(

@@ -69,12 +69,26 @@ class RolloutRows:
             " JOIN bundles b ON b.stack_hash = p.stack_hash WHERE p.rollout_id = $1",
             rollout_id,
         )
+        return None if row is None else _target(row)
+
+    async def attested(
+        self, profile: str, component: str, version: str
+    ) -> tuple[Target, AttestedComponent] | None:
+        wanted = [{"profile": profile, "component": component, "version": version}]
+        row = await self.conn.fetchrow(
+            "SELECT stack_hash, bundle_uri, components FROM bundles"
+            " WHERE components @> $1::jsonb ORDER BY attested_at DESC, stack_hash LIMIT 1",
+            json.dumps(wanted),
+        )
         if row is None:
             return None
-        components = tuple(
-            AttestedComponent.model_validate(c, strict=False) for c in json.loads(row["components"])
+        target = _target(row)
+        entry = next(
+            e
+            for e in target.components
+            if (e.profile, e.component.value, e.version) == (profile, component, version)
         )
-        return Target(row["stack_hash"], row["bundle_uri"], components)
+        return target, entry
 
     async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
         added = await self.conn.fetchval(
@@ -134,3 +148,10 @@ class RolloutRows:
             rollout_id,
             reason,
         )
+
+
+def _target(row: Any) -> Target:
+    components = tuple(
+        AttestedComponent.model_validate(c, strict=False) for c in json.loads(row["components"])
+    )
+    return Target(row["stack_hash"], row["bundle_uri"], components)

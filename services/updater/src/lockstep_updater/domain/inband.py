@@ -39,7 +39,7 @@ INSTALLED = frozenset({"driver_installed", "dkms_built", "dkms_failed"})
 
 @dataclass(frozen=True, slots=True)
 class AgentState:
-    """What the node agent reads on the node (``GET /agents/{node}``)."""
+    """What the node agent reads on the node (its ``read-state``)."""
 
     phase: str
     driver: str

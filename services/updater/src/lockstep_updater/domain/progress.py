@@ -80,8 +80,11 @@ class InBandUnit(_Model):
     failures: list[str] = Field(default_factory=list)
     note: str | None = None
     package_sha256: str | None = None
-    """SHA-256 of the attested driver package (a rollout's target; None for the runbook's
-    reinstall of the pinned branch, which no bundle attests)."""
+    """SHA-256 of the attested package of ``version`` (the rollout's bundle, or for the
+    runbook's pin the latest bundle attesting it); None: no bundle attests it, nothing sent."""
+    fallback_sha256: str | None = None
+    """SHA-256 of the attested package of ``fallback``; None: no bundle attests it, and the
+    fallback is not tried (the agent installs only attested bytes)."""
 
 
 class Progress(_Model):

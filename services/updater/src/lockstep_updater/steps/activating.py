@@ -44,28 +44,8 @@ async def run(
     if profile is not None and not profile.activation.stage_and_activate:
         events += await activation.by_profile(ctx, claim, node, target, held, profile, started)
     elif staged and not held.activate_sent:
-        decision = await ctx.check(
-            claim, node, takes_out=False, progress=held, mark="activate_sent"
-        )
-        if decision.verdict is not Verdict.PROCEED:
-            held.ending = ending(decision)
-            raise Stop(S.UNCORDONING, decision.reason)
         paths = tuple(t for n in staged for t in plans[n].targets)
-        async with ctx.session(node, held) as bmc:
-            update = FirmwareUpdate(bmc, ctx.policy.update)
-            try:
-                if rollback:
-                    refs = await send_flip_back(update, held, paths)
-                else:
-                    refs = await update.activate(paths)
-            except BmcUnavailable:
-                raise
-            except BmcError as exc:
-                raise Stop(S.QUARANTINED, f"activate: {exc}") from None
-            # Followed in turns, as a staging task: recorded before the first poll.
-            held.activations = [(r.monitor, r.task) for r in refs]
-            held.activated_at = ctx.wall()
-            await ctx.save(claim, held)
+        await _send_staged(ctx, claim, node, held, paths, rollback=rollback)
     elif rollback and held.activate_sent and held.activated_at is None:
         await resume_flip_back(ctx, claim, node, held)  # recorded, never known sent: ask
     if held.activations:
@@ -84,6 +64,38 @@ async def run(
             (DeviceOutcome.ACTIVATED, ctx.device(DeviceActivated, claim, name, plan, started))
         )
     await ctx.commit(claim, S.AWAITING_BMC, "", held, events=events)
+
+
+async def _send_staged(
+    ctx: StepContext,
+    claim: Claim,
+    node: FleetNode,
+    held: FirmwareProgress,
+    paths: tuple[str, ...],
+    *,
+    rollback: bool,
+) -> None:
+    """Switch the staged images in (activate, or the flip-back's mechanism) under the guard,
+    with ``activate_sent`` recorded first; the answer's tasks are recorded to follow."""
+    decision = await ctx.check(claim, node, takes_out=False, progress=held, mark="activate_sent")
+    if decision.verdict is not Verdict.PROCEED:
+        held.ending = ending(decision)
+        raise Stop(S.UNCORDONING, decision.reason)
+    async with ctx.session(node, held) as bmc:
+        update = FirmwareUpdate(bmc, ctx.policy.update)
+        try:
+            if rollback:
+                refs = await send_flip_back(update, held, paths)
+            else:
+                refs = await update.activate(paths)
+        except BmcUnavailable:
+            raise
+        except BmcError as exc:
+            raise Stop(S.QUARANTINED, f"activate: {exc}") from None
+        # Followed in turns, as a staging task: recorded before the first poll.
+        held.activations = [(r.monitor, r.task) for r in refs]
+        held.activated_at = ctx.wall()
+        await ctx.save(claim, held)
 
 
 async def _follow_activations(

@@ -99,6 +99,8 @@ async def resolve_uncertain(
         update = FirmwareUpdate(bmc, ctx.policy.update)
         members = {n: await update.members(tuple(p.targets)) for n, p in pending.items()}
         tasks = await _running_tasks(update)
+    if tasks:
+        await _wait_for_running(ctx, claim, held)
     moved = any(
         m.item.Version == pending[n].version for n, read in members.items() for m in read.values()
     )
@@ -124,6 +126,25 @@ async def resolve_uncertain(
         )
     held.activated_at = ctx.wall()  # it can tell no more: verification decides
     await ctx.save(claim, held)
+
+
+async def _wait_for_running(ctx: StepContext, claim: Claim, held: FirmwareProgress) -> None:
+    """The activation reached the BMC and still runs (its sender died before recording its
+    task): the node stays drained and nothing is verified beside it until the BMC's tasks end,
+    for at most ``reachable_s``; then it is quarantined, drained. Found by the chaos test: the
+    node was verified and given back while the BMC still ran the activation."""
+    now = ctx.wall()
+    if held.unsure_since is None:
+        held.unsure_since = now
+        await ctx.save(claim, held)
+    limit = ctx.policy.update.reachable_s
+    if now - held.unsure_since >= limit:
+        raise Stop(
+            S.QUARANTINED,
+            f"activate: a task the BMC runs since the activation was recorded did not end "
+            f"within {limit:g}s",
+        )
+    raise NotYet("activate: the BMC runs the recorded activation's task; waiting for it to end")
 
 
 async def _running_tasks(update: FirmwareUpdate) -> int | None:

@@ -49,6 +49,7 @@ from lockstep_updater.domain.windows import closed
 from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
 from lockstep_updater.steps.bmc_sessions import KeptSession, NodeSessions
 from lockstep_updater.steps.ends import CHANGED, KEEPS_CORDON, LostClaim, Stop, failure_end
+from lockstep_updater.steps.plans import first_before
 from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.store import REMEDY, ROLLBACK, UPDATE, Claim, Target, UpdaterStore, UpdaterTx
 
@@ -121,6 +122,14 @@ class StepContext:
         """The attested bundle the item's rollout moves its nodes to, None while unknown."""
         async with self.store.transaction() as tx:
             return await tx.target(claim.rollout_id)
+
+    async def attested(
+        self, node: FleetNode, component: Component, version: str
+    ) -> tuple[Target, AttestedComponent] | None:
+        """The latest attested bundle naming ``component`` at ``version`` for the node's
+        profile, with that entry; None when no bundle does."""
+        async with self.store.transaction() as tx:
+            return await tx.attested(node.profile, component.value, version)
 
     async def update_item(self, claim: Claim) -> tuple[NodeStep, Progress] | None:
         """The state and progress of the node's update item in the claim's rollout, if any."""
@@ -383,17 +392,3 @@ def bmc_target(node: FleetNode, progress: Progress | None = None) -> BmcTarget:
         allow_plain_http=node.allow_plain_http,
         login=LoginMethod(login or LoginMethod.SESSION),
     )
-
-
-def first_before(plan: ComponentPlan) -> str | None:
-    """The version a component ran before (the first member's that was read)."""
-    before = [v for v in plan.before.values() if v]
-    return before[0] if before else None
-
-
-def entry_for(target: Target, node: FleetNode, name: str) -> AttestedComponent:
-    """The attested bundle's image of component ``name`` for the node's profile."""
-    for entry in target.components:
-        if entry.profile == node.profile and entry.component.value == name:
-            return entry
-    raise Stop(S.FAILED, f"the attested bundle has no {name} image for profile {node.profile}")

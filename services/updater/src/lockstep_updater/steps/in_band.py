@@ -47,25 +47,44 @@ def names(components: Sequence[str]) -> list[str]:
 def require_agent(ctx: StepContext) -> NodeAgent:
     if ctx.in_band.agent is None:
         raise AgentRefused(
-            "no node agent channel is configured (LOCKSTEP_UPDATER_AGENT_CHANNEL=nats, "
-            "or LOCKSTEP_UPDATER_AGENT_URL for the simulator's HTTP channel)"
+            "no node agent channel is configured (LOCKSTEP_UPDATER_AGENT_CHANNEL=nats)"
         )
     return ctx.in_band.agent
 
 
 def order(claim: Claim, node: FleetNode, work: InBandUnit | None = None) -> AgentOrder:
-    """What every call to ``node``'s agent carries: the work item and its fencing token, and,
-    in the target attempt, the attested package's SHA-256 (the fallback branch has no attested
-    package in this bundle: an agent that checks digests refuses to install it)."""
+    """What every call to ``node``'s agent carries: the work item and its fencing token, and
+    the attested package's SHA-256 of the attempt's branch (None where no bundle attests it:
+    the agent installs nothing without one)."""
     attempt = work.attempt if work is not None else "read"
+    digest = None
+    if work is not None:
+        digest = work.package_sha256 if attempt == "target" else work.fallback_sha256
     return AgentOrder(
         site=node.site,
         node_id=claim.node_id,
         work_item=str(claim.id),
         fencing_token=claim.token,
         attempt=attempt,
-        package_sha256=work.package_sha256 if work is not None and attempt == "target" else None,
+        package_sha256=digest,
     )
+
+
+def package_digest(ctx: StepContext, target: Target, entry: AttestedComponent) -> str:
+    """The SHA-256 the agent checks the bytes it downloads against (it hashes with SHA-256):
+    the attested package read from its bundle and re-hashed against the manifest's SHA-384
+    first (``StepContext.image``: a mismatch fails closed)."""
+    return hashlib.sha256(ctx.image(target, entry).data).hexdigest()
+
+
+async def attested_digest(ctx: StepContext, node: FleetNode, version: str | None) -> str | None:
+    """``package_digest`` of driver ``version`` for the node's profile, from the latest bundle
+    that attests it (the GSP runbook's pin, a unit's previous known-good branch); None when no
+    bundle does."""
+    if version is None:
+        return None
+    found = await ctx.attested(node, Component.DRIVER, version)
+    return None if found is None else package_digest(ctx, *found)
 
 
 async def plan_rollout(
@@ -86,9 +105,7 @@ async def plan_rollout(
         )
     progress.in_band = None  # planned afresh from this reading
     driver = entries[Component.DRIVER.value]
-    # The attested package, re-hashed: a mismatch fails closed; its SHA-256 is what the agent
-    # checks the bytes it downloads against (the agent hashes with SHA-256).
-    package = ctx.image(target, driver)
+    digest = package_digest(ctx, target, driver)
     state = await require_agent(ctx).state(order(claim, node))
     version = driver.version
     if state.runs(version) and all(
@@ -103,7 +120,8 @@ async def plan_rollout(
     progress.in_band = unit(
         version, known_good, {name: e.version for name, e in entries.items()}, state
     )
-    progress.in_band.package_sha256 = hashlib.sha256(package.data).hexdigest()
+    progress.in_band.package_sha256 = digest
+    progress.in_band.fallback_sha256 = await attested_digest(ctx, node, known_good)
 
 
 async def run(
@@ -139,16 +157,11 @@ async def run(
             return
         if nxt.call is Call.FAILED:
             work.failures.append(clip_text(nxt.reason)[:512])
-            if work.attempt == "target" and work.fallback not in {None, version}:
+            tried = _tried(work, version)
+            if tried is None:
                 work.attempt, work.sent = "fallback", {}
                 continue
-            why = "; ".join(work.failures)
-            tried = (
-                "the target and the previous branch"
-                if work.attempt == "fallback"
-                else "the target (no previous known-good branch)"
-            )
-            reason = f"{why}; {tried} failed: {ESCALATION}"
+            reason = f"{'; '.join(work.failures)}; {tried} failed: {ESCALATION}"
             await quarantine(ctx, claim, held, work, state, reason)
             return
         if not await _may_send(ctx, claim, node, held, work, nxt.call.value):
@@ -163,6 +176,18 @@ async def run(
             await ctx.save(claim, held)
             raise
     raise AgentUnavailable("the in-band unit did not settle; read again")
+
+
+def _tried(work: InBandUnit, version: str) -> str | None:
+    """What was tried when ``version`` did not come up clean; None: the previous known-good
+    branch is still to be tried (there is one, and a bundle attests its package)."""
+    if work.attempt == "fallback":
+        return "the target and the previous branch"
+    if work.fallback in {None, version}:
+        return "the target (no previous known-good branch)"
+    if work.fallback_sha256 is None:
+        return f"the target (no attested package of the previous branch {work.fallback})"
+    return None
 
 
 async def _rebooting(

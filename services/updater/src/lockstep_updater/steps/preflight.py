@@ -18,8 +18,9 @@ from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.domain.targets import applicable_members
 from lockstep_updater.steps import bmc_profile, in_band
 from lockstep_updater.steps.bmc_profile import push_request
-from lockstep_updater.steps.context import Events, StepContext, entry_for
+from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import Stop, stop_unless_proceed
+from lockstep_updater.steps.plans import entry_for
 from lockstep_updater.store import Claim, Target
 
 S = NodeStep

@@ -24,8 +24,9 @@ from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import ComponentPlan, FirmwareProgress, PushTask
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.bmc_profile import profile_of, push_request, update_policy
-from lockstep_updater.steps.context import StepContext, entry_for
+from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, failure_end, stop_unless_proceed
+from lockstep_updater.steps.plans import entry_for
 from lockstep_updater.store import Claim, Target
 
 S = NodeStep

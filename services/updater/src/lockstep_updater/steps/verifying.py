@@ -16,8 +16,9 @@ from lockstep_updater.domain.progress import (
     firmware,
 )
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.steps.context import Events, StepContext, first_before
+from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import Stop
+from lockstep_updater.steps.plans import first_before
 from lockstep_updater.store import Claim
 
 S = NodeStep

@@ -51,6 +51,7 @@ class MemoryRollouts:
     async def record_bundle(
         self, stack_hash: str, bundle_uri: str | None, components: tuple[AttestedComponent, ...]
     ) -> None:
+        self.tables.bundles.pop(stack_hash, None)  # the latest attested last
         self.tables.bundles[stack_hash] = (bundle_uri, components)
 
     async def target(self, rollout_id: str) -> Target | None:
@@ -59,6 +60,20 @@ class MemoryRollouts:
             return None
         uri, components = self.tables.bundles[plan[0]]
         return Target(plan[0], uri, components)
+
+    async def attested(
+        self, profile: str, component: str, version: str
+    ) -> tuple[Target, AttestedComponent] | None:
+        # The latest recorded last: a bundle attested again moves to the end, as attested_at.
+        for stack_hash, (uri, components) in reversed(self.tables.bundles.items()):
+            for entry in components:
+                if (entry.profile, entry.component.value, entry.version) == (
+                    profile,
+                    component,
+                    version,
+                ):
+                    return Target(stack_hash, uri, components), entry
+        return None
 
     async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
         key = (wave.rollout_id, wave.wave)
