@@ -117,6 +117,12 @@ async def namespace(servers: Servers) -> AsyncIterator[str]:
     await drop_namespace(servers.nats_url, servers.database_url, name)
 
 
+# Besides the end-to-end tests (whole stacks on the documented fixed ports: the README's
+# walkthrough, the console's 8080), the three-server NATS cluster tests run alone: leader
+# elections and replica placement are what they time, and a second worker's load upset them.
+SERIAL_FILES = frozenset({"test_cluster_faults.py", "test_cluster_failover.py"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test by its layer folder, so ``-m unit`` never starts a server; give the
     tests that start servers their hang timeouts scaled to this machine's speed."""
@@ -124,11 +130,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for layer in ("unit", "integration", "e2e"):
             if f"{os.sep}{layer}{os.sep}" in str(item.path):
                 item.add_marker(getattr(pytest.mark, layer))
-        if item.get_closest_marker("e2e") is not None:
-            # Under pytest-xdist (``--dist loadgroup``), the end-to-end tests run one after
-            # another on one worker: they start whole stacks on the documented fixed ports
-            # (the README's walkthrough, the console's 8080).
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+        if item.get_closest_marker("e2e") is not None or item.path.name in SERIAL_FILES:
+            # ``./dev test`` runs these alone, after the parallel ones (scripts/check); under
+            # pytest-xdist all the same (``--dist loadgroup``) they share one worker.
+            item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.xdist_group("serial"))
     _scale_timeouts(config, [i for i in items if i.get_closest_marker("unit") is None])
 
 
