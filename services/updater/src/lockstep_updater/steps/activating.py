@@ -7,6 +7,8 @@ waits for the drained node (seed 000: PSU/BBU power firmware)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from lockstep_common.events.v1 import DeviceActivated, FleetNode
 from lockstep_common.vocabulary import DeviceOutcome
 from lockstep_redfish.errors import BmcError, BmcUnavailable
@@ -20,7 +22,7 @@ from lockstep_updater.steps.bmc_profile import profile_of, update_policy
 from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
-from lockstep_updater.steps.rollback import resume_flip_back, send_flip_back
+from lockstep_updater.steps.rollback import resends_flip_back, send_flip_back
 from lockstep_updater.store import Claim
 
 S = NodeStep
@@ -46,8 +48,10 @@ async def run(
     elif staged and not held.activate_sent:
         paths = tuple(t for n in staged for t in plans[n].targets)
         await _send_staged(ctx, claim, node, held, paths, rollback=rollback)
-    elif rollback and held.activate_sent and held.activated_at is None:
-        await resume_flip_back(ctx, claim, node, held)  # recorded, never known sent: ask
+    elif rollback and held.activate_sent and held.activated_at is None and resends_flip_back(held):
+        # Recorded, never known sent: sent again under the guard, the BMC read before it writes.
+        paths = tuple(t for p in plans.values() if not p.done for t in p.targets)
+        await _send_staged(ctx, claim, node, held, paths, rollback=True, mark=None)
     if held.activations:
         await _follow_activations(ctx, claim, node, held)
     events += [
@@ -74,10 +78,12 @@ async def _send_staged(
     paths: tuple[str, ...],
     *,
     rollback: bool,
+    mark: Literal["activate_sent"] | None = "activate_sent",
 ) -> None:
     """Switch the staged images in (activate, or the flip-back's mechanism) under the guard,
-    with ``activate_sent`` recorded first; the answer's tasks are recorded to follow."""
-    decision = await ctx.check(claim, node, takes_out=False, progress=held, mark="activate_sent")
+    with ``activate_sent`` recorded first (``mark``; None: already recorded, a resend); the
+    answer's tasks are recorded to follow."""
+    decision = await ctx.check(claim, node, takes_out=False, progress=held, mark=mark)
     if decision.verdict is not Verdict.PROCEED:
         held.ending = ending(decision)
         raise Stop(S.UNCORDONING, decision.reason)

@@ -28,7 +28,6 @@ from lockstep_redfish.flip_back import find_inactive, mechanism_for, profile_of,
 from lockstep_redfish.profile import BmcProfile, profile_named
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate
-from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import (
     ComponentPlan,
     FirmwareProgress,
@@ -38,7 +37,7 @@ from lockstep_updater.domain.progress import (
 )
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.steps.context import StepContext
-from lockstep_updater.steps.ends import Stop, ending
+from lockstep_updater.steps.ends import Stop
 from lockstep_updater.store import Claim
 
 S = NodeStep
@@ -139,34 +138,15 @@ async def _mechanism(
     )
 
 
-async def resume_flip_back(
-    ctx: StepContext, claim: Claim, node: FleetNode, progress: FirmwareProgress
-) -> None:
-    """A flip-back whose write was recorded as sent but never known to be (the worker died in
-    between, issue 29 item 6): where its mechanism lets the BMC tell (``inactive_image``:
-    ``run_inactive`` reads before it writes), send only what is missing, under the guard as
-    the first send was; elsewhere the read-back decides."""
-    if not (
+def resends_flip_back(progress: FirmwareProgress) -> bool:
+    """Whether a flip-back whose write was recorded as sent but never known to be (the worker
+    died in between, issue 29 item 6) is sent again: only where its mechanism lets the BMC tell
+    (``inactive_image``: ``run_inactive`` reads before it writes, so it sends only what is
+    missing); elsewhere the read-back decides."""
+    return (
         isinstance(progress, RollbackProgress)
         and progress.mechanism is RollbackMechanism.INACTIVE_IMAGE
-    ):
-        return
-    decision = await ctx.check(claim, node, takes_out=False, progress=progress)
-    if decision.verdict is not Verdict.PROCEED:
-        progress.ending = ending(decision)
-        raise Stop(S.UNCORDONING, decision.reason)
-    plans = progress.components
-    paths = tuple(t for p in plans.values() if not p.done for t in p.targets)
-    async with ctx.session(node) as bmc:
-        try:
-            refs = await send_flip_back(FirmwareUpdate(bmc, ctx.policy.update), progress, paths)
-        except BmcUnavailable:
-            raise
-        except BmcError as exc:
-            raise Stop(S.QUARANTINED, f"activate: {exc}") from None
-    progress.activations = [(r.monitor, r.task) for r in refs]
-    progress.activated_at = ctx.wall()
-    await ctx.save(claim, progress)
+    )
 
 
 async def send_flip_back(
