@@ -4,9 +4,12 @@ the update ends or its claim is lost."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.steps.bmc_sessions import KeptSession
 from tests.integration.updater.conftest import FAST, World
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
 
@@ -78,3 +81,46 @@ async def test_a_lost_claim_logs_its_session_out(world: World) -> None:
     assert w.pushes(node) == []
     assert logins(w, node) == 1
     assert open_sessions(w, node) == 0
+
+
+async def test_a_session_borrowed_while_others_are_logged_out_is_not_closed_under_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the limit, idle sessions are logged out one at a time; a node's step borrowing its
+    session meanwhile keeps it (found by ``bench rollout`` at 2,000 nodes: "Session is closed"
+    in the middle of a step's request)."""
+    w = world
+    a, b, c = nodes_of(w, 3)
+    ex = w.executor()
+    sessions = ex.ctx.sessions
+    for node in (a, b, c):
+        ex.ctx.credentials.learn(w.facts.nodes[node])
+    for node in (a, b):
+        async with ex.ctx.session(w.facts.nodes[node]):
+            pass
+    first_out = asyncio.Event()
+    let_go = asyncio.Event()
+    close = KeptSession.close
+
+    async def slow_close(self: KeptSession) -> None:
+        if self.target.node_id == a:  # the first logout of the trim waits on the BMC
+            first_out.set()
+            await let_go.wait()
+        await close(self)
+
+    monkeypatch.setattr(KeptSession, "close", slow_close)
+    sessions.limit = 1
+
+    async def step_of_c() -> None:  # its end trims the two idle sessions before it: a, b
+        async with ex.ctx.session(w.facts.nodes[c]):
+            pass
+
+    trimming = asyncio.create_task(step_of_c())
+    await first_out.wait()
+    async with ex.ctx.session(w.facts.nodes[b]) as bmc:  # b's step starts meanwhile
+        let_go.set()
+        await trimming
+        reply = await bmc.get("/redfish/v1/UpdateService/FirmwareInventory")
+    assert reply.status == 200
+    assert sessions.get(b) is bmc and open_sessions(w, b) == 1
+    assert open_sessions(w, a) == 0

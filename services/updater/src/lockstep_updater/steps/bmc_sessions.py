@@ -135,6 +135,11 @@ class NodeSessions:
             await self._logout(node_id)
 
     async def _trim(self) -> None:
-        idle = [n for n in self._open if not self._borrowed.get(n)]
-        for node_id in idle[: max(0, len(self._open) - self.limit)]:
-            await self._logout(node_id)
+        # One at a time, the longest unused first, chosen again after each logout: a step may
+        # borrow a session while another is being logged out (a list taken before the first
+        # logout closed sessions borrowed meanwhile, under their requests).
+        while len(self._open) > self.limit:
+            idle = next((n for n in self._open if not self._borrowed.get(n)), None)
+            if idle is None:
+                return
+            await self._logout(idle)
