@@ -7,7 +7,9 @@ import datetime as dt
 import json
 import urllib.request
 from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
+import asyncpg
 import pytest
 
 from lockstep_cli.polling import until
@@ -18,6 +20,7 @@ from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChang
 from lockstep_common.provenance import source_for
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
+from lockstep_inventory import sweeping
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
 from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.observation import Observation
@@ -172,3 +175,43 @@ async def test_a_branch_reaching_end_of_life_is_found_without_a_version_change(
     [event] = collect.events
     assert isinstance(event, DriftDetected)
     assert any("end of life" in i.detail for i in event.items)
+
+
+async def test_a_chunk_aborted_by_a_deadlock_is_applied_again_not_the_sweep_lost(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL breaks a deadlock by aborting one side (SQLSTATE 40P01): a sweep chunk that
+    lost one is applied again (seen in the chaos test while agents' reports locked some of the
+    chunk's nodes); once, and its progress counted once."""
+    real = sweeping.ingest.apply_reports
+    aborted: list[int] = []
+
+    async def loses_one_deadlock(*args: Any, **kwargs: Any) -> Any:
+        if not aborted:
+            aborted.append(1)
+            await real(*args, **kwargs)  # written, then rolled back with the transaction
+            raise asyncpg.DeadlockDetectedError("deadlock detected")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(sweeping.ingest, "apply_reports", loses_one_deadlock)
+    summary = await harness.sweep()
+    assert aborted and summary.outcome.applied == len(harness.nodes)
+    pool = harness.app.require().pool
+    row = await pool.fetchrow("SELECT done, finished_at, error FROM sweeps ORDER BY id LIMIT 1")
+    assert row is not None and row["done"] == len(harness.nodes) and row["error"] is None
+    assert await pool.fetchval("SELECT count(*) FROM observations") == len(harness.nodes)
+    assert "deadlock detected; run again (2 of 4)" in caplog.text
+
+
+async def test_a_chunk_that_keeps_losing_deadlocks_fails_the_sweep_with_the_reason(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def always(*args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.DeadlockDetectedError("deadlock detected")
+
+    monkeypatch.setattr(sweeping.ingest, "apply_reports", always)
+    with pytest.raises(asyncpg.DeadlockDetectedError):
+        await harness.sweep()
+    pool = harness.app.require().pool
+    row = await pool.fetchrow("SELECT done, error FROM sweeps ORDER BY id LIMIT 1")
+    assert row is not None and row["done"] == 0 and "deadlock detected" in row["error"]

@@ -17,9 +17,10 @@ import asyncio
 import hashlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -194,6 +195,35 @@ async def connect_with_retry(
                 "the passfile the URL names, or in the URL?)"
             ) from None
     raise TransientError(f"PostgreSQL at {_redact(dsn)} unreachable: {last}")
+
+
+T = TypeVar("T")
+CONFLICTS = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+"""SQLSTATE 40P01 and 40001: PostgreSQL aborted the transaction to break a deadlock or a
+serialization conflict, and nothing of it was kept; "applications using this level must be
+prepared to retry transactions" (PostgreSQL manual, "Transaction Isolation", and "Deadlocks")."""
+
+
+async def retried_on_conflict(
+    transaction: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    attempts: int = 4,
+    backoff: Backoff = Backoff(0.05, 1.0, jitter=0.5),  # noqa: B008 - frozen, shared on purpose
+) -> T:
+    """``transaction()`` (one whole transaction, begun and ended inside it), run again when
+    PostgreSQL aborted it as one side of a deadlock or a serialization conflict, up to
+    ``attempts`` runs in all, after a jittered pause (the other side gets through first);
+    the last conflict is raised. Any other error is raised at once."""
+    for attempt in range(attempts):
+        try:
+            return await transaction()
+        except CONFLICTS as exc:
+            if attempt + 1 >= attempts:
+                raise
+            log.warning("%s: %s; run again (%d of %d)", what, exc, attempt + 2, attempts)
+            await asyncio.sleep(backoff.delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 async def create_pool(
