@@ -20,7 +20,7 @@ from lockstep_common.events.v1 import DriftDetected, InventoryObserved, PinChang
 from lockstep_common.provenance import source_for
 from lockstep_common.testing import RecordedEvents
 from lockstep_common.vocabulary import Component, ObservationSource
-from lockstep_inventory import sweeping
+from lockstep_inventory import ingest
 from lockstep_inventory.adapters.pg_store import PgInventoryStore
 from lockstep_inventory.adapters.sweeper import SweepResult
 from lockstep_inventory.domain.observation import Observation
@@ -183,7 +183,7 @@ async def test_a_chunk_aborted_by_a_deadlock_is_applied_again_not_the_sweep_lost
     """PostgreSQL breaks a deadlock by aborting one side (SQLSTATE 40P01): a sweep chunk that
     lost one is applied again (seen in the chaos test while agents' reports locked some of the
     chunk's nodes); once, and its progress counted once."""
-    real = sweeping.ingest.apply_reports
+    real = ingest.apply_reports
     aborted: list[int] = []
 
     async def loses_one_deadlock(*args: Any, **kwargs: Any) -> Any:
@@ -193,7 +193,7 @@ async def test_a_chunk_aborted_by_a_deadlock_is_applied_again_not_the_sweep_lost
             raise asyncpg.DeadlockDetectedError("deadlock detected")
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(sweeping.ingest, "apply_reports", loses_one_deadlock)
+    monkeypatch.setattr(ingest, "apply_reports", loses_one_deadlock)
     summary = await harness.sweep()
     assert aborted and summary.outcome.applied == len(harness.nodes)
     pool = harness.app.require().pool
@@ -209,7 +209,7 @@ async def test_a_chunk_that_keeps_losing_deadlocks_fails_the_sweep_with_the_reas
     async def always(*args: Any, **kwargs: Any) -> Any:
         raise asyncpg.DeadlockDetectedError("deadlock detected")
 
-    monkeypatch.setattr(sweeping.ingest, "apply_reports", always)
+    monkeypatch.setattr(ingest, "apply_reports", always)
     with pytest.raises(asyncpg.DeadlockDetectedError):
         await harness.sweep()
     pool = harness.app.require().pool
