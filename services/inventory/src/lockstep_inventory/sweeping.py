@@ -161,9 +161,12 @@ class _Committer:
                 await sweeps.progress(conn, sweep_id, len(chunk), bad, expanded)
             return outcome
 
-        # A chunk locks up to sweep_chunk nodes while agents' reports and rollout events lock
-        # some of the same ones: PostgreSQL breaking a deadlock there costs the chunk a retry,
-        # not the whole sweep (found by the chaos test under load).
+        # A chunk locks its nodes in id order, but the consumers apply a pulled batch of
+        # rollout events (device.*, wave.*) in one transaction, each event locking its nodes
+        # in stream order: a deadlock between the two is possible. PostgreSQL aborts one side;
+        # the consumer replays its batch one event per call (lockstep_common.consumer), and a
+        # chunk is applied again here instead of the whole sweep being lost (found by the
+        # chaos test under load).
         outcome = await retried_on_conflict(transaction, what=f"sweep {sweep_id} chunk")
         self.summary.outcome.add(outcome)
         self.summary.unreadable += bad
