@@ -67,7 +67,9 @@ def matches(pattern: str, subject: str) -> bool:
     return len(p) == len(s)
 
 
-def declared(grants: tuple[str, ...], subject: str) -> bool:
+def declared(grants: Permissions | tuple[str, ...], subject: str) -> bool:
+    if isinstance(grants, Permissions):  # its publish grants, less what it denies
+        return declared(grants.publish, subject) and not declared(grants.publish_deny, subject)
     return any(matches(g, subject) for g in grants)
 
 
@@ -89,8 +91,10 @@ def probes() -> list[str]:
     # Operator commands in each identity's name: each may ask only as itself.
     events += [
         NS.wire(subjects.ops_request(identity, "inventory", "fleet.remove"))
-        for identity in (CLI, READER, agent_identity("n1"), "inventory")
+        for identity in (CLI, READER, ADMIN, agent_identity("n1"), "inventory")
     ]
+    # A command to a node's agent: the updater's alone (not even the admin's).
+    events += [NS.wire(subjects.node_command("s1", "n1"))]
     streams = ("LOCKSTEP_DLQ", "LOCKSTEP_PINS", "LOCKSTEP_BUNDLES", "LOCKSTEP_TELEMETRY")
     calls = ("INFO", "CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE", "MSG.GET")
     js = [f"$JS.API.STREAM.{call}.{stream}" for stream in streams for call in calls]
@@ -169,9 +173,9 @@ async def test_every_identity_may_publish_exactly_what_it_declares(
     finally:
         await nc.close()
     wrong = [
-        (s, "allowed" if declared(grants[identity].publish, s) else "denied")
+        (s, "allowed" if declared(grants[identity], s) else "denied")
         for s in probes()
-        if declared(grants[identity].publish, s) == refused(errors, "Publish", s)
+        if declared(grants[identity], s) == refused(errors, "Publish", s)
     ]
     assert wrong == [], f"{identity}: server disagrees with the matrix (declared)"
 
@@ -194,6 +198,31 @@ async def test_the_cli_may_not_submit_an_intent_but_may_ask_the_planner_to_start
         await nc.close()
     assert refused(errors, "Publish", intent), errors
     assert not refused(errors, "Publish", start), errors
+
+
+async def test_the_admin_may_neither_command_a_node_agent_nor_ask_in_another_name(
+    stack: Stack,
+) -> None:
+    """The admin manages streams and republishes dead letters over the whole namespace, but a
+    command to a node's agent is the updater's alone (sent after its guard and fence: one from
+    the admin would reach a node beyond the canary around both), and an operator command
+    speaks for the identity in its subject; its own operator commands still go."""
+    command = NS.wire(subjects.node_command("s1", "n1"))
+    as_cli = NS.wire(subjects.ops_request(CLI, "planner", "rollout.start"))
+    own = NS.wire(subjects.ops_request(ADMIN, "planner", "rollout.start"))
+    event = NS.wire(subjects.pin_changed("s1"))  # a dead letter's replay: still allowed
+    errors: list[str] = []
+    nc = await connect_as(stack, ADMIN, errors)
+    try:
+        for subject in (command, as_cli, own, event):
+            await nc.publish(subject, b"{}")
+        await settled(nc, errors, "Publish")
+    finally:
+        await nc.close()
+    assert refused(errors, "Publish", command), errors
+    assert refused(errors, "Publish", as_cli), errors
+    assert not refused(errors, "Publish", own), errors
+    assert not refused(errors, "Publish", event), errors
 
 
 @pytest.mark.parametrize("identity", [*sorted(concrete())])

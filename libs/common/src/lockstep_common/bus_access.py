@@ -47,7 +47,7 @@ from lockstep_common.identities import (
     agent_identity,
 )
 from lockstep_common.natsconn import inbox_prefix
-from lockstep_common.subjects import Namespace, dead_letter, token
+from lockstep_common.subjects import Namespace, dead_letter, ops_requests_of, token
 
 # Outside senders named in schemadocs.CHANNELS -> the identity they connect as. A scheduler's
 # admission check runs `lockstep fleet admit`, an operator's tool; the BMC sweeper runs inside
@@ -109,6 +109,8 @@ class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     responds: bool = False
+    publish_deny: tuple[str, ...] = ()
+    """Subjects refused even where ``publish`` allows them (nats-server: deny wins)."""
 
 
 def _sorted(items: Iterable[str]) -> tuple[str, ...]:
@@ -167,10 +169,18 @@ def node_agent(template: Permissions, site: str, node: str) -> Permissions:
 
 
 def admin_permissions(namespace: Namespace) -> Permissions:
-    """Stream and consumer management, and republishing dead letters."""
+    """Stream and consumer management, and republishing dead letters: the namespace's
+    subjects, less those no dead letter is ever republished on and where a send would speak
+    for someone else: a command to a node's agent (the updater's alone, after its guard and
+    fence: an admin's would reach a node beyond the canary around both) and an operator
+    command in another identity's name (the admin asks in its own, ``ops.admin.>``)."""
     return Permissions(
         publish=("$JS.>", f"{namespace.name}.>"),
         subscribe=(f"{inbox_prefix(ADMIN)}.>",),
+        publish_deny=(
+            namespace.wire("agent.command.>"),
+            *(namespace.wire(ops_requests_of(identity)) for identity in OPERATORS),
+        ),
     )
 
 
@@ -218,7 +228,9 @@ def access_markdown(grants: Mapping[str, Permissions]) -> str:
         "|---|---|---|---|",
     ]
     for identity, p in grants.items():
-        publish = "<br>".join(f"`{s}`" for s in p.publish)
+        publish = "<br>".join(
+            [f"`{s}`" for s in p.publish] + [f"except `{s}`" for s in p.publish_deny]
+        )
         subscribe = "<br>".join(f"`{s}`" for s in p.subscribe)
         answers = "yes" if p.responds else ""
         lines.append(f"| `{identity}` | {publish} | {subscribe} | {answers} |")

@@ -54,8 +54,11 @@ BCRYPT_COST = 4
 def _user(name: str, password_file: Path, grants: Permissions) -> dict[str, object]:
     """One ``authorization.users`` entry: a bcrypt hash (never the password) and its grants."""
     hashed = _hash(password_file)
+    publish: dict[str, object] = {"allow": list(grants.publish)}
+    if grants.publish_deny:
+        publish["deny"] = list(grants.publish_deny)
     permissions: dict[str, object] = {
-        "publish": {"allow": list(grants.publish)},
+        "publish": publish,
         "subscribe": {"allow": list(grants.subscribe)},
     }
     if grants.responds:
