@@ -83,6 +83,9 @@ class NodeSessions:
         self._open: OrderedDict[str, KeptSession] = OrderedDict()
         self._borrowed: dict[str, int] = {}
         self._closing: set[str] = set()
+        self.pushed: dict[str, float] = {}
+        """The wall time of the last push this process sent to each BMC (by URL), whatever
+        work item sent it: the profile's gap between pushes holds across items (``steps.push``)."""
 
     def __len__(self) -> int:
         return len(self._open)
