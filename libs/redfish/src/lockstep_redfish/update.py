@@ -395,10 +395,13 @@ class FirmwareUpdate:
         accepted = reply.status == 202 or "Location" in reply.headers
         return [task_ref(reply, self.bmc.url(""))] if accepted else []
 
-    async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
-        """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager
-        path) with ``reset_type``, refused unless the action allows it. A manager reset takes
-        the BMC away for minutes: follow with :meth:`wait_reachable`."""
+    async def reset_action(self, resource: str, reset_type: str) -> ResetAction:
+        """The ``Reset`` action of ``resource`` (``ComputerSystem``, ``Manager``, ``Chassis``),
+        :class:`UpdateRefused` unless it allows ``reset_type``: its
+        ``ResetType@Redfish.AllowableValues``, else the ``AllowableValues`` of ``ResetType``
+        in its ``@Redfish.ActionInfo`` (DSP0266 "Allowable values"; ActionInfo v1_1_0); an
+        action that lists neither allows what the schema does. GETs only: preflight asks it
+        before anything is drained."""
         doc = (await self._get(resource)).body
         actions = doc.get("Actions") if isinstance(doc, dict) else None
         found = actions.items() if isinstance(actions, dict) else ()
@@ -406,9 +409,25 @@ class FirmwareUpdate:
         if raw is None:
             raise UpdateRefused(f"{resource} offers no Reset action")
         action = parse(ResetAction, raw, self.bmc.url(resource), "Actions.Reset")
-        if action.reset_types is not None and reset_type not in action.reset_types:
-            allowed = ", ".join(action.reset_types)
-            raise UpdateRefused(f"{resource}: ResetType {reset_type!r} not allowed ({allowed})")
+        allowed = action.reset_types
+        info = raw.get("@Redfish.ActionInfo") if isinstance(raw, dict) else None
+        if allowed is None and isinstance(info, str):
+            doc = (await self._get(info)).body
+            params = doc.get("Parameters") if isinstance(doc, dict) else None
+            for param in params if isinstance(params, list) else ():
+                values = param.get("AllowableValues") if isinstance(param, dict) else None
+                if param.get("Name") == "ResetType" and isinstance(values, list):
+                    allowed = [str(v) for v in values]
+        if allowed is not None and reset_type not in allowed:
+            listed = ", ".join(allowed) or "none"
+            raise UpdateRefused(f"{resource}: ResetType {reset_type!r} not allowed ({listed})")
+        return action
+
+    async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
+        """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager
+        path) with ``reset_type``, refused unless the action allows it (:meth:`reset_action`).
+        A manager reset takes the BMC away for minutes: follow with :meth:`wait_reachable`."""
+        action = await self.reset_action(resource, reset_type)
         reply = await self._send(
             action.target, what=f"Reset {reset_type}", json_body={"ResetType": reset_type}
         )
