@@ -34,6 +34,7 @@ class Method(StrEnum):
 
     MULTIPART = "multipart"  # POST to MultipartHttpPushUri (UpdateService v1_6_0)
     SIMPLE_UPDATE = "simple_update"  # the BMC pulls ImageURI (UpdateService v1_0_0)
+    HTTP_PUSH = "http_push"  # POST of the bare image to HttpPushUri (DSP0266 "HTTP push update")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +78,30 @@ def _method(service: UpdateService) -> tuple[Method, str]:
         return Method.MULTIPART, service.MultipartHttpPushUri
     if service.simple_update is not None:
         return Method.SIMPLE_UPDATE, service.simple_update.target
-    raise UpdateRefused("UpdateService offers neither MultipartHttpPushUri nor SimpleUpdate")
+    if service.HttpPushUri:
+        return Method.HTTP_PUSH, service.HttpPushUri
+    raise UpdateRefused(
+        "UpdateService offers neither MultipartHttpPushUri nor SimpleUpdate nor HttpPushUri"
+    )
+
+
+def _http_push_problems(service: UpdateService, request: UpdateRequest) -> list[str]:
+    """An HTTP push names its targets only through ``HttpPushUriTargets`` (PATCHed first):
+    a service without it would apply the image to whatever it chose, a blast radius nobody
+    chose; one reserved by another client (``HttpPushUriTargetsBusy``) is not taken over."""
+    problems = []
+    if service.HttpPushUriTargets is None:
+        problems.append("HttpPushUri without HttpPushUriTargets cannot be told its targets")
+    if service.HttpPushUriTargetsBusy is True:
+        problems.append("HttpPushUriTargets is reserved by another client (Busy)")
+    if request.stage:
+        problems.append("Stage cannot be sent with an HttpPushUri push")
+    return problems
 
 
 def _supported_apply_times(service: UpdateService, method: Method) -> list[str]:
+    if method is Method.HTTP_PUSH:
+        return service.http_push_apply_times or [IMMEDIATE]
     support = (
         service.multipart_apply_times
         if method is Method.MULTIPART
@@ -143,6 +164,8 @@ def preflight(
         )
     if request.stage and not service.supports_stage:
         problems.append(f"Stage needs UpdateService v1_16_0, the BMC has {service.odata_type}")
+    if method is Method.HTTP_PUSH:
+        problems += _http_push_problems(service, request)
     for path in pending:
         problems += _target_problems(path, members[path], request.version)
     if problems:

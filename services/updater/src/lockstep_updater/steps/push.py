@@ -93,7 +93,7 @@ async def push(
             raise Stop(failure_end(claim), f"{name}: {exc}") from None
         plan.task = PushTask(monitor=ref.monitor, task=ref.task, since=ctx.wall())
         await ctx.save(claim, progress)
-        if checked.method is Method.MULTIPART:
+        if checked.method in (Method.MULTIPART, Method.HTTP_PUSH):
             # The image went with the request: the task can be followed in turns.
             await _follow(ctx, update, claim, name, plan)
             return
