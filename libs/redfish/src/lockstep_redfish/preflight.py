@@ -297,3 +297,31 @@ def refuse_if_any(lines: Sequence[str]) -> None:
     """:class:`UpdateRefused` carrying every line, when there is one."""
     if lines:
         raise UpdateRefused("\n".join(lines))
+
+
+# DSP8011 (Redfish privilege registry, Redfish_1.x.x_PrivilegeRegistry): PATCH of a Manager
+# and POST of its actions (Manager.Reset) need ConfigureManager; PATCH of a ComputerSystem, its
+# Bios or a Chassis, and their Reset actions, need ConfigureComponents.
+MANAGERS = "/redfish/v1/Managers/"
+
+
+def write_privilege(path: str) -> str:
+    """The privilege DSP8011's registry gives a write (PATCH, or an action's POST) to ``path``."""
+    return "ConfigureManager" if path.startswith(MANAGERS) else "ConfigureComponents"
+
+
+def write_refusals(
+    head: str, writes: Sequence[str], privileges: frozenset[str] | None, what: str
+) -> list[str]:
+    """One line, headed ``head``, where the account's ``privileges`` (None: not readable) lack
+    what ``writes`` (the paths ``what`` would PATCH or POST to) need; empty otherwise."""
+    needed = {path: write_privilege(path) for path in writes}
+    if privileges is None:
+        wanted = ", ".join(sorted(set(needed.values())))
+        return [f"{head}: the account's privileges cannot be read; {what} needs {wanted}"]
+    missing = {path: p for path, p in needed.items() if p not in privileges}
+    if not missing:
+        return []
+    held = ", ".join(sorted(privileges)) or "none"
+    lacks = "; ".join(f"{p} for {path}" for path, p in missing.items())
+    return [f"{head}: the account lacks what {what} needs (DSP8011: {lacks}; it holds: {held})"]

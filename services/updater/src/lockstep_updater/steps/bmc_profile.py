@@ -20,17 +20,19 @@ steps.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lockstep_common.events.v1 import FleetNode
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
 from lockstep_redfish.errors import BmcError, BmcUnavailable, UpdateRefused
-from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals
+from lockstep_redfish.flip_back import find_inactive
+from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals, write_refusals
 from lockstep_redfish.probe import read_facts
 from lockstep_redfish.profile import BmcProfile, LoginMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, members_of, select_profile
+from lockstep_redfish.session import BmcSession
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy, policy_for
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.progress import FirmwareProgress
@@ -161,6 +163,34 @@ async def _reset_refusals(
                 f"{what}: {act.resource} cannot be read ({f'HTTP {status}' if status else exc})"
             ]
     return [] if paths else [f"{what}: the BMC has no {act.resource}"]
+
+
+async def refuse_unprivileged_flip_back(
+    ctx: StepContext,
+    node: FleetNode,
+    update: FirmwareUpdate,
+    profile: BmcProfile,
+    previous: Mapping[str, str],
+) -> None:
+    """:class:`Stop` (failed, nothing written) where the account lacks the privilege DSP8011
+    gives the writes of an ``inactive_image`` flip-back of ``previous`` (member path ->
+    previous version): the PATCH of each device's ``Links.ActiveSoftwareImage`` (a Manager:
+    ConfigureManager) and the profile's activation reset (``Manager.Reset``: the same). Read
+    (GETs only) before anything is drained; an account whose privileges cannot be read is
+    refused. For the flip-back's preflight (``steps.rollback``)."""
+    writes = [(await find_inactive(update, profile, m, v)).device for m, v in previous.items()]
+    act = profile.activation
+    if act.reset is not ResetKind.NONE and act.resource is not None:
+        writes += await update.resources(act.resource)
+    bmc = update.bmc
+    assert isinstance(bmc, BmcSession)  # noqa: S101 - the step's session
+    try:
+        _, privileges = await session_roles(bmc, ctx.credentials.get(node.node_id)[0])
+    except AccountUnknown:
+        privileges = None
+    head = f"BMC {node.node_id} (profile {profile.id})"
+    lines = write_refusals(head, list(dict.fromkeys(writes)), privileges, "the flip-back")
+    _refuse(node.node_id, profile, lines)
 
 
 def _refuse(node_id: str, profile: BmcProfile, lines: Sequence[str]) -> None:
