@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from lockstep_common.events.v1 import FleetNode
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
-from lockstep_redfish.errors import BmcError, BmcUnavailable, UpdateRefused
+from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable, UpdateRefused
 from lockstep_redfish.flip_back import find_inactive
 from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals, write_refusals
 from lockstep_redfish.probe import read_facts
@@ -110,7 +110,7 @@ async def choose(
         facts = await read_facts(bmc, root)
         try:
             roles, privileges = await session_roles(bmc, username)
-        except AccountUnknown:
+        except (AccountUnknown, BmcRefused):  # no AccountService (404): it does not say
             roles, privileges = (), None
     if named is not None:
         selection = Selection(profile_named(named), (NAMED,), ())
@@ -186,7 +186,7 @@ async def refuse_unprivileged_flip_back(
     assert isinstance(bmc, BmcSession)  # noqa: S101 - the step's session
     try:
         _, privileges = await session_roles(bmc, ctx.credentials.get(node.node_id)[0])
-    except AccountUnknown:
+    except (AccountUnknown, BmcRefused):
         privileges = None
     head = f"BMC {node.node_id} (profile {profile.id})"
     lines = write_refusals(head, list(dict.fromkeys(writes)), privileges, "the flip-back")
