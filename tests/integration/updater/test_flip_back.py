@@ -17,7 +17,7 @@ import pytest
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import DeviceRolledBack, GateTripped, WaveCompleted
 from lockstep_common.vocabulary import Component, GateVerdict, RollbackMechanism
-from lockstep_sim.options import SimOptions
+from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.domain.progress import ComponentPlan, UpdateProgress, document
 from lockstep_updater.domain.remedy import RemedyPolicy
@@ -50,6 +50,15 @@ async def trip(w: World, *offending: str) -> None:
         await HANDLERS.gate_tripped(
             tx, make_envelope(tripped, source=source_of("healthgate")), now=NOW
         )
+
+
+def may_configure_manager(w: World, node: str) -> None:
+    """The flip-back's account holds ConfigureManager, which DSP8011 gives the PATCH of a
+    Manager's ``Links.ActiveSoftwareImage`` and ``Manager.Reset`` (the simulator's Administrator
+    role; without it the flip-back is refused in preflight: test_flip_back_privilege.py)."""
+    account = w.rt.simulator.bmc(node).accounts.by_name(OPERATOR_USERNAME)
+    assert account is not None
+    account.role = "Administrator"
 
 
 def switches(w: World, node: str) -> list[str]:
@@ -190,6 +199,7 @@ async def test_a_supermicro_flip_back_runs_the_backup_bank_and_says_so(
     bmc = w.rt.simulator.bmc(node).node.components["BMC"]
     old = bmc.version
     bmc.version, bmc.inactive_version = NEW_BMC, old  # what the activated update left
+    may_configure_manager(w, node)
     await updated(w, node, "bmc", "BMC", old, NEW_BMC)
     await trip(w, node)
     await w.settle()
@@ -291,6 +301,7 @@ async def test_a_supermicro_flip_back_recorded_as_sent_but_never_sent_is_resent_
     bmc = w.rt.simulator.bmc(node).node.components["BMC"]
     old = bmc.version
     bmc.version, bmc.inactive_version = NEW_BMC, old
+    may_configure_manager(w, node)
     await updated(w, node, "bmc", "BMC", old, NEW_BMC)
     await trip(w, node)
     ex = w.executor(one_step_a_claim=True)

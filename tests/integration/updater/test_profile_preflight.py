@@ -97,7 +97,9 @@ async def test_a_bmc_without_the_profiles_push_method_is_refused(world: World) -
     reason = await refused(world, executor(world, **{NODE: "nvidia-gb200-nvl"}))
     assert reason == (
         f"refused: BMC {NODE} (profile nvidia-gb200-nvl): the BMC offers none of the profile's "
-        "push methods (multipart; it offers: simple_update); nothing written"
+        "push methods (multipart; it offers: simple_update); the profile's activation reset "
+        "(chassis PowerCycle): /redfish/v1/Chassis/BMC_0 cannot be read (HTTP 404); "
+        "nothing written"
     )
 
 

@@ -24,6 +24,7 @@ from lockstep_sim.errors import RedfishError, bad_request, not_found
 from lockstep_sim.odata import ROOT
 from lockstep_sim.resources import MAX_IMAGE_BYTES
 from lockstep_sim.update_service import (
+    HTTP_PUSH_URI,
     PUSH_URI,
     UPDATE,
     check_image_uri,
@@ -170,6 +171,22 @@ async def multipart_push(
             "MultipartHttpPushUri",
         )
     return await _start_update(bmc, image, params if isinstance(params, dict) else {}, note)
+
+
+async def http_push(
+    request: web.Request, bmc: Bmc, _: re.Match[str], note: dict[str, Any]
+) -> web.Response:
+    """``HttpPushUri`` (DSP0266 "HTTP push update"): the body is the image, applied to the
+    ``HttpPushUriTargets`` at the apply time PATCHed onto UpdateService before."""
+    if not bmc.http_push:
+        raise not_found(request.path)
+    image = await request.read()
+    params = {
+        "Targets": list(bmc.http_push_targets),
+        "@Redfish.OperationApplyTime": bmc.http_push_apply_time,
+    }
+    note["http_push"] = True
+    return await _start_update(bmc, image, params, note)
 
 
 async def simple_update(
@@ -409,6 +426,7 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(sessions.SESSIONS), {"POST": create_session}),
     (re.compile(f"{sessions.SESSIONS}/(?P<id>[^/]+)"), {"DELETE": delete_session}),
     (re.compile(f"{PUSH_URI}|{UPDATE}/upload"), {"POST": multipart_push}),
+    (re.compile(HTTP_PUSH_URI), {"POST": http_push}),
     (re.compile(accounts.ACCOUNTS), {"POST": create_account}),
     (re.compile(f"{accounts.ACCOUNTS}/(?P<id>[^/]+)"), {"DELETE": delete_account}),
     (re.compile(f"{UPDATE}/Actions/UpdateService.SimpleUpdate"), {"POST": simple_update}),

@@ -43,6 +43,12 @@ class Bmc:
     flash_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one flash at a time
     timers: list[asyncio.TimerHandle] = field(default_factory=list)  # pending silent reverts
     multipart_push: bool = True  # False: UpdateService offers SimpleUpdate only
+    # DSP0266 "HTTP push update" (UpdateService HttpPushUri, deprecated from v1_6_0): the bare
+    # image POSTed there, to the HttpPushUriTargets and apply time PATCHed onto UpdateService.
+    http_push: bool = False
+    http_push_targets: list[str] = field(default_factory=list)
+    http_push_busy: bool = False
+    http_push_apply_time: str = "Immediate"
     dialect: Dialect = field(default_factory=lambda: DIALECTS[DEFAULT])  # what it says, takes
     task_counter: int = 0  # task ids are never reused, also after a reboot forgot the tasks
     runners: set[asyncio.Task[None]] = field(default_factory=set)  # jobs, also forgotten ones

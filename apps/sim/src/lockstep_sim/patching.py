@@ -24,6 +24,11 @@ WRITABLE: list[tuple[re.Pattern[str], dict[str, type]]] = [
     # Manager v1_6_0 Links.ActiveSoftwareImage (ReadWrite): the image the BMC runs after its
     # next reset; only where the dialect shows a backup bank for it (choose_image).
     (re.compile(f"{ROOT}/Managers/(?P<id>[^/]+)"), {"Links": dict}),
+    # DSP0266 "HTTP push update": where the next HttpPushUri image goes, reserved while set
+    (
+        re.compile(f"{ROOT}/UpdateService"),
+        {"HttpPushUriTargets": list, "HttpPushUriTargetsBusy": bool, "HttpPushUriOptions": dict},
+    ),
 ]
 
 
@@ -73,6 +78,9 @@ def apply_patch(
     elif "Links" in body:
         choose_image(bmc, path, body["Links"])
         note["links"] = body["Links"]
+    elif path == f"{ROOT}/UpdateService":
+        _patch_http_push(bmc, body)
+        note["http_push"] = {k: v for k, v in body.items() if not k.startswith("@")}
     elif "WriteProtected" in body:
         bmc.node.components[path.rsplit("/", 1)[1]].write_protected = body["WriteProtected"]
     return get_document(bmc, path)
@@ -126,3 +134,20 @@ def _patch_account(bmc: Bmc, account_id: str, body: dict[str, Any]) -> None:
     account.username = body.get("UserName", account.username)
     account.role = body.get("RoleId", account.role)
     account.enabled = body.get("Enabled", account.enabled)
+
+
+def _patch_http_push(bmc: Bmc, body: dict[str, Any]) -> None:
+    """``HttpPushUriTargets`` (URIs), ``HttpPushUriTargetsBusy`` and
+    ``HttpPushUriOptions.HttpPushUriApplyTime.ApplyTime`` (one the dialect takes)."""
+    targets = body.get("HttpPushUriTargets", bmc.http_push_targets)
+    if not all(isinstance(t, str) for t in targets):
+        raise bad_request("PropertyValueTypeError", "HttpPushUriTargets are URIs.", "Targets")
+    option = body.get("HttpPushUriOptions", {}).get("HttpPushUriApplyTime", {})
+    apply_time = option.get("ApplyTime", bmc.http_push_apply_time)
+    if apply_time not in bmc.dialect.apply_times:
+        raise bad_request(
+            "PropertyValueNotInList", f"ApplyTime {apply_time!r} is not supported.", "ApplyTime"
+        )
+    bmc.http_push_targets = list(targets)
+    bmc.http_push_busy = body.get("HttpPushUriTargetsBusy", bmc.http_push_busy)
+    bmc.http_push_apply_time = apply_time

@@ -12,7 +12,7 @@ from lockstep_sim.dialects import shape_update_service
 from lockstep_sim.errors import not_found
 from lockstep_sim.fleet import FirmwareComponent
 from lockstep_sim.odata import ROOT
-from lockstep_sim.update_service import update_service_doc
+from lockstep_sim.update_service import HTTP_PUSH_URI, update_service_doc
 
 Getter = Callable[[Bmc, re.Match[str]], dict[str, Any]]
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
@@ -166,6 +166,23 @@ def software_images(bmc: Bmc, device: str) -> dict[str, Any] | None:
     return None
 
 
+def _update_service(b: Bmc) -> dict[str, Any]:
+    doc = shape_update_service(
+        update_service_doc(MAX_IMAGE_BYTES, multipart=b.multipart_push), b.dialect
+    )
+    if b.http_push:  # DSP0266 "HTTP push update" (UpdateService v1_2_0 / v1_4_0 properties)
+        doc["HttpPushUri"] = HTTP_PUSH_URI
+        doc["HttpPushUriTargets"] = list(b.http_push_targets)
+        doc["HttpPushUriTargetsBusy"] = b.http_push_busy
+        doc["HttpPushUriOptions"] = {
+            "HttpPushUriApplyTime": {
+                "ApplyTime": b.http_push_apply_time,
+                "ApplyTime@Redfish.AllowableValues": list(b.dialect.apply_times),
+            }
+        }
+    return doc
+
+
 _TABLE: list[tuple[str, Getter]] = [
     ("/redfish", lambda _b, _m: {"v1": f"{ROOT}/"}),
     (ROOT, lambda b, _m: {**service_root.service_root(b.uuid, b.node.id), **b.dialect.root}),
@@ -203,12 +220,7 @@ _TABLE: list[tuple[str, Getter]] = [
     (f"{ROOT}/TaskService", lambda _b, _m: tasks.task_service_doc(tasks.now_iso())),
     (tasks.TASKS, lambda b, _m: tasks.tasks_doc(list(b.tasks))),
     (f"{tasks.TASKS}/(?P<id>[^/]+)", _task),
-    (
-        f"{ROOT}/UpdateService",
-        lambda b, _m: shape_update_service(
-            update_service_doc(MAX_IMAGE_BYTES, multipart=b.multipart_push), b.dialect
-        ),
-    ),
+    (f"{ROOT}/UpdateService", lambda b, _m: _update_service(b)),
     (inventory.FIRMWARE, lambda b, _m: _firmware(b)),
     (f"{inventory.FIRMWARE}/(?P<id>[^/]+)", _member),
 ]

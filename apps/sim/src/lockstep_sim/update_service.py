@@ -16,6 +16,7 @@ from lockstep_sim.odata import ROOT, ref, status
 
 UPDATE = f"{ROOT}/UpdateService"
 PUSH_URI = f"{UPDATE}/update-multipart"
+HTTP_PUSH_URI = f"{UPDATE}/update"  # HttpPushUri, where a BMC offers it (Bmc.http_push)
 APPLY_TIMES = ["Immediate", "OnReset"]
 
 

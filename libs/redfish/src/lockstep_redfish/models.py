@@ -115,6 +115,13 @@ class UpdateServiceActions(BaseModel):
     activate: ActionTarget | None = Field(default=None, alias="#UpdateService.Activate")
 
 
+APPLY_TIMES = (  # DSP0268 Settings.OperationApplyTime, what a service may offer
+    "Immediate",
+    "OnReset",
+    "AtMaintenanceWindowStart",
+    "InMaintenanceWindowOnReset",
+    "OnStartUpdateRequest",
+)
 _SCHEMA_VERSION = re.compile(r"#\w+\.v(\d+)_(\d+)_(\d+)\.")
 
 
@@ -131,6 +138,22 @@ class UpdateService(BaseModel):
         default=None, alias="MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"
     )
     Actions: UpdateServiceActions | None = None
+    # DSP0266 "HTTP push update" (deprecated from v1_6_0 for the multipart push): the image is
+    # the whole body; the targets and the apply time are PATCHed onto UpdateService first.
+    HttpPushUri: str | None = None
+    HttpPushUriTargets: list[str] | None = None  # v1_2_0
+    HttpPushUriTargetsBusy: bool | None = None  # v1_2_0
+    HttpPushUriOptions: dict[str, Any] | None = None  # v1_4_0: HttpPushUriApplyTime
+
+    @property
+    def http_push_apply_times(self) -> list[str] | None:
+        """``HttpPushUriOptions.HttpPushUriApplyTime``'s allowable ``ApplyTime`` values; None
+        where the service has no such option (only ``Immediate`` is then known to work)."""
+        option = (self.HttpPushUriOptions or {}).get("HttpPushUriApplyTime")
+        if not isinstance(option, dict):
+            return None
+        values = option.get("ApplyTime@Redfish.AllowableValues")
+        return [str(v) for v in values] if isinstance(values, list) else list(APPLY_TIMES)
 
     @property
     def schema_version(self) -> tuple[int, int, int] | None:

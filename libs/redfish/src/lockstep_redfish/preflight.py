@@ -34,6 +34,7 @@ class Method(StrEnum):
 
     MULTIPART = "multipart"  # POST to MultipartHttpPushUri (UpdateService v1_6_0)
     SIMPLE_UPDATE = "simple_update"  # the BMC pulls ImageURI (UpdateService v1_0_0)
+    HTTP_PUSH = "http_push"  # POST of the bare image to HttpPushUri (DSP0266 "HTTP push update")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +78,30 @@ def _method(service: UpdateService) -> tuple[Method, str]:
         return Method.MULTIPART, service.MultipartHttpPushUri
     if service.simple_update is not None:
         return Method.SIMPLE_UPDATE, service.simple_update.target
-    raise UpdateRefused("UpdateService offers neither MultipartHttpPushUri nor SimpleUpdate")
+    if service.HttpPushUri:
+        return Method.HTTP_PUSH, service.HttpPushUri
+    raise UpdateRefused(
+        "UpdateService offers neither MultipartHttpPushUri nor SimpleUpdate nor HttpPushUri"
+    )
+
+
+def _http_push_problems(service: UpdateService, request: UpdateRequest) -> list[str]:
+    """An HTTP push names its targets only through ``HttpPushUriTargets`` (PATCHed first):
+    a service without it would apply the image to whatever it chose, a blast radius nobody
+    chose; one reserved by another client (``HttpPushUriTargetsBusy``) is not taken over."""
+    problems = []
+    if service.HttpPushUriTargets is None:
+        problems.append("HttpPushUri without HttpPushUriTargets cannot be told its targets")
+    if service.HttpPushUriTargetsBusy is True:
+        problems.append("HttpPushUriTargets is reserved by another client (Busy)")
+    if request.stage:
+        problems.append("Stage cannot be sent with an HttpPushUri push")
+    return problems
 
 
 def _supported_apply_times(service: UpdateService, method: Method) -> list[str]:
+    if method is Method.HTTP_PUSH:
+        return service.http_push_apply_times or [IMMEDIATE]
     support = (
         service.multipart_apply_times
         if method is Method.MULTIPART
@@ -143,6 +164,8 @@ def preflight(
         )
     if request.stage and not service.supports_stage:
         problems.append(f"Stage needs UpdateService v1_16_0, the BMC has {service.odata_type}")
+    if method is Method.HTTP_PUSH:
+        problems += _http_push_problems(service, request)
     for path in pending:
         problems += _target_problems(path, members[path], request.version)
     if problems:
@@ -274,3 +297,31 @@ def refuse_if_any(lines: Sequence[str]) -> None:
     """:class:`UpdateRefused` carrying every line, when there is one."""
     if lines:
         raise UpdateRefused("\n".join(lines))
+
+
+# DSP8011 (Redfish privilege registry, Redfish_1.x.x_PrivilegeRegistry): PATCH of a Manager
+# and POST of its actions (Manager.Reset) need ConfigureManager; PATCH of a ComputerSystem, its
+# Bios or a Chassis, and their Reset actions, need ConfigureComponents.
+MANAGERS = "/redfish/v1/Managers/"
+
+
+def write_privilege(path: str) -> str:
+    """The privilege DSP8011's registry gives a write (PATCH, or an action's POST) to ``path``."""
+    return "ConfigureManager" if path.startswith(MANAGERS) else "ConfigureComponents"
+
+
+def write_refusals(
+    head: str, writes: Sequence[str], privileges: frozenset[str] | None, what: str
+) -> list[str]:
+    """One line, headed ``head``, where the account's ``privileges`` (None: not readable) lack
+    what ``writes`` (the paths ``what`` would PATCH or POST to) need; empty otherwise."""
+    needed = {path: write_privilege(path) for path in writes}
+    if privileges is None:
+        wanted = ", ".join(sorted(set(needed.values())))
+        return [f"{head}: the account's privileges cannot be read; {what} needs {wanted}"]
+    missing = {path: p for path, p in needed.items() if p not in privileges}
+    if not missing:
+        return []
+    held = ", ".join(sorted(privileges)) or "none"
+    lacks = "; ".join(f"{p} for {path}" for path, p in missing.items())
+    return [f"{head}: the account lacks what {what} needs (DSP8011: {lacks}; it holds: {held})"]

@@ -14,11 +14,12 @@ The steps and what each guarantees:
   applies ``preflight.preflight`` (size, Updateable, WriteProtected, LowestSupportedVersion,
   apply time, Stage); targets already at the version need no write.
 - :meth:`~FirmwareUpdate.push` sends the image once: multipart to ``MultipartHttpPushUri``
-  (``UpdateParameters`` with ``Targets``, ``@Redfish.OperationApplyTime`` and ``Stage``), or
+  (``UpdateParameters`` with ``Targets``, ``@Redfish.OperationApplyTime`` and ``Stage``),
   ``SimpleUpdate`` with an :class:`~lockstep_redfish.image_server.ImageServer` URL when the BMC
-  has no multipart URI. The image is re-hashed immediately before every send. It is sent again
-  only when the BMC cannot have taken it (no connection, or 429/500/503: "not now"); when it
-  may have (no answer after sending, 502/504) it raises :class:`PushOutcomeUnknown`.
+  has no multipart URI, else the bare image to ``HttpPushUri`` (its targets PATCHed first).
+  The image is re-hashed immediately before every send. It is sent again only when the BMC
+  cannot have taken it (no connection, or 429/500/503: "not now"); when it may have (no answer
+  after sending, 502/504) it raises :class:`PushOutcomeUnknown`.
 - :meth:`~FirmwareUpdate.wait` follows the task (``tasks.wait_for_task``): deadline,
   ``Retry-After``, a BMC that reboots and is dark for minutes (bounded), never a re-push.
 - :meth:`~FirmwareUpdate.activate` (``UpdateService.Activate`` or ``SoftwareInventory.Activate``)
@@ -35,6 +36,7 @@ The steps and what each guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -311,6 +313,8 @@ class FirmwareUpdate:
                 check=lambda: image.check(body.image),
                 timeout_s=self.policy.push_timeout_s,
             )
+        elif plan.method is Method.HTTP_PUSH:
+            reply = await self._http_push(image, request, plan, parameters)
         else:
             if server is None:
                 raise UpdateRefused("SimpleUpdate needs an ImageServer the BMC can pull from")
@@ -322,6 +326,43 @@ class FirmwareUpdate:
                 check=image.check,
             )
         return task_ref(reply, self.bmc.url(""))
+
+    async def _http_push(
+        self,
+        image: FirmwareImage,
+        request: UpdateRequest,
+        plan: Preflight,
+        parameters: Mapping[str, Any],
+    ) -> Reply:
+        """DSP0266 "HTTP push update": the targets (and an apply time other than the default)
+        PATCHed onto UpdateService (``HttpPushUriTargets``, reserved with
+        ``HttpPushUriTargetsBusy`` and released after; ``HttpPushUriOptions``), then the bare
+        image POSTed to ``HttpPushUri``. Only ``Targets`` and the apply time can be said this
+        way: other parameters are refused rather than dropped."""
+        other = set(parameters) - {"Targets", "@Redfish.OperationApplyTime"}
+        if other:
+            raise UpdateRefused(f"HttpPushUri cannot carry {', '.join(sorted(other))}")
+        reserve: dict[str, Any] = {
+            "HttpPushUriTargets": list(parameters["Targets"]),
+            "HttpPushUriTargetsBusy": True,
+        }
+        if request.apply_time != IMMEDIATE:
+            options = {"HttpPushUriApplyTime": {"ApplyTime": request.apply_time}}
+            reserve["HttpPushUriOptions"] = options
+        await self.patch(UPDATE_SERVICE, reserve)
+        try:
+            return await self._send(
+                plan.uri,
+                what=f"HTTP push of {image.filename}",
+                data=image.data,
+                headers={"Content-Type": "application/octet-stream"},
+                check=image.check,
+                timeout_s=self.policy.push_timeout_s,
+            )
+        finally:  # released whatever became of the push (another client may need it); a
+            # BMC that cannot be reached now keeps the push's own outcome, not this one's
+            with contextlib.suppress(BmcError):
+                await self.patch(UPDATE_SERVICE, {"HttpPushUriTargetsBusy": False})
 
     async def related_targets(self, paths: Sequence[str], taken: Sequence[str]) -> list[str]:
         """What ``Targets`` names for ``paths`` on a BMC that takes a member's device: the
@@ -395,10 +436,13 @@ class FirmwareUpdate:
         accepted = reply.status == 202 or "Location" in reply.headers
         return [task_ref(reply, self.bmc.url(""))] if accepted else []
 
-    async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
-        """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager
-        path) with ``reset_type``, refused unless the action allows it. A manager reset takes
-        the BMC away for minutes: follow with :meth:`wait_reachable`."""
+    async def reset_action(self, resource: str, reset_type: str) -> ResetAction:
+        """The ``Reset`` action of ``resource`` (``ComputerSystem``, ``Manager``, ``Chassis``),
+        :class:`UpdateRefused` unless it allows ``reset_type``: its
+        ``ResetType@Redfish.AllowableValues``, else the ``AllowableValues`` of ``ResetType``
+        in its ``@Redfish.ActionInfo`` (DSP0266 "Allowable values"; ActionInfo v1_1_0); an
+        action that lists neither allows what the schema does. GETs only: preflight asks it
+        before anything is drained."""
         doc = (await self._get(resource)).body
         actions = doc.get("Actions") if isinstance(doc, dict) else None
         found = actions.items() if isinstance(actions, dict) else ()
@@ -406,9 +450,25 @@ class FirmwareUpdate:
         if raw is None:
             raise UpdateRefused(f"{resource} offers no Reset action")
         action = parse(ResetAction, raw, self.bmc.url(resource), "Actions.Reset")
-        if action.reset_types is not None and reset_type not in action.reset_types:
-            allowed = ", ".join(action.reset_types)
-            raise UpdateRefused(f"{resource}: ResetType {reset_type!r} not allowed ({allowed})")
+        allowed = action.reset_types
+        info = raw.get("@Redfish.ActionInfo") if isinstance(raw, dict) else None
+        if allowed is None and isinstance(info, str):
+            doc = (await self._get(info)).body
+            params = doc.get("Parameters") if isinstance(doc, dict) else None
+            for param in params if isinstance(params, list) else ():
+                values = param.get("AllowableValues") if isinstance(param, dict) else None
+                if param.get("Name") == "ResetType" and isinstance(values, list):
+                    allowed = [str(v) for v in values]
+        if allowed is not None and reset_type not in allowed:
+            listed = ", ".join(allowed) or "none"
+            raise UpdateRefused(f"{resource}: ResetType {reset_type!r} not allowed ({listed})")
+        return action
+
+    async def reset(self, resource: str, reset_type: str) -> TaskRef | None:
+        """``ComputerSystem.Reset`` or ``Manager.Reset`` of ``resource`` (a system or manager
+        path) with ``reset_type``, refused unless the action allows it (:meth:`reset_action`).
+        A manager reset takes the BMC away for minutes: follow with :meth:`wait_reachable`."""
+        action = await self.reset_action(resource, reset_type)
         reply = await self._send(
             action.target, what=f"Reset {reset_type}", json_body={"ResetType": reset_type}
         )

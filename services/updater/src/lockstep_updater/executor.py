@@ -36,12 +36,13 @@ from lockstep_redfish.errors import BmcError, BmcUnavailable, CredentialError, I
 from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
-from lockstep_updater.domain.progress import FirmwareProgress, Progress, document, load
+from lockstep_updater.domain.progress import Progress, document, load
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import Images, ListsOwnDrains, NodeAgent, NodeFacts, Scheduler
 from lockstep_updater.steps import STEPS
 from lockstep_updater.steps.context import InBandChannel, StepContext, sha384_of
-from lockstep_updater.steps.ends import LostClaim, NotYet, Stop, failure_end
+from lockstep_updater.steps.ends import LostClaim, NotYet, Stop, failure_end, waits_on_device
+from lockstep_updater.steps.lease_fence import holding, renewed
 from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.store import Claim, UpdaterStore
 
@@ -161,12 +162,13 @@ class Executor:
 
     async def step(self) -> bool:
         """Claim one item and run its step; False when there was nothing to claim."""
-        async with self.store.transaction() as tx:
-            claim = await tx.claim(self.policy.lease_s)
-        if claim is None:
-            return False
-        self.on_claim()
-        await self.run_on(claim)
+        with holding(self.clock, self.policy.lease_s):  # the sender's own fence (lease_fence)
+            async with self.store.transaction() as tx:
+                claim = await tx.claim(self.policy.lease_s)
+            if claim is None:
+                return False
+            self.on_claim()
+            await self.run_on(claim)
         return True
 
     async def run_on(self, claim: Claim) -> None:
@@ -198,9 +200,10 @@ class Executor:
         lost = asyncio.Event()
 
         async def renew() -> None:
+            since = self.clock.monotonic()
             async with self.store.transaction() as tx:
-                if not await tx.still_holds(claim, self.policy.lease_s):
-                    lost.set()
+                held = await tx.still_holds(claim, self.policy.lease_s)
+            renewed(since) if held else lost.set()  # renewed: writes may go on (lease_fence)
 
         # A renewal the database refused is logged and tried again a third of a lease later:
         # two more chances before the lease can lapse under a step that is still running.
@@ -348,7 +351,7 @@ class Executor:
         in a row; then the node ends with the last error as its reason. Giving a node back
         (uncordoning) is never given up: a node must not stay cordoned by Lockstep."""
         ctx = self.ctx
-        if isinstance(exc, BmcUnavailable) and _waits_on_device(claim.state, progress):
+        if isinstance(exc, BmcUnavailable) and waits_on_device(claim.state, progress):
             # Something was accepted and the BMC may be resetting: it is given time, not tries
             # (a login refused every retry_s would spend max_errors in well under a minute).
             now = ctx.wall()
@@ -384,16 +387,3 @@ class Executor:
         pause = backoff.delay(waits)
         reason = f"waiting for the inventory: {exc}"
         await self.ctx.commit(claim, claim.state, reason, progress, pause)
-
-
-def _waits_on_device(state: NodeStep, progress: Progress) -> bool:
-    """The step follows something a BMC accepted (a push, an activation) or waits for a BMC
-    to come back after one: a BMC that does not answer is then waited for, not retried."""
-    if state is S.AWAITING_BMC:
-        return True
-    if not isinstance(progress, FirmwareProgress):
-        return False
-    if state is S.ACTIVATING and progress.activate_sent:
-        return True
-    plans = progress.components.values()
-    return state in (S.STAGING, S.ACTIVATING) and any(p.sent and not p.done for p in plans)

@@ -11,25 +11,29 @@ node's id or its SKU. ``preflight.profile_refusals`` then says, in one line nami
 the profile, everything that stands in the way: the account's privilege (an Administrator-class
 account is refused, reliability.md 7 H5), the login the profile allows, a component no member
 holds, a push method the BMC lacks, an image over ``MaxImageSizeBytes``, a downgrade without a
-signed rollback approval. The choice and the login are recorded in the progress
-(``bmc_profile``, ``bmc_login``) for the later steps.
+signed rollback approval, and a BMC that does not take the profile's activation reset (the
+action missing, or its allowable ``ResetType`` values without the profile's). The choice
+and the login are recorded in the progress (``bmc_profile``, ``bmc_login``) for the later
+steps.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lockstep_common.events.v1 import FleetNode
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
-from lockstep_redfish.errors import BmcError, BmcUnavailable
-from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals
+from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable, UpdateRefused
+from lockstep_redfish.flip_back import find_inactive
+from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals, write_refusals
 from lockstep_redfish.probe import read_facts
 from lockstep_redfish.profile import BmcProfile, LoginMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, members_of, select_profile
-from lockstep_redfish.update import UpdatePolicy, policy_for
+from lockstep_redfish.session import BmcSession
+from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy, policy_for
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.progress import FirmwareProgress
 from lockstep_updater.domain.steps import NodeStep
@@ -106,7 +110,7 @@ async def choose(
         facts = await read_facts(bmc, root)
         try:
             roles, privileges = await session_roles(bmc, username)
-        except AccountUnknown:
+        except (AccountUnknown, BmcRefused):  # no AccountService (404): it does not say
             roles, privileges = (), None
     if named is not None:
         selection = Selection(profile_named(named), (NAMED,), ())
@@ -123,6 +127,7 @@ async def choose(
     lines = profile_refusals(
         node.node_id, selection, facts, unversioned, login=login, privileges=privileges
     )
+    lines += [f"{head}: {line}" for line in await _reset_refusals(ctx, node, progress, selection)]
     account = None if privileges is None else account_refusal(roles, privileges)
     if account is not None:  # the updater's own wording, naming the roles, stands for them
         lines = [f"{head}: {account}"] + [
@@ -130,6 +135,62 @@ async def choose(
         ]
     _refuse(node.node_id, selection.profile, lines)
     return NodeBmc(node.node_id, selection, facts, login, privileges)
+
+
+async def _reset_refusals(
+    ctx: StepContext, node: FleetNode, progress: FirmwareProgress, selection: Selection
+) -> list[str]:
+    """Whether the BMC takes the profile's activation reset (GETs only): the action on each
+    resource it names, allowing the profile's ``ResetType`` (``FirmwareUpdate.reset_action``).
+    Asked here, not found out once the node is drained and its images written."""
+    act = selection.profile.activation
+    if act.reset is ResetKind.NONE or act.resource is None or act.reset_type is None:
+        return []
+    what = f"the profile's activation reset ({act.reset} {act.reset_type})"
+    async with ctx.session(node, progress) as bmc:
+        update = FirmwareUpdate(bmc, ctx.policy.update)
+        try:
+            paths = await update.resources(act.resource)
+            for path in paths:
+                await update.reset_action(path, act.reset_type)
+        except BmcUnavailable:
+            raise
+        except UpdateRefused as exc:
+            return [f"{what}: {exc}"]
+        except BmcError as exc:  # named by the profile, absent here (HTTP 404) or unreadable
+            status = exc.context.get("status")
+            return [
+                f"{what}: {act.resource} cannot be read ({f'HTTP {status}' if status else exc})"
+            ]
+    return [] if paths else [f"{what}: the BMC has no {act.resource}"]
+
+
+async def refuse_unprivileged_flip_back(
+    ctx: StepContext,
+    node: FleetNode,
+    update: FirmwareUpdate,
+    profile: BmcProfile,
+    previous: Mapping[str, str],
+) -> None:
+    """:class:`Stop` (failed, nothing written) where the account lacks the privilege DSP8011
+    gives the writes of an ``inactive_image`` flip-back of ``previous`` (member path ->
+    previous version): the PATCH of each device's ``Links.ActiveSoftwareImage`` (a Manager:
+    ConfigureManager) and the profile's activation reset (``Manager.Reset``: the same). Read
+    (GETs only) before anything is drained; an account whose privileges cannot be read is
+    refused. For the flip-back's preflight (``steps.rollback``)."""
+    writes = [(await find_inactive(update, profile, m, v)).device for m, v in previous.items()]
+    act = profile.activation
+    if act.reset is not ResetKind.NONE and act.resource is not None:
+        writes += await update.resources(act.resource)
+    bmc = update.bmc
+    assert isinstance(bmc, BmcSession)  # noqa: S101 - the step's session
+    try:
+        _, privileges = await session_roles(bmc, ctx.credentials.get(node.node_id)[0])
+    except (AccountUnknown, BmcRefused):
+        privileges = None
+    head = f"BMC {node.node_id} (profile {profile.id})"
+    lines = write_refusals(head, list(dict.fromkeys(writes)), privileges, "the flip-back")
+    _refuse(node.node_id, profile, lines)
 
 
 def _refuse(node_id: str, profile: BmcProfile, lines: Sequence[str]) -> None:

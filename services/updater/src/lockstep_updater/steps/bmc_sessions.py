@@ -21,6 +21,9 @@ from typing import Any
 from lockstep_redfish import BmcTarget, RedfishClient
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.transport import Body, Reply
+from lockstep_updater.steps.lease_fence import fence_write
+
+READS = frozenset({"GET", "HEAD"})
 
 
 class KeptSession(BmcSession):
@@ -57,6 +60,8 @@ class KeptSession(BmcSession):
             "retries": retries,
             "timeout_s": timeout_s,
         }
+        if method not in READS:
+            fence_write()  # not after this worker's lease may have lapsed (lease_fence)
         reply = await super().request(method, path, **kwargs)
         if reply.status != 401:
             return reply
@@ -64,6 +69,8 @@ class KeptSession(BmcSession):
             if self._token == sent_with:
                 self.logins += 1
                 await self.reopen()
+        if method not in READS:
+            fence_write()
         return await super().request(method, path, **kwargs)
 
 
@@ -76,6 +83,9 @@ class NodeSessions:
         self._open: OrderedDict[str, KeptSession] = OrderedDict()
         self._borrowed: dict[str, int] = {}
         self._closing: set[str] = set()
+        self.pushed: dict[str, float] = {}
+        """The wall time of the last push this process sent to each BMC (by URL), whatever
+        work item sent it: the profile's gap between pushes holds across items (``steps.push``)."""
 
     def __len__(self) -> int:
         return len(self._open)

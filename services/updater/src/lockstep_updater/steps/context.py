@@ -49,6 +49,7 @@ from lockstep_updater.domain.windows import closed
 from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
 from lockstep_updater.steps.bmc_sessions import KeptSession, NodeSessions
 from lockstep_updater.steps.ends import CHANGED, KEEPS_CORDON, LostClaim, Stop, failure_end
+from lockstep_updater.steps.lease_fence import renewed
 from lockstep_updater.steps.plans import first_before
 from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.store import REMEDY, ROLLBACK, UPDATE, Claim, Target, UpdaterStore, UpdaterTx
@@ -177,7 +178,8 @@ class StepContext:
     ) -> Decision:
         """The fence and the blast-radius check; on PROCEED, ``progress`` (with what the
         caller is about to send marked in it, and the flag ``mark`` set) commits with the
-        check, before it is sent."""
+        check, before it is sent; the send is fenced again by this process's clock."""
+        since = self.clock.monotonic()  # before the transaction: the lease runs from it
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
@@ -188,6 +190,7 @@ class StepContext:
                 if mark is not None:
                     setattr(progress, mark, True)
                 await tx.save_progress(claim, document(progress))
+        renewed(since)  # steps.lease_fence
         return decision
 
     async def decide(
@@ -317,6 +320,7 @@ class StepContext:
         if target is not claim.state:
             progress.errors = {}  # the step succeeded: its retry count starts over
             progress.dark_since = None
+        since = self.clock.monotonic()
         async with self.store.transaction() as tx:
             if not await tx.still_holds(claim, self.policy.lease_s):
                 raise LostClaim
@@ -341,6 +345,7 @@ class StepContext:
             await self.sessions.close(claim.node_id)
         if kept is not None:  # committed: the next step is this worker's
             self.kept[(claim.id, claim.token)] = kept
+            renewed(since)  # its lease runs from this transaction (steps.lease_fence)
         log.info("%s: %s -> %s %s", claim.node_id, claim.state.value, target.value, reason)
 
     # -- events ----------------------------------------------------------------------------

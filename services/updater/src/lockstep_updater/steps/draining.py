@@ -11,6 +11,7 @@ from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import DrainState, ExplainsDrain, ForeignDrain
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import Stop, ending
+from lockstep_updater.steps.lease_fence import fence_write
 from lockstep_updater.store import REMEDY, Claim
 
 S = NodeStep
@@ -26,6 +27,7 @@ async def run(
         raise Stop(S.UNCORDONING, decision.reason)
     purpose = "gsp/driver mismatch" if claim.kind == REMEDY else "rollout"
     try:
+        fence_write()  # not after this worker's lease may have lapsed (lease_fence)
         await ctx.scheduler.cordon(claim.node_id, f"lockstep {purpose} {claim.rollout_id}")
     except ForeignDrain as exc:
         # Skipped: counted failed in the wave's result, but the node's running firmware

@@ -5,6 +5,7 @@ over), and the rules that say where a failure or a guard's verdict ends the node
 from __future__ import annotations
 
 from lockstep_updater.domain.guard import Decision, Verdict
+from lockstep_updater.domain.progress import FirmwareProgress, Progress
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.store import Claim
 
@@ -51,3 +52,16 @@ def stop_unless_proceed(decision: Decision) -> None:
 def ending(decision: Decision) -> NodeStep:
     """How a node the guard stopped after its cordon ends, once given back."""
     return S.FAILED if decision.verdict is Verdict.REFUSE else S.CANCELLED
+
+
+def waits_on_device(state: NodeStep, progress: Progress) -> bool:
+    """The step follows something a BMC accepted (a push, an activation) or waits for a BMC
+    to come back after one: a BMC that does not answer is then waited for, not retried."""
+    if state is S.AWAITING_BMC:
+        return True
+    if not isinstance(progress, FirmwareProgress):
+        return False
+    if state is S.ACTIVATING and progress.activate_sent:
+        return True
+    plans = progress.components.values()
+    return state in (S.STAGING, S.ACTIVATING) and any(p.sent and not p.done for p in plans)

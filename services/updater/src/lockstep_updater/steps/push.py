@@ -52,7 +52,7 @@ async def push(
         if plan.sent:
             await _after_unknown_push(ctx, update, claim, name, plan, request)
             return
-        _keep_gap(ctx, profile, progress, name)
+        _keep_gap(ctx, node, profile, progress, name)
         entry = entry_for(target, node, name)
         image = ctx.image(target, entry)  # fetched and re-hashed right before the push
         try:
@@ -69,6 +69,7 @@ async def push(
         if decision.verdict is not Verdict.PROCEED:
             plan.sent = False
         stop_unless_proceed(decision)
+        ctx.sessions.pushed[node.bmc_url] = ctx.wall()  # the gap counts from the attempt
         related = profile is not None and profile.push.targets is TargetsFrom.RELATED
         try:
             ref = await update.push(
@@ -92,7 +93,7 @@ async def push(
             raise Stop(failure_end(claim), f"{name}: {exc}") from None
         plan.task = PushTask(monitor=ref.monitor, task=ref.task, since=ctx.wall())
         await ctx.save(claim, progress)
-        if checked.method is Method.MULTIPART:
+        if checked.method in (Method.MULTIPART, Method.HTTP_PUSH):
             # The image went with the request: the task can be followed in turns.
             await _follow(ctx, update, claim, name, plan)
             return
@@ -111,12 +112,20 @@ async def _targets(
 
 
 def _keep_gap(
-    ctx: StepContext, profile: BmcProfile | None, progress: FirmwareProgress, name: str
+    ctx: StepContext,
+    node: FleetNode,
+    profile: BmcProfile | None,
+    progress: FirmwareProgress,
+    name: str,
 ) -> None:
     """:class:`NotYet` until the profile's ``min_gap_s`` has passed since the last push to
-    this BMC (NVIDIA nvfwupd ``UPDATE_DELAY``: pushes back to back exhaust a BMC's memory)."""
+    this BMC (NVIDIA nvfwupd ``UPDATE_DELAY``: pushes back to back exhaust a BMC's memory):
+    the item's own pushes (recorded, so a restart keeps them) and any other item's from this
+    process (a flip-back or a remedy right after an update, ``NodeSessions.pushed``)."""
     gap = 0.0 if profile is None else profile.push.min_gap_s
     sent = [p.task.since for p in progress.components.values() if p.task and p.task.since]
+    if (other := ctx.sessions.pushed.get(node.bmc_url)) is not None:
+        sent.append(other)
     left = gap - (ctx.wall() - max(sent)) if sent and gap else 0.0
     if left > 0:
         raise NotYet(f"{name}: {left:.0f}s more between pushes to this BMC (its profile's gap)")

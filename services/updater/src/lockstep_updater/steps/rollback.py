@@ -36,6 +36,7 @@ from lockstep_updater.domain.progress import (
     UpdateProgress,
 )
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
+from lockstep_updater.steps.bmc_profile import refuse_unprivileged_flip_back
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import Stop
 from lockstep_updater.store import Claim
@@ -97,6 +98,9 @@ async def run(
             profile = profile_named(done.bmc_profile) if done.bmc_profile else await profile_of(bmc)
             progress.bmc_profile = profile.id
             progress.mechanism = await _mechanism(update_, profile, running)
+            if progress.mechanism is RollbackMechanism.INACTIVE_IMAGE:  # DSP8011 privileges
+                before = {t: p.version for p in running.values() for t in p.targets}
+                await refuse_unprivileged_flip_back(ctx, node, update_, profile, before)
         except BmcUnavailable:
             raise
         except BmcError as exc:

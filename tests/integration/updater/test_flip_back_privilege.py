@@ -1,0 +1,50 @@
+"""A Supermicro flip-back (``inactive_image``) PATCHes ``Managers/1``'s
+``Links.ActiveSoftwareImage`` and sends ``Manager.Reset``, which the DSP8011 privilege registry
+gives to ConfigureManager: an account without it (the Operator role the updater flashes with)
+is refused in the flip-back's preflight with one line, before any drain or write (issue 29
+item 3), instead of being refused by the BMC (403) once the node is drained."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.ports import OWNER
+from lockstep_updater.store import ROLLBACK
+from tests.integration.updater.conftest import World
+from tests.integration.updater.test_flip_back import (
+    NEW_BMC,
+    dialect_world,
+    trip,
+    updated,
+    writes,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["dialect_world"]
+
+
+async def test_a_flip_back_by_an_account_without_configure_manager_is_refused_before_the_drain(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    w = await dialect_world("supermicro-x13", "hgx-h100")
+    node = w.rt.fleet[0].id
+    bmc = w.rt.simulator.bmc(node).node.components["BMC"]
+    old = bmc.version
+    bmc.version, bmc.inactive_version = NEW_BMC, old  # what the activated update left
+    await updated(w, node, "bmc", "BMC", old, NEW_BMC)
+    await trip(w, node)
+    await w.settle()
+
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    assert flip.state is NodeStep.FAILED
+    assert flip.reason == (
+        f"refused: BMC {node} (profile supermicro-x13): the account lacks what the flip-back "
+        "needs (DSP8011: ConfigureManager for /redfish/v1/Managers/1; it holds: "
+        "ConfigureComponents, ConfigureSelf, Login); nothing written"
+    )
+    assert writes(w, node) == []
+    assert bmc.version == NEW_BMC and bmc.inactive_version == old
+    assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
