@@ -423,10 +423,10 @@ async def test_e1_a_pdb_blocking_eviction_skips_the_node_and_the_wave_goes_on(
     here). Every training pod's eviction is refused (429) until the canary is released, then
     for 1 s more; one canary node's for good. Pass: refused evictions are retried with a
     growing backoff, no pod is ever deleted or evicted with force, DaemonSet pods are left
-    alone; after the drain deadline (4 s on the reference machine) the blocked node is skipped (uncordoned, failed with a
-    reason naming ``pdb``, its firmware unchanged) while the other nodes are drained and
-    flashed; the rollout goes on within its budgets (failure budget 1 per wave, at most 2 nodes
-    cordoned per pool at any time) to ``rollout.completed``."""
+    alone; after the drain deadline (4 s on the reference machine) the blocked node is skipped
+    (uncordoned, failed with a reason naming ``pdb``, its firmware unchanged) while the other
+    nodes are drained and flashed; the rollout goes on within its budgets (failure budget 1 per
+    wave, at most 2 nodes cordoned per pool at any time) to ``rollout.completed``."""
     budget = 2
     fleet_ids = [f"node-{i:05d}" for i in range(NODES)]
     async with FakeKubernetes(fleet_ids) as fake:
