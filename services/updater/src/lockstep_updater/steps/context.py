@@ -36,6 +36,7 @@ from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.profile import LoginMethod
 from lockstep_updater.adapters.credentials import FleetCredentials
+from lockstep_updater.adapters.wave_facts import read_node
 from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
 from lockstep_updater.domain.progress import (
     ComponentPlan,
@@ -111,8 +112,9 @@ class StepContext:
     # -- reads -----------------------------------------------------------------------------
 
     async def node(self, claim: Claim) -> FleetNode:
-        """The node as the inventory knows it now (re-read before every step)."""
-        node = await self.facts.node(claim.node_id)
+        """The node as the inventory knows it now, before every step (``read_node``: from its
+        wave's copy, no older than its registry entry)."""
+        node = await read_node(self.store, self.facts, claim)
         if node is None:
             raise Stop(failure_end(claim), "the inventory does not know this node")
         self.credentials.learn(node)
