@@ -11,7 +11,7 @@ from lockstep_common.events.v1 import FleetChanged, FleetNode, NodeVersion, Scop
 from lockstep_common.subjects import Namespace
 from lockstep_updater.adapters.fleet_changes import FleetChanges
 from lockstep_updater.adapters.wave_facts import WaveFacts
-from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.domain.steps import OUT_OF_SERVICE, NodeStep
 from lockstep_updater.testing.sim_fleet import SimFacts
 from tests.integration.updater.conftest import World
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
@@ -65,3 +65,35 @@ async def test_a_bmc_moved_between_two_steps_gets_the_push_at_its_new_address(
     assert w.pushes(node) == []  # nothing went to the address it had
     assert len(w.pushes(other)) == 1
     assert registry.asked[1] == (node,)  # read anew, then served from the copy again
+
+
+async def test_a_node_moved_into_a_full_pool_between_two_steps_waits_for_its_budget(
+    world: World,
+) -> None:
+    """The guard counts the pool the node is in now: moved into the pool whose one place the
+    other node of the wave holds, it parks in cordoning instead of leaving service."""
+    w = world
+    node, other = nodes_of(w, 2)
+    await plan_and_release(w, (other, node), max_unavailable=1)
+    registry = Registry(w.facts)
+    registry.entries[other] = registry.entries[other].model_copy(update={"pool": "p1"})
+    registry.entries[node] = registry.entries[node].model_copy(update={"pool": "p2"})
+    facts = WaveFacts(registry)
+    changes = FleetChanges(Namespace("snap"))
+    changes.tell(facts)
+    w.rt.scheduler.occupy([other], duration_s=1e9)  # a job keeps `other` draining
+    ex = w.executor()
+    ex.facts = facts
+    assert await ex.step()  # `other` runs until its first wait, out of service in p1
+    assert w.store.item(other).state in OUT_OF_SERVICE
+    assert registry.asked == [(other, node)]  # the wave read at once, `node` with it
+    changes.heard(registry.reregister(node, pool="p1"))
+    for _ in range(100):  # until `node` asked for its place (a wait moves the store's clock)
+        if w.store.item(node).state not in {NodeStep.PENDING, NodeStep.PREFLIGHT, NodeStep.STAGING}:
+            break
+        if not await ex.step():
+            w.store.advance(1.0)
+    item = w.store.item(node)
+    assert item.state is NodeStep.CORDONING, (item.state, item.reason)
+    assert item.reason == "pool p1 has 1 node(s) out of service, max_unavailable 1"
+    assert w.rt.scheduler.node(node).drain is None  # never left service
