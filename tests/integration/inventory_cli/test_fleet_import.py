@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import (
+    FleetChanged,
     FleetImportAnswered,
     FleetImportRequested,
     OpsRefused,
@@ -290,3 +292,44 @@ async def test_chunks_of_an_import_never_finished_are_dropped_after_a_day(
     late = await ask(harness, chunk(abandoned, 1, 2, node(3)))
     assert isinstance(late, FleetImportAnswered) and not late.committed and late.staged == 1
     assert list(await imported(harness)) == ["n00002"]
+
+
+async def test_each_registry_change_is_announced_with_its_new_version(
+    env: None, harness: Harness, tmp_path: Path
+) -> None:
+    """Issue 28 item 3: the updater serves a wave's steps from its copy of the wave's nodes
+    and reads one anew when the inventory announces its entry changed (``fleet.changed``): an
+    import announces what it added or changed, never what it left as it was, and a removal
+    announces the nodes removed, each with a version greater than any copy could hold."""
+    heard: list[dict[str, int]] = []
+
+    async def on_message(msg: Any) -> None:
+        event = REGISTRY.decode(msg.data, max_bytes=1 << 20).data
+        assert isinstance(event, FleetChanged)
+        heard.append({n.node_id: n.version for n in event.nodes})
+
+    sub = await harness.nc.subscribe(harness.ns.wire(subjects.fleet_changed()), cb=on_message)
+
+    async def announcements(count: int) -> list[dict[str, int]]:
+        async def arrived() -> list[dict[str, int]] | None:
+            return heard if len(heard) >= count else None
+
+        return await until(arrived, what=f"{count} fleet.changed")
+
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": [node(1), node(2)]}))
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0
+    (first,) = await announcements(1)
+    listed = await imported(harness)
+    assert first == {n: listed[n]["version"] for n in ("n00001", "n00002")}
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0  # unchanged: nothing announced
+    fleet.write_text(json.dumps({"nodes": [node(1, bmc_url="https://moved:8443"), node(2)]}))
+    assert (await cli("fleet", "import", str(fleet)))[0] == 0
+    _, second = await announcements(2)
+    assert list(second) == ["n00001"] and second["n00001"] > first["n00001"]
+    assert second["n00001"] == (await imported(harness))["n00001"]["version"]
+    assert (await cli("fleet", "remove", "n00002"))[0] == 0
+    *_, removed = await announcements(3)
+    assert list(removed) == ["n00002"] and removed["n00002"] > second["n00001"]
+    await sub.unsubscribe()
+    assert len(heard) == 3

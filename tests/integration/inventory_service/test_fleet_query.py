@@ -15,6 +15,7 @@ from lockstep_common.envelope import make_envelope
 from lockstep_common.events import REGISTRY
 from lockstep_common.events.v1 import FleetQueryAnswered, FleetQueryRequested, ScopeSelector
 from lockstep_common.vocabulary import Component
+from lockstep_inventory.adapters import registry
 from lockstep_inventory.responder import Responder
 from tests.integration.inventory_service.conftest import Harness
 
@@ -122,3 +123,31 @@ async def test_requests_are_answered_side_by_side_up_to_the_bound(harness: Harne
     finally:
         stopping.set()
         await running
+
+
+async def test_each_node_carries_a_registry_version_that_grows_with_every_change(
+    harness: Harness,
+) -> None:
+    """Issue 28 item 3: the updater keeps a copy of a wave's nodes and re-reads one whose
+    registry entry is newer: the version moves with a change (a new BMC URL, another pool),
+    stays with an identical re-import, and only grows across a removal and a re-import."""
+    first, second = sorted(harness.nodes, key=lambda n: n.id)[:2]
+
+    async def versions() -> dict[str, int]:
+        scope = ScopeSelector(nodes=(first.id, second.id))
+        page = await ask(harness, FleetQueryRequested(scope=scope))
+        return {n.node_id: n.version for n in page.nodes}
+
+    before = await versions()
+    assert all(v > 0 for v in before.values())
+    pool = harness.app.require().pool
+    async with pool.acquire() as conn:
+        await registry.import_nodes(conn, [first, second])  # nothing changed
+        assert await versions() == before
+        moved = first.model_copy(update={"bmc_url": "https://moved.example:8443", "pool": "p9"})
+        await registry.import_nodes(conn, [moved, second])
+        after = await versions()
+        assert after[first.id] > before[first.id] and after[second.id] == before[second.id]
+        assert await registry.remove_nodes(conn, [first.id]) == []
+        await registry.import_nodes(conn, [first])  # back as it was before the move
+        assert (await versions())[first.id] > after[first.id]

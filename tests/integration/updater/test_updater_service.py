@@ -262,6 +262,34 @@ async def test_a_released_wave_is_flashed_verified_and_completed(rig: Rig) -> No
     assert code == 2 and "node id 'bad node' cannot be a NATS subject token" in out
 
 
+async def test_a_wave_s_steps_ask_the_inventory_once_per_page_not_once_per_step(
+    rig: Rig,
+) -> None:
+    """Issue 28 item 3: the wave's nodes are read once (one fleet.query per page of
+    MAX_FLEET_PAGE ids, here one page) and every step is served from that copy; before, each
+    of the dozens of steps below sent its own fleet.query."""
+    asked: list[dict[str, Any]] = []
+
+    async def heard(msg: Any) -> None:
+        asked.append(json.loads(msg.data)["data"])
+
+    sub = await rig.nc.subscribe(rig.ns.wire(subjects.fleet_query()), cb=heard)
+    nodes = tuple(n.id for n in rig.rt.fleet[:3])
+    app = await rig.start_updater()
+    await rig.rollout("r-snap", nodes, nodes)
+
+    async def completed() -> list[dict[str, Any]]:
+        return await rig.emitted(app, "wave.completed.")
+
+    (done,) = await until(completed, what="wave.completed", timeout_s=60)
+    await sub.unsubscribe()
+    assert sorted(done["succeeded"]) == sorted(nodes)
+    steps = await app.require().pool.fetch(f"SELECT 1 FROM {rig.namespace}_updater.node_steps")
+    assert len(steps) >= 8 * len(nodes)  # every step of every node ran
+    assert len(asked) == 1, asked  # and one page was asked for them all
+    assert sorted(asked[0]["scope"]["nodes"]) == sorted(nodes)
+
+
 async def test_a_wave_naming_a_node_outside_the_plan_is_refused_and_touches_nothing(
     rig: Rig,
 ) -> None:

@@ -117,6 +117,12 @@ def _answers() -> dict[str, tuple[type[EventData], ...]]:
     return {service: (*own.get(service, ()), *common) for service in subscriptions_by_service()}
 
 
+def _hears() -> dict[str, tuple[type[EventData], ...]]:
+    """Core NATS subjects a service hears as they are published (``router.HEARS``): every one
+    of its processes gets each message, where a durable would hand it to one of them."""
+    return {"updater": updater_router.HEARS}
+
+
 def consumers() -> dict[type[EventData], tuple[str, ...]]:
     """Event class -> the services that take it off a stream and act on it, or answer it.
 
@@ -131,7 +137,7 @@ def consumers() -> dict[type[EventData], tuple[str, ...]]:
     for service, subs in subscriptions_by_service().items():
         for sub in subs:
             add(service, sub.handled)
-    for service, classes in _answers().items():
+    for service, classes in (*_answers().items(), *_hears().items()):
         add(service, classes)
     return {cls: tuple(sorted(names)) for cls, names in found.items()}
 
@@ -218,7 +224,7 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
     agents from ``schemadocs.CHANNELS``' outside senders."""
     advisories = advisory_stream(namespace).base
     streams = stream_names(namespace)
-    emits, answers = _emits(), _answers()
+    emits, answers, hears = _emits(), _answers(), _hears()
     out: dict[str, Party] = {}
     for service, subs in subscriptions_by_service().items():
         durables = [Durable(namespace.stream(s.stream), namespace.durable(s.name)) for s in subs]
@@ -232,6 +238,7 @@ def bus_parties(namespace: Namespace) -> dict[str, Party]:
             dead_letters=tuple(subject for sub in subs for subject in sub.subjects),
             answers=tuple(pattern(cls, service) for cls in answers.get(service, ())),
             streams=streams,
+            hears=tuple(pattern(cls) for cls in hears.get(service, ())),
         )
     outside: defaultdict[str, set[str]] = defaultdict(set)
     answering: defaultdict[str, set[str]] = defaultdict(set)

@@ -218,6 +218,7 @@ def samples() -> list[EventData]:
             ),
             next_after="gb200-r07-n03",
         ),
+        v1.FleetChanged(nodes=(v1.NodeVersion(node_id="gb200-r07-n03", version=4711),)),
         *_operator_samples(),
         v1.NodeCommandRequested(
             site="iad1",

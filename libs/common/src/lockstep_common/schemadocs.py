@@ -155,6 +155,8 @@ CHANNELS: dict[type[EventData], Channel] = {
     # The CLI asks for the sites of the nodes `lockstep agent enroll` is given.
     v1.FleetQueryRequested: Channel(subjects.fleet_query, ("cli",)),
     v1.FleetQueryAnswered: Channel(subjects.fleet_query, reply=True),
+    # Heard by every updater process as it is published (core NATS: no stream, no durable).
+    v1.FleetChanged: Channel(subjects.fleet_changed),
     # The updater's in-band steps ask one node's agent; only that node's agent answers.
     v1.NodeCommandRequested: Channel(
         lambda: subjects.node_command(SITE, NODE), answerers=("node-agent",)

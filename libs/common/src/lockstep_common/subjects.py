@@ -165,6 +165,11 @@ def fleet_query() -> str:
     return "fleet.query"
 
 
+def fleet_changed() -> str:
+    """Core NATS, heard by every updater process: registry entries changed (their versions)."""
+    return "fleet.changed"
+
+
 def node_command(site: str, node_id: str) -> str:
     """Request/reply: a command for one node's agent (the updater asks, that agent answers)."""
     return f"agent.command.{token(site, 'site')}.{token(node_id, 'node id')}"

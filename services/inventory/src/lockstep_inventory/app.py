@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from lockstep_common.compatibility.files import load_rules
 from lockstep_common.service import ServiceApp
+from lockstep_inventory.adapters.announce import on_bus
 from lockstep_inventory.admission import admission_responder
 from lockstep_inventory.fleet_metrics import FleetGauges, GaugeRefresher
 from lockstep_inventory.fleet_query import fleet_query_responder
 from lockstep_inventory.handlers import Handlers
 from lockstep_inventory.importing import import_command
-from lockstep_inventory.operator_commands import COMMANDS, golden_command, sweep_commands
+from lockstep_inventory.operator_commands import commands, golden_command, sweep_commands
 from lockstep_inventory.router import subscriptions
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweep_worker import SweepWorker
@@ -35,7 +36,12 @@ def create_app(settings: Settings) -> ServiceApp:
         fleet_query_responder(app.namespace, app.source),
         gauges,
     )
+    # Registry changes announced to every updater process (its wave snapshots).
+    announce = on_bus(lambda: app.require().nc, app.namespace, app.source)
     app.add_operator_commands(
-        *COMMANDS, golden_command(rules), import_command(rules), *sweep_commands(sweeper)
+        *commands(announce),
+        golden_command(rules),
+        import_command(rules, announce=announce),
+        *sweep_commands(sweeper),
     )
     return app

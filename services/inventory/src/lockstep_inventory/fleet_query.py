@@ -29,10 +29,14 @@ QUEUE = "inventory-fleet-query"
 
 
 def fleet_node(
-    node: NodeEntry, reports: Mapping[ObservationSource, Observation], drift: DriftRow | None
+    node: NodeEntry,
+    reports: Mapping[ObservationSource, Observation],
+    drift: DriftRow | None,
+    version: int = 0,
 ) -> FleetNode:
     """One node as the answer carries it. Versions: the BMC's, then the agent's for what the
-    agent reports (in-band software); readability: the BMC's."""
+    agent reports (in-band software); readability: the BMC's; ``version``: its registry
+    entry's."""
     observed: dict[Component, str] = {}
     for source in (ObservationSource.REDFISH, ObservationSource.AGENT):
         if source in reports:
@@ -57,6 +61,7 @@ def fleet_node(
         observed=observed,
         conflicts=conflicts,
         drift=drift.items if drift is not None else (),
+        version=version,
     )
 
 
@@ -71,8 +76,12 @@ async def answer_fleet_query(
         ids = [n.id for n in nodes]
         observed = await state.observations(conn, ids)
         drift = await state.drift(conn, ids)
+        versions = await state.versions(conn, ids)
     return FleetQueryAnswered(
-        nodes=tuple(fleet_node(n, observed.get(n.id, {}), drift.get(n.id)) for n in nodes),
+        nodes=tuple(
+            fleet_node(n, observed.get(n.id, {}), drift.get(n.id), versions.get(n.id, 0))
+            for n in nodes
+        ),
         next_after=nodes[-1].id if len(page) > request.limit else None,
     )
 

@@ -33,6 +33,7 @@ from lockstep_common.db import Conn
 from lockstep_common.events.v1 import FleetImportAnswered, FleetImportRequested
 from lockstep_common.operator import Asker, Command, Refusal
 from lockstep_inventory.adapters import imports, registry
+from lockstep_inventory.adapters.announce import Announce, unannounced
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_redfish.credentials import reference_problem
 
@@ -79,9 +80,12 @@ def check_chunk(
 
 
 def import_command(
-    rules: CompatibilityRules, problem_of: ProblemOf = reference_problem
+    rules: CompatibilityRules,
+    problem_of: ProblemOf = reference_problem,
+    announce: Announce = unannounced,
 ) -> Command[FleetImportRequested]:
-    """``fleet.import`` judged by the service's rules and credential checks."""
+    """``fleet.import`` judged by the service's rules and credential checks; each node it adds
+    or changes is announced (``adapters.announce``) as the import commits."""
     known = frozenset(rules.profile_architecture)
 
     async def fleet_import(
@@ -111,6 +115,7 @@ def import_command(
         every = await imports.every_node(conn, request.import_id)
         result = await registry.import_nodes(conn, every)
         await imports.record(conn, request.import_id, asker.identity, request.chunks, result)
+        await announce(result.versions)
         return FleetImportAnswered(
             import_id=request.import_id,
             staged=len(counts),

@@ -48,6 +48,7 @@ from lockstep_common.operator import Asker, Command, Refusal
 from lockstep_common.vocabulary import DriftKind, ObservationSource
 from lockstep_inventory import queries
 from lockstep_inventory.adapters import registry, state, sweeps
+from lockstep_inventory.adapters.announce import Announce, unannounced
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.golden import NotGolden
 from lockstep_inventory.domain.observation import Observation
@@ -193,16 +194,27 @@ async def fleet_drift(conn: Conn, request: FleetDriftRequested, asker: Asker) ->
     )
 
 
-async def fleet_remove(
-    conn: Conn, request: FleetRemoveRequested, asker: Asker
-) -> FleetRemoveAnswered:
-    """Forget nodes, all or none (``registry.remove_nodes``)."""
-    del asker
-    ids = list(dict.fromkeys(request.node_ids))
-    missing = await registry.remove_nodes(conn, ids)
-    if missing:
-        raise Refusal("not_found", f"not in the registry, nothing removed: {', '.join(missing)}")
-    return FleetRemoveAnswered(removed=tuple(ids))
+def remove_command(announce: Announce = unannounced) -> Command[FleetRemoveRequested]:
+    """``fleet.remove``: forget nodes, all or none (``registry.remove_nodes``), each announced
+    (``adapters.announce``) as the removal commits."""
+
+    async def fleet_remove(
+        conn: Conn, request: FleetRemoveRequested, asker: Asker
+    ) -> FleetRemoveAnswered:
+        del asker
+        ids = list(dict.fromkeys(request.node_ids))
+        missing = await registry.remove_nodes(conn, ids)
+        if missing:
+            raise Refusal(
+                "not_found", f"not in the registry, nothing removed: {', '.join(missing)}"
+            )
+        version = await registry.removed_version(conn)
+        await announce(dict.fromkeys(ids, version))
+        return FleetRemoveAnswered(removed=tuple(ids))
+
+    return Command(
+        "fleet.remove", FleetRemoveRequested, FleetRemoveAnswered, fleet_remove, writes=True
+    )
 
 
 def golden_command(rules: CompatibilityRules) -> Command[FleetGoldenRequested]:
@@ -292,10 +304,17 @@ async def fleet_swept(conn: Conn, request: FleetSweptRequested, asker: Asker) ->
     )
 
 
-COMMANDS: tuple[Command[Any], ...] = (
-    Command("fleet.list", FleetListRequested, FleetListAnswered, fleet_list),
-    Command("fleet.status", FleetStatusRequested, FleetStatusAnswered, fleet_status),
-    Command("fleet.show", FleetShowRequested, FleetShowAnswered, fleet_show),
-    Command("fleet.drift", FleetDriftRequested, FleetDriftAnswered, fleet_drift),
-    Command("fleet.remove", FleetRemoveRequested, FleetRemoveAnswered, fleet_remove, writes=True),
-)
+def commands(announce: Announce = unannounced) -> tuple[Command[Any], ...]:
+    """The fleet's read commands and ``fleet.remove``, which announces with ``announce``."""
+    return (
+        Command("fleet.list", FleetListRequested, FleetListAnswered, fleet_list),
+        Command("fleet.status", FleetStatusRequested, FleetStatusAnswered, fleet_status),
+        Command("fleet.show", FleetShowRequested, FleetShowAnswered, fleet_show),
+        Command("fleet.drift", FleetDriftRequested, FleetDriftAnswered, fleet_drift),
+        remove_command(announce),
+    )
+
+
+COMMANDS: tuple[Command[Any], ...] = commands()
+"""What ``commands`` answers (the router's ``ANSWERS``); the service's own, in ``app.py``,
+announce on the bus."""

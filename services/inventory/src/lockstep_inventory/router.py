@@ -2,7 +2,8 @@
 
 Consumes in-band reports (``telemetry.observed.inventory.>``, in batches), pins
 (``pin.changed.>``), wave boundaries (``wave.>``, ``rollout.halted|completed.*``) and device
-steps (``device.>``); emits ``drift.detected`` / ``drift.resolved`` through the outbox.
+steps (``device.>``); emits ``drift.detected`` / ``drift.resolved`` through the outbox, and
+``fleet.changed`` (core NATS) as a registry change commits (``adapters.announce``).
 Its other inputs are not JetStream consumers: the Redfish sweep (``SweepWorker``) and the
 ``admission.check`` and ``fleet.query`` request/reply (``responder.Responder``) and the
 operator commands (``operator_commands.COMMANDS``), started in ``app.py``.
@@ -23,6 +24,7 @@ from lockstep_common.events.v1 import (
     DeviceVerified,
     DriftDetected,
     DriftResolved,
+    FleetChanged,
     FleetGoldenAnswered,
     FleetGoldenRequested,
     FleetImportAnswered,
@@ -61,6 +63,7 @@ ANSWERS: tuple[type[EventData], ...] = (
 EMITS: tuple[type[EventData], ...] = (
     DriftDetected,
     DriftResolved,
+    FleetChanged,
     AdmissionCheckAnswered,
     FleetQueryAnswered,
     OpsRefused,

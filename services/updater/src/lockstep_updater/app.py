@@ -10,10 +10,12 @@ from lockstep_common.service import Resources, ServiceApp
 from lockstep_common.subjects import Namespace
 from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.agent_commands import NatsAgentCommands
+from lockstep_updater.adapters.fleet_changes import FleetChanges, reconnects
 from lockstep_updater.adapters.gauges import GAUGES
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.node_agent_nats import READ_TIMEOUT_S, NatsNodeAgent
 from lockstep_updater.adapters.repository import PostgresStore
+from lockstep_updater.adapters.wave_facts import WaveFacts
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.executor import Executor
 from lockstep_updater.handlers import Handlers
@@ -39,10 +41,17 @@ def create_app(settings: Settings) -> ServiceApp:
     )
     s, policy = settings, executor_policy(settings)
 
+    changes = FleetChanges(app.namespace)
+
     def executor(resources: Resources, server: ImageServer | None) -> Executor:
+        # A wave's nodes read once, not a fleet.query per step (issue 28 item 3); a node the
+        # inventory announces changed is read anew.
+        fleet = FleetQuery(resources.nc, app.namespace, app.source, timeout_s=s.fleet_timeout_s)
+        facts = WaveFacts(fleet, epoch=reconnects(resources))
+        changes.tell(facts)
         return Executor(
             PostgresStore(resources.pool, app.source),
-            FleetQuery(resources.nc, app.namespace, app.source, timeout_s=s.fleet_timeout_s),
+            facts,
             scheduler_for(s),
             BundleImages(s.bundle_roots),
             policy,
@@ -53,7 +62,9 @@ def create_app(settings: Settings) -> ServiceApp:
     host = settings.image_server_host
     served = None if host is None else functools.partial(ImageServer, host, s.image_server_port)
     app.add_workers(
-        UpdaterWorker(settings, executor, served), QueryGauges(app.metrics.registry, GAUGES)
+        changes,
+        UpdaterWorker(settings, executor, served),
+        QueryGauges(app.metrics.registry, GAUGES),
     )
     app.add_operator_commands(*COMMANDS)
     return app

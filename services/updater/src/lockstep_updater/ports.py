@@ -1,7 +1,9 @@
 """What the executor needs of the world besides its store, as small interfaces.
 
 - :class:`NodeFacts`: a node as the inventory knows it now (``fleet.query``), re-read before
-  every write (design.md non-negotiable 4: read before write).
+  every write (design.md non-negotiable 4: read before write); :class:`ReadsWaves`, facts that
+  read a whole wave's nodes at once and serve its steps from that copy until the node's
+  registry entry changes (``adapters.wave_facts``).
 - :class:`Scheduler`: cordon, drain and resume (the simulator's scheduler API and Slurm,
   ``schedulers.py`` picks one; Kubernetes behind the same calls later).
 - :class:`Images`: the bytes of one image of an attested bundle.
@@ -11,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -33,6 +36,7 @@ __all__ = [
     "ListsOwnDrains",
     "NodeAgent",
     "NodeFacts",
+    "ReadsWaves",
     "Scheduler",
     "SchedulerUnavailable",
 ]
@@ -41,6 +45,18 @@ __all__ = [
 class NodeFacts(Protocol):
     async def node(self, node_id: str) -> FleetNode | None:
         """The node as registered now; None when the inventory does not know it."""
+        ...
+
+
+@runtime_checkable
+class ReadsWaves(Protocol):
+    """Facts that read every node of a wave at once (``adapters.wave_facts.WaveFacts``)."""
+
+    async def wave_node(
+        self, node_id: str, wave: Hashable, members: Callable[[], Awaitable[Sequence[str]]]
+    ) -> FleetNode | None:
+        """The node as registered (a copy no older than its entry); ``members``: the ids of
+        ``wave``, read at once when the node has no copy."""
         ...
 
 

@@ -22,6 +22,7 @@ from lockstep_common.events.v1 import (
     DeviceVerified,
     DriftDetected,
     DriftResolved,
+    FleetChanged,
     FleetQueryRequested,
     GateTripped,
     MaintenanceWindowsChanged,
@@ -48,6 +49,10 @@ EMITS: tuple[type[EventData], ...] = (
     FleetQueryRequested,
     NodeCommandRequested,
 )
+
+# Core NATS subjects every updater process hears as they are published, outside any stream:
+# registry changes, which drop the process's copy of a node (``adapters.wave_facts``).
+HEARS: tuple[type[EventData], ...] = (FleetChanged,)
 
 
 def subscriptions(handlers: Handlers) -> tuple[Subscription, ...]:

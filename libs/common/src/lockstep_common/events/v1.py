@@ -736,6 +736,11 @@ class FleetNode(Part):
     drift: tuple[DriftItem, ...] = Field(
         default=(), max_length=MAX_ITEMS, description="Current drift items."
     )
+    version: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="The registry entry's version: greater after any change to it (0: an "
+        "inventory that does not count them); a cached copy of an older version is re-read.",
+    )
 
 
 class FleetQueryAnswered(EventData):
@@ -749,6 +754,29 @@ class FleetQueryAnswered(EventData):
     )
     next_after: NodeId | None = Field(
         default=None, description="Ask again with after= this for the next page (None: done)."
+    )
+
+
+class NodeVersion(Part):
+    """A registry entry's version (``FleetNode.version``), without its facts."""
+
+    node_id: NodeId = Field(description="Node id.")
+    version: Annotated[int, Field(ge=1)] = Field(
+        description="The entry's version now (for a removed node: drawn at its removal)."
+    )
+
+
+class FleetChanged(EventData):
+    """Registry entries the inventory changed (imported anew, or removed): a copy of one older
+    than its version is to be read again (``fleet.query``). It carries no facts, so the worst a
+    repeated or stray one can do is cost a read; announced on core NATS as the change commits,
+    to every updater process (its wave snapshot, ``lockstep_updater.adapters.wave_facts``)."""
+
+    event_type: ClassVar[str] = "fleet.changed"
+    schema_version: ClassVar[int] = 1
+
+    nodes: tuple[NodeVersion, ...] = Field(
+        min_length=1, max_length=MAX_FLEET_PAGE, description="The entries changed, by node."
     )
 
 
@@ -2170,6 +2198,7 @@ CATALOGUE: tuple[type[EventData], ...] = (
     AdmissionCheckAnswered,
     FleetQueryRequested,
     FleetQueryAnswered,
+    FleetChanged,
     OpsRefused,
     FleetListRequested,
     FleetListAnswered,

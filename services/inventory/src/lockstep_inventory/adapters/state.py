@@ -120,6 +120,12 @@ async def fleet_page(
     return [NodeEntry.model_validate(dict(r)) for r in rows]
 
 
+async def versions(conn: Conn, node_ids: list[str]) -> dict[str, int]:
+    """Each registered node's registry version (``registry``: greater after any change)."""
+    rows = await conn.fetch("SELECT id, version FROM nodes WHERE id = ANY($1)", node_ids)
+    return {r["id"]: r["version"] for r in rows}
+
+
 def _observation(r: asyncpg.Record) -> Observation:
     return Observation(
         source=ObservationSource(r["source"]),

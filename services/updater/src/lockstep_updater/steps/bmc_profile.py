@@ -37,7 +37,8 @@ from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy, policy_for
 from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.progress import FirmwareProgress
 from lockstep_updater.domain.steps import NodeStep
-from lockstep_updater.steps.context import StepContext, bmc_target
+from lockstep_updater.steps.bmc_sessions import bmc_target
+from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import Stop
 
 S = NodeStep

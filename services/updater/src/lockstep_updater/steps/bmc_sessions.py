@@ -18,9 +18,12 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
+from lockstep_common.events.v1 import FleetNode
 from lockstep_redfish import BmcTarget, RedfishClient
+from lockstep_redfish.profile import LoginMethod
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.transport import Body, Reply
+from lockstep_updater.domain.progress import FirmwareProgress, Progress
 from lockstep_updater.steps.lease_fence import fence_write
 
 READS = frozenset({"GET", "HEAD"})
@@ -153,3 +156,14 @@ class NodeSessions:
             if idle is None:
                 return
             await self._logout(idle)
+
+
+def bmc_target(node: FleetNode, progress: Progress | None = None) -> BmcTarget:
+    """The node's BMC, logged in to as ``progress`` recorded (``FirmwareProgress.bmc_login``)."""
+    login = progress.bmc_login if isinstance(progress, FirmwareProgress) else None
+    return BmcTarget(
+        node.node_id,
+        node.bmc_url,
+        allow_plain_http=node.allow_plain_http,
+        login=LoginMethod(login or LoginMethod.SESSION),
+    )

@@ -31,11 +31,11 @@ from lockstep_common.events.v1 import (
     WaveCompleted,
 )
 from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
-from lockstep_redfish import BmcTarget, RedfishClient
+from lockstep_redfish import RedfishClient
 from lockstep_redfish.image import FirmwareImage
 from lockstep_redfish.image_server import ImageServer
-from lockstep_redfish.profile import LoginMethod
 from lockstep_updater.adapters.credentials import FleetCredentials
+from lockstep_updater.adapters.wave_facts import read_node
 from lockstep_updater.domain.guard import Decision, Verdict, decide, decide_remedy
 from lockstep_updater.domain.progress import (
     ComponentPlan,
@@ -47,7 +47,7 @@ from lockstep_updater.domain.progress import (
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.domain.windows import closed
 from lockstep_updater.ports import Images, NodeAgent, NodeFacts, Scheduler
-from lockstep_updater.steps.bmc_sessions import KeptSession, NodeSessions
+from lockstep_updater.steps.bmc_sessions import KeptSession, NodeSessions, bmc_target
 from lockstep_updater.steps.ends import CHANGED, KEEPS_CORDON, LostClaim, Stop, failure_end
 from lockstep_updater.steps.lease_fence import renewed
 from lockstep_updater.steps.plans import first_before
@@ -112,8 +112,9 @@ class StepContext:
     # -- reads -----------------------------------------------------------------------------
 
     async def node(self, claim: Claim) -> FleetNode:
-        """The node as the inventory knows it now (re-read before every step)."""
-        node = await self.facts.node(claim.node_id)
+        """The node as the inventory knows it now, before every step (``read_node``: from its
+        wave's copy, no older than its registry entry)."""
+        node = await read_node(self.store, self.facts, claim)
         if node is None:
             raise Stop(failure_end(claim), "the inventory does not know this node")
         self.credentials.learn(node)
@@ -386,14 +387,3 @@ async def _complete_wave(tx: UpdaterTx, claim: Claim) -> None:
     )
     # Kept for a re-drive if the broker loses it (``Executor.redrive_completions``).
     await tx.completion_sent(result.rollout_id, result.wave, env.event_id)
-
-
-def bmc_target(node: FleetNode, progress: Progress | None = None) -> BmcTarget:
-    """The node's BMC, logged in to as ``progress`` recorded (``FirmwareProgress.bmc_login``)."""
-    login = progress.bmc_login if isinstance(progress, FirmwareProgress) else None
-    return BmcTarget(
-        node.node_id,
-        node.bmc_url,
-        allow_plain_http=node.allow_plain_http,
-        login=LoginMethod(login or LoginMethod.SESSION),
-    )
