@@ -150,8 +150,9 @@ async def dialect_stack(
 ) -> AsyncIterator[tuple[Stack, Dialect]]:
     dialect: Dialect = request.param
     # Firmware the BMC profile keeps no previous image of is one-way (the planner asks the
-    # profile): the routine class takes it here, as a lab's would for this test.
-    routine = {"one_way_allowed": True}
+    # profile): the routine class takes it here, as a lab's would for this test. Soaks of a
+    # second: each node's agent reports every 0.25 s, so a gate still has its 3 samples a node.
+    routine = {"one_way_allowed": True, "canary_soak_s": 1, "wave_soak_s": 1}
     async with running_stack(
         servers,
         namespace,
