@@ -96,7 +96,9 @@ DIALECTS = [
         GPUS,
         ("update-multipart", 202),
         ("Chassis.Reset", 204, "PowerCycle"),  # nvfwupd RF_PWR_CYCLE: the tray's power cycle
-        Rollback.REFUSED,  # REFLASH once the re-flash flip-back lands
+        # REFLASH once the re-flash flip-back (branch wt-reflash) is merged: with it merged,
+        # this entry set to REFLASH passes.
+        Rollback.REFUSED,
         ONE_WAY,
     ),
     Dialect(
@@ -107,7 +109,9 @@ DIALECTS = [
         GPUS,
         ("update-multipart", 202),
         ("ComputerSystem.Reset", 202, "ForceRestart"),  # answered with a Task, as captured
-        Rollback.REFUSED,  # REFLASH once the re-flash flip-back lands
+        # REFLASH once the re-flash flip-back (branch wt-reflash) is merged: with it merged,
+        # this entry set to REFLASH passes.
+        Rollback.REFUSED,
         ONE_WAY,
     ),
     Dialect(  # the tray's BMC behind a Supermicro BMC: its FW_BMC_0 is the capture's BMC
@@ -134,7 +138,9 @@ DIALECTS = [
         ("UEFI",),
         ("update-multipart", 204),  # DSP0266: a synchronous 2xx is the write done, no Task
         ("ComputerSystem.Reset", 204, "GracefulRestart"),
-        Rollback.REFUSED,  # REFLASH once the re-flash flip-back lands
+        # REFUSED with the re-flash flip-back too: the previous image is a downgrade this
+        # profile has no way to force (the line goes on so); ONE_WAY is how it starts.
+        Rollback.REFUSED,
         ONE_WAY,
     ),
 ]
