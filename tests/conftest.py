@@ -121,9 +121,15 @@ async def namespace(servers: Servers) -> AsyncIterator[str]:
 # walkthrough, the console's 8080), the three-server NATS cluster tests run alone: leader
 # elections and replica placement are what they time, and a second worker's load upset them.
 # So does the chaos property test: which endings its fixed programs reach (a gate tripped at
-# the canary, say, which its coverage guard requires) depends on the services' pace.
+# the canary, say, which its coverage guard requires) depends on the services' pace. So does
+# the whole stack per Redfish dialect: its gates judge a few seconds of soak.
 SERIAL_FILES = frozenset(
-    {"test_cluster_faults.py", "test_cluster_failover.py", "test_invariants_under_chaos.py"}
+    {
+        "test_cluster_faults.py",
+        "test_cluster_failover.py",
+        "test_invariants_under_chaos.py",
+        "test_dialect_stack.py",
+    }
 )
 
 

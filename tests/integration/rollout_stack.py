@@ -2,7 +2,9 @@
 attest, inventory, planner, updater and healthgate started in-process on real NATS +
 PostgreSQL over one simulated fleet whose node agents publish health (``running_stack``), and
 ``Stack``, the handle a test drives and inspects it with (events each service committed, the BMC
-ledgers, the simulated scheduler)."""
+ledgers, the simulated scheduler). ``dialect`` runs it on BMCs speaking one of the simulator's
+Redfish dialects (``lockstep sim serve --dialect``), with the BMC profile that goes with it
+named to the planner and the updater (``dialect_settings``)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from nats.aio.client import Client as NatsClient
 
 from lockstep_attest.app import create_app as attest_app
 from lockstep_attest.settings import Settings as AttestSettings
-from lockstep_attest.testing.bundles import DriverPackage, make_kit
+from lockstep_attest.testing.bundles import DriverPackage, Kit, Signer, make_kit
 from lockstep_cli.polling import until
 from lockstep_common import subjects
 from lockstep_common.compatibility.files import packaged_rules
@@ -44,6 +46,7 @@ from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_planner.app import create_app as planner_app
 from lockstep_planner.settings import Settings as PlannerSettings
+from lockstep_sim.dialects import DEFAULT as DEFAULT_DIALECT
 from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.app import create_app as updater_app
@@ -108,6 +111,72 @@ def gate_policy(path: Path) -> Path:
     return path
 
 
+KIT_COMPONENTS = (Component.GPU_VBIOS, Component.BMC, Component.NIC, Component.BIOS)
+"""The firmware a test release kit can carry (``make_kit``'s images)."""
+
+
+@dataclass(frozen=True)
+class KitImage:
+    """The one firmware image a release kit moves the fleet to: a PLDM ``package`` of
+    ``component`` (one of ``KIT_COMPONENTS``) at ``version`` that the simulated devices
+    accept."""
+
+    component: Component
+    version: str
+    package: bytes
+
+    def __post_init__(self) -> None:
+        if self.component not in KIT_COMPONENTS:
+            raise ValueError(f"a test kit carries no {self.component} image")
+
+
+GPU_IMAGE = KitImage(Component.GPU_VBIOS, NEW_GPU_VERSION, package_for(GB200_GPU, NEW_GPU_VERSION))
+
+
+def release(
+    tmp_path: Path,
+    image: KitImage,
+    *,
+    name: str = "bundle",
+    signer: Signer | None = None,
+    driver: DriverPackage | None = None,
+) -> Kit:
+    """A signed release kit under ``tmp_path/release/name`` whose one firmware image is
+    ``image`` (and ``driver``'s in-band step, if any); kits of one ``signer`` share a trust
+    store."""
+    in_band = ("driver", "gpu_gsp", "fabric_manager", "cuda", "nccl") if driver else ()
+    chosen = (image.version, image.package)
+    return make_kit(
+        tmp_path / "release",
+        gpu_image=chosen if image.component is Component.GPU_VBIOS else None,
+        bmc_image=chosen if image.component is Component.BMC else None,
+        nic_image=chosen if image.component is Component.NIC else None,
+        bios_image=chosen if image.component is Component.BIOS else None,
+        only=(str(image.component), *in_band),
+        driver=driver,
+        name=name,
+        signer=signer,
+    )
+
+
+def bmc_profile_of(dialect: str) -> str:
+    """The BMC profile (``lockstep_redfish/profiles``) a BMC speaking the simulator's
+    ``dialect`` matches: the same name; the simulator's own is ``lockstep-sim``."""
+    return "lockstep-sim" if dialect == DEFAULT_DIALECT else dialect
+
+
+def dialect_settings(dialect: str, hardware: str = "gb200") -> dict[str, dict[str, Any]]:
+    """What the planner and the updater are told about a fleet of ``hardware`` whose BMCs speak
+    ``dialect`` (their ``bmc_profiles`` settings, LOCKSTEP_PLANNER_BMC_PROFILES and
+    LOCKSTEP_UPDATER_BMC_PROFILES): the planner's reversible -> one-way ordering asks that
+    profile, and the updater flashes as it says. The simulator's own dialect is left unnamed:
+    the bundle's banks declaration stands, and the updater's preflight chooses."""
+    if dialect == DEFAULT_DIALECT:
+        return {"planner": {}, "updater": {}}
+    profiles = {hardware: bmc_profile_of(dialect)}
+    return {"planner": {"bmc_profiles": profiles}, "updater": {"bmc_profiles": profiles}}
+
+
 class StampedLedger(list[dict[str, Any]]):
     """A BMC ledger whose entries also carry ``at_s``, the wall-clock second (``time.time()``)
     the call was recorded: the simulator's own ``time`` is whole seconds, too coarse to tell
@@ -127,6 +196,8 @@ class Stack:
     nc: NatsClient
     ns: Namespace
     bundle: Path
+    signer: Signer | None = None
+    """Who signed ``bundle``: ``release`` signs further kits the attest service trusts."""
 
     async def publish(self, subject: str, data: EventData) -> None:
         env = make_envelope(data, source=source_for(data))
@@ -212,26 +283,30 @@ class Stack:
             if e["action"] == PUSH and e.get("status") == 202
         ]
 
-    async def start_rollout(self, strategy: Strategy | None = None) -> dict[str, Any]:
-        """The release kit submitted to the attest service; once ``bundle.attested`` reached the
-        planner and the updater, a routine intent moving the whole fleet to it."""
-        bundle = await self.attest_bundle()
+    async def start_rollout(
+        self, strategy: Strategy | None = None, kit: Path | None = None
+    ) -> dict[str, Any]:
+        """The release kit (``kit``, else the stack's own) submitted to the attest service; once
+        ``bundle.attested`` reached the planner and the updater, a routine intent moving the
+        whole fleet to it."""
+        bundle = await self.attest_bundle(kit)
         await self.submit_intent(bundle, strategy)
         return bundle
 
-    async def attest_bundle(self) -> dict[str, Any]:
-        """The release kit submitted to attest; its ``bundle.attested`` once the planner and the
-        updater have recorded it."""
+    async def attest_bundle(self, kit: Path | None = None) -> dict[str, Any]:
+        """The release kit (``kit``, else the stack's own) submitted to attest; its
+        ``bundle.attested`` once the planner and the updater have recorded it."""
+        count = len(await self.emitted("attest", "bundle.attested")) + 1
         await self.publish(
             subjects.bundle_submitted(),
-            BundleSubmitted(bundle_uri=self.bundle.as_uri(), submitted_by="ci-job-13"),
+            BundleSubmitted(bundle_uri=(kit or self.bundle).as_uri(), submitted_by="ci-job-13"),
         )
-        (bundle,) = await self.wait("attest", "bundle.attested")
+        bundle = (await self.wait("attest", "bundle.attested", count))[-1]
 
         async def known() -> bool:
             for name in ("planner", "updater"):
                 n = await self.apps[name].require().pool.fetchval("SELECT count(*) FROM bundles")
-                if not n:
+                if n < count:
                     return False
             return True
 
@@ -307,27 +382,33 @@ async def running_stack(
     routine: dict[str, Any] | None = None,
     driver: DriverPackage | None = None,
     packaged: bool = False,
+    dialect: str = DEFAULT_DIALECT,
+    image: KitImage = GPU_IMAGE,
 ) -> AsyncIterator[Stack]:
     """The five services over a fresh simulated fleet of ``NODES``, swept once; ``updater`` and
     ``planner`` override those services' settings (a scheduler, a budget, a deadline),
     ``routine`` the routine change class (``planner_policy``); ``driver`` adds that driver
     package's in-band step to the bundle, and the agents' command channel (over NATS) to the
     updater; ``packaged`` runs the packaged change classes (``packaged_timing``) and the
-    packaged gate policy as shipped."""
+    packaged gate policy as shipped. ``dialect``: the Redfish dialect every BMC speaks, the
+    planner and the updater told its BMC profile (``dialect_settings``); ``image``: the
+    firmware the stack's release kit moves the fleet to (a GPU VBIOS by default)."""
     monkeypatch.setenv("LOCKSTEP_TESTBMC_USERNAME", OPERATOR_USERNAME)
     monkeypatch.setenv("LOCKSTEP_TESTBMC_PASSWORD", DEFAULT_PASSWORD)
-    # A signed release kit whose one image is a GPU VBIOS package the simulated GPUs accept.
-    in_band = ("driver", "gpu_gsp", "fabric_manager", "cuda", "nccl") if driver else ()
-    kit = make_kit(
-        tmp_path / "release",
-        gpu_image=(NEW_GPU_VERSION, package_for(GB200_GPU, NEW_GPU_VERSION)),
-        only=(str(Component.GPU_VBIOS), *in_band),
-        driver=driver,
-    )
+    kit = release(tmp_path, image, driver=driver)
+    told = dialect_settings(dialect)
     trust = tmp_path / "trust"
     trust.mkdir()
     rt = FleetRuntime(
-        SimOptions(NODES, "gb200", seed=13, time_scale=0.002, host_base="127.78.0.1", port=0),
+        SimOptions(
+            NODES,
+            "gb200",
+            dialect=dialect,
+            seed=13,
+            time_scale=0.002,
+            host_base="127.78.0.1",
+            port=0,
+        ),
         scheduler_port=0,
         nats=NatsAccess.from_url(servers.nats_url),
         namespace=namespace,
@@ -364,6 +445,7 @@ async def running_stack(
                 **{
                     "approvers_dir": trust,
                     "worker_poll_s": 0.05,
+                    **told["planner"],
                     **(planner or {}),
                 },
             )
@@ -381,6 +463,7 @@ async def running_stack(
                     "redfish_poll_s": 0.02,
                     "verify_settle_s": 2.0,
                     **({"agent_channel": "nats"} if driver else {}),
+                    **told["updater"],
                     **(updater or {}),
                 }
             )
@@ -402,7 +485,7 @@ async def running_stack(
             await app.start()
             started.append(name)
         nodes = await register_fleet(rt, apps["inventory"])
-        result = Stack(rt, apps, nodes, nc, Namespace(namespace), kit.bundle)
+        result = Stack(rt, apps, nodes, nc, Namespace(namespace), kit.bundle, kit.signer)
         await result.sweep()  # what the fleet runs now: the planner plans over it
         yield result
     finally:

@@ -179,6 +179,25 @@ def test_name_then_software_id_are_fallbacks() -> None:
     assert map_member("odd_2", software_id="0xDEAD").status is MemberStatus.UNKNOWN
 
 
+def test_a_member_showing_another_bank_is_not_the_running_component() -> None:
+    """The Supermicro capture's backup, golden and staging entries carry their running twin's
+    SoftwareId: counted as the component, a backup bank holding the previous image made every
+    flashed node's BMC a conflict (and its stack unlike its neighbours')."""
+    members = [
+        Member("BMC", "25.03-1", software_id="0x0010"),
+        Member("Backup_BMC", "24.12-8", software_id="0x0010"),
+        Member("Golden_BMC", "24.01-1", software_id="0x0010"),
+        Member("Staging_BIOS", "Not Present", software_id="UEFI"),
+    ]
+    result = versions_of(members)
+    assert result.versions == {C.BMC: "25.03-1"} and result.conflicts == {}
+    assert result.raw == {
+        "Backup_BMC": "24.12-8",
+        "Golden_BMC": "24.01-1",
+        "Staging_BIOS": "Not Present",
+    }
+
+
 def test_rules_are_an_ordered_table_with_specific_rows_first() -> None:
     labels = [r.label for r in RULES]
     assert labels.index("host_erot") < labels.index("erot")

@@ -195,6 +195,7 @@ def make_kit(
     only: tuple[str, ...] | None = None,
     bmc_image: tuple[str, bytes] | None = None,
     nic_image: tuple[str, bytes] | None = None,
+    bios_image: tuple[str, bytes] | None = None,
     signer: Signer | None = None,
     name: str = "bundle",
     bundle_version: str = "2026.11.1",
@@ -205,8 +206,8 @@ def make_kit(
 
     ``gpu_image`` = (version, image) replaces the random VBIOS (an image the simulator's GPUs
     accept, for an end-to-end rollout), ``bmc_image`` the BMC's PLDM package; ``nic_image``
-    adds a NIC firmware image; ``driver`` adds the in-band step (:func:`driver_entries`);
-    ``only`` keeps just those gb200 components. Kits made with one
+    adds a NIC firmware image, ``bios_image`` a BIOS (UEFI) one; ``driver`` adds the in-band
+    step (:func:`driver_entries`); ``only`` keeps just those gb200 components. Kits made with one
     ``signer`` (written to ``tmp/name``) share ``tmp/trust``: one attest service verifies them
     all."""
     now = now or datetime.now(UTC)
@@ -293,6 +294,13 @@ def make_kit(
             **entry,
             "version": nic_image[0],
             "image": "images/nic.bin",
+        }
+    if bios_image is not None:
+        (bundle / "images" / "bios.bin").write_bytes(bios_image[1])
+        manifest["profiles"]["gb200"]["bios"] = {
+            **entry,
+            "version": bios_image[0],
+            "image": "images/bios.bin",
         }
     if driver is not None:
         (bundle / "images" / "driver.run").write_bytes(driver.package)

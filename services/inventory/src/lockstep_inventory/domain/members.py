@@ -13,6 +13,10 @@ Decisions (documented here, tested in ``tests/unit/inventory/test_members.py``):
 - ``HGX_FW_BMC_0`` is ``bmc`` (the simulator's hgx-h100 profile flashes it as the BMC); the AMI
   host BMC ``HostBMC_0`` and host ERoTs ``EROT_BIOS_0``/``EROT_BMC_0`` are OEM firmware outside
   the NVIDIA bundle: raw ``host_bmc``/``host_erot``.
+- A member showing another bank's image (the Supermicro capture's ``Backup_BMC``,
+  ``Golden_BMC``, ``Staging_BIOS``: the inactive, golden or staged image, Supermicro's
+  SoftwareId its running twin's) is not what runs: raw ``other_bank``, checked before any
+  SoftwareId fallback, so that a backup bank holding the previous image is no conflict.
 - InfoROM (``*_InfoROM_*``) is a configuration store versioned with the board: raw ``inforom``.
 - Grace CPU firmware (``*_FW_CPU_*``), the HGX FPGA, ``HGX_FW_CPLD_*`` (the simulator's separate
   ``hgx_cpld`` kind), PCIe retimers and PCIe switches have no word in the vocabulary: raw, so the
@@ -55,6 +59,7 @@ def _rule(regex: str, component: Component | None, label: str) -> Rule:
 # Ordered: the first match wins, so the specific rows (host-side OEM parts, InfoROM) come before
 # the generic ones they would otherwise fall into.
 RULES: tuple[Rule, ...] = (
+    _rule(r"^(Backup|Golden|Staging)_\w+$", None, "other_bank"),  # Supermicro's other banks
     _rule(r"^(HGX|MGX)_InfoROM_\w+$", None, "inforom"),
     _rule(r"^EROT_\w+$", None, "host_erot"),  # AMI host-side ERoTs (viking)
     _rule(r"^HostBMC_\d+$", None, "host_bmc"),  # AMI host BMC (viking)
