@@ -8,10 +8,10 @@ anything is sent (design.md non-negotiable 7). SHA-256 is accepted too, for imag
 publisher gives only that.
 
 :func:`off_loop` runs a check on the image-check threads: one per core but one (at least one),
-first asked, first hashed. Hashing on the default executor's threads (cores + 4) ran every
-concurrent push's hash at once: on two cores the first push waited for all of them and the
-hashes took the core the event loop needed to send the bodies already checked (``lockstep
-bench update``: push_ratio, docs/updater.md).
+first asked, first hashed. The default executor's threads (cores + 4) hashed up to six
+concurrent pushes' images at once: on two cores the first body left only once several hashes
+had ended, and the hashes took the core the event loop needed to send the bodies already
+checked (``lockstep bench update``: push_ratio, docs/updater.md).
 """
 
 from __future__ import annotations
