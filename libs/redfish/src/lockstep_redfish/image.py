@@ -6,12 +6,22 @@ check is against the attested digest itself, not one derived from the bytes late
 :meth:`FirmwareImage.check` runs right before every send, and a mismatch fails closed, before
 anything is sent (design.md non-negotiable 7). SHA-256 is accepted too, for images whose
 publisher gives only that.
+
+:func:`off_loop` runs a check on the image-check threads: one per core but one (at least one),
+first asked, first hashed. The default executor's threads (cores + 4) hashed up to six
+concurrent pushes' images at once: on two cores the first body left only once several hashes
+had ended, and the hashes took the core the event loop needed to send the bodies already
+checked (``lockstep bench update``: push_ratio, docs/updater.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,6 +30,15 @@ from lockstep_redfish.errors import ImageDigestMismatch
 DigestAlgorithm = Literal["sha256", "sha384"]
 _DIGESTS = {"sha256": (64, "SHA-256"), "sha384": (96, "SHA-384")}  # hex digits, name in messages
 _HEX = re.compile(r"[0-9a-f]*")
+CHECK_THREADS = max(1, (os.cpu_count() or 1) - 1)  # a core is left to the event loop
+_CHECKS = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="lockstep-image-check")
+
+
+async def off_loop(check: Callable[[], None]) -> None:
+    """Run ``check`` (a :meth:`FirmwareImage.check`) on the image-check threads and wait for
+    it: off the event loop, so that other BMCs' requests go on meanwhile (hashlib releases
+    the GIL), in the order asked, at most ``CHECK_THREADS`` at once."""
+    await asyncio.get_running_loop().run_in_executor(_CHECKS, check)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -54,7 +54,7 @@ from lockstep_redfish.errors import (
     UpdateRefused,
     status_error,
 )
-from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.image import FirmwareImage, off_loop
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.models import (
     Collection,
@@ -236,8 +236,8 @@ class FirmwareUpdate:
         for send in range(self.policy.sends):
             if check is not None:
                 # Off the event loop: hashing a large image takes milliseconds per push, which
-                # would stall every other BMC's push in flight (hashlib releases the GIL).
-                await asyncio.to_thread(check)
+                # would stall every other BMC's push in flight (image.off_loop).
+                await off_loop(check)
             try:
                 reply = await self.bmc.request(
                     "POST",
@@ -274,7 +274,7 @@ class FirmwareUpdate:
     async def preflight(self, image: FirmwareImage, request: UpdateRequest) -> Preflight:
         """Hash the image, read the service and the targets, decide (``preflight``)."""
         # Fail closed before anything is read or sent; off the event loop, as in _send.
-        await asyncio.to_thread(image.check)
+        await off_loop(image.check)
         service = await self.update_service()
         members = await self.members(request.targets)
         items = {path: observed.item for path, observed in members.items()}
