@@ -77,7 +77,8 @@ class Dialect:
         return self.refusal.format(d=self)
 
 
-# The flip-back's one line where the profile keeps no previous image (re-flash not automated).
+# The flip-back's one line where the profile keeps no previous image and cannot force the
+# downgrade a re-flash is (dmtf-generic).
 ONE_WAY = (
     "one-way: profile {d.name} keeps no previous image to run; flipping back is a re-flash of "
     "the previous attested image ({d.good.component} {d.good.version})"
@@ -96,10 +97,7 @@ DIALECTS = [
         GPUS,
         ("update-multipart", 202),
         ("Chassis.Reset", 204, "PowerCycle"),  # nvfwupd RF_PWR_CYCLE: the tray's power cycle
-        # REFLASH once the re-flash flip-back (branch wt-reflash) is merged: with it merged,
-        # this entry set to REFLASH passes.
-        Rollback.REFUSED,
-        ONE_WAY,
+        Rollback.REFLASH,  # the signed plan lists gpu_vbios under reflash (ForceUpdate)
     ),
     Dialect(
         "nvidia-hgx",
@@ -109,10 +107,7 @@ DIALECTS = [
         GPUS,
         ("update-multipart", 202),
         ("ComputerSystem.Reset", 202, "ForceRestart"),  # answered with a Task, as captured
-        # REFLASH once the re-flash flip-back (branch wt-reflash) is merged: with it merged,
-        # this entry set to REFLASH passes.
-        Rollback.REFUSED,
-        ONE_WAY,
+        Rollback.REFLASH,
     ),
     Dialect(  # the tray's BMC behind a Supermicro BMC: its FW_BMC_0 is the capture's BMC
         "supermicro-x13",

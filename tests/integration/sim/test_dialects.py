@@ -158,6 +158,20 @@ async def test_the_gb200_dialect_takes_only_what_the_real_bmc_takes(make_sim: Fa
     ]
 
 
+async def test_no_dialect_offers_an_invented_bank_switch(make_sim: Factory) -> None:
+    """The simulator's own dialect, like every real one, offers no action to run the other
+    bank again (the OEM ``SwitchBank`` no real BMC had is gone): a flip-back re-flashes."""
+    sim = await make_sim("lockstep")
+    member = await _get(sim, f"{FW}/HGX_FW_GPU_0")
+    assert set(member["Actions"]) == {"#SoftwareInventory.Activate"} and "Oem" not in member
+    switch = f"{FW}/HGX_FW_GPU_0/Actions/Oem/LockstepSim.SwitchBank"
+    async with (
+        aiohttp.ClientSession(headers=AUTH) as http,
+        http.post(sim.bmc_url(NODE) + switch, json={}) as reply,
+    ):
+        assert reply.status == 404
+
+
 async def test_the_sim_refuses_an_unknown_dialect_naming_the_known() -> None:
     with pytest.raises(ValueError, match=r"unknown dialect 'dell' \(known: lockstep, "):
         SimOptions(1, "gb200", dialect="dell")

@@ -48,6 +48,7 @@ async def plan_and_release(
     max_unavailable: int = 1,
     stack: str = STACK,
     components: tuple[Component, ...] = (Component.GPU_VBIOS,),
+    reflash: tuple[Component, ...] = (),
 ) -> None:
     planned = RolloutPlanned(
         rollout_id=ROLLOUT,
@@ -64,6 +65,7 @@ async def plan_and_release(
         max_unavailable=max_unavailable,
         failure_budget=0,
         soak_seconds=0,
+        reflash=reflash,
     )
     async with w.store.transaction() as tx:
         await HANDLERS.rollout_planned(tx, make_envelope(planned, source=PLANNER), now=NOW)

@@ -1,12 +1,16 @@
 """A/B flip-back after a tripped gate, on the simulator: the canary node that activated the
-image runs its previous bank again, read back and reported ``device.rolled_back`` with the
+image runs its previous image again, read back and reported ``device.rolled_back`` with the
 mechanism used, drained and given back by Lockstep; a node that activated nothing, or whose BMC
 reads the previous version still, gets no call; a flip-back is sent once. Per dialect: Supermicro
 runs its backup bank (``Links.ActiveSoftwareImage``, then ``Manager.Reset``); a profile that keeps
-no previous image to run (NVIDIA GB200) is refused as one-way before any drain or write."""
+no previous image to run (NVIDIA GB200, the simulator's own dialect) re-flashes the previous
+attested image, the downgrade forced (``ForceUpdate``), then runs it with the profile's own
+activation, only where the approved plan says so (GB200) and an attested bundle holds that image;
+otherwise it is refused before any drain or write."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,15 +31,15 @@ from lockstep_updater.ports import OWNER
 from lockstep_updater.store import ROLLBACK
 from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.sim_fleet import SimFacts
-from tests.integration.sim.pldm_fixtures import NEW_GPU_VERSION
-from tests.integration.updater.conftest import ROLLOUT, STACK, World
+from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+from tests.integration.updater.conftest import PUSH, ROLLOUT, STACK, World, attest_image
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
 
 HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
 NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)  # handlers are given the time
 
 pytestmark = pytest.mark.integration
-SWITCH = "LockstepSim.SwitchBank"  # the BMC ledger's action for the OEM bank switch
+PREVIOUS = "c" * 64  # the stack the fleet ran before: its bundle holds the previous images
 
 
 async def trip(w: World, *offending: str) -> None:
@@ -61,11 +65,24 @@ def may_configure_manager(w: World, node: str) -> None:
     account.role = "Administrator"
 
 
-def switches(w: World, node: str) -> list[str]:
+async def attest_previous(w: World, version: str) -> str:
+    """Record the attested bundle holding the GPU image at ``version`` (the bundle the node ran
+    before the rollout, as the updater records every ``bundle.attested``); its SHA-384."""
+    where = w.bundle.parent / "previous"
+    where.mkdir(exist_ok=True)
+    image = package_for(GB200_GPU, version)
+    gpu = attest_image(where, "gpu.fwpkg", image, Component.GPU_VBIOS, version)
+    async with w.store.transaction() as tx:
+        await tx.record_bundle(PREVIOUS, str(where), (gpu,))
+    return gpu.sha384
+
+
+def pushes_after(w: World, node: str, seq: int) -> list[tuple[list[str], bool, bool, str]]:
+    """The accepted pushes after ledger entry ``seq``: targets, stage, force, image SHA-384."""
     return [
-        e["targets"][0]
-        for e in w.rt.simulator.bmc(node).ledger
-        if e["action"] == SWITCH and e.get("status") == 202
+        (e["targets"], e["stage"], e["force"], e["sha384"])
+        for e in w.pushes(node)
+        if e["seq"] > seq
     ]
 
 
@@ -79,14 +96,29 @@ async def test_a_tripped_gate_flips_the_activated_canary_back_and_leaves_the_res
     await plan_and_release(w, (flashed, skipped), max_unavailable=2)
     await w.settle()
     assert w.gpu_versions(flashed) == {NEW_GPU_VERSION}
+    (previous,) = old
+    sha384 = await attest_previous(w, previous)
+    forward = len(w.rt.simulator.bmc(flashed).ledger)
+    untouched = len(w.rt.simulator.bmc(skipped).ledger)
     await trip(w, flashed)
     await w.settle()
 
     rollbacks = {i.node_id: i for i in w.store.items if i.kind == ROLLBACK}
-    assert rollbacks[flashed].state is NodeStep.DONE
-    assert w.gpu_versions(flashed) == old  # the previous bank runs again
+    assert rollbacks[flashed].state is NodeStep.DONE, rollbacks[flashed].reason
+    assert w.gpu_versions(flashed) == old  # the previous image runs again
     members = sorted(m for m in w.rt.simulator.bmc(flashed).node.components if "FW_GPU" in m)
-    assert sorted(switches(w, flashed)) == members  # one switch per GPU, sent once
+    # The simulator's own dialect (profile lockstep-sim): the previous attested image pushed
+    # once, staged and forced, then UpdateService.Activate of the members it wrote.
+    writes = [
+        (e["action"], e.get("targets"), e.get("force"), e.get("sha384"))
+        for e in w.rt.simulator.bmc(flashed).ledger[forward:]
+        if e["action"] not in {"session_create", "session_delete"}
+    ]
+    paths = [f"{FW}/{m}" for m in members]
+    assert writes == [
+        (PUSH, paths, True, sha384),
+        ("UpdateService.Activate", members, None, None),
+    ], writes
     assert [e.action for e in w.rt.scheduler.ledger if e.node_id == flashed and e.by == OWNER] == [
         "drain",
         "resume",
@@ -95,14 +127,13 @@ async def test_a_tripped_gate_flips_the_activated_canary_back_and_leaves_the_res
     ]
     (rolled,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
     assert (rolled.node_id, rolled.component) == (flashed, Component.GPU_VBIOS)
-    # The simulator's own dialect matches no vendor profile: only its OEM action runs it.
-    assert rolled.mechanism is RollbackMechanism.SIMULATOR_SWITCH_BANK
+    assert rolled.mechanism is RollbackMechanism.REFLASH
     assert (rolled.from_version, {rolled.to_version}) == (NEW_GPU_VERSION, old)
 
     # The node whose update activated nothing: its flip-back ends at once, no call sent.
     assert rollbacks[skipped].state is NodeStep.CANCELLED
     assert "nothing was activated" in rollbacks[skipped].reason
-    assert switches(w, skipped) == []
+    assert w.rt.simulator.bmc(skipped).ledger[untouched:] == []
     drain = w.rt.scheduler.node(skipped).drain
     assert drain is not None and drain.by == "ops"
     # The wave completed once, from its updates; flip-backs are not counted in it.
@@ -111,12 +142,14 @@ async def test_a_tripped_gate_flips_the_activated_canary_back_and_leaves_the_res
     await trip(w, flashed)  # the same verdict again: nothing more to do
     await w.settle()
     assert len([i for i in w.store.items if i.kind == ROLLBACK]) == 2
-    assert sorted(switches(w, flashed)) == members
+    assert len(pushes_after(w, flashed, forward)) == 1
 
 
 async def test_a_flip_back_waits_for_the_update_in_flight(world: World) -> None:
     w = world
     (node,) = nodes_of(w, 1)
+    (old,) = w.gpu_versions(node)
+    await attest_previous(w, old)
     await plan_and_release(w, (node,))
     ex = w.executor(one_step_a_claim=True)
     while w.store.item(node).state is not NodeStep.AWAITING_BMC:  # activated, not verified
@@ -125,7 +158,7 @@ async def test_a_flip_back_waits_for_the_update_in_flight(world: World) -> None:
     await w.settle(ex)
     update = next(i for i in w.store.items if i.node_id == node and i.kind != ROLLBACK)
     assert update.state is NodeStep.DONE  # in-flight device steps finish
-    assert w.store.item(node).state is NodeStep.DONE and w.gpu_versions(node) != {NEW_GPU_VERSION}
+    assert w.store.item(node).state is NodeStep.DONE and w.gpu_versions(node) == {old}
 
 
 FW = "/redfish/v1/UpdateService/FirmwareInventory"
@@ -165,10 +198,20 @@ async def dialect_world(tmp_path: Path) -> AsyncIterator[Callable[[str, str], Aw
         await w.rt.stop()
 
 
-async def updated(w: World, node: str, name: str, member: str, old: str, new: str) -> None:
+async def updated(
+    w: World,
+    node: str,
+    name: str,
+    member: str,
+    old: str,
+    new: str,
+    *,
+    reflash: tuple[Component, ...] = (),
+) -> None:
     """The node's update ended having activated ``name`` (``member`` from ``old`` to ``new``),
-    recorded as the update does (activate_sent, the plan staged and verified)."""
-    await plan_and_release(w, (node,), components=(Component(name),))
+    recorded as the update does (activate_sent, the plan staged and verified); ``reflash``: what
+    the approved plan lets a flip-back re-flash."""
+    await plan_and_release(w, (node,), components=(Component(name),), reflash=reflash)
     item = w.store.item(node)
     plan = ComponentPlan(
         version=new,
@@ -222,27 +265,136 @@ async def test_a_supermicro_flip_back_runs_the_backup_bank_and_says_so(
     ]
 
 
-async def test_a_gb200_flip_back_is_one_way_and_refused_before_any_drain_or_write(
+async def gb200_activated(
     dialect_world: Callable[[str, str], Awaitable[World]],
-) -> None:
-    w = await dialect_world("nvidia-gb200-nvl", "gb200")
+    *,
+    dialect: str = "nvidia-gb200-nvl",
+    reflash: tuple[Component, ...] = (Component.GPU_VBIOS,),
+    attested: bool = True,
+) -> tuple[World, str, Any, str]:
+    """A GB200 tray whose update activated a new GPU image (background copy done: both banks
+    hold it), its rollout's plan saying ``reflash``, the previous image attested or not: the
+    world, the node, its GPU member and the version before."""
+    w = await dialect_world(dialect, "gb200")
     node = w.rt.fleet[0].id
     gpu = w.rt.simulator.bmc(node).node.components["HGX_FW_GPU_0"]
     old = gpu.version
-    gpu.version = gpu.inactive_version = NEW_GPU_VERSION  # activated; background copy done
-    await updated(w, node, "gpu_vbios", "HGX_FW_GPU_0", old, NEW_GPU_VERSION)
+    gpu.version = gpu.inactive_version = NEW_GPU_VERSION
+    if attested:
+        await attest_previous(w, old)
+    await updated(w, node, "gpu_vbios", "HGX_FW_GPU_0", old, NEW_GPU_VERSION, reflash=reflash)
     await trip(w, node)
-    await w.settle()
+    return w, node, gpu, old
 
+
+def refused_untouched(w: World, node: str, gpu: Any) -> str:
+    """The flip-back failed with nothing written to the BMC and no drain; its reason."""
     flip = next(i for i in w.store.items if i.kind == ROLLBACK)
     assert flip.state is NodeStep.FAILED
-    assert flip.reason.startswith(
-        "one-way: profile nvidia-gb200-nvl keeps no previous image to run; flipping back is a "
-        f"re-flash of the previous attested image (gpu_vbios {old})"
-    )
     assert writes(w, node) == []
     assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
     assert gpu.version == NEW_GPU_VERSION
+    assert not [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+    return flip.reason
+
+
+async def test_a_gb200_flip_back_re_flashes_the_previous_image_forced_then_power_cycles(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """NVIDIA keeps no previous image to run (CommitImage/background copy overwrite it): the
+    approved plan said a tripped gate re-flashes the GPU, so the previous attested image is
+    pushed once with ``ForceUpdate`` as the profile pushes (multipart, Immediate), then the
+    profile's one reset (the tray's power cycle) runs it, read back and reported."""
+    w, node, gpu, old = await gb200_activated(dialect_world)
+    sha384 = hashlib.sha384(package_for(GB200_GPU, old)).hexdigest()
+    await w.settle()
+
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    assert flip.state is NodeStep.DONE, flip.reason
+    assert gpu.version == old
+    assert writes(w, node) == [
+        (PUSH, [f"{FW}/HGX_FW_GPU_0"]),
+        ("Chassis.Reset", "PowerCycle"),
+    ]
+    (push,) = w.pushes(node)
+    assert (push["force"], push["stage"], push["sha384"]) == (True, False, sha384)
+    (rolled,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+    assert (rolled.component, rolled.from_version, rolled.to_version, rolled.mechanism) == (
+        Component.GPU_VBIOS,
+        NEW_GPU_VERSION,
+        old,
+        RollbackMechanism.REFLASH,
+    )
+    assert [e.action for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == [
+        "drain",
+        "resume",
+    ]
+
+
+async def test_a_gb200_flip_back_the_approved_plan_does_not_say_is_refused_before_any_drain(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """A forced downgrade needs the approver's signature over a plan that says so: a wave
+    released without ``reflash`` (an older plan, or a planner that did not know the BMC) gets
+    no re-flash, even with the previous image attested."""
+    w, node, gpu, old = await gb200_activated(dialect_world, reflash=())
+    await w.settle()
+    assert refused_untouched(w, node, gpu) == (
+        "one-way: profile nvidia-gb200-nvl keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image (gpu_vbios {old}), a forced downgrade the "
+        f"approved plan of {ROLLOUT} does not say for gpu_vbios: re-flash by hand, or plan with "
+        "LOCKSTEP_PLANNER_BMC_PROFILES naming this BMC's profile"
+    )
+
+
+async def test_a_re_flash_without_an_attested_previous_image_is_refused_before_any_drain(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    w, node, gpu, old = await gb200_activated(dialect_world, attested=False)
+    await w.settle()
+    assert refused_untouched(w, node, gpu) == (
+        "one-way: profile nvidia-gb200-nvl keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image (gpu_vbios {old}): no attested bundle holds "
+        f"gpu_vbios {old} for profile gb200; nothing was changed"
+    )
+
+
+async def test_a_re_flash_on_a_profile_that_cannot_force_a_downgrade_is_refused_before_any_drain(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """DMTF's standard alone has no way to force a downgrade: its profile declares none."""
+    w, node, gpu, old = await gb200_activated(dialect_world, dialect="dmtf-generic")
+    await w.settle()
+    assert refused_untouched(w, node, gpu) == (
+        "one-way: profile dmtf-generic keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
+        "dmtf-generic has no way to force a downgrade; re-flash by hand"
+    )
+
+
+async def test_a_re_flash_push_recorded_as_sent_is_never_sent_again(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """The worker died after the push was accepted and before it recorded the push's task or
+    ended the step: the next run finds the push recorded as sent, reads the member (the image
+    waits in the other bank) instead of pushing again, and the flip-back goes on: one push,
+    one reset."""
+    w, node, gpu, old = await gb200_activated(dialect_world)
+    ex = w.executor(one_step_a_claim=True)
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    while flip.state is not NodeStep.CORDONING:  # staged: pushed, its task recorded
+        assert await ex.step()
+    plan = flip.progress["components"]["gpu_vbios"]
+    assert plan["sent"] is True and len(w.pushes(node)) == 1
+    flip.state, plan["task"], plan["staged"] = NodeStep.STAGING, None, False  # as if died
+    await w.settle()
+
+    assert flip.state is NodeStep.DONE, flip.reason
+    assert gpu.version == old
+    assert writes(w, node) == [
+        (PUSH, [f"{FW}/HGX_FW_GPU_0"]),
+        ("Chassis.Reset", "PowerCycle"),
+    ]
 
 
 async def test_a_flip_back_the_bmc_shows_was_never_activated_writes_nothing(

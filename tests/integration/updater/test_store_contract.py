@@ -351,6 +351,22 @@ async def test_rollbacks_are_one_item_per_node_beside_its_update(store: UpdaterS
     assert result is not None and result.failed == ("n1", "n2")
 
 
+async def test_a_wave_keeps_what_its_approved_plan_lets_a_flip_back_re_flash(
+    store: UpdaterStore,
+) -> None:
+    """``wave.planned`` ``reflash``: kept with the wave as first recorded; a wave without it
+    (or an event from before the field) lets nothing be re-flashed."""
+    says = wave(0, "n1").model_copy(update={"reflash": (Component.GPU_VBIOS,)})
+    async with store.transaction() as tx:
+        await tx.record_plan("r-1", STACK, frozenset({"n1", "n2"}))
+        assert await tx.record_wave(says, None)
+        assert not await tx.record_wave(wave(0, "n1"), None)  # a redelivery changes nothing
+        await tx.record_wave(wave(1, "n2"), None)
+        assert await tx.reflash("r-1", 0) == frozenset({"gpu_vbios"})
+        assert await tx.reflash("r-1", 1) == frozenset()
+        assert await tx.reflash("r-2", 0) == frozenset()  # no such wave
+
+
 async def test_remedies_are_one_per_node_held_until_approved_and_fenced_from_rollouts(
     store: UpdaterStore,
 ) -> None:

@@ -130,7 +130,7 @@ def test_a_node_left_cordoned_at_rest_without_a_failed_reason_is_caught() -> Non
         "n0: left drained by Lockstep at rest, work item done ''"
     ]
     # A flip-back that ended failed with its reason keeps its node drained on purpose.
-    seen.rollbacks = {"n0": (0, "failed", "the BMC refused SwitchBank")}
+    seen.rollbacks = {"n0": (0, "failed", "the BMC refused the re-flash")}
     assert nothing_cordoned_without_reason(seen) == []
     seen.rollbacks = {"n0": (0, "done", "")}
     assert nothing_cordoned_without_reason(seen) == [

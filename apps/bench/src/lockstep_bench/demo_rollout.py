@@ -9,8 +9,9 @@ canary is flashed and gated, the wave follows to completion while one fabric dom
 by a cluster (its nodes wait, drained only when the cluster ends) and one node drained by
 someone else is left alone; every updated node took the driver package through its node agent
 after its firmware, and its agent reports the new driver branch. Then a second bundle whose GPU
-image degrades health: the canary trips the gate, the rollout halts, the canary's A/B banks are
-flipped back (the updater's flip-back, ``docs/updater.md``), and the BMC and scheduler ledgers
+image degrades health: the canary trips the gate, the rollout halts, the canary's GPUs are
+flipped back by a re-flash of the previous attested image (the updater's flip-back,
+``docs/updater.md``), and the BMC and scheduler ledgers
 show that no node outside the canary received a single mutating call. Last, one GSP / driver
 mismatch (seed 004) is remediated by the updater's runbook: detected by the inventory from the
 node agent's report, held for approval, approved, then drained, the pinned driver reinstalled as
@@ -396,7 +397,7 @@ class RolloutStory:
         back = [n for n in flipped if self._updated(n)]
         c.print(
             f"  A/B flip-back: {len(flipped)} canary nodes activated the image and were flipped "
-            f"back to their previous bank ({len(rolled)} device.rolled_back); read back on GPU "
+            f"back to their previous image ({len(rolled)} device.rolled_back); read back on GPU "
             f"VBIOS {NEW['gpu']}: {len(back)}/{len(flipped)}; the other "
             f"{len(items) - len(flipped)} activated nothing: no call"
         )

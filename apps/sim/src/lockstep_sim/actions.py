@@ -237,7 +237,13 @@ async def _start_update(
         raise bad_request("ActionParameterNotSupported", "Stage is not supported.", "Stage")
     # The image's SHA-384, as attested bundles name theirs: what tests compare pushes against.
     sha384 = hashlib.sha384(image).hexdigest()
-    note.update(targets=list(options.targets), stage=options.stage, bytes=len(image), sha384=sha384)
+    note.update(
+        targets=list(options.targets),
+        stage=options.stage,
+        force=options.force,
+        bytes=len(image),
+        sha384=sha384,
+    )
     plan = plan_update(bmc.node, image, options)
     note["plan"] = plan
     task = bmc.start_update(plan, options)
@@ -291,26 +297,6 @@ async def member_activate(
         raise not_found(m.string)
     note["targets"] = _staged(bmc, [m["id"]])
     return task_accepted(bmc, bmc.start_activate([m["id"]]))
-
-
-async def member_switch_bank(
-    request: web.Request, bmc: Bmc, m: re.Match[str], note: dict[str, Any]
-) -> web.Response:
-    """``#LockstepSim.SwitchBank`` (OEM): run the image in the other bank again."""
-    if not bmc.dialect.switch_bank:
-        raise not_found(request.path)
-    await read_json(request)
-    component = bmc.node.components.get(m["id"])
-    if component is None:
-        raise not_found(m.string)
-    if not component.banks or component.inactive_version is None or component.staged:
-        raise bad_request(
-            "ActionNotSupported",
-            f"{m['id']} has no other bank to switch to.",
-            "SwitchBank",
-        )
-    note["targets"] = [m["id"]]
-    return task_accepted(bmc, bmc.start_switch_bank(m["id"]))
 
 
 async def commit_image(
@@ -434,13 +420,6 @@ MUTATIONS: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (
         re.compile(f"{inventory.FIRMWARE}/(?P<id>[^/]+)/Actions/SoftwareInventory.Activate"),
         {"POST": member_activate},
-    ),
-    (
-        re.compile(
-            f"{inventory.FIRMWARE}/(?P<id>[^/]+)/Actions/Oem/"
-            + inventory.SWITCH_BANK.removeprefix("#")
-        ),
-        {"POST": member_switch_bank},
     ),
     (re.compile(COMMIT_IMAGE), {"POST": commit_image}),
     (re.compile(f"{systems.SYSTEM}/Actions/ComputerSystem.Reset"), {"POST": reset}),

@@ -94,11 +94,6 @@ class Bmc:
         self._run(task, jobs.activate(self, task, members))
         return task
 
-    def start_switch_bank(self, member_id: str) -> Task:
-        task = self.new_task("Firmware bank switch")
-        self._run(task, jobs.switch_bank(self, task, member_id))
-        return task
-
     def _run(self, task: Task, job: Coroutine[Any, Any, None]) -> None:
         runner = asyncio.get_running_loop().create_task(job)
         task.runner = runner

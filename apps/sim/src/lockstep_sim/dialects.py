@@ -9,7 +9,9 @@ push taking ``Immediate`` only, ``Oem.Nvidia.MultipartHttpPushUriOptions``, the 
 ``HGX_BMC_0``, ``SimpleUpdate`` and multipart, ``CommitImage``); ``supermicro-x13`` the Supermicro
 capture (``Oem.Supermicro`` root, ``#SmcUpdateService.Install``, no apply-time support
 advertised); ``dmtf-generic`` the standard alone. ``lockstep`` is the simulator's own shape
-(Stage/Activate, the OEM ``SwitchBank``), kept as the default while the updater's steps use it.
+(Stage/Activate, ``ForceUpdate``), the default; like every other dialect it offers no action of
+its own to run the other bank again: a flip-back re-flashes the previous image (the
+``lockstep-sim`` profile's ``reflash``).
 
 Each also activates as its profile's ``[activation]`` says (``activation_reset``): a banked image
 pushed ``Immediate`` is written and runs only after that reset (GB200: the tray's
@@ -55,7 +57,6 @@ class Dialect:
     advertise_apply_times: bool = True  # @Redfish.OperationApplyTimeSupport shown
     simple_update: bool = True
     activate: bool = True  # UpdateService.Activate (v1_16_0) and Stage
-    switch_bank: bool = True  # the simulator's own #LockstepSim.SwitchBank
     commit_image: bool = False  # #NvidiaUpdateService.CommitImage
     update_oem: dict[str, Any] = field(default_factory=dict)  # UpdateService.Oem
     oem_actions: dict[str, str] = field(default_factory=dict)  # Actions.Oem name -> target
@@ -95,14 +96,13 @@ DIALECTS: dict[str, Dialect] = {
     for d in (
         # Oem.LockstepSim: what the lockstep-sim BMC profile recognises (no real BMC says it).
         Dialect("lockstep", root={"Oem": {"LockstepSim": {}}}),
-        Dialect("dmtf-generic", switch_bank=False, taskless=True),
+        Dialect("dmtf-generic", taskless=True),
         Dialect(
             "nvidia-gb200-nvl",
             root={"Vendor": "NVIDIA", "Product": "GB200 NVL"},
             apply_times=("Immediate",),
             simple_update=False,
             activate=False,
-            switch_bank=False,
             commit_image=True,
             activation_reset="chassis",  # nvfwupd RF_PWR_CYCLE: power cycle of the tray
             extra_chassis=("BMC_0",),
@@ -121,7 +121,6 @@ DIALECTS: dict[str, Dialect] = {
             root={"Vendor": "AMI", "Product": "AMI Redfish Server"},
             apply_times=("Immediate",),
             activate=False,
-            switch_bank=False,
             commit_image=True,
             oem_actions={"#NvidiaUpdateService.CommitImage": COMMIT_IMAGE},
             extra_managers=("HGX_BMC_0",),
@@ -134,7 +133,6 @@ DIALECTS: dict[str, Dialect] = {
             apply_times=("Immediate",),
             advertise_apply_times=False,
             activate=False,
-            switch_bank=False,
             oem_actions={"#SmcUpdateService.Install": SMC_INSTALL},
             activation_reset="manager",  # DSP0268 Manager.Reset of Managers/1 runs the new BMC
             push_uri=f"{UPDATE}/upload",  # the capture's MultipartHttpPushUri

@@ -11,8 +11,6 @@ from lockstep_sim.pcie import device_path, is_pcie
 from lockstep_sim.systems import CHASSIS
 
 FIRMWARE = f"{ROOT}/UpdateService/FirmwareInventory"
-SWITCH_BANK = "#LockstepSim.SwitchBank"
-"""The OEM action that makes the inactive bank's image the running one (an A/B flip back)."""
 
 
 def firmware_collection_doc(member_ids: list[str]) -> dict[str, Any]:
@@ -51,15 +49,6 @@ def member_doc(component: FirmwareComponent) -> dict[str, Any]:
             }
         },
     }
-    if cls.banks and component.inactive_version is not None and not component.staged:
-        # Going back to the image in the other bank. Redfish has no standard action for it
-        # (SoftwareInventory.Activate activates a staged image), so the emulator offers an OEM
-        # action (DSP0266 "OEM actions": ``Actions.Oem``, ``#<OemName>.<Action>``), and shows
-        # what the other bank holds.
-        doc["Actions"]["Oem"] = {
-            SWITCH_BANK: {"target": f"{path}/Actions/Oem/{SWITCH_BANK.removeprefix('#')}"}
-        }
-        doc["Oem"] = {"LockstepSim": {"InactiveVersion": component.inactive_version}}
     if component.bricked:  # fault "bricked": the device no longer answers the BMC
         doc["Status"] = status("UnavailableOffline", "Critical")
         del doc["Version"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from lockstep_common.versions import compare_versions
 from lockstep_sim.errors import message
 from lockstep_sim.tasks import Task
 from lockstep_sim.update_service import UpdateOptions
@@ -122,26 +123,6 @@ async def activate(bmc: Bmc, task: Task, members: list[str]) -> None:
         task.finish("Completed")
 
 
-async def switch_bank(bmc: Bmc, task: Task, member_id: str) -> None:
-    """Back to the image in the other bank (the OEM ``SwitchBank``): the device resets as for
-    an activation, and runs the image it ran before; faults of the image it leaves go with it."""
-    task.state = "Pending"
-    async with bmc.flash_lock:
-        task.state = "Running"
-        component = bmc.node.components[member_id]
-        if component.cls.kind == "bmc":
-            bmc.go_offline(component.cls.activate_minutes * bmc.time_scale)
-        await _progress(bmc, task, component.cls.activate_minutes, 0, 100)
-        old = component.version
-        if component.inactive_version is not None:
-            component.version, component.inactive_version = component.inactive_version, old
-        component.staged = False
-        if component.cls.kind == "gpu":
-            bmc.node.degraded_after_activation = False
-        task.messages.append(message("Success", f"{member_id} runs {component.version}."))
-        task.finish("Completed")
-
-
 def flip(bmc: Bmc, member_id: str) -> None:
     """Switch the active bank to the staged one (A/B flip)."""
     component = bmc.node.components[member_id]
@@ -160,6 +141,9 @@ def activated(bmc: Bmc, member_id: str, old: str) -> None:
     if bmc.fault("degrade_health", member_id, image=component.version) is not None:
         # Read by the node agents (lockstep_sim.agents) to report degraded in-band health.
         bmc.node.degraded_after_activation = True
+    elif component.cls.kind == "gpu" and (compare_versions(component.version, old) or 0) < 0:
+        # Back on an older image (a flip-back's forced downgrade of the one that degraded it).
+        bmc.node.degraded_after_activation = False
     revert = bmc.fault("silent_revert", member_id)
     if revert is not None:  # reports success, then quietly boots the old image again
         new = component.version

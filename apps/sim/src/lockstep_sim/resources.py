@@ -56,9 +56,6 @@ def _member(bmc: Bmc, m: re.Match[str]) -> dict[str, Any]:
     related = bmc.dialect.related.get(component.id)
     if related is not None:  # as the captured BMC says it (Supermicro's BMC: Managers/1)
         doc.update({"RelatedItem": [{"@odata.id": related}], "RelatedItem@odata.count": 1})
-    if not bmc.dialect.switch_bank:  # only the simulator's own dialect has the OEM SwitchBank
-        doc["Actions"].pop("Oem", None)
-        doc.pop("Oem", None)
     if not bmc.dialect.activate:
         doc["Actions"].pop("#SoftwareInventory.Activate", None)
     return doc

@@ -143,10 +143,9 @@ class RollbackMechanism(enum.StrEnum):
     ``Backup_BMC``) and runs it again: the device's ``Links.ActiveSoftwareImage`` set to that
     entry (DMTF Manager v1_6_0, Bios v1_1_0), then the BMC profile's activation reset."""
     REFLASH = "reflash"
-    """One-way: the previous attested image written again (no second bank to run)."""
-    SIMULATOR_SWITCH_BANK = "simulator_switch_bank"
-    """The simulator's own OEM ``SwitchBank`` action, which no real BMC offers: kept only for a
-    flip-back whose update chose no BMC profile (the simulator's default dialect)."""
+    """One-way: the previous attested image written again by the BMC profile's push, the
+    downgrade forced (``ForceUpdate``), then run by the profile's activation (no second bank to
+    run)."""
     IN_BAND_FALLBACK = "in_band_fallback"
     """The node agent installed the previous known-good software branch (seed 004)."""
 

@@ -25,6 +25,10 @@ What real BMCs offer, per the profile's ``[bank]``:
 
 Nothing is written before every inactive entry needed was found (:func:`find_inactive`): a BMC
 that lacks one refuses the whole flip-back, not half of it.
+
+A ``reflash`` is the profile's own push of the previous attested image with the profile's
+downgrade forced (:func:`forced_downgrade`: NVIDIA's ``ForceUpdate``), then the profile's own
+activation; a profile that declares no way to force one cannot be flipped back this way.
 """
 
 from __future__ import annotations
@@ -46,11 +50,23 @@ ROOT = "/redfish/v1/"
 __all__ = [
     "InactiveImage",
     "find_inactive",
+    "forced_downgrade",
     "keeps_previous_image",
     "mechanism_for",
     "profile_of",
     "run_inactive",
 ]
+
+
+def forced_downgrade(profile: BmcProfile) -> dict[str, Any]:
+    """The ``UpdateParameters`` that force a downgrade on a BMC of ``profile`` (its
+    ``[downgrade] force_parameter``: ``{"ForceUpdate": true}`` on NVIDIA, as nvfwupd sends it,
+    DGX B200 firmware update guide "Forcing a Firmware Downgrade"); :class:`UpdateRefused`
+    where the profile declares none (DMTF's standard alone has no way to force one)."""
+    name = profile.downgrade.force_parameter
+    if name is None:
+        raise UpdateRefused(f"profile {profile.id} has no way to force a downgrade")
+    return {name: True}
 
 
 async def profile_of(bmc: BmcSession) -> BmcProfile:

@@ -155,6 +155,9 @@ class Downgrade(BaseModel):
     model_config = _STRICT
 
     force_parameter: str | None = None  # e.g. ForceUpdate; None: the BMC cannot be forced
+    # A flip-back's re-flash (a forced downgrade) only where the rollout's signed plan says so
+    # (docs/updater.md "Flip-back"); false only for the simulator's own profile. A forward
+    # downgrade always needs a signed rollback approval (``preflight.profile_refusals``).
     needs_signed_approval: bool = True
 
 

@@ -152,6 +152,8 @@ def _emit_release(
             failure_budget=wave.failure_budget,
             soak_seconds=wave.soak_s,
             strata=wave.strata,
+            # From the stored plan the approver signed (its hash covers it).
+            reflash=tuple(Component(c) for c in rollout.plan.get("reflash", ())),
         ),
         about=rollout.rollout_id,
         correlation_id=str(rollout.intent_id),

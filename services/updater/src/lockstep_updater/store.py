@@ -148,6 +148,11 @@ class UpdaterTx(Protocol):
         was already recorded (a redelivery adds nothing)."""
         ...
 
+    async def reflash(self, rollout_id: str, wave: int) -> frozenset[str]:
+        """The components whose flip-back after a tripped gate the wave's approved plan lets
+        re-flash the previous image (``wave.planned`` ``reflash``); empty when none."""
+        ...
+
     async def halt(self, rollout_id: str, reason: str) -> None:
         """Mark the rollout halted (the first reason is kept): no new mutating call starts."""
         ...

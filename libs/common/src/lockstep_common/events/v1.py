@@ -288,6 +288,13 @@ class WavePlanned(EventData):
         max_length=MAX_ITEMS,
         description="The wave's nodes by stratum, each with its control group (for the gate).",
     )
+    reflash: tuple[Component, ...] = Field(
+        default=(),
+        max_length=MAX_SMALL,
+        description="Components whose flip-back after a tripped gate re-flashes the previous "
+        "attested image, a forced downgrade, as the approved plan says (its hash covers it); "
+        "empty: none (a one-way flip-back then fails before any drain).",
+    )
 
 
 class WaveCompleted(EventData):
@@ -415,7 +422,7 @@ class DeviceFailed(_DeviceEvent):
 
 
 class DeviceRolledBack(_DeviceEvent):
-    """An A/B device flipped back to its previous bank."""
+    """An A/B device put back on its previous version (its other bank, or a re-flash)."""
 
     event_type: ClassVar[str] = "device.rolled_back"
     schema_version: ClassVar[int] = 1

@@ -127,6 +127,10 @@ class BundleComponent:
     "impactless / staged activation")."""
     profiles: frozenset[str] | None = None
     """Hardware profiles it applies to; None: all."""
+    reflash: bool = False
+    """A/B firmware whose BMC keeps no previous image to run again (the BMC profile's answer):
+    a flip-back after a tripped gate re-flashes the previous attested image, a forced
+    downgrade, which the plan says before approval (``Plan.reflash``)."""
 
     def __post_init__(self) -> None:
         if self.stage_s < 0 or self.activate_s < 0:

@@ -111,6 +111,7 @@ def bundle_of(
                 # A/B devices stage into the idle bank while the node works (seed 000).
                 impactless_staging=c.banks == "ab" and kind is not ComponentKind.SOFTWARE,
                 profiles=frozenset(profiles[key]),
+                reflash=c.banks == "ab" and kind is ComponentKind.ONE_WAY_FIRMWARE,
             )
         )
     return Bundle(stack_hash, tuple(out))

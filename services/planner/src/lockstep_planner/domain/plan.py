@@ -7,7 +7,7 @@ the same request with the same seed gives the same plan, hash included, in any p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -83,6 +83,10 @@ class Plan:
     makespan_s: int
     lower_bound_s: int
     """No plan of these waves under these budgets, windows and soaks can finish sooner."""
+    reflash: tuple[str, ...] = ()
+    """Components whose flip-back after a tripped gate re-flashes the previous attested image
+    (a forced downgrade: their BMC keeps no previous image to run, ``BundleComponent.reflash``),
+    sorted; hashed, so an approval covers it, and handed to the updater with each wave."""
 
 
 def plan(request: PlanRequest, *, now: datetime) -> Plan:
@@ -308,4 +312,11 @@ def _timed(
         fabric_domains_at_once=caps.get(FABRIC_SLOTS),
         makespan_s=t,
         lower_bound_s=math.floor(bound),
+        reflash=_reflash(request.bundle, planned),
     )
+
+
+def _reflash(bundle: Bundle, waves: Sequence[PlannedWave]) -> tuple[str, ...]:
+    """The moving components a flip-back re-flashes (``Plan.reflash``)."""
+    moving = {c for w in waves for s in w.stages for c in s.components}
+    return tuple(sorted({c.name for c in bundle.components if c.reflash and c.name in moving}))

@@ -2,7 +2,9 @@
 
 SHA-256 over the canonical JSON (RFC 8785, ``lockstep_common.canonical``) of everything that
 decides what happens to which node: class, target, seed, waves with their nodes, layers and
-failure budgets, soaks, budgets, canary and controls, exclusions. Estimated times and batches are
+failure budgets, soaks, budgets, canary and controls, exclusions, and the components whose
+flip-back after a tripped gate re-flashes the previous image (a forced downgrade: the approver
+signs for it). Estimated times and batches are
 left out on purpose: they move with ``now`` and with the packing, and an approval must survive a
 replan of the same intent a minute later while any change in *what* moves voids it.
 """
@@ -18,8 +20,10 @@ from lockstep_planner.domain.plan import Plan
 
 
 def canonical_plan(plan: Plan) -> dict[str, Any]:
-    """The hashed content of ``plan`` as JSON-ready values (integers and strings only)."""
-    return {
+    """The hashed content of ``plan`` as JSON-ready values (integers and strings only).
+    ``reflash`` is there only when the plan re-flashes something, so a plan without it keeps
+    the hash (and the approvals) it had before the field."""
+    content: dict[str, Any] = {
         "change_class": str(plan.change_class),
         "stack": plan.stack,
         "seed": plan.seed,
@@ -54,6 +58,9 @@ def canonical_plan(plan: Plan) -> dict[str, Any]:
         "max_unavailable": dict(plan.max_unavailable),
         "fabric_domains_at_once": plan.fabric_domains_at_once,
     }
+    if plan.reflash:
+        content["reflash"] = list(plan.reflash)
+    return content
 
 
 def plan_hash(plan: Plan) -> str:
@@ -106,7 +113,7 @@ def plan_difference(reviewed: Mapping[str, Any], now: Mapping[str, Any]) -> str:
             f"strata {len(strata(reviewed))} -> {len(strata(now))} "
             f"(new: {_named(['/'.join(s) for s in strata(now) - strata(reviewed)]) or 'none'})"
         )
-    parts.extend(changed("max_unavailable", "fabric_domains_at_once"))
+    parts.extend(changed("max_unavailable", "fabric_domains_at_once", "reflash"))
     if not parts and any(reviewed.get(k) != v for k, v in now.items()):
         parts.append("the controls, stages, soaks or failure budgets")
     return "; ".join(parts)

@@ -93,7 +93,7 @@ class RolloutRows:
     async def record_wave(self, wave: WavePlanned, correlation_id: str | None) -> bool:
         added = await self.conn.fetchval(
             "INSERT INTO waves (rollout_id, wave, node_ids, max_unavailable, failure_budget,"
-            " correlation_id) VALUES ($1, $2, $3, $4, $5, $6)"
+            " correlation_id, reflash) VALUES ($1, $2, $3, $4, $5, $6, $7)"
             " ON CONFLICT (rollout_id, wave) DO NOTHING RETURNING true",
             wave.rollout_id,
             wave.wave,
@@ -101,6 +101,7 @@ class RolloutRows:
             wave.max_unavailable,
             wave.failure_budget,
             correlation_id,
+            sorted(c.value for c in wave.reflash),
         )
         if not added:
             return False
@@ -116,6 +117,12 @@ class RolloutRows:
             correlation_id,
         )
         return True
+
+    async def reflash(self, rollout_id: str, wave: int) -> frozenset[str]:
+        found = await self.conn.fetchval(
+            "SELECT reflash FROM waves WHERE rollout_id = $1 AND wave = $2", rollout_id, wave
+        )
+        return frozenset(found or ())
 
     async def request_rollbacks(self, rollout_id: str, wave: int) -> int:
         rows = await self.conn.fetch(

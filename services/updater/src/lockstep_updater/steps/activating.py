@@ -1,8 +1,9 @@
 """``activating``: switch the staged images in (activate as the node's BMC profile says,
-``steps.activation``, or for a flip back switch banks), under the fence and the guard with
-``activate_sent`` recorded first; the activation's tasks are followed in turns. An activation
-recorded but not known to have been sent is resolved by reading the BMC (issue 29 item 6).
-One-way parts have no inactive bank: their write is the activation, so it
+``steps.activation``, or for a flip back run the inactive bank; a flip back that re-flashes
+the previous images is activated as an update is, ``steps.reflash``), under the fence and the
+guard with ``activate_sent`` recorded first; the activation's tasks are followed in turns. An
+update's activation recorded but not known to have been sent is resolved by reading the BMC
+(issue 29 item 6). One-way parts have no inactive bank: their write is the activation, so it
 waits for the drained node (seed 000: PSU/BBU power firmware)."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lockstep_updater.steps.bmc_profile import profile_of, update_policy
 from lockstep_updater.steps.context import Events, StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, ending
 from lockstep_updater.steps.push import push
+from lockstep_updater.steps.reflash import is_reflash
 from lockstep_updater.steps.rollback import resends_flip_back, send_flip_back
 from lockstep_updater.store import Claim
 
@@ -33,7 +35,8 @@ async def run(
     ctx: StepContext, claim: Claim, node: FleetNode, progress: Progress, started: float
 ) -> None:
     held = firmware(progress)
-    rollback = isinstance(held, RollbackProgress) and held.rollback
+    flip_back = isinstance(held, RollbackProgress) and held.rollback
+    rollback = flip_back and not is_reflash(held)  # runs the bank the BMC kept
     events: Events = []
     target = await ctx.target(claim)
     if target is None:
@@ -41,8 +44,10 @@ async def run(
     plans = held.components
     staged = [n for n, p in plans.items() if not p.done and p.banks == "ab"]
     profile = None if rollback else profile_of(held)
-    if not rollback and held.activate_sent and held.activated_at is None:
-        await activation.resolve_uncertain(ctx, claim, node, held)  # item 6: ask the BMC
+    if not flip_back and held.activate_sent and held.activated_at is None:
+        # Item 6: ask the BMC. Not for a re-flash: "nothing was activated" would give the node
+        # back still running the image that tripped the gate; its read-back decides instead.
+        await activation.resolve_uncertain(ctx, claim, node, held)
     if profile is not None and not profile.activation.stage_and_activate:
         events += await activation.by_profile(ctx, claim, node, target, held, profile, started)
     elif staged and not held.activate_sent:
@@ -57,7 +62,7 @@ async def run(
     events += [
         (DeviceOutcome.ACTIVATED, ctx.device(DeviceActivated, claim, n, plans[n], started))
         for n in staged
-        if not rollback  # its outcome is device.rolled_back, once read back
+        if not flip_back  # its outcome is device.rolled_back, once read back
     ]
     for name, plan in plans.items():
         if plan.done or plan.banks == "ab" or plan.staged:

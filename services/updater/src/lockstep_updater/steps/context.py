@@ -133,6 +133,12 @@ class StepContext:
         async with self.store.transaction() as tx:
             return await tx.attested(node.profile, component.value, version)
 
+    async def approved_reflash(self, claim: Claim) -> frozenset[str]:
+        """The components the approved plan lets a flip-back of the claim's wave re-flash
+        (``wave.planned`` ``reflash``; a forced downgrade needs the approver's signature)."""
+        async with self.store.transaction() as tx:
+            return await tx.reflash(claim.rollout_id, claim.wave)
+
     async def update_item(self, claim: Claim) -> tuple[NodeStep, Progress] | None:
         """The state and progress of the node's update item in the claim's rollout, if any."""
         async with self.store.transaction() as tx:

@@ -23,10 +23,10 @@ from lockstep_redfish.update import FirmwareUpdate
 from lockstep_updater.domain.guard import Verdict
 from lockstep_updater.domain.progress import ComponentPlan, FirmwareProgress, PushTask
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.steps import reflash
 from lockstep_updater.steps.bmc_profile import profile_of, push_request, update_policy
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import NotYet, Stop, failure_end, stop_unless_proceed
-from lockstep_updater.steps.plans import entry_for
 from lockstep_updater.store import Claim, Target
 
 S = NodeStep
@@ -53,8 +53,8 @@ async def push(
             await _after_unknown_push(ctx, update, claim, name, plan, request)
             return
         _keep_gap(ctx, node, profile, progress, name)
-        entry = entry_for(target, node, name)
-        image = ctx.image(target, entry)  # fetched and re-hashed right before the push
+        bundle, entry = await reflash.source(ctx, node, target, name, plan, progress)
+        image = ctx.image(bundle, entry)  # fetched and re-hashed right before the push
         try:
             checked = await update.preflight(image, request)
         except BmcUnavailable:
@@ -78,7 +78,7 @@ async def push(
                 checked,
                 server=ctx.image_server,
                 targets=await _targets(update, profile, checked.pending) if related else None,
-                parameters=None if profile is None else profile.push.parameters,
+                parameters=reflash.parameters(profile, progress),
             )
         except ImageDigestMismatch as exc:
             plan.sent = False  # checked right before sending: nothing left this host

@@ -12,11 +12,11 @@ Asked before anything is written or drained:
 - the BMC's profile (the one the update chose, ``bmc_profile``, else the one its answers select)
   says how (``lockstep_redfish.flip_back.mechanism_for``): ``inactive_image`` runs the image the
   BMC keeps in its other bank (each found first: a BMC that lacks one fails the item before the
-  drain, ``lockstep_redfish.flip_back.find_inactive``); ``reflash`` (one-way) needs the
-  previous attested image written again, which this release does not automate: the item fails
-  with that one line, the node never drained. The simulator's own dialect, which matches no
-  vendor profile, keeps its OEM ``SwitchBank`` action (no real BMC offers it) where every
-  member offers it, as the mechanism ``simulator_switch_bank``.
+  drain, ``lockstep_redfish.flip_back.find_inactive``); ``reflash`` (one-way) writes the
+  previous attested image again, a forced downgrade by the profile's own push and activation,
+  only where the profile can force one, the approved plan says so and an attested bundle holds
+  that image (``steps.reflash``): otherwise the item fails with that one line, the node never
+  drained.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from lockstep_updater.domain.progress import (
     UpdateProgress,
 )
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
+from lockstep_updater.steps import reflash
 from lockstep_updater.steps.bmc_profile import refuse_unprivileged_flip_back
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import Stop
 from lockstep_updater.store import Claim
 
 S = NodeStep
-SIMULATOR_SWITCH_BANK = ".SwitchBank"  # the simulator's Actions.Oem #LockstepSim.SwitchBank
 
 
 async def run(
@@ -101,12 +101,19 @@ async def run(
             if progress.mechanism is RollbackMechanism.INACTIVE_IMAGE:  # DSP8011 privileges
                 before = {t: p.version for p in running.values() for t in p.targets}
                 await refuse_unprivileged_flip_back(ctx, node, update_, profile, before)
+            if progress.mechanism is RollbackMechanism.REFLASH:
+                refused = await reflash.refusal(ctx, claim, node, profile, running)
+                if refused is not None:
+                    raise Stop(S.FAILED, refused)
+                for plan in running.values():
+                    plan.staged = False  # the previous image is written again: pushed first
         except BmcUnavailable:
             raise
         except BmcError as exc:
             raise Stop(S.FAILED, f"flip back: {exc}") from None
     progress.rollback = True
-    # Through staging (nothing to push: every image is in place) to cordoning.
+    # Through staging (a re-flash pushes there as an update does; else nothing to push: every
+    # image is in place) to cordoning.
     await ctx.commit(claim, S.STAGING, f"flip back ({progress.mechanism})", progress)
 
 
@@ -130,16 +137,7 @@ async def _mechanism(
         for plan in plans.values():  # each previous image is there, or nothing is drained
             for target in plan.targets:
                 await find_inactive(update, profile, target, plan.version)
-        return mechanism
-    targets = [t for plan in plans.values() for t in plan.targets]
-    if all([await _switch_target(update, t) is not None for t in targets]):
-        return RollbackMechanism.SIMULATOR_SWITCH_BANK
-    versions = ", ".join(f"{n} {p.version}" for n, p in plans.items())
-    raise Stop(
-        S.FAILED,
-        f"one-way: profile {profile.id} keeps no previous image to run; flipping back is a "
-        f"re-flash of the previous attested image ({versions}), not automated: re-flash by hand",
-    )
+    return mechanism
 
 
 def resends_flip_back(progress: FirmwareProgress) -> bool:
@@ -163,21 +161,5 @@ async def send_flip_back(
         previous = {t: p.version for p in progress.components.values() for t in p.targets}
         wanted = {t: previous[t] for t in paths}
         return await run_inactive(update, profile_named(progress.bmc_profile), wanted)
-    refs = []  # the simulator's SwitchBank (and an item from before the choice)
-    for path in paths:
-        target = await _switch_target(update, path)
-        if target is None:
-            raise UpdateRefused(f"{path} offers no bank switch (no OEM SwitchBank action)")
-        refs += await update.action(target, {}, what="SwitchBank")
-    return refs
-
-
-async def _switch_target(update: FirmwareUpdate, path: str) -> str | None:
-    """The target of the simulator's OEM ``SwitchBank`` a member offers, if it offers one."""
-    doc = (await update.bmc.request("GET", path)).body
-    actions = doc.get("Actions") if isinstance(doc, dict) else None
-    oem = actions.get("Oem") if isinstance(actions, dict) else None
-    found = oem.items() if isinstance(oem, dict) else ()
-    raw = next((v for k, v in found if k.endswith(SIMULATOR_SWITCH_BANK)), None)
-    target = raw.get("target") if isinstance(raw, dict) else None
-    return target if isinstance(target, str) else None
+    # A re-flash is written by ``push`` and run by the profile's activation (``activating``).
+    raise UpdateRefused(f"a flip-back by {mechanism} has no bank to switch")

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from lockstep_common.events.v1 import DeviceStaged, FleetNode
 from lockstep_common.vocabulary import DeviceOutcome
-from lockstep_updater.domain.progress import Progress, UpdateProgress, firmware
+from lockstep_updater.domain.progress import (
+    Progress,
+    RollbackProgress,
+    UpdateProgress,
+    firmware,
+)
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.bmc_profile import profile_of, stages_in_service
 from lockstep_updater.steps.context import Events, StepContext
@@ -36,7 +41,9 @@ async def run(
         if plan.done:
             continue
         plan.staged = True
-        events.append((DeviceOutcome.STAGED, ctx.device(DeviceStaged, claim, name, plan, started)))
+        if not isinstance(held, RollbackProgress):  # a flip-back's outcome: device.rolled_back
+            event = ctx.device(DeviceStaged, claim, name, plan, started)
+            events.append((DeviceOutcome.STAGED, event))
     in_band = isinstance(held, UpdateProgress) and held.in_band
     if all(p.done for p in held.components.values()) and not in_band:
         # Someone else brought every target to the version meanwhile: no drain needed.

@@ -80,7 +80,11 @@ class MemoryRollouts:
         if key in self.tables.waves:
             return False
         self.tables.waves[key] = Wave(
-            wave.node_ids, wave.max_unavailable, wave.failure_budget, correlation_id
+            wave.node_ids,
+            wave.max_unavailable,
+            wave.failure_budget,
+            correlation_id,
+            reflash=frozenset(c.value for c in wave.reflash),
         )
         taken = {(i.rollout_id, i.node_id) for i in self.tables.items.values() if i.kind == UPDATE}
         for node_id in wave.node_ids:
@@ -97,6 +101,10 @@ class MemoryRollouts:
                 updated_at=self.now,
             )
         return True
+
+    async def reflash(self, rollout_id: str, wave: int) -> frozenset[str]:
+        found = self.tables.waves.get((rollout_id, wave))
+        return frozenset() if found is None else found.reflash
 
     async def halt(self, rollout_id: str, reason: str) -> None:
         self.tables.halted.setdefault(rollout_id, reason)

@@ -70,6 +70,7 @@ class Wave:
     completed_event: uuid.UUID | None = None
     redriven_at: datetime | None = None
     redrives: int = 0
+    reflash: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
