@@ -420,6 +420,53 @@ async def test_a_held_remedy_is_withdrawn_when_the_drift_resolves(world: World) 
     assert agent_ledger(w, node) == []
 
 
+def driver_drift(node: str, pin: str | None) -> DriftDetected:
+    """The drift of a node read mid-install: its GSP firmware not the module's, and (``pin``)
+    its driver not the pinned one; None: the mismatch is gone, only the version differs."""
+    items = [
+        DriftItem(
+            component=Component.DRIVER,
+            expected=pin or OLD,
+            actual=NEW,
+            kind=DriftKind.UNEXPECTED,
+            severity=Severity.WARNING,
+            detail="driver differs from the pin",
+        )
+    ]
+    if pin is not None:
+        items.append(drift(node).items[0].model_copy(update={"expected": pin}))
+    return drift(node).model_copy(update={"items": tuple(items)})
+
+
+async def deliver(w: World, data: DriftDetected) -> None:
+    async with w.store.transaction() as tx:
+        await Handlers(RemedyPolicy.APPROVAL).drift_detected(
+            tx, make_envelope(data, source=INVENTORY), now=NOW
+        )
+
+
+def held_pins(w: World, node: str) -> list[tuple[NodeStep, Any]]:
+    return [(i.state, i.progress.get("pin")) for i in w.store.items if i.node_id == node]
+
+
+async def test_a_newer_drift_replaces_what_a_held_remedy_was_for(world: World) -> None:
+    """A node read mid-install during a rollout is judged against the pin the rollout is
+    replacing: a remedy held to reinstall the old branch must not wait for an approval that
+    would reinstall it; the node's next drift decides (seen in the demo: 18 such remedies left
+    held after a healthy rollout, one of them approved by the runbook's own scene)."""
+    w = world
+    node = w.rt.fleet[3].id
+    await deliver(w, driver_drift(node, OLD))
+    await deliver(w, driver_drift(node, OLD))  # the same drift again: the same remedy
+    assert held_pins(w, node) == [(NodeStep.PENDING, OLD)]
+    await deliver(w, driver_drift(node, NEW))  # judged again against the new pin
+    assert held_pins(w, node) == [(NodeStep.CANCELLED, OLD), (NodeStep.PENDING, NEW)]
+    await deliver(w, driver_drift(node, None))  # the mismatch is gone
+    assert held_pins(w, node) == [(NodeStep.CANCELLED, OLD), (NodeStep.CANCELLED, NEW)]
+    assert "the drift changed" in w.store.items[-1].reason
+    assert agent_ledger(w, node) == []
+
+
 async def test_the_runbook_waits_while_its_node_is_in_a_released_wave(
     world: World, bus: AgentBus
 ) -> None:

@@ -614,3 +614,17 @@ async def test_a_node_is_held_out_by_an_item_under_way_or_a_latest_quarantine_on
         assert await tx.holds_node_out("n2")  # draining: its own item holds it
         assert await tx.holds_node_out("n3")  # quarantined: kept out by design
         assert not await tx.holds_node_out("n-unknown")
+
+
+async def test_a_held_remedy_for_another_pin_is_withdrawn_one_for_the_same_is_kept(
+    store: UpdaterStore,
+) -> None:
+    async with store.transaction() as tx:
+        old = {"kind": "remedy", "pin": "580.65.06"}
+        await tx.record_remedy("n1", "remedy-a", held=True, progress=old, correlation_id=None)
+        assert not await tx.withdraw_remedy("n1", "same pin", unless_pin="580.65.06")
+        assert await tx.withdraw_remedy("n1", "now pins 595", unless_pin="595.58.03")
+        assert await tx.record_remedy(
+            "n1", "remedy-b", held=True, progress={"pin": "595.58.03"}, correlation_id=None
+        )
+        assert not await tx.withdraw_remedy("n1", "same pin", unless_pin="595.58.03")

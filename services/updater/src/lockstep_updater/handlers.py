@@ -125,11 +125,22 @@ class Handlers:
         """A node's drift includes a GSP / driver mismatch: under ``gsp_remedy``, record one GSP
         runbook item for it (held for approval, or claimable now). A repeated or redelivered
         event adds nothing while the node has one open (or one that gave up: a human decides);
-        a node the inventory does not know fails at the runbook's preflight, nothing touched."""
+        a node the inventory does not know fails at the runbook's preflight, nothing touched.
+
+        A newer drift of the node replaces what it said before: a remedy still held for
+        approval is withdrawn when the drift no longer names a GSP mismatch, or names another
+        pinned driver (a node read mid-install during a rollout, judged against the pin the
+        rollout was replacing, left a runbook waiting to reinstall the old branch)."""
         data = env.data
         decision = intake(self._gsp_remedy, data.items)
         if decision.intake is Intake.IGNORE:
+            if await tx.withdraw_remedy(data.node_id, f"the drift changed: {decision.reason}"):
+                log.info("%s: held GSP remedy withdrawn, %s", data.node_id, decision.reason)
             return
+        if decision.pin and await tx.withdraw_remedy(
+            data.node_id, f"the drift now pins driver {decision.pin}", unless_pin=decision.pin
+        ):
+            log.info("%s: held GSP remedy replaced, the pin is now %s", data.node_id, decision.pin)
         added = await tx.record_remedy(
             data.node_id,
             remedy_id(env.event_id.hex),

@@ -181,9 +181,12 @@ class UpdaterTx(Protocol):
         """Release the node's held remedy item to the workers; False when none is held."""
         ...
 
-    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
-        """End the node's remedy still held for approval as ``cancelled`` (its drift resolved
-        before anyone approved it); False when none is held. A remedy already running goes on:
+    async def withdraw_remedy(
+        self, node_id: str, reason: str, *, unless_pin: str | None = None
+    ) -> bool:
+        """End the node's remedy still held for approval as ``cancelled`` (its drift resolved,
+        or changed, before anyone approved it); False when none is held, or when ``unless_pin``
+        is given and the held one reinstalls that driver. A remedy already running goes on:
         its own reads decide."""
         ...
 

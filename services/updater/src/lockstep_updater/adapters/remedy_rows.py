@@ -73,15 +73,19 @@ class RemedyRows:
     async def approve_remedy(self, node_id: str) -> bool:
         return await release_remedy(self.conn, node_id)
 
-    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+    async def withdraw_remedy(
+        self, node_id: str, reason: str, *, unless_pin: str | None = None
+    ) -> bool:
         state = transition(NodeStep.PENDING, NodeStep.CANCELLED).value
         row = await self.conn.fetchval(
             "UPDATE node_work SET state = $2, reason = $3, lease_until = NULL, updated_at = now()"
             " WHERE node_id = $1 AND kind = 'remedy' AND state = 'pending'"
-            " AND lease_until = 'infinity' RETURNING id",
+            " AND lease_until = 'infinity'"
+            " AND ($4::text IS NULL OR progress->>'pin' IS DISTINCT FROM $4) RETURNING id",
             node_id,
             state,
             reason,
+            unless_pin,
         )
         return row is not None
 

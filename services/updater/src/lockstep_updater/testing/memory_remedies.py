@@ -83,9 +83,11 @@ class MemoryRemedies:
         item.updated_at = self.now
         return True
 
-    async def withdraw_remedy(self, node_id: str, reason: str) -> bool:
+    async def withdraw_remedy(
+        self, node_id: str, reason: str, *, unless_pin: str | None = None
+    ) -> bool:
         item = self._held_remedy(node_id)
-        if item is None:
+        if item is None or (unless_pin is not None and item.progress.get("pin") == unless_pin):
             return False
         item.state = transition(item.state, NodeStep.CANCELLED)
         item.reason, item.lease_until, item.updated_at = reason, None, self.now
