@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
 from lockstep_updater.store import ROLLBACK
 from lockstep_updater.testing.memory_store import MemoryStore
+from lockstep_updater.testing.memory_tables import Item
 from lockstep_updater.testing.sim_fleet import SimFacts
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
 from tests.integration.updater.conftest import PUSH, ROLLOUT, STACK, World, attest_image
@@ -418,19 +420,37 @@ async def test_a_flip_back_the_bmc_shows_was_never_activated_writes_nothing(
     assert not [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
 
 
-async def test_a_supermicro_backup_without_the_previous_image_fails_before_any_drain_or_write(
-    dialect_world: Callable[[str, str], Awaitable[World]],
-) -> None:
+@dataclass(frozen=True)
+class SupermicroTrip:
+    """A Supermicro node whose BMC update was activated, its gate tripped, its flip-back run."""
+
+    w: World
+    node: str
+    old: str  # the BMC's version before the update
+    flip: Item  # the flip-back's work item
+
+
+async def supermicro_tripped(
+    dialect_world: Callable[[str, str], Awaitable[World]], backup: str | None = None
+) -> SupermicroTrip:
+    """The update to ``NEW_BMC`` activated, the backup bank holding ``backup`` (None: the
+    previous image), then a tripped gate and its flip-back run to its end."""
     w = await dialect_world("supermicro-x13", "hgx-h100")
     node = w.rt.fleet[0].id
     bmc = w.rt.simulator.bmc(node).node.components["BMC"]
     old = bmc.version
-    bmc.version, bmc.inactive_version = NEW_BMC, "1.0.0"  # the backup holds another image
+    bmc.version, bmc.inactive_version = NEW_BMC, backup or old  # what the update left
     await updated(w, node, "bmc", "BMC", old, NEW_BMC)
     await trip(w, node)
     await w.settle()
+    return SupermicroTrip(w, node, old, next(i for i in w.store.items if i.kind == ROLLBACK))
 
-    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+
+async def test_a_supermicro_backup_without_the_previous_image_fails_before_any_drain_or_write(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    tripped = await supermicro_tripped(dialect_world, "1.0.0")  # the backup: another image
+    w, node, old, flip = tripped.w, tripped.node, tripped.old, tripped.flip
     assert flip.state is NodeStep.FAILED
     assert flip.reason == (
         f"flip back: {FW}/BMC: no inactive image at {old} in its device's SoftwareImages "
@@ -438,7 +458,7 @@ async def test_a_supermicro_backup_without_the_previous_image_fails_before_any_d
     )
     assert writes(w, node) == []
     assert [e for e in w.rt.scheduler.ledger if e.node_id == node and e.by == OWNER] == []
-    assert bmc.version == NEW_BMC
+    assert w.rt.simulator.bmc(node).node.components["BMC"].version == NEW_BMC
 
 
 async def test_a_supermicro_flip_back_recorded_as_sent_but_never_sent_is_resent_once_asked(

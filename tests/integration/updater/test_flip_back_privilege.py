@@ -12,13 +12,11 @@ import pytest
 
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER
-from lockstep_updater.store import ROLLBACK
 from tests.integration.updater.conftest import World
 from tests.integration.updater.test_flip_back import (
     NEW_BMC,
     dialect_world,
-    trip,
-    updated,
+    supermicro_tripped,
     writes,
 )
 
@@ -29,16 +27,9 @@ __all__ = ["dialect_world"]
 async def test_a_flip_back_by_an_account_without_configure_manager_is_refused_before_the_drain(
     dialect_world: Callable[[str, str], Awaitable[World]],
 ) -> None:
-    w = await dialect_world("supermicro-x13", "hgx-h100")
-    node = w.rt.fleet[0].id
+    tripped = await supermicro_tripped(dialect_world)
+    w, node, old, flip = tripped.w, tripped.node, tripped.old, tripped.flip
     bmc = w.rt.simulator.bmc(node).node.components["BMC"]
-    old = bmc.version
-    bmc.version, bmc.inactive_version = NEW_BMC, old  # what the activated update left
-    await updated(w, node, "bmc", "BMC", old, NEW_BMC)
-    await trip(w, node)
-    await w.settle()
-
-    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
     assert flip.state is NodeStep.FAILED
     assert flip.reason == (
         f"refused: BMC {node} (profile supermicro-x13): the account lacks what the flip-back "
