@@ -11,6 +11,7 @@ import pytest
 from lockstep_common.clock import ManualClock
 from lockstep_updater.domain.guard import Decision
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.executor import Executor
 from lockstep_updater.steps.context import StepContext
 from tests.integration.updater.conftest import FAST, World
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
@@ -34,6 +35,20 @@ def pause_after_check(
     monkeypatch.setattr(StepContext, "check", check_then_stall)
 
 
+async def stalling(
+    w: World, monkeypatch: pytest.MonkeyPatch, state: NodeStep, pause_s: float
+) -> tuple[str, Executor]:
+    """A released node and an executor whose worker stalls ``pause_s`` after the check of a
+    step in ``state`` (``pause_after_check``)."""
+    (node,) = nodes_of(w, 1)
+    await plan_and_release(w, (node,))
+    ex = w.executor()
+    clock = ManualClock()
+    ex.clock = clock
+    pause_after_check(monkeypatch, clock, state, pause_s)
+    return node, ex
+
+
 @pytest.mark.parametrize(
     ("pause_s", "pushed"),
     [(FAST.lease_s, 0), (FAST.lease_s - 1, 1)],
@@ -43,12 +58,7 @@ async def test_a_push_is_not_sent_once_the_senders_lease_may_have_lapsed(
     world: World, monkeypatch: pytest.MonkeyPatch, pause_s: float, pushed: int
 ) -> None:
     w = world
-    (node,) = nodes_of(w, 1)
-    await plan_and_release(w, (node,))
-    ex = w.executor()
-    clock = ManualClock()
-    ex.clock = clock
-    pause_after_check(monkeypatch, clock, NodeStep.STAGING, pause_s)
+    node, ex = await stalling(w, monkeypatch, NodeStep.STAGING, pause_s)
     assert await ex.step()  # preflight, then staging in the same claim: recorded, then stalled
     assert len(w.pushes(node)) == pushed
     if not pushed:  # the item is left as recorded, to the next claim (it does not resend)
@@ -76,14 +86,9 @@ async def test_a_cordon_is_not_sent_once_the_senders_lease_may_have_lapsed(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w = world
-    (node,) = nodes_of(w, 1)
-    await plan_and_release(w, (node,))
-    ex = w.executor()
-    clock = ManualClock()
-    ex.clock = clock
+    node, ex = await stalling(w, monkeypatch, NodeStep.DRAINING, FAST.lease_s)
     cordons = Cordons(ex.scheduler)
     ex.scheduler = cordons
-    pause_after_check(monkeypatch, clock, NodeStep.DRAINING, FAST.lease_s)
     for _ in range(50):
         if w.store.item(node).state is NodeStep.DRAINING:
             break
