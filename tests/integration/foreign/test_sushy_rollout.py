@@ -47,6 +47,14 @@ async def roll_onto(w: World, foreign: Foreign) -> None:
     await w.settle(ex)
 
 
+async def refusal_on(w: World, foreign: Foreign) -> str:
+    """Why the node's update failed with its BMC at ``foreign`` (it must have failed)."""
+    await roll_onto(w, foreign)
+    item = w.store.item(NODE)
+    assert item.state is NodeStep.FAILED, item.state
+    return item.reason
+
+
 def assert_untouched(w: World) -> None:
     assert [e for e in w.rt.scheduler.ledger if e.node_id == NODE and e.by == OWNER] == []
     assert not [e for e in w.store.events.events if isinstance(e, DeviceVerified)]
@@ -56,11 +64,9 @@ async def test_a_rollout_onto_sushy_emulator_is_refused_in_preflight_and_never_u
     world: World, emulator: Foreign
 ) -> None:
     w = world
-    await roll_onto(w, emulator)
-    item = w.store.item(NODE)
-    assert item.state is NodeStep.FAILED
+    reason = await refusal_on(w, emulator)
     head = f"refused: BMC {NODE} (profile dmtf-generic): "
-    assert item.reason == (
+    assert reason == (
         f"{head}the account's privileges cannot be read; ConfigureComponents needed; "
         "no FirmwareInventory member holds gpu_vbios; nothing written"
     )
@@ -72,8 +78,6 @@ async def test_a_rollout_onto_the_static_gb200_capture_fails_at_its_login_and_is
     world: World, static_gb200: Foreign
 ) -> None:
     w = world
-    await roll_onto(w, static_gb200)
-    item = w.store.item(NODE)
-    assert item.state is NodeStep.FAILED
-    assert "no session created (HTTP 204): the answer has no X-Auth-Token" in item.reason
+    reason = await refusal_on(w, static_gb200)
+    assert "no session created (HTTP 204): the answer has no X-Auth-Token" in reason
     assert_untouched(w)

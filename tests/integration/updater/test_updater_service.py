@@ -216,15 +216,24 @@ async def rig(
         await rt.stop()
 
 
-async def test_a_released_wave_is_flashed_verified_and_completed(rig: Rig) -> None:
-    nodes = tuple(n.id for n in rig.rt.fleet[:3])
+async def flashed_wave(
+    rig: Rig, rollout: str, nodes: tuple[str, ...]
+) -> tuple[Any, dict[str, Any]]:
+    """A started updater, ``nodes`` released as one wave of ``rollout``: the app and its
+    ``wave.completed``."""
     app = await rig.start_updater()
-    await rig.rollout("r-svc", nodes, nodes)
+    await rig.rollout(rollout, nodes, nodes)
 
     async def completed() -> list[dict[str, Any]]:
         return await rig.emitted(app, "wave.completed.")
 
     (done,) = await until(completed, what="wave.completed", timeout_s=60)
+    return app, done
+
+
+async def test_a_released_wave_is_flashed_verified_and_completed(rig: Rig) -> None:
+    nodes = tuple(n.id for n in rig.rt.fleet[:3])
+    app, done = await flashed_wave(rig, "r-svc", nodes)
     assert sorted(done["succeeded"]) == sorted(nodes) and done["failed"] == []
     verified = await rig.emitted(app, "device.verified.")
     assert sorted(v["node_id"] for v in verified) == sorted(nodes)
@@ -275,13 +284,7 @@ async def test_a_wave_s_steps_ask_the_inventory_once_per_page_not_once_per_step(
 
     sub = await rig.nc.subscribe(rig.ns.wire(subjects.fleet_query()), cb=heard)
     nodes = tuple(n.id for n in rig.rt.fleet[:3])
-    app = await rig.start_updater()
-    await rig.rollout("r-snap", nodes, nodes)
-
-    async def completed() -> list[dict[str, Any]]:
-        return await rig.emitted(app, "wave.completed.")
-
-    (done,) = await until(completed, what="wave.completed", timeout_s=60)
+    app, done = await flashed_wave(rig, "r-snap", nodes)
     await sub.unsubscribe()
     assert sorted(done["succeeded"]) == sorted(nodes)
     steps = await app.require().pool.fetch(f"SELECT 1 FROM {rig.namespace}_updater.node_steps")
