@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from lockstep_common.canonical import canonical_json
 from lockstep_common.compatibility.files import packaged_rules
 from lockstep_common.envelope import make_envelope
-from lockstep_common.events.v1 import WavePlanned
+from lockstep_common.events.v1 import FleetNode, WavePlanned
 from lockstep_common.vocabulary import ChangeClass, Component
 from lockstep_planner.adapters.policy_file import packaged_policy
 from lockstep_planner.domain.fleet import ComponentKind
@@ -69,17 +69,23 @@ def test_the_bmc_profile_decides_whether_ab_firmware_is_reversible() -> None:
     assert kinds(mixed, "hgx-h100")["bmc"] is one_way
 
 
-@pytest.mark.parametrize(("bmc_profile", "refused"), [("nvidia-gb200-nvl", True), (None, False)])
-async def test_a_plan_says_one_way_before_approval_where_the_bmc_keeps_no_previous_image(
-    bmc_profile: str | None, refused: bool
-) -> None:
+async def gpu_intent(change_class: ChangeClass) -> tuple[MemoryStore, IntentRow, list[FleetNode]]:
+    """A planner store that knows an attested bundle of one GPU image (A/B, activated by a
+    reset), a dry-run intent of ``change_class`` for it, and a fleet of 12 nodes."""
     store = MemoryStore()
     bundle = attested(image(GPU, "97.00.9A.00.01", activation="reset"))
     async with store.transaction() as tx:
         await on_bundle_attested(tx, make_envelope(bundle, source="/t"), now=store.now)
-    asked = intent(bundle, change_class=ChangeClass.ROUTINE, dry_run=True)
+    asked = intent(bundle, change_class=change_class, dry_run=True)
     row = IntentRow(asked.intent_id, uuid.uuid4(), rollout_id_of(asked.intent_id), asked, store.now)
-    fleet = [fleet_node(i) for i in range(12)]
+    return store, row, [fleet_node(i) for i in range(12)]
+
+
+@pytest.mark.parametrize(("bmc_profile", "refused"), [("nvidia-gb200-nvl", True), (None, False)])
+async def test_a_plan_says_one_way_before_approval_where_the_bmc_keeps_no_previous_image(
+    bmc_profile: str | None, refused: bool
+) -> None:
+    store, row, fleet = await gpu_intent(ChangeClass.ROUTINE)
     p = planning(gb200=bmc_profile) if bmc_profile else planning()
     async with store.transaction() as tx:
         decision = await decide(tx, row, fleet, p, store.now)
@@ -104,13 +110,7 @@ async def test_the_plan_says_a_tripped_gate_re_flashes_and_its_hash_covers_it() 
     lists it under ``reflash`` before approval, inside the hash each approval is bound to, and
     each released wave hands it to the updater; without a BMC profile the plan says nothing
     and hashes as it did before the field."""
-    store = MemoryStore()
-    bundle = attested(image(GPU, "97.00.9A.00.01", activation="reset"))
-    async with store.transaction() as tx:
-        await on_bundle_attested(tx, make_envelope(bundle, source="/t"), now=store.now)
-    asked = intent(bundle, change_class=ChangeClass.POWER_FABRIC, dry_run=True)
-    row = IntentRow(asked.intent_id, uuid.uuid4(), rollout_id_of(asked.intent_id), asked, store.now)
-    fleet = [fleet_node(i) for i in range(12)]
+    store, row, fleet = await gpu_intent(ChangeClass.POWER_FABRIC)
     plans = {}
     for name, p in (("known", planning(gb200="nvidia-gb200-nvl")), ("unknown", planning())):
         async with store.transaction() as tx:
