@@ -20,6 +20,7 @@ from lockstep_updater.domain.progress import (
     BY_KIND,
     SCHEMA_VERSION,
     RemedyProgress,
+    RollbackProgress,
     UnknownProgress,
     UpdateProgress,
     document,
@@ -199,3 +200,14 @@ def test_the_chosen_bmc_profile_is_kept_and_an_older_item_has_none() -> None:
     chosen = load(ROLLBACK, {"components": {}, "bmc_profile": "nvidia-gb200-nvl"})
     assert document(chosen)["bmc_profile"] == "nvidia-gb200-nvl"
     assert load(ROLLBACK, document(chosen)) == chosen
+
+
+def test_a_flip_back_begun_through_the_retired_switch_bank_still_reads() -> None:
+    # The previous release recorded the simulator's OEM SwitchBank (since deleted) as the
+    # mechanism; a rolling upgrade must resume such an item, not strand it.
+    doc = {"components": {}, "rollback": True, "mechanism": "simulator_switch_bank"}
+    progress = load(ROLLBACK, doc)
+    assert isinstance(progress, RollbackProgress) and progress.mechanism is None
+    assert "mechanism" not in document(progress)
+    with pytest.raises(UnknownProgress, match="mechanism"):
+        load(ROLLBACK, {"components": {}, "mechanism": "teleport"})

@@ -10,6 +10,7 @@ for measuring how long something in this process took and never goes backwards.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -39,6 +40,22 @@ class SystemClock:
 
 
 SYSTEM_CLOCK: Clock = SystemClock()
+
+
+class WallOnly:
+    """A bare ``() -> datetime`` as a clock (an older hook that moved only the wall clock, as
+    the updater's maintenance windows once took): its ``now``, and the system's monotonic."""
+
+    __slots__ = ("_now",)
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+
+    def now(self) -> datetime:
+        return self._now()
+
+    def monotonic(self) -> float:
+        return SYSTEM_CLOCK.monotonic()
 
 
 class ManualClock:

@@ -28,15 +28,16 @@ from datetime import datetime
 from typing import cast
 
 from lockstep_common.backoff import Backoff
-from lockstep_common.clock import SYSTEM_CLOCK, Clock
+from lockstep_common.clock import SYSTEM_CLOCK, Clock, WallOnly
 from lockstep_common.errors import PermanentError
 from lockstep_common.fleet_query import InventoryUnavailable
 from lockstep_common.periodic import Every
+from lockstep_common.vocabulary import clip_text
 from lockstep_redfish.errors import BmcError, BmcUnavailable, CredentialError, ImageDigestMismatch
 from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.domain.orphans import ORPHANABLE, orphan_end
-from lockstep_updater.domain.progress import Progress, document, load
+from lockstep_updater.domain.progress import Progress, UnknownProgress, document, load
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import Images, ListsOwnDrains, NodeAgent, NodeFacts, Scheduler
 from lockstep_updater.steps import STEPS
@@ -54,22 +55,6 @@ __all__ = ["Executor", "ExecutorPolicy", "LostClaim", "NotYet", "Stop", "sha384_
 
 def _nothing() -> None:
     pass
-
-
-class _WallOnly:
-    """A bare ``() -> datetime`` given as the clock (the older hook, which moved only the
-    maintenance windows' wall clock): its ``now``, and the system's monotonic clock."""
-
-    __slots__ = ("_now",)
-
-    def __init__(self, now: Callable[[], datetime]) -> None:
-        self._now = now
-
-    def now(self) -> datetime:
-        return self._now()
-
-    def monotonic(self) -> float:
-        return SYSTEM_CLOCK.monotonic()
 
 
 class Executor:
@@ -158,7 +143,7 @@ class Executor:
         if hasattr(clock, "monotonic"):
             self.ctx.clock = cast(Clock, clock)
         else:
-            self.ctx.clock = _WallOnly(clock)
+            self.ctx.clock = WallOnly(clock)
 
     async def step(self) -> bool:
         """Claim one item and run its step; False when there was nothing to claim."""
@@ -305,7 +290,11 @@ class Executor:
                 return count
 
     async def _orphaned(self, claim: Claim, ttl_s: float) -> None:
-        progress = load(claim.kind, claim.progress)
+        try:
+            progress = load(claim.kind, claim.progress)
+        except UnknownProgress as exc:
+            await self._unreadable(claim, exc)
+            return
         target = orphan_end(claim.state, document(progress))
         reason = f"orphaned: no worker held the {claim.state.value} step for {ttl_s:g}s"
         if target is S.UNCORDONING:
@@ -320,7 +309,11 @@ class Executor:
     async def run(self, claim: Claim) -> None:
         """Run the claimed item's step (``STEPS``) and commit what it raised."""
         ctx = self.ctx
-        progress = load(claim.kind, claim.progress)
+        try:
+            progress = load(claim.kind, claim.progress)
+        except UnknownProgress as exc:
+            await self._unreadable(claim, exc)
+            return
         step = STEPS.get(claim.state)
         if step is None:  # a claim never hands out pending or an end: nothing runs there
             log.error("%s: no step runs in %s", claim.node_id, claim.state.value)
@@ -345,6 +338,24 @@ class Executor:
             # A BMC that refuses, answers malformed, an image that changed, or a scheduler that
             # refuses (a node it does not know, no privilege): permanent.
             await ctx.end(claim, failure_end(claim), str(exc), progress)
+
+    async def _unreadable(self, claim: Claim, exc: UnknownProgress) -> None:
+        """A progress document this release cannot read: written by a later release (an
+        upgrade rolled back mid-rollout) or of a shape no release writes any more. Its step
+        cannot be resumed from it, and guessing could send a write twice or give back a node
+        whose firmware changed, so nothing of the node is touched and the document is kept as
+        stored: the item stays in its step with the reason and is claimed again a lease later
+        (an updater that reads it, the later release back, then resumes it; meanwhile the
+        stuck-step alert and ``lockstep node history`` show why). Raising instead left the
+        claim to lapse and be taken again at once, forever."""
+        reason = f"progress unreadable by this updater, left as stored: {exc}"
+        log.error("%s: %s (%s step kept)", claim.node_id, reason, claim.state.value)
+        async with self.store.transaction() as tx:
+            if not await tx.still_holds(claim, self.policy.lease_s):
+                raise LostClaim
+            await tx.advance(
+                claim, claim.state, reason=clip_text(reason), retry_in_s=self.policy.lease_s
+            )
 
     async def _retry_or_give_up(self, claim: Claim, progress: Progress, exc: Exception) -> None:
         """Nothing was decided: run the step again after a pause, up to ``max_errors`` times

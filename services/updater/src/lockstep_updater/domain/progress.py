@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lockstep_common.vocabulary import RollbackMechanism
 from lockstep_updater.domain.steps import NodeStep
@@ -140,6 +140,17 @@ class RollbackProgress(FirmwareProgress):
     mechanism: RollbackMechanism | None = None
     """How the previous images are run again, chosen by the flip back's preflight from the
     BMC's profile (``lockstep_redfish.flip_back``); None: an item from before the choice."""
+
+    @field_validator("mechanism", mode="before")
+    @classmethod
+    def _retired(cls, value: object) -> object:
+        # The previous release could record the simulator's own OEM SwitchBank, since deleted
+        # (no real BMC offered it, issue 29 item 2). Such an item reads as one from before the
+        # choice: in preflight the mechanism is chosen again from the BMC's profile; past it,
+        # the activation finds no mechanism to send and ends the item with that reason, and a
+        # switch already sent is settled by the read-back. Refused, the document would leave
+        # the node in its step (``Executor._unreadable``).
+        return None if value == "simulator_switch_bank" else value
 
 
 class RemedyProgress(Progress):
