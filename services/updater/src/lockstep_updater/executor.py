@@ -53,10 +53,6 @@ S = NodeStep
 __all__ = ["Executor", "ExecutorPolicy", "LostClaim", "NotYet", "Stop", "sha384_of"]
 
 
-def _nothing() -> None:
-    pass
-
-
 class Executor:
     """Claims one work item at a time and runs its current step (see the module docstring)."""
 
@@ -88,7 +84,7 @@ class Executor:
         )
         # Called as soon as a claim succeeds, before its step runs (the worker wakes idle
         # claim loops with it: lockstep_updater.idle).
-        self.on_claim: Callable[[], None] = _nothing
+        self.on_claim: Callable[[], None] = lambda: None
 
     # What a step reads and drives, replaceable after construction (tests wrap them).
     @property
@@ -224,22 +220,23 @@ class Executor:
         than a lease: a live worker renews its lease every third of it). A drain with nothing
         written yet is given back and the node fails with the reason; a node whose firmware may
         have changed is quarantined (``domain.orphans``). Items already giving their node back
-        are finished right away. Returns how many items were taken."""
+        are finished at once, fenced as a worker's claim. Returns how many items were taken."""
         count = 0
         for idle_s, states in ((ttl_s, ORPHANABLE), (0.0, frozenset({S.UNCORDONING}))):
             while True:
-                async with self.store.transaction() as tx:
-                    claim = await tx.claim_orphan(idle_s, self.policy.lease_s, states)
-                if claim is None:
-                    break
-                count += 1
-                try:
-                    if claim.state is S.UNCORDONING:
-                        await self.run_on(claim)
-                    else:
-                        await self._orphaned(claim, ttl_s)
-                except LostClaim:
-                    log.warning("%s: orphaned item taken over by another claim", claim.node_id)
+                with holding(self.clock, self.policy.lease_s):
+                    async with self.store.transaction() as tx:
+                        claim = await tx.claim_orphan(idle_s, self.policy.lease_s, states)
+                    if claim is None:
+                        break
+                    count += 1
+                    try:
+                        if claim.state is S.UNCORDONING:
+                            await self.run_on(claim)
+                        else:
+                            await self._orphaned(claim, ttl_s)
+                    except LostClaim:
+                        log.warning("%s: orphaned item taken over by another claim", claim.node_id)
         return count
 
     async def give_back_strays(self) -> list[str]:

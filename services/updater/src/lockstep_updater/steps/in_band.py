@@ -32,6 +32,7 @@ from lockstep_updater.ports import (
 )
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.in_band_endings import quarantine, verified
+from lockstep_updater.steps.lease_fence import fence_write
 from lockstep_updater.store import Claim, Target
 
 S = NodeStep
@@ -215,6 +216,7 @@ async def _rebooting(
 
 
 async def _send(agent: NodeAgent, ordered: AgentOrder, call: Call, version: str) -> None:
+    fence_write()  # an install or reboot from a worker whose lease may have lapsed: not sent
     if call is Call.INSTALL:
         await agent.install_driver(ordered, version)
     elif call is Call.REBUILD:

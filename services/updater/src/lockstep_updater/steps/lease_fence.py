@@ -8,8 +8,9 @@ locking": a fencing token the resource does not check has to be checked by the s
 worker keeps, on its own monotonic clock, the instant before the transaction that last proved
 its claim (claimed it or renewed its lease): the database sets the lease to that transaction's
 start (PostgreSQL ``now()``) plus ``lease_s``, never earlier than this instant plus ``lease_s``.
-Every BMC write (any method but GET and HEAD through the node's session) and every scheduler
-write checks it right before it leaves; a claim older than ``lease_s`` raises
+Every BMC write (any method but GET and HEAD through the node's session), every scheduler write
+and every node-agent call (install, rebuild, reboot) checks it right before it leaves, the
+reaper's claims as a worker's; a claim older than ``lease_s`` raises
 :class:`~lockstep_updater.steps.ends.LostClaim` and nothing is sent.
 
 The lease travels with the task running the claim's steps (a context variable set by the
