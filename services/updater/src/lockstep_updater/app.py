@@ -47,7 +47,12 @@ def create_app(settings: Settings) -> ServiceApp:
         # A wave's nodes read once, not a fleet.query per step (issue 28 item 3); a node the
         # inventory announces changed is read anew.
         fleet = FleetQuery(resources.nc, app.namespace, app.source, timeout_s=s.fleet_timeout_s)
-        facts = WaveFacts(fleet, epoch=reconnects(resources))
+        facts = WaveFacts(
+            fleet,
+            epoch=reconnects(resources),
+            ttl_s=s.wave_facts_ttl_s,
+            max_nodes=s.wave_facts_max_nodes,
+        )
         changes.tell(facts)
         return Executor(
             PostgresStore(resources.pool, app.source),

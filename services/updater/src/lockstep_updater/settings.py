@@ -95,6 +95,16 @@ class Settings(ServiceSettings):
     fleet_timeout_s: float = Field(
         default=5.0, gt=0, description="How long a fleet.query may take, seconds."
     )
+    wave_facts_ttl_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="As old as a wave's copy of a node's facts may get before it is read anew, s.",
+    )
+    wave_facts_max_nodes: int = Field(
+        default=20_000,
+        ge=1,
+        description="Nodes whose facts are kept (about 1 kB each); the oldest copies go first.",
+    )
     redfish_poll_s: float = Field(
         default=5.0, gt=0, description="Between task polls and read-backs on a BMC, seconds."
     )

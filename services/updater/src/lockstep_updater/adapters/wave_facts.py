@@ -42,9 +42,10 @@ from lockstep_updater.ports import NodeFacts, ReadsWaves
 from lockstep_updater.store import Claim, UpdaterStore
 
 DEFAULT_TTL_S = 60.0
-"""As old as a copy may get: about the length of one step before (a push, a drain poll)."""
+"""As old as a copy may get: about the length of one step before (a push, a drain poll).
+The service's setting ``wave_facts_ttl_s``."""
 DEFAULT_MAX_NODES = 20_000
-"""A 12,500-node fleet's every node (a copy is about a kilobyte)."""
+"""A 12,500-node fleet's every node (a copy is about a kilobyte); ``wave_facts_max_nodes``."""
 
 Members = Callable[[], Awaitable[Sequence[str]]]
 """The node ids of a wave, asked only when a copy is missing."""
