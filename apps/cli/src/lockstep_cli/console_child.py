@@ -6,9 +6,9 @@ long, only starts and stops it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -58,7 +58,7 @@ def beside(stack: Stack, log_dir: Path, listen: str) -> Iterator[tuple[str, str]
         return
     proc, log_path = start_console(stack, log_dir, listen)
     try:
-        where = f"http://{listen}" if serving(proc, listen) else "not serving: see its log"
+        where = f"http://{listen}" if serving(proc, log_path) else "not serving: see its log"
         yield "console (reader)", f"{where}  (log {log_path})"
     finally:
         stop(proc, signal.SIGTERM, timeout_s=5)
@@ -133,7 +133,7 @@ def kept(
         lambda: start_console(stack, log_dir, listen)[0], log_path, report, now=time.monotonic()
     )
     try:
-        where = f"http://{listen}" if serving(watch.proc, listen) else "not serving: see its log"
+        where = f"http://{listen}" if serving(watch.proc, log_path) else "not serving: see its log"
         yield ("console (reader)", f"{where}  (log {log_path})"), watch
     finally:
         stop(watch.proc, signal.SIGTERM, timeout_s=5)
@@ -162,14 +162,18 @@ def start_console(stack: Stack, log_dir: Path, listen: str) -> tuple[subprocess.
     return proc, log_path
 
 
-def serving(proc: subprocess.Popen[bytes], listen: str, timeout_s: float = READY_S) -> bool:
-    """Whether it accepts connections on ``listen`` before it exits or ``timeout_s`` passes."""
-    host, _, port = listen.rpartition(":")
+def serving(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = READY_S) -> bool:
+    """Whether this process says it is bound (its ``console serving (pid N)`` line in its log)
+    before it exits or ``timeout_s`` passes. Not whether the port answers: another listener
+    there (an earlier console, anything) would answer while this one fails to bind."""
+    said = f"console serving (pid {proc.pid})"
     deadline = time.monotonic() + timeout_s
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.1)  # polling a condition (the port), not standing in for one
+    while time.monotonic() < deadline:
+        exited = proc.poll() is not None
+        with contextlib.suppress(OSError):
+            if said in log_path.read_text(errors="replace"):
+                return not exited
+        if exited:
+            return False
+        time.sleep(0.1)  # polling a condition (the log), not standing in for one
     return False

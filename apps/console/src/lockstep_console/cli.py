@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -97,6 +98,9 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, where.host, where.port, ssl_context=context)
     await site.start()
+    # Bound: what ``lockstep up`` waits for (its pid, so that another listener on the port, or
+    # an earlier run's line in the same log, is not taken for this process).
+    stderr_console().print(f"console serving (pid {os.getpid()})", highlight=False)
     bus = await _subscribe(settings, nudges)
     try:
         await asyncio.Event().wait()
