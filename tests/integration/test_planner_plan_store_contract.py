@@ -3,13 +3,14 @@ assertions run on both planner stores: PostgreSQL and the in-memory one the unit
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lockstep_planner.domain.rollout import RolloutState
-from lockstep_planner.store import IntentRow, RolloutRow
+from lockstep_planner.domain.rollout import RolloutState, WaveState
+from lockstep_planner.store import IntentRow, RolloutRow, WaveRow
 from lockstep_planner.testing.kit import attested, intent
 from tests.integration.test_planner_fabric_store_contract import Backend, backend
 
@@ -77,3 +78,39 @@ async def test_an_intent_recorded_held_is_planned_by_its_holder_not_claimed_by_t
             state="planning", attempts=1, lease_token=1,
         )  # fmt: skip
         assert await tx.still_holds(holder)
+
+
+async def test_the_next_soak_end_is_the_earliest_future_one_of_a_running_rollout(
+    backend: Backend,
+) -> None:
+    def soaking(rollout_id: str, number: int, until: datetime) -> WaveRow:
+        return WaveRow(
+            rollout_id,
+            number,
+            WaveState.SOAKING,
+            (f"n{number}",),
+            ("gpu_vbios",),
+            1,
+            0,
+            60,
+            60,
+            soak_until=until,
+        )
+
+    async with backend.store.transaction() as tx:
+        assert await tx.next_soak_end(T0) is None
+        for marker, state, ends in (
+            ("running", RolloutState.RUNNING, (T0 + timedelta(minutes=9), T0 - timedelta(1))),
+            ("paused", RolloutState.PAUSED, (T0 + timedelta(minutes=1),)),  # not passed now
+            ("later", RolloutState.RUNNING, (T0 + timedelta(minutes=4),)),
+        ):
+            row, made = rollout("d" * 64, T0, marker)
+            assert await tx.add_intent(row)
+            waves = [soaking(made.rollout_id, i, end) for i, end in enumerate(ends)]
+            await tx.add_rollout(dataclasses.replace(made, state=state, dry_run=False), waves)
+            for wave in waves:  # as the planner records a wave's soak
+                await tx.save_wave(wave)
+    async with backend.store.transaction() as tx:
+        assert await tx.next_soak_end(T0) == T0 + timedelta(minutes=4)
+        assert await tx.next_soak_end(T0 + timedelta(minutes=4)) == T0 + timedelta(minutes=9)
+        assert await tx.next_soak_end(T0 + timedelta(minutes=9)) is None

@@ -560,3 +560,25 @@ async def test_a_worker_whose_lease_lapsed_cannot_commit_a_second_plan() -> None
     async with rig.store.transaction() as tx:
         assert not await tx.still_holds(stale), "the stalled worker's token is fenced off"
     assert len(emitted(rig.store, RolloutPlanned)) == 1
+
+
+async def test_an_idle_worker_waits_until_the_soak_ends_not_a_poll_longer() -> None:
+    """A gate that passed before the soak ended leaves the wave to the timers: the worker's idle
+    wait ends at the soak's end, so a long poll (fewer idle queries) delays no wave."""
+    rig = Rig()
+    await rig.attest()
+    rollout_id = await rig.submit()
+    assert rig.worker.idle_s(30.0) == 30.0  # nothing soaking: a whole poll
+    await rig.complete_wave(rollout_id, 0)
+    await rig.gate(GatePassed, rollout_id, 0)
+    assert not await rig.worker.timers(rig.store)
+    soak_s = rig.wave(rollout_id, 0).soak_s
+    assert soak_s > 30
+    assert rig.worker.idle_s(30.0) == 30.0
+    rig.later(soak_s - 10)
+    assert not await rig.worker.timers(rig.store)
+    assert rig.worker.idle_s(30.0) == 10.0  # the soak ends before the next poll would
+    rig.later(10)
+    assert await rig.worker.timers(rig.store)  # and the wave passes at its end
+    assert rig.wave(rollout_id, 0).state is WaveState.PASSED
+    assert rig.worker.idle_s(30.0) == 30.0  # the next wave is released, not soaking

@@ -250,6 +250,11 @@ class PlannerTx(Protocol):
         for ``redrive_s``; locked (skipping those another worker holds)."""
         ...
 
+    async def next_soak_end(self, now: datetime) -> datetime | None:
+        """The earliest end after ``now`` of a soak under way in a running rollout: the next
+        instant ``due`` may find a wave to pass (the worker waits until then, not a poll)."""
+        ...
+
     async def republish(self, event_id: uuid.UUID, attempt: str) -> bool:
         """Publish a committed event again with its id (``lockstep_common.outbox.republish``);
         False when the outbox no longer holds it."""

@@ -88,6 +88,7 @@ class PlannerWorker:
         # intent is planned at once instead of at the next poll.
         self._wake_channel = wake_channel
         self._wake = asyncio.Event()
+        self._soak_end: datetime | None = None  # the next soak to end, read by ``timers``
 
     async def run(self, resources: Resources, stopping: asyncio.Event) -> None:
         """Work until stopped."""
@@ -103,8 +104,17 @@ class PlannerWorker:
             every = Every(self._poll_s, what="planner worker", pause=self._idle)
             await every.run(one_pass, stopping)
 
+    def idle_s(self, poll_s: float) -> float:
+        """How long an idle pass waits: a poll, or less when a soak ends sooner (its wave then
+        passes at its end, not up to a poll later, without polling faster all the time)."""
+        if self._soak_end is None:
+            return poll_s
+        return min(poll_s, max(0.0, (self._soak_end - self._clock.now()).total_seconds()))
+
     async def _idle(self, stopping: asyncio.Event, seconds: float) -> None:
-        """Until stopped, woken by a committed intent or command, or ``seconds`` have passed."""
+        """Until stopped, woken by a committed intent or command, a soak's end, or ``seconds``
+        have passed."""
+        seconds = self.idle_s(seconds)
         waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(self._wake.wait())]
         try:
             await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
@@ -226,6 +236,7 @@ class PlannerWorker:
             due = await tx.due(now, limit, self.planning.timing.redrive_s)
             for item in due:
                 await self._fire(tx, item, now)
+            self._soak_end = await tx.next_soak_end(now)
         return bool(due)
 
     async def _fire(self, tx: PlannerTx, item: DueWave, now: datetime) -> None:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
@@ -360,6 +360,14 @@ class PostgresTx:
             redrive_s,
         )
         return [DueWave(r["rollout_id"], r["number"], r["why"]) for r in rows]
+
+    async def next_soak_end(self, now: datetime) -> datetime | None:
+        value = await self.conn.fetchval(
+            "SELECT min(w.soak_until) FROM waves w JOIN rollouts r USING (rollout_id)"
+            " WHERE w.state = 'soaking' AND r.state = 'running' AND w.soak_until > $1",
+            now,
+        )
+        return cast(datetime | None, value)
 
     async def republish(self, event_id: uuid.UUID, attempt: str) -> bool:
         return await outbox.republish(self.conn, event_id, attempt)

@@ -194,6 +194,17 @@ class MemoryTx:
                 out.append(DueWave(rollout_id, number, "redrive"))
         return out[:limit]
 
+    async def next_soak_end(self, now: datetime) -> datetime | None:
+        ends = [
+            w.soak_until
+            for (rollout_id, _), w in self.t.waves.items()
+            if w.state == "soaking"
+            and self.t.rollouts[rollout_id].state is RolloutState.RUNNING
+            and w.soak_until is not None
+            and w.soak_until > now
+        ]
+        return min(ends, default=None)
+
     async def republish(self, event_id: uuid.UUID, attempt: str) -> bool:
         if event_id not in self.t.published:
             return False
