@@ -21,7 +21,9 @@ from lockstep_inventory.domain.members import (
     map_member,
     versions_of,
 )
+from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import report_of
+from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable
 from lockstep_redfish.models import SoftwareInventory
 from lockstep_redfish.profile import BmcProfile, profile_named
 from lockstep_redfish.selection import BmcFacts, facts_from, members_of, select_profile
@@ -31,6 +33,7 @@ from lockstep_sim.bmc import Bmc
 from lockstep_sim.dialects import DEFAULT, dialect_named, rename_members
 from lockstep_sim.fleet import build_fleet
 from lockstep_sim.resources import get_document
+from lockstep_updater.domain.targets import component_of
 from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.unit
@@ -373,3 +376,67 @@ async def test_a_profile_named_for_the_node_wins_over_the_choice() -> None:
     reader = BmcReader(cast(Any, None), None, named={"n1": "dmtf-generic"})
     chosen = await reader.choose_profile("n1", cast(BmcSession, session), root, swept)
     assert chosen == "dmtf-generic" and session.paths == []
+
+
+class _Refusing(_SimSession):
+    """A BMC without UpdateService or Managers (404), or that stops answering there."""
+
+    def __init__(self, bmc: Bmc, error: BmcError) -> None:
+        super().__init__(bmc)
+        self.error = error
+
+    async def get(self, path: str) -> Reply:
+        self.paths.append(path)
+        raise self.error
+
+
+async def test_a_bmc_that_refuses_the_documents_the_choice_reads_is_chosen_without_them() -> None:
+    """As the updater's probe reads them: a refusal (404) is a BMC without the resource, whose
+    profile is chosen from the rest; one that stops answering is unreadable this sweep."""
+    bmc, root, docs = _simulated("nvidia-gb200-nvl", "gb200")
+    swept = tuple(SoftwareInventory.model_validate(d) for d in docs)
+    reader = BmcReader(cast(Any, None), None)
+    refusing = _Refusing(bmc, BmcRefused("GET /redfish/v1/UpdateService: HTTP 404", status=404))
+    # The GB200 profile states an UpdateService action: without one, the generic profile.
+    assert await reader.choose_profile("n1", cast(BmcSession, refusing), root, swept) == (
+        "dmtf-generic"
+    )
+    silent = _Refusing(bmc, BmcUnavailable("GET /redfish/v1/UpdateService: no answer"))
+    with pytest.raises(BmcUnavailable):
+        await BmcReader(cast(Any, None), None).choose_profile(
+            "n1", cast(BmcSession, silent), root, swept
+        )
+
+
+def test_a_malformed_hint_costs_the_hint_not_the_member() -> None:
+    member = SoftwareInventory.model_validate(
+        {
+            "@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/BMC",
+            "Id": "BMC",
+            "Name": "BMC",
+            "Version": "1.0",
+            "RelatedItem": "/redfish/v1/Managers/1",  # not a list of links
+            "Oem": ["not", "an", "object"],
+        }
+    )
+    swept = SweepResult("n1", True, (member,), profile="supermicro-x13")
+    report = report_of(swept, 1, dt.datetime.now(dt.UTC))
+    assert report.components == {C.BMC: "1.0"}  # its id still names it
+
+
+def test_a_report_without_a_profile_is_read_as_the_updater_reads_unprofiled_members() -> None:
+    """``targets.component_of`` without a profile: the shipped profiles by priority."""
+    member = SoftwareInventory.model_validate(
+        {"@odata.id": "/x/HGX_FW_GPU_0", "Id": "HGX_FW_GPU_0", "Name": "g", "Version": "9"}
+    )
+    report = report_of(SweepResult("n1", True, (member,)), 1, dt.datetime.now(dt.UTC))
+    assert report.components == {C.GPU_VBIOS: "9"} == {component_of("HGX_FW_GPU_0"): "9"}
+
+
+def test_the_setting_names_a_profile_per_node_then_per_sku_and_refuses_an_unknown_one() -> None:
+    settings = Settings(bmc_profiles={"gb200": "nvidia-gb200-nvl", "n7": "dmtf-generic"})
+    assert settings.profile_named_for("n7", "gb200") == "dmtf-generic"  # the node's id wins
+    assert settings.profile_named_for("n8", "gb200") == "nvidia-gb200-nvl"
+    assert settings.profile_named_for("n8", "hgx-h100") is None  # chosen from what it says
+    with pytest.raises(ValueError, match=r"bmc_profiles\['gb200'\]: no BMC profile 'idrac'"):
+        Settings(bmc_profiles={"gb200": "idrac"})

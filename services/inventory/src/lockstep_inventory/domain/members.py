@@ -10,6 +10,14 @@ profile named for the node: ``bmc_profiles``). The first row any hint of which h
 is kept raw, its version still travels in ``InventoryObserved.members``). A member no row knows
 is *unknown*: kept and returned, never dropped. Nothing here names a vendor's member.
 
+Where members come from, and so which profile reads them: only the inventory's own sweep reads
+``FirmwareInventory`` (a Redfish report on the bus is dead-lettered; agents report in-band
+components, never members; a fleet import registers nodes, not what they run), and its reader
+chooses the profile with the BMC session open (``adapters.bmc_reader``). A report that names
+no profile is read by the shipped profiles in order of priority, as the updater reads a member
+it chose no profile for. What was swept is not mapped again later: ``fleet.swept`` and pins
+made from a node use the components and conflicts its report stored.
+
 Decisions (rows of the profiles, tested in ``tests/unit/inventory/test_members.py`` on the
 real captures and on every simulator dialect):
 
