@@ -366,6 +366,10 @@ async def test_a_simulated_node_reads_the_same_to_the_inventory_and_the_updater(
     session.paths.clear()
     assert await reader.choose_profile("n1", cast(BmcSession, session), root, swept) == chosen
     assert session.paths == []
+    # A member flashed since (a BMC image may change what UpdateService offers): chosen again.
+    flashed = (swept[0].model_copy(update={"Version": "flashed"}), *swept[1:])
+    assert await reader.choose_profile("n1", cast(BmcSession, session), root, flashed) == chosen
+    assert session.paths == ["/redfish/v1/UpdateService", "/redfish/v1/Managers"]
 
 
 async def test_a_profile_named_for_the_node_wins_over_the_choice() -> None:

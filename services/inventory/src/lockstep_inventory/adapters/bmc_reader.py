@@ -10,8 +10,8 @@ updater's preflight chooses it (``lockstep_redfish.selection.select_profile`` ov
 root, ``UpdateService``, the ``Managers`` collection and the members, ``probe.read_facts``'s
 reading), unless the inventory's ``bmc_profiles`` names one for the node. The two extra
 documents are read once per node and remembered (:class:`ProfileMemo`, kept across sweeps by
-the service) while what the root and the member ids say is unchanged: a sweep of an unchanged
-fleet costs no request more than before.
+the service) while what the root and the members (ids and versions) say is unchanged: a sweep
+of an unchanged fleet costs no request more than before.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ Fingerprint = tuple[object, ...]
 @dataclass(slots=True)
 class ProfileMemo:
     """The profile chosen for each node, with what its root and members said when it was
-    chosen: chosen again only when that changes (a new BMC image, another BMC at the address)."""
+    chosen: chosen again only when that changes (a member flashed, another BMC at the
+    address)."""
 
     chosen: dict[str, tuple[Fingerprint, str]] = field(default_factory=dict)
 
@@ -87,7 +88,8 @@ def _fingerprint(root: Mapping[str, Any], members: Sequence[SoftwareInventory]) 
         str(root.get("Vendor")),
         str(root.get("Product")),
         tuple(sorted(oem)) if isinstance(oem, dict) else (),
-        tuple(sorted(m.Id for m in members)),
+        # Versions too: a flashed BMC image may change what UpdateService offers.
+        tuple(sorted((m.Id, str(m.Version)) for m in members)),
     )
 
 
