@@ -20,14 +20,21 @@ import pytest
 from aiohttp import web
 
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
-from lockstep_inventory.domain.members import versions_of
+from lockstep_inventory.domain.members import Member, versions_of
 from lockstep_inventory.sweeping import report_of
+from lockstep_redfish.profile import profile_named
 from lockstep_redfish.session import BmcTarget
 from tests.reference import REFERENCE
 
 pytestmark = pytest.mark.integration
 MOCKUPS = REFERENCE / "redfish-mockups"
 SESSIONS = "/redfish/v1/SessionService/Sessions"
+CHOSEN = {
+    "nvidia_gb200": "nvidia-gb200-nvl",
+    "nvidia_gbswitch": "nvidia-gb200-nvl",
+    "nvidia_viking": "nvidia-hgx",
+    "supermicro_hgx": "supermicro-x13",
+}
 
 
 class Mockup:
@@ -75,7 +82,7 @@ class Credentials:
         return "root", "not-a-secret"
 
 
-@pytest.fixture(params=["nvidia_gb200", "nvidia_viking", "nvidia_gbswitch"])
+@pytest.fixture(params=sorted(CHOSEN))
 async def mockup(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Mockup, str]]:
     served = Mockup(MOCKUPS / request.param)
     app = web.Application()
@@ -126,7 +133,12 @@ async def test_every_captured_member_is_read_exactly(
     assert result.expanded is (use_expand is None and advertised)
 
     report = report_of(result, 1, dt.datetime.now(dt.UTC))
-    expected = versions_of({m: v for m, v in captured_members(served.root).items() if v})
+    # Mapped by the profile the updater chooses for the capture (test_members: the rows).
+    assert result.profile == CHOSEN[served.root.name]
+    base = served.root / "redfish" / "v1" / "UpdateService" / "FirmwareInventory"
+    docs = [json.loads(f.read_text()) for f in base.glob("*/index.json")]
+    members = [Member.from_redfish(d) for d in docs if d.get("Version")]
+    expected = versions_of(members, profile_named(CHOSEN[served.root.name]))
     assert report.components == expected.versions
     assert report.conflicts == expected.conflicts
     assert set(report.members) == set(captured_members(served.root))  # unknown ones kept too

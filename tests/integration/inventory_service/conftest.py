@@ -25,13 +25,16 @@ from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
 from lockstep_inventory.app import create_app
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.members import versions_of
 from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import SweepSummary, run_sweep
+from lockstep_redfish.profile import profile_named
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.simulator import Simulator
 
 SITE = "site-ams1"
+SIM = profile_named("lockstep-sim")  # what the simulator's default dialect matches
 
 
 @dataclass
@@ -71,7 +74,8 @@ class Harness:
     def golden(self, profile: str = "gb200") -> dict[Component, str]:
         """What the simulator's fleet runs now: the stack to pin."""
         node = next(n for n in self.sim.fleet if n.profile == profile)
-        return stack_of({m: c.version for m, c in node.components.items()})
+        grouped = versions_of({m: c.version for m, c in node.components.items()}, SIM)
+        return stack_of(grouped.versions, grouped.conflicts)
 
     async def pin(self, stack: dict[str, dict[Component, str]], **scope: Any) -> str:
         stack_hash = canonical.stack_hash(stack)

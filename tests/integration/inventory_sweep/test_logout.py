@@ -19,8 +19,9 @@ SLOW, OTHER = "node-00000", "node-00001"
 
 
 def _delete_faults(fault: Fault) -> FaultPlan:
-    """Three 0 ms 'faults' absorb SLOW's POST and two GETs; ``fault`` then hits its DELETE."""
-    return FaultPlan((Fault("latency", nodes=(SLOW,), latency_ms=0, count=3), fault))
+    """Five 0 ms 'faults' absorb SLOW's POST and four GETs (the root, the inventory, and the
+    UpdateService and Managers its profile is chosen from); ``fault`` then hits its DELETE."""
+    return FaultPlan((Fault("latency", nodes=(SLOW,), latency_ms=0, count=5), fault))
 
 
 async def test_next_bmc_is_read_while_a_logout_is_in_flight() -> None:

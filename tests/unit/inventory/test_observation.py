@@ -19,15 +19,17 @@ from lockstep_inventory.domain.observation import (
 )
 from lockstep_inventory.sweeping import report_of
 from lockstep_redfish.models import SoftwareInventory
+from lockstep_redfish.profile import profile_named
 
 pytestmark = pytest.mark.unit
 C = Component
 REDFISH, AGENT = ObservationSource.REDFISH, ObservationSource.AGENT
 T0 = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+GB200 = profile_named("nvidia-gb200-nvl")  # the BMC profile of the tray these members name
 
 
 def redfish(seq: int, **members: str) -> Observation:
-    return from_redfish_members(seq, T0, [Member(k, v) for k, v in members.items()])
+    return from_redfish_members(seq, T0, [Member(k, v) for k, v in members.items()], GB200)
 
 
 def test_redfish_members_become_components_and_conflicts() -> None:

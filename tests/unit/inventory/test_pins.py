@@ -11,7 +11,9 @@ from lockstep_common.events.v1 import DriftItem, ScopeSelector
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.drift import classify
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.members import versions_of
 from lockstep_inventory.domain.pins import Pin, SelectorError, parse_selector, pin_of, stack_of
+from lockstep_redfish.profile import profile_named
 
 pytestmark = pytest.mark.unit
 C = Component
@@ -79,7 +81,8 @@ def test_selector_parsing() -> None:
 
 def test_a_version_set_pins_a_board_whose_members_differ_by_design() -> None:
     members = {"CPLDMB_0": "0.2.1.8", "CPLDMID_0": "0.2.1.1", "FW_BMC_0": "b"}
-    stack = stack_of(members)
+    grouped = versions_of(members, profile_named("lockstep-sim"))
+    stack = stack_of(grouped.versions, grouped.conflicts)
     assert stack == {C.CPLD: "0.2.1.1|0.2.1.8", C.BMC: "b"}
     conflicts = {C.CPLD: {"CPLDMB_0": "0.2.1.8", "CPLDMID_0": "0.2.1.1"}}
     assert _classify({C.BMC: "b"}, stack, conflicts) == ()

@@ -8,6 +8,7 @@ import pytest
 
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.members import map_member
+from lockstep_redfish.profile import profile_named
 from lockstep_sim.profiles import PROFILE_CLASSES
 from lockstep_updater.domain.guard import (
     Decision,
@@ -107,7 +108,7 @@ SIM_MEMBERS = sorted({m for classes in PROFILE_CLASSES.values() for c in classes
 
 @pytest.mark.parametrize("member", SIM_MEMBERS)
 def test_the_profiles_classify_members_as_the_inventory_does(member: str) -> None:
-    theirs = map_member(member).component
+    theirs = map_member(profile_named("lockstep-sim"), member).component
     assert component_of(member) == theirs
 
 

@@ -33,10 +33,12 @@ from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
 from lockstep_inventory.app import NAME
 from lockstep_inventory.domain.fleet_file import parse_fleet
+from lockstep_inventory.domain.members import versions_of
 from lockstep_inventory.domain.pins import stack_of
 from lockstep_inventory.queries import drift_report, fleet_status
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import run_sweep
+from lockstep_redfish.profile import profile_named
 from lockstep_sim.agents.reports import components as in_band_components
 from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
@@ -180,7 +182,10 @@ class _Demo:
         stack: dict[str, dict[Component, str]] = {}
         for node in self.rt.fleet:
             if node.profile not in stack:
-                firmware = stack_of({m: c.version for m, c in node.components.items()})
+                # The simulator's own dialect: the lockstep-sim BMC profile's member rows.
+                members = {m: c.version for m, c in node.components.items()}
+                grouped = versions_of(members, profile_named("lockstep-sim"))
+                firmware = stack_of(grouped.versions, grouped.conflicts)
                 stack[node.profile] = {**firmware, **in_band}
         # The same path as `lockstep fleet pin`: one pin per site, each PubAck awaited.
         sites = tuple(sorted({n.site for n in self.rt.fleet}))

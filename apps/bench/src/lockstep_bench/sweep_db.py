@@ -24,15 +24,18 @@ from lockstep_inventory import admin
 from lockstep_inventory.adapters import registry, state
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
+from lockstep_inventory.domain.members import versions_of
 from lockstep_inventory.domain.pins import Pin, scope_key, stack_of
 from lockstep_inventory.settings import Settings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_redfish.credentials import CredentialSource
+from lockstep_redfish.profile import profile_named
 from lockstep_redfish.session import BmcTarget
 from lockstep_sim.fleet import build_fleet
 
 SITE = "bench"
 PROFILE = "gb200"  # what the bench's simulator serves
+SIM_BMC = profile_named("lockstep-sim")  # the BMC profile of its default dialect
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,9 @@ class DbRun:
 
 def _stack(bmc: str | None = None) -> dict[str, dict[Component, str]]:
     node = build_fleet(1, PROFILE)[0]
-    golden = stack_of({m: c.version for m, c in node.components.items()})
+    # The simulator's own dialect: the lockstep-sim BMC profile's member rows.
+    grouped = versions_of({m: c.version for m, c in node.components.items()}, SIM_BMC)
+    golden = stack_of(grouped.versions, grouped.conflicts)
     if bmc is not None:
         golden[Component.BMC] = bmc
     return {PROFILE: golden}

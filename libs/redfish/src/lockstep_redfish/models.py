@@ -77,6 +77,10 @@ class SoftwareInventory(BaseModel):
     Manufacturer: str | None = None
     LowestSupportedVersion: str | None = None
     Status: ResourceStatus | None = None
+    # The hints a BMC profile's member rows read (``selection.MemberFacts``): kept as sent, so
+    # that an odd shape costs the hint, not the member (``MemberFacts.from_doc`` filters).
+    RelatedItem: Any = None
+    Oem: Any = None
 
 
 class ActionTarget(BaseModel):

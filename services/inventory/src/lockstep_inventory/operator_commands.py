@@ -45,7 +45,7 @@ from lockstep_common.events.v1 import (
     SweptNode,
 )
 from lockstep_common.operator import Asker, Command, Refusal
-from lockstep_common.vocabulary import DriftKind, ObservationSource
+from lockstep_common.vocabulary import Component, DriftKind, ObservationSource
 from lockstep_inventory import queries
 from lockstep_inventory.adapters import registry, state, sweeps
 from lockstep_inventory.adapters.announce import Announce, unannounced
@@ -278,7 +278,7 @@ async def fleet_swept(conn: Conn, request: FleetSweptRequested, asker: Asker) ->
     carries the number of the sweep that read it)."""
     del asker
     rows = await conn.fetch(
-        "SELECT node_id, readable, error, members FROM observations"
+        "SELECT node_id, readable, error, components, conflicts, members FROM observations"
         " WHERE source = 'redfish' AND sequence = $1 AND ($2::text IS NULL OR node_id > $2)"
         " ORDER BY node_id LIMIT $3",
         request.sweep_id,
@@ -289,12 +289,15 @@ async def fleet_swept(conn: Conn, request: FleetSweptRequested, asker: Asker) ->
     nodes = []
     for r in page:
         members = {k: v or UNAVAILABLE for k, v in json.loads(r["members"]).items()}
+        # Grouped as the sweep grouped them, by the profile chosen for the BMC then.
+        versions = {Component(c): v for c, v in json.loads(r["components"]).items()}
+        conflicts = {Component(c): m for c, m in json.loads(r["conflicts"]).items()}
         nodes.append(
             SweptNode(
                 id=r["node_id"],
                 readable=r["readable"],
                 error=r["error"],
-                components=dict(sorted(stack_of(members).items())),
+                components=dict(sorted(stack_of(versions, conflicts).items())),
                 members=dict(sorted(members.items())),
             )
         )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import Seconds, ServiceSettings
+from lockstep_redfish.profile import profile_named
 
 
 class Expand(enum.StrEnum):
@@ -48,6 +49,28 @@ class Settings(ServiceSettings):
         default=None, description="Compatibility rules JSON replacing the packaged table."
     )
     metrics_interval_s: Seconds = Field(default=15.0, description="Fleet gauges refresh period.")
+    bmc_profiles: dict[str, str] = Field(
+        default_factory=dict,
+        description="BMC profiles named instead of the one a sweep chooses from what the BMC "
+        "says (a JSON object, as the updater's bmc_profiles): a node id or a hardware profile "
+        "(SKU) -> a shipped profile id (`lockstep bmc probe` lists them); a node's id wins over "
+        "its SKU. Its member rows say which member holds which component. An unknown profile "
+        "id is refused at start.",
+    )
+
+    @field_validator("bmc_profiles")
+    @classmethod
+    def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, profile_id in value.items():
+            try:
+                profile_named(profile_id)
+            except ValueError as exc:
+                raise ValueError(f"bmc_profiles[{key!r}]: {exc}") from None
+        return value
+
+    def profile_named_for(self, node_id: str, sku: str) -> str | None:
+        """The BMC profile id named for the node (its id first, then its SKU); None: choose."""
+        return self.bmc_profiles.get(node_id) or self.bmc_profiles.get(sku)
 
     @model_validator(mode="after")
     def _sweeps_fresher_than_admission(self) -> Settings:

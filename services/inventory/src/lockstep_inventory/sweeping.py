@@ -26,12 +26,14 @@ from lockstep_common.outbox import emitting
 from lockstep_common.vocabulary import ObservationSource, as_version
 from lockstep_inventory import ingest
 from lockstep_inventory.adapters import pg_store, sweeps
+from lockstep_inventory.adapters.bmc_reader import ProfileMemo, member_facts
 from lockstep_inventory.adapters.sweeper import SweepOptions, SweepResult, sweep
 from lockstep_inventory.domain.fleet_file import NodeEntry
 from lockstep_inventory.domain.members import Member
 from lockstep_inventory.domain.observation import Observation, from_redfish_members, unreadable
 from lockstep_inventory.settings import Expand, Settings
 from lockstep_redfish.credentials import RegistryCredentials
+from lockstep_redfish.profile import profile_named
 from lockstep_redfish.session import BmcTarget
 
 log = logging.getLogger(__name__)
@@ -52,15 +54,20 @@ class SweepSummary:
 
 
 def report_of(result: SweepResult, sequence: int, now: dt.datetime) -> Observation:
-    """The report a sweep result makes: members with versions, or unreadable with the reason."""
+    """The report a sweep result makes: members with versions, grouped by the BMC profile the
+    reader chose (``SweepResult.profile``), or unreadable with the reason. A result that names
+    no profile (the reader always names one) is read as the updater reads a member it chose no
+    profile for: by the shipped profiles in order of priority (``members.map_member``)."""
     if not result.readable:
         return unreadable(ObservationSource.REDFISH, sequence, now, result.error or "unreadable")
-    members = [
+    members = []
+    for m in result.members:
+        facts = member_facts(m)
         # A BMC's Version is free text: kept as far as an event can carry it (``as_version``).
-        Member(m.Id, as_version(m.Version or UNAVAILABLE), name=m.Name, software_id=m.SoftwareId)
-        for m in result.members
-    ]
-    return from_redfish_members(sequence, now, members)
+        version = as_version(m.Version or UNAVAILABLE)
+        members.append(Member(m.Id, version, m.Name, facts.software_id, facts.related, facts.oem))
+    profile = profile_named(result.profile) if result.profile is not None else None
+    return from_redfish_members(sequence, now, members, profile)
 
 
 ResultsOf = Callable[[Sequence[BmcTarget]], AsyncGenerator[SweepResult, None]]
@@ -109,10 +116,10 @@ ReaderOf = Callable[[Sequence[NodeEntry]], ResultsOf]
 def redfish_reader(settings: Settings) -> ReaderOf:
     """The Redfish sweeper under ``settings``: what the service reads its BMCs with (built in
     ``app.py``; ``run_sweep`` falls back to it when given no ``results_of``)."""
-    return functools.partial(_redfish, settings=settings)
+    return functools.partial(_redfish, settings=settings, memo=ProfileMemo())
 
 
-def _redfish(nodes: Sequence[NodeEntry], settings: Settings) -> ResultsOf:
+def _redfish(nodes: Sequence[NodeEntry], settings: Settings, memo: ProfileMemo) -> ResultsOf:
     credentials = RegistryCredentials({n.id: n.credentials for n in nodes})
     expand = {Expand.AUTO: None, Expand.ALWAYS: True, Expand.NEVER: False}[settings.sweep_expand]
     options = SweepOptions(
@@ -122,6 +129,10 @@ def _redfish(nodes: Sequence[NodeEntry], settings: Settings) -> ResultsOf:
         retries=settings.sweep_retries,
         verify_tls=settings.sweep_verify_tls,
         use_expand=expand,
+        named_profiles={
+            n.id: named for n in nodes if (named := settings.profile_named_for(n.id, n.profile))
+        },
+        profiles=memo,
     )
 
     def results(targets: Sequence[BmcTarget]) -> AsyncGenerator[SweepResult, None]:
@@ -191,7 +202,7 @@ async def _locked_sweep(
         row = await sweeps.start(conn, len(nodes), by)
     summary = SweepSummary(row.id, len(nodes))
     started = time.perf_counter()
-    read = results_of or _redfish(nodes, settings)
+    read = results_of or _redfish(nodes, settings, ProfileMemo())
     committer = _Committer(pool, summary, source, rules, on_progress)
     writing: asyncio.Task[None] | None = None
     buffer: list[SweepResult] = []

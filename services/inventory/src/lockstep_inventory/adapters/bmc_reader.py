@@ -4,16 +4,25 @@ The session (login, token, logout, the BMC's own HTTP client, TLS) is ``lockstep
 this module reads ServiceRoot and ``FirmwareInventory`` (with ``$expand`` when advertised or
 asked for, else the collection and each member) and turns the outcome into a
 :class:`SweepResult`.
+
+The result names the BMC profile its members are mapped by (``domain.members``), chosen as the
+updater's preflight chooses it (``lockstep_redfish.selection.select_profile`` over the service
+root, ``UpdateService``, the ``Managers`` collection and the members, ``probe.read_facts``'s
+reading), unless the inventory's ``bmc_profiles`` names one for the node. The two extra
+documents are read once per node and remembered (:class:`ProfileMemo`, kept across sweeps by
+the service) while what the root and the members (ids and versions) say is unchanged: a sweep
+of an unchanged fleet costs no request more than before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from lockstep_redfish.errors import BmcError, CredentialError, RedfishReplyError
+from lockstep_redfish.errors import BmcError, BmcUnavailable, CredentialError, RedfishReplyError
 from lockstep_redfish.models import (
     ODataRef,
     ServiceRoot,
@@ -23,10 +32,13 @@ from lockstep_redfish.models import (
     parse,
     parse_inventory,
 )
+from lockstep_redfish.selection import MemberFacts, facts_from, select_profile
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
 
 log = logging.getLogger(__name__)
 ROOT = "/redfish/v1/"
+UPDATE_SERVICE = "/redfish/v1/UpdateService"
+MANAGERS = "/redfish/v1/Managers"
 FIRMWARE = "/redfish/v1/UpdateService/FirmwareInventory"
 EXPAND = "?$expand=.($levels=1)"  # DSP0266 "Query parameters": members only, one level
 
@@ -34,7 +46,8 @@ EXPAND = "?$expand=.($levels=1)"  # DSP0266 "Query parameters": members only, on
 @dataclass(frozen=True, slots=True)
 class SweepResult:
     """One BMC's outcome. ``error`` says what failed and where when ``readable`` is False;
-    ``logout_error`` is set when the session could not be deleted."""
+    ``logout_error`` is set when the session could not be deleted. ``profile`` is the BMC
+    profile the members are mapped by (None: not chosen, ``sweeping.report_of`` says how)."""
 
     node_id: str
     readable: bool
@@ -42,14 +55,59 @@ class SweepResult:
     error: str | None = None
     expanded: bool = False
     logout_error: str | None = None
+    profile: str | None = None
+
+
+def member_facts(member: SoftwareInventory) -> MemberFacts:
+    """What a profile's member rows read of one member as swept."""
+    doc = {
+        "Id": member.Id,
+        "SoftwareId": member.SoftwareId,
+        "RelatedItem": member.RelatedItem,
+        "Oem": member.Oem,
+        "Version": member.Version,
+    }
+    return MemberFacts.from_doc(doc)
+
+
+Fingerprint = tuple[object, ...]
+
+
+@dataclass(slots=True)
+class ProfileMemo:
+    """The profile chosen for each node, with what its root and members said when it was
+    chosen: chosen again only when that changes (a member flashed, another BMC at the
+    address)."""
+
+    chosen: dict[str, tuple[Fingerprint, str]] = field(default_factory=dict)
+
+
+def _fingerprint(root: Mapping[str, Any], members: Sequence[SoftwareInventory]) -> Fingerprint:
+    oem = root.get("Oem")
+    return (
+        str(root.get("Vendor")),
+        str(root.get("Product")),
+        tuple(sorted(oem)) if isinstance(oem, dict) else (),
+        # Versions too: a flashed BMC image may change what UpdateService offers.
+        tuple(sorted((m.Id, str(m.Version)) for m in members)),
+    )
 
 
 class BmcReader:
     """Reads BMCs' firmware inventories, each in its own session of ``client``."""
 
-    def __init__(self, client: RedfishClient, use_expand: bool | None) -> None:
+    def __init__(
+        self,
+        client: RedfishClient,
+        use_expand: bool | None,
+        *,
+        named: Mapping[str, str] | None = None,
+        memo: ProfileMemo | None = None,
+    ) -> None:
         self._client = client
         self._use_expand = use_expand
+        self._named = named or {}
+        self._memo = memo if memo is not None else ProfileMemo()
 
     async def read(
         self, target: BmcTarget, on_read: Callable[[], None] | None = None
@@ -79,6 +137,7 @@ class BmcReader:
             root = parse(ServiceRoot, reply.body, session.url(ROOT))
             expand = root.supports_expand_levels if self._use_expand is None else self._use_expand
             members = await self._inventory(session, expand)
+            profile = await self.choose_profile(target.node_id, session, reply.body, members)
         except (BmcError, CredentialError) as exc:
             log.warning("BMC %s unreadable: %s", target.node_id, exc)
             return SweepResult(target.node_id, readable=False, error=str(exc))
@@ -86,7 +145,32 @@ class BmcReader:
             log.error("BMC %s unreadable: unexpected %s", target.node_id, type(exc).__name__)
             error = f"unexpected {type(exc).__name__} while reading {session.base}"
             return SweepResult(target.node_id, readable=False, error=error)
-        return SweepResult(target.node_id, readable=True, members=members, expanded=expand)
+        return SweepResult(
+            target.node_id, readable=True, members=members, expanded=expand, profile=profile
+        )
+
+    async def choose_profile(
+        self,
+        node_id: str,
+        session: BmcSession,
+        root: Mapping[str, Any],
+        members: Sequence[SoftwareInventory],
+    ) -> str:
+        """The profile named for the node, else the one the selection chooses (remembered)."""
+        named = self._named.get(node_id)
+        if named is not None:
+            return named
+        key = _fingerprint(root, members)
+        known = self._memo.chosen.get(node_id)
+        if known is not None and known[0] == key:
+            return known[1]
+        service = await _document(session, UPDATE_SERVICE)
+        managers = _member_ids(await _document(session, MANAGERS))
+        facts = facts_from(root, service, managers, ())
+        facts = replace(facts, members=tuple(member_facts(m) for m in members))
+        chosen = select_profile(facts).profile.id
+        self._memo.chosen[node_id] = (key, chosen)
+        return chosen
 
     async def _inventory(self, session: BmcSession, expand: bool) -> tuple[SoftwareInventory, ...]:
         path = FIRMWARE + EXPAND if expand else FIRMWARE
@@ -124,3 +208,25 @@ class BmcReader:
         except ExceptionGroup as group_error:
             raise group_error.exceptions[0] from None
         return {i: t.result() for i, t in tasks.items()}
+
+
+async def _document(session: BmcSession, path: str) -> dict[str, Any] | None:
+    """``path`` as a JSON object; None where the BMC has no such resource or refuses it, as
+    the updater's probe reads it (``probe._doc``); a BMC that does not answer is unreadable."""
+    try:
+        body = (await session.get(path)).body
+    except BmcUnavailable:
+        raise
+    except BmcError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _member_ids(collection: Mapping[str, Any] | None) -> list[str]:
+    members = (collection or {}).get("Members")
+    paths = (
+        [m.get("@odata.id") for m in members if isinstance(m, dict)]
+        if isinstance(members, list)
+        else []
+    )
+    return [p.rstrip("/").rsplit("/", 1)[-1] for p in paths if isinstance(p, str)]

@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from lockstep_inventory.adapters.bmc_reader import BmcReader, SweepResult
+from lockstep_inventory.adapters.bmc_reader import BmcReader, ProfileMemo, SweepResult
 from lockstep_redfish.credentials import CredentialSource
 from lockstep_redfish.session import BmcTarget, RedfishClient
 from lockstep_redfish.transport import RetryPolicy
@@ -56,6 +56,10 @@ class SweepOptions:
     verify_tls: bool = True
     use_expand: bool | None = None  # None: when advertised; False: never; True: always
     max_retry_after_s: float = 30.0
+    # Node id -> the BMC profile its members are mapped by, instead of the one chosen from
+    # what the BMC says; ``profiles`` remembers the chosen ones across sweeps (bmc_reader).
+    named_profiles: Mapping[str, str] = field(default_factory=dict)
+    profiles: ProfileMemo = field(default_factory=ProfileMemo)
 
     def __post_init__(self) -> None:
         bad = (
@@ -151,7 +155,9 @@ async def _sweep(
         verify_tls=options.verify_tls,
         slots=options.concurrency,
     )
-    reader = BmcReader(client, options.use_expand)
+    reader = BmcReader(
+        client, options.use_expand, named=options.named_profiles, memo=options.profiles
+    )
 
     async def one(target: BmcTarget) -> None:
         held = True

@@ -1,26 +1,38 @@
-"""Redfish ``FirmwareInventory`` members -> Lockstep components.
+"""Redfish ``FirmwareInventory`` members -> Lockstep components, through the BMC's profile.
 
-The member ids follow the NVIDIA captures in ``reference/redfish-mockups`` (GB200 NVL
-``nvidia_gb200``, HGX H100 on AMI ``nvidia_viking``, GB switch tray ``nvidia_gbswitch``) and the
-simulator's profiles (``lockstep_sim.profiles``). The mapping is an ordered data table: the first
-rule whose regex matches the member id wins. A rule maps either to a :class:`Component` or,
-explicitly, to ``None`` with a label ("not a Lockstep component": the member is kept raw, its
-version still travels in ``InventoryObserved.members``). A member no rule matches is *unknown*:
-kept and returned, never dropped.
+Which member holds which component is data, and the same data the updater flashes by: the
+``[[members]]`` rows of the BMC profile (``lockstep_redfish/profiles/*.toml``) chosen for the
+BMC the way the updater's preflight chooses it (``lockstep_redfish.selection.select_profile``
+over what the service root, ``UpdateService``, ``Managers`` and ``FirmwareInventory`` say, or a
+profile named for the node: ``bmc_profiles``). The first row any hint of which holds decides
+(member id glob, ``SoftwareId``, ``RelatedItem`` glob, ``Oem`` value). A row maps either to a
+:class:`Component` or, explicitly, to none with a label ("not a Lockstep component": the member
+is kept raw, its version still travels in ``InventoryObserved.members``). A member no row knows
+is *unknown*: kept and returned, never dropped. Nothing here names a vendor's member.
 
-Decisions (documented here, tested in ``tests/unit/inventory/test_members.py``):
+Where members come from, and so which profile reads them: only the inventory's own sweep reads
+``FirmwareInventory`` (a Redfish report on the bus is dead-lettered; agents report in-band
+components, never members; a fleet import registers nodes, not what they run), and its reader
+chooses the profile with the BMC session open (``adapters.bmc_reader``). A report that names
+no profile is read by the shipped profiles in order of priority, as the updater reads a member
+it chose no profile for. What was swept is not mapped again later: ``fleet.swept`` and pins
+made from a node use the components and conflicts its report stored.
 
-- ``HGX_FW_BMC_0`` is ``bmc`` (the simulator's hgx-h100 profile flashes it as the BMC); the AMI
-  host BMC ``HostBMC_0`` and host ERoTs ``EROT_BIOS_0``/``EROT_BMC_0`` are OEM firmware outside
-  the NVIDIA bundle: raw ``host_bmc``/``host_erot``.
-- A member showing another bank's image (the Supermicro capture's ``Backup_BMC``,
-  ``Golden_BMC``, ``Staging_BIOS``: the inactive, golden or staged image, Supermicro's
-  SoftwareId its running twin's) is not what runs: raw ``other_bank``, checked before any
-  SoftwareId fallback, so that a backup bank holding the previous image is no conflict.
+Decisions (rows of the profiles, tested in ``tests/unit/inventory/test_members.py`` on the
+real captures and on every simulator dialect):
+
+- ``HGX_FW_BMC_0`` is ``bmc`` (the HGX HMC's BMC, flashed as the BMC); the AMI host BMC
+  ``HostBMC_0`` and host ERoTs ``EROT_BIOS_0``/``EROT_BMC_0`` are OEM firmware outside the
+  NVIDIA bundle: raw ``host_bmc``/``host_erot`` (``nvidia-hgx``, ``lockstep-sim``).
+- A member showing another bank's image (Supermicro's ``Backup_*``/``Golden_*``: the inactive
+  or golden image; ``Staging_*``/``Capsule_*``: an image waiting to be applied; each with its
+  running twin's RelatedItem) is not what runs: raw ``backup``/``staging``, rows placed before
+  any row its twin's hints would match, so a backup bank holding the previous image is no
+  conflict (``supermicro-x13``).
 - InfoROM (``*_InfoROM_*``) is a configuration store versioned with the board: raw ``inforom``.
-- Grace CPU firmware (``*_FW_CPU_*``), the HGX FPGA, ``HGX_FW_CPLD_*`` (the simulator's separate
-  ``hgx_cpld`` kind), PCIe retimers and PCIe switches have no word in the vocabulary: raw, so the
-  planner cannot pin them yet (reported as missing vocabulary).
+- Grace CPU firmware, the HGX FPGA, ``HGX_FW_CPLD_*`` (the simulator's separate ``hgx_cpld``
+  kind), PCIe retimers and PCIe switches have no word in the vocabulary: raw, so the planner
+  cannot pin them yet (reported as missing vocabulary).
 - Several members of one component (4 GPUs, 4 CPLDs) must agree; otherwise the component is
   reported as a conflict (:class:`ComponentVersions`), never silently resolved.
 """
@@ -28,11 +40,14 @@ Decisions (documented here, tested in ``tests/unit/inventory/test_members.py``):
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lockstep_common.vocabulary import Component
+from lockstep_redfish.profile import BmcProfile
+from lockstep_redfish.selection import MemberFacts, map_member_shipped
+from lockstep_redfish.selection import map_member as profile_map
 
 
 class MemberStatus(enum.StrEnum):
@@ -44,80 +59,45 @@ class MemberStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
-    """One row of the mapping table: member-id regex -> component (``None``: kept raw)."""
-
-    pattern: re.Pattern[str]
-    component: Component | None
-    label: str
-
-
-def _rule(regex: str, component: Component | None, label: str) -> Rule:
-    return Rule(re.compile(regex), component, label)
-
-
-# Ordered: the first match wins, so the specific rows (host-side OEM parts, InfoROM) come before
-# the generic ones they would otherwise fall into.
-RULES: tuple[Rule, ...] = (
-    _rule(r"^(Backup|Golden|Staging)_\w+$", None, "other_bank"),  # Supermicro's other banks
-    _rule(r"^(HGX|MGX)_InfoROM_\w+$", None, "inforom"),
-    _rule(r"^EROT_\w+$", None, "host_erot"),  # AMI host-side ERoTs (viking)
-    _rule(r"^HostBMC_\d+$", None, "host_bmc"),  # AMI host BMC (viking)
-    _rule(r"^((HGX|MGX)_)?FW_ERoT_\w+$", Component.EROT, "erot"),
-    _rule(r"^((HGX|MGX)_)?FW_BMC_\d+$", Component.BMC, "bmc"),
-    _rule(r"^HGX_FW_GPU_(SXM_)?\d+$", Component.GPU_VBIOS, "gpu_vbios"),
-    _rule(r"^(HGX|MGX)_FW_NVSwitch_\d+$", Component.NVSWITCH, "nvswitch"),
-    _rule(r"^HGX_FW_CPLD_\d+$", None, "hgx_cpld"),
-    _rule(r"^(FW_)?CPLD(MB|MID)?_\d+$", Component.CPLD, "cpld"),
-    _rule(r"^(HGX|MGX)_FW_CPU_\d+$", None, "cpu"),
-    _rule(r"^(HGX|MGX)_FW_FPGA_\d+$", None, "fpga"),
-    _rule(r"^(HGX_FW_)?PCIeRetimer_\d+$", None, "pcie_retimer"),
-    _rule(r"^(HGX_FW_|HGX_)?PCIeSwitch(Config)?_\d+$", None, "pcie_switch"),
-    _rule(r"^(CX7|NIC)_\d+$", Component.NIC, "nic"),
-    _rule(r"^(UEFI|HostBIOS_\d+)$", Component.BIOS, "bios"),
-    _rule(r"^PSU_\d+$", Component.PSU, "psu"),
-    _rule(r"^BBU_\d+$", Component.BBU, "bbu"),
-)
-
-# Fallback for ids no rule knows: the NVIDIA ``SoftwareId`` seen in the GB200 captures.
-SOFTWARE_IDS: Mapping[str, tuple[Component, str]] = {
-    "0xC000": (Component.GPU_VBIOS, "gpu_vbios"),
-    "0x0010": (Component.BMC, "bmc"),
-    "0xFF00": (Component.EROT, "erot"),
-    "0x00CF": (Component.NVSWITCH, "nvswitch"),
-    "UEFI": (Component.BIOS, "bios"),
-}
-
-
-@dataclass(frozen=True, slots=True)
 class Member:
-    """One ``SoftwareInventory`` member as read from a BMC."""
+    """One ``SoftwareInventory`` member as read from a BMC, with the hints the profile's rows
+    read (``SoftwareId``, ``RelatedItem`` paths, ``Oem``)."""
 
     id: str
     version: str
     name: str | None = None
     software_id: str | None = None
+    related: tuple[str, ...] = ()
+    oem: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_redfish(cls, doc: Mapping[str, object]) -> Member:
+    def from_redfish(cls, doc: Mapping[str, Any]) -> Member:
         """Build from a SoftwareInventory JSON document; ``Id`` and ``Version`` are required."""
         ident, version = doc.get("Id"), doc.get("Version")
         if not isinstance(ident, str) or not ident:
             raise ValueError(f"SoftwareInventory without a string Id: {doc.get('@odata.id')!r}")
         if not isinstance(version, str) or not version:
             raise ValueError(f"SoftwareInventory {ident!r} has no string Version")
-        name, software_id = doc.get("Name"), doc.get("SoftwareId")
+        facts = MemberFacts.from_doc(doc)
+        name = doc.get("Name")
         return cls(
             id=ident,
             version=version,
             name=name if isinstance(name, str) else None,
-            software_id=software_id if isinstance(software_id, str) else None,
+            software_id=facts.software_id,
+            related=facts.related,
+            oem=facts.oem,
         )
+
+    @property
+    def facts(self) -> MemberFacts:
+        """What the profile's rows read of this member."""
+        return MemberFacts(self.id, self.software_id, self.related, self.oem, self.version)
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMapping:
-    """Where one member landed; ``label`` is the rule's label (``None`` when unknown)."""
+    """Where one member landed; ``label`` is the row's label (``None`` when unknown)."""
 
     member_id: str
     component: Component | None
@@ -131,20 +111,14 @@ class MemberMapping:
         return MemberStatus.UNKNOWN if self.label is None else MemberStatus.NOT_A_COMPONENT
 
 
-def map_member(
-    member_id: str, *, name: str | None = None, software_id: str | None = None
-) -> MemberMapping:
-    """Map one member id (then its ``Name``, then its ``SoftwareId``) through :data:`RULES`."""
-    for candidate in (member_id, name):
-        if candidate is None:
-            continue
-        for rule in RULES:
-            if rule.pattern.fullmatch(candidate):
-                return MemberMapping(member_id, rule.component, rule.label)
-    if software_id is not None and software_id in SOFTWARE_IDS:
-        component, label = SOFTWARE_IDS[software_id]
-        return MemberMapping(member_id, component, label)
-    return MemberMapping(member_id, None, None)
+def map_member(profile: BmcProfile | None, member: Member | str) -> MemberMapping:
+    """``member`` (or a bare member id) through ``profile``'s rows: the first that holds. With
+    no profile (a report whose BMC's profile is not known), through the shipped profiles in
+    order of their ``priority``, the first that knows the member deciding: how the updater
+    reads a member it has chosen no profile for (``targets.component_of``)."""
+    facts = MemberFacts(member) if isinstance(member, str) else member.facts
+    found = profile_map(profile, facts) if profile is not None else map_member_shipped(facts)
+    return MemberMapping(found.member_id, found.component, found.label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +127,7 @@ class ComponentVersions:
 
     ``versions`` holds the components whose members all agree; ``conflicts`` the components whose
     members disagree (member id -> version); ``raw`` the members that are explicitly not Lockstep
-    components; ``unmapped`` the members no rule knows. Every input member is in exactly one of
+    components; ``unmapped`` the members no row knows. Every input member is in exactly one of
     ``conflicts``/``raw``/``unmapped`` or contributes to ``versions``.
     """
 
@@ -170,13 +144,17 @@ def version_set(by_member: Mapping[str, str]) -> str:
     return "|".join(sorted(set(by_member.values())))
 
 
-def versions_of(members: Iterable[Member] | Mapping[str, str]) -> ComponentVersions:
-    """Group members by component; one common version per component or an explicit conflict."""
+def versions_of(
+    members: Iterable[Member] | Mapping[str, str], profile: BmcProfile | None
+) -> ComponentVersions:
+    """Group members by component under ``profile`` (:func:`map_member`); one common version
+    per component or an explicit conflict (a mapping is member id -> version, ids the only
+    hint)."""
     items = [Member(k, v) for k, v in members.items()] if isinstance(members, Mapping) else members
     grouped: dict[Component, dict[str, str]] = {}
     result = ComponentVersions()
     for member in items:
-        mapping = map_member(member.id, name=member.name, software_id=member.software_id)
+        mapping = map_member(profile, member)
         result.mappings[member.id] = mapping
         if mapping.component is not None:
             grouped.setdefault(mapping.component, {})[member.id] = member.version

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from lockstep_common.errors import InvalidMessage
 from lockstep_common.vocabulary import Component, ObservationSource, clip_text
 from lockstep_inventory.domain.members import Member, versions_of
+from lockstep_redfish.profile import BmcProfile
 
 # Components only the node itself can report (design.md "inventory": agent telemetry).
 IN_BAND: frozenset[Component] = frozenset(
@@ -106,10 +107,11 @@ def content_digest(obs: Observation) -> str:
 
 
 def from_redfish_members(
-    sequence: int, observed_at: dt.datetime, members: list[Member]
+    sequence: int, observed_at: dt.datetime, members: list[Member], profile: BmcProfile | None
 ) -> Observation:
-    """A readable Redfish report: members grouped into components (conflicts kept explicit)."""
-    grouped = versions_of(members)
+    """A readable Redfish report: members grouped into components by the BMC's profile
+    (``members.map_member``; conflicts kept explicit)."""
+    grouped = versions_of(members, profile)
     return Observation(
         source=ObservationSource.REDFISH,
         sequence=sequence,

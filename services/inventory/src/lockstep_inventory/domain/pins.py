@@ -29,7 +29,7 @@ from lockstep_common.events.v1 import ScopeSelector
 from lockstep_common.scopes import SelectorError, parse_selector, selects
 from lockstep_common.vocabulary import Component
 from lockstep_inventory.domain.fleet_file import NodeEntry
-from lockstep_inventory.domain.members import version_set, versions_of
+from lockstep_inventory.domain.members import version_set
 
 __all__ = ["Pin", "SelectorError", "parse_selector", "pin_of", "scope_key", "selects", "stack_of"]
 
@@ -72,11 +72,13 @@ def pin_of(node: NodeEntry, pins: Iterable[Pin]) -> Pin | None:
     return best
 
 
-def stack_of(members: Mapping[str, str]) -> dict[Component, str]:
-    """The profile stack that pins exactly what these members run (conflicts as version sets):
-    how an operator turns a known-good node into a pin."""
-    grouped = versions_of(members)
-    stack = dict(grouped.versions)
-    for component, by_member in grouped.conflicts.items():
+def stack_of(
+    versions: Mapping[Component, str], conflicts: Mapping[Component, Mapping[str, str]]
+) -> dict[Component, str]:
+    """The profile stack that pins exactly what a node's members run, as its report grouped
+    them (``members.versions_of`` under the BMC's profile; conflicts as version sets): how an
+    operator turns a known-good node into a pin."""
+    stack = dict(versions)
+    for component, by_member in conflicts.items():
         stack[component] = version_set(by_member)
     return stack
