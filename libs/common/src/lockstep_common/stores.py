@@ -4,7 +4,8 @@ A service's store is a Protocol (its domain's words) with an in-memory fake and 
 adapter; the adapter's transaction object (``Tx``) wraps a connection inside an open
 transaction and the sink its events go to. Two ways to get one, the same for every service:
 - ``PooledStore.transaction()``: a pooled connection for a worker, its events committed to the
-  outbox with the transaction (``outbox.emitting``);
+  outbox with the transaction (as ``outbox.emitting``), the connection back in the pool
+  without a reset round trip (``db.pooled_transaction``);
 - ``JoinedAt(make_tx)`` (a service's ``joined``): a handler run inside the consumer runtime's
   transaction, so its writes, its inbox claim and its events commit or roll back together.
 
@@ -27,9 +28,9 @@ import asyncpg
 
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.consumer import HandlerContext
-from lockstep_common.db import Conn
+from lockstep_common.db import Conn, pooled_transaction
 from lockstep_common.envelope import Envelope, EventData
-from lockstep_common.outbox import EventSink, emitting
+from lockstep_common.outbox import Emitter, EventSink
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -84,8 +85,10 @@ class PooledStore(Generic[Tx]):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         """A pooled connection's transaction; its events commit to the outbox with it."""
-        async with self._pool.acquire() as conn, emitting(conn, self._source) as out:
+        async with pooled_transaction(self._pool) as conn:
+            out = Emitter(conn, self._source)  # as ``emitting`` does, in this one transaction
             yield self._make_tx(conn, out)
+            await out.flush()
 
 
 class JoinedAt(Generic[T]):
