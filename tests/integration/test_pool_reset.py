@@ -1,6 +1,8 @@
 """A pooled connection goes back without asyncpg's reset round trip only when nothing but one
 ended transaction ran on it (``db.pooled_transaction``); a connection that held a session
-advisory lock, listened on a channel, or whose transaction failed is still reset in full."""
+advisory lock, listened on a channel, or whose transaction failed is still reset in full.
+A one-statement unit of work (``PooledStore.statement``) sends its statement alone, and
+refuses a second one, unsent, or an event."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import asyncpg
 import pytest
 
 from lockstep_common import db
+from lockstep_common.events.v1 import RolloutHalted
+from lockstep_common.stores import PooledStore
 
 pytestmark = pytest.mark.integration
 LOCK = 7_280_028  # an advisory lock key no service uses
@@ -111,3 +115,30 @@ async def test_the_mark_lasts_one_acquisition_only(pool: asyncpg.Pool, sent: Sen
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
         )
         assert await conn.fetchval(held) == 0
+
+
+async def test_one_statement_is_sent_alone_and_a_second_is_refused_unsent(
+    pool: asyncpg.Pool, sent: Sent
+) -> None:
+    store = PooledStore(pool, "/test", lambda conn, events: (conn, events))
+    async with store.statement() as (conn, _):
+        assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", LOCK)
+    assert await sent.taken() == ["SELECT pg_try_advisory_xact_lock($1)"]  # no BEGIN, COMMIT
+    with pytest.raises(RuntimeError, match="second statement"):
+        async with store.statement() as (conn, _):
+            await conn.execute("CREATE TABLE lockstep_one_statement (id int)")
+            await conn.execute("DROP TABLE lockstep_one_statement")
+    created, reset = await sent.taken()  # the block raised: the connection is reset in full
+    assert created == "CREATE TABLE lockstep_one_statement (id int)" and RESET in reset
+    async with pool.acquire() as conn:  # the first committed on its own; drop it
+        await conn.execute("DROP TABLE lockstep_one_statement")
+
+
+async def test_an_event_in_one_statement_is_refused(pool: asyncpg.Pool) -> None:
+    store = PooledStore(pool, "/test", lambda conn, events: (conn, events))
+    with pytest.raises(RuntimeError, match="needs a transaction"):
+        async with store.statement() as (_, events):
+            events.emit(
+                "lockstep.test",
+                RolloutHalted(rollout_id="r-1", wave=0, reason="x", halted_by="test"),
+            )

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -279,6 +279,54 @@ async def pooled_transaction(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
             yield conn
         mark = getattr(conn, "used_for_transactions_only", None)
         if mark is not None:  # a pool not made by ``create_pool`` is reset as asyncpg does
+            mark()
+
+
+class _OneStatement:
+    """A pooled connection that runs one statement, outside any transaction block."""
+
+    __slots__ = ("_conn", "_sent")
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+        self._sent = False
+
+    def _once(self) -> Conn:
+        if self._sent:
+            raise RuntimeError(
+                "a second statement in a one-statement unit of work would commit apart from "
+                "the first: open a transaction instead"
+            )
+        self._sent = True
+        return self._conn
+
+    async def execute(self, query: str, *args: Any) -> str:
+        return await self._once().execute(query, *args)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._once().fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        return await self._once().fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self._once().fetchval(query, *args)
+
+    def is_in_transaction(self) -> bool:
+        return False  # the outbox refuses to write here (``outbox.enqueue``)
+
+
+@asynccontextmanager
+async def pooled_statement(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A connection of ``pool`` for one statement, which PostgreSQL runs as a transaction of
+    its own ("autocommit", manual 3.4): one round trip where ``pooled_transaction`` takes three
+    (BEGIN, the statement, COMMIT). A second statement raises ``RuntimeError`` before it is
+    sent. Given back as after :func:`pooled_transaction` (the statement must take no session
+    state)."""
+    async with pool.acquire() as conn:
+        yield cast(Conn, _OneStatement(conn))
+        mark = getattr(conn, "used_for_transactions_only", None)
+        if mark is not None:
             mark()
 
 

@@ -28,9 +28,9 @@ import asyncpg
 
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.consumer import HandlerContext
-from lockstep_common.db import Conn, pooled_transaction
+from lockstep_common.db import Conn, pooled_statement
 from lockstep_common.envelope import Envelope, EventData
-from lockstep_common.outbox import Emitter, EventSink
+from lockstep_common.outbox import EventSink, pooled_emitting
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -85,10 +85,26 @@ class PooledStore(Generic[Tx]):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         """A pooled connection's transaction; its events commit to the outbox with it."""
-        async with pooled_transaction(self._pool) as conn:
-            out = Emitter(conn, self._source)  # as ``emitting`` does, in this one transaction
-            yield self._make_tx(conn, out)
-            await out.flush()
+        async with pooled_emitting(self._pool, self._source) as out:
+            yield self._make_tx(out.conn, out)
+
+    @asynccontextmanager
+    async def statement(self) -> AsyncIterator[Tx]:
+        """A unit of work of one statement (``db.pooled_statement``): one round trip, not
+        three, for a single read or a single write that needs nothing else in its transaction
+        (a lease renewal, a claim). A second statement raises before it is sent, and so does an
+        event (nothing could commit it with the statement)."""
+        async with pooled_statement(self._pool) as conn:
+            yield self._make_tx(conn, _NoEvents(self._source))
+
+
+class _NoEvents(EventSink):
+    """The sink of a one-statement unit of work: an event there has no transaction to join."""
+
+    __slots__ = ()
+
+    def _keep(self, subject: str, env: Envelope[EventData]) -> None:
+        raise RuntimeError(f"{subject}: an event needs a transaction, not a single statement")
 
 
 class JoinedAt(Generic[T]):
