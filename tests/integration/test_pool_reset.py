@@ -7,6 +7,7 @@ refuses a second one, unsent, or an event."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,6 @@ from lockstep_common.events.v1 import RolloutHalted
 from lockstep_common.stores import PooledStore
 
 pytestmark = pytest.mark.integration
-LOCK = 7_280_028  # an advisory lock key no service uses
 RESET = "pg_advisory_unlock_all"  # the first statement of asyncpg's reset query
 
 
@@ -49,6 +49,12 @@ async def pool(servers: Any) -> AsyncIterator[asyncpg.Pool]:
 
 
 @pytest.fixture
+def lock() -> int:
+    """An advisory lock key of this test's own (tests run side by side on one server)."""
+    return uuid.uuid4().int >> 65  # a positive bigint
+
+
+@pytest.fixture
 async def sent(pool: asyncpg.Pool) -> Sent:
     log = Sent()
     async with pool.acquire() as conn:  # the pool's only connection, from now on
@@ -58,26 +64,26 @@ async def sent(pool: asyncpg.Pool) -> Sent:
 
 
 async def test_a_connection_used_for_one_transaction_is_not_sent_the_reset(
-    pool: asyncpg.Pool, sent: Sent
+    pool: asyncpg.Pool, sent: Sent, lock: int
 ) -> None:
     async with db.pooled_transaction(pool) as conn:
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock)
     queries = await sent.taken()
     assert queries == ["BEGIN;", "SELECT pg_advisory_xact_lock($1)", "COMMIT;"]
     async with pool.acquire() as conn:  # and the transaction's lock went with it
-        assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", LOCK)
+        assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock)
 
 
 async def test_a_session_advisory_lock_is_released_with_the_connection(
-    pool: asyncpg.Pool, sent: Sent, servers: Any
+    pool: asyncpg.Pool, sent: Sent, servers: Any, lock: int
 ) -> None:
     async with pool.acquire() as conn:
-        await conn.execute("SELECT pg_advisory_lock($1)", LOCK)
+        await conn.execute("SELECT pg_advisory_lock($1)", lock)
     assert any(RESET in q for q in await sent.taken())
     other = await asyncpg.connect(servers.database_url)
     try:
-        assert await other.fetchval("SELECT pg_try_advisory_lock($1)", LOCK)
-        await other.execute("SELECT pg_advisory_unlock($1)", LOCK)
+        assert await other.fetchval("SELECT pg_try_advisory_lock($1)", lock)
+        await other.execute("SELECT pg_advisory_unlock($1)", lock)
     finally:
         await other.close()
 
@@ -103,11 +109,13 @@ async def test_a_transaction_that_failed_is_reset_in_full(pool: asyncpg.Pool, se
         assert await conn.fetchval("SHOW search_path") == "public"
 
 
-async def test_the_mark_lasts_one_acquisition_only(pool: asyncpg.Pool, sent: Sent) -> None:
+async def test_the_mark_lasts_one_acquisition_only(
+    pool: asyncpg.Pool, sent: Sent, lock: int
+) -> None:
     async with db.pooled_transaction(pool) as conn:
         await conn.fetchval("SELECT 1")
     async with pool.acquire() as conn:  # the next user takes session state: reset again
-        await conn.execute("SELECT pg_advisory_lock($1)", LOCK)
+        await conn.execute("SELECT pg_advisory_lock($1)", lock)
     queries = await sent.taken()
     assert [q for q in queries if RESET in q] == [queries[-1]]
     async with pool.acquire() as conn:
@@ -118,20 +126,20 @@ async def test_the_mark_lasts_one_acquisition_only(pool: asyncpg.Pool, sent: Sen
 
 
 async def test_one_statement_is_sent_alone_and_a_second_is_refused_unsent(
-    pool: asyncpg.Pool, sent: Sent
+    pool: asyncpg.Pool, sent: Sent, lock: int
 ) -> None:
     store = PooledStore(pool, "/test", lambda conn, events: (conn, events))
     async with store.statement() as (conn, _):
-        assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", LOCK)
+        assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock)
     assert await sent.taken() == ["SELECT pg_try_advisory_xact_lock($1)"]  # no BEGIN, COMMIT
     with pytest.raises(RuntimeError, match="second statement"):
         async with store.statement() as (conn, _):
-            await conn.execute("CREATE TABLE lockstep_one_statement (id int)")
-            await conn.execute("DROP TABLE lockstep_one_statement")
+            await conn.execute(f"CREATE TABLE one_statement_{lock} (id int)")
+            await conn.execute(f"DROP TABLE one_statement_{lock}")
     created, reset = await sent.taken()  # the block raised: the connection is reset in full
-    assert created == "CREATE TABLE lockstep_one_statement (id int)" and RESET in reset
+    assert created == f"CREATE TABLE one_statement_{lock} (id int)" and RESET in reset
     async with pool.acquire() as conn:  # the first committed on its own; drop it
-        await conn.execute("DROP TABLE lockstep_one_statement")
+        await conn.execute(f"DROP TABLE one_statement_{lock}")
 
 
 async def test_an_event_in_one_statement_is_refused(pool: asyncpg.Pool) -> None:
