@@ -33,10 +33,12 @@ NODES = 4
 CONNECTIONS = 3
 # Ready steps follow at once: only the rare wait on the simulator's clock costs an idle claim.
 QUICK = dataclasses.replace(FAST, retry_s=0.05, drain_poll_s=0.05)
-MOST_PER_NODE = 83
-"""Measured: 135.8 before issue 28 item 3; 115.8 without pool resets; 92.8 with a step's move
-and history, the guard's facts and the claim each in one statement; 82.8 with the claim and
-the one-statement reads sent without BEGIN and COMMIT (``PooledStore.statement``)."""
+MOST_PER_NODE = 88
+"""Five over what was measured, for the odd extra wait a slow machine gives a node (a BMC not
+back yet is a step committed again: about five round trips). Measured: 135.8 before issue 28
+item 3; 115.8 without pool resets; 92.8 with a step's move and history, the guard's facts and
+the claim each in one statement; 82.8 with the claim and the one-statement reads sent without
+BEGIN and COMMIT (``PooledStore.statement``)."""
 
 
 class Sent:
