@@ -41,7 +41,7 @@ from nats.js import JetStreamContext
 
 from lockstep_common import deadletter, inbox, provenance
 from lockstep_common.backoff import Backoff
-from lockstep_common.db import Conn
+from lockstep_common.db import Conn, pooled_transaction
 from lockstep_common.envelope import Envelope, EventData, EventRegistry
 from lockstep_common.errors import (
     Disposition,
@@ -392,8 +392,7 @@ class ConsumerRunner:
         # Finish well inside AckWait, or JetStream would redeliver what we are still applying.
         async with (
             asyncio.timeout(self._cfg.ack_wait_s * 0.8),
-            self._pool.acquire() as conn,
-            conn.transaction(),
+            pooled_transaction(self._pool) as conn,
         ):
             fresh = await inbox.claim(conn, self.durable, [i.env.event_id for i in items])
             sequences: dict[uuid.UUID, int] = {}

@@ -17,10 +17,11 @@ import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -226,15 +227,121 @@ async def retried_on_conflict(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+class PooledConnection(asyncpg.Connection):
+    """A pool's connection that knows whether it may carry session state back to the pool.
+
+    asyncpg resets every released connection with a round trip of its own (``SELECT
+    pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;``): on loopback that is a
+    fifth of what a short transaction costs. A connection whose only use since it was
+    acquired was one transaction that ended normally (:func:`pooled_transaction`) has nothing
+    to reset: a transaction's locks, cursors and ``SET LOCAL`` end with it. Every other use
+    (a session advisory lock, ``LISTEN``, ``SET``, a failed block) keeps the full reset.
+    """
+
+    __slots__ = ("_transactions_only",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._transactions_only = False
+
+    def used_for_transactions_only(self) -> None:
+        """Mark that nothing but ended transactions ran since this connection was acquired."""
+        self._transactions_only = True
+
+    def take_transactions_only(self) -> bool:
+        """Whether the mark is set; clears it (each acquisition must earn it again)."""
+        marked, self._transactions_only = self._transactions_only, False
+        return marked
+
+
+async def _reset_unless_transactions_only(conn: asyncpg.Connection) -> None:
+    # asyncpg has already rolled back an open transaction and dropped the listeners
+    # (``Connection._reset``) before it calls this (asyncpg ``create_pool(reset=...)``).
+    if isinstance(conn, PooledConnection) and conn.take_transactions_only():
+        return
+    query = conn.get_reset_query()
+    if query:
+        await conn.execute(query)
+
+
+@asynccontextmanager
+async def pooled_transaction(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A connection of ``pool`` inside one transaction, committed when the block ends normally.
+
+    Run only transaction-scoped statements in the block (``pg_advisory_xact_lock``, ``SET
+    LOCAL``): the connection goes back to the pool without asyncpg's reset round trip when the
+    transaction ended normally (:class:`PooledConnection`); a block that raised is reset in
+    full. Anything that takes session state acquires the connection itself (``pool.acquire()``),
+    and is reset in full.
+    """
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            yield conn
+        mark = getattr(conn, "used_for_transactions_only", None)
+        if mark is not None:  # a pool not made by ``create_pool`` is reset as asyncpg does
+            mark()
+
+
+class _OneStatement:
+    """A pooled connection that runs one statement, outside any transaction block."""
+
+    __slots__ = ("_conn", "_sent")
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+        self._sent = False
+
+    def _once(self) -> Conn:
+        if self._sent:
+            raise RuntimeError(
+                "a second statement in a one-statement unit of work would commit apart from "
+                "the first: open a transaction instead"
+            )
+        self._sent = True
+        return self._conn
+
+    async def execute(self, query: str, *args: Any) -> str:
+        return await self._once().execute(query, *args)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._once().fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        return await self._once().fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self._once().fetchval(query, *args)
+
+    def is_in_transaction(self) -> bool:
+        return False  # the outbox refuses to write here (``outbox.enqueue``)
+
+
+@asynccontextmanager
+async def pooled_statement(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A connection of ``pool`` for one statement, which PostgreSQL runs as a transaction of
+    its own ("autocommit", manual 3.4): one round trip where ``pooled_transaction`` takes three
+    (BEGIN, the statement, COMMIT). A second statement raises ``RuntimeError`` before it is
+    sent. Given back as after :func:`pooled_transaction` (the statement must take no session
+    state)."""
+    async with pool.acquire() as conn:
+        yield cast(Conn, _OneStatement(conn))
+        mark = getattr(conn, "used_for_transactions_only", None)
+        if mark is not None:
+            mark()
+
+
 async def create_pool(
     dsn: str, schema: str, *, min_size: int, max_size: int, application_name: str
 ) -> asyncpg.Pool:
-    """A pool whose connections resolve unqualified table names in ``schema``."""
+    """A pool whose connections resolve unqualified table names in ``schema``; a connection
+    released after :func:`pooled_transaction` skips asyncpg's reset round trip."""
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         server_settings={"search_path": schema, "application_name": application_name},
+        connection_class=PooledConnection,
+        reset=_reset_unless_transactions_only,
     )
     if pool is None:  # asyncpg's stub allows None; a created pool never is
         raise TransientError("asyncpg returned no pool")

@@ -17,7 +17,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
-from lockstep_common.db import Conn
+import asyncpg
+
+from lockstep_common.db import Conn, pooled_transaction
 from lockstep_common.envelope import MSG_ID_HEADER, Envelope, EventData, make_envelope
 from lockstep_common.errors import PermanentError, TransientError
 
@@ -204,6 +206,17 @@ async def emitting(conn: Conn, source: str) -> AsyncIterator[Emitter]:
     Inside an open transaction it becomes a savepoint of that transaction.
     """
     async with conn.transaction():
+        emitter = Emitter(conn, source)
+        yield emitter
+        await emitter.flush()
+
+
+@asynccontextmanager
+async def pooled_emitting(pool: asyncpg.Pool, source: str) -> AsyncIterator[Emitter]:
+    """:func:`emitting` on a connection of ``pool`` (the emitter's ``conn``), in one transaction
+    that gives the connection back without a reset round trip when it commits
+    (``db.pooled_transaction``): run only transaction-scoped statements in the block."""
+    async with pooled_transaction(pool) as conn:
         emitter = Emitter(conn, source)
         yield emitter
         await emitter.flush()

@@ -23,7 +23,7 @@ from asyncpg.pool import PoolConnectionProxy
 from nats.js import JetStreamContext
 
 from lockstep_common.backoff import Backoff
-from lockstep_common.db import OUTAGE
+from lockstep_common.db import OUTAGE, pooled_transaction
 from lockstep_common.envelope import MSG_ID_HEADER
 from lockstep_common.errors import describe
 from lockstep_common.observability import Metrics
@@ -111,7 +111,7 @@ class OutboxRelay:
 
     async def relay_once(self) -> int:
         """One pass: claim, publish, mark. Returns how many rows were claimed."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with pooled_transaction(self._pool) as conn:
             rows = await conn.fetch(_CLAIM, self.config.batch)
             if not rows:
                 return 0

@@ -4,7 +4,8 @@ A service's store is a Protocol (its domain's words) with an in-memory fake and 
 adapter; the adapter's transaction object (``Tx``) wraps a connection inside an open
 transaction and the sink its events go to. Two ways to get one, the same for every service:
 - ``PooledStore.transaction()``: a pooled connection for a worker, its events committed to the
-  outbox with the transaction (``outbox.emitting``);
+  outbox with the transaction (as ``outbox.emitting``), the connection back in the pool
+  without a reset round trip (``db.pooled_transaction``);
 - ``JoinedAt(make_tx)`` (a service's ``joined``): a handler run inside the consumer runtime's
   transaction, so its writes, its inbox claim and its events commit or roll back together.
 
@@ -27,9 +28,9 @@ import asyncpg
 
 from lockstep_common.clock import SYSTEM_CLOCK, Clock
 from lockstep_common.consumer import HandlerContext
-from lockstep_common.db import Conn
+from lockstep_common.db import Conn, pooled_statement
 from lockstep_common.envelope import Envelope, EventData
-from lockstep_common.outbox import EventSink, emitting
+from lockstep_common.outbox import EventSink, pooled_emitting
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -84,8 +85,26 @@ class PooledStore(Generic[Tx]):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         """A pooled connection's transaction; its events commit to the outbox with it."""
-        async with self._pool.acquire() as conn, emitting(conn, self._source) as out:
-            yield self._make_tx(conn, out)
+        async with pooled_emitting(self._pool, self._source) as out:
+            yield self._make_tx(out.conn, out)
+
+    @asynccontextmanager
+    async def statement(self) -> AsyncIterator[Tx]:
+        """A unit of work of one statement (``db.pooled_statement``): one round trip, not
+        three, for a single read or a single write that needs nothing else in its transaction
+        (a lease renewal, a claim). A second statement raises before it is sent, and so does an
+        event (nothing could commit it with the statement)."""
+        async with pooled_statement(self._pool) as conn:
+            yield self._make_tx(conn, _NoEvents(self._source))
+
+
+class _NoEvents(EventSink):
+    """The sink of a one-statement unit of work: an event there has no transaction to join."""
+
+    __slots__ = ()
+
+    def _keep(self, subject: str, env: Envelope[EventData]) -> None:
+        raise RuntimeError(f"{subject}: an event needs a transaction, not a single statement")
 
 
 class JoinedAt(Generic[T]):

@@ -45,7 +45,7 @@ from lockstep_updater.steps.context import InBandChannel, StepContext, sha384_of
 from lockstep_updater.steps.ends import LostClaim, NotYet, Stop, failure_end, waits_on_device
 from lockstep_updater.steps.lease_fence import holding, renewed
 from lockstep_updater.steps.policy import ExecutorPolicy
-from lockstep_updater.store import Claim, UpdaterStore
+from lockstep_updater.store import Claim, UpdaterStore, one_statement
 
 log = logging.getLogger(__name__)
 S = NodeStep
@@ -144,7 +144,7 @@ class Executor:
     async def step(self) -> bool:
         """Claim one item and run its step; False when there was nothing to claim."""
         with holding(self.clock, self.policy.lease_s):  # the sender's own fence (lease_fence)
-            async with self.store.transaction() as tx:
+            async with one_statement(self.store) as tx:
                 claim = await tx.claim(self.policy.lease_s)
             if claim is None:
                 return False
@@ -182,7 +182,7 @@ class Executor:
 
         async def renew() -> None:
             since = self.clock.monotonic()
-            async with self.store.transaction() as tx:
+            async with one_statement(self.store) as tx:
                 held = await tx.still_holds(claim, self.policy.lease_s)
             renewed(since) if held else lost.set()  # renewed: writes may go on (lease_fence)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from lockstep_common.events.v1 import AttestedComponent, WavePlanned
 from lockstep_common.outbox import EventSink
@@ -324,3 +324,13 @@ class UpdaterStore(Protocol):
     def transaction(self) -> AbstractAsyncContextManager[UpdaterTx]:
         """A transaction that commits when the block ends normally and vanishes if it raises."""
         ...
+
+
+def one_statement(store: UpdaterStore) -> AbstractAsyncContextManager[UpdaterTx]:
+    """A unit of work for a single statement: the store's ``statement()`` where it has one
+    (PostgreSQL runs it without BEGIN and COMMIT, ``PooledStore.statement``: a claim, a lease
+    renewal, a read), else a transaction (a store wrapped by a test)."""
+    statement = getattr(store, "statement", None)
+    if statement is None:
+        return store.transaction()
+    return cast(AbstractAsyncContextManager[UpdaterTx], statement())

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from lockstep_common.db import Conn
-from lockstep_common.outbox import EventSink, emitting
+from lockstep_common.outbox import EventSink, pooled_emitting
 from lockstep_common.stores import JoinedAt
 from lockstep_gate.decision import GateDecision
 from lockstep_gate.hard_rules import (
@@ -456,8 +456,8 @@ class PgGateStore:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[GateTx]:
         """One transaction on a pooled connection."""
-        async with self._pool.acquire() as conn, emitting(conn, self._source) as emitter:
-            yield PgGateTx(conn, emitter)
+        async with pooled_emitting(self._pool, self._source) as emitter:
+            yield PgGateTx(emitter.conn, emitter)
 
 
 joined = JoinedAt(PgGateTx)

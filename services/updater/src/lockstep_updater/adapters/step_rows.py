@@ -5,15 +5,20 @@ the next step with its history row (checked by ``domain.steps.transition``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from lockstep_common.db import Conn
 from lockstep_common.outbox import EventSink
+from lockstep_common.transitions import InvalidTransition
 from lockstep_updater.adapters.work_sql import (
+    ADVANCE,
+    CLAIM,
     CLAIM_COLUMNS,
-    CLAIMABLE,
     GUARD_FACTS,
     WAKE_PARKED,
     claim_of_row,
@@ -39,23 +44,8 @@ class StepRows:
     events: EventSink
 
     async def claim(self, lease_s: float) -> Claim | None:
-        row = await self.conn.fetchrow(CLAIMABLE)
-        if row is None:
-            return None
-        state = NodeStep(row["state"])
-        if state is NodeStep.PENDING:
-            state = transition(state, NodeStep.PREFLIGHT)
-        claimed = await self.conn.fetchrow(
-            "UPDATE node_work SET state = $2, attempts = attempts + 1, parked = false,"
-            " lease_token = lease_token + 1, claimed_at = now(), updated_at = now(),"
-            " lease_until = now() + make_interval(secs => $3) WHERE id = $1"
-            f" RETURNING {CLAIM_COLUMNS}",
-            row["id"],
-            state.value,
-            lease_s,
-        )
-        assert claimed is not None  # noqa: S101 - the row is locked by the SELECT above
-        return claim_of_row(claimed)
+        claimed = await self.conn.fetchrow(CLAIM, lease_s)
+        return None if claimed is None else claim_of_row(claimed)
 
     async def step_now(self, claim: Claim) -> NodeStep:
         state = await self.conn.fetchval(
@@ -111,9 +101,11 @@ class StepRows:
         await self.conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", pool
         )
-        await self.conn.execute("UPDATE node_work SET pool = $2 WHERE id = $1", claim.id, pool)
-        # One round trip for the rest, and membership asked of the server, not read as lists:
-        # a wave and a plan may name 12,500 nodes, and this runs before every action.
+        # One round trip for the rest (the item's pool recorded with it), and membership asked
+        # of the server, not read as lists: a wave and a plan may name 12,500 nodes, and this
+        # runs before every action. The lock is a statement of its own: what is read after it
+        # must see what the pool's last holder committed (READ COMMITTED takes a statement's
+        # snapshot when it starts, PostgreSQL manual 13.2.1).
         row = await self.conn.fetchrow(
             GUARD_FACTS, claim.rollout_id, claim.wave, claim.node_id, pool, claim.id
         )
@@ -201,53 +193,36 @@ class StepRows:
         parked: bool = False,
         keep_lease_s: float | None = None,
     ) -> Claim | None:
-        row = await self.conn.fetchrow(
-            "SELECT state, claimed_at, pool FROM node_work WHERE id = $1 FOR UPDATE", claim.id
-        )
-        assert row is not None  # noqa: S101 - the item exists while it is claimed
-        before = NodeStep(row["state"])
-        state = transition(before, target)
-        keep = keep_lease_s is not None and not retry_in_s and not parked and runs_on(before, state)
-        kept = await self.conn.fetchrow(
-            # The token moves on at the release too: the claim that ended the step holds
-            # nothing any more (its still_holds is False), so it cannot act after it. Kept,
-            # the item is claimed again in this write, as ``claim`` does.
-            "UPDATE node_work SET state = $2, reason = $3, lease_token = lease_token + 1,"
-            " progress = COALESCE($4::jsonb, progress), updated_at = now(), parked = $6,"
-            " lease_until = CASE WHEN $7 THEN now() + make_interval(secs => $8)"
-            " WHEN $5 > 0 THEN now() + make_interval(secs => $5) END,"
-            " attempts = attempts + $7::int,"
-            " claimed_at = CASE WHEN $7 THEN now() ELSE claimed_at END"
-            f" WHERE id = $1 RETURNING {CLAIM_COLUMNS}",
-            claim.id,
-            state.value,
-            reason,
-            None if progress is None else json.dumps(progress),
-            retry_in_s,
-            parked,
-            keep,
-            keep_lease_s or 0.0,
-        )
-        if before in OUT_OF_SERVICE and state not in OUT_OF_SERVICE and row["pool"]:
+        document = None if progress is None else json.dumps(progress)
+
+        async def move(before: NodeStep) -> tuple[NodeStep, bool, asyncpg.Record | None]:
+            state = transition(before, target)
+            keep = keep_lease_s is not None and not retry_in_s and not parked
+            keep = keep and runs_on(before, state)
+            row = await self.conn.fetchrow(
+                ADVANCE, claim.id, state.value, reason, document, retry_in_s, parked, keep,
+                keep_lease_s or 0.0, before.value, claim.attempts, claim.token,
+            )  # fmt: skip
+            return state, keep, row
+
+        # One round trip where the item is in the claim's step, as it is under the fence;
+        # otherwise the move is checked from the step stored (``transition`` refuses it).
+        before, row = claim.state, None
+        with contextlib.suppress(InvalidTransition):
+            state, keep, row = await move(before)
+        if row is None:
+            before = NodeStep(
+                await self.conn.fetchval(
+                    "SELECT state FROM node_work WHERE id = $1 FOR UPDATE", claim.id
+                )
+            )
+            state, keep, row = await move(before)
+        assert row is not None  # noqa: S101 - the row is locked in this transaction
+        if before in OUT_OF_SERVICE and state not in OUT_OF_SERVICE and row["was_pool"]:
             # A place in the pool's budget freed. Under the pool's lock (as ``facts``), so
             # that two wakes never lock the parked rows in different orders.
             await self.conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", row["pool"]
+                "SELECT pg_advisory_xact_lock(hashtext('updater-pool:' || $1))", row["was_pool"]
             )
-            await self.conn.execute(WAKE_PARKED, row["pool"])
-        await self.conn.execute(
-            "INSERT INTO node_steps (work_id, node_id, rollout_id, wave, step, attempt, token,"
-            " started_at, outcome, reason) VALUES ($1, $2, $3, $4, $5, $6, $7,"
-            " COALESCE($8, now()), $9, $10)",
-            claim.id,
-            claim.node_id,
-            claim.rollout_id,
-            claim.wave,
-            before.value,
-            claim.attempts,
-            claim.token,
-            row["claimed_at"],
-            state.value,
-            reason,
-        )
-        return claim_of_row(kept) if keep and kept is not None else None
+            await self.conn.execute(WAKE_PARKED, row["was_pool"])
+        return claim_of_row(row) if keep else None

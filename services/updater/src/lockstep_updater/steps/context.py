@@ -53,6 +53,7 @@ from lockstep_updater.steps.lease_fence import renewed
 from lockstep_updater.steps.plans import first_before
 from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.store import REMEDY, ROLLBACK, UPDATE, Claim, Target, UpdaterStore, UpdaterTx
+from lockstep_updater.store import one_statement as one_read
 
 log = logging.getLogger(__name__)
 S = NodeStep
@@ -122,7 +123,7 @@ class StepContext:
 
     async def target(self, claim: Claim) -> Target | None:
         """The attested bundle the item's rollout moves its nodes to, None while unknown."""
-        async with self.store.transaction() as tx:
+        async with one_read(self.store) as tx:
             return await tx.target(claim.rollout_id)
 
     async def attested(
@@ -130,18 +131,18 @@ class StepContext:
     ) -> tuple[Target, AttestedComponent] | None:
         """The latest attested bundle naming ``component`` at ``version`` for the node's
         profile, with that entry; None when no bundle does."""
-        async with self.store.transaction() as tx:
+        async with one_read(self.store) as tx:
             return await tx.attested(node.profile, component.value, version)
 
     async def approved_reflash(self, claim: Claim) -> frozenset[str]:
         """The components the approved plan lets a flip-back of the claim's wave re-flash
         (``wave.planned`` ``reflash``; a forced downgrade needs the approver's signature)."""
-        async with self.store.transaction() as tx:
+        async with one_read(self.store) as tx:
             return await tx.reflash(claim.rollout_id, claim.wave)
 
     async def update_item(self, claim: Claim) -> tuple[NodeStep, Progress] | None:
         """The state and progress of the node's update item in the claim's rollout, if any."""
-        async with self.store.transaction() as tx:
+        async with one_read(self.store) as tx:
             found = await tx.update_item(claim.rollout_id, claim.node_id)
         return None if found is None else (found[0], load(UPDATE, found[1]))
 

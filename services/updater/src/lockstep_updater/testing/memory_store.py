@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -61,6 +61,10 @@ class MemoryStore:
     def advance(self, seconds: float) -> None:
         """Move the store's clock on (leases lapse)."""
         self.now += timedelta(seconds=seconds)
+
+    def statement(self) -> AbstractAsyncContextManager[MemoryTx]:
+        """A single statement's unit of work: here, a transaction (``PooledStore.statement``)."""
+        return self.transaction()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTx]:
