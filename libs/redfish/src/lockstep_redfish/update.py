@@ -17,7 +17,8 @@ The steps and what each guarantees:
   (``UpdateParameters`` with ``Targets``, ``@Redfish.OperationApplyTime`` and ``Stage``),
   ``SimpleUpdate`` with an :class:`~lockstep_redfish.image_server.ImageServer` URL when the BMC
   has no multipart URI, else the bare image to ``HttpPushUri`` (its targets PATCHed first).
-  The image is re-hashed immediately before every send. It is sent again only when the BMC
+  The image is checked against its digest immediately before every send (its bytes hashed
+  once per object, ``FirmwareImage.actual``). It is sent again only when the BMC
   cannot have taken it (no connection, or 429/500/503: "not now"); when it may have (no answer
   after sending, 502/504) it raises :class:`PushOutcomeUnknown`.
 - :meth:`~FirmwareUpdate.wait` follows the task (``tasks.wait_for_task``): deadline,

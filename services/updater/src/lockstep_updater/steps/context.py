@@ -160,16 +160,19 @@ class StepContext:
             data = self.images.read(target.bundle_uri, entry.image)
         except (OSError, ValueError) as exc:
             raise Stop(S.FAILED, f"{entry.image}: cannot read from the bundle: {exc}") from None
-        actual = sha384_of(data)
+        name = entry.image.rsplit("/", 1)[-1]
+        # The attested digest itself: the check before each push is against the manifest. The
+        # bytes are hashed here, once: the step's preflight and push send this very object
+        # and compare this digest again (``FirmwareImage.actual``), not hash it twice more.
+        image = FirmwareImage(data, entry.sha384, name)
+        actual = image.actual()
         if actual != entry.sha384 or len(data) != entry.size:
             raise Stop(
                 S.FAILED,
                 f"{entry.image}: SHA-384 {actual} ({len(data)} bytes) is not "
                 f"the attested {entry.sha384} ({entry.size} bytes); nothing was sent",
             )
-        name = entry.image.rsplit("/", 1)[-1]
-        # The attested digest itself: the re-hash before each push is against the manifest.
-        return FirmwareImage(data, entry.sha384, name)
+        return image
 
     # -- the fence and the guard -----------------------------------------------------------
 
