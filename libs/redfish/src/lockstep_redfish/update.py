@@ -52,9 +52,11 @@ from lockstep_redfish.errors import (
     BmcUnavailable,
     NotVerified,
     PushOutcomeUnknown,
+    RedfishReplyError,
     UpdateRefused,
     status_error,
 )
+from lockstep_redfish.expand import EXPAND, split_members
 from lockstep_redfish.image import FirmwareImage, off_loop
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.models import (
@@ -180,11 +182,15 @@ class FirmwareUpdate:
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        expand: bool = False,
     ) -> None:
         self.bmc = bmc
         self.policy = policy or UpdatePolicy()
         self.clock = clock
         self.sleep = sleep
+        self.expand = expand
+        """Whether the BMC's service root advertises ``$expand`` (``expand.offers_expand``):
+        :meth:`members` then reads several members of one collection in one request."""
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -209,8 +215,41 @@ class FirmwareUpdate:
         return await self.read(UpdateService, UPDATE_SERVICE)
 
     async def members(self, paths: tuple[str, ...]) -> dict[str, Observed[UpdatableSoftware]]:
-        """Each FirmwareInventory member in ``paths``, read now."""
-        return {path: await self.read(UpdatableSoftware, path) for path in paths}
+        """Each FirmwareInventory member in ``paths``, read now: with ``expand``, the members
+        of one collection in one request (``$expand=.($levels=1)``), each with its own
+        ``@odata.etag``, never the collection's; a member the BMC left as a link or did not
+        list, and every member when the expanded answer is refused or is not one
+        (``expand.split_members``), with its own GET."""
+        found: dict[str, Observed[UpdatableSoftware]] = {}
+        if self.expand and len(paths) > 1:
+            found = await self._expanded(paths)
+        return {
+            path: found[path] if path in found else await self.read(UpdatableSoftware, path)
+            for path in paths
+        }
+
+    async def _expanded(self, paths: tuple[str, ...]) -> dict[str, Observed[UpdatableSoftware]]:
+        """The members of ``paths`` that their collections' expanded answers hold."""
+        found: dict[str, Observed[UpdatableSoftware]] = {}
+        for parent in dict.fromkeys(path.rstrip("/").rpartition("/")[0] for path in paths):
+            url = self.bmc.url(parent + EXPAND)
+            try:
+                docs, _ = split_members((await self._get(parent + EXPAND)).body, url)
+            except BmcUnavailable:
+                raise
+            except BmcError:  # refused, or not an expanded collection: read one by one
+                continue
+            for path in paths:
+                doc = docs.get(path.rstrip("/"))
+                if doc is None:
+                    continue
+                try:
+                    item = parse(UpdatableSoftware, doc, url, f"Members[{path}]")
+                except RedfishReplyError:  # its own GET says what it is, or fails as it does
+                    continue
+                etag = doc.get("@odata.etag")
+                found[path] = Observed(item, etag if isinstance(etag, str) else None)
+        return found
 
     async def collection(self, path: str) -> list[str]:
         """The member paths of a collection (``SYSTEMS``, ``MANAGERS``)."""

@@ -93,7 +93,8 @@ async def _plan_bmc(
     intents = [Intent(Component(n), e.version, e.size) for n, e in entries.items()]
     chosen = await bmc_profile.choose(ctx, node, progress, intents)
     async with ctx.session(node, progress) as bmc:
-        update = FirmwareUpdate(bmc, policy_for(chosen.profile, ctx.policy.update))
+        policy = policy_for(chosen.profile, ctx.policy.update)
+        update = FirmwareUpdate(bmc, policy, expand=progress.bmc_expand)
         for name, entry in entries.items():
             paths = chosen.member_paths(Component(name))
             image = ctx.image(target, entry)

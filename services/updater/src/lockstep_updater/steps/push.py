@@ -48,7 +48,7 @@ async def push(
     profile = profile_of(progress)
     request = push_request(profile, plan.targets, plan.version, stage=stage)
     async with ctx.session(node, progress) as bmc:
-        update = FirmwareUpdate(bmc, update_policy(ctx, profile))
+        update = FirmwareUpdate(bmc, update_policy(ctx, profile), expand=progress.bmc_expand)
         if plan.sent:
             await _after_unknown_push(ctx, update, claim, name, plan, request)
             return
