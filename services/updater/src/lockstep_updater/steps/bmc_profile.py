@@ -78,6 +78,13 @@ class NodeBmc:
         )
         _refuse(self.node_id, self.profile, lines)
 
+    def related(self, paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """member path -> its ``RelatedItem`` paths, as read by :func:`choose`, for the
+        members of ``paths`` it read."""
+        by_id = {member.id: member.related for member in self.facts.members}
+        ids = {path: path.rstrip("/").rsplit("/", 1)[-1] for path in paths}
+        return {path: by_id[i] for path, i in ids.items() if i in by_id}
+
     def member_paths(self, component: Component) -> tuple[str, ...]:
         """The FirmwareInventory members that hold ``component`` under the profile."""
         ids = members_of(self.profile, component, self.facts.members)

@@ -99,7 +99,8 @@ async def _plan_bmc(
             paths = chosen.member_paths(Component(name))
             image = ctx.image(target, entry)
             # Only the members whose device the package declares (domain.targets).
-            paths = applicable_members(image.data, await member_pci_ids(bmc, paths))
+            related = chosen.related(paths)  # the members' links, read by choose just now
+            paths = applicable_members(image.data, await member_pci_ids(bmc, paths, related))
             if not paths:
                 raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
             chosen.refuse_downgrade(Intent(Component(name), entry.version), paths)
