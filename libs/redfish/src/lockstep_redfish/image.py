@@ -37,7 +37,7 @@ CHECK_THREADS = max(1, (os.cpu_count() or 1) - 1)  # a core is left to the event
 _CHECKS = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="lockstep-image-check")
 
 
-async def off_loop(check: Callable[[], None]) -> None:
+async def off_loop(check: Callable[[], object]) -> None:
     """Run ``check`` (a :meth:`FirmwareImage.check`) on the image-check threads and wait for
     it: off the event loop, so that other BMCs' requests go on meanwhile (hashlib releases
     the GIL), in the order asked, at most ``CHECK_THREADS`` at once."""

@@ -97,7 +97,7 @@ async def _plan_bmc(
         update = FirmwareUpdate(bmc, policy, expand=progress.bmc_expand)
         for name, entry in entries.items():
             paths = chosen.member_paths(Component(name))
-            image = ctx.image(target, entry)
+            image = await ctx.image(target, entry)
             # Only the members whose device the package declares (domain.targets).
             related = chosen.related(paths)  # the members' links, read by choose just now
             paths = applicable_members(image.data, await member_pci_ids(bmc, paths, related))

@@ -54,7 +54,7 @@ async def push(
             return
         _keep_gap(ctx, node, profile, progress, name)
         bundle, entry = await reflash.source(ctx, node, target, name, plan, progress)
-        image = ctx.image(bundle, entry)  # fetched and hashed, once, right before the push
+        image = await ctx.image(bundle, entry)  # fetched and hashed, once, right before the push
         try:
             checked = await update.preflight(image, request)
         except BmcUnavailable:
