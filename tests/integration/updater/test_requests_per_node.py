@@ -25,8 +25,8 @@ from tests.integration.updater.test_dialect_rollouts import Case, _plan, _releas
 
 pytestmark = pytest.mark.integration
 dialect_world = test_dialect_rollouts.dialect_world  # one update per shipped dialect
-BOUND = {"nvidia-gb200-nvl": 26, "nvidia-hgx": 26, "supermicro-x13": 27, "dmtf-generic": 32}
-"""Requests per node but the task polls (measured 22, 22, 23, 28; the verify's read back polls
+BOUND = {"nvidia-gb200-nvl": 24, "nvidia-hgx": 24, "supermicro-x13": 25, "dmtf-generic": 30}
+"""Requests per node but the task polls (measured 20, 20, 21, 26; the verify's read back polls
 at most a few more on a slow machine)."""
 FW = "/redfish/v1/UpdateService/FirmwareInventory"
 

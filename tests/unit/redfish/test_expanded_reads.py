@@ -5,6 +5,8 @@ not an expanded collection is still read right, never a document guessed."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from typing import Any, cast
 
 import pytest
@@ -12,6 +14,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from lockstep_redfish.errors import BmcRefused, RedfishReplyError
 from lockstep_redfish.expand import EXPAND, offers_expand, split_members
+from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.preflight import UpdateRequest
 from lockstep_redfish.probe import read_facts
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.transport import Reply
@@ -169,3 +173,23 @@ def test_split_members_names_what_is_wrong() -> None:
         split_members({"Members": [member(GPUS[0]), member(GPUS[0], "9")]}, url)
     same = split_members({"Members": [member(GPUS[0]), {"@odata.id": GPUS[0]}]}, url)
     assert same == ({GPUS[0]: member(GPUS[0])}, [])
+
+
+async def test_a_preflight_decides_on_the_documents_its_step_just_read() -> None:
+    """Preflight's profile read (``read_facts``) holds the service and the members: the
+    decision is the same as from reading them again, and nothing is read again; a target the
+    read did not hold is read now."""
+    bmc = Bmc(bmc_docs())
+    facts = await read_facts(cast(BmcSession, bmc), ROOT)
+    bmc.asked.clear()
+    data = b"\x5a" * 64
+    image = FirmwareImage(data, hashlib.sha384(data).hexdigest(), "gpu.fwpkg")
+    request = UpdateRequest(GPUS[:2], "2")
+    update = FirmwareUpdate(bmc, expand=True)
+    plan = await update.preflight(image, request, read=facts)
+    assert bmc.asked == []
+    assert plan == await update.preflight(image, request)  # as read now
+    bmc.asked.clear()
+    gone = dataclasses.replace(facts, documents={GPUS[0]: facts.documents[GPUS[0]]})
+    assert await update.preflight(image, request, read=gone) == plan
+    assert bmc.asked == [GPUS[1]]

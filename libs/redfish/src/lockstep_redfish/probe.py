@@ -92,11 +92,13 @@ async def read_facts(bmc: BmcSession, root: dict[str, Any]) -> BmcFacts:
     service = await _doc(bmc, UPDATE_SERVICE)
     managers = [path.rstrip("/").rsplit("/", 1)[-1] for path in _ids(await _doc(bmc, MANAGERS))]
     members = await firmware_members(bmc, expand=offers_expand(root))
-    return facts_from(root, service, managers, members)
+    facts = facts_from(root, service, managers, members.values())
+    return dataclasses.replace(facts, documents=members)
 
 
-async def firmware_members(bmc: BmcSession, *, expand: bool) -> list[dict[str, Any]]:
-    """Every ``FirmwareInventory`` member's document, in the order listed. ``expand``: in one
+async def firmware_members(bmc: BmcSession, *, expand: bool) -> dict[str, dict[str, Any]]:
+    """Every ``FirmwareInventory`` member's document by its path, in the order listed (one
+    that cannot be read is left out, ``_doc``). ``expand``: in one
     request, the members the BMC left as links read with their own GET; an expanded answer
     that is not one (``expand.split_members``) or refused is read again member by member."""
     if expand:
@@ -109,8 +111,9 @@ async def firmware_members(bmc: BmcSession, *, expand: bool) -> list[dict[str, A
             for path in links:
                 if (doc := await _doc(bmc, path)) is not None:
                     docs[path] = doc
-            return [docs[path] for path in _listed(body) if path in docs]
-    return [doc for path in _ids(await _doc(bmc, FIRMWARE)) if (doc := await _doc(bmc, path))]
+            return {path: docs[path] for path in _listed(body) if path in docs}
+    listed = dict.fromkeys(p.rstrip("/") for p in _ids(await _doc(bmc, FIRMWARE)))
+    return {path: doc for path in listed if (doc := await _doc(bmc, path))}
 
 
 def _listed(body: Any) -> list[str]:

@@ -71,6 +71,7 @@ from lockstep_redfish.multipart import multipart_body
 from lockstep_redfish.preflight import IMMEDIATE, Method, Preflight, UpdateRequest, preflight
 from lockstep_redfish.profile import BmcProfile
 from lockstep_redfish.readback import Readback, describe, judge
+from lockstep_redfish.selection import BmcFacts
 from lockstep_redfish.tasks import (
     Clock,
     Requester,
@@ -311,14 +312,31 @@ class FirmwareUpdate:
             raise error
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def preflight(self, image: FirmwareImage, request: UpdateRequest) -> Preflight:
-        """Hash the image, read the service and the targets, decide (``preflight``)."""
+    async def preflight(
+        self, image: FirmwareImage, request: UpdateRequest, *, read: BmcFacts | None = None
+    ) -> Preflight:
+        """Check the image, read the service and the targets, decide (``preflight``).
+        ``read``: the documents the same step has just read (``probe.read_facts``), decided on
+        instead of reading them again, for a preflight that writes nothing; a target they do
+        not hold is read now. A push's own preflight reads, right before its write."""
         # Fail closed before anything is read or sent; off the event loop, as in _send.
         await off_loop(image.check)
-        service = await self.update_service()
-        members = await self.members(request.targets)
-        items = {path: observed.item for path, observed in members.items()}
-        return preflight(service.item, items, request, len(image.data))
+        doc = None if read is None else read.update_service
+        if doc is None:
+            service = (await self.update_service()).item
+        else:
+            service = parse(UpdateService, dict(doc), self.bmc.url(UPDATE_SERVICE))
+        known = {} if read is None else read.documents
+        items = {
+            p: parse(UpdatableSoftware, dict(known[p.rstrip("/")]), self.bmc.url(p))
+            for p in request.targets
+            if p.rstrip("/") in known
+        }
+        missing = tuple(p for p in request.targets if p not in items)
+        if missing:
+            items.update({p: m.item for p, m in (await self.members(missing)).items()})
+        items = {p: items[p] for p in request.targets}
+        return preflight(service, items, request, len(image.data))
 
     async def push(
         self,

@@ -106,7 +106,7 @@ async def _plan_bmc(
             chosen.refuse_downgrade(Intent(Component(name), entry.version), paths)
             request = push_request(chosen.profile, paths, entry.version, stage=entry.banks == "ab")
             try:
-                plan = await update.preflight(image, request)
+                plan = await update.preflight(image, request, read=chosen.facts)
             except (BmcError, ImageDigestMismatch) as exc:
                 if isinstance(exc, BmcUnavailable):
                     raise
