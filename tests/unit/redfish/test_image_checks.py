@@ -40,3 +40,35 @@ async def test_a_mismatch_found_off_the_loop_reaches_the_caller() -> None:
     await off_loop(image.check)  # the attested bytes pass
     with pytest.raises(ImageDigestMismatch, match="nothing was sent"):
         await off_loop(lambda: image.check(DATA[:-1] + b"\x00"))
+
+
+def test_an_image_is_hashed_once_per_object_and_checked_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: the executor's read, the preflight and the push of one image hash it once;
+    every check still compares with the attested digest, and other bytes are hashed."""
+    image = FirmwareImage(DATA, hashlib.sha384(DATA).hexdigest(), "gpu.fwpkg")
+    hashed: list[int] = []
+    real = hashlib.new
+
+    def counting(name: str, data: bytes | memoryview = b"") -> object:
+        hashed.append(len(data))
+        return real(name, data)
+
+    monkeypatch.setattr(hashlib, "new", counting)
+    assert image.actual() == image.digest
+    image.check()  # the preflight
+    image.check(DATA)  # the push: the very object
+    assert hashed == [len(DATA)]
+    with pytest.raises(ImageDigestMismatch):
+        image.check(DATA[:-1] + b"\x00")  # another object: hashed, refused
+    with pytest.raises(ImageDigestMismatch):
+        image.check(memoryview(bytearray(DATA[:-1] + b"\x00")))  # mutable: never remembered
+    buffer = bytearray(DATA)
+    image.check(memoryview(buffer))
+    image.check(memoryview(buffer))
+    assert len(hashed) == 5
+    wrong = FirmwareImage(DATA, hashlib.sha384(b"other").hexdigest(), "gpu.fwpkg")
+    assert wrong.actual() == image.digest
+    with pytest.raises(ImageDigestMismatch):  # the digest remembered is still compared
+        wrong.check(DATA)

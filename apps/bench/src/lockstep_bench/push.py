@@ -1,18 +1,19 @@
-"""``lockstep bench update`` (b): image push throughput to many BMCs, ``lockstep_redfish``
-against a raw multipart client, on the same simulator in the same run.
+"""``lockstep bench update`` (b): image push throughput to many BMCs, ``lockstep_redfish`` against
+a raw multipart client, on the same simulator in the same run.
 
 The simulated BMCs run in a child process, as in ``bench_sweep`` (perf.md section 5), so that
 the BMCs' work (reading the multipart body, hashing and planning the image) is not charged to
 the client being measured: real BMCs are other machines. Each round pushes one image to every
 BMC at once, once through ``FirmwareUpdate.push`` (the executor's call: the image carries the
-manifest's SHA-384, as the executor builds it, and is re-hashed right before it is sent; the
-multipart body goes out as headers, the image's own bytes, closing boundary; the reply is
-parsed into a task) and once through ``aiohttp`` directly (one ``FormData`` POST with the
-session token, the reply read); which goes first alternates between rounds, so neither always
-meets a warmer server. Sessions are opened and the preflight is made once per BMC before the
-rounds: both sides time only the push. Throughput is the image bytes delivered over the
-round's wall time; ``push_ratio`` is the median of the library's rounds over the median of the
-raw client's (goal >= 0.8).
+manifest's SHA-384, as the executor builds it, and is checked against it right before it is
+sent; its bytes were hashed once, before the rounds, as the executor's step hashes them once
+when it reads the bundle (``FirmwareImage.actual``); the multipart body goes out as headers, the
+image's own bytes, closing boundary; the reply is parsed into a task) and once through
+``aiohttp`` directly (one ``FormData`` POST with the session token, the reply read); which goes
+first alternates between rounds, so neither always meets a warmer server. Sessions are opened
+and the preflight is made once per BMC before the rounds: both sides time only the push.
+Throughput is the image bytes delivered over the round's wall time; ``push_ratio`` is the median
+of the library's rounds over the median of the raw client's (goal >= 0.8).
 
 The child is started with multiprocessing's ``spawn``: a script calling ``run_push`` needs the
 usual ``if __name__ == "__main__":`` guard.
@@ -187,7 +188,8 @@ async def run_push(
 ) -> dict[str, Any]:
     """The push figures: medians of ``rounds`` rounds per client, with every round's MB/s;
     pushed to BMCs speaking ``dialect`` as its profile says (``profile_for_dialect``)."""
-    # As the executor builds it: the manifest's SHA-384, re-hashed before every push.
+    # As the executor builds it: the manifest's SHA-384, checked against before every push
+    # (its bytes hashed once, by the preflight before the rounds, as the executor's step does).
     image = FirmwareImage(image_bytes, hashlib.sha384(image_bytes).hexdigest(), "gpu.fwpkg")
     profile = profile_for_dialect(dialect)
     targets = tuple(f"{FIRMWARE}/{m}" for m in members)

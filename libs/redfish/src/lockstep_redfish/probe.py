@@ -1,28 +1,32 @@
-"""What a BMC is, read with GETs only: which profile it matches, how it would be flashed, and
-what preflight would refuse (``lockstep bmc probe``, an SRE's first command on new hardware).
+"""What a BMC is, read with GETs only: which profile it matches, how it would be flashed, and what
+preflight would refuse (``lockstep bmc probe``, an SRE's first command on new hardware).
 
 Nothing is written: the service root is read without credentials (DSP0266 "Service root"), then
 one login (a session where the root offers one, else HTTP Basic, which ``session`` allows only
 over verified TLS), GETs of ``UpdateService``, the ``Manager`` collection, every
-``FirmwareInventory`` member and the account's role, and the session's logout. The decisions
-are the pure ones the updater makes (``selection``, ``preflight.profile_refusals``).
+``FirmwareInventory`` member (in one request where the root advertises ``$expand``) and the
+account's role, and the session's logout. The decisions are the pure ones the updater makes
+(``selection``, ``preflight.profile_refusals``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
-from lockstep_redfish.errors import BmcError, BmcUnavailable
+from lockstep_redfish.errors import BmcError, BmcUnavailable, RedfishReplyError
+from lockstep_redfish.expand import EXPAND, offers_expand, split_members
 from lockstep_redfish.preflight import Intent, profile_refusals, push_method
 from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, facts_from, map_member, select_profile
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
 
+log = logging.getLogger(__name__)
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
 MANAGERS = "/redfish/v1/Managers"
 FIRMWARE = "/redfish/v1/UpdateService/FirmwareInventory"
@@ -82,11 +86,39 @@ def _strings(value: Any) -> list[str]:
 
 
 async def read_facts(bmc: BmcSession, root: dict[str, Any]) -> BmcFacts:
-    """What the BMC says about itself (GETs only)."""
+    """What the BMC says about itself (GETs only). The ``FirmwareInventory`` is read in one
+    request where the root advertises ``$expand`` (``lockstep_redfish.expand``), else member
+    by member."""
     service = await _doc(bmc, UPDATE_SERVICE)
     managers = [path.rstrip("/").rsplit("/", 1)[-1] for path in _ids(await _doc(bmc, MANAGERS))]
-    members = [doc for path in _ids(await _doc(bmc, FIRMWARE)) if (doc := await _doc(bmc, path))]
-    return facts_from(root, service, managers, members)
+    members = await firmware_members(bmc, expand=offers_expand(root))
+    facts = facts_from(root, service, managers, members.values())
+    return dataclasses.replace(facts, documents=members)
+
+
+async def firmware_members(bmc: BmcSession, *, expand: bool) -> dict[str, dict[str, Any]]:
+    """Every ``FirmwareInventory`` member's document by its path, in the order listed (one
+    that cannot be read is left out, ``_doc``). ``expand``: in one
+    request, the members the BMC left as links read with their own GET; an expanded answer
+    that is not one (``expand.split_members``) or refused is read again member by member."""
+    if expand:
+        body = await _doc(bmc, FIRMWARE + EXPAND)
+        try:
+            docs, links = split_members(body, bmc.url(FIRMWARE + EXPAND))
+        except RedfishReplyError as exc:
+            log.warning("%s: reading member by member: %s", bmc.url(FIRMWARE), exc)
+        else:
+            for path in links:
+                if (doc := await _doc(bmc, path)) is not None:
+                    docs[path] = doc
+            return {path: docs[path] for path in _listed(body) if path in docs}
+    listed = dict.fromkeys(p.rstrip("/") for p in _ids(await _doc(bmc, FIRMWARE)))
+    return {path: doc for path in listed if (doc := await _doc(bmc, path))}
+
+
+def _listed(body: Any) -> list[str]:
+    """The member paths of a collection answer already checked by ``split_members``."""
+    return list(dict.fromkeys(str(m["@odata.id"]).rstrip("/") for m in body["Members"]))
 
 
 async def account_privileges(bmc: BmcSession, username: str) -> frozenset[str] | None:

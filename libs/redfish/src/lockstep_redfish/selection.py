@@ -55,6 +55,9 @@ class BmcFacts:
     update_service: Mapping[str, Any] | None
     managers: tuple[str, ...]  # Manager member ids
     members: tuple[MemberFacts, ...]
+    documents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each member's document as read, by its path (``probe.read_facts``): the same step's
+    preflight decides on them instead of reading them again (``FirmwareUpdate.preflight``)."""
 
     @property
     def update_actions(self) -> set[str]:

@@ -17,7 +17,8 @@ The steps and what each guarantees:
   (``UpdateParameters`` with ``Targets``, ``@Redfish.OperationApplyTime`` and ``Stage``),
   ``SimpleUpdate`` with an :class:`~lockstep_redfish.image_server.ImageServer` URL when the BMC
   has no multipart URI, else the bare image to ``HttpPushUri`` (its targets PATCHed first).
-  The image is re-hashed immediately before every send. It is sent again only when the BMC
+  The image is checked against its digest immediately before every send (its bytes hashed
+  once per object, ``FirmwareImage.actual``). It is sent again only when the BMC
   cannot have taken it (no connection, or 429/500/503: "not now"); when it may have (no answer
   after sending, 502/504) it raises :class:`PushOutcomeUnknown`.
 - :meth:`~FirmwareUpdate.wait` follows the task (``tasks.wait_for_task``): deadline,
@@ -51,9 +52,11 @@ from lockstep_redfish.errors import (
     BmcUnavailable,
     NotVerified,
     PushOutcomeUnknown,
+    RedfishReplyError,
     UpdateRefused,
     status_error,
 )
+from lockstep_redfish.expand import EXPAND, split_members
 from lockstep_redfish.image import FirmwareImage, off_loop
 from lockstep_redfish.image_server import ImageServer
 from lockstep_redfish.models import (
@@ -68,6 +71,7 @@ from lockstep_redfish.multipart import multipart_body
 from lockstep_redfish.preflight import IMMEDIATE, Method, Preflight, UpdateRequest, preflight
 from lockstep_redfish.profile import BmcProfile
 from lockstep_redfish.readback import Readback, describe, judge
+from lockstep_redfish.selection import BmcFacts
 from lockstep_redfish.tasks import (
     Clock,
     Requester,
@@ -179,11 +183,15 @@ class FirmwareUpdate:
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        expand: bool = False,
     ) -> None:
         self.bmc = bmc
         self.policy = policy or UpdatePolicy()
         self.clock = clock
         self.sleep = sleep
+        self.expand = expand
+        """Whether the BMC's service root advertises ``$expand`` (``expand.offers_expand``):
+        :meth:`members` then reads several members of one collection in one request."""
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -208,8 +216,41 @@ class FirmwareUpdate:
         return await self.read(UpdateService, UPDATE_SERVICE)
 
     async def members(self, paths: tuple[str, ...]) -> dict[str, Observed[UpdatableSoftware]]:
-        """Each FirmwareInventory member in ``paths``, read now."""
-        return {path: await self.read(UpdatableSoftware, path) for path in paths}
+        """Each FirmwareInventory member in ``paths``, read now: with ``expand``, the members
+        of one collection in one request (``$expand=.($levels=1)``), each with its own
+        ``@odata.etag``, never the collection's; a member the BMC left as a link or did not
+        list, and every member when the expanded answer is refused or is not one
+        (``expand.split_members``), with its own GET."""
+        found: dict[str, Observed[UpdatableSoftware]] = {}
+        if self.expand and len(paths) > 1:
+            found = await self._expanded(paths)
+        return {
+            path: found[path] if path in found else await self.read(UpdatableSoftware, path)
+            for path in paths
+        }
+
+    async def _expanded(self, paths: tuple[str, ...]) -> dict[str, Observed[UpdatableSoftware]]:
+        """The members of ``paths`` that their collections' expanded answers hold."""
+        found: dict[str, Observed[UpdatableSoftware]] = {}
+        for parent in dict.fromkeys(path.rstrip("/").rpartition("/")[0] for path in paths):
+            url = self.bmc.url(parent + EXPAND)
+            try:
+                docs, _ = split_members((await self._get(parent + EXPAND)).body, url)
+            except BmcUnavailable:
+                raise
+            except BmcError:  # refused, or not an expanded collection: read one by one
+                continue
+            for path in paths:
+                doc = docs.get(path.rstrip("/"))
+                if doc is None:
+                    continue
+                try:
+                    item = parse(UpdatableSoftware, doc, url, f"Members[{path}]")
+                except RedfishReplyError:  # its own GET says what it is, or fails as it does
+                    continue
+                etag = doc.get("@odata.etag")
+                found[path] = Observed(item, etag if isinstance(etag, str) else None)
+        return found
 
     async def collection(self, path: str) -> list[str]:
         """The member paths of a collection (``SYSTEMS``, ``MANAGERS``)."""
@@ -271,14 +312,31 @@ class FirmwareUpdate:
             raise error
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def preflight(self, image: FirmwareImage, request: UpdateRequest) -> Preflight:
-        """Hash the image, read the service and the targets, decide (``preflight``)."""
+    async def preflight(
+        self, image: FirmwareImage, request: UpdateRequest, *, read: BmcFacts | None = None
+    ) -> Preflight:
+        """Check the image, read the service and the targets, decide (``preflight``).
+        ``read``: the documents the same step has just read (``probe.read_facts``), decided on
+        instead of reading them again, for a preflight that writes nothing; a target they do
+        not hold is read now. A push's own preflight reads, right before its write."""
         # Fail closed before anything is read or sent; off the event loop, as in _send.
         await off_loop(image.check)
-        service = await self.update_service()
-        members = await self.members(request.targets)
-        items = {path: observed.item for path, observed in members.items()}
-        return preflight(service.item, items, request, len(image.data))
+        doc = None if read is None else read.update_service
+        if doc is None:
+            service = (await self.update_service()).item
+        else:
+            service = parse(UpdateService, dict(doc), self.bmc.url(UPDATE_SERVICE))
+        known = {} if read is None else read.documents
+        items = {
+            p: parse(UpdatableSoftware, dict(known[p.rstrip("/")]), self.bmc.url(p))
+            for p in request.targets
+            if p.rstrip("/") in known
+        }
+        missing = tuple(p for p in request.targets if p not in items)
+        if missing:
+            items.update({p: m.item for p, m in (await self.members(missing)).items()})
+        items = {p: items[p] for p in request.targets}
+        return preflight(service, items, request, len(image.data))
 
     async def push(
         self,

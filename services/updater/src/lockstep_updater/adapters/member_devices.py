@@ -6,6 +6,7 @@ nothing) is None: unknown."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lockstep_redfish.errors import BmcRefused
@@ -28,9 +29,18 @@ def _ids(doc: dict[str, Any]) -> list[tuple[int, int]]:
         return []
 
 
-async def member_pci_ids(bmc: BmcSession, paths: tuple[str, ...]) -> dict[str, PciIds | None]:
-    """member path -> its device's (vendor id, device id) pairs, or None when unknown."""
-    seen: dict[str, dict[str, Any]] = {}
+async def member_pci_ids(
+    bmc: BmcSession,
+    paths: tuple[str, ...],
+    related: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, PciIds | None]:
+    """member path -> its device's (vendor id, device id) pairs, or None when unknown.
+    ``related``: member path -> its ``RelatedItem`` paths as the same step just read them
+    (preflight's ``FirmwareInventory`` read), so that those members are not read again."""
+    seen: dict[str, dict[str, Any]] = {
+        path: {"RelatedItem": [{"@odata.id": item} for item in items]}
+        for path, items in (related or {}).items()
+    }
 
     async def doc(path: str) -> dict[str, Any]:
         if path not in seen:

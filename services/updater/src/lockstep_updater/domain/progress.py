@@ -123,6 +123,10 @@ class FirmwareProgress(Progress):
     bmc_login: Literal["session", "basic"] | None = None
     """How preflight logged in to the BMC (a session, or HTTP Basic over verified TLS where the
     service root offers no SessionService); the later steps log in the same way."""
+    bmc_expand: bool = False
+    """Whether the BMC's service root advertises ``$expand`` (read by preflight,
+    ``lockstep_redfish.expand``): the steps then read a component's members in one request.
+    False (and in items begun before it was recorded): one GET per member."""
 
 
 class UpdateProgress(FirmwareProgress):

@@ -93,7 +93,7 @@ async def _send_staged(
         held.ending = ending(decision)
         raise Stop(S.UNCORDONING, decision.reason)
     async with ctx.session(node, held) as bmc:
-        update = FirmwareUpdate(bmc, ctx.policy.update)
+        update = FirmwareUpdate(bmc, ctx.policy.update, expand=held.bmc_expand)
         try:
             if rollback:
                 refs = await send_flip_back(update, held, paths)

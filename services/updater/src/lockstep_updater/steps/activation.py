@@ -96,7 +96,7 @@ async def resolve_uncertain(
     (module docstring); :class:`Stop` ``cancelled`` where it shows nothing was activated."""
     pending = {n: p for n, p in held.components.items() if not p.done and p.staged}
     async with ctx.session(node, held) as bmc:
-        update = FirmwareUpdate(bmc, ctx.policy.update)
+        update = FirmwareUpdate(bmc, ctx.policy.update, expand=held.bmc_expand)
         members = {n: await update.members(tuple(p.targets)) for n, p in pending.items()}
         tasks = await _running_tasks(update)
     if tasks:

@@ -1,20 +1,21 @@
-"""Which BMC profile a node's BMC speaks, and what it refuses, decided in preflight before
-anything is cordoned or written (issue 29 items 1 and 3).
+"""Which BMC profile a node's BMC speaks, and what it refuses, decided in preflight before anything
+is cordoned or written (issue 29 items 1 and 3).
 
 The service root is read without credentials (DSP0266 "Service root"): a root that links no
 SessionService takes HTTP Basic, which ``lockstep_redfish.session`` sends only over verified
 TLS. Logged in that way, the BMC's ``UpdateService``, ``Manager`` collection and every
-``FirmwareInventory`` member are read (GETs only, ``lockstep_redfish.probe.read_facts``, what
-``lockstep bmc probe`` reads) and the profile is chosen from them
-(``selection.select_profile``), unless the updater's ``bmc_profiles`` setting names one for the
-node's id or its SKU. ``preflight.profile_refusals`` then says, in one line naming the BMC and
-the profile, everything that stands in the way: the account's privilege (an Administrator-class
-account is refused, reliability.md 7 H5), the login the profile allows, a component no member
-holds, a push method the BMC lacks, an image over ``MaxImageSizeBytes``, a downgrade without a
-signed rollback approval, and a BMC that does not take the profile's activation reset (the
-action missing, or its allowable ``ResetType`` values without the profile's). The choice
-and the login are recorded in the progress (``bmc_profile``, ``bmc_login``) for the later
-steps.
+``FirmwareInventory`` member (in one request where the root advertises ``$expand``, recorded as
+``bmc_expand`` for the later steps' reads) are read (GETs only,
+``lockstep_redfish.probe.read_facts``, what ``lockstep bmc probe`` reads) and the profile is
+chosen from them (``selection.select_profile``), unless the updater's ``bmc_profiles`` setting
+names one for the node's id or its SKU. ``preflight.profile_refusals`` then says, in one line
+naming the BMC and the profile, everything that stands in the way: the account's privilege (an
+Administrator-class account is refused, reliability.md 7 H5), the login the profile allows, a
+component no member holds, a push method the BMC lacks, an image over ``MaxImageSizeBytes``, a
+downgrade without a signed rollback approval, and a BMC that does not take the profile's
+activation reset (the action missing, or its allowable ``ResetType`` values without the
+profile's). The choice and the login are recorded in the progress (``bmc_profile``,
+``bmc_login``) for the later steps.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lockstep_common.events.v1 import FleetNode
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
 from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable, UpdateRefused
+from lockstep_redfish.expand import offers_expand
 from lockstep_redfish.flip_back import find_inactive
 from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals, write_refusals
 from lockstep_redfish.probe import read_facts
@@ -76,6 +78,13 @@ class NodeBmc:
         )
         _refuse(self.node_id, self.profile, lines)
 
+    def related(self, paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """member path -> its ``RelatedItem`` paths, as read by :func:`choose`, for the
+        members of ``paths`` it read."""
+        by_id = {member.id: member.related for member in self.facts.members}
+        ids = {path: path.rstrip("/").rsplit("/", 1)[-1] for path in paths}
+        return {path: by_id[i] for path, i in ids.items() if i in by_id}
+
     def member_paths(self, component: Component) -> tuple[str, ...]:
         """The FirmwareInventory members that hold ``component`` under the profile."""
         ids = members_of(self.profile, component, self.facts.members)
@@ -101,6 +110,7 @@ async def choose(
         raise Stop(S.FAILED, f"BMC {node.node_id}: the service root: {exc}") from None
     login = LoginMethod.SESSION if _offers_sessions(root) else LoginMethod.BASIC
     progress.bmc_login = login.value
+    progress.bmc_expand = offers_expand(root)
     named = ctx.policy.profile_named_for(node.node_id, node.profile)
     if named is not None and login not in profile_named(named).login:
         allowed = ", ".join(profile_named(named).login)  # refused before any login

@@ -32,7 +32,7 @@ from lockstep_common.events.v1 import (
 )
 from lockstep_common.vocabulary import Component, DeviceOutcome, clip_text
 from lockstep_redfish import RedfishClient
-from lockstep_redfish.image import FirmwareImage
+from lockstep_redfish.image import FirmwareImage, off_loop
 from lockstep_redfish.image_server import ImageServer
 from lockstep_updater.adapters.credentials import FleetCredentials
 from lockstep_updater.adapters.wave_facts import read_node
@@ -152,25 +152,30 @@ class StepContext:
         item ends or its claim is lost)."""
         return self.sessions.borrow(bmc_target(node, progress))
 
-    def image(self, target: Target, entry: AttestedComponent) -> FirmwareImage:
+    async def image(self, target: Target, entry: AttestedComponent) -> FirmwareImage:
         """The image's bytes from the attested bundle, hashed now against the manifest's
-        SHA-384 (design.md non-negotiable 7: a mismatch fails closed)."""
+        SHA-384 (design.md non-negotiable 7: a mismatch fails closed), off the event loop
+        (``off_loop``: a large image's hash would hold up every other BMC's requests)."""
         if target.bundle_uri is None:
             raise Stop(S.FAILED, "bundle.attested named no bundle location")
         try:
             data = self.images.read(target.bundle_uri, entry.image)
         except (OSError, ValueError) as exc:
             raise Stop(S.FAILED, f"{entry.image}: cannot read from the bundle: {exc}") from None
-        actual = sha384_of(data)
+        name = entry.image.rsplit("/", 1)[-1]
+        # The attested digest itself: the check before each push is against the manifest. The
+        # bytes are hashed here, once: the step's preflight and push send this very object
+        # and compare this digest again (``FirmwareImage.actual``), not hash it twice more.
+        image = FirmwareImage(data, entry.sha384, name)
+        await off_loop(image.actual)
+        actual = image.actual()  # the digest just computed
         if actual != entry.sha384 or len(data) != entry.size:
             raise Stop(
                 S.FAILED,
                 f"{entry.image}: SHA-384 {actual} ({len(data)} bytes) is not "
                 f"the attested {entry.sha384} ({entry.size} bytes); nothing was sent",
             )
-        name = entry.image.rsplit("/", 1)[-1]
-        # The attested digest itself: the re-hash before each push is against the manifest.
-        return FirmwareImage(data, entry.sha384, name)
+        return image
 
     # -- the fence and the guard -----------------------------------------------------------
 

@@ -71,11 +71,11 @@ def order(claim: Claim, node: FleetNode, work: InBandUnit | None = None) -> Agen
     )
 
 
-def package_digest(ctx: StepContext, target: Target, entry: AttestedComponent) -> str:
+async def package_digest(ctx: StepContext, target: Target, entry: AttestedComponent) -> str:
     """The SHA-256 the agent checks the bytes it downloads against (it hashes with SHA-256):
     the attested package read from its bundle and re-hashed against the manifest's SHA-384
     first (``StepContext.image``: a mismatch fails closed)."""
-    return hashlib.sha256(ctx.image(target, entry).data).hexdigest()
+    return hashlib.sha256((await ctx.image(target, entry)).data).hexdigest()
 
 
 async def attested_digest(ctx: StepContext, node: FleetNode, version: str | None) -> str | None:
@@ -85,7 +85,7 @@ async def attested_digest(ctx: StepContext, node: FleetNode, version: str | None
     if version is None:
         return None
     found = await ctx.attested(node, Component.DRIVER, version)
-    return None if found is None else package_digest(ctx, *found)
+    return None if found is None else await package_digest(ctx, *found)
 
 
 async def plan_rollout(
@@ -106,7 +106,7 @@ async def plan_rollout(
         )
     progress.in_band = None  # planned afresh from this reading
     driver = entries[Component.DRIVER.value]
-    digest = package_digest(ctx, target, driver)
+    digest = await package_digest(ctx, target, driver)
     state = await require_agent(ctx).state(order(claim, node))
     version = driver.version
     if state.runs(version) and all(

@@ -93,18 +93,20 @@ async def _plan_bmc(
     intents = [Intent(Component(n), e.version, e.size) for n, e in entries.items()]
     chosen = await bmc_profile.choose(ctx, node, progress, intents)
     async with ctx.session(node, progress) as bmc:
-        update = FirmwareUpdate(bmc, policy_for(chosen.profile, ctx.policy.update))
+        policy = policy_for(chosen.profile, ctx.policy.update)
+        update = FirmwareUpdate(bmc, policy, expand=progress.bmc_expand)
         for name, entry in entries.items():
             paths = chosen.member_paths(Component(name))
-            image = ctx.image(target, entry)
+            image = await ctx.image(target, entry)
             # Only the members whose device the package declares (domain.targets).
-            paths = applicable_members(image.data, await member_pci_ids(bmc, paths))
+            related = chosen.related(paths)  # the members' links, read by choose just now
+            paths = applicable_members(image.data, await member_pci_ids(bmc, paths, related))
             if not paths:
                 raise Stop(S.FAILED, f"{name}: the image applies to none of its members")
             chosen.refuse_downgrade(Intent(Component(name), entry.version), paths)
             request = push_request(chosen.profile, paths, entry.version, stage=entry.banks == "ab")
             try:
-                plan = await update.preflight(image, request)
+                plan = await update.preflight(image, request, read=chosen.facts)
             except (BmcError, ImageDigestMismatch) as exc:
                 if isinstance(exc, BmcUnavailable):
                     raise

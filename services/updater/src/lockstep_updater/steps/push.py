@@ -48,13 +48,13 @@ async def push(
     profile = profile_of(progress)
     request = push_request(profile, plan.targets, plan.version, stage=stage)
     async with ctx.session(node, progress) as bmc:
-        update = FirmwareUpdate(bmc, update_policy(ctx, profile))
+        update = FirmwareUpdate(bmc, update_policy(ctx, profile), expand=progress.bmc_expand)
         if plan.sent:
             await _after_unknown_push(ctx, update, claim, name, plan, request)
             return
         _keep_gap(ctx, node, profile, progress, name)
         bundle, entry = await reflash.source(ctx, node, target, name, plan, progress)
-        image = ctx.image(bundle, entry)  # fetched and re-hashed right before the push
+        image = await ctx.image(bundle, entry)  # fetched and hashed, once, right before the push
         try:
             checked = await update.preflight(image, request)
         except BmcUnavailable:

@@ -32,7 +32,7 @@ async def run(
     rollback = isinstance(held, RollbackProgress) and held.rollback
     events: Events = []
     async with ctx.session(node, held) as bmc:
-        update = FirmwareUpdate(bmc, ctx.policy.update)
+        update = FirmwareUpdate(bmc, ctx.policy.update, expand=held.bmc_expand)
         for name, plan in held.components.items():
             if plan.done:
                 continue
