@@ -61,10 +61,6 @@ Events = list[tuple[DeviceOutcome, EventData]]
 BorrowedSession = AbstractAsyncContextManager[KeptSession]
 
 
-def _always() -> bool:
-    return True
-
-
 @dataclass(slots=True)
 class InBandChannel:
     """The node agent's in-band channel (driver package unit, the GSP runbook) and its bounds."""
@@ -94,7 +90,7 @@ class StepContext:
     image_server: ImageServer | None = None
     """Where a BMC without a multipart push URI pulls images from; None: such a push fails."""
     in_band: InBandChannel = field(default_factory=InBandChannel)
-    chains: Callable[[], bool] = _always
+    chains: Callable[[], bool] = lambda: True
     """Whether a commit that moved its item on keeps it for the next step (see ``commit``)."""
     kept: dict[tuple[int, int], Claim] = field(default_factory=dict)
     """The claims ``commit`` kept, by the (item, token) of the claim that ran the step."""
