@@ -192,7 +192,8 @@ def test_probe_of_sushy_emulator_logs_in_by_basic_and_says_what_is_missing(
     assert found["push"] == "simple_update"
     head = f"BMC {HOST} (profile dmtf-generic)"
     assert found["refusals"] == [
-        f"{head}: the account's privileges cannot be read; ConfigureComponents needed",
+        f"{head}: the account's privileges cannot be read; the profile's calls need "
+        "ConfigureComponents, Login",
         f"{head}: no FirmwareInventory member holds bios",
     ]
 

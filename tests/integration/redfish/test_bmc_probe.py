@@ -97,7 +97,9 @@ async def test_probe_says_what_preflight_would_refuse_in_one_line_each(
     refused = [line for line in out.splitlines() if line.startswith("refused: ")]
     head = "refused: BMC 127.75.0.1 (profile lockstep-sim)"
     assert refused == [
-        f"{head}: the account lacks ConfigureComponents (it holds: ConfigureSelf, Login)",
+        f"{head}: the account lacks what the profile's calls need (DSP8011: ConfigureComponents "
+        "for the UpdateService push (multipart, simple_update), UpdateService.Activate; it "
+        "holds: ConfigureSelf, Login)",
         f"{head}: no FirmwareInventory member holds bbu",
     ]
     assert writes(sim) == []

@@ -51,7 +51,9 @@ async def test_an_administrator_account_is_refused_at_preflight_and_nothing_is_w
     item = w.store.item(node)
     assert item.state is NodeStep.FAILED
     assert "(Administrator) holds ConfigureManager and ConfigureUsers" in item.reason
-    assert "Operator-class account" in item.reason and "nothing written" in item.reason
+    assert "more than the profile's calls need" in item.reason
+    assert "use an account whose role holds only ConfigureComponents, Login" in item.reason
+    assert "nothing written" in item.reason
     assert w.pushes(node) == []
     # The BMC recorded logins and logouts only: no push, activation or reset.
     actions = {e["action"] for e in w.rt.simulator.bmc(node).ledger}

@@ -3,8 +3,11 @@
 ``lockstep bmc probe URL --credentials REF`` says which BMC profile the BMC matches (and why),
 how it would be flashed (login, push method and URI, targets per component, activation, what a
 task-less answer means, downgrades, second bank, gap between pushes) and what preflight would
-refuse, one line per refusal naming the BMC, the profile and what is missing. It writes nothing
-to the BMC: GETs, and one login and logout (``lockstep_redfish.probe``).
+refuse, one line per refusal naming the BMC, the profile and what is missing: the privileges the
+profile's calls need (DSP8011) against those the account holds (an account holding
+ConfigureUsers, or ConfigureManager the profile does not need, is refused as the updater refuses
+it), and whether the BMC takes the profile's activation reset and its ResetType. It writes
+nothing to the BMC: GETs, and one login and logout (``lockstep_redfish.probe``).
 """
 
 from __future__ import annotations
@@ -135,6 +138,13 @@ def _print(found: ProbeReport) -> None:
         console.print(f"  {name}: {value}", highlight=False)
     for comp, ids in found.targets.items():
         console.print(f"  {comp}: {', '.join(ids)}", highlight=False)
+    for privilege, calls in found.privileges_needed.items():
+        console.print(f"  needs {privilege}: {'; '.join(calls)}", highlight=False)
+    held = found.privileges_held
+    console.print(
+        f"  account holds: {'(not said by the BMC)' if held is None else ', '.join(held)}",
+        highlight=False,
+    )
     for line in found.refusals:
         console.print(f"refused: {line}", highlight=False)
     if not found.refusals:
