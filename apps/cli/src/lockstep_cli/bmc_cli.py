@@ -70,6 +70,10 @@ def probe(
 ) -> None:
     """Which profile a BMC matches, how it would be flashed, what preflight would refuse.
 
+    Also the privileges the profile's calls need (DSP8011) and those the account holds: an
+    account lacking one, or holding ConfigureUsers or a ConfigureManager the profile does not
+    need, is refused, as is a BMC whose activation reset does not allow the profile's ResetType.
+
     Exits 0 when preflight would refuse nothing, 1 when it would refuse something (each reason
     printed), 2 when the BMC cannot be read.
     """
