@@ -41,6 +41,7 @@ from lockstep_redfish import (
     UpdateRefused,
 )
 from lockstep_redfish.preflight import UpdateRequest
+from lockstep_redfish.probe import reset_refusals
 from lockstep_redfish.profile import LoginMethod, profile_named
 from lockstep_redfish.tasks import TaskPolicy
 from lockstep_redfish.update import UpdatePolicy, policy_for
@@ -162,6 +163,19 @@ def static_gb200(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Foreign]:
         yield Foreign(f"https://{HOST}:{port}", cert)
 
 
+@pytest.fixture(scope="module")
+def static_supermicro(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Foreign]:
+    """``sushy-static`` serving the real Supermicro capture (its ``Managers/1``) over TLS."""
+    directory = tmp_path_factory.mktemp("sushy-static-smc")
+    cert, key = _certificate(directory)
+    port = _free_port()
+    mockup = REFERENCE / "redfish-mockups" / "supermicro_hgx" / "redfish" / "v1"
+    args = [str(BIN / "sushy-static"), "-i", HOST, "-p", str(port), "-m", str(mockup)]
+    args += ["-c", str(cert), "-k", str(key)]
+    for _ in _serve(args, port):
+        yield Foreign(f"https://{HOST}:{port}", cert)
+
+
 def probe(foreign: Foreign, *extra: str) -> tuple[int, str]:
     env = {"SUSHY_USERNAME": USER, "SUSHY_PASSWORD": PASSWORD}
     result = CliRunner().invoke(
@@ -192,7 +206,8 @@ def test_probe_of_sushy_emulator_logs_in_by_basic_and_says_what_is_missing(
     assert found["push"] == "simple_update"
     head = f"BMC {HOST} (profile dmtf-generic)"
     assert found["refusals"] == [
-        f"{head}: the account's privileges cannot be read; ConfigureComponents needed",
+        f"{head}: the account's privileges cannot be read; the profile's calls need "
+        "ConfigureComponents, Login",
         f"{head}: no FirmwareInventory member holds bios",
     ]
 
@@ -243,3 +258,33 @@ async def test_a_push_sushy_static_accepts_is_never_reported_as_an_update(
             await update.update(image, UpdateRequest((f"{fw}/FW_BMC_0",), "GB200Nvl-25.01-1"))
     assert f"{fw}/FW_BMC_0" in str(refused.value)
     assert asyncio.get_running_loop().time() - started < 10  # the profile's bound, not 7,200 s
+
+
+async def test_the_reset_check_reads_the_real_captures_allowable_reset_types(
+    static_supermicro: Foreign, static_gb200: Foreign
+) -> None:
+    """What ``bmc probe`` and preflight ask before any drain, against the captures themselves:
+    the Supermicro capture's ``Managers/1`` allows ``GracefulRestart`` only, so its profile's
+    reset passes and any other ResetType is refused; the GB200 capture holds no
+    ``Chassis/BMC_0`` (the tray its profile power-cycles), which is said, not assumed."""
+    smc = profile_named("supermicro-x13")
+    forced = smc.model_copy(
+        update={"activation": smc.activation.model_copy(update={"reset_type": "ForceRestart"})}
+    )
+    client = RedfishClient(Credentials(), FAST, verify_tls=static_supermicro.trust())
+    target = BmcTarget("smc", static_supermicro.url, login=LoginMethod.BASIC)  # it checks none
+    async with client.session(target) as bmc:
+        assert await reset_refusals(bmc, smc) == []
+        assert await reset_refusals(bmc, forced) == [
+            "the profile's activation reset (manager ForceRestart): /redfish/v1/Managers/1: "
+            "ResetType 'ForceRestart' not allowed (GracefulRestart)"
+        ]
+    client = RedfishClient(Credentials(), FAST, verify_tls=static_gb200.trust())
+    target = BmcTarget("gb200", static_gb200.url, login=LoginMethod.BASIC)
+    async with client.session(target) as bmc:
+        (line,) = await reset_refusals(bmc, profile_named("nvidia-gb200-nvl"))
+    # sushy-static answers a resource it lacks with a page that is not JSON: named as read.
+    assert line.startswith(
+        "the profile's activation reset (chassis PowerCycle): /redfish/v1/Chassis/BMC_0 "
+        "cannot be read (malformed reply from "
+    )

@@ -67,8 +67,8 @@ async def test_a_rollout_onto_sushy_emulator_is_refused_in_preflight_and_never_u
     reason = await refusal_on(w, emulator)
     head = f"refused: BMC {NODE} (profile dmtf-generic): "
     assert reason == (
-        f"{head}the account's privileges cannot be read; ConfigureComponents needed; "
-        "no FirmwareInventory member holds gpu_vbios; nothing written"
+        f"{head}the account's privileges cannot be read; the profile's calls need "
+        "ConfigureComponents, Login; no FirmwareInventory member holds gpu_vbios; nothing written"
     )
     assert HOST in emulator.url
     assert_untouched(w)

@@ -5,6 +5,7 @@ the logout)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +36,14 @@ async def cli(*args: str) -> tuple[int, str]:
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(SimOptions(1, "gb200", host_base="127.75.0.1", port=0)) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+async def smc() -> AsyncIterator[Simulator]:
+    """A Supermicro-dialect BMC: profile supermicro-x13 activates with Manager.Reset."""
+    options = SimOptions(1, "gb200", dialect="supermicro-x13", host_base="127.75.1.1", port=0)
+    async with Simulator(options) as simulator:
         yield simulator
 
 
@@ -97,7 +106,9 @@ async def test_probe_says_what_preflight_would_refuse_in_one_line_each(
     refused = [line for line in out.splitlines() if line.startswith("refused: ")]
     head = "refused: BMC 127.75.0.1 (profile lockstep-sim)"
     assert refused == [
-        f"{head}: the account lacks ConfigureComponents (it holds: ConfigureSelf, Login)",
+        f"{head}: the account lacks what the profile's calls need (DSP8011: ConfigureComponents "
+        "for the UpdateService push (multipart, simple_update), UpdateService.Activate; it "
+        "holds: ConfigureSelf, Login)",
         f"{head}: no FirmwareInventory member holds bbu",
     ]
     assert writes(sim) == []
@@ -141,3 +152,50 @@ async def test_plain_http_needs_the_explicit_allowance(sim: Simulator, creds: st
     code, out = await cli("bmc", "probe", sim.bmc_url(NODE), "--credentials", creds)
     assert code == 2 and "refusing to send credentials over plain http" in " ".join(out.split())
     assert sim.bmc(NODE).ledger == []
+
+
+async def test_probe_names_the_privileges_the_profile_needs_and_what_the_account_holds(
+    smc: Simulator, creds: str
+) -> None:
+    url = smc.bmc_url(NODE)
+    args = ("bmc", "probe", url, "--credentials", creds, "--allow-plain-http")
+    code, out = await cli(*args, "--json")
+    assert code == 0, out
+    found = json.loads(out)
+    assert found["profile"] == "supermicro-x13" and found["refusals"] == []
+    assert found["privileges_needed"]["ConfigureManager"] == [
+        "Manager.Reset of /redfish/v1/Managers/1",
+        "the flip-back's PATCH of a Manager's image link",
+    ]
+    assert set(found["privileges_needed"]) == {"ConfigureComponents", "ConfigureManager", "Login"}
+    assert "ConfigureUsers" not in found["privileges_held"]  # the dialect's FirmwareOperator
+    code, text = await cli(*args)
+    assert code == 0, text
+    assert "needs ConfigureManager: Manager.Reset of /redfish/v1/Managers/1" in text
+    assert "preflight: nothing refused" in text
+    assert writes(smc) == []
+
+
+async def test_probe_refuses_an_operator_and_a_reset_type_the_bmc_does_not_allow(
+    smc: Simulator, creds: str
+) -> None:
+    bmc = smc.bmc(NODE)
+    account = bmc.accounts.by_name(OPERATOR_USERNAME)
+    assert account is not None
+    account.role = "Operator"  # the predefined role: no ConfigureManager
+    # Managers/1 allows ForceRestart only: the profile's GracefulRestart would be refused (400)
+    # once the node is drained and its image written.
+    bmc.dialect = dataclasses.replace(bmc.dialect, manager_reset_types=("ForceRestart",))
+    url = smc.bmc_url(NODE)
+    code, out = await cli("bmc", "probe", url, "--credentials", creds, "--allow-plain-http")
+    assert code == 1, out
+    refused = [line for line in out.splitlines() if line.startswith("refused: ")]
+    head = "refused: BMC 127.75.1.1 (profile supermicro-x13)"
+    assert refused == [
+        f"{head}: the account lacks what the profile's calls need (DSP8011: ConfigureManager "
+        "for Manager.Reset of /redfish/v1/Managers/1, the flip-back's PATCH of a Manager's "
+        "image link; it holds: ConfigureComponents, ConfigureSelf, Login)",
+        f"{head}: the profile's activation reset (manager GracefulRestart): "
+        "/redfish/v1/Managers/1: ResetType 'GracefulRestart' not allowed (ForceRestart)",
+    ]
+    assert writes(smc) == []

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from lockstep_sim.options import OPERATOR_USERNAME
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.ports import OWNER
 from tests.integration.updater.conftest import World
@@ -27,7 +28,17 @@ __all__ = ["dialect_world"]
 async def test_a_flip_back_by_an_account_without_configure_manager_is_refused_before_the_drain(
     dialect_world: Callable[[str, str], Awaitable[World]],
 ) -> None:
-    tripped = await supermicro_tripped(dialect_world)
+    async def as_operator(dialect: str, hardware: str) -> World:
+        """The Supermicro world with the flashing account demoted to the predefined Operator
+        role (its own is FirmwareOperator, which holds ConfigureManager)."""
+        w = await dialect_world(dialect, hardware)
+        for node in w.rt.fleet:
+            account = w.rt.simulator.bmc(node.id).accounts.by_name(OPERATOR_USERNAME)
+            assert account is not None
+            account.role = "Operator"
+        return w
+
+    tripped = await supermicro_tripped(as_operator)
     w, node, old, flip = tripped.w, tripped.node, tripped.old, tripped.flip
     bmc = w.rt.simulator.bmc(node).node.components["BMC"]
     assert flip.state is NodeStep.FAILED

@@ -78,8 +78,10 @@ async def test_an_account_without_the_privilege_is_refused(world: World) -> None
     world.executors.append(ex)
     reason = await refused(world, ex)
     assert reason == (
-        f"refused: BMC {NODE} (profile lockstep-sim): the BMC account (ReadOnly) lacks "
-        "ConfigureComponents, which a firmware update needs; nothing written"
+        f"refused: BMC {NODE} (profile lockstep-sim): the account (ReadOnly) lacks what the "
+        "profile's calls need (DSP8011: ConfigureComponents for the UpdateService push "
+        "(multipart, simple_update), UpdateService.Activate; it holds: ConfigureSelf, Login); "
+        "nothing written"
     )
 
 

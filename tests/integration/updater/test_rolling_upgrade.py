@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from lockstep_redfish.privileges import account_refusal
+from lockstep_redfish.profile import profile_named
 from lockstep_updater.adapters.images import BundleImages
 from lockstep_updater.adapters.sim_scheduler import SimScheduler
 from lockstep_updater.domain.steps import NodeStep
@@ -45,7 +48,20 @@ def previous_release() -> ModuleType:
     source = source.replace("lockstep_updater.inband_step", "previous_updater_inband_step")
     # Moved since (one reading of an account's privileges, shared with ``lockstep bmc probe``).
     source = source.replace("lockstep_updater.adapters.bmc_account", "lockstep_redfish.accounts")
+    # Moved since (least privilege per BMC profile, lockstep_redfish.privileges): the previous
+    # release knew no profile and flashed the simulator's (lockstep-sim) by the Operator rule.
+    source = source.replace(
+        "from lockstep_updater.domain.privilege import account_refusal",
+        "from tests.integration.updater.test_rolling_upgrade import previous_account_refusal"
+        " as account_refusal",
+    )
     return _module("previous_updater_executor", source)
+
+
+def previous_account_refusal(roles: Iterable[str], privileges: Iterable[str]) -> str | None:
+    """The previous release's ``account_refusal(roles, privileges)``: this release's rule for
+    the profile it flashed (the simulator's own, whose calls need what Operator holds)."""
+    return account_refusal(profile_named("lockstep-sim"), privileges, roles)
 
 
 def previous_executor(w: World, store: Any) -> Any:

@@ -10,7 +10,6 @@ import pytest
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.preflight import (
-    ADMINISTRATIVE,
     Intent,
     offered_push_methods,
     profile_refusals,
@@ -19,7 +18,6 @@ from lockstep_redfish.preflight import (
 )
 from lockstep_redfish.profile import LoginMethod, PushMethod
 from lockstep_redfish.selection import BmcFacts, Selection, select_profile
-from lockstep_updater.domain import privilege as updater_privilege
 from tests.unit.redfish.test_profiles import capture_facts
 
 OPERATOR = frozenset({"Login", "ConfigureComponents", "ConfigureSelf"})
@@ -55,10 +53,15 @@ def test_a_bmc_its_profile_can_flash_is_not_refused() -> None:
 
 def test_an_account_without_the_privilege_is_refused() -> None:
     lines = _check(capture_facts("nvidia_gb200"), GPU_UP, privileges=frozenset({"Login"}))
-    assert lines == [f"{GB200}: the account lacks ConfigureComponents (it holds: Login)"]
+    assert lines == [
+        f"{GB200}: the account lacks what the profile's calls need (DSP8011: ConfigureComponents "
+        "for the UpdateService push (multipart), Chassis.Reset of /redfish/v1/Chassis/BMC_0, "
+        "UpdateService #NvidiaUpdateService.CommitImage; it holds: Login)"
+    ]
     unknown = _check(capture_facts("nvidia_gb200"), GPU_UP, privileges=None)
     assert unknown == [
-        f"{GB200}: the account's privileges cannot be read; ConfigureComponents needed"
+        f"{GB200}: the account's privileges cannot be read; the profile's calls need "
+        "ConfigureComponents, Login"
     ]
 
 
@@ -66,16 +69,17 @@ def test_an_administrator_class_account_is_refused_as_the_updater_refuses_it() -
     admin = OPERATOR | {"ConfigureManager", "ConfigureUsers"}
     lines = _check(capture_facts("nvidia_gb200"), GPU_UP, privileges=admin)
     assert lines == [
-        f"{GB200}: the account holds ConfigureManager and ConfigureUsers: Administrator-class "
-        "credentials are refused; use an Operator-class account (ConfigureComponents only)"
+        f"{GB200}: the account holds ConfigureManager and ConfigureUsers, more than the "
+        "profile's calls need: Administrator-class credentials are refused; use an account "
+        "whose role holds only ConfigureComponents, Login"
     ]
-    assert ADMINISTRATIVE == updater_privilege.ADMINISTRATIVE  # one rule, two places
 
 
 def test_a_login_the_profile_does_not_allow_is_refused() -> None:
     lines = _check(capture_facts("nvidia_gb200"), GPU_UP, login=LoginMethod.BASIC)
     assert lines == [f"{GB200}: login by basic is not allowed by the profile (allowed: session)"]
-    assert _check(capture_facts("supermicro_hgx"), login=LoginMethod.BASIC) == []
+    smc = OPERATOR | {"ConfigureManager"}  # its Manager.Reset needs it (DSP8011)
+    assert _check(capture_facts("supermicro_hgx"), login=LoginMethod.BASIC, privileges=smc) == []
 
 
 def test_a_component_no_member_holds_is_refused() -> None:
@@ -114,7 +118,12 @@ def test_a_downgrade_needs_a_signed_approval_and_a_profile_that_can_force_it() -
     )
     assert lines[0].endswith("without a signed rollback approval")
     assert _check(capture_facts("nvidia_gb200"), down, approved=True) == []  # ForceUpdate
-    smc = _check(capture_facts("supermicro_hgx"), Intent(Component.BMC, "10.00.00"), approved=True)
+    smc = _check(
+        capture_facts("supermicro_hgx"),
+        Intent(Component.BMC, "10.00.00"),
+        approved=True,
+        privileges=OPERATOR | {"ConfigureManager"},
+    )
     assert smc == [
         "BMC n1 (profile supermicro-x13): bmc would be downgraded (BMC 11.01.01 -> 10.00.00) "
         "and the profile has no way to force a downgrade"

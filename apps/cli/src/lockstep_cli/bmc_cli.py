@@ -3,8 +3,11 @@
 ``lockstep bmc probe URL --credentials REF`` says which BMC profile the BMC matches (and why),
 how it would be flashed (login, push method and URI, targets per component, activation, what a
 task-less answer means, downgrades, second bank, gap between pushes) and what preflight would
-refuse, one line per refusal naming the BMC, the profile and what is missing. It writes nothing
-to the BMC: GETs, and one login and logout (``lockstep_redfish.probe``).
+refuse, one line per refusal naming the BMC, the profile and what is missing: the privileges the
+profile's calls need (DSP8011) against those the account holds (an account holding
+ConfigureUsers, or ConfigureManager the profile does not need, is refused as the updater refuses
+it), and whether the BMC takes the profile's activation reset and its ResetType. It writes
+nothing to the BMC: GETs, and one login and logout (``lockstep_redfish.probe``).
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ def probe(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Which profile a BMC matches, how it would be flashed, what preflight would refuse.
+
+    Also the privileges the profile's calls need (DSP8011) and those the account holds: an
+    account lacking one, or holding ConfigureUsers or a ConfigureManager the profile does not
+    need, is refused, as is a BMC whose activation reset does not allow the profile's ResetType.
 
     Exits 0 when preflight would refuse nothing, 1 when it would refuse something (each reason
     printed), 2 when the BMC cannot be read.
@@ -135,6 +142,13 @@ def _print(found: ProbeReport) -> None:
         console.print(f"  {name}: {value}", highlight=False)
     for comp, ids in found.targets.items():
         console.print(f"  {comp}: {', '.join(ids)}", highlight=False)
+    for privilege, calls in found.privileges_needed.items():
+        console.print(f"  needs {privilege}: {'; '.join(calls)}", highlight=False)
+    held = found.privileges_held
+    console.print(
+        f"  account holds: {'(not said by the BMC)' if held is None else ', '.join(held)}",
+        highlight=False,
+    )
     for line in found.refusals:
         console.print(f"refused: {line}", highlight=False)
     if not found.refusals:

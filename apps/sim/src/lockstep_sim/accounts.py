@@ -1,7 +1,10 @@
 """AccountService (AccountService v1_15_0), ManagerAccount v1_12_0 and Role v1_3_2; the
-Administrator account whose credentials the simulator is started with, and an Operator account
-(same password) with what a firmware update needs: Login and ConfigureComponents (DSP8011
-privilege registry: UpdateService actions need ConfigureComponents)."""
+Administrator account whose credentials the simulator is started with, and the account Lockstep
+flashes with (same password) holding what the dialect's update calls need (DSP8011 privilege
+registry): the predefined Operator role (Login, ConfigureComponents: UpdateService actions,
+ComputerSystem.Reset, Chassis.Reset), or where the dialect activates with ``Manager.Reset``
+(Supermicro) the custom role ``FirmwareOperator``, an Operator that also holds ConfigureManager
+and still not ConfigureUsers (Role v1_3_2 ``IsPredefined`` false)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,9 @@ _PRIVILEGES = {
     ],
     "Operator": ["Login", "ConfigureSelf", "ConfigureComponents"],
     "ReadOnly": ["Login", "ConfigureSelf"],
+    "FirmwareOperator": ["Login", "ConfigureSelf", "ConfigureComponents", "ConfigureManager"],
 }
+PREDEFINED = frozenset({"Administrator", "Operator", "ReadOnly"})
 ROLE_IDS = tuple(_PRIVILEGES)
 
 
@@ -118,6 +123,6 @@ def role_doc(role_id: str) -> dict[str, Any]:
         "Id": role_id,
         "Name": f"{role_id} Role",
         "RoleId": role_id,
-        "IsPredefined": True,
+        "IsPredefined": role_id in PREDEFINED,
         "AssignedPrivileges": _PRIVILEGES[role_id],
     }

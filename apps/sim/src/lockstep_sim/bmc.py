@@ -59,7 +59,7 @@ class Bmc:
     def __post_init__(self) -> None:
         self.accounts.add(self.username, self.password)
         if self.username != OPERATOR_USERNAME:
-            self.accounts.add(OPERATOR_USERNAME, self.password, "Operator")
+            self.accounts.add(OPERATOR_USERNAME, self.password, self.dialect.operator_role)
 
     @property
     def uuid(self) -> str:

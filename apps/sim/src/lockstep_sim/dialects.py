@@ -89,6 +89,9 @@ class Dialect:
     # Members that show another member's inactive bank (Supermicro Backup_BMC, Backup_BIOS):
     # member id -> (its backup member id, Name); Version "Not Present" while the bank is empty.
     backups: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The role of the account Lockstep flashes with (lockstep_sim.accounts): what the profile's
+    # calls need (DSP8011), no more; Manager.Reset needs ConfigureManager, which Operator lacks.
+    operator_role: str = "Operator"
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -135,6 +138,7 @@ DIALECTS: dict[str, Dialect] = {
             activate=False,
             oem_actions={"#SmcUpdateService.Install": SMC_INSTALL},
             activation_reset="manager",  # DSP0268 Manager.Reset of Managers/1 runs the new BMC
+            operator_role="FirmwareOperator",  # Manager.Reset and its PATCH: ConfigureManager
             push_uri=f"{UPDATE}/upload",  # the capture's MultipartHttpPushUri
             manager_id="1",
             # The capture's Managers/1 (supermicro_hgx) allows GracefulRestart only.

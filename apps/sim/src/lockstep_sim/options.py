@@ -11,7 +11,8 @@ DEFAULT_USERNAME = "admin"
 DEFAULT_PASSWORD = "lockstep-sim"  # noqa: S105 - documented default of a local emulator
 OPERATOR_USERNAME = "operator"
 """The Operator-class account every emulated BMC also has (same password as the administrator):
-the one Lockstep's services log in with; the updater refuses Administrator-class accounts
+the one Lockstep's services log in with, its role what the dialect's update calls need (Operator;
+FirmwareOperator on Supermicro): the updater refuses Administrator-class accounts
 (reliability.md 7 H5, least privilege)."""
 
 

@@ -23,6 +23,9 @@ from lockstep_sim.service_root import metadata_xml
 from lockstep_sim.sessions import SESSIONS, basic_credentials
 
 METADATA = f"{ROOT}/$metadata"
+ACCOUNT_SERVICE = f"{ROOT}/AccountService"
+SESSION_SERVICE = f"{ROOT}/SessionService"
+MANAGERS = f"{ROOT}/Managers"
 PUBLIC = {"/redfish", ROOT, f"{ROOT}/odata", METADATA}
 SUPPORTED_QUERY = {"$expand"}
 MONITOR = re.compile(f"{tasks.MONITORS}/(?P<id>[^/]+)")
@@ -57,16 +60,24 @@ def _authenticate(request: web.Request, bmc: Bmc) -> Account | None:
 
 
 def _privilege(method: str, path: str, account: Account, bmc: Bmc) -> str:
-    """The DSP0266 "Privilege model" privilege an operation needs (a simplified mapping)."""
+    """The privilege an operation needs, as the Redfish privilege registry (DSP8011) gives it:
+    reads ``Login``; accounts and roles ``ConfigureUsers`` (one's own account
+    ``ConfigureSelf``); another's session, the SessionService and a Manager (its PATCH and
+    actions, ``Manager.Reset``) ``ConfigureManager``; one's own session ``ConfigureSelf``; the
+    rest (UpdateService and its actions, systems, chassis, Bios) ``ConfigureComponents``."""
     if method in {"GET", "HEAD"}:
         return "Login"
     if path.startswith(ACCOUNTS):
         own = path == f"{ACCOUNTS}/{account.id}" and method == "PATCH"
         return "ConfigureSelf" if own else "ConfigureUsers"
+    if path.startswith(ACCOUNT_SERVICE):
+        return "ConfigureUsers"
     if path.startswith(SESSIONS):
         session = bmc.sessions.get(path.rsplit("/", 1)[1])
         own = session is not None and session.username == account.username
         return "ConfigureSelf" if own else "ConfigureManager"
+    if path.startswith((SESSION_SERVICE, MANAGERS)):
+        return "ConfigureManager"
     return "ConfigureComponents"
 
 

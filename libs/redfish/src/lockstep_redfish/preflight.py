@@ -23,6 +23,7 @@ from lockstep_common.versions import compare_versions
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.models import UpdatableSoftware, UpdateService
+from lockstep_redfish.privileges import account_refusal
 from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod
 from lockstep_redfish.selection import BmcFacts, MemberFacts, Selection, map_member
 
@@ -175,11 +176,6 @@ def preflight(
 
 # -- what the BMC's profile allows, checked before any drain --------------------------------
 
-# Privileges that make an account Administrator-class (DSP0266 "Privilege model"): an update
-# never needs them, and the updater refuses such credentials (reliability.md 7 H5; the same
-# set as lockstep_updater.domain.privilege.ADMINISTRATIVE, which a unit test keeps equal).
-ADMINISTRATIVE = frozenset({"ConfigureManager", "ConfigureUsers"})
-
 
 @dataclass(frozen=True, slots=True)
 class Intent:
@@ -236,8 +232,8 @@ def profile_refusals(
     BMC, the profile and what is missing; empty when nothing stands in the way. Pure: made
     before any node is cordoned, from what was read (``privileges`` None: not readable).
 
-    Refused: an account without the profile's privilege (DSP0266 "Privilege model") or an
-    Administrator-class one (``ADMINISTRATIVE``, as the updater refuses it), a login
+    Refused: an account without a privilege the profile's calls need (DSP8011) or with an
+    administrative one they do not need (``privileges.account_refusal``), a login
     the profile does not allow, a component no member holds, a BMC that offers none of the
     profile's push methods, an image over ``MaxImageSizeBytes``, and a downgrade without a
     signed rollback approval (or one the profile cannot force).
@@ -245,17 +241,9 @@ def profile_refusals(
     profile = selection.profile
     head = f"BMC {bmc} (profile {profile.id})"
     lines: list[str] = []
-    if privileges is None:
-        lines.append(f"{head}: the account's privileges cannot be read; {profile.privilege} needed")
-    elif profile.privilege not in privileges:
-        held = ", ".join(sorted(privileges)) or "none"
-        lines.append(f"{head}: the account lacks {profile.privilege} (it holds: {held})")
-    elif privileges & ADMINISTRATIVE:
-        extra = " and ".join(sorted(privileges & ADMINISTRATIVE))
-        lines.append(
-            f"{head}: the account holds {extra}: Administrator-class credentials are refused; "
-            f"use an Operator-class account ({profile.privilege} only)"
-        )
+    account = account_refusal(profile, privileges)
+    if account is not None:
+        lines.append(f"{head}: {account}")
     if login not in profile.login:
         allowed = ", ".join(profile.login)
         lines.append(f"{head}: login by {login} is not allowed by the profile (allowed: {allowed})")

@@ -4,9 +4,11 @@ preflight would refuse (``lockstep bmc probe``, an SRE's first command on new ha
 Nothing is written: the service root is read without credentials (DSP0266 "Service root"), then
 one login (a session where the root offers one, else HTTP Basic, which ``session`` allows only
 over verified TLS), GETs of ``UpdateService``, the ``Manager`` collection, every
-``FirmwareInventory`` member (in one request where the root advertises ``$expand``) and the
-account's role, and the session's logout. The decisions are the pure ones the updater makes
-(``selection``, ``preflight.profile_refusals``).
+``FirmwareInventory`` member (in one request where the root advertises ``$expand``), the
+account's role and the resource the profile's activation resets (its ``Reset`` action's allowable
+``ResetType`` values), and the session's logout. The decisions are the pure ones the updater
+makes (``selection``, ``preflight.profile_refusals``, ``privileges``: the privileges the
+profile's calls need, DSP8011) and the same reset check (``FirmwareUpdate.reset_action``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from typing import Any
 
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
-from lockstep_redfish.errors import BmcError, BmcUnavailable, RedfishReplyError
+from lockstep_redfish.errors import BmcError, BmcUnavailable, RedfishReplyError, UpdateRefused
 from lockstep_redfish.expand import EXPAND, offers_expand, split_members
 from lockstep_redfish.preflight import Intent, profile_refusals, push_method
-from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, profile_named
+from lockstep_redfish.privileges import needed_privileges
+from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, facts_from, map_member, select_profile
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
+from lockstep_redfish.update import FirmwareUpdate
 
 log = logging.getLogger(__name__)
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
@@ -54,6 +58,10 @@ class ProbeReport:
     downgrade: str
     bank: str
     min_gap_s: float
+    # The privileges the profile's calls need (DSP8011), each with those calls; what the
+    # account holds (None: the BMC does not say).
+    privileges_needed: dict[str, list[str]]
+    privileges_held: list[str] | None
     refusals: list[str]
 
     def as_json(self) -> dict[str, Any]:
@@ -140,6 +148,30 @@ def _activation(profile: BmcProfile) -> str:
     return f"OperationApplyTime {act.apply_time}, then {reset}"
 
 
+async def reset_refusals(bmc: BmcSession, profile: BmcProfile) -> list[str]:
+    """Whether the BMC takes the profile's activation reset (GETs only): the ``Reset`` action
+    on each resource ``[activation] resource`` names, allowing its ``reset_type``
+    (``FirmwareUpdate.reset_action``, which refuses the reset the updater would send); one line
+    each, without the head naming the BMC and the profile."""
+    act = profile.activation
+    if act.reset is ResetKind.NONE or act.resource is None or act.reset_type is None:
+        return []
+    what = f"the profile's activation reset ({act.reset} {act.reset_type})"
+    update = FirmwareUpdate(bmc)
+    try:
+        paths = await update.resources(act.resource)
+        for path in paths:
+            await update.reset_action(path, act.reset_type)
+    except BmcUnavailable:
+        raise
+    except UpdateRefused as exc:
+        return [f"{what}: {exc}"]
+    except BmcError as exc:  # named by the profile, absent here (HTTP 404) or unreadable
+        status = exc.context.get("status")
+        return [f"{what}: {act.resource} cannot be read ({f'HTTP {status}' if status else exc})"]
+    return [] if paths else [f"{what}: the BMC has no {act.resource}"]
+
+
 def report(
     bmc: str,
     selection: Selection,
@@ -148,8 +180,9 @@ def report(
     login: LoginMethod,
     privileges: frozenset[str] | None,
     components: Sequence[Component] | None = None,
+    resets: Sequence[str] = (),
 ) -> ProbeReport:
-    """The probe's report from what was read (pure)."""
+    """The probe's report from what was read (pure); ``resets``: ``reset_refusals``."""
     profile = selection.profile
     targets: dict[str, list[str]] = {}
     for member in facts.members:
@@ -160,6 +193,7 @@ def report(
     refusals = profile_refusals(
         bmc, selection, facts, [Intent(c) for c in wanted], login=login, privileges=privileges
     )
+    refusals += [f"BMC {bmc} (profile {profile.id}): {line}" for line in resets]
     method = push_method(profile, facts.update_service)
     uri = None
     if method is not None and method in PUSH_URI:
@@ -187,6 +221,8 @@ def report(
         + (f" ({bank.action})" if bank.action else "")
         + (f" ({', '.join(bank.inactive_members)})" if bank.inactive_members else ""),
         min_gap_s=profile.push.min_gap_s,
+        privileges_needed={p: list(c) for p, c in sorted(needed_privileges(profile).items())},
+        privileges_held=None if privileges is None else sorted(privileges),
         refusals=refusals,
     )
 
@@ -208,10 +244,17 @@ async def probe(
     async with client.session(target) as bmc:
         facts = await read_facts(bmc, root)
         privileges = await account_privileges(bmc, username)
-    if profile_id is not None:
-        selection = Selection(profile_named(profile_id), ("named by the operator",), ())
-    else:
-        selection = select_profile(facts)
+        if profile_id is not None:
+            selection = Selection(profile_named(profile_id), ("named by the operator",), ())
+        else:
+            selection = select_profile(facts)
+        resets = await reset_refusals(bmc, selection.profile)
     return report(
-        target.node_id, selection, facts, login=login, privileges=privileges, components=components
+        target.node_id,
+        selection,
+        facts,
+        login=login,
+        privileges=privileges,
+        components=components,
+        resets=resets,
     )

@@ -31,12 +31,12 @@ from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable, Update
 from lockstep_redfish.expand import offers_expand
 from lockstep_redfish.flip_back import find_inactive
 from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals, write_refusals
+from lockstep_redfish.privileges import account_refusal
 from lockstep_redfish.probe import read_facts
 from lockstep_redfish.profile import BmcProfile, LoginMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, members_of, select_profile
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy, policy_for
-from lockstep_updater.domain.privilege import account_refusal
 from lockstep_updater.domain.progress import FirmwareProgress
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.bmc_sessions import bmc_target
@@ -139,7 +139,7 @@ async def choose(
         node.node_id, selection, facts, unversioned, login=login, privileges=privileges
     )
     lines += [f"{head}: {line}" for line in await _reset_refusals(ctx, node, progress, selection)]
-    account = None if privileges is None else account_refusal(roles, privileges)
+    account = None if privileges is None else account_refusal(selection.profile, privileges, roles)
     if account is not None:  # the updater's own wording, naming the roles, stands for them
         lines = [f"{head}: {account}"] + [
             line for line in lines if not line.startswith(f"{head}: the account")
