@@ -28,7 +28,8 @@ from lockstep_redfish.privileges import needed_privileges
 from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, facts_from, map_member, select_profile
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
-from lockstep_redfish.update import FirmwareUpdate
+from lockstep_redfish.tasks import Requester
+from lockstep_redfish.update import FirmwareUpdate, UpdatePolicy
 
 log = logging.getLogger(__name__)
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
@@ -148,7 +149,9 @@ def _activation(profile: BmcProfile) -> str:
     return f"OperationApplyTime {act.apply_time}, then {reset}"
 
 
-async def reset_refusals(bmc: BmcSession, profile: BmcProfile) -> list[str]:
+async def reset_refusals(
+    bmc: Requester, profile: BmcProfile, policy: UpdatePolicy | None = None
+) -> list[str]:
     """Whether the BMC takes the profile's activation reset (GETs only): the ``Reset`` action
     on each resource ``[activation] resource`` names, allowing its ``reset_type``
     (``FirmwareUpdate.reset_action``, which refuses the reset the updater would send); one line
@@ -157,7 +160,7 @@ async def reset_refusals(bmc: BmcSession, profile: BmcProfile) -> list[str]:
     if act.reset is ResetKind.NONE or act.resource is None or act.reset_type is None:
         return []
     what = f"the profile's activation reset ({act.reset} {act.reset_type})"
-    update = FirmwareUpdate(bmc)
+    update = FirmwareUpdate(bmc, policy)
     try:
         paths = await update.resources(act.resource)
         for path in paths:

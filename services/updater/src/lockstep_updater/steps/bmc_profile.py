@@ -27,12 +27,12 @@ from dataclasses import dataclass, replace
 from lockstep_common.events.v1 import FleetNode
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.accounts import AccountUnknown, session_roles
-from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable, UpdateRefused
+from lockstep_redfish.errors import BmcError, BmcRefused, BmcUnavailable
 from lockstep_redfish.expand import offers_expand
 from lockstep_redfish.flip_back import find_inactive
 from lockstep_redfish.preflight import Intent, UpdateRequest, profile_refusals, write_refusals
 from lockstep_redfish.privileges import account_refusal
-from lockstep_redfish.probe import read_facts
+from lockstep_redfish.probe import read_facts, reset_refusals
 from lockstep_redfish.profile import BmcProfile, LoginMethod, ResetKind, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, members_of, select_profile
 from lockstep_redfish.session import BmcSession
@@ -151,29 +151,10 @@ async def choose(
 async def _reset_refusals(
     ctx: StepContext, node: FleetNode, progress: FirmwareProgress, selection: Selection
 ) -> list[str]:
-    """Whether the BMC takes the profile's activation reset (GETs only): the action on each
-    resource it names, allowing the profile's ``ResetType`` (``FirmwareUpdate.reset_action``).
-    Asked here, not found out once the node is drained and its images written."""
-    act = selection.profile.activation
-    if act.reset is ResetKind.NONE or act.resource is None or act.reset_type is None:
-        return []
-    what = f"the profile's activation reset ({act.reset} {act.reset_type})"
+    """Whether the BMC takes the profile's activation reset (GETs only), as ``bmc probe`` asks
+    (``probe.reset_refusals``): here, not found out once the node is drained and written."""
     async with ctx.session(node, progress) as bmc:
-        update = FirmwareUpdate(bmc, ctx.policy.update)
-        try:
-            paths = await update.resources(act.resource)
-            for path in paths:
-                await update.reset_action(path, act.reset_type)
-        except BmcUnavailable:
-            raise
-        except UpdateRefused as exc:
-            return [f"{what}: {exc}"]
-        except BmcError as exc:  # named by the profile, absent here (HTTP 404) or unreadable
-            status = exc.context.get("status")
-            return [
-                f"{what}: {act.resource} cannot be read ({f'HTTP {status}' if status else exc})"
-            ]
-    return [] if paths else [f"{what}: the BMC has no {act.resource}"]
+        return await reset_refusals(bmc, selection.profile, ctx.policy.update)
 
 
 async def refuse_unprivileged_flip_back(
