@@ -29,6 +29,7 @@ validated by :class:`BmcProfile`; nothing vendor-specific is decided in code. It
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -242,3 +243,21 @@ def profile_named(profile_id: str) -> BmcProfile:
             return profile
     known = ", ".join(p.id for p in shipped_profiles())
     raise ValueError(f"no BMC profile {profile_id!r} (known: {known})")
+
+
+def named_profiles(value: Mapping[str, str]) -> dict[str, str]:
+    """A ``bmc_profiles`` setting (a node id or a hardware profile -> a shipped profile id, the
+    inventory's, the planner's and the updater's), checked: ValueError naming the key and the
+    known ids where a value names no shipped profile."""
+    for key, profile_id in value.items():
+        try:
+            profile_named(profile_id)
+        except ValueError as exc:
+            raise ValueError(f"bmc_profiles[{key!r}]: {exc}") from None
+    return dict(value)
+
+
+def named_for(value: Mapping[str, str], node_id: str, sku: str) -> str | None:
+    """The profile id a ``bmc_profiles`` setting names for a node: its id first, then its
+    hardware profile (SKU); None: chosen from what the BMC says."""
+    return value.get(node_id) or value.get(sku)

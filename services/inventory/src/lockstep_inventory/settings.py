@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import Seconds, ServiceSettings
-from lockstep_redfish.profile import profile_named
+from lockstep_redfish.profile import named_for, named_profiles
 
 
 class Expand(enum.StrEnum):
@@ -61,16 +61,11 @@ class Settings(ServiceSettings):
     @field_validator("bmc_profiles")
     @classmethod
     def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, profile_id in value.items():
-            try:
-                profile_named(profile_id)
-            except ValueError as exc:
-                raise ValueError(f"bmc_profiles[{key!r}]: {exc}") from None
-        return value
+        return named_profiles(value)
 
     def profile_named_for(self, node_id: str, sku: str) -> str | None:
         """The BMC profile id named for the node (its id first, then its SKU); None: choose."""
-        return self.bmc_profiles.get(node_id) or self.bmc_profiles.get(sku)
+        return named_for(self.bmc_profiles, node_id, sku)
 
     @model_validator(mode="after")
     def _sweeps_fresher_than_admission(self) -> Settings:

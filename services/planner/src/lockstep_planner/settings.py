@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import Seconds, ServiceSettings
-from lockstep_redfish.profile import profile_named
+from lockstep_redfish.profile import named_profiles
 
 
 class Settings(ServiceSettings):
@@ -104,6 +104,4 @@ class Settings(ServiceSettings):
     @field_validator("bmc_profiles")
     @classmethod
     def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
-        for profile_id in value.values():
-            profile_named(profile_id)  # ValueError naming the known ones
-        return value
+        return named_profiles(value)

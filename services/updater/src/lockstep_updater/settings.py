@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from lockstep_common.settings import ServiceSettings
-from lockstep_redfish.profile import profile_named
+from lockstep_redfish.profile import named_profiles
 from lockstep_updater.domain.remedy import RemedyPolicy
 
 
@@ -160,12 +160,7 @@ class Settings(ServiceSettings):
     @field_validator("bmc_profiles")
     @classmethod
     def _known_profiles(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, profile_id in value.items():
-            try:
-                profile_named(profile_id)
-            except ValueError as exc:
-                raise ValueError(f"bmc_profiles[{key!r}]: {exc}") from None
-        return value
+        return named_profiles(value)
 
     @property
     def agent_enabled(self) -> bool:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lockstep_redfish import RetryPolicy
+from lockstep_redfish.profile import named_for
 from lockstep_redfish.update import UpdatePolicy
 
 
@@ -44,4 +45,4 @@ class ExecutorPolicy:
 
     def profile_named_for(self, node_id: str, sku: str) -> str | None:
         """The profile id named for the node (its id first, then its SKU); None: choose."""
-        return self.bmc_profiles.get(node_id) or self.bmc_profiles.get(sku)
+        return named_for(self.bmc_profiles, node_id, sku)
