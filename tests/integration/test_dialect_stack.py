@@ -115,14 +115,10 @@ DIALECTS = [
         _image(Component.BMC, _cls("bmc"), "GB200Nvl-25.03-1"),
         _image(Component.BMC, _cls("bmc"), "GB200Nvl-25.04-1"),
         "bmc",
-        ("BMC", "HGX_FW_BMC_0"),
+        ("BMC",),  # the HMC's HGX_FW_BMC_0 is its own firmware, not this host's BMC
         ("upload", 202),
         ("Manager.Reset", 204, "GracefulRestart"),
-        # INACTIVE_IMAGE once the HMC's BMC (HGX_FW_BMC_0, no Backup_ entry: the profile's
-        # bank covers the host BMC only) is flipped back too: today the whole item is refused.
-        Rollback.REFUSED,
-        f"flip back: {FW}/HGX_FW_BMC_0: no inactive image at {{d.good.version}} in its "
-        "device's SoftwareImages (profile supermicro-x13); nothing was changed",
+        Rollback.INACTIVE_IMAGE,  # Backup_BMC, chosen by Managers/1's ActiveSoftwareImage
     ),
     Dialect(
         "dmtf-generic",

@@ -126,6 +126,17 @@ def test_gb200_members_map_to_the_components_the_updater_flashes() -> None:
     assert (inforom.component, inforom.label) == (None, "inforom")
 
 
+def test_supermicro_bmc_is_the_host_bmc_alone_not_the_hmc_behind_it() -> None:
+    """The HMC's ``HGX_FW_BMC_0`` (no RelatedItem, no ``Backup_`` entry) is its own firmware:
+    a rollout of ``bmc`` on Supermicro moves ``Managers/1``'s image, which ``Backup_BMC``
+    backs, so its flip-back can run the backup bank."""
+    facts = capture_facts("supermicro_hgx")
+    profile = profile_named("supermicro-x13")
+    assert members_of(profile, Component.BMC, facts.members) == ("BMC",)
+    hmc = map_member(profile, MemberFacts("HGX_FW_BMC_0"))
+    assert (hmc.component, hmc.label) == (None, "hgx_bmc")
+
+
 def test_plain_member_names_map_through_ids_and_related_items() -> None:
     generic = profile_named("dmtf-generic")
     assert map_member(generic, MemberFacts("BMC")).component is Component.BMC
