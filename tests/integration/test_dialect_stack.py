@@ -22,7 +22,8 @@ import pytest
 from lockstep_cli.polling import until
 from lockstep_common.vocabulary import Component, RollbackMechanism
 from lockstep_inventory.adapters import state
-from lockstep_redfish.profile import profile_named
+from lockstep_inventory.domain import members as inventory_members
+from lockstep_sim.accounts import ROLE_IDS
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.profiles import GB200, ComponentClass
 from lockstep_updater.ports import OWNER
@@ -49,7 +50,6 @@ class Rollback(enum.Enum):
 
     INACTIVE_IMAGE = "runs the image the BMC keeps in its other bank"
     REFLASH = "re-flashes the previous attested image under the signed approval"
-    REFUSED = "fails before any drain or write, with the reason the dialect's ``refusal`` says"
 
 
 def _cls(kind: str, first: str | None = None) -> ComponentClass:
@@ -72,18 +72,6 @@ class Dialect:
     push: tuple[str, int]  # the ledger's action for the push, and its answer
     reset: tuple[str, int, str]  # the activation reset's action, answer and ResetType
     rollback: Rollback
-    refusal: str = ""  # REFUSED: how the flip-back's reason starts (``refused``)
-
-    def refused(self) -> str:
-        return self.refusal.format(d=self)
-
-
-# The flip-back's one line where the profile keeps no previous image and cannot force the
-# downgrade a re-flash is (dmtf-generic).
-ONE_WAY = (
-    "one-way: profile {d.name} keeps no previous image to run; flipping back is a re-flash of "
-    "the previous attested image ({d.good.component} {d.good.version})"
-)
 
 
 GPU = _cls("gpu")
@@ -130,15 +118,37 @@ DIALECTS = [
         ("UEFI",),
         ("update-multipart", 204),  # DSP0266: a synchronous 2xx is the write done, no Task
         ("ComputerSystem.Reset", 204, "GracefulRestart"),
-        # REFUSED with the re-flash flip-back too: the previous image is a downgrade this
-        # profile has no way to force (the line goes on so); ONE_WAY is how it starts.
-        Rollback.REFUSED,
-        ONE_WAY,
+        # DSP0268 has no force flag: the previous image is sent as any update (no ForceUpdate),
+        # under the signed plan's reflash, and the read-back decides.
+        Rollback.REFLASH,
     ),
 ]
 
 
-@pytest.fixture(params=DIALECTS, ids=lambda d: d.name)
+# The Supermicro case needs two changes beside this one: the inventory mapping members through
+# the BMC profile (else it counts the HMC's HGX_FW_BMC_0 as the bmc and the fleet drifts after
+# the first rollout) and an account that may send Manager.Reset and the backup's PATCH
+# (ConfigureManager) without being refused as Administrator-class. Until both are in, it skips.
+_PENDING = [
+    why
+    for why, missing in (
+        ("the inventory maps members by a table of its own", hasattr(inventory_members, "RULES")),
+        ("no flashing account holds ConfigureManager", "FirmwareOperator" not in ROLE_IDS),
+    )
+    if missing
+]
+PARAMS = [
+    pytest.param(
+        d,
+        marks=pytest.mark.skipif(
+            d.name == "supermicro-x13" and bool(_PENDING), reason="; ".join(_PENDING)
+        ),
+    )
+    for d in DIALECTS
+]
+
+
+@pytest.fixture(params=PARAMS, ids=lambda d: d.name)
 async def dialect_stack(
     request: pytest.FixtureRequest,
     servers: Any,
@@ -159,6 +169,7 @@ async def dialect_stack(
         dialect=dialect.name,
         image=dialect.good,
         routine=routine,
+        updater={"push_gap_s": PUSH_GAP_S},
     ) as stack:
         yield stack, dialect
 
@@ -204,12 +215,13 @@ async def pinned_and_swept(stack: Stack) -> None:
 
 
 # The NVIDIA profiles' flip-back re-flashes the same BMC the rollout just pushed to, and waits
-# their min_gap_s between pushes (30 s, nvfwupd UPDATE_DELAY) on the wall clock: a whole stack
-# then takes about a minute on the reference machine, past the suite's default 60 s hang guard.
-MIN_GAP_S = max(profile_named(p).push.min_gap_s for p in ("nvidia-gb200-nvl", "nvidia-hgx"))
+# the gap between pushes on the wall clock: their min_gap_s (30 s, nvfwupd UPDATE_DELAY) made
+# each NVIDIA case a minute. The updater is told a gap of its own (``push_gap_s``), short but
+# still kept, so the wait stays exercised.
+PUSH_GAP_S = 1.0
 
 
-@pytest.mark.timeout(MIN_GAP_S + scaled(90))
+@pytest.mark.timeout(PUSH_GAP_S + scaled(90))
 async def test_a_rollout_runs_end_to_end_on_each_dialect_and_flips_back_its_own_way(
     dialect_stack: tuple[Stack, Dialect],
 ) -> None:
@@ -256,7 +268,7 @@ async def test_a_rollout_runs_end_to_end_on_each_dialect_and_flips_back_its_own_
     (halted,) = await stack.wait("planner", "rollout.halted.")
     assert halted["halted_by"] == "gate", halted
     items = await until(
-        lambda: flip_backs(stack, rollout), "the flip-backs to end", MIN_GAP_S + scaled(30)
+        lambda: flip_backs(stack, rollout), "the flip-backs to end", PUSH_GAP_S + scaled(30)
     )
     assert set(items) >= offending, items
     outside = [n for n in fleet if n not in waves[0]["node_ids"]]
@@ -302,17 +314,10 @@ def flipped_back_as_expected(
         assert versions(stack, node, dialect) == {dialect.good.version}
         (event,) = events
         assert event["mechanism"] == str(RollbackMechanism.INACTIVE_IMAGE)
-    elif dialect.rollback is Rollback.REFLASH:
+    else:  # REFLASH
         assert state == "done", reason
         assert flip[0] == dialect.push and flip[-1] == reset, flip
         assert owned == ["drain", "resume", "drain", "resume"], owned
         assert versions(stack, node, dialect) == {dialect.good.version}
         (event,) = events
         assert event["mechanism"] == str(RollbackMechanism.REFLASH)
-    else:
-        assert state == "failed", reason
-        assert reason.startswith(dialect.refused()), reason
-        assert flip == [], flip  # nothing written ...
-        assert owned == ["drain", "resume"], owned  # ... nor drained for the flip-back
-        assert versions(stack, node, dialect) == {dialect.bad.version}
-        assert events == []

@@ -17,7 +17,7 @@ from lockstep_redfish.preflight import (
     push_method,
     refuse_if_any,
 )
-from lockstep_redfish.profile import LoginMethod, PushMethod
+from lockstep_redfish.profile import LoginMethod, PushMethod, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, select_profile
 from lockstep_updater.domain import privilege as updater_privilege
 from tests.unit.redfish.test_profiles import capture_facts
@@ -117,8 +117,15 @@ def test_a_downgrade_needs_a_signed_approval_and_a_profile_that_can_force_it() -
     smc = _check(capture_facts("supermicro_hgx"), Intent(Component.BMC, "10.00.00"), approved=True)
     assert smc == [
         "BMC n1 (profile supermicro-x13): bmc would be downgraded (BMC 11.01.01 -> 10.00.00) "
-        "and the profile has no way to force a downgrade"
+        "and the profile allows no downgrade"
     ]
+    # DSP0268 has no force flag: under the standard alone an approved downgrade is an ordinary
+    # update (the read-back decides), and an unapproved one is still refused.
+    generic = Selection(profile_named("dmtf-generic"), (), ())
+    smc_down = Intent(Component.BMC, "10.00.00")
+    assert _check(capture_facts("supermicro_hgx"), smc_down, approved=True, selection=generic) == []
+    (unapproved,) = _check(capture_facts("supermicro_hgx"), smc_down, selection=generic)
+    assert unapproved.endswith("without a signed rollback approval")
 
 
 def test_every_problem_is_named_at_once_and_raised_as_one_refusal() -> None:

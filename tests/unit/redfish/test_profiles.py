@@ -13,6 +13,7 @@ import pytest
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.profile import (
     BankKind,
+    DowngradeMode,
     ProfileError,
     PushMethod,
     ResetKind,
@@ -189,6 +190,12 @@ wait_s = 10
         ),
         (MINIMAL + "[[members]]\ncomponent = 'bmc'\nlabel = 'b'\n", "has no ids"),
         (MINIMAL.replace('id = "x"', 'id = "X Y"'), "id"),
+        (MINIMAL + "[downgrade]\nmode = 'forced'\n", "force_parameter goes with mode forced"),
+        (
+            MINIMAL + "[downgrade]\nmode = 'as_update'\nforce_parameter = 'ForceUpdate'\n",
+            "force_parameter goes with mode forced",
+        ),
+        (MINIMAL + "[downgrade]\nmode = 'sometimes'\n", "downgrade.mode"),
     ],
 )
 def test_a_bad_profile_is_refused_naming_the_file_and_field(text: str, named: str) -> None:
@@ -196,6 +203,15 @@ def test_a_bad_profile_is_refused_naming_the_file_and_field(text: str, named: st
         parse_profile(text, "bad.toml")
     assert str(refused.value).startswith("bad.toml: ")
     assert named in str(refused.value)
+
+
+def test_each_shipped_profile_says_how_it_takes_an_older_image() -> None:
+    """NVIDIA forces one (``ForceUpdate``); DSP0268 has no force flag, so the standard alone
+    sends it as any update; Supermicro's capture offers no way: refused."""
+    modes = {p.id: (p.downgrade.mode, p.downgrade.force_parameter) for p in shipped_profiles()}
+    assert modes["nvidia-gb200-nvl"] == (DowngradeMode.FORCED, "ForceUpdate")
+    assert modes["dmtf-generic"] == (DowngradeMode.AS_UPDATE, None)
+    assert modes["supermicro-x13"] == (DowngradeMode.REFUSED, None)
 
 
 def test_an_unknown_profile_name_lists_the_known_ones() -> None:
