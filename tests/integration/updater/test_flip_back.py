@@ -24,21 +24,23 @@ from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import DeviceRolledBack, GateTripped, WaveCompleted
 from lockstep_common.vocabulary import Component, GateVerdict, RollbackMechanism
 from lockstep_redfish.profile import BmcProfile, Downgrade, DowngradeMode, profile_named
+from lockstep_sim import inventory as sim_inventory
 from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.domain.progress import ComponentPlan, UpdateProgress, document
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.executor import Executor
 from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
 from lockstep_updater.steps import rollback as rollback_step
 from lockstep_updater.store import ROLLBACK
 from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.memory_tables import Item
-from lockstep_updater.testing.sim_fleet import SimFacts
+from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
-from tests.integration.updater.conftest import PUSH, ROLLOUT, STACK, World, attest_image
+from tests.integration.updater.conftest import ENV, FAST, PUSH, ROLLOUT, STACK, World, attest_image
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
 
 HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
@@ -458,6 +460,60 @@ async def test_a_re_flash_push_recorded_as_sent_is_never_sent_again(
         (PUSH, [f"{FW}/HGX_FW_GPU_0"]),
         ("Chassis.Reset", "PowerCycle"),
     ]
+
+
+RESETS = {"nvidia-gb200-nvl": "Chassis.Reset", "nvidia-hgx": "ComputerSystem.Reset"}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "tells"), [*[(d, True) for d in RESETS], ("nvidia-gb200-nvl", False)]
+)
+async def test_a_re_flash_whose_activation_was_recorded_but_never_sent_asks_the_bmc(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+    monkeypatch: pytest.MonkeyPatch,
+    dialect: str,
+    tells: bool,
+) -> None:
+    """Issue 29 item 6 on a re-flash: the worker recorded the reset as being sent and died
+    before sending it. Where the BMC can tell (the previous image written and ``Staged``, the
+    image that tripped the gate still running, no task, for as long as a reset takes), the
+    reset is sent now, once, and the node is flipped back; where it cannot (no ``Staged``), the
+    read-back decides and the unmoved version quarantines it."""
+    if not tells:
+        real = sim_inventory.member_doc
+
+        def silent(component: Any) -> dict[str, Any]:
+            doc = real(component)
+            doc.pop("Staged", None)
+            return doc
+
+        monkeypatch.setattr(sim_inventory, "member_doc", silent)
+    w, node, gpu, old = await gb200_activated(dialect_world, dialect=dialect)
+    ex = w.executor(one_step_a_claim=True)
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    while flip.state is not NodeStep.ACTIVATING:  # pushed and drained, the reset not yet sent
+        assert await ex.step()
+    flip.progress["activate_sent"] = True  # what the guard's check committed before the send
+    await w.settle(asking(w))
+
+    resets = [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == RESETS[dialect]]
+    ended = w.store.item(node)  # the node's latest item: its flip-back
+    if tells:
+        assert ended.state is NodeStep.DONE, ended.reason
+        assert gpu.version == old and len(resets) == 1
+        (rolled,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+        assert rolled.mechanism is RollbackMechanism.REFLASH
+    else:
+        assert ended.state is NodeStep.QUARANTINED and "not verified" in ended.reason, ended.reason
+        assert gpu.version == NEW_GPU_VERSION and resets == []
+
+
+def asking(w: World) -> Executor:
+    """The restarted updater, asking the BMC for a reset's time of 0.3 s (``reachable_s``)."""
+    policy = dataclasses.replace(FAST, update=dataclasses.replace(FAST.update, reachable_s=0.3))
+    ex = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    w.executors.append(ex)
+    return ex
 
 
 async def test_a_flip_back_the_bmc_shows_was_never_activated_writes_nothing(
