@@ -462,7 +462,13 @@ async def test_a_re_flash_push_recorded_as_sent_is_never_sent_again(
     ]
 
 
-RESETS = {"nvidia-gb200-nvl": "Chassis.Reset", "nvidia-hgx": "ComputerSystem.Reset"}
+# The activation each dialect's profile sends for a re-flash (``lockstep``: the simulator's own,
+# Stage then Activate).
+RESETS = {
+    "nvidia-gb200-nvl": "Chassis.Reset",
+    "nvidia-hgx": "ComputerSystem.Reset",
+    "lockstep": "UpdateService.Activate",
+}
 
 
 @pytest.mark.parametrize(
