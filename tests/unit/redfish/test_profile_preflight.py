@@ -17,6 +17,7 @@ from lockstep_redfish.preflight import (
     push_method,
     refuse_if_any,
 )
+from lockstep_redfish.probe import report
 from lockstep_redfish.profile import LoginMethod, PushMethod, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, select_profile
 from lockstep_updater.domain import privilege as updater_privilege
@@ -147,3 +148,16 @@ def test_offered_push_methods_reads_the_update_service() -> None:
     assert offered_push_methods({"Actions": "garbage", "HttpPushUri": 7}) == []
     viking = capture_facts("nvidia_viking").update_service
     assert offered_push_methods(viking) == [PushMethod.MULTIPART, PushMethod.SIMPLE_UPDATE]
+
+
+def test_the_probe_says_how_each_profile_takes_an_older_image() -> None:
+    facts = capture_facts("supermicro_hgx")
+
+    def said(profile_id: str) -> str:
+        chosen = Selection(profile_named(profile_id), (), ())
+        found = report("n1", chosen, facts, login=LoginMethod.SESSION, privileges=OPERATOR)
+        return found.downgrade
+
+    assert said("nvidia-hgx") == "ForceUpdate, only under a signed rollback approval"
+    assert said("dmtf-generic").startswith("sent as any update (the standard has no force flag)")
+    assert said("supermicro-x13") == "refused: the profile allows none"
