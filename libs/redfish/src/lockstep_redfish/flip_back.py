@@ -12,7 +12,7 @@ What real BMCs offer, per the profile's ``[bank]``:
   flip-back PATCHes it to the inactive entry that holds the previous version, then sends the
   profile's activation reset (``Manager.Reset``). Mechanism ``inactive_image``.
 - every other bank kind, and none: ``reflash``, the previous attested image written again (a
-  forced downgrade where the profile forces one). NVIDIA's ERoT keeps two slots
+  downgrade sent as the profile's ``[downgrade] mode`` says). NVIDIA's ERoT keeps two slots
   (``Oem.Nvidia.ActiveFirmwareSlot``/``InactiveFirmwareSlot`` in the GB200 switch capture), but
   no Redfish action runs the inactive one: ``#NvidiaUpdateService.CommitImage`` copies the
   running image over it and GB200 NVL's background copy does the same after each activation

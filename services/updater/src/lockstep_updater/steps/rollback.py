@@ -13,9 +13,10 @@ Asked before anything is written or drained:
   says how (``lockstep_redfish.flip_back.mechanism_for``): ``inactive_image`` runs the image the
   BMC keeps in its other bank (each found first: a BMC that lacks one fails the item before the
   drain, ``lockstep_redfish.flip_back.find_inactive``); ``reflash`` (one-way) writes the
-  previous attested image again, a forced downgrade by the profile's own push and activation,
-  only where the profile can force one, the approved plan says so and an attested bundle holds
-  that image (``steps.reflash``): otherwise the item fails with that one line, the node never
+  previous attested image again, a downgrade by the profile's own push and activation (forced,
+  or an ordinary update where the standard has no force flag: ``[downgrade] mode``), only
+  where the profile allows one, the approved plan says so and an attested bundle holds that
+  image (``steps.reflash``): otherwise the item fails with that one line, the node never
   drained.
 """
 
