@@ -10,7 +10,10 @@ What real BMCs offer, per the profile's ``[bank]``:
   writable to choose the image a device runs (``Manager.Links.ActiveSoftwareImage`` ReadWrite
   from Manager v1_6_0, ``Bios.Links.ActiveSoftwareImage`` from Bios v1_1_0, DSP0268): the
   flip-back PATCHes it to the inactive entry that holds the previous version, then sends the
-  profile's activation reset (``Manager.Reset``). Mechanism ``inactive_image``.
+  profile's activation reset (``Manager.Reset``). Mechanism ``inactive_image``. Supermicro's
+  public Redfish reference guide (its firmware inventory page) lists the same ``Backup_BMC``
+  and ``Golden_BMC`` members but, as far as was found, no action of its own that runs the
+  backup image: this PATCH is the standard's, not yet tried on a real X13.
 - every other bank kind, and none: ``reflash``, the previous attested image written again (a
   downgrade sent as the profile's ``[downgrade] mode`` says). NVIDIA's ERoT keeps two slots
   (``Oem.Nvidia.ActiveFirmwareSlot``/``InactiveFirmwareSlot`` in the GB200 switch capture), but
