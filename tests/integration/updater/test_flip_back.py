@@ -388,6 +388,21 @@ async def test_a_re_flash_on_a_profile_that_forbids_downgrades_is_refused_before
     )
 
 
+async def test_a_gpu_behind_a_supermicro_bmc_is_a_refused_re_flash_not_a_backup_search(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """Supermicro's backup bank keeps the BMC's and the BIOS's previous images only: a GPU's
+    flip-back there is a re-flash, as the planner ordered it, which the profile refuses (no way
+    to downgrade), before any drain or write."""
+    w, node, gpu, old = await gb200_activated(dialect_world, dialect="supermicro-x13")
+    await w.settle()
+    assert refused_untouched(w, node, gpu) == (
+        "one-way: profile supermicro-x13 keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
+        "supermicro-x13 allows no downgrade; re-flash by hand"
+    )
+
+
 async def test_a_dmtf_re_flash_sends_the_older_image_as_any_update_then_resets(
     dialect_world: Callable[[str, str], Awaitable[World]],
 ) -> None:
