@@ -112,7 +112,7 @@ CASES = [
         Component.BMC,
         TRAY_BMC,
         "GB200Nvl-25.03-1",
-        ("BMC", "HGX_FW_BMC_0"),
+        ("BMC",),  # the HMC's HGX_FW_BMC_0 is its own firmware, not this host's BMC
         "upload",
         {
             **IMMEDIATE,
@@ -127,8 +127,7 @@ CASES = [
                 }
             },
         },
-        # The BMC member's RelatedItem, as Supermicro takes it; the HMC's member by its path.
-        ["/redfish/v1/Managers/1", f"{FW}/HGX_FW_BMC_0"],
+        ["/redfish/v1/Managers/1"],  # the BMC member's RelatedItem, as Supermicro takes it
         "Manager.Reset",
         "GracefulRestart",  # the only ResetType the capture's Managers/1 allows
     ),

@@ -10,6 +10,7 @@ otherwise it is refused before any drain or write."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -22,19 +23,24 @@ import pytest
 from lockstep_common.envelope import make_envelope, source_of
 from lockstep_common.events.v1 import DeviceRolledBack, GateTripped, WaveCompleted
 from lockstep_common.vocabulary import Component, GateVerdict, RollbackMechanism
+from lockstep_redfish.profile import BmcProfile, Downgrade, DowngradeMode, profile_named
+from lockstep_sim import inventory as sim_inventory
+from lockstep_sim.faults import Fault, FaultPlan
 from lockstep_sim.options import OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
 from lockstep_updater.domain.progress import ComponentPlan, UpdateProgress, document
 from lockstep_updater.domain.remedy import RemedyPolicy
 from lockstep_updater.domain.steps import NodeStep
+from lockstep_updater.executor import Executor
 from lockstep_updater.handlers import Handlers
 from lockstep_updater.ports import OWNER
+from lockstep_updater.steps import rollback as rollback_step
 from lockstep_updater.store import ROLLBACK
 from lockstep_updater.testing.memory_store import MemoryStore
 from lockstep_updater.testing.memory_tables import Item
-from lockstep_updater.testing.sim_fleet import SimFacts
+from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
-from tests.integration.updater.conftest import PUSH, ROLLOUT, STACK, World, attest_image
+from tests.integration.updater.conftest import ENV, FAST, PUSH, ROLLOUT, STACK, World, attest_image
 from tests.integration.updater.test_executor_sim import nodes_of, plan_and_release
 
 HANDLERS = Handlers(RemedyPolicy.AUTOMATIC)
@@ -361,17 +367,89 @@ async def test_a_re_flash_without_an_attested_previous_image_is_refused_before_a
     )
 
 
-async def test_a_re_flash_on_a_profile_that_cannot_force_a_downgrade_is_refused_before_any_drain(
-    dialect_world: Callable[[str, str], Awaitable[World]],
+async def test_a_re_flash_on_a_profile_that_forbids_downgrades_is_refused_before_any_drain(
+    dialect_world: Callable[[str, str], Awaitable[World]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DMTF's standard alone has no way to force a downgrade: its profile declares none."""
+    """A profile whose ``[downgrade] mode`` is ``refused`` (Supermicro's: its capture offers no
+    way) gets no re-flash, even with the plan saying so and the previous image attested."""
+    generic = profile_named("dmtf-generic")
+    forbids = generic.model_copy(update={"downgrade": Downgrade(mode=DowngradeMode.REFUSED)})
+
+    async def chosen(bmc: Any) -> BmcProfile:
+        return forbids
+
+    monkeypatch.setattr(rollback_step, "profile_of", chosen)
     w, node, gpu, old = await gb200_activated(dialect_world, dialect="dmtf-generic")
     await w.settle()
     assert refused_untouched(w, node, gpu) == (
         "one-way: profile dmtf-generic keeps no previous image to run; flipping back is a "
         f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
-        "dmtf-generic has no way to force a downgrade; re-flash by hand"
+        "dmtf-generic allows no downgrade; re-flash by hand"
     )
+
+
+async def test_a_gpu_behind_a_supermicro_bmc_is_a_refused_re_flash_not_a_backup_search(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """Supermicro's backup bank keeps the BMC's and the BIOS's previous images only: a GPU's
+    flip-back there is a re-flash, as the planner ordered it, which the profile refuses (no way
+    to downgrade), before any drain or write."""
+    w, node, gpu, old = await gb200_activated(dialect_world, dialect="supermicro-x13")
+    await w.settle()
+    assert refused_untouched(w, node, gpu) == (
+        "one-way: profile supermicro-x13 keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
+        "supermicro-x13 allows no downgrade; re-flash by hand"
+    )
+
+
+async def test_a_dmtf_re_flash_sends_the_older_image_as_any_update_then_resets(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+) -> None:
+    """DSP0268 has no force flag: on the standard alone the previous attested image is pushed
+    as an ordinary update (no ``ForceUpdate``), under the plan's signed ``reflash``, then run by
+    the profile's own activation, read back and reported."""
+    w, node, gpu, old = await gb200_activated(dialect_world, dialect="dmtf-generic")
+    await w.settle()
+
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    assert flip.state is NodeStep.DONE, flip.reason
+    assert gpu.version == old
+    assert writes(w, node) == [
+        (PUSH, [f"{FW}/HGX_FW_GPU_0"]),
+        ("ComputerSystem.Reset", "GracefulRestart"),
+    ]
+    (push,) = [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == PUSH]
+    assert (push["status"], push["force"]) == (204, False)  # DSP0266: synchronous, done
+    (rolled,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+    assert rolled.mechanism is RollbackMechanism.REFLASH and rolled.to_version == old
+
+
+@pytest.mark.parametrize(
+    ("fault", "ends", "why"),
+    [
+        # The write refused (500 ApplyFailed, DSP0266): before the drain, nothing changed.
+        (Fault("failed_flash"), NodeStep.FAILED, "HTTP 500"),
+        # Taken and reset, but the version did not move: the read-back says so.
+        (Fault("wrong_version", version=NEW_GPU_VERSION), NodeStep.QUARANTINED, "not verified"),
+    ],
+    ids=["refused", "not-moved"],
+)
+async def test_a_dmtf_bmc_that_does_not_take_the_older_image_is_never_reported_rolled_back(
+    dialect_world: Callable[[str, str], Awaitable[World]], fault: Fault, ends: NodeStep, why: str
+) -> None:
+    """Sent as any update, the downgrade is the BMC's to take, and the BMC's answers decide:
+    one that refuses the write ends the flip-back with that reason before any drain; one whose
+    version does not move after the reset ends quarantined; neither is reported rolled back."""
+    w, node, gpu, _ = await gb200_activated(dialect_world, dialect="dmtf-generic")
+    targeted = dataclasses.replace(fault, nodes=(node,))
+    w.rt.simulator.set_faults(FaultPlan(faults=(targeted,)))
+    await w.settle()
+
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    assert flip.state is ends and why in flip.reason, (flip.state, flip.reason)
+    assert gpu.version == NEW_GPU_VERSION
+    assert not [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
 
 
 async def test_a_re_flash_push_recorded_as_sent_is_never_sent_again(
@@ -397,6 +475,66 @@ async def test_a_re_flash_push_recorded_as_sent_is_never_sent_again(
         (PUSH, [f"{FW}/HGX_FW_GPU_0"]),
         ("Chassis.Reset", "PowerCycle"),
     ]
+
+
+# The activation each dialect's profile sends for a re-flash (``lockstep``: the simulator's own,
+# Stage then Activate).
+RESETS = {
+    "nvidia-gb200-nvl": "Chassis.Reset",
+    "nvidia-hgx": "ComputerSystem.Reset",
+    "lockstep": "UpdateService.Activate",
+}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "tells"), [*[(d, True) for d in RESETS], ("nvidia-gb200-nvl", False)]
+)
+async def test_a_re_flash_whose_activation_was_recorded_but_never_sent_asks_the_bmc(
+    dialect_world: Callable[[str, str], Awaitable[World]],
+    monkeypatch: pytest.MonkeyPatch,
+    dialect: str,
+    tells: bool,
+) -> None:
+    """Issue 29 item 6 on a re-flash: the worker recorded the reset as being sent and died
+    before sending it. Where the BMC can tell (the previous image written and ``Staged``, the
+    image that tripped the gate still running, no task, for as long as a reset takes), the
+    reset is sent now, once, and the node is flipped back; where it cannot (no ``Staged``), the
+    read-back decides and the unmoved version quarantines it."""
+    if not tells:
+        real = sim_inventory.member_doc
+
+        def silent(component: Any) -> dict[str, Any]:
+            doc = real(component)
+            doc.pop("Staged", None)
+            return doc
+
+        monkeypatch.setattr(sim_inventory, "member_doc", silent)
+    w, node, gpu, old = await gb200_activated(dialect_world, dialect=dialect)
+    ex = w.executor(one_step_a_claim=True)
+    flip = next(i for i in w.store.items if i.kind == ROLLBACK)
+    while flip.state is not NodeStep.ACTIVATING:  # pushed and drained, the reset not yet sent
+        assert await ex.step()
+    flip.progress["activate_sent"] = True  # what the guard's check committed before the send
+    await w.settle(asking(w))
+
+    resets = [e for e in w.rt.simulator.bmc(node).ledger if e["action"] == RESETS[dialect]]
+    ended = w.store.item(node)  # the node's latest item: its flip-back
+    if tells:
+        assert ended.state is NodeStep.DONE, ended.reason
+        assert gpu.version == old and len(resets) == 1
+        (rolled,) = [e for e in w.store.events.events if isinstance(e, DeviceRolledBack)]
+        assert rolled.mechanism is RollbackMechanism.REFLASH
+    else:
+        assert ended.state is NodeStep.QUARANTINED and "not verified" in ended.reason, ended.reason
+        assert gpu.version == NEW_GPU_VERSION and resets == []
+
+
+def asking(w: World) -> Executor:
+    """The restarted updater, asking the BMC for a reset's time of 0.3 s (``reachable_s``)."""
+    policy = dataclasses.replace(FAST, update=dataclasses.replace(FAST.update, reachable_s=0.3))
+    ex = sim_executor(w.rt, w.store, w.facts, w.bundle, policy, ENV)
+    w.executors.append(ex)
+    return ex
 
 
 async def test_a_flip_back_the_bmc_shows_was_never_activated_writes_nothing(

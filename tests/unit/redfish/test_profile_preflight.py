@@ -16,7 +16,8 @@ from lockstep_redfish.preflight import (
     push_method,
     refuse_if_any,
 )
-from lockstep_redfish.profile import LoginMethod, PushMethod
+from lockstep_redfish.probe import report
+from lockstep_redfish.profile import LoginMethod, PushMethod, profile_named
 from lockstep_redfish.selection import BmcFacts, Selection, select_profile
 from tests.unit.redfish.test_profiles import capture_facts
 
@@ -126,8 +127,15 @@ def test_a_downgrade_needs_a_signed_approval_and_a_profile_that_can_force_it() -
     )
     assert smc == [
         "BMC n1 (profile supermicro-x13): bmc would be downgraded (BMC 11.01.01 -> 10.00.00) "
-        "and the profile has no way to force a downgrade"
+        "and the profile allows no downgrade"
     ]
+    # DSP0268 has no force flag: under the standard alone an approved downgrade is an ordinary
+    # update (the read-back decides), and an unapproved one is still refused.
+    generic = Selection(profile_named("dmtf-generic"), (), ())
+    smc_down = Intent(Component.BMC, "10.00.00")
+    assert _check(capture_facts("supermicro_hgx"), smc_down, approved=True, selection=generic) == []
+    (unapproved,) = _check(capture_facts("supermicro_hgx"), smc_down, selection=generic)
+    assert unapproved.endswith("without a signed rollback approval")
 
 
 def test_every_problem_is_named_at_once_and_raised_as_one_refusal() -> None:
@@ -149,3 +157,16 @@ def test_offered_push_methods_reads_the_update_service() -> None:
     assert offered_push_methods({"Actions": "garbage", "HttpPushUri": 7}) == []
     viking = capture_facts("nvidia_viking").update_service
     assert offered_push_methods(viking) == [PushMethod.MULTIPART, PushMethod.SIMPLE_UPDATE]
+
+
+def test_the_probe_says_how_each_profile_takes_an_older_image() -> None:
+    facts = capture_facts("supermicro_hgx")
+
+    def said(profile_id: str) -> str:
+        chosen = Selection(profile_named(profile_id), (), ())
+        found = report("n1", chosen, facts, login=LoginMethod.SESSION, privileges=OPERATOR)
+        return found.downgrade
+
+    assert said("nvidia-hgx") == "ForceUpdate, only under a signed rollback approval"
+    assert said("dmtf-generic").startswith("sent as any update (the standard has no force flag)")
+    assert said("supermicro-x13") == "refused: the profile allows none"

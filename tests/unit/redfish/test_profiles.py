@@ -13,6 +13,7 @@ import pytest
 from lockstep_common.vocabulary import Component
 from lockstep_redfish.profile import (
     BankKind,
+    DowngradeMode,
     ProfileError,
     PushMethod,
     ResetKind,
@@ -126,6 +127,17 @@ def test_gb200_members_map_to_the_components_the_updater_flashes() -> None:
     assert (inforom.component, inforom.label) == (None, "inforom")
 
 
+def test_supermicro_bmc_is_the_host_bmc_alone_not_the_hmc_behind_it() -> None:
+    """The HMC's ``HGX_FW_BMC_0`` (no RelatedItem, no ``Backup_`` entry) is its own firmware:
+    a rollout of ``bmc`` on Supermicro moves ``Managers/1``'s image, which ``Backup_BMC``
+    backs, so its flip-back can run the backup bank."""
+    facts = capture_facts("supermicro_hgx")
+    profile = profile_named("supermicro-x13")
+    assert members_of(profile, Component.BMC, facts.members) == ("BMC",)
+    hmc = map_member(profile, MemberFacts("HGX_FW_BMC_0"))
+    assert (hmc.component, hmc.label) == (None, "hgx_bmc")
+
+
 def test_plain_member_names_map_through_ids_and_related_items() -> None:
     generic = profile_named("dmtf-generic")
     assert map_member(generic, MemberFacts("BMC")).component is Component.BMC
@@ -178,6 +190,12 @@ wait_s = 10
         ),
         (MINIMAL + "[[members]]\ncomponent = 'bmc'\nlabel = 'b'\n", "has no ids"),
         (MINIMAL.replace('id = "x"', 'id = "X Y"'), "id"),
+        (MINIMAL + "[downgrade]\nmode = 'forced'\n", "force_parameter goes with mode forced"),
+        (
+            MINIMAL + "[downgrade]\nmode = 'as_update'\nforce_parameter = 'ForceUpdate'\n",
+            "force_parameter goes with mode forced",
+        ),
+        (MINIMAL + "[downgrade]\nmode = 'sometimes'\n", "downgrade.mode"),
     ],
 )
 def test_a_bad_profile_is_refused_naming_the_file_and_field(text: str, named: str) -> None:
@@ -185,6 +203,15 @@ def test_a_bad_profile_is_refused_naming_the_file_and_field(text: str, named: st
         parse_profile(text, "bad.toml")
     assert str(refused.value).startswith("bad.toml: ")
     assert named in str(refused.value)
+
+
+def test_each_shipped_profile_says_how_it_takes_an_older_image() -> None:
+    """NVIDIA forces one (``ForceUpdate``); DSP0268 has no force flag, so the standard alone
+    sends it as any update; Supermicro's capture offers no way: refused."""
+    modes = {p.id: (p.downgrade.mode, p.downgrade.force_parameter) for p in shipped_profiles()}
+    assert modes["nvidia-gb200-nvl"] == (DowngradeMode.FORCED, "ForceUpdate")
+    assert modes["dmtf-generic"] == (DowngradeMode.AS_UPDATE, None)
+    assert modes["supermicro-x13"] == (DowngradeMode.REFUSED, None)
 
 
 def test_an_unknown_profile_name_lists_the_known_ones() -> None:

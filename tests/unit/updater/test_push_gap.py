@@ -15,6 +15,7 @@ from lockstep_redfish.profile import profile_named
 from lockstep_updater.domain.progress import ComponentPlan, PushTask, UpdateProgress
 from lockstep_updater.steps.context import StepContext
 from lockstep_updater.steps.ends import NotYet
+from lockstep_updater.steps.policy import ExecutorPolicy
 from lockstep_updater.steps.push import _keep_gap
 
 pytestmark = pytest.mark.unit
@@ -30,6 +31,7 @@ class Sessions:
 class Clock:
     now: float
     sessions: Sessions = field(default_factory=Sessions)
+    policy: ExecutorPolicy = field(default_factory=ExecutorPolicy)
 
     def wall(self) -> float:
         return self.now
@@ -79,3 +81,13 @@ def test_the_gap_holds_after_another_items_push_to_the_same_bmc() -> None:
     _keep_gap(cast(StepContext, ctx), OTHER, GB200, progress(None), "nic")  # another BMC
     ctx.now = 1030.0
     _keep_gap(cast(StepContext, ctx), NODE, GB200, progress(None), "nic")
+
+
+def test_a_gap_set_for_the_updater_replaces_the_profiles() -> None:
+    """``push_gap_s`` (a lab whose BMCs take pushes back to back, or a test) stands instead of
+    the profile's 30 s, and still holds between two pushes to one BMC."""
+    ctx = Clock(1001.0, policy=ExecutorPolicy(push_gap_s=2.0))
+    with pytest.raises(NotYet, match=r"nic: 1s more between pushes to this BMC"):
+        _keep_gap(cast(StepContext, ctx), NODE, GB200, progress(1000.0), "nic")
+    ctx.now = 1002.0
+    _keep_gap(cast(StepContext, ctx), NODE, GB200, progress(1000.0), "nic")

@@ -10,9 +10,12 @@ What real BMCs offer, per the profile's ``[bank]``:
   writable to choose the image a device runs (``Manager.Links.ActiveSoftwareImage`` ReadWrite
   from Manager v1_6_0, ``Bios.Links.ActiveSoftwareImage`` from Bios v1_1_0, DSP0268): the
   flip-back PATCHes it to the inactive entry that holds the previous version, then sends the
-  profile's activation reset (``Manager.Reset``). Mechanism ``inactive_image``.
+  profile's activation reset (``Manager.Reset``). Mechanism ``inactive_image``. Supermicro's
+  public Redfish reference guide (its firmware inventory page) lists the same ``Backup_BMC``
+  and ``Golden_BMC`` members but, as far as was found, no action of its own that runs the
+  backup image: this PATCH is the standard's, not yet tried on a real X13.
 - every other bank kind, and none: ``reflash``, the previous attested image written again (a
-  forced downgrade where the profile forces one). NVIDIA's ERoT keeps two slots
+  downgrade sent as the profile's ``[downgrade] mode`` says). NVIDIA's ERoT keeps two slots
   (``Oem.Nvidia.ActiveFirmwareSlot``/``InactiveFirmwareSlot`` in the GB200 switch capture), but
   no Redfish action runs the inactive one: ``#NvidiaUpdateService.CommitImage`` copies the
   running image over it and GB200 NVL's background copy does the same after each activation
@@ -26,9 +29,10 @@ What real BMCs offer, per the profile's ``[bank]``:
 Nothing is written before every inactive entry needed was found (:func:`find_inactive`): a BMC
 that lacks one refuses the whole flip-back, not half of it.
 
-A ``reflash`` is the profile's own push of the previous attested image with the profile's
-downgrade forced (:func:`forced_downgrade`: NVIDIA's ``ForceUpdate``), then the profile's own
-activation; a profile that declares no way to force one cannot be flipped back this way.
+A ``reflash`` is the profile's own push of the previous attested image sent as the profile's
+``[downgrade] mode`` says (:func:`downgrade_parameters`: forced by NVIDIA's ``ForceUpdate``, or
+on the DMTF standard alone an ordinary update, which has no force flag), then the profile's own
+activation; a profile whose mode is ``refused`` cannot be flipped back this way.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Any
 from lockstep_redfish.bank import keeps_previous_image, mechanism_for
 from lockstep_redfish.errors import ResourceChanged, UpdateRefused, status_error
 from lockstep_redfish.probe import read_facts
-from lockstep_redfish.profile import BmcProfile, ResetKind
+from lockstep_redfish.profile import BmcProfile, DowngradeMode, ResetKind
 from lockstep_redfish.selection import select_profile
 from lockstep_redfish.session import BmcSession
 from lockstep_redfish.tasks import TaskRef
@@ -49,8 +53,8 @@ from lockstep_redfish.update import FirmwareUpdate
 ROOT = "/redfish/v1/"
 __all__ = [
     "InactiveImage",
+    "downgrade_parameters",
     "find_inactive",
-    "forced_downgrade",
     "keeps_previous_image",
     "mechanism_for",
     "profile_of",
@@ -58,15 +62,18 @@ __all__ = [
 ]
 
 
-def forced_downgrade(profile: BmcProfile) -> dict[str, Any]:
-    """The ``UpdateParameters`` that force a downgrade on a BMC of ``profile`` (its
-    ``[downgrade] force_parameter``: ``{"ForceUpdate": true}`` on NVIDIA, as nvfwupd sends it,
-    DGX B200 firmware update guide "Forcing a Firmware Downgrade"); :class:`UpdateRefused`
-    where the profile declares none (DMTF's standard alone has no way to force one)."""
-    name = profile.downgrade.force_parameter
-    if name is None:
-        raise UpdateRefused(f"profile {profile.id} has no way to force a downgrade")
-    return {name: True}
+def downgrade_parameters(profile: BmcProfile) -> dict[str, Any]:
+    """The ``UpdateParameters`` a downgrade is sent with on a BMC of ``profile`` (its
+    ``[downgrade] mode``): ``forced``: ``{"ForceUpdate": true}`` on NVIDIA, as nvfwupd sends it
+    (DGX B200 firmware update guide, "Forcing a Firmware Downgrade"); ``as_update``: none, the
+    older image is an ordinary update (DSP0268 defines no force flag; the read-back decides);
+    ``refused``: :class:`UpdateRefused`."""
+    mode = profile.downgrade.mode
+    if mode is DowngradeMode.FORCED and profile.downgrade.force_parameter:
+        return {profile.downgrade.force_parameter: True}
+    if mode is DowngradeMode.AS_UPDATE:
+        return {}
+    raise UpdateRefused(f"profile {profile.id} allows no downgrade")
 
 
 async def profile_of(bmc: BmcSession) -> BmcProfile:

@@ -24,7 +24,7 @@ from lockstep_common.vocabulary import Component
 from lockstep_redfish.errors import UpdateRefused
 from lockstep_redfish.models import UpdatableSoftware, UpdateService
 from lockstep_redfish.privileges import account_refusal
-from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod
+from lockstep_redfish.profile import BmcProfile, DowngradeMode, LoginMethod, PushMethod
 from lockstep_redfish.selection import BmcFacts, MemberFacts, Selection, map_member
 
 IMMEDIATE = "Immediate"  # Settings.OperationApplyTime: the default when none is sent
@@ -273,10 +273,10 @@ def profile_refusals(
                 f"{head}: {intent.component} would be downgraded ({'; '.join(down)}) without a "
                 "signed rollback approval"
             )
-        elif down and profile.downgrade.force_parameter is None:
+        elif down and profile.downgrade.mode is DowngradeMode.REFUSED:
             lines.append(
                 f"{head}: {intent.component} would be downgraded ({'; '.join(down)}) and the "
-                "profile has no way to force a downgrade"
+                "profile allows no downgrade"
             )
     return lines
 

@@ -25,7 +25,14 @@ from lockstep_redfish.errors import BmcError, BmcUnavailable, RedfishReplyError,
 from lockstep_redfish.expand import EXPAND, offers_expand, split_members
 from lockstep_redfish.preflight import Intent, profile_refusals, push_method
 from lockstep_redfish.privileges import needed_privileges
-from lockstep_redfish.profile import BmcProfile, LoginMethod, PushMethod, ResetKind, profile_named
+from lockstep_redfish.profile import (
+    BmcProfile,
+    DowngradeMode,
+    LoginMethod,
+    PushMethod,
+    ResetKind,
+    profile_named,
+)
 from lockstep_redfish.selection import BmcFacts, Selection, facts_from, map_member, select_profile
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
 from lockstep_redfish.tasks import Requester
@@ -218,7 +225,12 @@ def report(
         activation=_activation(profile),
         taskless=f"{profile.taskless.meaning}: read back for up to {profile.taskless.wait_s:g}s",
         downgrade=(
-            f"{force}, only under a signed rollback approval" if force else "cannot be forced"
+            f"{force}, only under a signed rollback approval"
+            if force
+            else "sent as any update (the standard has no force flag), only under a signed "
+            "rollback approval; the read-back decides"
+            if profile.downgrade.mode is DowngradeMode.AS_UPDATE
+            else "refused: the profile allows none"
         ),
         bank=bank.kind.value
         + (f" ({bank.action})" if bank.action else "")

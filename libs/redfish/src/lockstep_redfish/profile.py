@@ -20,8 +20,9 @@ validated by :class:`BmcProfile`; nothing vendor-specific is decided in code. It
   ``Stage`` then ``Activate`` (UpdateService v1_16_0);
 - ``taskless``: what a 2xx answer without a task monitor means, and how long to read the
   inventory back before calling it not written (one bound, used by ``tasks`` and ``update``);
-- ``downgrade``: the parameter that forces one (``ForceUpdate``); sent only under a signed
-  rollback approval;
+- ``downgrade``: how an older image is taken (``mode``): ``forced`` by a parameter
+  (``ForceUpdate``), ``as_update`` (the standard has no force flag: sent as any update, the
+  read-back decides) or ``refused``; only ever under a signed rollback approval;
 - ``bank``: whether the BMC keeps a second image and how it is used (NVIDIA ``CommitImage``
   and background copy, inactive ``SoftwareInventory`` members).
 """
@@ -152,14 +153,40 @@ class Taskless(BaseModel):
     wait_s: float = Field(gt=0)  # read the inventory back for at most this long
 
 
+class DowngradeMode(StrEnum):
+    """How a BMC of the profile takes an older image (only ever under a signed rollback
+    approval: a flip-back's re-flash, a forward downgrade)."""
+
+    REFUSED = "refused"  # no known way: a downgrade is refused before anything is written
+    FORCED = "forced"  # sent with ``force_parameter`` (NVIDIA ``ForceUpdate``)
+    # DSP0268 defines no force flag: an older image is sent as any update is, and the read-back
+    # decides (a BMC that refuses it, or whose version does not move, ends quarantined).
+    AS_UPDATE = "as_update"
+
+
 class Downgrade(BaseModel):
     model_config = _STRICT
 
-    force_parameter: str | None = None  # e.g. ForceUpdate; None: the BMC cannot be forced
+    # Unset: ``forced`` where a force_parameter is named, else ``refused``.
+    mode: DowngradeMode = DowngradeMode.REFUSED
+    force_parameter: str | None = None  # e.g. ForceUpdate; only with mode forced
     # A flip-back's re-flash (a forced downgrade) only where the rollout's signed plan says so
     # (docs/updater.md "Flip-back"); false only for the simulator's own profile. A forward
     # downgrade always needs a signed rollback approval (``preflight.profile_refusals``).
     needs_signed_approval: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_from_force(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "mode" not in data and data.get("force_parameter"):
+            return {**data, "mode": DowngradeMode.FORCED}
+        return data
+
+    @model_validator(mode="after")
+    def _force_named(self) -> Downgrade:
+        if (self.mode is DowngradeMode.FORCED) != bool(self.force_parameter):
+            raise ValueError("force_parameter goes with mode forced, and only with it")
+        return self
 
 
 class Bank(BaseModel):

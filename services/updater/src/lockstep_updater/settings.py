@@ -117,6 +117,12 @@ class Settings(ServiceSettings):
     verify_settle_s: float = Field(
         default=120.0, gt=0, description="How long the inventory of a BMC may lag its task."
     )
+    push_gap_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Between two pushes to one BMC, seconds, instead of its BMC profile's "
+        "min_gap_s (a lab whose BMCs take pushes back to back, or a test); unset: the profile's.",
+    )
     bmc_profiles: dict[str, str] = Field(
         default_factory=dict,
         description="BMC profiles named instead of the one preflight chooses from what the BMC "

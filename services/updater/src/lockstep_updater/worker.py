@@ -42,6 +42,7 @@ def executor_policy(settings: Settings) -> ExecutorPolicy:
         remedy_max_unavailable=settings.remedy_max_unavailable,
         task_hold_s=settings.task_hold_s,
         bmc_profiles=dict(settings.bmc_profiles),
+        push_gap_s=settings.push_gap_s,
         update=UpdatePolicy(
             tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
             settle_s=settings.verify_settle_s,

@@ -44,15 +44,24 @@ async def run(
     plans = held.components
     staged = [n for n, p in plans.items() if not p.done and p.banks == "ab"]
     profile = None if rollback else profile_of(held)
-    if not flip_back and held.activate_sent and held.activated_at is None:
-        # Item 6: ask the BMC. Not for a re-flash: "nothing was activated" would give the node
-        # back still running the image that tripped the gate; its read-back decides instead.
-        await activation.resolve_uncertain(ctx, claim, node, held)
+    resend = False
+    if not rollback and held.activate_sent and held.activated_at is None:
+        # Item 6: ask the BMC. An update it shows never activated is given back (cancelled);
+        # a re-flash it shows never activated still runs the image that tripped the gate, so
+        # its activation is sent now, once, under the guard. A BMC that cannot tell: the
+        # read-back decides (a version that did not move: quarantined).
+        if not flip_back:
+            await activation.resolve_uncertain(ctx, claim, node, held)
+        else:
+            resend = await activation.nothing_activated(ctx, claim, node, held)
     if profile is not None and not profile.activation.stage_and_activate:
-        events += await activation.by_profile(ctx, claim, node, target, held, profile, started)
-    elif staged and not held.activate_sent:
+        events += await activation.by_profile(
+            ctx, claim, node, target, held, profile, started, resend=resend
+        )
+    elif staged and (resend or not held.activate_sent):
         paths = tuple(t for n in staged for t in plans[n].targets)
-        await _send_staged(ctx, claim, node, held, paths, rollback=rollback)
+        mark: Literal["activate_sent"] | None = None if resend else "activate_sent"
+        await _send_staged(ctx, claim, node, held, paths, rollback=rollback, mark=mark)
     elif rollback and held.activate_sent and held.activated_at is None and resends_flip_back(held):
         # Recorded, never known sent: sent again under the guard, the BMC read before it writes.
         paths = tuple(t for p in plans.values() if not p.done for t in p.targets)

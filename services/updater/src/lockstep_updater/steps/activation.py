@@ -24,6 +24,8 @@ quarantines it at verification, as before.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from lockstep_common.events.v1 import DeviceActivated, FleetNode
 from lockstep_common.vocabulary import DeviceOutcome
 from lockstep_redfish.errors import BmcError, BmcUnavailable
@@ -51,9 +53,13 @@ async def by_profile(
     held: FirmwareProgress,
     profile: BmcProfile,
     started: float,
+    *,
+    resend: bool = False,
 ) -> Events:
     """Push what waits for the drained node, then the profile's one reset (module
-    docstring); the ``device.activated`` events of the parts written in place here."""
+    docstring); the ``device.activated`` events of the parts written in place here.
+    ``resend``: the reset was recorded (``activate_sent``) and the BMC shows it never reached
+    it (:func:`nothing_activated`): it is sent now, under the guard, not recorded again."""
     events: Events = []
     for name, plan in held.components.items():
         if plan.done or plan.staged:
@@ -64,10 +70,11 @@ async def by_profile(
             event = ctx.device(DeviceActivated, claim, name, plan, started)
             events.append((DeviceOutcome.ACTIVATED, event))
     act = profile.activation
-    if act.reset is ResetKind.NONE or held.activate_sent:
+    if act.reset is ResetKind.NONE or (held.activate_sent and not resend):
         return events
     assert act.resource is not None and act.reset_type is not None  # noqa: S101 - validated
-    decision = await ctx.check(claim, node, takes_out=False, progress=held, mark="activate_sent")
+    mark: Literal["activate_sent"] | None = None if resend else "activate_sent"
+    decision = await ctx.check(claim, node, takes_out=False, progress=held, mark=mark)
     if decision.verdict is not Verdict.PROCEED:
         held.ending = ending(decision)
         raise Stop(S.UNCORDONING, decision.reason)
@@ -94,6 +101,21 @@ async def resolve_uncertain(
 ) -> None:
     """``activate_sent`` recorded, the send not known to have returned: read the BMC
     (module docstring); :class:`Stop` ``cancelled`` where it shows nothing was activated."""
+    if await nothing_activated(ctx, claim, node, held):
+        raise Stop(
+            S.CANCELLED,
+            "the activation was recorded but never reached the BMC: it shows the image "
+            "staged, the previous version running and no task; nothing was activated",
+        )
+
+
+async def nothing_activated(
+    ctx: StepContext, claim: Claim, node: FleetNode, held: FirmwareProgress
+) -> bool:
+    """Whether the BMC shows that a recorded activation never reached it (module docstring:
+    every target ``Staged`` at the version it ran before, no task, for ``reachable_s``;
+    :class:`NotYet` while it may still be under way). False where a target moved or the BMC
+    cannot tell: ``activated_at`` is set, and verification decides."""
     pending = {n: p for n, p in held.components.items() if not p.done and p.staged}
     async with ctx.session(node, held) as bmc:
         update = FirmwareUpdate(bmc, ctx.policy.update, expand=held.bmc_expand)
@@ -119,13 +141,10 @@ async def resolve_uncertain(
             await ctx.save(claim, held)
         if now - held.unsure_since < ctx.policy.update.reachable_s:
             raise NotYet("activate: asking the BMC whether the recorded activation reached it")
-        raise Stop(
-            S.CANCELLED,
-            "the activation was recorded but never reached the BMC: it shows the image "
-            "staged, the previous version running and no task; nothing was activated",
-        )
+        return True
     held.activated_at = ctx.wall()  # it can tell no more: verification decides
     await ctx.save(claim, held)
+    return False
 
 
 async def _wait_for_running(ctx: StepContext, claim: Claim, held: FirmwareProgress) -> None:

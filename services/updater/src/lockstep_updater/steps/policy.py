@@ -40,6 +40,8 @@ class ExecutorPolicy:
     # BMC profiles named instead of preflight's choice: node id or hardware profile (SKU) ->
     # profile id (``Settings.bmc_profiles``); the node's id first.
     bmc_profiles: Mapping[str, str] = field(default_factory=dict)
+    # Between two pushes to one BMC instead of its profile's min_gap_s (None: the profile's).
+    push_gap_s: float | None = None
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     transport: RetryPolicy = field(default_factory=RetryPolicy)
 

@@ -123,6 +123,7 @@ def _keep_gap(
     the item's own pushes (recorded, so a restart keeps them) and any other item's from this
     process (a flip-back or a remedy right after an update, ``NodeSessions.pushed``)."""
     gap = 0.0 if profile is None else profile.push.min_gap_s
+    gap = gap if ctx.policy.push_gap_s is None else ctx.policy.push_gap_s
     sent = [p.task.since for p in progress.components.values() if p.task and p.task.since]
     if (other := ctx.sessions.pushed.get(node.bmc_url)) is not None:
         sent.append(other)

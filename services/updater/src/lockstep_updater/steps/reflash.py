@@ -1,13 +1,14 @@
 """The one-way flip-back (mechanism ``reflash``): the previous attested image of each activated
 component written again by the profile's own push, the downgrade forced as the profile declares
-(``lockstep_redfish.flip_back.forced_downgrade``), then run by the profile's own activation
+or sent as an ordinary update where the standard has no force flag
+(``lockstep_redfish.flip_back.downgrade_parameters``), then run by the profile's own activation
 (``steps.activation``) and read back at the previous version (docs/updater.md "Flip-back").
 
 What the flip-back's preflight asks before anything is written or drained (:func:`refusal`),
 each a one-line ``failed`` ending:
 
-- the profile cannot force a downgrade (``[downgrade] force_parameter`` unset: DMTF's standard
-  alone, Supermicro);
+- the profile allows no downgrade (``[downgrade] mode = "refused"``: Supermicro, whose capture
+  advertises no way to force one);
 - the profile forces downgrades only under a signed rollback approval
   (``needs_signed_approval``) and the rollout's approved plan does not say that a tripped gate
   re-flashes the component (``wave.planned`` ``reflash``, from the plan an approver signed:
@@ -27,8 +28,8 @@ from typing import Any
 from lockstep_common.events.v1 import AttestedComponent, FleetNode
 from lockstep_common.vocabulary import Component, RollbackMechanism
 from lockstep_redfish.errors import UpdateRefused
-from lockstep_redfish.flip_back import forced_downgrade
-from lockstep_redfish.profile import BmcProfile
+from lockstep_redfish.flip_back import downgrade_parameters
+from lockstep_redfish.profile import BmcProfile, DowngradeMode
 from lockstep_updater.domain.progress import ComponentPlan, FirmwareProgress, RollbackProgress
 from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.steps.context import StepContext
@@ -63,15 +64,17 @@ async def refusal(
         f"re-flash of the previous attested image ({versions})"
     )
     try:
-        forced_downgrade(profile)
+        downgrade_parameters(profile)
     except UpdateRefused as exc:
         return f"{head}, a downgrade: {exc}; re-flash by hand"
+    forced = profile.downgrade.mode is DowngradeMode.FORCED
     if profile.downgrade.needs_signed_approval:
         approved = await ctx.approved_reflash(claim)
         missing = [n for n in plans if n not in approved]
         if missing:
             return (
-                f"{head}, a forced downgrade the approved plan of {claim.rollout_id} does not "
+                f"{head}, {'a forced' if forced else 'a'} downgrade the approved plan of "
+                f"{claim.rollout_id} does not "
                 f"say for {', '.join(missing)}: re-flash by hand, or plan with "
                 "LOCKSTEP_PLANNER_BMC_PROFILES naming this BMC's profile"
             )
@@ -105,12 +108,13 @@ async def source(
 
 
 def parameters(profile: BmcProfile | None, progress: FirmwareProgress) -> dict[str, Any] | None:
-    """The push's fixed ``UpdateParameters``: the profile's, and for a re-flash the parameter
-    that forces the downgrade (its preflight checked the profile has one)."""
+    """The push's fixed ``UpdateParameters``: the profile's, and for a re-flash what its
+    ``[downgrade] mode`` sends a downgrade with (the forcing parameter; none where an older
+    image is an ordinary update); its preflight checked the profile allows one."""
     fixed = None if profile is None else dict(profile.push.parameters)
     if profile is None or not is_reflash(progress):
         return fixed
     try:
-        return {**(fixed or {}), **forced_downgrade(profile)}
+        return {**(fixed or {}), **downgrade_parameters(profile)}
     except UpdateRefused as exc:
         raise Stop(S.FAILED, f"flip back: {exc}") from None

@@ -13,18 +13,25 @@ Asked before anything is written or drained:
   says how (``lockstep_redfish.flip_back.mechanism_for``): ``inactive_image`` runs the image the
   BMC keeps in its other bank (each found first: a BMC that lacks one fails the item before the
   drain, ``lockstep_redfish.flip_back.find_inactive``); ``reflash`` (one-way) writes the
-  previous attested image again, a forced downgrade by the profile's own push and activation,
-  only where the profile can force one, the approved plan says so and an attested bundle holds
-  that image (``steps.reflash``): otherwise the item fails with that one line, the node never
+  previous attested image again, a downgrade by the profile's own push and activation (forced,
+  or an ordinary update where the standard has no force flag: ``[downgrade] mode``), only
+  where the profile allows one, the approved plan says so and an attested bundle holds that
+  image (``steps.reflash``): otherwise the item fails with that one line, the node never
   drained.
 """
 
 from __future__ import annotations
 
 from lockstep_common.events.v1 import FleetNode
-from lockstep_common.vocabulary import RollbackMechanism
+from lockstep_common.vocabulary import Component, RollbackMechanism
 from lockstep_redfish.errors import BmcError, BmcUnavailable, UpdateRefused
-from lockstep_redfish.flip_back import find_inactive, mechanism_for, profile_of, run_inactive
+from lockstep_redfish.flip_back import (
+    find_inactive,
+    keeps_previous_image,
+    mechanism_for,
+    profile_of,
+    run_inactive,
+)
 from lockstep_redfish.profile import BmcProfile, profile_named
 from lockstep_redfish.tasks import TaskRef
 from lockstep_redfish.update import FirmwareUpdate
@@ -133,6 +140,11 @@ async def _mechanism(
     update: FirmwareUpdate, profile: BmcProfile, plans: dict[str, ComponentPlan]
 ) -> RollbackMechanism:
     mechanism = mechanism_for(profile)
+    if not all(keeps_previous_image(profile, Component(name)) for name in plans):
+        # A component the bank does not keep (a GPU behind a Supermicro BMC): the whole item is
+        # a re-flash, as the planner ordered it (``keeps_previous_image``), not a search for a
+        # backup image that is not there.
+        mechanism = RollbackMechanism.REFLASH
     if mechanism is RollbackMechanism.INACTIVE_IMAGE:
         for plan in plans.values():  # each previous image is there, or nothing is drained
             for target in plan.targets:
