@@ -135,7 +135,8 @@ SUPERMICRO: dict[str, tuple[Component | None, str]] = {
     "Golden_CPLD_Motherboard": (None, "backup"),
     "Staging_BMC": (None, "staging"),
     "Staging_BIOS": (None, "staging"),
-    "HGX_FW_BMC_0": (C.BMC, "hgx_bmc"),
+    # The HMC's firmware behind the host's BMC: its own, not the host's bmc (no conflict with it).
+    "HGX_FW_BMC_0": (None, "hgx_bmc"),
     "HGX_FW_FPGA_0": (None, "fpga"),
     "HGX_FW_PCIeSwitch_0": (None, "pcie_switch"),
     **_numbered("HGX_FW_PCIeRetimer_", range(8), (None, "pcie_retimer")),
@@ -228,6 +229,7 @@ def test_supermicro_other_banks_are_no_conflict() -> None:
     assert len(other_banks) == 7
     assert not any(other_banks & set(by_member) for by_member in result.conflicts.values())
     assert result.versions[C.GPU_VBIOS] == "96.00.61.00.01"
+    assert C.BMC in result.versions and C.BMC not in result.conflicts  # the host's BMC alone
     assert result.unmapped == {}
 
 
