@@ -47,6 +47,7 @@ from typing import Any
 
 import aiohttp
 
+from lockstep_common.open_files import raise_fd_limit
 from lockstep_inventory.adapters.sweeper import (
     DEFAULT_OPTIONS,
     SweepOptions,
@@ -56,7 +57,7 @@ from lockstep_inventory.adapters.sweeper import (
 )
 from lockstep_redfish.credentials import CredentialSource
 from lockstep_redfish.session import BmcTarget
-from lockstep_sim.bench import FD_HEADROOM, raise_fd_limit
+from lockstep_sim.bench import FD_HEADROOM
 from lockstep_sim.options import DEFAULT_PASSWORD, DEFAULT_USERNAME, SimOptions
 from lockstep_sim.simulator import Simulator
 

@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from lockstep_common.open_files import HEADROOM, raise_fd_limit
 from lockstep_sim.fleet import build_fleet
 from lockstep_sim.inventory import FIRMWARE
 from lockstep_sim.listening import bind_all, serve_on
@@ -45,7 +46,7 @@ from lockstep_sim.simulator import Simulator
 
 HOST_BASE = "127.77.0.1"
 READY_TIMEOUT_S = 300.0
-FD_HEADROOM = 512
+FD_HEADROOM = HEADROOM
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +64,6 @@ class Visit:
 
     address: str
     paths: tuple[str, ...]
-
-
-def raise_fd_limit(needed: int) -> int:
-    """Raise the soft ``RLIMIT_NOFILE`` towards ``needed`` (up to the hard limit).
-
-    Raises:
-        RuntimeError: the hard limit is below ``needed``.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        raise RuntimeError(f"{needed} file descriptors needed, hard limit is {hard}")
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-        soft = needed
-    return int(soft)
 
 
 def rss_mb() -> float:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 
 from lockstep_common.fleet_query import FleetQuery
+from lockstep_common.open_files import fitting
 from lockstep_common.query_gauges import QueryGauges
 from lockstep_common.service import Resources, ServiceApp
 from lockstep_common.subjects import Namespace
@@ -27,6 +30,7 @@ from lockstep_updater.settings import Settings
 from lockstep_updater.worker import UpdaterWorker, executor_policy
 
 NAME = "updater"
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings) -> ServiceApp:
@@ -40,6 +44,15 @@ def create_app(settings: Settings) -> ServiceApp:
         migration_package="lockstep_updater.migrations",
     )
     s, policy = settings, executor_policy(settings)
+    # A kept session holds up to two keep-alive sockets: as many as the open-file limit allows.
+    sessions = fitting(s.bmc_sessions_max, per_item=2)
+    if sessions < s.bmc_sessions_max:
+        log.warning(
+            "bmc_sessions_max %d lowered to %d: the open-file hard limit allows no more",
+            s.bmc_sessions_max,
+            sessions,
+        )
+        policy = dataclasses.replace(policy, bmc_sessions_max=sessions)
 
     changes = FleetChanges(app.namespace)
 

@@ -95,6 +95,13 @@ class Settings(ServiceSettings):
     fleet_timeout_s: float = Field(
         default=5.0, gt=0, description="How long a fleet.query may take, seconds."
     )
+    bmc_sessions_max: int = Field(
+        default=2048,
+        ge=1,
+        le=65536,
+        description="BMC sessions kept open between a node's steps (one login per node for its "
+        "whole update); past it the longest unused is logged out, and its node logs in again.",
+    )
     wave_facts_ttl_s: float = Field(
         default=60.0,
         gt=0,

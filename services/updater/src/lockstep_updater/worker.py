@@ -43,6 +43,7 @@ def executor_policy(settings: Settings) -> ExecutorPolicy:
         task_hold_s=settings.task_hold_s,
         bmc_profiles=dict(settings.bmc_profiles),
         push_gap_s=settings.push_gap_s,
+        bmc_sessions_max=settings.bmc_sessions_max,
         update=UpdatePolicy(
             tasks=TaskPolicy(poll_s=poll, min_poll_s=min(poll, 0.5)),
             settle_s=settings.verify_settle_s,

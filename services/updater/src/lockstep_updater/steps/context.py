@@ -100,7 +100,7 @@ class StepContext:
 
     def __post_init__(self) -> None:
         self.client = RedfishClient(self.credentials, self.policy.transport)
-        self.sessions = NodeSessions(self.client)
+        self.sessions = NodeSessions(self.client, limit=self.policy.bmc_sessions_max)
 
     def wall(self) -> float:
         """The wall clock in epoch seconds: what the progress records (read across processes)."""

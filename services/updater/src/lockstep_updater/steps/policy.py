@@ -42,6 +42,8 @@ class ExecutorPolicy:
     bmc_profiles: Mapping[str, str] = field(default_factory=dict)
     # Between two pushes to one BMC instead of its profile's min_gap_s (None: the profile's).
     push_gap_s: float | None = None
+    # BMC sessions kept open between a node's steps, the longest unused logged out past it.
+    bmc_sessions_max: int = 2048
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     transport: RetryPolicy = field(default_factory=RetryPolicy)
 
