@@ -191,14 +191,24 @@ async def _validate(sim: Simulator, path: str, logdir: Path) -> tuple[int, str]:
 
 
 @pytest.mark.timeout(120)
-async def test_dmtf_service_validator_passes_the_gb200_dialects_update_service(
-    make_sim: Factory, tmp_path: Path
+@pytest.mark.parametrize(
+    ("dialect", "hardware", "path"),
+    [
+        ("nvidia-gb200-nvl", "gb200", "/redfish/v1/UpdateService"),
+        ("nvidia-hgx", "hgx-h100", "/redfish/v1/UpdateService"),
+        ("supermicro-x13", "gb200", "/redfish/v1/UpdateService"),
+        ("supermicro-x13", "gb200", "/redfish/v1/Managers/1"),  # its SoftwareImages links
+        ("dmtf-generic", "gb200", "/redfish/v1/UpdateService"),
+    ],
+)
+async def test_dmtf_service_validator_passes_what_each_dialect_changes(
+    make_sim: Factory, tmp_path: Path, dialect: str, hardware: str, path: str
 ) -> None:
-    """What a dialect changes (UpdateService: OEM actions, OEM options, apply times), on the
-    dialect the bench and the GB200 capture share. One run costs ~10 s, mostly the validator
-    loading its schemas, so the other dialects are not run here (CI's time budget)."""
-    sim = await make_sim("nvidia-gb200-nvl")
-    code, out = await _validate(sim, "/redfish/v1/UpdateService", tmp_path)
+    """What a dialect changes (UpdateService: OEM actions, OEM options, apply times; the
+    Supermicro manager's image links), each dialect's resource validated on its own. One run
+    costs ~10 s, mostly the validator loading its schemas: a resource each, not the tree."""
+    sim = await make_sim(dialect, hardware)
+    code, out = await _validate(sim, path, tmp_path)
     counts = re.search(r"\|\s*PASS.*\n.*\n\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", out)
     assert counts is not None, out[-3000:]
     passed, _warned, failed = (int(g) for g in counts.groups())
