@@ -6,7 +6,6 @@ refuses a second one, unsent, or an event."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,24 +16,10 @@ import pytest
 from lockstep_common import db
 from lockstep_common.events.v1 import RolloutHalted
 from lockstep_common.stores import PooledStore
+from tests.integration.statements import Sent
 
 pytestmark = pytest.mark.integration
 RESET = "pg_advisory_unlock_all"  # the first statement of asyncpg's reset query
-
-
-class Sent:
-    """The statements sent on a pool's one connection (asyncpg's query logger)."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    def __call__(self, record: Any) -> None:
-        self.queries.append(record.query)
-
-    async def taken(self) -> list[str]:
-        await asyncio.sleep(0)  # the logger is called soon after each statement, not in it
-        taken, self.queries = self.queries, []
-        return taken
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from lockstep_common.envelope import source_of
 from lockstep_common.outbox import emitting
 from lockstep_updater.adapters.repository import PostgresStore, PostgresTx
 from lockstep_updater.domain.steps import NodeStep
+from tests.integration.updater.schema import migrated
 from tests.integration.updater.test_store_contract import STACK, wave
 
 pytestmark = pytest.mark.integration
@@ -39,13 +40,7 @@ class CountingConn:
 
 @pytest.fixture
 async def pool(servers: Any, namespace: str) -> AsyncIterator[asyncpg.Pool]:
-    schema = f"{namespace}_updater"
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        migrations = db.load_migrations("updater", "lockstep_updater.migrations")
-        await db.migrate(conn, schema, db.messaging_migrations() + migrations)
-    finally:
-        await conn.close()
+    schema = await migrated(servers.database_url, namespace)
     made = await db.create_pool(
         servers.database_url, schema, min_size=1, max_size=2, application_name="reads"
     )

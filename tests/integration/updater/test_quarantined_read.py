@@ -13,22 +13,20 @@ import asyncpg
 import pydantic
 import pytest
 
-from lockstep_common import db
 from lockstep_common.events.v1 import NodeQuarantinedRequested
 from lockstep_common.operator import Asker
 from lockstep_updater.adapters.repository import release_quarantined
 from lockstep_updater.operator_commands import node_quarantined
+from tests.integration.updater.schema import migrated
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def conn(servers: Any, namespace: str) -> AsyncIterator[asyncpg.Connection[Any]]:
-    schema = f"{namespace}_updater"
+    schema = await migrated(servers.database_url, namespace)
     c = await asyncpg.connect(servers.database_url)
     try:
-        migrations = db.load_migrations("updater", "lockstep_updater.migrations")
-        await db.migrate(c, schema, db.messaging_migrations() + migrations)
         await c.execute(f'SET search_path TO "{schema}"')
         yield c
     finally:

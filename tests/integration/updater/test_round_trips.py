@@ -25,7 +25,9 @@ from lockstep_updater.adapters.repository import PostgresStore
 from lockstep_updater.domain.steps import TERMINAL, NodeStep
 from lockstep_updater.testing.sim_fleet import SimFacts, sim_executor
 from tests.integration.sim.pldm_fixtures import GB200_GPU, NEW_GPU_VERSION, package_for
+from tests.integration.statements import Sent
 from tests.integration.updater.conftest import ENV, FAST, STACK, attest_image
+from tests.integration.updater.schema import migrated
 from tests.integration.updater.test_executor_sim import plan_and_release
 
 pytestmark = pytest.mark.integration
@@ -41,21 +43,6 @@ the claim each in one statement; 82.8 with the claim and the one-statement reads
 BEGIN and COMMIT (``PooledStore.statement``)."""
 
 
-class Sent:
-    """Every statement sent on the pool's connections, by its first word."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    def __call__(self, record: Any) -> None:
-        self.queries.append(record.query)
-
-    async def taken(self) -> list[str]:
-        await asyncio.sleep(0)  # the logger is called soon after each statement, not in it
-        taken, self.queries = self.queries, []
-        return taken
-
-
 @dataclasses.dataclass
 class PgWorld:
     rt: FleetRuntime
@@ -68,13 +55,7 @@ class PgWorld:
 
 @pytest.fixture
 async def pg_world(servers: Any, namespace: str, tmp_path: Path) -> AsyncIterator[PgWorld]:
-    schema = f"{namespace}_updater"
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        migrations = db.load_migrations("updater", "lockstep_updater.migrations")
-        await db.migrate(conn, schema, db.messaging_migrations() + migrations)
-    finally:
-        await conn.close()
+    schema = await migrated(servers.database_url, namespace)
     pool = await db.create_pool(
         servers.database_url,
         schema,

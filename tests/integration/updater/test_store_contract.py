@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 
 from lockstep_common import db
@@ -21,6 +20,7 @@ from lockstep_updater.domain.steps import NodeStep
 from lockstep_updater.domain.windows import Declared
 from lockstep_updater.store import Target, UpdaterStore
 from lockstep_updater.testing.memory_store import MemoryStore
+from tests.integration.updater.schema import migrated
 
 pytestmark = pytest.mark.integration
 LAPSED = -1.0  # a lease that has ended when granted: lapsed on either store's clock
@@ -34,13 +34,7 @@ async def store(
     if request.param == "memory":
         yield MemoryStore()
         return
-    schema = f"{namespace}_updater"
-    conn = await asyncpg.connect(servers.database_url)
-    try:
-        migrations = db.load_migrations("updater", "lockstep_updater.migrations")
-        await db.migrate(conn, schema, db.messaging_migrations() + migrations)
-    finally:
-        await conn.close()
+    schema = await migrated(servers.database_url, namespace)
     pool = await db.create_pool(
         servers.database_url, schema, min_size=1, max_size=2, application_name="contract"
     )
