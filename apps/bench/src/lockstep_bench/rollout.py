@@ -82,6 +82,7 @@ from lockstep_common.envelope import EventData, make_envelope
 from lockstep_common.events.v1 import BundleSubmitted, PlanAsk, ScopeSelector
 from lockstep_common.identities import CLI
 from lockstep_common.natsconn import connect
+from lockstep_common.open_files import HEADROOM, raise_fd_limit
 from lockstep_common.provenance import source_for
 from lockstep_common.subjects import Namespace
 from lockstep_common.vocabulary import ChangeClass, Component
@@ -273,6 +274,10 @@ def run_bench(opts: RolloutOptions, say: Callable[[str], None] = lambda _: None)
     """The whole rollout once; its figures and their raw inputs."""
     from lockstep_attest.testing.bundles import make_kit
 
+    try:  # per node: its BMC's listener, its agent's NATS connection, the updater's sockets
+        raise_fd_limit(4 * opts.nodes + HEADROOM)
+    except RuntimeError as exc:
+        raise BenchFailed(f"--nodes {opts.nodes}: {exc}") from None
     base = opts.data_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-rollout-"))
     base.mkdir(parents=True, exist_ok=True)
     base.chmod(0o755)

@@ -19,7 +19,13 @@ def raise_fd_limit(needed: int) -> int:
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < needed:
-        raise RuntimeError(f"{needed} file descriptors needed, hard limit is {hard}")
+        try:  # allowed where the process may (CAP_SYS_RESOURCE), up to fs.nr_open
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))
+        except (ValueError, OSError):
+            raise RuntimeError(
+                f"{needed} file descriptors needed, hard limit is {hard} (ulimit -Hn)"
+            ) from None
+        return needed
     if soft != resource.RLIM_INFINITY and soft < needed:
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
         soft = needed
