@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,21 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args: list[str], message: str)
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_fleet_the_open_file_limit_cannot_hold_is_refused_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each node is a BMC listener and its agent's own NATS connection in the bench's process:
+    12,500 nodes under a 20,000 hard limit died on EMFILE mid-setup; now one line, nothing run."""
+
+    def no_raise(which: int, value: tuple[int, int]) -> None:
+        raise ValueError("not allowed to raise the maximum limit")
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (20_000, 20_000))
+    monkeypatch.setattr(resource, "setrlimit", no_raise)
+    result = CliRunner().invoke(app, ["bench", "rollout", "--nodes", "12500", "--updaters", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: --nodes 12500: 33704 file descriptors needed, hard limit is 20000 (ulimit -Hn)"
+    )

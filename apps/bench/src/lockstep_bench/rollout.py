@@ -95,6 +95,7 @@ from lockstep_inventory.settings import Settings as InventorySettings
 from lockstep_inventory.sweeping import run_sweep
 from lockstep_sim.options import DEFAULT_PASSWORD, OPERATOR_USERNAME, SimOptions
 from lockstep_sim.runtime import FleetRuntime
+from lockstep_updater.settings import Settings as UpdaterSettings
 
 CREDENTIALS = "LOCKSTEP_BENCHROLL_BMC"
 SAMPLES = 3  # the gate policy's samples_per_node below
@@ -274,8 +275,12 @@ def run_bench(opts: RolloutOptions, say: Callable[[str], None] = lambda _: None)
     """The whole rollout once; its figures and their raw inputs."""
     from lockstep_attest.testing.bundles import make_kit
 
-    try:  # per node: its BMC's listener, its agent's NATS connection, the updater's sockets
-        raise_fd_limit(4 * opts.nodes + HEADROOM)
+    # Per node its BMC's listener and its agent's own NATS connection; the BMC sessions the
+    # updaters keep (two sockets each at most, BMC_SESSIONS_MAX per process) accepted here.
+    sessions = UpdaterSettings.model_fields["bmc_sessions_max"].default
+    kept = min(2 * opts.nodes, 2 * sessions * opts.updaters)
+    try:
+        raise_fd_limit(2 * opts.nodes + kept + HEADROOM)
     except RuntimeError as exc:
         raise BenchFailed(f"--nodes {opts.nodes}: {exc}") from None
     base = opts.data_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-rollout-"))
