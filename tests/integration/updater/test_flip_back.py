@@ -367,6 +367,15 @@ async def test_a_re_flash_without_an_attested_previous_image_is_refused_before_a
     )
 
 
+def no_downgrade(profile: str, old: str) -> str:
+    """The one line a GPU's re-flash gets from a profile that allows no downgrade."""
+    return (
+        f"one-way: profile {profile} keeps no previous image to run; flipping back is a "
+        f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
+        f"{profile} allows no downgrade; re-flash by hand"
+    )
+
+
 async def test_a_re_flash_on_a_profile_that_forbids_downgrades_is_refused_before_any_drain(
     dialect_world: Callable[[str, str], Awaitable[World]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,11 +390,7 @@ async def test_a_re_flash_on_a_profile_that_forbids_downgrades_is_refused_before
     monkeypatch.setattr(rollback_step, "profile_of", chosen)
     w, node, gpu, old = await gb200_activated(dialect_world, dialect="dmtf-generic")
     await w.settle()
-    assert refused_untouched(w, node, gpu) == (
-        "one-way: profile dmtf-generic keeps no previous image to run; flipping back is a "
-        f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
-        "dmtf-generic allows no downgrade; re-flash by hand"
-    )
+    assert refused_untouched(w, node, gpu) == no_downgrade("dmtf-generic", old)
 
 
 async def test_a_gpu_behind_a_supermicro_bmc_is_a_refused_re_flash_not_a_backup_search(
@@ -396,11 +401,7 @@ async def test_a_gpu_behind_a_supermicro_bmc_is_a_refused_re_flash_not_a_backup_
     to downgrade), before any drain or write."""
     w, node, gpu, old = await gb200_activated(dialect_world, dialect="supermicro-x13")
     await w.settle()
-    assert refused_untouched(w, node, gpu) == (
-        "one-way: profile supermicro-x13 keeps no previous image to run; flipping back is a "
-        f"re-flash of the previous attested image (gpu_vbios {old}), a downgrade: profile "
-        "supermicro-x13 allows no downgrade; re-flash by hand"
-    )
+    assert refused_untouched(w, node, gpu) == no_downgrade("supermicro-x13", old)
 
 
 async def test_a_dmtf_re_flash_sends_the_older_image_as_any_update_then_resets(

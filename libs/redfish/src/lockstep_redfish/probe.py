@@ -76,7 +76,7 @@ class ProbeReport:
         return dataclasses.asdict(self)
 
 
-async def _doc(bmc: BmcSession, path: str) -> dict[str, Any] | None:
+async def document(bmc: BmcSession, path: str) -> dict[str, Any] | None:
     """``path`` as a JSON object; None when the BMC has no such resource or refuses it. A BMC
     that does not answer is not a BMC without the resource: :class:`BmcUnavailable` goes on
     (the updater's preflight retries it rather than refusing a component it did not read)."""
@@ -97,6 +97,11 @@ def _ids(collection: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def member_ids(collection: dict[str, Any] | None) -> list[str]:
+    """The ids (last path segments) of a collection's members, as read by :func:`document`."""
+    return [path.rstrip("/").rsplit("/", 1)[-1] for path in _ids(collection)]
+
+
 def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
@@ -105,8 +110,8 @@ async def read_facts(bmc: BmcSession, root: dict[str, Any]) -> BmcFacts:
     """What the BMC says about itself (GETs only). The ``FirmwareInventory`` is read in one
     request where the root advertises ``$expand`` (``lockstep_redfish.expand``), else member
     by member."""
-    service = await _doc(bmc, UPDATE_SERVICE)
-    managers = [path.rstrip("/").rsplit("/", 1)[-1] for path in _ids(await _doc(bmc, MANAGERS))]
+    service = await document(bmc, UPDATE_SERVICE)
+    managers = member_ids(await document(bmc, MANAGERS))
     members = await firmware_members(bmc, expand=offers_expand(root))
     facts = facts_from(root, service, managers, members.values())
     return dataclasses.replace(facts, documents=members)
@@ -114,22 +119,22 @@ async def read_facts(bmc: BmcSession, root: dict[str, Any]) -> BmcFacts:
 
 async def firmware_members(bmc: BmcSession, *, expand: bool) -> dict[str, dict[str, Any]]:
     """Every ``FirmwareInventory`` member's document by its path, in the order listed (one
-    that cannot be read is left out, ``_doc``). ``expand``: in one
+    that cannot be read is left out, ``document``). ``expand``: in one
     request, the members the BMC left as links read with their own GET; an expanded answer
     that is not one (``expand.split_members``) or refused is read again member by member."""
     if expand:
-        body = await _doc(bmc, FIRMWARE + EXPAND)
+        body = await document(bmc, FIRMWARE + EXPAND)
         try:
             docs, links = split_members(body, bmc.url(FIRMWARE + EXPAND))
         except RedfishReplyError as exc:
             log.warning("%s: reading member by member: %s", bmc.url(FIRMWARE), exc)
         else:
             for path in links:
-                if (doc := await _doc(bmc, path)) is not None:
+                if (doc := await document(bmc, path)) is not None:
                     docs[path] = doc
             return {path: docs[path] for path in _listed(body) if path in docs}
-    listed = dict.fromkeys(p.rstrip("/") for p in _ids(await _doc(bmc, FIRMWARE)))
-    return {path: doc for path in listed if (doc := await _doc(bmc, path))}
+    listed = dict.fromkeys(p.rstrip("/") for p in _ids(await document(bmc, FIRMWARE)))
+    return {path: doc for path in listed if (doc := await document(bmc, path))}
 
 
 def _listed(body: Any) -> list[str]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lockstep_redfish.errors import BmcError, BmcUnavailable, CredentialError, RedfishReplyError
+from lockstep_redfish.errors import BmcError, CredentialError, RedfishReplyError
 from lockstep_redfish.models import (
     ODataRef,
     ServiceRoot,
@@ -32,6 +32,7 @@ from lockstep_redfish.models import (
     parse,
     parse_inventory,
 )
+from lockstep_redfish.probe import document, member_ids
 from lockstep_redfish.selection import MemberFacts, facts_from, select_profile
 from lockstep_redfish.session import BmcSession, BmcTarget, RedfishClient
 
@@ -164,8 +165,9 @@ class BmcReader:
         known = self._memo.chosen.get(node_id)
         if known is not None and known[0] == key:
             return known[1]
-        service = await _document(session, UPDATE_SERVICE)
-        managers = _member_ids(await _document(session, MANAGERS))
+        # Read as the updater's probe reads them (None where absent or refused).
+        service = await document(session, UPDATE_SERVICE)
+        managers = member_ids(await document(session, MANAGERS))
         facts = facts_from(root, service, managers, ())
         facts = replace(facts, members=tuple(member_facts(m) for m in members))
         chosen = select_profile(facts).profile.id
@@ -208,25 +210,3 @@ class BmcReader:
         except ExceptionGroup as group_error:
             raise group_error.exceptions[0] from None
         return {i: t.result() for i, t in tasks.items()}
-
-
-async def _document(session: BmcSession, path: str) -> dict[str, Any] | None:
-    """``path`` as a JSON object; None where the BMC has no such resource or refuses it, as
-    the updater's probe reads it (``probe._doc``); a BMC that does not answer is unreadable."""
-    try:
-        body = (await session.get(path)).body
-    except BmcUnavailable:
-        raise
-    except BmcError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def _member_ids(collection: Mapping[str, Any] | None) -> list[str]:
-    members = (collection or {}).get("Members")
-    paths = (
-        [m.get("@odata.id") for m in members if isinstance(m, dict)]
-        if isinstance(members, list)
-        else []
-    )
-    return [p.rstrip("/").rsplit("/", 1)[-1] for p in paths if isinstance(p, str)]
